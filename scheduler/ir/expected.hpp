@@ -1,0 +1,59 @@
+#pragma once
+// Recoverable errors travel as values (LLVM style); only `main` maps them to exit codes.
+
+#include <string>
+#include <utility>
+#include <variant>
+
+namespace charm {
+
+/// An error for the user: `where` names the file, JSON path or flag, `what` says what is wrong.
+struct Error {
+  std::string where;
+  std::string what;
+  [[nodiscard]] std::string message() const { return where.empty() ? what : where + ": " + what; }
+};
+
+template <class T>
+class [[nodiscard]] Expected {
+ public:
+  Expected(T value) : v_(std::move(value)) {}               // NOLINT(google-explicit-constructor)
+  Expected(Error error) : v_(std::move(error)) {}           // NOLINT(google-explicit-constructor)
+  [[nodiscard]] bool ok() const { return v_.index() == 0; }
+  explicit operator bool() const { return ok(); }
+  [[nodiscard]] T& value() & { return std::get<0>(v_); }
+  [[nodiscard]] const T& value() const& { return std::get<0>(v_); }
+  [[nodiscard]] T&& value() && { return std::get<0>(std::move(v_)); }
+  [[nodiscard]] const Error& error() const { return std::get<1>(v_); }
+  T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+
+ private:
+  std::variant<T, Error> v_;
+};
+
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  Status(Error e) : error_(std::move(e)), ok_(false) {}     // NOLINT(google-explicit-constructor)
+  [[nodiscard]] bool ok() const { return ok_; }
+  explicit operator bool() const { return ok_; }
+  [[nodiscard]] const Error& error() const { return error_; }
+  static Status success() { return {}; }
+
+ private:
+  Error error_;
+  bool ok_ = true;
+};
+
+/// Broken invariants (programming errors) abort at once with file and line.
+[[noreturn]] void invariant_failed(const char* expr, const char* file, int line, const std::string& msg);
+
+} // namespace charm
+
+#define CHARM_ASSERT(cond, msg)                                                   \
+  do {                                                                           \
+    if (!(cond)) ::charm::invariant_failed(#cond, __FILE__, __LINE__, (msg));    \
+  } while (0)

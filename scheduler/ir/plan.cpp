@@ -1,0 +1,151 @@
+#include "scheduler/ir/plan.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+
+namespace charm::ir {
+
+namespace {
+template <class E, std::size_t N>
+Expected<E> parse_enum(std::string_view s, const std::array<E, N>& all, const char* what) {
+  for (E e : all)
+    if (to_string(e) == s) return e;
+  std::string names;
+  for (E e : all) names += fmt::format("{}{}", names.empty() ? "" : ", ", to_string(e));
+  return Error{"", fmt::format("unknown {} '{}' (expected one of: {})", what, s, names)};
+}
+constexpr std::array kOpKinds{OpKind::Compute, OpKind::Send, OpKind::Recv, OpKind::Merge, OpKind::Accumulate, OpKind::Copy};
+constexpr std::array kStreams{Stream::Compute, Stream::Kv, Stream::Q, Stream::Out, Stream::Cross, Stream::Dkv};
+constexpr std::array kBufKinds{BufKind::Q, BufKind::Kv, BufKind::Out, BufKind::Dout, BufKind::QBundle, BufKind::Dq, BufKind::Dkv};
+constexpr std::array kBufInits{BufInit::None, BufInit::Input, BufInit::Zero};
+} // namespace
+
+std::string_view to_string(OpKind k) {
+  switch (k) {
+    case OpKind::Compute: return "compute";
+    case OpKind::Send: return "send";
+    case OpKind::Recv: return "recv";
+    case OpKind::Merge: return "merge";
+    case OpKind::Accumulate: return "accumulate";
+    case OpKind::Copy: return "copy";
+  }
+  return "?";
+}
+std::string_view to_string(Stream s) {
+  switch (s) {
+    case Stream::Compute: return "compute";
+    case Stream::Kv: return "kv";
+    case Stream::Q: return "q";
+    case Stream::Out: return "out";
+    case Stream::Cross: return "cross";
+    case Stream::Dkv: return "dkv";
+  }
+  return "?";
+}
+std::string_view to_string(BufKind k) {
+  switch (k) {
+    case BufKind::Q: return "q";
+    case BufKind::Kv: return "kv";
+    case BufKind::Out: return "out";
+    case BufKind::Dout: return "dout";
+    case BufKind::QBundle: return "qbundle";
+    case BufKind::Dq: return "dq";
+    case BufKind::Dkv: return "dkv";
+  }
+  return "?";
+}
+std::string_view to_string(BufInit i) {
+  switch (i) {
+    case BufInit::None: return "none";
+    case BufInit::Input: return "input";
+    case BufInit::Zero: return "zero";
+  }
+  return "?";
+}
+Expected<OpKind> parse_op_kind(std::string_view s) { return parse_enum(s, kOpKinds, "op kind"); }
+Expected<Stream> parse_stream(std::string_view s) { return parse_enum(s, kStreams, "stream"); }
+Expected<BufKind> parse_buf_kind(std::string_view s) { return parse_enum(s, kBufKinds, "buffer kind"); }
+Expected<BufInit> parse_buf_init(std::string_view s) { return parse_enum(s, kBufInits, "buffer init"); }
+
+OpId Plan::add_op(const Op& op, std::span<const OpId> deps) {
+  const auto id = static_cast<OpId>(ops_.size());
+  ops_.push_back(op);
+  dep_ids_.insert(dep_ids_.end(), deps.begin(), deps.end());
+  dep_begin_.push_back(static_cast<std::uint32_t>(dep_ids_.size()));
+  return id;
+}
+
+BufferId Plan::add_buffer(const Buffer& b) {
+  buffers_.push_back(b);
+  return static_cast<BufferId>(buffers_.size() - 1);
+}
+
+void Plan::set_deps(OpId id, std::span<const OpId> deps) {
+  const auto i = static_cast<std::size_t>(id);
+  std::vector<OpId> copy(deps.begin(), deps.end());
+  const auto b = dep_begin_[i], e = dep_begin_[i + 1];
+  dep_ids_.erase(dep_ids_.begin() + b, dep_ids_.begin() + e);
+  dep_ids_.insert(dep_ids_.begin() + b, copy.begin(), copy.end());
+  const auto delta = static_cast<std::int64_t>(copy.size()) - static_cast<std::int64_t>(e - b);
+  for (std::size_t k = i + 1; k < dep_begin_.size(); ++k)
+    dep_begin_[k] = static_cast<std::uint32_t>(static_cast<std::int64_t>(dep_begin_[k]) + delta);
+}
+
+void Plan::erase_ops(std::span<const OpId> ids) {
+  std::vector<char> gone(ops_.size(), 0);
+  for (OpId id : ids) gone[static_cast<std::size_t>(id)] = 1;
+  std::vector<OpId> remap(ops_.size(), kNone);
+  OpId next = 0;
+  for (std::size_t i = 0; i < ops_.size(); ++i)
+    if (!gone[i]) remap[i] = next++;
+  Plan out;
+  out.algo = algo;
+  out.workload = workload;
+  out.ranks = ranks;
+  out.domains = domains;
+  out.buffers_ = buffers_;
+  out.results_ = results_;
+  std::vector<OpId> d;
+  for (std::size_t i = 0; i < ops_.size(); ++i) {
+    if (gone[i]) continue;
+    d.clear();
+    for (OpId dep : deps(static_cast<OpId>(i)))
+      if (remap[static_cast<std::size_t>(dep)] != kNone) d.push_back(remap[static_cast<std::size_t>(dep)]);
+    out.add_op(ops_[i], d);
+  }
+  *this = std::move(out);
+}
+
+std::size_t Plan::memory_bytes() const {
+  return ops_.capacity() * sizeof(Op) + dep_begin_.capacity() * sizeof(std::uint32_t) +
+         dep_ids_.capacity() * sizeof(OpId) + buffers_.capacity() * sizeof(Buffer) +
+         results_.capacity() * sizeof(RankResults);
+}
+
+std::string op_label(const Plan& plan, OpId id) {
+  const Op& op = plan.op(id);
+  switch (op.kind) {
+    case OpKind::Compute:
+      return fmt::format("{} Q{}*KV{} {}", to_string(op.phase), op.q_owner, op.kv_owner, to_string(op.mask));
+    case OpKind::Send:
+    case OpKind::Recv: {
+      const Buffer& b = plan.buffer(op.buf[0]);
+      return fmt::format("{} {}{} {} {} #{}", to_string(op.kind), to_string(b.kind), b.owner,
+                         op.kind == OpKind::Send ? "->" : "<-", op.peer, op.tag);
+    }
+    case OpKind::Merge:
+    case OpKind::Accumulate: {
+      const Buffer& b = plan.buffer(op.buf[0]);
+      return fmt::format("{} {}{}", to_string(op.kind), to_string(b.kind), b.owner);
+    }
+    case OpKind::Copy: {
+      const Buffer& b = plan.buffer(op.buf[3] != kNone ? op.buf[3] : op.buf[1]);
+      return fmt::format("{} {}{}", op.buf[3] != kNone ? "pack" : "copy", to_string(b.kind), b.owner);
+    }
+  }
+  return "?";
+}
+
+} // namespace charm::ir

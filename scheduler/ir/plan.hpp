@@ -1,0 +1,148 @@
+#pragma once
+// The DAG IR: one plan that the validator, the simulator and every executor consume.
+//
+// A plan is a contiguous vector of value-type ops indexed by OpId, a table of
+// rank-local buffers, dependency edges in CSR form, and per-rank result buffers.
+//
+// Semantics (the contract every consumer relies on):
+// - Ops on one (rank, stream) run in the order of their ids.
+// - An op starts once every op in deps() has completed. Deps are always on the
+//   same rank: ranks only meet through matched Send/Recv pairs.
+// - A Send on (stream s, rank a, peer b) with tag t matches the Recv on
+//   (stream s, rank b, peer a) with tag t. Tags count 0, 1, 2, ... per
+//   (stream, src, dst), i.e. matching is in issue order, as NCCL matches.
+// - Consecutive Send/Recv ops of one (rank, stream) with the same group id >= 0
+//   are issued together (ncclGroupStart/End) and may complete in any order.
+// - Buffers are rank-local. Op::buf holds, per kind:
+//     Compute (fwd)  [q, kv, out-acc, -]        out-acc is read and written
+//     Compute (bwd)  [qbundle, kv, dq-acc, dkv-acc]  both accs read and written
+//     Send           [src, -, -, -]
+//     Recv           [dst, -, -, -]
+//     Merge          [partial, acc, -, -]       (O, LSE) merged into acc
+//     Accumulate     [partial, acc, -, -]       gradient partial added to acc
+//     Copy (pack)    [q, dout, out, qbundle]    builds the backward bundle, D = rowsum(dO*O)
+//     Copy (plain)   [src, dst, -, -]
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "scheduler/ir/workload.hpp"
+
+namespace charm::ir {
+
+using OpId = std::int32_t;
+using BufferId = std::int32_t;
+using RankId = std::int32_t;
+inline constexpr std::int32_t kNone = -1;
+
+enum class OpKind : std::uint8_t { Compute, Send, Recv, Merge, Accumulate, Copy };
+
+/// Streams of one rank. Comm streams map to one communicator each on NCCL.
+enum class Stream : std::uint8_t { Compute, Kv, Q, Out, Cross, Dkv };
+inline constexpr int kNumStreams = 6;
+
+enum class BufKind : std::uint8_t {
+  Q,        // queries of `owner`
+  Kv,       // keys and values of `owner`
+  Out,      // (O, LSE) of queries of `owner`: accumulator or partial
+  Dout,     // dO of `owner` (backward input)
+  QBundle,  // backward bundle of `owner`: Q, dO, LSE, D
+  Dq,       // dQ of `owner`: accumulator or partial
+  Dkv,      // dK, dV of `owner`: accumulator or partial
+};
+
+/// What a buffer holds before the plan runs.
+enum class BufInit : std::uint8_t {
+  None,   // written by an op before any read
+  Input,  // the rank's own input tensor (Q, KV, dO; Out for a backward-only plan)
+  Zero,   // an accumulator: empty (O: lse = -inf; gradients: zero)
+};
+
+[[nodiscard]] std::string_view to_string(OpKind k);
+[[nodiscard]] std::string_view to_string(Stream s);
+[[nodiscard]] std::string_view to_string(BufKind k);
+[[nodiscard]] std::string_view to_string(BufInit i);
+[[nodiscard]] Expected<OpKind> parse_op_kind(std::string_view s);
+[[nodiscard]] Expected<Stream> parse_stream(std::string_view s);
+[[nodiscard]] Expected<BufKind> parse_buf_kind(std::string_view s);
+[[nodiscard]] Expected<BufInit> parse_buf_init(std::string_view s);
+
+struct Buffer {
+  RankId rank = 0;
+  BufKind kind = BufKind::Q;
+  RankId owner = 0;  // whose data (query owner for Q/Out/Dq/QBundle, kv owner for Kv/Dkv)
+  BufInit init = BufInit::None;
+  Bytes bytes = 0;
+};
+
+/// One operation. Plain data, 64 bytes; dependencies live in the plan (CSR).
+struct Op {
+  RankId rank = 0;
+  Stream stream = Stream::Compute;
+  OpKind kind = OpKind::Compute;
+  Phase phase = Phase::Fwd;
+  MaskPiece mask = MaskPiece::Full;  // Compute only
+  RankId q_owner = kNone;            // Compute: whose queries
+  RankId kv_owner = kNone;           // Compute: whose keys/values
+  RankId peer = kNone;               // Send/Recv
+  std::int32_t tag = kNone;          // Send/Recv
+  std::int32_t group = kNone;        // Send/Recv: ncclGroup id, kNone = alone
+  BufferId buf[4] = {kNone, kNone, kNone, kNone};
+  Bytes bytes = 0;                   // Send/Recv: payload; Merge/Accumulate/Copy: bytes touched
+  Flops flops = 0;                   // Compute
+};
+
+/// Which buffers of a rank hold its final results.
+struct RankResults {
+  BufferId out = kNone;  // O and LSE of its queries (forward)
+  BufferId dq = kNone;   // backward
+  BufferId dkv = kNone;  // backward
+};
+
+class Plan {
+ public:
+  std::string algo;
+  Workload workload;
+  int ranks = 0;
+  int domains = 1;
+
+  [[nodiscard]] std::size_t size() const { return ops_.size(); }
+  [[nodiscard]] const Op& op(OpId id) const { return ops_[static_cast<std::size_t>(id)]; }
+  [[nodiscard]] Op& op(OpId id) { return ops_[static_cast<std::size_t>(id)]; }
+  [[nodiscard]] const std::vector<Op>& ops() const { return ops_; }
+  [[nodiscard]] std::span<const OpId> deps(OpId id) const {
+    auto b = dep_begin_[static_cast<std::size_t>(id)], e = dep_begin_[static_cast<std::size_t>(id) + 1];
+    return {dep_ids_.data() + b, dep_ids_.data() + e};
+  }
+  [[nodiscard]] const std::vector<Buffer>& buffers() const { return buffers_; }
+  [[nodiscard]] const Buffer& buffer(BufferId id) const { return buffers_[static_cast<std::size_t>(id)]; }
+  [[nodiscard]] std::vector<RankResults>& results() { return results_; }
+  [[nodiscard]] const std::vector<RankResults>& results() const { return results_; }
+
+  /// Appends an op; returns its id. Deps must already exist or be added before use.
+  OpId add_op(const Op& op, std::span<const OpId> deps);
+  BufferId add_buffer(const Buffer& b);
+  /// Replaces an op's dependency list (tests use this to break plans on purpose).
+  void set_deps(OpId id, std::span<const OpId> deps);
+  /// Removes ops (ids renumbered, deps remapped, deps on removed ops dropped).
+  void erase_ops(std::span<const OpId> ids);
+
+  [[nodiscard]] std::size_t num_deps() const { return dep_ids_.size(); }
+  /// Bytes of heap memory the plan holds (ops, deps, buffers).
+  [[nodiscard]] std::size_t memory_bytes() const;
+
+ private:
+  std::vector<Op> ops_;
+  std::vector<std::uint32_t> dep_begin_{0};
+  std::vector<OpId> dep_ids_;
+  std::vector<Buffer> buffers_;
+  std::vector<RankResults> results_;
+};
+
+/// Short human label of an op, e.g. "fwd Q3*KV2 causal" or "send kv->4 #2".
+[[nodiscard]] std::string op_label(const Plan& plan, OpId id);
+
+} // namespace charm::ir

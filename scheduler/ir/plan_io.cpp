@@ -1,0 +1,370 @@
+#include "scheduler/ir/plan_io.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <ostream>
+#include <map>
+#include <sstream>
+#include <tuple>
+
+namespace charm::ir {
+
+using nlohmann::json;
+
+json workload_to_json(const Workload& w) {
+  return json{{"batch", w.batch},   {"seq", w.seq},
+              {"heads", w.heads},   {"kv_heads", w.kv_heads},
+              {"head_dim", w.head_dim}, {"dtype", to_string(w.dtype)},
+              {"causal", w.causal}, {"layout", to_string(w.layout)},
+              {"pass", to_string(w.pass)}};
+}
+
+namespace {
+
+// A small reader that names the JSON path of every problem.
+class Reader {
+ public:
+  Reader(const json& j, std::string path) : j_(j), path_(std::move(path)) {}
+  [[nodiscard]] const std::string& path() const { return path_; }
+
+  Expected<const json*> field(const char* key, bool required = true) const {
+    if (!j_.is_object()) return Error{path_, "must be an object"};
+    auto it = j_.find(key);
+    if (it == j_.end()) {
+      if (required) return Error{path_ + "." + key, "missing field"};
+      return static_cast<const json*>(nullptr);
+    }
+    return &*it;
+  }
+  Expected<std::int64_t> integer(const char* key, std::int64_t lo, std::int64_t hi, bool required = true,
+                                 std::int64_t dflt = 0) const {
+    auto f = field(key, required);
+    if (!f) return f.error();
+    if (*f == nullptr) return dflt;
+    const json& v = **f;
+    if (!v.is_number_integer()) return Error{path_ + "." + key, "must be an integer"};
+    const auto x = v.get<std::int64_t>();
+    if (x < lo || x > hi) return Error{path_ + "." + key, fmt::format("must be in [{}, {}], got {}", lo, hi, x)};
+    return x;
+  }
+  Expected<double> number(const char* key, bool required = true) const {
+    auto f = field(key, required);
+    if (!f) return f.error();
+    if (*f == nullptr) return 0.0;
+    if (!(*f)->is_number()) return Error{path_ + "." + key, "must be a number"};
+    const double x = (*f)->get<double>();
+    if (!(x >= 0) || x > 1e30) return Error{path_ + "." + key, fmt::format("must be a finite number >= 0, got {}", x)};
+    return x;
+  }
+  Expected<std::string> string(const char* key, bool required = true) const {
+    auto f = field(key, required);
+    if (!f) return f.error();
+    if (*f == nullptr) return std::string{};
+    if (!(*f)->is_string()) return Error{path_ + "." + key, "must be a string"};
+    return (*f)->get<std::string>();
+  }
+  template <class E, class P>
+  Expected<E> enumeration(const char* key, P parse) const {
+    auto s = string(key);
+    if (!s) return s.error();
+    auto e = parse(*s);
+    if (!e) return Error{path_ + "." + key, e.error().what};
+    return *e;
+  }
+
+ private:
+  const json& j_;
+  std::string path_;
+};
+
+#define CHARM_TRY_ASSIGN(lhs, expr)        \
+  do {                                     \
+    auto charm_tmp_ = (expr);              \
+    if (!charm_tmp_) return charm_tmp_.error(); \
+    lhs = std::move(*charm_tmp_);          \
+  } while (0)
+
+} // namespace
+
+Expected<Workload> workload_from_json(const json& j, std::string_view where) {
+  Reader r(j, std::string(where));
+  Workload w;
+  constexpr std::int64_t kMax = std::int64_t{1} << 40;
+  CHARM_TRY_ASSIGN(w.batch, r.integer("batch", 1, kMax));
+  CHARM_TRY_ASSIGN(w.seq, r.integer("seq", 1, kMax));
+  CHARM_TRY_ASSIGN(w.heads, r.integer("heads", 1, kMax));
+  CHARM_TRY_ASSIGN(w.kv_heads, r.integer("kv_heads", 1, kMax));
+  CHARM_TRY_ASSIGN(w.head_dim, r.integer("head_dim", 1, kMax));
+  CHARM_TRY_ASSIGN(w.dtype, r.enumeration<DType>("dtype", parse_dtype));
+  CHARM_TRY_ASSIGN(w.layout, r.enumeration<Layout>("layout", parse_layout));
+  CHARM_TRY_ASSIGN(w.pass, r.enumeration<PassKind>("pass", parse_pass));
+  auto c = r.field("causal");
+  if (!c) return c.error();
+  if (!(*c)->is_boolean()) return Error{std::string(where) + ".causal", "must be true or false"};
+  w.causal = (*c)->get<bool>();
+  return w;
+}
+
+json plan_to_json(const Plan& plan) {
+  json ops = json::array();
+  for (OpId id = 0; id < static_cast<OpId>(plan.size()); ++id) {
+    const Op& op = plan.op(id);
+    json o{{"id", id}, {"rank", op.rank}, {"stream", to_string(op.stream)}, {"kind", to_string(op.kind)}};
+    json deps = json::array();
+    for (OpId d : plan.deps(id)) deps.push_back(d);
+    o["deps"] = std::move(deps);
+    json bufs = json::array();
+    for (BufferId b : op.buf)
+      if (b != kNone) bufs.push_back(b); else bufs.push_back(nullptr);
+    while (!bufs.empty() && bufs.back().is_null()) bufs.erase(bufs.end() - 1);
+    o["bufs"] = std::move(bufs);
+    switch (op.kind) {
+      case OpKind::Compute:
+        o["pass"] = to_string(op.phase);
+        o["q_block"] = op.q_owner;
+        o["kv_block"] = op.kv_owner;
+        o["mask"] = to_string(op.mask);
+        o["flops"] = op.flops;
+        break;
+      case OpKind::Send:
+      case OpKind::Recv:
+        o["pass"] = to_string(op.phase);
+        o["peer"] = op.peer;
+        o["tag"] = op.tag;
+        o["bytes"] = op.bytes;
+        if (op.group != kNone) o["group"] = op.group;
+        break;
+      default:
+        o["pass"] = to_string(op.phase);
+        o["bytes"] = op.bytes;
+        break;
+    }
+    ops.push_back(std::move(o));
+  }
+  json bufs = json::array();
+  for (const Buffer& b : plan.buffers())
+    bufs.push_back(json{{"rank", b.rank}, {"kind", to_string(b.kind)}, {"owner", b.owner},
+                        {"init", to_string(b.init)}, {"bytes", b.bytes}});
+  json results = json::array();
+  for (std::size_t r = 0; r < plan.results().size(); ++r) {
+    const auto& res = plan.results()[r];
+    json o{{"rank", r}};
+    if (res.out != kNone) o["out"] = res.out;
+    if (res.dq != kNone) o["dq"] = res.dq;
+    if (res.dkv != kNone) o["dkv"] = res.dkv;
+    results.push_back(std::move(o));
+  }
+  return json{{"schema", kPlanSchema}, {"algo", plan.algo}, {"workload", workload_to_json(plan.workload)},
+              {"ranks", plan.ranks},  {"domains", plan.domains}, {"buffers", std::move(bufs)},
+              {"results", std::move(results)}, {"ops", std::move(ops)}};
+}
+
+Expected<Plan> plan_from_json(const json& j, std::string_view where) {
+  const std::string w(where);
+  Reader top(j, w);
+  Plan plan;
+  std::int64_t schema = 0;
+  CHARM_TRY_ASSIGN(schema, top.integer("schema", 0, 1000));
+  if (schema != kPlanSchema) return Error{w + ".schema", fmt::format("unsupported schema {} (expected {})", schema, kPlanSchema)};
+  CHARM_TRY_ASSIGN(plan.algo, top.string("algo"));
+  std::int64_t ranks = 0, domains = 1;
+  CHARM_TRY_ASSIGN(ranks, top.integer("ranks", 1, 1 << 20));
+  CHARM_TRY_ASSIGN(domains, top.integer("domains", 1, 1 << 20, false, 1));
+  plan.ranks = static_cast<int>(ranks);
+  plan.domains = static_cast<int>(domains);
+  {
+    auto wf = top.field("workload");
+    if (!wf) return wf.error();
+    CHARM_TRY_ASSIGN(plan.workload, workload_from_json(**wf, w + ".workload"));
+  }
+  auto in_range = [&](std::int64_t v, std::int64_t n, const std::string& path) -> Status {
+    if (v < 0 || v >= n) return Error{path, fmt::format("must be in [0, {}), got {}", n, v)};
+    return {};
+  };
+  // Buffers.
+  auto bf = top.field("buffers");
+  if (!bf) return bf.error();
+  if (!(*bf)->is_array()) return Error{w + ".buffers", "must be an array"};
+  std::size_t bi = 0;
+  for (const json& jb : **bf) {
+    Reader r(jb, fmt::format("{}.buffers[{}]", w, bi++));
+    Buffer b;
+    std::int64_t v = 0;
+    CHARM_TRY_ASSIGN(v, r.integer("rank", 0, ranks - 1));
+    b.rank = static_cast<RankId>(v);
+    CHARM_TRY_ASSIGN(v, r.integer("owner", 0, ranks - 1));
+    b.owner = static_cast<RankId>(v);
+    CHARM_TRY_ASSIGN(b.kind, r.enumeration<BufKind>("kind", parse_buf_kind));
+    CHARM_TRY_ASSIGN(b.init, r.enumeration<BufInit>("init", parse_buf_init));
+    CHARM_TRY_ASSIGN(v, r.integer("bytes", 0, std::int64_t{1} << 50));
+    b.bytes = static_cast<Bytes>(v);
+    (void)plan.add_buffer(b);
+  }
+  const auto nbuf = static_cast<std::int64_t>(plan.buffers().size());
+  // Results.
+  auto rf = top.field("results");
+  if (!rf) return rf.error();
+  if (!(*rf)->is_array()) return Error{w + ".results", "must be an array"};
+  plan.results().assign(static_cast<std::size_t>(ranks), RankResults{});
+  std::size_t ri = 0;
+  for (const json& jr : **rf) {
+    Reader r(jr, fmt::format("{}.results[{}]", w, ri++));
+    std::int64_t rank = 0;
+    CHARM_TRY_ASSIGN(rank, r.integer("rank", 0, ranks - 1));
+    auto& res = plan.results()[static_cast<std::size_t>(rank)];
+    std::int64_t v = 0;
+    CHARM_TRY_ASSIGN(v, r.integer("out", -1, nbuf - 1, false, -1));
+    res.out = static_cast<BufferId>(v);
+    CHARM_TRY_ASSIGN(v, r.integer("dq", -1, nbuf - 1, false, -1));
+    res.dq = static_cast<BufferId>(v);
+    CHARM_TRY_ASSIGN(v, r.integer("dkv", -1, nbuf - 1, false, -1));
+    res.dkv = static_cast<BufferId>(v);
+  }
+  // Ops.
+  auto of = top.field("ops");
+  if (!of) return of.error();
+  if (!(*of)->is_array()) return Error{w + ".ops", "must be an array"};
+  const auto nops = static_cast<std::int64_t>((*of)->size());
+  std::vector<OpId> deps;
+  std::int64_t index = 0;
+  for (const json& jo : **of) {
+    const std::string path = fmt::format("{}.ops[{}]", w, index);
+    Reader r(jo, path);
+    Op op;
+    std::int64_t v = 0;
+    CHARM_TRY_ASSIGN(v, r.integer("id", 0, nops - 1));
+    if (v != index) return Error{path + ".id", fmt::format("ids must be 0, 1, 2, ... in order; expected {}, got {}", index, v)};
+    CHARM_TRY_ASSIGN(v, r.integer("rank", 0, ranks - 1));
+    op.rank = static_cast<RankId>(v);
+    CHARM_TRY_ASSIGN(op.stream, r.enumeration<Stream>("stream", parse_stream));
+    CHARM_TRY_ASSIGN(op.kind, r.enumeration<OpKind>("kind", parse_op_kind));
+    {
+      auto p = r.string("pass", false);
+      if (!p) return p.error();
+      if (!p->empty()) {
+        if (*p == "fwd") op.phase = Phase::Fwd;
+        else if (*p == "bwd") op.phase = Phase::Bwd;
+        else return Error{path + ".pass", fmt::format("must be fwd or bwd, got '{}'", *p)};
+      }
+    }
+    auto df = r.field("deps");
+    if (!df) return df.error();
+    if (!(*df)->is_array()) return Error{path + ".deps", "must be an array"};
+    deps.clear();
+    std::size_t di = 0;
+    for (const json& d : **df) {
+      if (!d.is_number_integer()) return Error{fmt::format("{}.deps[{}]", path, di), "must be an integer"};
+      const auto x = d.get<std::int64_t>();
+      if (auto s = in_range(x, nops, fmt::format("{}.deps[{}]", path, di)); !s) return s.error();
+      deps.push_back(static_cast<OpId>(x));
+      ++di;
+    }
+    auto bfield = r.field("bufs", false);
+    if (!bfield) return bfield.error();
+    if (*bfield != nullptr) {
+      if (!(*bfield)->is_array() || (*bfield)->size() > 4) return Error{path + ".bufs", "must be an array of at most 4 buffer ids"};
+      for (std::size_t k = 0; k < (*bfield)->size(); ++k) {
+        const json& b = (**bfield)[k];
+        if (b.is_null()) continue;
+        if (!b.is_number_integer()) return Error{fmt::format("{}.bufs[{}]", path, k), "must be an integer or null"};
+        const auto x = b.get<std::int64_t>();
+        if (auto s = in_range(x, nbuf, fmt::format("{}.bufs[{}]", path, k)); !s) return s.error();
+        op.buf[k] = static_cast<BufferId>(x);
+      }
+    }
+    switch (op.kind) {
+      case OpKind::Compute:
+        CHARM_TRY_ASSIGN(v, r.integer("q_block", 0, ranks - 1));
+        op.q_owner = static_cast<RankId>(v);
+        CHARM_TRY_ASSIGN(v, r.integer("kv_block", 0, ranks - 1));
+        op.kv_owner = static_cast<RankId>(v);
+        CHARM_TRY_ASSIGN(op.mask, r.enumeration<MaskPiece>("mask", parse_mask_piece));
+        CHARM_TRY_ASSIGN(op.flops, r.number("flops"));
+        break;
+      case OpKind::Send:
+      case OpKind::Recv:
+        CHARM_TRY_ASSIGN(v, r.integer("peer", 0, ranks - 1));
+        op.peer = static_cast<RankId>(v);
+        CHARM_TRY_ASSIGN(v, r.integer("tag", 0, std::int64_t{1} << 30));
+        op.tag = static_cast<std::int32_t>(v);
+        CHARM_TRY_ASSIGN(v, r.integer("bytes", 0, std::int64_t{1} << 50));
+        op.bytes = static_cast<Bytes>(v);
+        CHARM_TRY_ASSIGN(v, r.integer("group", -1, std::int64_t{1} << 30, false, -1));
+        op.group = static_cast<std::int32_t>(v);
+        break;
+      default:
+        CHARM_TRY_ASSIGN(v, r.integer("bytes", 0, std::int64_t{1} << 50, false, 0));
+        op.bytes = static_cast<Bytes>(v);
+        break;
+    }
+    (void)plan.add_op(op, deps);
+    ++index;
+  }
+  return plan;
+}
+
+Expected<Plan> load_plan(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Error{path, "cannot open for reading"};
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::parse_error& e) {
+    return Error{path, fmt::format("malformed JSON at byte {}", e.byte)};
+  }
+  return plan_from_json(j, path);
+}
+
+void write_dot(const Plan& plan, std::ostream& os) {
+  os << "digraph plan {\n  rankdir=LR;\n  node [shape=box, fontname=\"monospace\", fontsize=10];\n";
+  for (int r = 0; r < plan.ranks; ++r) {
+    os << fmt::format("  subgraph cluster_rank{} {{\n    label=\"rank {}\";\n", r, r);
+    for (OpId id = 0; id < static_cast<OpId>(plan.size()); ++id) {
+      const Op& op = plan.op(id);
+      if (op.rank != r) continue;
+      const char* color = op.kind == OpKind::Compute ? "lightblue"
+                          : (op.kind == OpKind::Send || op.kind == OpKind::Recv) ? "lightyellow" : "lightgrey";
+      os << fmt::format("    op{} [label=\"#{} [{}]\\n{}\", style=filled, fillcolor={}];\n", id, id,
+                        to_string(op.stream), op_label(plan, id), color);
+    }
+    os << "  }\n";
+  }
+  for (OpId id = 0; id < static_cast<OpId>(plan.size()); ++id)
+    for (OpId d : plan.deps(id)) os << fmt::format("  op{} -> op{};\n", d, id);
+  // Matched messages as dashed edges.
+  std::map<std::tuple<int, int, int, int>, OpId> sends;
+  for (OpId id = 0; id < static_cast<OpId>(plan.size()); ++id) {
+    const Op& op = plan.op(id);
+    if (op.kind == OpKind::Send) sends[{int(op.stream), op.rank, op.peer, op.tag}] = id;
+  }
+  for (OpId id = 0; id < static_cast<OpId>(plan.size()); ++id) {
+    const Op& op = plan.op(id);
+    if (op.kind != OpKind::Recv) continue;
+    auto it = sends.find({int(op.stream), op.peer, op.rank, op.tag});
+    if (it != sends.end()) os << fmt::format("  op{} -> op{} [style=dashed, color=red];\n", it->second, id);
+  }
+  os << "}\n";
+}
+
+void write_listing(const Plan& plan, std::ostream& os, int only_rank) {
+  os << fmt::format("# plan {} ranks={} domains={} ops={}\n", plan.algo, plan.ranks, plan.domains, plan.size());
+  for (int r = 0; r < plan.ranks; ++r) {
+    if (only_rank >= 0 && r != only_rank) continue;
+    os << fmt::format("rank {}:\n", r);
+    for (OpId id = 0; id < static_cast<OpId>(plan.size()); ++id) {
+      const Op& op = plan.op(id);
+      if (op.rank != r) continue;
+      std::string deps;
+      for (OpId d : plan.deps(id)) deps += fmt::format("{}{}", deps.empty() ? "" : ",", d);
+      os << fmt::format("  #{:<6} {:<8} {:<32}", id, to_string(op.stream), op_label(plan, id));
+      if (op.kind == OpKind::Compute) os << fmt::format(" {:.3g} GFLOP", op.flops / 1e9);
+      else if (op.bytes) os << fmt::format(" {:.3g} MB", double(op.bytes) / 1e6);
+      if (!deps.empty()) os << "  after " << deps;
+      os << "\n";
+    }
+  }
+}
+
+} // namespace charm::ir

@@ -1,0 +1,89 @@
+#pragma once
+// The workload of one attention layer and the byte/FLOP arithmetic that follows from it.
+//
+// A rank owns one *shard* of the sequence: S/n tokens, as one contiguous chunk
+// (layout contiguous) or as chunks r and 2n-1-r of 2n (layout zigzag, the causal
+// load-balancing layout). All mask and FLOP questions are answered from the
+// global token positions of the shards, so every layout is handled by one rule:
+// key position <= query position under a causal mask.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "scheduler/ir/expected.hpp"
+
+namespace charm::ir {
+
+using Bytes = std::uint64_t;
+using Flops = double;
+
+enum class DType : std::uint8_t { BF16, FP16, FP32 };
+enum class Layout : std::uint8_t { Contiguous, Zigzag };
+enum class PassKind : std::uint8_t { Fwd, Bwd, Both };
+/// The pass an individual op belongs to (a plan for PassKind::Both holds both).
+enum class Phase : std::uint8_t { Fwd, Bwd };
+
+[[nodiscard]] std::string_view to_string(DType t);
+[[nodiscard]] std::string_view to_string(Layout l);
+[[nodiscard]] std::string_view to_string(PassKind p);
+[[nodiscard]] std::string_view to_string(Phase p);
+[[nodiscard]] Expected<DType> parse_dtype(std::string_view s);
+[[nodiscard]] Expected<Layout> parse_layout(std::string_view s);
+[[nodiscard]] Expected<PassKind> parse_pass(std::string_view s);
+[[nodiscard]] Bytes dtype_size(DType t);
+
+/// The shape of the part of a (q shard, kv shard) block that the mask leaves.
+enum class MaskPiece : std::uint8_t {
+  Empty,        // nothing visible: the pair is skipped
+  Full,         // every query sees every key
+  Causal,       // the diagonal block of the contiguous layout: lower triangle
+  ZigzagDiag,   // zigzag, same rank: two triangles and one full chunk pair
+  ZigzagKvHead, // zigzag, kv owner before q owner: all queries, first kv chunk
+  ZigzagQTail,  // zigzag, kv owner after q owner: second q chunk, all keys
+};
+[[nodiscard]] std::string_view to_string(MaskPiece m);
+[[nodiscard]] Expected<MaskPiece> parse_mask_piece(std::string_view s);
+
+struct Workload {
+  std::int64_t batch = 1;
+  std::int64_t seq = 4096;   // global sequence length S
+  std::int64_t heads = 8;    // query heads
+  std::int64_t kv_heads = 8; // key/value heads (GQA when < heads)
+  std::int64_t head_dim = 128;
+  DType dtype = DType::BF16;
+  bool causal = false;
+  Layout layout = Layout::Contiguous;
+  PassKind pass = PassKind::Fwd;
+
+  /// Checks the workload on its own and against a rank count; names the offending field.
+  [[nodiscard]] Status check(int ranks) const;
+
+  [[nodiscard]] std::int64_t chunks(int ranks) const { return layout == Layout::Zigzag ? 2 * ranks : ranks; }
+  [[nodiscard]] std::int64_t shard_tokens(int ranks) const { return seq / ranks; }
+  /// Global positions of rank r's tokens, as (first, count) chunk ranges in local order.
+  struct Range { std::int64_t begin; std::int64_t count; };
+  [[nodiscard]] std::vector<Range> shard_ranges(int rank, int ranks) const;
+
+  [[nodiscard]] MaskPiece mask(int q_rank, int kv_rank, int ranks) const;
+  /// (query, key) pairs left visible by the mask between two shards.
+  [[nodiscard]] double visible_pairs(int q_rank, int kv_rank, int ranks) const;
+
+  // Bytes of the bundles that travel (per shard). Elements of Q, K, V, dO and
+  // the partial O are in `dtype`; LSE and D are fp32; gradient partials (dQ, dK,
+  // dV) are fp32, as in ring-flash-attention, because they are accumulated.
+  [[nodiscard]] Bytes q_bytes(int ranks) const;        // Q
+  [[nodiscard]] Bytes kv_bytes(int ranks) const;       // K and V
+  [[nodiscard]] Bytes out_bytes(int ranks) const;      // partial O + LSE
+  [[nodiscard]] Bytes do_bytes(int ranks) const;       // dO
+  [[nodiscard]] Bytes qbundle_bytes(int ranks) const;  // backward bundle: Q, dO, LSE, D
+  [[nodiscard]] Bytes dq_bytes(int ranks) const;       // dQ partial (fp32)
+  [[nodiscard]] Bytes dkv_bytes(int ranks) const;      // dK and dV partial (fp32)
+
+  /// FLOPs of one block pair under its mask, as FlashAttention counts them:
+  /// forward 4*B*Hq*D per visible pair (QK^T and PV), backward 2.5x forward.
+  [[nodiscard]] Flops block_flops(Phase phase, int q_rank, int kv_rank, int ranks) const;
+};
+
+} // namespace charm::ir

@@ -1,0 +1,197 @@
+#include "scheduler/planners/plan_builder.hpp"
+
+#include <algorithm>
+
+namespace charm::sched {
+
+using namespace charm::ir;
+
+PlanBuilder::PlanBuilder(std::string algo, const Workload& w, int ranks, int domains) {
+  plan_.algo = std::move(algo);
+  plan_.workload = w;
+  plan_.ranks = ranks;
+  plan_.domains = domains;
+  plan_.results().assign(static_cast<std::size_t>(ranks), RankResults{});
+}
+
+BufferId PlanBuilder::buffer(RankId rank, BufKind kind, RankId owner, BufInit init) {
+  const auto& w = plan_.workload;
+  const int n = plan_.ranks;
+  Bytes bytes = 0;
+  switch (kind) {
+    case BufKind::Q: bytes = w.q_bytes(n); break;
+    case BufKind::Kv: bytes = w.kv_bytes(n); break;
+    case BufKind::Out: bytes = w.out_bytes(n); break;
+    case BufKind::Dout: bytes = w.do_bytes(n); break;
+    case BufKind::QBundle: bytes = w.qbundle_bytes(n); break;
+    case BufKind::Dq: bytes = w.dq_bytes(n); break;
+    case BufKind::Dkv: bytes = w.dkv_bytes(n); break;
+  }
+  access_.emplace_back();
+  return plan_.add_buffer(Buffer{rank, kind, owner, init, bytes});
+}
+
+OpId PlanBuilder::emit(Op op, std::initializer_list<BufferId> reads, std::initializer_list<BufferId> writes,
+                       std::span<const OpId> extra) {
+  const auto id = static_cast<OpId>(plan_.size());
+  auto& d = deps_scratch_;
+  d.clear();
+  for (BufferId b : reads) {
+    CHARM_ASSERT(plan_.buffer(b).rank == op.rank, "an op may only touch buffers of its own rank");
+    if (auto w = access_[static_cast<std::size_t>(b)].writer; w != kNone) d.push_back(w);
+  }
+  for (BufferId b : writes) {
+    CHARM_ASSERT(plan_.buffer(b).rank == op.rank, "an op may only touch buffers of its own rank");
+    const auto& a = access_[static_cast<std::size_t>(b)];
+    if (a.writer != kNone) d.push_back(a.writer);
+    d.insert(d.end(), a.readers.begin(), a.readers.end());
+  }
+  d.insert(d.end(), extra.begin(), extra.end());
+  // Drop duplicates, self-references and what stream order already implies.
+  std::sort(d.begin(), d.end());
+  d.erase(std::unique(d.begin(), d.end()), d.end());
+  d.erase(std::remove_if(d.begin(), d.end(),
+                         [&](OpId x) {
+                           const Op& o = plan_.op(x);
+                           CHARM_ASSERT(o.rank == op.rank, "dependencies must stay on one rank");
+                           return x == id || o.stream == op.stream;
+                         }),
+          d.end());
+  op.phase = phase_;
+  plan_.add_op(op, d);
+  for (BufferId b : reads) {
+    auto& a = access_[static_cast<std::size_t>(b)];
+    bool written_here = false;
+    for (BufferId wb : writes) written_here |= (wb == b);
+    if (!written_here) a.readers.push_back(id);
+  }
+  for (BufferId b : writes) {
+    auto& a = access_[static_cast<std::size_t>(b)];
+    a.writer = id;
+    a.readers.clear();
+  }
+  return id;
+}
+
+bool PlanBuilder::visible(RankId q_owner, RankId kv_owner) const {
+  return plan_.workload.mask(q_owner, kv_owner, plan_.ranks) != MaskPiece::Empty;
+}
+
+OpId PlanBuilder::compute_fwd(BufferId q, BufferId kv, BufferId out_acc, std::span<const OpId> extra) {
+  const Buffer& bq = plan_.buffer(q);
+  const Buffer& bk = plan_.buffer(kv);
+  Op op;
+  op.rank = bq.rank;
+  op.stream = Stream::Compute;
+  op.kind = OpKind::Compute;
+  op.q_owner = bq.owner;
+  op.kv_owner = bk.owner;
+  op.mask = plan_.workload.mask(bq.owner, bk.owner, plan_.ranks);
+  op.flops = plan_.workload.block_flops(Phase::Fwd, bq.owner, bk.owner, plan_.ranks);
+  op.buf[0] = q;
+  op.buf[1] = kv;
+  op.buf[2] = out_acc;
+  CHARM_ASSERT(phase_ == Phase::Fwd, "forward compute in a backward phase");
+  return emit(op, {q, kv, out_acc}, {out_acc}, extra);
+}
+
+OpId PlanBuilder::compute_bwd(BufferId qbundle, BufferId kv, BufferId dq_acc, BufferId dkv_acc,
+                              std::span<const OpId> extra) {
+  const Buffer& bq = plan_.buffer(qbundle);
+  const Buffer& bk = plan_.buffer(kv);
+  Op op;
+  op.rank = bq.rank;
+  op.stream = Stream::Compute;
+  op.kind = OpKind::Compute;
+  op.q_owner = bq.owner;
+  op.kv_owner = bk.owner;
+  op.mask = plan_.workload.mask(bq.owner, bk.owner, plan_.ranks);
+  op.flops = plan_.workload.block_flops(Phase::Bwd, bq.owner, bk.owner, plan_.ranks);
+  op.buf[0] = qbundle;
+  op.buf[1] = kv;
+  op.buf[2] = dq_acc;
+  op.buf[3] = dkv_acc;
+  CHARM_ASSERT(phase_ == Phase::Bwd, "backward compute in a forward phase");
+  return emit(op, {qbundle, kv, dq_acc, dkv_acc}, {dq_acc, dkv_acc}, extra);
+}
+
+PlanBuilder::Transfer PlanBuilder::transfer(Stream stream, BufferId src, RankId dst_rank, int src_group,
+                                            int dst_group, std::span<const OpId> extra_src,
+                                            std::span<const OpId> extra_dst, BufferId into) {
+  const Buffer sb = plan_.buffer(src);
+  CHARM_ASSERT(sb.rank != dst_rank, "a transfer needs two ranks");
+  const BufferId dst = into != kNone ? into : buffer(dst_rank, sb.kind, sb.owner, BufInit::None);
+  int& tag = next_tag_[{int(stream), sb.rank, dst_rank}];
+  Op s;
+  s.rank = sb.rank;
+  s.stream = stream;
+  s.kind = OpKind::Send;
+  s.peer = dst_rank;
+  s.tag = tag;
+  s.group = src_group;
+  s.bytes = sb.bytes;
+  s.buf[0] = src;
+  Op r = s;
+  r.rank = dst_rank;
+  r.kind = OpKind::Recv;
+  r.peer = sb.rank;
+  r.group = dst_group;
+  r.buf[0] = dst;
+  ++tag;
+  const OpId sid = emit(s, {src}, {}, extra_src);
+  const OpId rid = emit(r, {}, {dst}, extra_dst);
+  return {sid, rid, dst};
+}
+
+std::pair<PlanBuilder::Transfer, PlanBuilder::Transfer> PlanBuilder::exchange(Stream stream, BufferId a_src,
+                                                                               BufferId b_src,
+                                                                               std::span<const OpId> extra_a,
+                                                                               std::span<const OpId> extra_b) {
+  const RankId a = plan_.buffer(a_src).rank, b = plan_.buffer(b_src).rank;
+  const int ga = new_group(), gb = new_group();
+  // Rank a issues [send, recv], rank b issues [recv, send]: both pairs are one group.
+  auto ab = transfer(stream, a_src, b, ga, gb, extra_a, extra_b);
+  auto ba = transfer(stream, b_src, a, gb, ga, extra_b, extra_a);
+  return {ab, ba};
+}
+
+OpId PlanBuilder::merge(Stream stream, BufferId partial, BufferId acc, std::span<const OpId> extra) {
+  const Buffer& p = plan_.buffer(partial);
+  Op op;
+  op.rank = p.rank;
+  op.stream = stream;
+  op.kind = OpKind::Merge;
+  op.buf[0] = partial;
+  op.buf[1] = acc;
+  op.bytes = 3 * p.bytes;  // read both, write one
+  return emit(op, {partial, acc}, {acc}, extra);
+}
+
+OpId PlanBuilder::accumulate(Stream stream, BufferId partial, BufferId acc, std::span<const OpId> extra) {
+  const Buffer& p = plan_.buffer(partial);
+  Op op;
+  op.rank = p.rank;
+  op.stream = stream;
+  op.kind = OpKind::Accumulate;
+  op.buf[0] = partial;
+  op.buf[1] = acc;
+  op.bytes = 3 * p.bytes;
+  return emit(op, {partial, acc}, {acc}, extra);
+}
+
+OpId PlanBuilder::pack(BufferId q, BufferId dout, BufferId out, BufferId qbundle) {
+  Op op;
+  op.rank = plan_.buffer(q).rank;
+  op.stream = Stream::Compute;
+  op.kind = OpKind::Copy;
+  op.buf[0] = q;
+  op.buf[1] = dout;
+  op.buf[2] = out;
+  op.buf[3] = qbundle;
+  op.bytes = plan_.buffer(q).bytes + plan_.buffer(dout).bytes + plan_.buffer(out).bytes + plan_.buffer(qbundle).bytes;
+  return emit(op, {q, dout, out}, {qbundle}, {});
+}
+
+Plan PlanBuilder::finish() && { return std::move(plan_); }
+
+} // namespace charm::sched

@@ -1,0 +1,86 @@
+#pragma once
+// PlanBuilder: planners describe, rank by rank and in stream order, what each
+// rank does; the builder allocates buffers, numbers tags per (stream, src, dst),
+// and infers the dependencies from buffer accesses (read-after-write,
+// write-after-write, write-after-read), the way a sequential task flow does.
+// Explicit extra dependencies express synchronisation a schedule wants on top
+// (for example the level barriers of the merge schedules).
+
+#include <initializer_list>
+#include <map>
+#include <span>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "scheduler/ir/plan.hpp"
+
+namespace charm::sched {
+
+using ir::BufferId;
+using ir::OpId;
+using ir::RankId;
+
+class PlanBuilder {
+ public:
+  PlanBuilder(std::string algo, const ir::Workload& w, int ranks, int domains);
+
+  [[nodiscard]] const ir::Workload& workload() const { return plan_.workload; }
+  [[nodiscard]] int ranks() const { return plan_.ranks; }
+  [[nodiscard]] ir::Phase phase() const { return phase_; }
+  /// Ops created from now on belong to this pass.
+  void set_phase(ir::Phase p) { phase_ = p; }
+
+  /// A new buffer; its size follows from its kind and the workload.
+  BufferId buffer(RankId rank, ir::BufKind kind, RankId owner, ir::BufInit init);
+  [[nodiscard]] const ir::Buffer& buf(BufferId b) const { return plan_.buffer(b); }
+
+  /// attention(Q of q_buf's owner, KV of kv_buf's owner) accumulated into acc (fwd).
+  OpId compute_fwd(BufferId q, BufferId kv, BufferId out_acc, std::span<const OpId> extra = {});
+  /// Backward block: reads the bundle and KV, accumulates into dq_acc and dkv_acc.
+  OpId compute_bwd(BufferId qbundle, BufferId kv, BufferId dq_acc, BufferId dkv_acc,
+                   std::span<const OpId> extra = {});
+  [[nodiscard]] bool visible(RankId q_owner, RankId kv_owner) const;
+
+  struct Transfer {
+    OpId send;
+    OpId recv;
+    BufferId dst;
+  };
+  /// Sends `src` to `dst_rank` on `stream` into a new buffer there (or into `into`).
+  Transfer transfer(ir::Stream stream, BufferId src, RankId dst_rank, int src_group = ir::kNone,
+                    int dst_group = ir::kNone, std::span<const OpId> extra_src = {},
+                    std::span<const OpId> extra_dst = {}, BufferId into = ir::kNone);
+  /// Both directions between a and b as one ncclGroup on each side.
+  std::pair<Transfer, Transfer> exchange(ir::Stream stream, BufferId a_src, BufferId b_src,
+                                         std::span<const OpId> extra_a = {}, std::span<const OpId> extra_b = {});
+
+  OpId merge(ir::Stream stream, BufferId partial, BufferId acc, std::span<const OpId> extra = {});
+  OpId accumulate(ir::Stream stream, BufferId partial, BufferId acc, std::span<const OpId> extra = {});
+  /// Builds the backward bundle of a rank from its Q, dO and final (O, LSE).
+  OpId pack(BufferId q, BufferId dout, BufferId out, BufferId qbundle);
+
+  int new_group() { return next_group_++; }
+  /// The op that last wrote b (kNone if none).
+  [[nodiscard]] OpId last_writer(BufferId b) const { return access_[static_cast<std::size_t>(b)].writer; }
+
+  ir::RankResults& results(RankId r) { return plan_.results()[static_cast<std::size_t>(r)]; }
+  [[nodiscard]] ir::Plan finish() &&;
+
+ private:
+  struct Access {
+    OpId writer = ir::kNone;
+    std::vector<OpId> readers;  // since the last write
+  };
+  OpId emit(ir::Op op, std::initializer_list<BufferId> reads, std::initializer_list<BufferId> writes,
+            std::span<const OpId> extra);
+
+  ir::Plan plan_;
+  ir::Phase phase_ = ir::Phase::Fwd;
+  std::vector<Access> access_;
+  std::map<std::tuple<int, int, int>, int> next_tag_;  // (stream, src, dst) -> next tag
+  int next_group_ = 0;
+  std::vector<OpId> deps_scratch_;
+};
+
+} // namespace charm::sched

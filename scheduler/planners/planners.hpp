@@ -1,0 +1,26 @@
+#pragma once
+// The planners: compile an algorithm, a workload and a cluster shape into a plan.
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "scheduler/ir/plan.hpp"
+
+namespace charm::sched {
+
+struct PlanRequest {
+  std::string algo;
+  ir::Workload workload;
+  int ranks = 8;
+  int domains = 1;  // ranks = domains x ranks_per_domain
+};
+
+/// Names of every algorithm, in the order reports list them.
+[[nodiscard]] const std::vector<std::string>& algorithm_names();
+/// Checks that the algorithm can plan this request (rank count, domains, workload).
+[[nodiscard]] Status check_request(const PlanRequest& req);
+/// Builds the plan; errors (exit code 2 material) name the flag at fault.
+[[nodiscard]] Expected<ir::Plan> make_plan(const PlanRequest& req);
+
+} // namespace charm::sched

@@ -1,0 +1,77 @@
+#pragma once
+// A set of rank ids kept as sorted disjoint half-open intervals: the blocks
+// merged into an accumulator are almost always a few aligned runs, so this
+// stays tiny even at thousands of ranks.
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace charm::sched {
+
+class IntervalSet {
+ public:
+  /// Adds x; false if it was already there.
+  bool insert(std::int32_t x) {
+    IntervalSet one;
+    one.runs_.push_back({x, x + 1});
+    return merge(one).empty();
+  }
+  /// Adds every element of o; returns the elements that were already present.
+  IntervalSet merge(const IntervalSet& o) {
+    IntervalSet overlap;
+    std::vector<std::pair<std::int32_t, std::int32_t>> out;
+    out.reserve(runs_.size() + o.runs_.size());
+    std::size_t i = 0, j = 0;
+    auto push = [&](std::pair<std::int32_t, std::int32_t> r) {
+      if (!out.empty() && r.first <= out.back().second) {
+        if (r.first < out.back().second) overlap.add_run({r.first, std::min(r.second, out.back().second)});
+        out.back().second = std::max(out.back().second, r.second);
+      } else {
+        out.push_back(r);
+      }
+    };
+    while (i < runs_.size() || j < o.runs_.size()) {
+      if (j == o.runs_.size() || (i < runs_.size() && runs_[i].first <= o.runs_[j].first)) push(runs_[i++]);
+      else push(o.runs_[j++]);
+    }
+    runs_ = std::move(out);
+    return overlap;
+  }
+  [[nodiscard]] IntervalSet minus(const IntervalSet& o) const {
+    IntervalSet out;
+    std::size_t j = 0;
+    for (auto [lo, hi] : runs_) {
+      std::int32_t cur = lo;
+      while (j < o.runs_.size() && o.runs_[j].second <= cur) ++j;
+      std::size_t k = j;
+      while (cur < hi) {
+        if (k == o.runs_.size() || o.runs_[k].first >= hi) { out.add_run({cur, hi}); break; }
+        if (o.runs_[k].first > cur) out.add_run({cur, o.runs_[k].first});
+        cur = std::max(cur, o.runs_[k].second);
+        ++k;
+      }
+    }
+    return out;
+  }
+  [[nodiscard]] bool empty() const { return runs_.empty(); }
+  bool operator==(const IntervalSet& o) const { return runs_ == o.runs_; }
+  [[nodiscard]] std::string str() const {
+    std::string s = "{";
+    for (auto [lo, hi] : runs_) {
+      if (s.size() > 1) s += ",";
+      s += hi - lo == 1 ? std::to_string(lo) : std::to_string(lo) + ".." + std::to_string(hi - 1);
+    }
+    return s + "}";
+  }
+
+ private:
+  void add_run(std::pair<std::int32_t, std::int32_t> r) {
+    if (!runs_.empty() && runs_.back().second >= r.first) runs_.back().second = std::max(runs_.back().second, r.second);
+    else runs_.push_back(r);
+  }
+  std::vector<std::pair<std::int32_t, std::int32_t>> runs_;
+};
+
+} // namespace charm::sched

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The README's test command: set up, build (warnings as errors) and run the whole suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+scripts/build.sh -DCHARM_WERROR=ON
+ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 600

@@ -1,0 +1,97 @@
+#include "tools/cli_common.hpp"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <unistd.h>
+
+namespace charm::cli {
+
+void fail(Error e) { throw UsageError{std::move(e)}; }
+int& exit_code() {
+  static int code = 0;
+  return code;
+}
+
+Expected<std::int64_t> parse_size(const std::string& text, const std::string& flag) {
+  if (text.empty()) return Error{flag, "expected a number, got nothing"};
+  std::size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  if (i == 0) return Error{flag, fmt::format("expected a number like 4096 or 128k, got '{}'", text)};
+  double v = 0;
+  try {
+    v = std::stod(text.substr(0, i));
+  } catch (...) {
+    return Error{flag, fmt::format("expected a number like 4096 or 128k, got '{}'", text)};
+  }
+  std::string suffix = text.substr(i);
+  double mult = 1;
+  if (suffix == "k" || suffix == "K") mult = 1024;
+  else if (suffix == "m" || suffix == "M") mult = 1024.0 * 1024;
+  else if (suffix == "g" || suffix == "G") mult = 1024.0 * 1024 * 1024;
+  else if (!suffix.empty()) return Error{flag, fmt::format("unknown size suffix '{}' in '{}' (use k, M or G)", suffix, text)};
+  const double x = v * mult;
+  if (!std::isfinite(x) || x > 9e15) return Error{flag, fmt::format("'{}' is too large", text)};
+  if (x != std::floor(x)) return Error{flag, fmt::format("'{}' is not a whole number", text)};
+  return static_cast<std::int64_t>(x);
+}
+
+void WorkloadFlags::add(CLI::App& app, bool with_pass) {
+  app.add_option("--batch,-b", batch, "batch size")->capture_default_str();
+  app.add_option("--seq,-s", seq, "global sequence length (4096, 128k, ...)")->capture_default_str();
+  app.add_option("--heads", heads, "query heads")->capture_default_str();
+  app.add_option("--kv-heads", kv_heads, "key/value heads (GQA; default: = heads)");
+  app.add_option("--head-dim", head_dim, "head dimension")->capture_default_str();
+  app.add_option("--dtype", dtype, "bf16 | fp16 | fp32")->capture_default_str();
+  app.add_flag("--causal", causal, "causal mask");
+  app.add_option("--layout", layout, "contiguous | zigzag")->capture_default_str();
+  if (with_pass) app.add_option("--pass", pass, "fwd | bwd | both")->capture_default_str();
+}
+
+ir::Workload WorkloadFlags::get() const {
+  ir::Workload w;
+  w.batch = unwrap(parse_size(batch, "--batch"));
+  w.seq = unwrap(parse_size(seq, "--seq"));
+  w.heads = unwrap(parse_size(heads, "--heads"));
+  w.kv_heads = kv_heads.empty() ? w.heads : unwrap(parse_size(kv_heads, "--kv-heads"));
+  w.head_dim = unwrap(parse_size(head_dim, "--head-dim"));
+  auto with_flag = [](auto e, const char* flag) {
+    if (!e) fail(Error{flag, e.error().what});
+    return *e;
+  };
+  w.dtype = with_flag(ir::parse_dtype(dtype), "--dtype");
+  w.layout = with_flag(ir::parse_layout(layout), "--layout");
+  w.pass = with_flag(ir::parse_pass(pass), "--pass");
+  w.causal = causal;
+  return w;
+}
+
+void write_file_atomic(const std::string& path, const std::string& content) {
+  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) fail(Error{path, fmt::format("cannot open for writing: {}", std::strerror(errno))});
+    out << content;
+    out.flush();
+    if (!out) {
+      std::remove(tmp.c_str());
+      fail(Error{path, "write failed"});
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    fail(Error{path, fmt::format("cannot write: {}", std::strerror(err))});
+  }
+}
+
+std::vector<Register>& registry() {
+  static std::vector<Register> r;
+  return r;
+}
+
+} // namespace charm::cli

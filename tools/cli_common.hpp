@@ -1,0 +1,63 @@
+#pragma once
+// Shared pieces of the `charm` command line: workload flags, size parsing,
+// atomic output files, and the one error path (exit code 2 for bad input).
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "scheduler/ir/expected.hpp"
+#include "scheduler/ir/workload.hpp"
+
+namespace charm::cli {
+
+inline constexpr int kExitInvalid = 1;   // a plan that fails validation / a check that fails
+inline constexpr int kExitUsage = 2;     // bad input: flags, files, values
+inline constexpr int kExitRuntime = 3;   // a stall, an MPI/CUDA/NCCL failure
+
+/// Thrown inside a subcommand to leave through the single error path.
+struct UsageError {
+  Error error;
+};
+[[noreturn]] void fail(Error e);
+/// Thrown for runtime failures (exit code 3): a stall, an MPI/CUDA/NCCL error.
+struct RuntimeFailure {
+  std::string message;
+};
+/// The exit code a subcommand leaves for main (0 unless set).
+int& exit_code();
+template <class T>
+T unwrap(Expected<T> e) {
+  if (!e) fail(e.error());
+  return std::move(e).value();
+}
+inline void unwrap(const Status& s) {
+  if (!s) fail(s.error());
+}
+
+/// "4096", "128k", "1M", "2g" (powers of 1024) -> value; errors name the flag.
+[[nodiscard]] Expected<std::int64_t> parse_size(const std::string& text, const std::string& flag);
+
+/// The workload flags shared by plan, simulate, compare and run.
+struct WorkloadFlags {
+  std::string batch = "1", seq = "4k", heads = "8", kv_heads, head_dim = "128";
+  std::string dtype = "bf16", layout = "contiguous", pass = "fwd";
+  bool causal = false;
+  void add(CLI::App& app, bool with_pass = true);
+  [[nodiscard]] ir::Workload get() const;
+};
+
+/// Writes `content` to `path` through a temporary file and a rename, so a
+/// failed or interrupted run leaves the old file or none.
+void write_file_atomic(const std::string& path, const std::string& content);
+
+/// Subcommands register themselves here (one file each under tools/).
+using Register = std::function<void(CLI::App&)>;
+std::vector<Register>& registry();
+struct Registrar {
+  explicit Registrar(Register r) { registry().push_back(std::move(r)); }
+};
+
+} // namespace charm::cli

@@ -1,0 +1,113 @@
+// charm commlist | plan | validate | show
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <iostream>
+#include <sstream>
+
+#include "scheduler/ir/plan_io.hpp"
+#include "scheduler/planners/comm_list.hpp"
+#include "scheduler/planners/planners.hpp"
+#include "scheduler/validate/validator.hpp"
+#include "tools/cli_common.hpp"
+#include "tools/plan_flags.hpp"
+
+namespace charm::cli {
+namespace {
+
+void register_commlist(CLI::App& app) {
+  struct Opts { int ranks = 8; bool json = false; };
+  auto o = std::make_shared<Opts>();
+  auto* sub = app.add_subcommand("commlist", "print GenerateCommList (paper Algorithm 1) for every rank");
+  sub->add_option("--ranks,-n", o->ranks, "group size (a power of two)")->required();
+  sub->add_flag("--json", o->json, "JSON output");
+  sub->callback([o] {
+    if (!sched::is_power_of_two(o->ranks) || o->ranks > (1 << 20))
+      fail(Error{"--ranks", fmt::format("GenerateCommList needs a power-of-two group size up to 2^20, got {}", o->ranks)});
+    nlohmann::json lists = nlohmann::json::array();
+    for (int r = 0; r < o->ranks; ++r) {
+      const auto levels = sched::generate_comm_list(r, o->ranks);
+      if (o->json) {
+        nlohmann::json lv = nlohmann::json::array();
+        for (const auto& l : levels) lv.push_back({{"kv", l.kv}, {"q", l.q}});
+        lists.push_back({{"rank", r}, {"levels", lv}});
+      } else {
+        std::string line = fmt::format("rank {:>4}:", r);
+        for (std::size_t i = 0; i < levels.size(); ++i)
+          line += fmt::format("  L{} kv={} q={}", i + 1, fmt::join(levels[i].kv, ","), fmt::join(levels[i].q, ","));
+        std::cout << line << "\n";
+      }
+    }
+    if (o->json) std::cout << nlohmann::json{{"ranks", o->ranks}, {"lists", lists}}.dump() << "\n";
+  });
+}
+
+void register_plan(CLI::App& app) {
+  struct Opts { PlanFlags plan; std::string out, dot, listing; bool no_validate = false; };
+  auto o = std::make_shared<Opts>();
+  auto* sub = app.add_subcommand("plan", "compile an algorithm into a plan (DAG) and write it as JSON");
+  o->plan.add(*sub);
+  sub->add_option("--out,-o", o->out, "plan JSON file")->required();
+  sub->add_option("--dot", o->dot, "also write Graphviz DOT");
+  sub->add_option("--listing", o->listing, "also write the per-rank text listing");
+  sub->add_flag("--no-validate", o->no_validate, "skip validation of the plan");
+  sub->callback([o] {
+    auto plan = o->plan.make();
+    if (!o->no_validate) {
+      auto rep = sched::validate(plan);
+      if (!rep.ok()) throw RuntimeFailure{"internal: the planner produced an invalid plan: " + rep.summary(plan)};
+    }
+    write_file_atomic(o->out, ir::plan_to_json(plan).dump(1) + "\n");
+    if (!o->dot.empty()) {
+      std::ostringstream os;
+      ir::write_dot(plan, os);
+      write_file_atomic(o->dot, os.str());
+    }
+    if (!o->listing.empty()) {
+      std::ostringstream os;
+      ir::write_listing(plan, os);
+      write_file_atomic(o->listing, os.str());
+    }
+    std::cout << fmt::format("wrote {}: {} {} ranks={} domains={} ops={}\n", o->out, plan.algo, to_string(plan.workload.pass),
+                             plan.ranks, plan.domains, plan.size());
+  });
+}
+
+void register_validate(CLI::App& app) {
+  struct Opts { std::string file; bool all = false; };
+  auto o = std::make_shared<Opts>();
+  auto* sub = app.add_subcommand("validate", "check a plan: acyclic, matched, deadlock-free, hazard-free, complete");
+  sub->add_option("plan", o->file, "plan JSON file")->required();
+  sub->add_flag("--all", o->all, "list every violation found, not just the first");
+  sub->callback([o] {
+    auto plan = unwrap(ir::load_plan(o->file));
+    auto rep = sched::validate(plan);
+    std::cout << rep.summary(plan) << "\n";
+    if (!rep.ok()) {
+      if (o->all)
+        for (std::size_t i = 1; i < rep.violations.size(); ++i)
+          std::cout << fmt::format("invalid: [{}] {}\n", rep.violations[i].rule, rep.violations[i].message);
+      exit_code() = kExitInvalid;
+    }
+  });
+}
+
+void register_show(CLI::App& app) {
+  struct Opts { std::string file; int rank = -1; };
+  auto o = std::make_shared<Opts>();
+  auto* sub = app.add_subcommand("show", "print a plan's per-rank listing");
+  sub->add_option("plan", o->file, "plan JSON file")->required();
+  sub->add_option("--rank", o->rank, "only this rank");
+  sub->callback([o] {
+    auto plan = unwrap(ir::load_plan(o->file));
+    ir::write_listing(plan, std::cout, o->rank);
+  });
+}
+
+const Registrar r1{register_commlist};
+const Registrar r2{register_plan};
+const Registrar r3{register_validate};
+const Registrar r4{register_show};
+
+} // namespace
+} // namespace charm::cli
