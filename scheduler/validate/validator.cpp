@@ -408,8 +408,12 @@ class Validator {
       OpId writer = kNone;
       std::size_t seg_begin = 0;  // first access after `writer`
       for (std::size_t i = 0; i < a.size() && !full(); ++i) {
-        if (writer == kNone && !initialised) {
-          if (!a[i].write) { fail("lifetime", fmt::format("{} reads buffer {} before anything writes it", name(a[i].op), b), {a[i].op}); break; }
+        if (writer == kNone && !initialised && !a[i].write) {
+          auto w = std::find_if(a.begin() + std::ptrdiff_t(i), a.end(), [](const Access& x) { return x.write; });
+          if (w == a.end()) fail("lifetime", fmt::format("{} reads buffer {} ({}{}) that nothing writes", name(a[i].op), b, to_string(p_.buffer(b).kind), p_.buffer(b).owner), {a[i].op});
+          else fail("lifetime", fmt::format("{} reads buffer {} ({}{}) without waiting for {} that writes it", name(a[i].op), b,
+                                            to_string(p_.buffer(b).kind), p_.buffer(b).owner, name(w->op)), {w->op, a[i].op});
+          break;
         }
         if (writer != kNone && !hb(writer, a[i].op)) {
           fail("lifetime", fmt::format("{} touches buffer {} ({}{}) without waiting for {} that writes it", name(a[i].op), b,

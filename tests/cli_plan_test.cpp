@@ -1,0 +1,92 @@
+// The charm CLI: commlist, plan, validate, and the exit codes of bad input.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <fstream>
+
+#include "scheduler/ir/plan_io.hpp"
+#include "test_util.hpp"
+
+using charm::test::run_charm;
+
+TEST(CliCommlist, MatchesAlgorithm1) {
+  auto r = run_charm("commlist --ranks 8 --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["ranks"], 8);
+  const auto& l3 = j["lists"][3];
+  EXPECT_EQ(l3["rank"], 3);
+  EXPECT_EQ(l3["levels"][0]["kv"], nlohmann::json({2}));
+  EXPECT_EQ(l3["levels"][0]["q"], nlohmann::json::array());
+  EXPECT_EQ(l3["levels"][1]["kv"], nlohmann::json({1}));
+  EXPECT_EQ(l3["levels"][1]["q"], nlohmann::json({0}));
+  EXPECT_EQ(l3["levels"][2]["kv"], nlohmann::json({6, 7}));
+  EXPECT_EQ(l3["levels"][2]["q"], nlohmann::json({4, 5}));
+  r = run_charm("commlist --ranks 1024 --json");
+  ASSERT_EQ(r.code, 0);
+  EXPECT_EQ(nlohmann::json::parse(r.out)["lists"].size(), 1024u);
+}
+
+TEST(CliPlan, WritesAPlanThatValidates) {
+  const auto out = charm::test::temp_path("plan.json"), dot = charm::test::temp_path("plan.dot");
+  auto r = run_charm("plan --algo charm --ranks 8 --domains 2 --batch 1 --seq 4k --heads 4 --head-dim 64 --dtype bf16 --causal "
+                 "--layout zigzag --pass both --out " + out + " --dot " + dot);
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = run_charm("validate " + out);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.rfind("valid: charm both 8 ranks x 2 domain(s)", 0), 0u) << r.out;
+  std::ifstream d(dot);
+  std::string first;
+  std::getline(d, first);
+  EXPECT_EQ(first, "digraph plan {");
+}
+
+TEST(CliValidate, BrokenPlanExitsOneAndNamesTheRule) {
+  const auto out = charm::test::temp_path("broken.json");
+  ASSERT_EQ(run_charm("plan --algo ring --ranks 4 --seq 1k --out " + out).code, 0);
+  auto j = nlohmann::json::parse(std::ifstream(out));
+  // Drop the first send.
+  auto& ops = j["ops"];
+  for (std::size_t i = 0; i < ops.size(); ++i)
+    if (ops[i]["kind"] == "send") {
+      ops[i]["kind"] = "copy";  // no longer a send: its receive is left alone
+      ops[i]["bufs"] = {ops[i]["bufs"][0], ops[i]["bufs"][0]};
+      break;
+    }
+  std::ofstream(out) << j.dump();
+  auto r = run_charm("validate " + out);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_EQ(r.out.rfind("invalid: [matching]", 0), 0u) << r.out;
+}
+
+TEST(CliErrors, BadInputExitsTwoWithOneLine) {
+  struct Case { std::string args, expect; };
+  const std::vector<Case> cases = {
+      {"plan --algo ring --ranks 4 --out /dev/null --frobnicate", "--frobnicate"},
+      {"plan --algo merge --ranks 6 --seq 6k --out /dev/null", "--ranks: merge needs a power-of-two rank count, got 6"},
+      {"plan --algo ring --ranks 8 --seq 1000 --layout zigzag --out /dev/null", "--seq: sequence length 1000 cannot be split"},
+      {"plan --algo ring --ranks 4 --heads 6 --kv-heads 4 --out /dev/null", "--kv-heads"},
+      {"plan --algo ring --ranks 4 --dtype fp8 --out /dev/null", "--dtype: unknown dtype 'fp8'"},
+      {"plan --algo bogus --ranks 4 --out /dev/null", "--algo: unknown algorithm 'bogus'"},
+      {"plan --algo ring --ranks 4 --seq 12q --out /dev/null", "--seq: unknown size suffix"},
+      {"plan --algo ring --ranks 4 --out /nonexistent-dir/plan.json", "/nonexistent-dir/plan.json: cannot open for writing"},
+      {"validate /nonexistent/plan.json", "/nonexistent/plan.json: cannot open for reading"},
+      {"commlist --ranks 6", "--ranks: GenerateCommList needs a power-of-two"},
+  };
+  for (const auto& c : cases) {
+    auto r = run_charm(c.args);
+    EXPECT_EQ(r.code, 2) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.expect), std::string::npos) << c.args << "\n" << r.out;
+    EXPECT_EQ(r.out.rfind("charm: error: ", 0), 0u) << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  }
+}
+
+TEST(CliErrors, MalformedPlanJson) {
+  const auto out = charm::test::temp_path("bad.json");
+  std::ofstream(out) << "{\"schema\": 1, \"algo\": ";
+  auto r = run_charm("validate " + out);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("malformed JSON"), std::string::npos) << r.out;
+}

@@ -1,0 +1,155 @@
+// Every plan of every algorithm validates (issue 2, acceptance 3).
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include "scheduler/planners/planners.hpp"
+#include "scheduler/validate/validator.hpp"
+
+using namespace charm;
+
+namespace {
+struct Case {
+  std::string algo;
+  int ranks, domains;
+  ir::PassKind pass;
+  bool causal;
+  ir::Layout layout;
+};
+std::string case_name(const ::testing::TestParamInfo<Case>& i) {
+  const auto& c = i.param;
+  std::string a = c.algo;
+  for (auto& ch : a) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = ch == '+' ? 'p' : '_';
+  return fmt::format("{}_n{}_d{}_{}_{}_{}", a, c.ranks, c.domains, ir::to_string(c.pass), c.causal ? "causal" : "full",
+                     ir::to_string(c.layout));
+}
+std::vector<Case> grid() {
+  std::vector<Case> out;
+  for (const auto& algo : sched::algorithm_names())
+    for (int n : {2, 4, 8, 16, 32, 64})
+      for (int d : {1, 2, 4}) {
+        if (n % d != 0 || (d > 1 && algo != "charm")) continue;
+        for (auto pass : {ir::PassKind::Fwd, ir::PassKind::Bwd, ir::PassKind::Both})
+          for (bool causal : {false, true})
+            for (auto layout : {ir::Layout::Contiguous, ir::Layout::Zigzag}) {
+              if (algo == "ring-zigzag" && layout != ir::Layout::Zigzag) continue;
+              out.push_back({algo, n, d, pass, causal, layout});
+            }
+      }
+  return out;
+}
+} // namespace
+
+class EveryPlan : public ::testing::TestWithParam<Case> {};
+
+TEST_P(EveryPlan, Validates) {
+  const auto& c = GetParam();
+  sched::PlanRequest req;
+  req.algo = c.algo;
+  req.ranks = c.ranks;
+  req.domains = c.domains;
+  req.workload.batch = 1;
+  req.workload.seq = 128 * 64;
+  req.workload.heads = 8;
+  req.workload.kv_heads = 4;
+  req.workload.head_dim = 64;
+  req.workload.causal = c.causal;
+  req.workload.layout = c.layout;
+  req.workload.pass = c.pass;
+  auto plan = sched::make_plan(req);
+  ASSERT_TRUE(plan.ok()) << plan.error().message();
+  const auto rep = sched::validate(*plan);
+  EXPECT_TRUE(rep.ok()) << rep.summary(*plan);
+  // Every visible pair is computed once per pass.
+  double pairs = 0;
+  for (int q = 0; q < c.ranks; ++q)
+    for (int k = 0; k < c.ranks; ++k) pairs += req.workload.mask(q, k, c.ranks) != ir::MaskPiece::Empty;
+  const double passes = c.pass == ir::PassKind::Both ? 2 : 1;
+  EXPECT_EQ(double(rep.computes), pairs * passes);
+}
+
+INSTANTIATE_TEST_SUITE_P(Grid, EveryPlan, ::testing::ValuesIn(grid()), case_name);
+
+TEST(Planners, RefuseWhatTheyCannotPlan) {
+  sched::PlanRequest req;
+  req.workload.seq = 4096;
+  req.algo = "merge";
+  req.ranks = 6;
+  auto p = sched::make_plan(req);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.error().where, "--ranks");
+  EXPECT_NE(p.error().what.find("power-of-two"), std::string::npos);
+  req.algo = "charm";
+  req.ranks = 12;
+  req.domains = 2;
+  p = sched::make_plan(req);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.error().where, "--domains");
+  req.algo = "ring";  // ring runs on any count
+  req.ranks = 6;
+  req.domains = 1;
+  req.workload.seq = 6 * 64;
+  p = sched::make_plan(req);
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE(sched::validate(*p).ok());
+  req.workload.layout = ir::Layout::Zigzag;
+  req.workload.seq = 6 * 64 + 6;  // divisible by 6 ranks but not into 12 zigzag chunks
+  p = sched::make_plan(req);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.error().where, "--seq");
+  req.algo = "bogus";
+  p = sched::make_plan(req);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.error().where, "--algo");
+}
+
+TEST(Planners, CharmKeepsKvInsideDomains) {
+  // The point of CHARM+: only queries, their bundles and their results cross a domain.
+  for (auto pass : {ir::PassKind::Fwd, ir::PassKind::Bwd})
+    for (int d : {2, 4}) {
+      sched::PlanRequest req;
+      req.algo = "charm";
+      req.ranks = 16;
+      req.domains = d;
+      req.workload.seq = 4096;
+      req.workload.pass = pass;
+      auto plan = sched::make_plan(req);
+      ASSERT_TRUE(plan.ok());
+      const int per = 16 / d;
+      int crossing = 0;
+      for (const auto& op : plan->ops()) {
+        if (op.kind != ir::OpKind::Send) continue;
+        const bool cross = op.rank / per != op.peer / per;
+        const auto kind = plan->buffer(op.buf[0]).kind;
+        if (cross) {
+          ++crossing;
+          EXPECT_EQ(op.stream, ir::Stream::Cross);
+          EXPECT_TRUE(kind == ir::BufKind::Q || kind == ir::BufKind::QBundle || kind == ir::BufKind::Out || kind == ir::BufKind::Dq)
+              << ir::to_string(kind);
+          EXPECT_EQ(op.rank % per, op.peer % per);  // corresponding ranks only
+        }
+      }
+      // Each rank sends its queries to d-1 domains and returns d-1 results.
+      EXPECT_EQ(crossing, 16 * (d - 1) * 2);
+    }
+}
+
+TEST(Planners, Rm8RanksFollowsCommList) {
+  // Rank 3 of 8 in rm+ forward pulls KV from 2, 1, 6, 7 and exchanges Q with 0, 4, 5.
+  sched::PlanRequest req;
+  req.algo = "rm+";
+  req.ranks = 8;
+  req.workload.seq = 1024;
+  auto plan = sched::make_plan(req);
+  ASSERT_TRUE(plan.ok());
+  std::vector<int> kv_from, q_with;
+  for (const auto& op : plan->ops()) {
+    if (op.rank != 3 || op.kind != ir::OpKind::Recv) continue;
+    if (op.stream == ir::Stream::Kv) kv_from.push_back(op.peer);
+    if (op.stream == ir::Stream::Q) q_with.push_back(op.peer);
+  }
+  // Within a level, partners go in order of rank XOR peer (so every round is a
+  // perfect matching): level 3 visits 7 (3^4) before 6 (3^5).
+  EXPECT_EQ(kv_from, (std::vector<int>{2, 1, 7, 6}));
+  EXPECT_EQ(q_with, (std::vector<int>{0, 5, 4}));
+}

@@ -1,0 +1,130 @@
+// The validator rejects deliberately broken plans and names the rule (issue 2, acceptance 4).
+#include <gtest/gtest.h>
+
+#include "scheduler/planners/planners.hpp"
+#include "scheduler/validate/validator.hpp"
+
+using namespace charm;
+using namespace charm::ir;
+
+namespace {
+Plan make(const std::string& algo, int n, PassKind pass = PassKind::Fwd, bool causal = false) {
+  sched::PlanRequest req;
+  req.algo = algo;
+  req.ranks = n;
+  req.workload.seq = 256;
+  req.workload.causal = causal;
+  req.workload.pass = pass;
+  auto p = sched::make_plan(req);
+  EXPECT_TRUE(p.ok());
+  return std::move(p).value();
+}
+OpId find(const Plan& p, auto pred) {
+  for (OpId id = 0; id < OpId(p.size()); ++id)
+    if (pred(p.op(id))) return id;
+  ADD_FAILURE() << "no such op";
+  return 0;
+}
+std::string first_rule(const Plan& p) {
+  auto rep = sched::validate(p);
+  return rep.ok() ? "ok" : rep.violations.front().rule;
+}
+bool names_op(const Plan& p, OpId id) {
+  auto rep = sched::validate(p);
+  if (rep.ok()) return false;
+  const auto& ops = rep.violations.front().ops;
+  return std::find(ops.begin(), ops.end(), id) != ops.end();
+}
+} // namespace
+
+TEST(Validator, AcceptsTheUnbrokenPlans) {
+  for (const auto& a : {"ring", "merge", "rm+", "charm"}) EXPECT_EQ(first_rule(make(a, 8, PassKind::Both)), "ok") << a;
+}
+
+TEST(Validator, RejectsARemovedSend) {
+  Plan p = make("rm+", 8);
+  const OpId send = find(p, [](const Op& o) { return o.kind == OpKind::Send && o.rank == 2; });
+  const Op removed = p.op(send);
+  p.erase_ops(std::vector<OpId>{send});
+  EXPECT_EQ(first_rule(p), "matching");
+  const auto rep = sched::validate(p);
+  EXPECT_NE(rep.summary(p).find("has no matching send on rank 2"), std::string::npos) << rep.summary(p);
+  EXPECT_EQ(p.op(rep.violations.front().ops.front()).peer, removed.rank);
+}
+
+TEST(Validator, RejectsADuplicatedCompute) {
+  Plan p = make("charm", 8, PassKind::Fwd);
+  const OpId c = find(p, [](const Op& o) { return o.kind == OpKind::Compute && o.rank == 5 && o.q_owner != o.kv_owner; });
+  const Op dup = p.op(c);
+  std::vector<OpId> deps(p.deps(c).begin(), p.deps(c).end());
+  const OpId copy = p.add_op(dup, deps);
+  EXPECT_EQ(first_rule(p), "coverage");
+  EXPECT_TRUE(names_op(p, copy));
+  EXPECT_NE(sched::validate(p).summary(p).find("computed twice"), std::string::npos);
+}
+
+TEST(Validator, RejectsAComputeThatDoesNotWaitForItsData) {
+  // Ring: the compute of step 1 reads the KV block that the step-1 receive writes.
+  Plan p = make("ring", 4);
+  const OpId c = find(p, [](const Op& o) { return o.kind == OpKind::Compute && o.rank == 1 && o.kv_owner == 0; });
+  const OpId recv = find(p, [&](const Op& o) { return o.kind == OpKind::Recv && o.buf[0] == p.op(c).buf[1]; });
+  ASSERT_FALSE(p.deps(c).empty());
+  p.set_deps(c, {});
+  EXPECT_EQ(first_rule(p), "lifetime");
+  EXPECT_TRUE(names_op(p, c));
+  EXPECT_TRUE(names_op(p, recv));
+}
+
+TEST(Validator, RejectsSwappedReceivesThatDeadlock) {
+  // Merge with every message issued on its own (no ncclGroup): a rank sends
+  // then receives, its partner receives then sends. Swapping rank 0's receives
+  // of levels 1 and 2 makes rank 0 wait on rank 2 while rank 2 waits on rank 0.
+  Plan p = make("merge", 4);
+  for (OpId id = 0; id < OpId(p.size()); ++id) p.op(id).group = kNone;
+  ASSERT_EQ(first_rule(p), "ok");
+  const OpId r1 = find(p, [](const Op& o) { return o.kind == OpKind::Recv && o.rank == 0 && o.peer == 1; });
+  const OpId r2 = find(p, [](const Op& o) { return o.kind == OpKind::Recv && o.rank == 0 && o.peer == 2; });
+  std::vector<OpId> d1(p.deps(r1).begin(), p.deps(r1).end()), d2(p.deps(r2).begin(), p.deps(r2).end());
+  std::swap(p.op(r1), p.op(r2));
+  p.set_deps(r1, d2);
+  p.set_deps(r2, d1);
+  EXPECT_EQ(first_rule(p), "deadlock");
+  EXPECT_NE(sched::validate(p).summary(p).find("NCCL"), std::string::npos);
+}
+
+TEST(Validator, RejectsACycle) {
+  Plan p = make("ring", 2);
+  const OpId a = find(p, [](const Op& o) { return o.kind == OpKind::Compute && o.rank == 0; });
+  OpId b = a;
+  for (OpId id = a + 1; id < OpId(p.size()); ++id)
+    if (p.op(id).rank == 0 && p.op(id).kind == OpKind::Compute) { b = id; break; }
+  ASSERT_NE(a, b);
+  p.set_deps(a, std::vector<OpId>{b});  // first compute waits for the second: with stream order, a cycle
+  EXPECT_EQ(first_rule(p), "acyclic");
+  EXPECT_TRUE(names_op(p, a));
+}
+
+TEST(Validator, RejectsAMissingContribution) {
+  Plan p = make("merge", 8, PassKind::Bwd);
+  const OpId acc = find(p, [](const Op& o) { return o.kind == OpKind::Accumulate && o.rank == 6; });
+  p.erase_ops(std::vector<OpId>{acc});
+  const auto rep = sched::validate(p);
+  ASSERT_FALSE(rep.ok());
+  EXPECT_EQ(rep.violations.front().rule, "coverage");
+  EXPECT_NE(rep.summary(p).find("final dK/dV missing"), std::string::npos) << rep.summary(p);
+}
+
+TEST(Validator, RejectsMismatchedBytes) {
+  Plan p = make("ring", 4);
+  const OpId s = find(p, [](const Op& o) { return o.kind == OpKind::Send; });
+  p.op(s).bytes += 2;
+  EXPECT_EQ(first_rule(p), "matching");
+}
+
+TEST(Validator, RejectsCrossRankDependencies) {
+  Plan p = make("ring", 4);
+  const OpId a = find(p, [](const Op& o) { return o.kind == OpKind::Compute && o.rank == 0; });
+  const OpId b = find(p, [](const Op& o) { return o.kind == OpKind::Compute && o.rank == 1; });
+  p.set_deps(b, std::vector<OpId>{a});
+  EXPECT_EQ(first_rule(p), "structure");
+}
