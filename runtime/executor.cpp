@@ -1,0 +1,163 @@
+#include "runtime/executor.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <memory>
+#include <thread>
+
+#include "runtime/reference.hpp"
+#include "runtime/thread_transport.hpp"
+
+namespace charm::rt {
+
+using Clock = std::chrono::steady_clock;
+
+BufferStore::FillInput input_filler(const ir::Plan& plan, const GlobalTensors& in) {
+  return [&plan, &in](const ir::Buffer& b, std::span<float> dst) -> Status {
+    const auto& w = plan.workload;
+    const auto pos = token_positions(w, b.owner, plan.ranks);
+    const ShardShape ss = ShardShape::of(w, plan.ranks);
+    auto need = [&](const std::vector<float>& t, const char* name) -> Status {
+      if (t.empty()) return Error{"inputs", fmt::format("the plan reads {} as an input, none was given", name)};
+      return {};
+    };
+    switch (b.kind) {
+      case ir::BufKind::Q:
+        if (auto s = need(in.q, "Q"); !s) return s;
+        gather_tokens(w, pos, w.heads, in.q, dst);
+        return {};
+      case ir::BufKind::Kv:
+        if (auto s = need(in.k, "K"); !s) return s;
+        gather_tokens(w, pos, w.kv_heads, in.k, dst.first(std::size_t(ss.kv_elems())));
+        gather_tokens(w, pos, w.kv_heads, in.v, dst.subspan(std::size_t(ss.kv_elems())));
+        return {};
+      case ir::BufKind::Dout:
+        if (auto s = need(in.dout, "dO"); !s) return s;
+        gather_tokens(w, pos, w.heads, in.dout, dst);
+        return {};
+      case ir::BufKind::Out:
+        if (auto s = need(in.out, "O"); !s) return s;
+        if (auto s = need(in.lse, "LSE"); !s) return s;
+        gather_tokens(w, pos, w.heads, in.out, dst.first(std::size_t(ss.q_elems())));
+        gather_lse(w, pos, in.lse, dst.subspan(std::size_t(ss.q_elems())));
+        return {};
+      default:
+        return Error{"plan", fmt::format("a {} buffer cannot be an input", ir::to_string(b.kind))};
+    }
+  };
+}
+
+namespace {
+
+std::string stall_message(const ir::Plan& plan, const std::vector<BlockedOp>& blocked, double seconds) {
+  if (blocked.empty()) return fmt::format("stall: no progress for {:.1f} s, but no op is waiting", seconds);
+  // Name a worker stuck in the transport if there is one: the others wait behind it.
+  const BlockedOp* pick = &blocked.front();
+  for (const auto& b : blocked)
+    if (b.in_transport) {
+      pick = &b;
+      break;
+    }
+  std::string what = pick->in_transport
+                         ? fmt::format("op {} '{}' (its peer never matched it)", pick->op, ir::op_label(plan, pick->op))
+                         : fmt::format("op {} '{}', which waits for op {} '{}'", pick->op, ir::op_label(plan, pick->op),
+                                       pick->waits_on, ir::op_label(plan, pick->waits_on));
+  return fmt::format("stall: no progress for {:.1f} s: rank {} stream {} waits on {}; {} worker(s) blocked", seconds,
+                     pick->rank, ir::to_string(pick->stream), what, blocked.size());
+}
+
+} // namespace
+
+Status drive(std::span<RankExecutor* const> execs, const ir::Plan& plan, const RunOptions& opt) {
+  for (auto* e : execs) e->start();
+  std::uint64_t last = ~0ull;
+  auto last_change = Clock::now();
+  Status result;
+  for (;;) {
+    bool all_done = true;
+    std::uint64_t progress = 0;
+    std::optional<Error> err;
+    for (auto* e : execs) {
+      all_done = all_done && e->done();
+      progress += e->progress();
+      if (auto x = e->error(); x && !err) err = std::move(x);
+    }
+    if (err) {
+      result = *err;
+      break;
+    }
+    if (all_done) break;
+    const auto now = Clock::now();
+    if (progress != last) {
+      last = progress;
+      last_change = now;
+    } else if (opt.timeout_s > 0 && std::chrono::duration<double>(now - last_change).count() > opt.timeout_s) {
+      std::vector<BlockedOp> blocked;
+      for (auto* e : execs) {
+        auto b = e->blocked();
+        blocked.insert(blocked.end(), b.begin(), b.end());
+      }
+      result = Error{"", stall_message(plan, blocked, opt.timeout_s)};
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  for (auto* e : execs) e->stop();
+  for (auto* e : execs) e->join();
+  return result;
+}
+
+void assemble(const ir::Plan& plan, ir::RankId rank, const RankOutputs& shard, GlobalTensors& g) {
+  const auto& w = plan.workload;
+  const auto pos = token_positions(w, rank, plan.ranks);
+  const auto nq = std::size_t(w.batch * w.seq * w.heads * w.head_dim);
+  const auto nkv = std::size_t(w.batch * w.seq * w.kv_heads * w.head_dim);
+  auto put = [&](const std::vector<float>& src, std::vector<float>& dst, std::size_t n, std::int64_t heads) {
+    if (src.empty()) return;
+    dst.resize(n);
+    scatter_tokens(w, pos, heads, src, dst);
+  };
+  put(shard.out, g.out, nq, w.heads);
+  put(shard.dq, g.dq, nq, w.heads);
+  put(shard.dk, g.dk, nkv, w.kv_heads);
+  put(shard.dv, g.dv, nkv, w.kv_heads);
+  if (!shard.lse.empty()) {
+    g.lse.resize(std::size_t(w.batch * w.heads * w.seq));
+    scatter_lse(w, pos, shard.lse, g.lse);
+  }
+}
+
+Expected<RunResult> run_threads(const ir::Plan& plan, const GlobalTensors& in, const RunOptions& opt) {
+  ThreadTransport transport;
+  std::vector<std::unique_ptr<RankExecutor>> execs;
+  std::vector<RankExecutor*> ptrs;
+  const auto fill = input_filler(plan, in);
+  for (int r = 0; r < plan.ranks; ++r) {
+    execs.push_back(std::make_unique<RankExecutor>(plan, r, transport, fill));
+    ptrs.push_back(execs.back().get());
+  }
+  const auto t0 = Clock::now();
+  if (auto s = drive(ptrs, plan, opt); !s) return s.error();
+  RunResult res;
+  res.time_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  for (auto* e : ptrs) {
+    auto o = e->outputs();
+    if (!o) return o.error();
+    assemble(plan, e->rank(), *o, res.out);
+    res.peak_bytes = std::max(res.peak_bytes, e->peak_bytes());
+  }
+  return res;
+}
+
+GlobalTensors plan_inputs(const ir::Workload& w, std::uint64_t seed) {
+  GlobalTensors g = make_inputs(w, seed);
+  if (w.pass == ir::PassKind::Bwd) {
+    const Reference ref = reference_attention(w, g, false);
+    g.out.assign(ref.out.begin(), ref.out.end());
+    g.lse.assign(ref.lse.begin(), ref.lse.end());
+  }
+  return g;
+}
+
+} // namespace charm::rt

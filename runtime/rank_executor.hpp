@@ -1,0 +1,96 @@
+#pragma once
+// RankExecutor: runs one rank's part of a plan.
+//
+// One worker thread per stream the rank uses; each walks its stream's ops in
+// id order. An op starts once its dependencies (same rank, any stream) have
+// completed; a run of consecutive Send/Recv ops with one group id is posted
+// together and then waited on as a whole (ncclGroupStart/End). Compute and
+// communication therefore overlap for real. Completion is tracked under one
+// mutex per rank; cross-rank ordering comes only from the Transport.
+//
+// The executor never blocks without a way out: every wait re-checks stop(),
+// and blocked() says what each unfinished worker waits on (for the watchdog).
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "runtime/buffer_store.hpp"
+#include "runtime/cpu_attention.hpp"
+#include "runtime/transport.hpp"
+
+namespace charm::rt {
+
+/// A rank's results, shard-local: out [B,T,H,D], lse [B,H,T], dq, dk, dv (empty if not produced).
+struct RankOutputs {
+  std::vector<float> out, lse, dq, dk, dv;
+};
+
+/// What an unfinished worker waits on: an op's dependency, or a posted transfer.
+struct BlockedOp {
+  ir::RankId rank = 0;
+  ir::Stream stream = ir::Stream::Compute;
+  ir::OpId op = ir::kNone;       // the op the worker is at
+  ir::OpId waits_on = ir::kNone; // the op it waits for (== op when waiting on the transport)
+  bool in_transport = false;
+};
+
+class RankExecutor {
+ public:
+  RankExecutor(const ir::Plan& plan, ir::RankId rank, Transport& transport, BufferStore::FillInput fill);
+  ~RankExecutor();
+  RankExecutor(const RankExecutor&) = delete;
+  RankExecutor& operator=(const RankExecutor&) = delete;
+
+  void start();
+  /// Asks every worker to give up at its next wait.
+  void stop();
+  void join();
+
+  [[nodiscard]] ir::RankId rank() const { return rank_; }
+  [[nodiscard]] bool done() const { return finished_workers_.load() == workers_.size(); }
+  [[nodiscard]] std::uint64_t progress() const { return completed_.load(); }
+  [[nodiscard]] std::optional<Error> error() const;
+  [[nodiscard]] std::vector<BlockedOp> blocked() const;
+  [[nodiscard]] std::size_t peak_bytes() const { return store_.peak_bytes(); }
+  /// The rank's results; call after join().
+  [[nodiscard]] Expected<RankOutputs> outputs();
+
+ private:
+  enum class State : int { Idle, WaitingDeps, InTransport, Running, Finished };
+  struct Worker {
+    ir::Stream stream = ir::Stream::Compute;
+    std::vector<ir::OpId> ops;
+    std::atomic<ir::OpId> at{ir::kNone};
+    std::atomic<int> state{int(State::Idle)};
+  };
+
+  void work(Worker& w);
+  bool wait_deps(std::span<const ir::OpId> ops);
+  void finish(std::span<const ir::OpId> ops);
+  Status run_comm(std::span<const ir::OpId> ops, Worker& w, bool& stopped);
+  Status run_local(ir::OpId id);
+  void fail(Error e);
+
+  const ir::Plan& plan_;
+  ir::RankId rank_;
+  Transport& transport_;
+  BufferStore store_;
+  AttnShape shape_;
+  std::vector<std::vector<std::int64_t>> positions_;  // per rank
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::vector<std::thread> threads_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<char> op_done_;  // by OpId, guarded by mu_
+  std::optional<Error> error_;  // guarded by mu_
+  std::atomic<bool> stop_{false};
+  std::atomic<std::uint64_t> completed_{0};
+  std::atomic<std::size_t> finished_workers_{0};
+};
+
+} // namespace charm::rt

@@ -1,0 +1,13 @@
+#include "runtime/shard_shape.hpp"
+
+namespace charm::rt {
+
+std::vector<std::int64_t> token_positions(const ir::Workload& w, int rank, int ranks) {
+  std::vector<std::int64_t> pos;
+  pos.reserve(static_cast<std::size_t>(w.seq / ranks));
+  for (const auto& r : w.shard_ranges(rank, ranks))
+    for (std::int64_t t = 0; t < r.count; ++t) pos.push_back(r.begin + t);
+  return pos;
+}
+
+} // namespace charm::rt

@@ -1,0 +1,203 @@
+// charm run: execute a plan on the CPU with real attention math (backends
+// threads and mpi), optionally check it against the fp64 reference and dump
+// the tensors as .npy files.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <optional>
+
+#include "runtime/check.hpp"
+#include "runtime/executor.hpp"
+#include "runtime/npy.hpp"
+#include "runtime/reference.hpp"
+#include "scheduler/validate/validator.hpp"
+#include "tools/cli_common.hpp"
+#include "tools/plan_flags.hpp"
+#ifdef CHARM_RT_HAVE_MPI
+#include "runtime/mpi_context.hpp"
+#endif
+
+namespace charm::cli {
+namespace {
+
+struct RunOpts {
+  PlanFlags plan;
+  std::string backend = "threads";
+  std::uint64_t seed = 0;
+  bool check = false, json = false, inject_stall = false;
+  std::string dump;
+  double timeout_s = 300;
+};
+
+/// Drops the plan's first Send: its Recv never completes (tests the watchdog).
+void drop_first_send(ir::Plan& plan) {
+  for (ir::OpId id = 0; id < static_cast<ir::OpId>(plan.size()); ++id)
+    if (plan.op(id).kind == ir::OpKind::Send) {
+      const ir::OpId ids[] = {id};
+      plan.erase_ops(ids);
+      return;
+    }
+}
+
+nlohmann::json err_json(const rt::CheckReport& r, double rt::TensorError::*field) {
+  nlohmann::json j = nlohmann::json::object();
+  const std::pair<const char*, const std::optional<rt::TensorError>*> all[] = {
+      {"out", &r.out}, {"lse", &r.lse}, {"dq", &r.dq}, {"dk", &r.dk}, {"dv", &r.dv}};
+  for (const auto& [name, e] : all) {
+    if (!e->has_value()) j[name] = nullptr;
+    else if (std::isfinite((**e).*field)) j[name] = (**e).*field;
+    else j[name] = "inf";
+  }
+  return j;
+}
+
+void dump_tensors(const std::string& dir, const ir::Plan& plan, const RunOpts& o, const rt::GlobalTensors& in,
+                  const rt::GlobalTensors& res) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) fail(Error{"--dump", fmt::format("cannot create {}: {}", dir, ec.message())});
+  const auto& w = plan.workload;
+  const std::vector<std::int64_t> qshape{w.batch, w.seq, w.heads, w.head_dim};
+  const std::vector<std::int64_t> kvshape{w.batch, w.seq, w.kv_heads, w.head_dim};
+  const std::vector<std::int64_t> lshape{w.batch, w.heads, w.seq};
+  nlohmann::json files = nlohmann::json::array();
+  auto put = [&](const char* name, const std::vector<float>& t, const std::vector<std::int64_t>& shape) {
+    if (t.empty()) return;
+    write_file_atomic((std::filesystem::path(dir) / (std::string(name) + ".npy")).string(), rt::npy_bytes(t, shape));
+    files.push_back(std::string(name) + ".npy");
+  };
+  put("q", in.q, qshape);
+  put("k", in.k, kvshape);
+  put("v", in.v, kvshape);
+  if (w.pass != ir::PassKind::Fwd) put("dout", in.dout, qshape);
+  // A backward-only plan takes O and LSE as inputs: dump those.
+  put("out", res.out.empty() ? in.out : res.out, qshape);
+  put("lse", res.lse.empty() ? in.lse : res.lse, lshape);
+  put("dq", res.dq, qshape);
+  put("dk", res.dk, kvshape);
+  put("dv", res.dv, kvshape);
+  const nlohmann::json meta{{"schema_version", 1},
+                            {"softmax_scale", 1.0 / std::sqrt(double(w.head_dim))},
+                            {"causal", w.causal},
+                            {"layout", std::string(ir::to_string(w.layout))},
+                            {"order", "natural sequence order"},
+                            {"dtype", std::string(ir::to_string(w.dtype))},
+                            {"storage", "float32"},
+                            {"batch", w.batch}, {"seq", w.seq}, {"heads", w.heads}, {"kv_heads", w.kv_heads},
+                            {"head_dim", w.head_dim}, {"pass", std::string(ir::to_string(w.pass))},
+                            {"algo", plan.algo}, {"ranks", plan.ranks}, {"domains", plan.domains},
+                            {"backend", o.backend}, {"seed", o.seed}, {"files", files}};
+  write_file_atomic((std::filesystem::path(dir) / "meta.json").string(), meta.dump(1) + "\n");
+}
+
+/// Rank 0's part after a successful run: check, print, dump. Returns the exit code.
+int report(const ir::Plan& plan, const RunOpts& o, const rt::GlobalTensors& in, const rt::RunResult& res) {
+  const auto& w = plan.workload;
+  std::optional<rt::CheckReport> rep;
+  if (o.check) {
+    const auto ref = rt::reference_attention(w, in, w.pass != ir::PassKind::Fwd);
+    rep = rt::check_against(res.out, ref, w.dtype);
+  }
+  const bool ok = !rep || rep->ok();
+  if (!o.dump.empty()) dump_tensors(o.dump, plan, o, in, res.out);
+  if (o.json) {
+    nlohmann::json j{{"schema_version", 1}, {"ok", ok}, {"algo", plan.algo}, {"backend", o.backend},
+                     {"ranks", plan.ranks}, {"domains", plan.domains}, {"pass", std::string(ir::to_string(w.pass))},
+                     {"time_ms", res.time_ms}, {"peak_buffer_bytes_per_rank", res.peak_bytes}};
+    if (rep) {
+      j["max_abs_err"] = err_json(*rep, &rt::TensorError::max_abs);
+      j["max_rel_err"] = err_json(*rep, &rt::TensorError::max_rel);
+      j["tolerance"] = rep->tolerance;
+    } else {
+      j["max_abs_err"] = nullptr;
+      j["max_rel_err"] = nullptr;
+    }
+    std::cout << j.dump() << "\n";
+  } else {
+    std::cout << fmt::format("# charm run: {} backend={} ranks={} domains={} {} B={} S={} H={} Hkv={} D={}{} {} pass={} seed={}\n",
+                             plan.algo, o.backend, plan.ranks, plan.domains, ir::to_string(w.dtype), w.batch, w.seq,
+                             w.heads, w.kv_heads, w.head_dim, w.causal ? " causal" : "", ir::to_string(w.layout),
+                             ir::to_string(w.pass), o.seed);
+    if (rep) {
+      std::cout << fmt::format("# {:<6} {:>12} {:>12} {:>10}\n", "tensor", "max_abs_err", "max_rel_err", "tolerance");
+      const std::pair<const char*, const std::optional<rt::TensorError>*> all[] = {
+          {"out", &rep->out}, {"lse", &rep->lse}, {"dq", &rep->dq}, {"dk", &rep->dk}, {"dv", &rep->dv}};
+      for (const auto& [name, e] : all)
+        if (e->has_value())
+          std::cout << fmt::format("  {:<6} {:>12.3e} {:>12.3e} {:>10.1e}{}\n", name, (*e)->max_abs, (*e)->max_rel,
+                                   rep->tolerance, (*e)->max_rel <= rep->tolerance ? "" : "  FAIL");
+    }
+    std::cout << fmt::format("# time {:.3f} ms, peak buffers {:.2f} MiB per rank{}\n", res.time_ms,
+                             double(res.peak_bytes) / (1024.0 * 1024.0),
+                             rep ? (ok ? ": check PASSED" : ": check FAILED (" + rep->worst() + ")") : "");
+  }
+  return ok ? 0 : kExitInvalid;
+}
+
+void register_run(CLI::App& app) {
+  auto o = std::make_shared<RunOpts>();
+  auto* sub = app.add_subcommand("run", "execute a plan on the CPU (threads or MPI) with real attention math");
+  sub->add_option("--backend", o->backend, "threads | mpi (under mpirun -np RANKS)")->capture_default_str();
+  o->plan.add(*sub);
+  sub->add_option("--seed", o->seed, "seed of the generated inputs")->capture_default_str();
+  sub->add_flag("--check", o->check, "compare with the fp64 dense reference; exit 1 over tolerance");
+  sub->add_option("--dump", o->dump, "write q k v dout out lse dq dk dv as .npy (natural order) and meta.json here");
+  sub->add_flag("--json", o->json, "JSON output");
+  sub->add_option("--timeout-s", o->timeout_s, "watchdog: fail (exit 3) after this long without progress; 0 = off")
+      ->capture_default_str();
+  sub->add_flag("--inject-stall", o->inject_stall, "testing: drop the plan's first send")->group("");
+  sub->callback([o] {
+    if (o->backend != "threads" && o->backend != "mpi")
+      fail(Error{"--backend", fmt::format("unknown backend '{}' (expected threads or mpi)", o->backend)});
+    if (!(o->timeout_s >= 0)) fail(Error{"--timeout-s", "must be >= 0"});
+    rt::RunOptions ropt{o->timeout_s};
+    if (o->backend == "threads") {
+      auto plan = o->plan.make();
+      auto rep = sched::validate(plan);
+      if (!rep.ok()) throw RuntimeFailure{"internal: the planner produced an invalid plan: " + rep.summary(plan)};
+      if (o->inject_stall) drop_first_send(plan);
+      const auto in = rt::plan_inputs(plan.workload, o->seed);
+      auto res = rt::run_threads(plan, in, ropt);
+      if (!res) throw RuntimeFailure{res.error().message()};
+      exit_code() = report(plan, *o, in, *res);
+      return;
+    }
+#ifdef CHARM_RT_HAVE_MPI
+    auto ctx_e = rt::MpiContext::init();
+    if (!ctx_e) throw RuntimeFailure{ctx_e.error().message()};
+    auto ctx = std::move(*ctx_e);
+    auto plan = o->plan.make();
+    if (plan.ranks != ctx->size())
+      fail(Error{"--ranks", fmt::format("{} ranks asked for, but mpirun started {} processes", plan.ranks, ctx->size())});
+    if (ctx->rank() == 0) {
+      auto rep = sched::validate(plan);
+      if (!rep.ok()) {
+        std::fprintf(stderr, "charm: error: internal: the planner produced an invalid plan: %s\n", rep.summary(plan).c_str());
+        ctx->abort(kExitRuntime);
+      }
+    }
+    if (o->inject_stall) drop_first_send(plan);
+    const auto in = rt::plan_inputs(plan.workload, o->seed);
+    auto res = ctx->run(plan, in, ropt);
+    if (!res) {
+      std::fprintf(stderr, "charm: error: %s\n", res.error().message().c_str());
+      std::fflush(stderr);
+      ctx->abort(kExitRuntime);
+    }
+    int code = 0;
+    if (ctx->rank() == 0) code = report(plan, *o, in, *res);
+    exit_code() = ctx->broadcast(code);
+#else
+    fail(Error{"--backend", "this charm was built without MPI (install libopenmpi-dev and rebuild)"});
+#endif
+  });
+}
+
+const Registrar r{register_run};
+
+} // namespace
+} // namespace charm::cli
