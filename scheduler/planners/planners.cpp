@@ -15,7 +15,7 @@ namespace charm::sched {
 using namespace charm::ir;
 
 const std::vector<std::string>& algorithm_names() {
-  static const std::vector<std::string> names{"ring", "ring-zigzag", "merge", "rm+", "charm"};
+  static const std::vector<std::string> names{"ring", "ring-zigzag", "merge", "rm+", "charm", "allgather-kv"};
   return names;
 }
 
@@ -60,6 +60,7 @@ Expected<Plan> make_plan(const PlanRequest& req_in) {
     b.set_phase(Phase::Fwd);
     if (a == "ring" || a == "ring-zigzag") detail::ring_forward(b, st);
     else if (a == "merge") detail::merge_forward(b, st);
+    else if (a == "allgather-kv") detail::allgather_forward(b, st);
     else if (a == "rm+") detail::charm_forward(b, st, 1);
     else detail::charm_forward(b, st, req.domains);
   }
@@ -77,6 +78,7 @@ Expected<Plan> make_plan(const PlanRequest& req_in) {
     }
     if (a == "ring" || a == "ring-zigzag") detail::ring_backward(b, st);
     else if (a == "merge") detail::merge_backward(b, st);
+    else if (a == "allgather-kv") detail::allgather_backward(b, st);
     else if (a == "rm+") detail::charm_backward(b, st, 1);
     else detail::charm_backward(b, st, req.domains);
   }

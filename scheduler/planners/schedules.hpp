@@ -17,6 +17,8 @@ struct RankState {
 // Each forward schedule sets results(r).out; each backward schedule sets dq and dkv.
 void ring_forward(PlanBuilder& b, const std::vector<RankState>& st);
 void ring_backward(PlanBuilder& b, const std::vector<RankState>& st);
+void allgather_forward(PlanBuilder& b, const std::vector<RankState>& st);
+void allgather_backward(PlanBuilder& b, const std::vector<RankState>& st);
 void merge_forward(PlanBuilder& b, const std::vector<RankState>& st);
 void merge_backward(PlanBuilder& b, const std::vector<RankState>& st);
 /// CHARM+ over domains x (n / domains); domains == 1 is RM+.
