@@ -1,0 +1,67 @@
+#pragma once
+// EventQueue: a binary min-heap of timed events, O(log n) push and pop.
+// Ties break by insertion order, so a simulation is deterministic.
+// One queue per simulation: no global state.
+
+#include <cstdint>
+#include <vector>
+
+namespace charm::sim {
+
+struct Event {
+  double time_s;
+  std::uint64_t seq;
+  std::uint32_t kind;
+  std::int32_t id;
+  std::uint32_t version;
+};
+
+class EventQueue {
+ public:
+  void push(double time_s, std::uint32_t kind, std::int32_t id, std::uint32_t version = 0) {
+    heap_.push_back(Event{time_s, next_seq_++, kind, id, version});
+    sift_up(heap_.size() - 1);
+  }
+  [[nodiscard]] bool empty() const { return heap_.empty(); }
+  [[nodiscard]] std::size_t size() const { return heap_.size(); }
+  [[nodiscard]] const Event& top() const { return heap_.front(); }
+  Event pop() {
+    Event e = heap_.front();
+    heap_.front() = heap_.back();
+    heap_.pop_back();
+    if (!heap_.empty()) sift_down(0);
+    return e;
+  }
+  void reserve(std::size_t n) { heap_.reserve(n); }
+
+ private:
+  static bool less(const Event& a, const Event& b) { return a.time_s < b.time_s || (a.time_s == b.time_s && a.seq < b.seq); }
+  void sift_up(std::size_t i) {
+    const Event e = heap_[i];
+    while (i > 0) {
+      const std::size_t p = (i - 1) / 2;
+      if (!less(e, heap_[p])) break;
+      heap_[i] = heap_[p];
+      i = p;
+    }
+    heap_[i] = e;
+  }
+  void sift_down(std::size_t i) {
+    const std::size_t n = heap_.size();
+    const Event e = heap_[i];
+    for (;;) {
+      std::size_t c = 2 * i + 1;
+      if (c >= n) break;
+      if (c + 1 < n && less(heap_[c + 1], heap_[c])) ++c;
+      if (!less(heap_[c], e)) break;
+      heap_[i] = heap_[c];
+      i = c;
+    }
+    heap_[i] = e;
+  }
+
+  std::vector<Event> heap_;
+  std::uint64_t next_seq_ = 0;
+};
+
+} // namespace charm::sim

@@ -1,0 +1,170 @@
+#include "sim/fair_share_network.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace charm::sim {
+
+FairShareNetwork::FairShareNetwork(std::vector<Channel> channels) : ch_(std::move(channels)) {
+  on_ch_.resize(ch_.size());
+  stats_.resize(ch_.size());
+  ch_mark_.assign(ch_.size(), 0);
+  ch_rem_.assign(ch_.size(), 0);
+  ch_count_.assign(ch_.size(), 0);
+}
+
+std::vector<FairShareNetwork::Channel> FairShareNetwork::channels_of(const topo::Topology& t) {
+  std::vector<Channel> c(static_cast<std::size_t>(t.num_channels()));
+  for (int i = 0; i < t.num_channels(); ++i) {
+    const auto& l = t.channel_link(i);
+    c[std::size_t(i)] = {l.bandwidth_gbps * 1e9, l.sharing == topo::Sharing::Shared};
+  }
+  return c;
+}
+
+int FairShareNetwork::add_flow(std::span<const std::int32_t> route, double bytes, double now_s) {
+  int id;
+  if (!free_.empty()) {
+    id = free_.back();
+    free_.pop_back();
+  } else {
+    id = static_cast<int>(flows_.size());
+    flows_.emplace_back();
+    flow_mark_.push_back(0);
+    frozen_.push_back(0);
+  }
+  Flow& f = flows_[std::size_t(id)];
+  f.route = route.data();
+  f.hops = static_cast<std::uint8_t>(route.size());
+  f.active = true;
+  ++f.version;
+  f.bytes = f.remaining = bytes;
+  f.rate = 0;
+  f.last_s = now_s;
+  f.cap = kInf;
+  for (std::size_t k = 0; k < route.size(); ++k) {
+    const auto c = std::size_t(route[k]);
+    if (!ch_[c].shared) f.cap = std::min(f.cap, ch_[c].capacity_bytes_per_s);
+    auto& list = on_ch_[c];
+    if (list.empty()) stats_[c].busy_since_s = now_s;
+    f.pos[k] = static_cast<std::int32_t>(list.size());
+    list.push_back(id);
+    stats_[c].max_flows = std::max(stats_[c].max_flows, static_cast<int>(list.size()));
+  }
+  ++active_;
+  dirty_flows_.push_back(id);
+  return id;
+}
+
+void FairShareNetwork::remove_flow(int id, double now_s) {
+  Flow& f = flows_[std::size_t(id)];
+  for (int k = 0; k < f.hops; ++k) {
+    const auto c = std::size_t(f.route[k]);
+    auto& list = on_ch_[c];
+    const auto p = std::size_t(f.pos[k]);
+    const int moved = list.back();
+    list[p] = moved;
+    list.pop_back();
+    if (moved != id) {
+      Flow& m = flows_[std::size_t(moved)];
+      for (int h = 0; h < m.hops; ++h)
+        if (m.route[h] == f.route[k]) { m.pos[h] = static_cast<std::int32_t>(p); break; }
+    }
+    stats_[c].bytes += f.bytes;
+    if (list.empty()) stats_[c].busy_s += now_s - stats_[c].busy_since_s;
+    if (ch_[c].shared) dirty_channels_.push_back(static_cast<int>(c));
+  }
+  f.active = false;
+  ++f.version;
+  --active_;
+  free_.push_back(id);
+}
+
+void FairShareNetwork::settle(Flow& f, double now_s) {
+  if (f.rate > 0) f.remaining = std::max(0.0, f.remaining - f.rate * (now_s - f.last_s));
+  f.last_s = now_s;
+}
+
+double FairShareNetwork::time_left_s(int id) const {
+  const Flow& f = flows_[std::size_t(id)];
+  if (f.remaining <= 0) return 0;
+  if (!(f.rate > 0)) return kInf;
+  return f.remaining / f.rate;
+}
+
+void FairShareNetwork::solve(double now_s) {
+  changed_.clear();
+  if (!dirty()) return;
+  ++epoch_;
+  comp_flows_.clear();
+  comp_ch_.clear();
+  // Collect the component: flows reachable from the changes through shared channels.
+  auto visit_ch = [&](int c) {
+    if (ch_mark_[std::size_t(c)] == epoch_ || !ch_[std::size_t(c)].shared) return;
+    ch_mark_[std::size_t(c)] = epoch_;
+    comp_ch_.push_back(c);
+  };
+  auto visit_flow = [&](int id) {
+    if (flow_mark_[std::size_t(id)] == epoch_ || !flows_[std::size_t(id)].active) return;
+    flow_mark_[std::size_t(id)] = epoch_;
+    comp_flows_.push_back(id);
+  };
+  for (int id : dirty_flows_) visit_flow(id);
+  for (int c : dirty_channels_) visit_ch(c);
+  dirty_flows_.clear();
+  dirty_channels_.clear();
+  std::size_t fi = 0, ci = 0;
+  while (fi < comp_flows_.size() || ci < comp_ch_.size()) {
+    for (; fi < comp_flows_.size(); ++fi) {
+      const Flow& f = flows_[std::size_t(comp_flows_[fi])];
+      for (int k = 0; k < f.hops; ++k) visit_ch(f.route[k]);
+    }
+    for (; ci < comp_ch_.size(); ++ci)
+      for (int id : on_ch_[std::size_t(comp_ch_[ci])]) visit_flow(id);
+  }
+  // Progressive filling: every unfrozen flow rises at the same level until a
+  // shared channel saturates or the flow reaches its dedicated cap.
+  for (int c : comp_ch_) {
+    ch_rem_[std::size_t(c)] = ch_[std::size_t(c)].capacity_bytes_per_s;
+    ch_count_[std::size_t(c)] = static_cast<int>(on_ch_[std::size_t(c)].size());
+  }
+  for (int id : comp_flows_) frozen_[std::size_t(id)] = 0;
+  std::size_t left = comp_flows_.size();
+  double level = 0;
+  constexpr double kEps = 1e-12;
+  while (left > 0) {
+    double d = kInf;
+    for (int c : comp_ch_)
+      if (ch_count_[std::size_t(c)] > 0) d = std::min(d, ch_rem_[std::size_t(c)] / ch_count_[std::size_t(c)]);
+    for (int id : comp_flows_)
+      if (!frozen_[std::size_t(id)]) d = std::min(d, flows_[std::size_t(id)].cap - level);
+    if (!(d < kInf)) d = 0;  // no constraint at all: cannot happen for a routed flow
+    level += d;
+    for (int c : comp_ch_) ch_rem_[std::size_t(c)] -= d * ch_count_[std::size_t(c)];
+    for (int id : comp_flows_) {
+      if (frozen_[std::size_t(id)]) continue;
+      Flow& f = flows_[std::size_t(id)];
+      bool stop = f.cap - level <= kEps * f.cap;
+      for (int k = 0; k < f.hops && !stop; ++k) {
+        const auto c = std::size_t(f.route[k]);
+        stop = ch_[c].shared && ch_rem_[c] <= kEps * ch_[c].capacity_bytes_per_s;
+      }
+      if (!stop) continue;
+      frozen_[std::size_t(id)] = 1;
+      --left;
+      for (int k = 0; k < f.hops; ++k) {
+        const auto c = std::size_t(f.route[k]);
+        if (ch_[c].shared) --ch_count_[c];
+      }
+      const double r = std::min(level, f.cap);
+      if (r != f.rate) {
+        settle(f, now_s);
+        f.rate = r;
+        ++f.version;
+        changed_.push_back(id);
+      }
+    }
+  }
+}
+
+} // namespace charm::sim

@@ -1,0 +1,117 @@
+#include "sim/report.hpp"
+
+#include <algorithm>
+
+namespace charm::sim {
+
+using namespace charm::ir;
+
+Summary summarize(const SimResult& r) {
+  Summary s;
+  s.time_s = r.makespan_s;
+  if (r.ranks.empty()) return s;
+  s.exposed_comm_s = r.ranks[std::size_t(r.last_rank)].exposed_comm_s;
+  for (const auto& rk : r.ranks) {
+    s.exposed_comm_mean_s += rk.exposed_comm_s;
+    s.exposed_comm_max_s = std::max(s.exposed_comm_max_s, rk.exposed_comm_s);
+    s.idle_mean_s += rk.idle_s;
+    s.idle_max_s = std::max(s.idle_max_s, rk.idle_s);
+    s.busy_mean_s += rk.compute_busy_s;
+    s.peak_mem_bytes = std::max(s.peak_mem_bytes, rk.peak_mem_bytes);
+  }
+  const double n = double(r.ranks.size());
+  s.exposed_comm_mean_s /= n;
+  s.idle_mean_s /= n;
+  s.busy_mean_s /= n;
+  return s;
+}
+
+nlohmann::json critical_path_json(const Plan& plan, const SimResult& r, std::size_t limit) {
+  nlohmann::json a = nlohmann::json::array();
+  const auto& p = r.critical_path;
+  std::vector<OpId> keep(p.begin(), p.end());
+  if (keep.size() > limit) {
+    // Keep the `limit` longest ops, in path order.
+    std::vector<OpId> by_len = keep;
+    std::stable_sort(by_len.begin(), by_len.end(), [&](OpId x, OpId y) {
+      return r.end_s[std::size_t(x)] - r.start_s[std::size_t(x)] > r.end_s[std::size_t(y)] - r.start_s[std::size_t(y)];
+    });
+    by_len.resize(limit);
+    std::sort(by_len.begin(), by_len.end(), [&](OpId x, OpId y) {
+      return std::find(p.begin(), p.end(), x) < std::find(p.begin(), p.end(), y);
+    });
+    keep = by_len;
+  }
+  for (OpId id : keep) {
+    const Op& o = plan.op(id);
+    a.push_back({{"op", id}, {"rank", o.rank}, {"stream", std::string(to_string(o.stream))}, {"label", op_label(plan, id)},
+                 {"start_ms", r.start_s[std::size_t(id)] * 1e3}, {"end_ms", r.end_s[std::size_t(id)] * 1e3}});
+  }
+  return a;
+}
+
+nlohmann::json links_json(const topo::Topology& t, const SimResult& r) {
+  nlohmann::json a = nlohmann::json::array();
+  for (std::size_t c = 0; c < r.channels.size(); ++c) {
+    const auto& s = r.channels[c];
+    if (s.bytes <= 0) continue;
+    const auto& l = t.channel_link(int(c));
+    const double avg_gbps = r.makespan_s > 0 ? s.bytes / r.makespan_s / 1e9 : 0;
+    a.push_back({{"link", t.channel_name(int(c))},
+                 {"sharing", l.sharing == topo::Sharing::Shared ? "shared" : "dedicated"},
+                 {"bandwidth_gbps", l.bandwidth_gbps},
+                 {"bytes", s.bytes},
+                 {"busy_ms", s.busy_s * 1e3},
+                 {"busy_fraction", r.makespan_s > 0 ? s.busy_s / r.makespan_s : 0},
+                 {"avg_gbps", avg_gbps},
+                 {"utilisation", avg_gbps / l.bandwidth_gbps},
+                 {"max_flows", s.max_flows}});
+  }
+  return a;
+}
+
+nlohmann::json chrome_trace(const Plan& plan, const SimResult& r) {
+  nlohmann::json ev = nlohmann::json::array();
+  for (int rk = 0; rk < plan.ranks; ++rk) {
+    ev.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", rk}, {"tid", 0}, {"args", {{"name", "rank " + std::to_string(rk)}}}});
+    ev.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", rk}, {"tid", 0}, {"args", {{"sort_index", rk}}}});
+    for (int s = 0; s < kNumStreams; ++s)
+      ev.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", rk}, {"tid", s},
+                    {"args", {{"name", std::string(to_string(Stream(s)))}}}});
+  }
+  const double us = 1e6;
+  for (std::size_t i = 0; i < plan.size(); ++i) {
+    const Op& o = plan.op(OpId(i));
+    const double ts = r.start_s[i] * us, dur = (r.end_s[i] - r.start_s[i]) * us;
+    nlohmann::json args = {{"op", i}};
+    if (o.kind == OpKind::Compute) args["flops"] = o.flops;
+    else args["bytes"] = o.bytes;
+    if (o.kind == OpKind::Send || o.kind == OpKind::Recv) args["transfer_start_us"] = r.flow_start_s[i] * us;
+    ev.push_back({{"ph", "X"}, {"name", op_label(plan, OpId(i))}, {"cat", std::string(to_string(o.kind))}, {"pid", o.rank},
+                  {"tid", int(o.stream)}, {"ts", ts}, {"dur", dur}, {"args", args}});
+    if (o.kind == OpKind::Send) {
+      // The arrow starts inside the send's slice and ends inside the matching receive's slice.
+      ev.push_back({{"ph", "s"}, {"name", "transfer"}, {"cat", "flow"}, {"id", i}, {"pid", o.rank}, {"tid", int(o.stream)},
+                    {"ts", r.flow_start_s[i] * us}});
+    }
+  }
+  // Receives: find each send's receive by (stream, src, dst, tag) once.
+  std::vector<std::tuple<int, int, int, int, OpId>> sends, recvs;
+  for (std::size_t i = 0; i < plan.size(); ++i) {
+    const Op& o = plan.op(OpId(i));
+    if (o.kind == OpKind::Send) sends.emplace_back(int(o.stream), o.rank, o.peer, o.tag, OpId(i));
+    if (o.kind == OpKind::Recv) recvs.emplace_back(int(o.stream), o.peer, o.rank, o.tag, OpId(i));
+  }
+  std::sort(sends.begin(), sends.end());
+  std::sort(recvs.begin(), recvs.end());
+  for (std::size_t k = 0; k < std::min(sends.size(), recvs.size()); ++k) {
+    const OpId s = std::get<4>(sends[k]), rv = std::get<4>(recvs[k]);
+    const Op& o = plan.op(rv);
+    ev.push_back({{"ph", "f"}, {"bp", "e"}, {"name", "transfer"}, {"cat", "flow"}, {"id", s}, {"pid", o.rank},
+                  {"tid", int(o.stream)}, {"ts", r.end_s[std::size_t(rv)] * us}});
+  }
+  return {{"traceEvents", ev}, {"displayTimeUnit", "ms"},
+          {"otherData", {{"algo", plan.algo}, {"ranks", plan.ranks}, {"makespan_ms", r.makespan_s * 1e3}}}};
+}
+
+} // namespace charm::sim

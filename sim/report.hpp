@@ -1,0 +1,30 @@
+#pragma once
+// Reports of a simulation: a JSON summary and a Chrome trace (Perfetto).
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "scheduler/ir/plan.hpp"
+#include "sim/simulator.hpp"
+#include "topologies/topology.hpp"
+
+namespace charm::sim {
+
+struct Summary {
+  Seconds time_s = 0;
+  Seconds exposed_comm_s = 0;       // of the rank that finishes last
+  Seconds exposed_comm_mean_s = 0, exposed_comm_max_s = 0;
+  Seconds idle_mean_s = 0, idle_max_s = 0;
+  Seconds busy_mean_s = 0;
+  ir::Bytes peak_mem_bytes = 0;     // max over ranks
+};
+[[nodiscard]] Summary summarize(const SimResult& r);
+
+/// The "critical_path" array: one entry per op of the chain (at most `limit`, the longest ones kept in order).
+[[nodiscard]] nlohmann::json critical_path_json(const ir::Plan& plan, const SimResult& r, std::size_t limit = 64);
+/// Per-channel utilisation of the channels that carried traffic.
+[[nodiscard]] nlohmann::json links_json(const topo::Topology& t, const SimResult& r);
+/// Chrome trace: pid = rank, tid = stream, "X" slices in microseconds, "s"/"f" flow arrows send -> recv.
+[[nodiscard]] nlohmann::json chrome_trace(const ir::Plan& plan, const SimResult& r);
+
+} // namespace charm::sim

@@ -1,0 +1,378 @@
+#include "sim/simulator.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <tuple>
+
+#include "sim/event_queue.hpp"
+#include "sim/fair_share_network.hpp"
+
+namespace charm::sim {
+
+using namespace charm::ir;
+
+namespace {
+
+enum EventKind : std::uint32_t { kOpDone, kFlowDrained, kFlowDone };
+
+bool is_comm(OpKind k) { return k == OpKind::Send || k == OpKind::Recv; }
+
+class Engine {
+ public:
+  Engine(const Plan& plan, const topo::Topology& t, const ComputeModel& m)
+      : plan_(plan), topo_(t), model_(m), net_(FairShareNetwork::channels_of(t)) {}
+
+  Expected<SimResult> run();
+
+ private:
+  [[nodiscard]] Status build();
+  void try_issue(int s);
+  void issue(OpId op);
+  void complete(OpId op);
+  void start_flow(OpId send, OpId recv);
+  void touch(RankId r);  // accounts the time since the rank's last state change
+  void critical_path();
+  void peak_memory();
+
+  const Plan& plan_;
+  const topo::Topology& topo_;
+  const ComputeModel& model_;
+  FairShareNetwork net_;
+  EventQueue q_;
+  double now_ = 0;
+  SimResult res_;
+
+  // Per op (compact arrays, no per-op allocation while running).
+  std::vector<std::int32_t> deps_left_, stream_of_, partner_;
+  std::vector<std::uint32_t> dependents_begin_;
+  std::vector<OpId> dependents_;
+  std::vector<char> issued_;
+  // Per (rank, stream): its ops in order (CSR) and the issue cursor.
+  std::vector<std::uint32_t> stream_begin_;
+  std::vector<OpId> stream_ops_;
+  std::vector<std::uint32_t> head_, group_end_;
+  std::vector<std::int32_t> outstanding_;
+  // Per flow id of the network: the pair it carries and its latency.
+  std::vector<OpId> flow_send_;
+  std::vector<double> flow_latency_s_;
+  // Per rank: state for busy / exposed accounting.
+  std::vector<double> rank_last_s_;
+  std::vector<std::int32_t> comm_out_;
+  std::vector<char> compute_busy_;
+  std::size_t done_ = 0;
+};
+
+Status Engine::build() {
+  const std::size_t n = plan_.size();
+  const int ranks = plan_.ranks;
+  deps_left_.assign(n, 0);
+  issued_.assign(n, 0);
+  partner_.assign(n, kNone);
+  stream_of_.assign(n, 0);
+  // Dependents (reverse edges) in CSR form.
+  dependents_begin_.assign(n + 1, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    deps_left_[i] = static_cast<std::int32_t>(plan_.deps(OpId(i)).size());
+    for (OpId d : plan_.deps(OpId(i))) ++dependents_begin_[std::size_t(d) + 1];
+  }
+  for (std::size_t i = 0; i < n; ++i) dependents_begin_[i + 1] += dependents_begin_[i];
+  dependents_.assign(dependents_begin_[n], 0);
+  {
+    std::vector<std::uint32_t> fill(dependents_begin_.begin(), dependents_begin_.end() - 1);
+    for (std::size_t i = 0; i < n; ++i)
+      for (OpId d : plan_.deps(OpId(i))) dependents_[fill[std::size_t(d)]++] = OpId(i);
+  }
+  // Streams: ops of each (rank, stream) in id order.
+  const std::size_t S = std::size_t(ranks) * kNumStreams;
+  stream_begin_.assign(S + 1, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    const Op& o = plan_.op(OpId(i));
+    const int s = o.rank * kNumStreams + int(o.stream);
+    stream_of_[i] = s;
+    ++stream_begin_[std::size_t(s) + 1];
+  }
+  for (std::size_t s = 0; s < S; ++s) stream_begin_[s + 1] += stream_begin_[s];
+  stream_ops_.assign(n, 0);
+  {
+    std::vector<std::uint32_t> fill(stream_begin_.begin(), stream_begin_.end() - 1);
+    for (std::size_t i = 0; i < n; ++i) stream_ops_[fill[std::size_t(stream_of_[i])]++] = OpId(i);
+  }
+  head_.assign(stream_begin_.begin(), stream_begin_.end() - 1);
+  group_end_ = head_;
+  outstanding_.assign(S, 0);
+  // Match Send/Recv by (stream, src, dst, tag).
+  using Key = std::tuple<int, int, int, int, OpId>;
+  std::vector<Key> sends, recvs;
+  for (std::size_t i = 0; i < n; ++i) {
+    const Op& o = plan_.op(OpId(i));
+    if (o.kind == OpKind::Send) sends.emplace_back(int(o.stream), o.rank, o.peer, o.tag, OpId(i));
+    else if (o.kind == OpKind::Recv) recvs.emplace_back(int(o.stream), o.peer, o.rank, o.tag, OpId(i));
+  }
+  std::sort(sends.begin(), sends.end());
+  std::sort(recvs.begin(), recvs.end());
+  std::size_t j = 0;
+  for (const auto& s : sends) {
+    auto key = [](const Key& k) { return std::make_tuple(std::get<0>(k), std::get<1>(k), std::get<2>(k), std::get<3>(k)); };
+    while (j < recvs.size() && key(recvs[j]) < key(s)) ++j;
+    if (j < recvs.size() && key(recvs[j]) == key(s)) {
+      partner_[std::size_t(std::get<4>(s))] = std::get<4>(recvs[j]);
+      partner_[std::size_t(std::get<4>(recvs[j]))] = std::get<4>(s);
+      ++j;
+    }
+  }
+  for (std::size_t i = 0; i < n; ++i)
+    if (is_comm(plan_.op(OpId(i)).kind) && partner_[i] == kNone)
+      return Error{"plan", fmt::format("op {} ({}) has no matching {}", i, op_label(plan_, OpId(i)),
+                                       plan_.op(OpId(i)).kind == OpKind::Send ? "receive" : "send")};
+  res_.start_s.assign(n, 0);
+  res_.end_s.assign(n, 0);
+  res_.flow_start_s.assign(n, 0);
+  res_.ranks.assign(std::size_t(ranks), RankStats{});
+  rank_last_s_.assign(std::size_t(ranks), 0);
+  comm_out_.assign(std::size_t(ranks), 0);
+  compute_busy_.assign(std::size_t(ranks), 0);
+  q_.reserve(1024);
+  return {};
+}
+
+void Engine::touch(RankId r) {
+  const auto R = std::size_t(r);
+  const double dt = now_ - rank_last_s_[R];
+  if (dt > 0) {
+    if (compute_busy_[R]) res_.ranks[R].compute_busy_s += dt;
+    else if (comm_out_[R] > 0) res_.ranks[R].exposed_comm_s += dt;
+  }
+  rank_last_s_[R] = now_;
+}
+
+void Engine::try_issue(int s) {
+  const auto S = std::size_t(s);
+  if (outstanding_[S] > 0) return;
+  std::uint32_t p = head_[S];
+  const std::uint32_t end = stream_begin_[S + 1];
+  if (p >= end) return;
+  const Op& first = plan_.op(stream_ops_[p]);
+  std::uint32_t e = p + 1;
+  if (is_comm(first.kind) && first.group != kNone)
+    while (e < end) {
+      const Op& o = plan_.op(stream_ops_[e]);
+      if (!is_comm(o.kind) || o.group != first.group) break;
+      ++e;
+    }
+  for (std::uint32_t k = p; k < e; ++k)
+    if (deps_left_[std::size_t(stream_ops_[k])] > 0) return;
+  group_end_[S] = e;
+  outstanding_[S] = static_cast<std::int32_t>(e - p);
+  for (std::uint32_t k = p; k < e; ++k) issue(stream_ops_[k]);
+}
+
+void Engine::issue(OpId id) {
+  const Op& o = plan_.op(id);
+  res_.start_s[std::size_t(id)] = now_;
+  touch(o.rank);
+  if (is_comm(o.kind)) {
+    issued_[std::size_t(id)] = 1;
+    ++comm_out_[std::size_t(o.rank)];
+    const OpId p = partner_[std::size_t(id)];
+    if (issued_[std::size_t(p)]) {
+      if (o.kind == OpKind::Send) start_flow(id, p);
+      else start_flow(p, id);
+    }
+    return;
+  }
+  if (o.stream == Stream::Compute) compute_busy_[std::size_t(o.rank)] = 1;
+  q_.push(now_ + model_.op_seconds(o, plan_.workload), kOpDone, id);
+}
+
+void Engine::start_flow(OpId send, OpId recv) {
+  const Op& s = plan_.op(send);
+  const Op& r = plan_.op(recv);
+  res_.flow_start_s[std::size_t(send)] = res_.flow_start_s[std::size_t(recv)] = now_;
+  const double lat = topo_.route_latency_us(s.rank, r.rank) * 1e-6;
+  if (s.bytes == 0) {
+    q_.push(now_ + lat, kFlowDone, send);  // nothing to move: the pair completes after the latency
+    return;
+  }
+  const int f = net_.add_flow(topo_.route(s.rank, r.rank), double(s.bytes), now_);
+  if (std::size_t(f) >= flow_send_.size()) {
+    flow_send_.resize(std::size_t(f) + 1);
+    flow_latency_s_.resize(std::size_t(f) + 1);
+  }
+  flow_send_[std::size_t(f)] = send;
+  flow_latency_s_[std::size_t(f)] = lat;
+}
+
+void Engine::complete(OpId id) {
+  const Op& o = plan_.op(id);
+  res_.end_s[std::size_t(id)] = now_;
+  touch(o.rank);
+  ++done_;
+  if (is_comm(o.kind)) --comm_out_[std::size_t(o.rank)];
+  else if (o.stream == Stream::Compute) compute_busy_[std::size_t(o.rank)] = 0;
+  auto& rs = res_.ranks[std::size_t(o.rank)];
+  rs.end_s = std::max(rs.end_s, now_);
+  const auto S = std::size_t(stream_of_[std::size_t(id)]);
+  for (std::uint32_t k = dependents_begin_[std::size_t(id)]; k < dependents_begin_[std::size_t(id) + 1]; ++k) {
+    const OpId d = dependents_[k];
+    if (--deps_left_[std::size_t(d)] == 0) try_issue(stream_of_[std::size_t(d)]);
+  }
+  if (--outstanding_[S] == 0) {
+    head_[S] = group_end_[S];
+    try_issue(static_cast<int>(S));
+  }
+}
+
+Expected<SimResult> Engine::run() {
+  if (topo_.num_gpus() < plan_.ranks)
+    return Error{"--topology", fmt::format("the plan has {} ranks but topology '{}' has only {} GPUs", plan_.ranks, topo_.name,
+                                           topo_.num_gpus())};
+  if (auto st = build(); !st) return st.error();
+  for (std::size_t s = 0; s + 1 < stream_begin_.size(); ++s) try_issue(static_cast<int>(s));
+  auto on_change = [&](int f) {
+    const double left = net_.time_left_s(f);
+    if (left < FairShareNetwork::kInf) q_.push(now_ + left, kFlowDrained, f, net_.version(f));
+  };
+  for (;;) {
+    if (net_.dirty() && (q_.empty() || q_.top().time_s > now_)) net_.resolve(now_, on_change);
+    if (q_.empty()) break;
+    const Event e = q_.pop();
+    ++res_.events;
+    now_ = e.time_s;
+    switch (e.kind) {
+      case kOpDone: complete(e.id); break;
+      case kFlowDrained: {
+        if (net_.version(e.id) != e.version) break;  // the rate changed since: a newer event stands
+        net_.remove_flow(e.id, now_);  // the slot may be reused at once: the done event names the send
+        q_.push(now_ + flow_latency_s_[std::size_t(e.id)], kFlowDone, flow_send_[std::size_t(e.id)]);
+        break;
+      }
+      case kFlowDone: {
+        const OpId s = e.id, r = partner_[std::size_t(e.id)];
+        complete(s);
+        complete(r);
+        break;
+      }
+      default: break;
+    }
+  }
+  if (done_ != plan_.size()) {
+    OpId stuck = kNone;
+    for (std::size_t s = 0; s + 1 < stream_begin_.size() && stuck == kNone; ++s)
+      if (head_[s] < stream_begin_[s + 1]) stuck = stream_ops_[head_[s]];
+    return Error{"simulate", fmt::format("the plan deadlocks: {} of {} ops completed; stuck at op {} ({})", done_, plan_.size(),
+                                         stuck, stuck == kNone ? "?" : op_label(plan_, stuck))};
+  }
+  res_.makespan_s = now_;
+  int last = 0;
+  for (int r = 0; r < plan_.ranks; ++r) {
+    auto& rs = res_.ranks[std::size_t(r)];
+    now_ = res_.makespan_s;
+    touch(RankId(r));
+    rs.idle_s = res_.makespan_s - rs.compute_busy_s;
+    if (rs.end_s > res_.ranks[std::size_t(last)].end_s) last = r;
+  }
+  res_.last_rank = last;
+  res_.channels.resize(std::size_t(topo_.num_channels()));
+  for (int c = 0; c < topo_.num_channels(); ++c)
+    res_.channels[std::size_t(c)] = {net_.channel_bytes(c), net_.channel_busy_s(c), net_.channel_max_flows(c)};
+  critical_path();
+  peak_memory();
+  return std::move(res_);
+}
+
+void Engine::critical_path() {
+  // Walk back from the op that ends last: at each op, the predecessor is the
+  // input that arrived last — a dependency, the previous op of its stream, or,
+  // for a send/recv whose partner was issued later, the partner.
+  const std::size_t n = plan_.size();
+  if (n == 0) return;
+  OpId cur = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    if (res_.end_s[i] > res_.end_s[std::size_t(cur)]) cur = OpId(i);
+  std::vector<OpId> path;
+  std::vector<std::uint32_t> pos(n);
+  for (std::size_t k = 0; k < stream_ops_.size(); ++k) pos[std::size_t(stream_ops_[k])] = std::uint32_t(k);
+  constexpr double kTol = 1e-12;
+  while (cur != kNone && path.size() < n) {
+    path.push_back(cur);
+    const Op& o = plan_.op(cur);
+    if (is_comm(o.kind)) {
+      const OpId p = partner_[std::size_t(cur)];
+      if (res_.start_s[std::size_t(p)] > res_.start_s[std::size_t(cur)] + kTol) {
+        cur = p;
+        path.push_back(cur);
+      }
+    }
+    const double start = res_.start_s[std::size_t(cur)];
+    OpId best = kNone;
+    double best_end = -1;
+    auto consider = [&](OpId c) {
+      const double e = res_.end_s[std::size_t(c)];
+      if (e <= start + kTol && e > best_end) { best_end = e; best = c; }
+    };
+    // The issue group of cur: its stream neighbours with the same group id.
+    const Op& co = plan_.op(cur);
+    const auto S = std::size_t(stream_of_[std::size_t(cur)]);
+    std::uint32_t gb = pos[std::size_t(cur)], ge = gb + 1;
+    if (is_comm(co.kind) && co.group != kNone) {
+      while (gb > stream_begin_[S] && plan_.op(stream_ops_[gb - 1]).group == co.group && is_comm(plan_.op(stream_ops_[gb - 1]).kind)) --gb;
+      while (ge < stream_begin_[S + 1] && plan_.op(stream_ops_[ge]).group == co.group && is_comm(plan_.op(stream_ops_[ge]).kind)) ++ge;
+    }
+    for (std::uint32_t k = gb; k < ge; ++k)
+      for (OpId d : plan_.deps(stream_ops_[k])) consider(d);
+    if (gb > stream_begin_[S]) consider(stream_ops_[gb - 1]);
+    if (start <= kTol && best_end <= kTol) break;
+    cur = best;
+  }
+  std::reverse(path.begin(), path.end());
+  res_.critical_path = std::move(path);
+}
+
+void Engine::peak_memory() {
+  const auto& bufs = plan_.buffers();
+  const std::size_t B = bufs.size();
+  std::vector<double> first(B, -1), last(B, -1);
+  for (std::size_t i = 0; i < plan_.size(); ++i) {
+    const Op& o = plan_.op(OpId(i));
+    for (BufferId b : o.buf) {
+      if (b == kNone) continue;
+      const auto k = std::size_t(b);
+      if (first[k] < 0 || res_.start_s[i] < first[k]) first[k] = res_.start_s[i];
+      last[k] = std::max(last[k], res_.end_s[i]);
+    }
+  }
+  for (const auto& rr : plan_.results())
+    for (BufferId b : {rr.out, rr.dq, rr.dkv})
+      if (b != kNone) last[std::size_t(b)] = res_.makespan_s;
+  // Sweep per rank: allocations at first access (Input buffers at 0), frees after the last one.
+  std::vector<std::vector<std::pair<double, std::int64_t>>> ev(std::size_t(plan_.ranks));
+  for (std::size_t k = 0; k < B; ++k) {
+    const Buffer& b = bufs[k];
+    if (first[k] < 0 && b.init != BufInit::Input) continue;
+    const double from = b.init == BufInit::Input ? 0.0 : first[k];
+    const double to = std::max(from, last[k] < 0 ? res_.makespan_s : last[k]);
+    ev[std::size_t(b.rank)].emplace_back(from, std::int64_t(b.bytes));
+    ev[std::size_t(b.rank)].emplace_back(to, -std::int64_t(b.bytes));
+  }
+  for (std::size_t r = 0; r < ev.size(); ++r) {
+    auto& e = ev[r];
+    // At equal times, allocate before freeing (a buffer read by the op that fills the next is still live).
+    std::sort(e.begin(), e.end(), [](const auto& a, const auto& b) { return a.first < b.first || (a.first == b.first && a.second > b.second); });
+    std::int64_t cur = 0, peak = 0;
+    for (const auto& [t, d] : e) {
+      cur += d;
+      peak = std::max(peak, cur);
+    }
+    res_.ranks[r].peak_mem_bytes = Bytes(peak);
+  }
+}
+
+} // namespace
+
+Expected<SimResult> simulate(const Plan& plan, const topo::Topology& topology, const ComputeModel& model) {
+  Engine e(plan, topology, model);
+  return e.run();
+}
+
+} // namespace charm::sim

@@ -1,0 +1,53 @@
+#pragma once
+// The discrete-event simulator: runs a plan against a topology.
+//
+// - An op is issued when its dependencies are done and it reaches the head of
+//   its (rank, stream); consecutive Send/Recv of one ncclGroup are issued
+//   together and the stream moves on once all of them completed.
+// - A Send/Recv pair is one flow that starts when both sides are issued (NCCL
+//   rendezvous), shares the links of its route max-min fairly
+//   (FairShareNetwork) and completes its route latency after its last byte.
+// - Compute, Merge, Accumulate and Copy take ComputeModel time.
+// Everything lives in the Simulator object: several simulations can run in
+// one process, in parallel.
+
+#include <cstdint>
+#include <vector>
+
+#include "scheduler/ir/plan.hpp"
+#include "sim/compute_model.hpp"
+#include "topologies/topology.hpp"
+
+namespace charm::sim {
+
+struct RankStats {
+  Seconds compute_busy_s = 0;   // the compute stream runs an op
+  Seconds exposed_comm_s = 0;   // the compute stream is idle while a send/recv of this rank is outstanding
+  Seconds idle_s = 0;           // makespan - compute_busy
+  Seconds end_s = 0;            // when the rank's last op completed
+  ir::Bytes peak_mem_bytes = 0; // high-water mark of live buffers (a buffer lives from first to last access)
+};
+
+struct ChannelStats {
+  double bytes = 0;
+  Seconds busy_s = 0;  // time with at least one flow
+  int max_flows = 0;   // most flows at once
+};
+
+struct SimResult {
+  Seconds makespan_s = 0;
+  int last_rank = 0;                 // the rank that finishes last
+  std::vector<Seconds> start_s;      // per op: issue time
+  std::vector<Seconds> end_s;        // per op: completion time
+  std::vector<Seconds> flow_start_s; // per Send/Recv: when both sides were issued (else = start)
+  std::vector<RankStats> ranks;
+  std::vector<ChannelStats> channels;
+  std::vector<ir::OpId> critical_path;  // first op first
+  std::uint64_t events = 0;
+};
+
+/// Simulates `plan` on the first plan.ranks GPUs of `topology` (rank r on GPU r).
+/// Errors: too few GPUs, a plan that deadlocks (ops left unfinished).
+[[nodiscard]] Expected<SimResult> simulate(const ir::Plan& plan, const topo::Topology& topology, const ComputeModel& model);
+
+} // namespace charm::sim

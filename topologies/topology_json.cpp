@@ -1,0 +1,366 @@
+#include "topologies/topology_json.hpp"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace charm::topo {
+
+namespace {
+
+using nlohmann::json;
+
+/// A cursor into the document that knows its own JSON path, for error messages.
+struct Node {
+  const json& j;
+  std::string path;
+  const std::string& src;
+
+  [[nodiscard]] Error error(const std::string& what) const { return Error{src, fmt::format("{}: {}", path, what)}; }
+  [[nodiscard]] bool has(const char* key) const { return j.is_object() && j.contains(key); }
+  [[nodiscard]] Node at(const char* key) const { return {j.at(key), path.empty() ? key : path + "." + key, src}; }
+  [[nodiscard]] Node at(std::size_t i) const { return {j.at(i), fmt::format("{}[{}]", path, i), src}; }
+  [[nodiscard]] Error missing(const char* key) const {
+    return Error{src, fmt::format("{}: missing required field", path.empty() ? std::string(key) : path + "." + key)};
+  }
+};
+
+template <class T>
+using Ex = Expected<T>;
+
+Ex<double> get_number(const Node& n, const char* key, bool required, double def, bool positive, bool non_negative) {
+  if (!n.has(key)) {
+    if (required) return n.missing(key);
+    return def;
+  }
+  const Node v = n.at(key);
+  if (!v.j.is_number()) return v.error(fmt::format("must be a number, got {}", v.j.dump()));
+  const double x = v.j.get<double>();
+  if (positive && !(x > 0)) return v.error(fmt::format("must be > 0, got {}", v.j.dump()));
+  if (non_negative && !(x >= 0)) return v.error(fmt::format("must be >= 0, got {}", v.j.dump()));
+  return x;
+}
+
+Ex<long> get_int(const Node& n, const char* key, bool required, long def, long min_value) {
+  if (!n.has(key)) {
+    if (required) return n.missing(key);
+    return def;
+  }
+  const Node v = n.at(key);
+  if (!v.j.is_number_integer()) return v.error(fmt::format("must be an integer, got {}", v.j.dump()));
+  const long x = v.j.get<long>();
+  if (x < min_value) return v.error(fmt::format("must be >= {}, got {}", min_value, x));
+  return x;
+}
+
+Ex<std::string> get_string(const Node& n, const char* key, bool required, const std::string& def) {
+  if (!n.has(key)) {
+    if (required) return n.missing(key);
+    return def;
+  }
+  const Node v = n.at(key);
+  if (!v.j.is_string()) return v.error(fmt::format("must be a string, got {}", v.j.dump()));
+  return v.j.get<std::string>();
+}
+
+#define TRY_ASSIGN(var, expr)           \
+  auto var##_ex = (expr);               \
+  if (!var##_ex) return var##_ex.error(); \
+  auto var = std::move(var##_ex).value()
+
+Status parse_gpu(const Node& n, GpuSpec& g) {
+  if (!n.j.is_object()) return n.error("must be an object");
+  TRY_ASSIGN(model, get_string(n, "model", false, "gpu"));
+  g.model = model;
+  if (!n.has("tflops")) return n.missing("tflops");
+  const Node tf = n.at("tflops");
+  if (tf.j.is_number()) {
+    TRY_ASSIGN(x, get_number(n, "tflops", true, 0, true, false));
+    g.tflops_bf16 = g.tflops_fp16 = x;
+    g.tflops_fp32 = x / 2;
+  } else if (tf.j.is_object()) {
+    TRY_ASSIGN(bf16, get_number(tf, "bf16", true, 0, true, false));
+    TRY_ASSIGN(fp16, get_number(tf, "fp16", false, bf16, true, false));
+    TRY_ASSIGN(fp32, get_number(tf, "fp32", false, bf16 / 2, true, false));
+    g.tflops_bf16 = bf16;
+    g.tflops_fp16 = fp16;
+    g.tflops_fp32 = fp32;
+  } else {
+    return tf.error("must be a number or an object {\"bf16\", \"fp16\", \"fp32\"}");
+  }
+  TRY_ASSIGN(hbm, get_number(n, "hbm_gbps", false, 0, false, true));
+  g.hbm_gbps = hbm;
+  if (n.has("efficiency")) {
+    const Node e = n.at("efficiency");
+    if (e.j.is_number()) {
+      TRY_ASSIGN(x, get_number(n, "efficiency", true, 1, true, false));
+      g.efficiency_fwd = g.efficiency_bwd = x;
+    } else if (e.j.is_object()) {
+      TRY_ASSIGN(f, get_number(e, "fwd", true, 1, true, false));
+      TRY_ASSIGN(b, get_number(e, "bwd", false, f, true, false));
+      g.efficiency_fwd = f;
+      g.efficiency_bwd = b;
+    } else {
+      return e.error("must be a number or an object {\"fwd\", \"bwd\"}");
+    }
+    if (g.efficiency_fwd > 1) return e.error(fmt::format("must be <= 1, got {}", g.efficiency_fwd));
+    if (g.efficiency_bwd > 1) return e.error(fmt::format("must be <= 1, got {}", g.efficiency_bwd));
+  }
+  TRY_ASSIGN(half, get_number(n, "half_tokens", false, 0, false, true));
+  g.half_tokens = half;
+  TRY_ASSIGN(launch, get_number(n, "launch_us", false, 0, false, true));
+  g.launch_us = launch;
+  return {};
+}
+
+/// bandwidth_gbps (required, > 0), latency_us (>= 0, default 0), sharing (shared | dedicated).
+Status parse_link_params(const Node& n, Link& l, const char* default_sharing) {
+  if (!n.j.is_object()) return n.error("must be an object");
+  TRY_ASSIGN(bw, get_number(n, "bandwidth_gbps", true, 0, true, false));
+  TRY_ASSIGN(lat, get_number(n, "latency_us", false, 0, false, true));
+  TRY_ASSIGN(sharing, get_string(n, "sharing", default_sharing == nullptr, default_sharing ? default_sharing : ""));
+  l.bandwidth_gbps = bw;
+  l.latency_us = lat;
+  if (sharing == "shared") l.sharing = Sharing::Shared;
+  else if (sharing == "dedicated") l.sharing = Sharing::Dedicated;
+  else return n.at("sharing").error(fmt::format("must be \"shared\" or \"dedicated\", got \"{}\"", sharing));
+  return {};
+}
+
+Status parse_explicit(const Node& root, Topology& t) {
+  // levels
+  if (root.has("levels")) {
+    const Node lv = root.at("levels");
+    if (!lv.j.is_array()) return lv.error("must be an array of level names, outermost first");
+    for (std::size_t i = 0; i < lv.j.size(); ++i) {
+      if (!lv.j[i].is_string()) return lv.at(i).error("must be a string");
+      t.levels.push_back(lv.j[i].get<std::string>());
+    }
+  }
+  if (!root.has("gpus")) return root.missing("gpus");
+  const Node gp = root.at("gpus");
+  std::map<std::string, int> index;
+  if (gp.j.is_number_integer()) {
+    TRY_ASSIGN(count, get_int(root, "gpus", true, 0, 1));
+    for (long g = 0; g < count; ++g) {
+      t.vertex_names.push_back(fmt::format("gpu{}", g));
+      t.gpu_place.push_back(std::vector<int>(t.levels.size(), 0));
+    }
+  } else if (gp.j.is_array()) {
+    if (gp.j.empty()) return gp.error("must list at least one GPU");
+    for (std::size_t i = 0; i < gp.j.size(); ++i) {
+      const Node g = gp.at(i);
+      if (g.j.is_string()) {
+        t.vertex_names.push_back(g.j.get<std::string>());
+        t.gpu_place.push_back(std::vector<int>(t.levels.size(), 0));
+        continue;
+      }
+      if (!g.j.is_object()) return g.error("must be a name or an object {\"name\", \"place\"}");
+      TRY_ASSIGN(nm, get_string(g, "name", false, fmt::format("gpu{}", i)));
+      t.vertex_names.push_back(nm);
+      std::vector<int> place;
+      if (g.has("place")) {
+        const Node p = g.at("place");
+        if (!p.j.is_array() || p.j.size() != t.levels.size())
+          return p.error(fmt::format("must be an array of {} integers (one per level)", t.levels.size()));
+        for (std::size_t k = 0; k < p.j.size(); ++k) {
+          if (!p.j[k].is_number_integer()) return p.at(k).error("must be an integer");
+          place.push_back(p.j[k].get<int>());
+        }
+      } else {
+        if (!t.levels.empty()) return g.missing("place");
+      }
+      t.gpu_place.push_back(std::move(place));
+    }
+  } else {
+    return gp.error("must be a GPU count or an array of GPUs");
+  }
+  const int num_gpus = static_cast<int>(t.vertex_names.size());
+  if (root.has("switches")) {
+    const Node sw = root.at("switches");
+    if (!sw.j.is_array()) return sw.error("must be an array of names");
+    for (std::size_t i = 0; i < sw.j.size(); ++i) {
+      if (!sw.j[i].is_string()) return sw.at(i).error("must be a string");
+      t.vertex_names.push_back(sw.j[i].get<std::string>());
+    }
+  }
+  for (std::size_t v = 0; v < t.vertex_names.size(); ++v) {
+    if (!index.emplace(t.vertex_names[v], int(v)).second)
+      return Error{root.src, fmt::format("{}: duplicate vertex name \"{}\"", v < std::size_t(num_gpus) ? "gpus" : "switches", t.vertex_names[v])};
+  }
+  if (!root.has("links")) return root.missing("links");
+  const Node ln = root.at("links");
+  if (!ln.j.is_array()) return ln.error("must be an array of links");
+  for (std::size_t i = 0; i < ln.j.size(); ++i) {
+    const Node l = ln.at(i);
+    if (!l.j.is_object()) return l.error("must be an object");
+    Link link;
+    for (const char* end : {"a", "b"}) {
+      TRY_ASSIGN(nm, get_string(l, end, true, ""));
+      auto it = index.find(nm);
+      if (it == index.end()) return l.at(end).error(fmt::format("unknown GPU or switch \"{}\"", nm));
+      (end[0] == 'a' ? link.a : link.b) = it->second;
+    }
+    if (link.a == link.b) return l.error("a link needs two different ends");
+    if (auto s = parse_link_params(l, link, nullptr); !s) return s.error();
+    TRY_ASSIGN(nm, get_string(l, "name", false, ""));
+    link.name = nm;
+    t.links.push_back(link);
+  }
+  if (root.has("domain")) {
+    TRY_ASSIGN(d, get_string(root, "domain", true, ""));
+    auto it = std::find(t.levels.begin(), t.levels.end(), d);
+    if (it == t.levels.end()) return root.at("domain").error(fmt::format("\"{}\" is not one of the levels", d));
+    t.domain_level = static_cast<int>(it - t.levels.begin());
+  } else if (!t.levels.empty()) {
+    t.domain_level = 0;
+  }
+  return t.finalize(num_gpus, root.src);
+}
+
+Status parse_generator(const Node& root, Topology& t) {
+  TRY_ASSIGN(nodes, get_int(root, "nodes", true, 1, 1));
+  TRY_ASSIGN(per_node, get_int(root, "gpus_per_node", true, 1, 1));
+  TRY_ASSIGN(numa, get_int(root, "numa_per_node", false, 1, 1));
+  if (per_node % numa != 0)
+    return root.at("numa_per_node").error(fmt::format("must divide gpus_per_node ({}), got {}", per_node, numa));
+  if (!root.has("intra")) return root.missing("intra");
+  Link intra;
+  if (auto s = parse_link_params(root.at("intra"), intra, "dedicated"); !s) return s.error();
+  Link numa_link, inter;
+  if (numa > 1) {
+    if (!root.has("numa")) return root.missing("numa");
+    if (auto s = parse_link_params(root.at("numa"), numa_link, "shared"); !s) return s.error();
+  }
+  std::string nic = "per_gpu";
+  if (nodes > 1) {
+    if (!root.has("inter")) return root.missing("inter");
+    const Node in = root.at("inter");
+    if (auto s = parse_link_params(in, inter, "shared"); !s) return s.error();
+    TRY_ASSIGN(n, get_string(in, "nic", false, "per_gpu"));
+    if (n != "per_gpu" && n != "per_node") return in.at("nic").error(fmt::format("must be \"per_gpu\" or \"per_node\", got \"{}\"", n));
+    nic = n;
+  }
+  t.levels = {"node", "numa"};
+  const long per_numa = per_node / numa;
+  const int G = static_cast<int>(nodes * per_node);
+  for (long nd = 0; nd < nodes; ++nd)
+    for (long g = 0; g < per_node; ++g) {
+      t.vertex_names.push_back(fmt::format("n{}.gpu{}", nd, g));
+      t.gpu_place.push_back({int(nd), int(g / per_numa)});
+    }
+  auto add_vertex = [&](std::string name) {
+    t.vertex_names.push_back(std::move(name));
+    return static_cast<int>(t.vertex_names.size()) - 1;
+  };
+  const int fabric = nodes > 1 ? add_vertex("fabric") : -1;
+  for (long nd = 0; nd < nodes; ++nd) {
+    std::vector<int> sw;
+    for (long m = 0; m < numa; ++m) sw.push_back(add_vertex(numa > 1 ? fmt::format("n{}.numa{}.switch", nd, m) : fmt::format("n{}.switch", nd)));
+    const int host = numa > 1 ? add_vertex(fmt::format("n{}.host", nd)) : sw[0];
+    for (long g = 0; g < per_node; ++g) {
+      Link l = intra;
+      l.a = int(nd * per_node + g);
+      l.b = sw[std::size_t(g / per_numa)];
+      t.links.push_back(l);
+    }
+    if (numa > 1)
+      for (int s : sw) {
+        Link l = numa_link;
+        l.a = s;
+        l.b = host;
+        t.links.push_back(l);
+      }
+    if (nodes > 1) {
+      if (nic == "per_gpu") {
+        for (long g = 0; g < per_node; ++g) {
+          Link l = inter;
+          l.a = int(nd * per_node + g);
+          l.b = fabric;
+          t.links.push_back(l);
+        }
+      } else {
+        Link l = inter;
+        l.a = host;
+        l.b = fabric;
+        t.links.push_back(l);
+      }
+    }
+  }
+  std::string dflt = nodes > 1 ? "node" : numa > 1 ? "numa" : "none";
+  TRY_ASSIGN(domain, get_string(root, "domain", false, dflt));
+  if (domain == "node") t.domain_level = nodes > 1 ? 0 : -1;
+  else if (domain == "numa") t.domain_level = 1;
+  else if (domain == "none") t.domain_level = -1;
+  else return root.at("domain").error(fmt::format("must be \"node\", \"numa\" or \"none\", got \"{}\"", domain));
+  return t.finalize(G, root.src);
+}
+
+} // namespace
+
+Expected<Topology> parse_topology(const nlohmann::json& j, const std::string& source) {
+  const Node root{j, "", source};
+  if (!j.is_object()) return Error{source, "the topology must be a JSON object"};
+  Topology t;
+  auto name_ex = get_string(root, "name", false, source);
+  if (!name_ex) return name_ex.error();
+  t.name = name_ex.value();
+  if (root.has("notes")) {
+    const Node n = root.at("notes");
+    if (n.j.is_string()) t.notes = n.j.get<std::string>();
+    else if (n.j.is_array()) {
+      for (const auto& s : n.j) {
+        if (!s.is_string()) return n.error("must be a string or an array of strings");
+        t.notes += (t.notes.empty() ? "" : "\n") + s.get<std::string>();
+      }
+    } else return n.error("must be a string or an array of strings");
+  }
+  if (root.has("schema")) {
+    auto s = get_int(root, "schema", true, 1, 1);
+    if (!s) return s.error();
+    if (s.value() != 1) return root.at("schema").error(fmt::format("unsupported schema version {} (expected 1)", s.value()));
+  }
+  if (!root.has("gpu")) return root.missing("gpu");
+  if (auto s = parse_gpu(root.at("gpu"), t.gpu); !s) return s.error();
+  Status st = root.has("nodes") ? parse_generator(root, t) : parse_explicit(root, t);
+  if (!st) return st.error();
+  return t;
+}
+
+Expected<Topology> parse_topology_text(const std::string& text, const std::string& source) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    std::string what = e.what();
+    // "[json.exception.parse_error.101] parse error at line 3, column 5: ..." -> keep the part after the id.
+    if (auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
+    return Error{source, "malformed JSON: " + what};
+  }
+  return parse_topology(j, source);
+}
+
+Expected<Topology> load_topology(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Error{path, "cannot open the topology file"};
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_topology_text(ss.str(), path);
+}
+
+nlohmann::json topology_summary(const Topology& t) {
+  nlohmann::json links = nlohmann::json::array();
+  for (const auto& l : t.links)
+    links.push_back({{"a", t.vertex_names[std::size_t(l.a)]}, {"b", t.vertex_names[std::size_t(l.b)]},
+                     {"bandwidth_gbps", l.bandwidth_gbps}, {"latency_us", l.latency_us},
+                     {"sharing", l.sharing == Sharing::Shared ? "shared" : "dedicated"}});
+  return {{"name", t.name}, {"gpus", t.num_gpus()}, {"switches", t.num_vertices() - t.num_gpus()},
+          {"domains", t.domains()}, {"gpu", {{"model", t.gpu.model}, {"tflops_bf16", t.gpu.tflops_bf16}, {"hbm_gbps", t.gpu.hbm_gbps},
+                                             {"efficiency_fwd", t.gpu.efficiency_fwd}, {"efficiency_bwd", t.gpu.efficiency_bwd},
+                                             {"launch_us", t.gpu.launch_us}}},
+          {"links", links}, {"notes", t.notes}};
+}
+
+} // namespace charm::topo
