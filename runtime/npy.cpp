@@ -7,9 +7,9 @@ namespace charm::rt {
 
 std::string npy_bytes(std::span<const float> data, const std::vector<std::int64_t>& shape) {
   static_assert(std::endian::native == std::endian::little, "npy writer assumes a little-endian host");
-  std::string dims;
-  for (auto d : shape) dims += std::to_string(d) + ", ";
-  if (shape.size() > 1) dims.resize(dims.size() - 1);  // "(2, 3)" but "(2,)"
+  std::string dims;  // "2, 3", or "2," for one dimension (a Python tuple)
+  for (std::size_t i = 0; i < shape.size(); ++i) dims += (i ? ", " : "") + std::to_string(shape[i]);
+  if (shape.size() == 1) dims += ",";
   std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + dims + "), }";
   // Magic (6) + version (2) + header length (2) + header, padded with spaces to a multiple of 64, ending in '\n'.
   const std::size_t total = 10 + header.size() + 1;

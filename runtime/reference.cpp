@@ -1,5 +1,6 @@
 #include "runtime/reference.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -17,7 +18,13 @@ Reference reference_attention(const ir::Workload& w, const GlobalTensors& in, bo
     ref.dv.assign(std::size_t(B * S * Hkv * D), 0.0);
   }
   const auto rows = static_cast<std::size_t>(S * D);
-  std::vector<double> q(rows), k(rows), v(rows), g(rows), p(static_cast<std::size_t>(S));
+  std::vector<double> q(rows), k(rows), v(rows), g(rows), kt(rows), vt(rows), p(static_cast<std::size_t>(S)),
+      dp(static_cast<std::size_t>(S));
+  // [S, D] -> [D, S], so that row-times-matrix products run over contiguous j.
+  auto transpose = [&](const std::vector<double>& x, std::vector<double>& xt) {
+    for (std::int64_t s = 0; s < S; ++s)
+      for (std::int64_t d = 0; d < D; ++d) xt[std::size_t(d * S + s)] = x[std::size_t(s * D + d)];
+  };
   auto load = [&](const std::vector<float>& src, std::int64_t b, std::int64_t heads, std::int64_t h, std::vector<double>& dst) {
     for (std::int64_t s = 0; s < S; ++s)
       for (std::int64_t d = 0; d < D; ++d) dst[std::size_t(s * D + d)] = src[std::size_t(((b * S + s) * heads + h) * D + d)];
@@ -29,15 +36,18 @@ Reference reference_attention(const ir::Workload& w, const GlobalTensors& in, bo
       load(in.k, b, Hkv, hk, k);
       load(in.v, b, Hkv, hk, v);
       if (backward) load(in.dout, b, H, h, g);
+      transpose(k, kt);
+      transpose(v, vt);
       for (std::int64_t i = 0; i < S; ++i) {
         const std::int64_t n = w.causal ? i + 1 : S;
-        double m = -std::numeric_limits<double>::infinity();
-        for (std::int64_t j = 0; j < n; ++j) {
-          double s = 0;
-          for (std::int64_t d = 0; d < D; ++d) s += q[std::size_t(i * D + d)] * k[std::size_t(j * D + d)];
-          p[std::size_t(j)] = s * scale;
-          m = std::max(m, p[std::size_t(j)]);
+        std::fill(p.begin(), p.begin() + n, 0.0);
+        for (std::int64_t d = 0; d < D; ++d) {
+          const double qd = q[std::size_t(i * D + d)];
+          const double* kd = kt.data() + d * S;
+          for (std::int64_t j = 0; j < n; ++j) p[std::size_t(j)] += qd * kd[j];
         }
+        double m = -std::numeric_limits<double>::infinity();
+        for (std::int64_t j = 0; j < n; ++j) m = std::max(m, p[std::size_t(j)] *= scale);
         double l = 0;
         for (std::int64_t j = 0; j < n; ++j) l += (p[std::size_t(j)] = std::exp(p[std::size_t(j)] - m));
         const double lse = m + std::log(l);
@@ -53,10 +63,14 @@ Reference reference_attention(const ir::Workload& w, const GlobalTensors& in, bo
         double delta = 0;
         for (std::int64_t d = 0; d < D; ++d) delta += g[std::size_t(i * D + d)] * o[d];
         double* dqi = ref.dq.data() + ((b * S + i) * H + h) * D;
+        std::fill(dp.begin(), dp.begin() + n, 0.0);
+        for (std::int64_t d = 0; d < D; ++d) {
+          const double gd = g[std::size_t(i * D + d)];
+          const double* vd = vt.data() + d * S;
+          for (std::int64_t j = 0; j < n; ++j) dp[std::size_t(j)] += gd * vd[j];
+        }
         for (std::int64_t j = 0; j < n; ++j) {
-          double dpj = 0;
-          for (std::int64_t d = 0; d < D; ++d) dpj += g[std::size_t(i * D + d)] * v[std::size_t(j * D + d)];
-          const double ds = p[std::size_t(j)] * (dpj - delta);
+          const double ds = p[std::size_t(j)] * (dp[std::size_t(j)] - delta);
           double* dkj = ref.dk.data() + ((b * S + j) * Hkv + hk) * D;
           double* dvj = ref.dv.data() + ((b * S + j) * Hkv + hk) * D;
           for (std::int64_t d = 0; d < D; ++d) {

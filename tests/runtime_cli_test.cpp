@@ -1,0 +1,116 @@
+// `charm run` end to end: --check and its JSON, every pass, dtype rounding,
+// --dump (natural order whatever the layout), the watchdog's exit code 3 and
+// bad flags (exit 2).
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+
+#include <unistd.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out;  // stdout and stderr
+};
+
+Result run(const std::string& args) {
+  const std::string cmd = std::string(CHARM_BIN) + " " + args + " 2>&1";
+  Result r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  std::array<char, 4096> buf{};
+  while (std::fgets(buf.data(), int(buf.size()), p) != nullptr) r.out += buf.data();
+  const int st = pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+const std::string kSmall = "run --backend threads --batch 2 --seq 256 --heads 4 --head-dim 32 --dtype fp32";
+
+std::string read_file(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(CliRun, CheckJsonHasTheDocumentedShape) {
+  const auto r = run(kSmall + " --algo charm --ranks 4 --domains 2 --causal --layout zigzag --pass both --check --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j.at("ok").get<bool>());
+  for (const char* t : {"out", "lse", "dq", "dk", "dv"}) {
+    EXPECT_LE(j.at("max_rel_err").at(t).get<double>(), 1e-5) << t;
+    EXPECT_GE(j.at("max_abs_err").at(t).get<double>(), 0.0) << t;
+  }
+  EXPECT_GT(j.at("time_ms").get<double>(), 0.0);
+}
+
+TEST(CliRun, ForwardOnlyAndBackwardOnlyPassesCheck) {
+  auto f = run(kSmall + " --algo rm+ --ranks 4 --causal --pass fwd --check --json");
+  ASSERT_EQ(f.code, 0) << f.out;
+  auto jf = nlohmann::json::parse(f.out);
+  EXPECT_TRUE(jf["max_rel_err"]["dq"].is_null());
+  EXPECT_LE(jf["max_rel_err"]["out"].get<double>(), 1e-5);
+  auto b = run(kSmall + " --algo merge --ranks 8 --pass bwd --check --json");
+  ASSERT_EQ(b.code, 0) << b.out;
+  auto jb = nlohmann::json::parse(b.out);
+  EXPECT_TRUE(jb["max_rel_err"]["out"].is_null());  // O and LSE are inputs of a backward-only plan
+  EXPECT_LE(jb["max_rel_err"]["dk"].get<double>(), 1e-5);
+}
+
+TEST(CliRun, HalfPrecisionInputsPassTheirTolerance) {
+  for (const char* dt : {"bf16", "fp16"}) {
+    const auto r = run("run --batch 1 --seq 128 --heads 2 --head-dim 32 --dtype " + std::string(dt) +
+                       " --algo ring --ranks 4 --causal --pass both --check");
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("check PASSED"), std::string::npos) << r.out;
+  }
+}
+
+TEST(CliRun, DumpIsInNaturalOrderWhateverTheLayout) {
+  const auto dir = std::filesystem::temp_directory_path() / ("charm_dump_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  auto a = run(kSmall + " --algo ring --ranks 4 --causal --pass both --dump " + (dir / "contig").string());
+  ASSERT_EQ(a.code, 0) << a.out;
+  auto b = run(kSmall + " --algo ring-zigzag --layout zigzag --ranks 4 --causal --pass both --dump " + (dir / "zz").string());
+  ASSERT_EQ(b.code, 0) << b.out;
+  for (const char* f : {"q", "k", "v", "dout", "out", "lse", "dq", "dk", "dv"}) {
+    const auto p = dir / "contig" / (std::string(f) + ".npy");
+    ASSERT_TRUE(std::filesystem::exists(p)) << p;
+    EXPECT_EQ(read_file(p).substr(0, 6), "\x93NUMPY");
+  }
+  EXPECT_EQ(read_file(dir / "contig" / "q.npy"), read_file(dir / "zz" / "q.npy"));
+  EXPECT_NE(read_file(dir / "contig" / "q.npy").find("'shape': (2, 256, 4, 32)"), std::string::npos);
+  EXPECT_NE(read_file(dir / "contig" / "lse.npy").find("'shape': (2, 4, 256)"), std::string::npos);
+  const auto meta = nlohmann::json::parse(read_file(dir / "zz" / "meta.json"));
+  EXPECT_NEAR(meta.at("softmax_scale").get<double>(), 1.0 / std::sqrt(32.0), 1e-12);
+  EXPECT_TRUE(meta.at("causal").get<bool>());
+  EXPECT_EQ(meta.at("layout"), "zigzag");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CliRun, InjectedStallExitsThreeNamingRankAndOp) {
+  const auto r = run(kSmall + " --algo ring --ranks 4 --pass fwd --inject-stall --timeout-s 1");
+  EXPECT_EQ(r.code, 3) << r.out;
+  EXPECT_NE(r.out.find("stall"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rank 1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("recv"), std::string::npos) << r.out;
+}
+
+TEST(CliRun, BadFlagsExitTwo) {
+  EXPECT_EQ(run(kSmall + " --algo ring --ranks 4 --backend carrier-pigeon").code, 2);
+  EXPECT_EQ(run(kSmall + " --algo merge --ranks 6").code, 2);
+  EXPECT_EQ(run(kSmall + " --algo ring --ranks 4 --no-such-flag").code, 2);
+}
+
+} // namespace

@@ -1,0 +1,5 @@
+# Runtime (CPU executor) tests: kernels against the fp64 reference, the
+# acceptance grid of every planner through the threads backend, and the CLI.
+charm_add_test(runtime_kernels_test SOURCES runtime_kernels_test.cpp LIBS charm::runtime LABELS unit TIMEOUT 120)
+charm_add_test(runtime_grid_test SOURCES runtime_grid_test.cpp LIBS charm::runtime charm::scheduler LABELS unit TIMEOUT 300)
+charm_add_test(runtime_cli_test SOURCES runtime_cli_test.cpp LIBS nlohmann_json::nlohmann_json LABELS integration TIMEOUT 300)
