@@ -126,24 +126,24 @@ std::size_t Plan::memory_bytes() const {
 
 std::string op_label(const Plan& plan, OpId id) {
   const Op& op = plan.op(id);
+  // Labels also name ops of broken plans (validator messages): never trust buffer ids here.
+  auto buf = [&](BufferId b) -> std::string {
+    if (b < 0 || std::size_t(b) >= plan.buffers().size()) return "?";
+    const Buffer& x = plan.buffer(b);
+    return fmt::format("{}{}", to_string(x.kind), x.owner);
+  };
   switch (op.kind) {
     case OpKind::Compute:
       return fmt::format("{} Q{}*KV{} {}", to_string(op.phase), op.q_owner, op.kv_owner, to_string(op.mask));
     case OpKind::Send:
-    case OpKind::Recv: {
-      const Buffer& b = plan.buffer(op.buf[0]);
-      return fmt::format("{} {}{} {} {} #{}", to_string(op.kind), to_string(b.kind), b.owner,
-                         op.kind == OpKind::Send ? "->" : "<-", op.peer, op.tag);
-    }
+    case OpKind::Recv:
+      return fmt::format("{} {} {} {} #{}", to_string(op.kind), buf(op.buf[0]), op.kind == OpKind::Send ? "->" : "<-",
+                         op.peer, op.tag);
     case OpKind::Merge:
-    case OpKind::Accumulate: {
-      const Buffer& b = plan.buffer(op.buf[0]);
-      return fmt::format("{} {}{}", to_string(op.kind), to_string(b.kind), b.owner);
-    }
-    case OpKind::Copy: {
-      const Buffer& b = plan.buffer(op.buf[3] != kNone ? op.buf[3] : op.buf[1]);
-      return fmt::format("{} {}{}", op.buf[3] != kNone ? "pack" : "copy", to_string(b.kind), b.owner);
-    }
+    case OpKind::Accumulate:
+      return fmt::format("{} {}", to_string(op.kind), buf(op.buf[0]));
+    case OpKind::Copy:
+      return op.buf[3] != kNone ? fmt::format("pack {}", buf(op.buf[3])) : fmt::format("copy {}", buf(op.buf[1]));
   }
   return "?";
 }

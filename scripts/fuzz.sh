@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang + ASan/UBSan and runs each for SECONDS (default 30).
+# Usage: scripts/fuzz.sh [SECONDS] [TARGET...]    e.g. scripts/fuzz.sh 600 fuzz_plan
+# Corpora start from tests/fuzz/corpus/<name> and grow in build-fuzz/corpus/<name> (not committed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs=${1:-30}; shift || true
+targets=("$@")
+[ ${#targets[@]} -eq 0 ] && targets=(fuzz_plan fuzz_workload fuzz_topology)
+CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCHARM_FUZZ=ON \
+  -DCHARM_SANITIZE=address,undefined -DCHARM_BUILD_TESTS=OFF -DCHARM_BUILD_BENCH=OFF -DCHARM_BUILD_RUNTIME=OFF \
+  -DCHARM_WITH_CUDA=OFF >/dev/null
+cmake --build build-fuzz -j"$(nproc)" --target "${targets[@]}" 2>&1 | tail -1 || true
+mkdir -p build-fuzz/artifacts
+rm -f build-fuzz/artifacts/crash-* build-fuzz/artifacts/timeout-*
+for t in "${targets[@]}"; do
+  [ -x "build-fuzz/tests/fuzz/$t" ] || { echo "fuzz: $t not built, skipped" >&2; continue; }
+  name=${t#fuzz_}
+  mkdir -p "build-fuzz/corpus/$name"
+  cp -n tests/fuzz/corpus/"$name"/* "build-fuzz/corpus/$name/" 2>/dev/null || true
+  echo "fuzz: $t for ${secs}s" >&2
+  "build-fuzz/tests/fuzz/$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=4096 -max_len=65536 \
+    -print_final_stats=1 -artifact_prefix=build-fuzz/artifacts/ "build-fuzz/corpus/$name" 2>&1 | grep -E "^(stat::number_of_executed_units|stat::peak_rss|#[0-9]+ +DONE)|ERROR|SUMMARY|crash-|timeout-" || true
+  ls build-fuzz/artifacts/crash-* build-fuzz/artifacts/timeout-* 2>/dev/null && { echo "fuzz: $t found a problem" >&2; exit 1; }
+done
