@@ -144,7 +144,7 @@ void FairShareNetwork::solve(double now_s) {
     for (int id : comp_flows_) {
       if (frozen_[std::size_t(id)]) continue;
       Flow& f = flows_[std::size_t(id)];
-      bool stop = f.cap - level <= kEps * f.cap;
+      bool stop = f.cap < kInf && f.cap - level <= kEps * f.cap;
       for (int k = 0; k < f.hops && !stop; ++k) {
         const auto c = std::size_t(f.route[k]);
         stop = ch_[c].shared && ch_rem_[c] <= kEps * ch_[c].capacity_bytes_per_s;

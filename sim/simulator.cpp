@@ -260,8 +260,13 @@ Expected<SimResult> Engine::run() {
     OpId stuck = kNone;
     for (std::size_t s = 0; s + 1 < stream_begin_.size() && stuck == kNone; ++s)
       if (head_[s] < stream_begin_[s + 1]) stuck = stream_ops_[head_[s]];
-    return Error{"simulate", fmt::format("the plan deadlocks: {} of {} ops completed; stuck at op {} ({})", done_, plan_.size(),
-                                         stuck, stuck == kNone ? "?" : op_label(plan_, stuck))};
+    std::string what = "?";
+    if (stuck != kNone) {
+      const Op& so = plan_.op(stuck);
+      what = fmt::format("rank {} stream {} {}", so.rank, to_string(so.stream), to_string(so.kind));
+      if (is_comm(so.kind)) what += fmt::format(" peer {} tag {}", so.peer, so.tag);
+    }
+    return Error{"simulate", fmt::format("the plan deadlocks: {} of {} ops completed; stuck at op {} ({})", done_, plan_.size(), stuck, what)};
   }
   res_.makespan_s = now_;
   int last = 0;

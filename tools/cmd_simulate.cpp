@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "scheduler/planners/planners.hpp"
+#include "sim/evaluate.hpp"
 #include "sim/formulas.hpp"
 #include "sim/report.hpp"
 #include "sim/simulator.hpp"
@@ -47,7 +48,7 @@ struct ClusterFlags {
   }
   [[nodiscard]] int domains_for(const topo::Topology& t) const {
     if (domains > 0) return domains;
-    return uniform ? 1 : std::max(1, t.domains());
+    return uniform ? 1 : sim::default_domains(t);
   }
 };
 
@@ -56,53 +57,13 @@ json workload_json(const ir::Workload& w) {
           {"dtype", std::string(to_string(w.dtype))}, {"causal", w.causal}, {"layout", std::string(to_string(w.layout))}};
 }
 
-sim::ComputeModel model_for(const topo::Topology& t, const ir::Workload& w) { return sim::ComputeModel::from_gpu(t.gpu, w.dtype); }
-
-/// Closed forms: exact on --uniform; on a topology, evaluated with the slowest ring hop as the uniform link.
-sim::ClosedForm formula_for(const std::string& algo, const topo::Topology& t, int ranks, const ir::Workload& w,
-                            const sim::ComputeModel& m) {
-  double bw = 1e300, lat = 0;
-  for (int r = 0; r < ranks && ranks > 1; ++r) {
-    const int d = (r + 1) % ranks;
-    if (t.route_bandwidth_gbps(r, d) < bw) {
-      bw = t.route_bandwidth_gbps(r, d);
-      lat = t.route_latency_us(r, d);
-    }
-  }
-  if (ranks == 1) bw = 1;
-  sim::ClosedForm total;
-  auto add = [&](ir::Phase ph) {
-    const auto f = sim::closed_form(algo, ranks, ph, sim::uniform_step_costs(w, ranks, ph, bw, lat, m));
-    total.available = f.available;
-    total.time_s += f.time_s;
-    total.exposed_s += f.exposed_s;
-    total.paper_time_s += f.paper_time_s;
-    total.paper_exposed_s += f.paper_exposed_s;
-    if (total.ccr == 0) total.ccr = f.ccr;
-  };
-  if (w.pass != ir::PassKind::Bwd) add(ir::Phase::Fwd);
-  if (w.pass != ir::PassKind::Fwd) add(ir::Phase::Bwd);
-  return total;
-}
-
-struct Run {
-  ir::Plan plan;
-  sim::SimResult result;
-  sim::Summary summary;
-  sim::ClosedForm formula;
-};
-
+/// One algorithm end to end (sim/evaluate.hpp); a planner refusal is the user's (exit 2), a simulator failure is not (exit 3).
+using Run = sim::Evaluation;
 Run run_one(const std::string& algo, const ir::Workload& w, const topo::Topology& t, int domains, int ranks) {
-  sched::PlanRequest req{algo, w, ranks, domains};
-  if (algo == "ring-zigzag") req.workload.layout = ir::Layout::Zigzag;
-  Run r{unwrap(sched::make_plan(req)), {}, {}, {}};
-  const auto model = model_for(t, r.plan.workload);
-  auto res = sim::simulate(r.plan, t, model);
-  if (!res) throw RuntimeFailure{res.error().message()};
-  r.result = std::move(res).value();
-  r.summary = sim::summarize(r.result);
-  r.formula = formula_for(algo, t, ranks, r.plan.workload, model);
-  return r;
+  ir::Plan plan = unwrap(sched::make_plan(sim::normalised_request({algo, w, ranks, domains})));
+  auto r = sim::evaluate_plan(std::move(plan), t);
+  if (!r) throw RuntimeFailure{r.error().message()};
+  return std::move(r).value();
 }
 
 json formula_json(double t_s, double o_s) { return {{"time_ms", t_s * 1e3}, {"exposed_comm_ms", o_s * 1e3}}; }
@@ -131,7 +92,7 @@ void register_simulate(CLI::App& app) {
     const Run r = run_one(o->plan.algo, w, topo, domains, ranks);
     const auto& s = r.summary;
     if (!o->trace.empty()) write_file_atomic(o->trace, sim::chrome_trace(r.plan, r.result).dump() + "\n");
-    const auto model = model_for(topo, r.plan.workload);
+    const auto model = sim::compute_model_for(topo, r.plan.workload);
     const double ccr = r.formula.ccr;
     std::vector<ir::Bytes> peaks;
     for (const auto& rk : r.result.ranks) peaks.push_back(rk.peak_mem_bytes);
@@ -245,8 +206,7 @@ void register_compare(CLI::App& app) {
       wp.pass = p;
       for (const auto& a : algos) {
         Row row{a, std::string(to_string(p)), {}, false, {}, {}};
-        sched::PlanRequest req{a, wp, ranks, domains};
-        if (a == "ring-zigzag") req.workload.layout = ir::Layout::Zigzag;
+        const sched::PlanRequest req = sim::normalised_request({a, wp, ranks, domains});
         if (auto st = sched::check_request(req); !st) {
           row.note = st.error().message();
         } else {

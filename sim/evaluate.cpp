@@ -1,0 +1,59 @@
+#include "sim/evaluate.hpp"
+
+#include <algorithm>
+#include <utility>
+
+namespace charm::sim {
+
+int default_domains(const topo::Topology& t) { return std::max(1, t.domains()); }
+
+sched::PlanRequest normalised_request(sched::PlanRequest req) {
+  if (req.algo == "ring-zigzag") req.workload.layout = ir::Layout::Zigzag;
+  return req;
+}
+
+ComputeModel compute_model_for(const topo::Topology& t, const ir::Workload& w) { return ComputeModel::from_gpu(t.gpu, w.dtype); }
+
+ClosedForm closed_form_on(const std::string& algo, const topo::Topology& t, int ranks, const ir::Workload& w,
+                          const ComputeModel& model) {
+  double bw = 1e300, lat = 0;
+  for (int r = 0; r < ranks && ranks > 1; ++r) {
+    const int d = (r + 1) % ranks;
+    if (t.route_bandwidth_gbps(r, d) < bw) {
+      bw = t.route_bandwidth_gbps(r, d);
+      lat = t.route_latency_us(r, d);
+    }
+  }
+  if (ranks == 1) bw = 1;
+  ClosedForm total;
+  auto add = [&](ir::Phase ph) {
+    const auto f = closed_form(algo, ranks, ph, uniform_step_costs(w, ranks, ph, bw, lat, model));
+    total.available = f.available;
+    total.time_s += f.time_s;
+    total.exposed_s += f.exposed_s;
+    total.paper_time_s += f.paper_time_s;
+    total.paper_exposed_s += f.paper_exposed_s;
+    if (total.ccr == 0) total.ccr = f.ccr;
+  };
+  if (w.pass != ir::PassKind::Bwd) add(ir::Phase::Fwd);
+  if (w.pass != ir::PassKind::Fwd) add(ir::Phase::Bwd);
+  return total;
+}
+
+Expected<Evaluation> evaluate_plan(ir::Plan plan, const topo::Topology& t) {
+  const auto model = compute_model_for(t, plan.workload);
+  auto res = simulate(plan, t, model);
+  if (!res) return res.error();
+  Evaluation e{std::move(plan), std::move(res).value(), {}, {}};
+  e.summary = summarize(e.result);
+  e.formula = closed_form_on(e.plan.algo, t, e.plan.ranks, e.plan.workload, model);
+  return e;
+}
+
+Expected<Evaluation> evaluate(const sched::PlanRequest& req, const topo::Topology& t) {
+  auto plan = sched::make_plan(normalised_request(req));
+  if (!plan) return plan.error();
+  return evaluate_plan(std::move(plan).value(), t);
+}
+
+} // namespace charm::sim

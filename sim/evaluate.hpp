@@ -1,0 +1,50 @@
+#pragma once
+// One algorithm on one topology, end to end: plan it, simulate it, summarise
+// it, and evaluate the paper's closed form next to it (which also gives CCR).
+// `charm simulate`, `charm compare` and `charm sweep` all go through here, so
+// the three report the same numbers for the same request.
+
+#include <string>
+
+#include "scheduler/ir/plan.hpp"
+#include "scheduler/planners/planners.hpp"
+#include "sim/compute_model.hpp"
+#include "sim/formulas.hpp"
+#include "sim/report.hpp"
+#include "sim/simulator.hpp"
+#include "topologies/topology.hpp"
+
+namespace charm::sim {
+
+struct Evaluation {
+  ir::Plan plan;
+  SimResult result;
+  Summary summary;
+  ClosedForm formula;  // formula.ccr is Eq. 7 for the workload's pass(es) on this topology
+};
+
+/// The domains charm splits `t` into by default: the topology's hierarchy (NUMA nodes or servers).
+[[nodiscard]] int default_domains(const topo::Topology& t);
+
+/// The request as the planner runs it: ring-zigzag always runs on the zigzag layout.
+[[nodiscard]] sched::PlanRequest normalised_request(sched::PlanRequest req);
+
+/// The compute model of `t`'s GPU for the workload's dtype.
+[[nodiscard]] ComputeModel compute_model_for(const topo::Topology& t, const ir::Workload& w);
+
+/// Closed forms: exact on a uniform topology; on any other, evaluated with the
+/// slowest ring hop (rank r -> r+1) as the uniform link. Pass Both adds the two
+/// passes' times; ccr is the forward one's then.
+[[nodiscard]] ClosedForm closed_form_on(const std::string& algo, const topo::Topology& t, int ranks, const ir::Workload& w,
+                                        const ComputeModel& model);
+
+/// Simulates an already built plan on `t`. Errors are the simulator's (a plan
+/// that needs more GPUs than `t` has, a deadlock): not the user's request.
+[[nodiscard]] Expected<Evaluation> evaluate_plan(ir::Plan plan, const topo::Topology& t);
+
+/// Plans `req` (normalised) and evaluates it. Planner refusals and simulator
+/// failures both come back as errors; callers that must tell them apart call
+/// sched::check_request first (as `charm compare` and `charm sweep` do).
+[[nodiscard]] Expected<Evaluation> evaluate(const sched::PlanRequest& req, const topo::Topology& t);
+
+} // namespace charm::sim

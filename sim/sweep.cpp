@@ -1,0 +1,231 @@
+#include "sim/sweep.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "scheduler/planners/planners.hpp"
+#include "sim/evaluate.hpp"
+
+namespace charm::sim {
+
+namespace {
+
+std::size_t kv_count(const SweepSpec& s) { return s.kv_heads.empty() ? 1 : s.kv_heads.size(); }
+
+/// Everything one task produces; each task owns its slot.
+struct TaskOut {
+  std::vector<SweepRow> rows;
+  std::size_t simulations = 0, skipped = 0;
+  std::vector<std::string> skip_reasons, failures;
+};
+
+TaskOut run_task(const SweepSpec& spec, std::size_t config, ir::Phase phase) {
+  TaskOut out;
+  const SweepConfig c = sweep_config(spec, config);
+  const topo::Topology& t = spec.topologies[c.topology];
+  const int ranks = t.num_gpus();
+  const int domains = default_domains(t);
+  ir::Workload w = c.workload;
+  w.pass = phase == ir::Phase::Fwd ? ir::PassKind::Fwd : ir::PassKind::Bwd;
+
+  struct Outcome {
+    bool ok = false, refused = false;
+    Summary s;
+  };
+  auto run = [&](const std::string& algo) -> Outcome {
+    const sched::PlanRequest req = normalised_request({algo, w, ranks, domains});
+    if (auto st = sched::check_request(req); !st) {
+      out.skip_reasons.push_back(fmt::format("{}: {}", algo, st.error().message()));
+      return {false, true, {}};
+    }
+    ++out.simulations;
+    auto e = evaluate(req, t);
+    if (!e) {
+      out.failures.push_back(fmt::format("{} on {} (B={} S={} H={}/{} D={} {}): {}", algo, t.name, w.batch, w.seq, w.heads,
+                                         w.kv_heads, w.head_dim, to_string(phase), e.error().message()));
+      return {};
+    }
+    return {true, false, e->summary};
+  };
+
+  // Ring first: every other algorithm's speedup is measured against it.
+  const bool ring_listed = std::find(spec.algos.begin(), spec.algos.end(), "ring") != spec.algos.end();
+  const std::size_t refused_before = out.skip_reasons.size();
+  const Outcome ring = run("ring");
+  if (!ring_listed) out.skip_reasons.resize(refused_before);  // the hidden baseline is not a row
+  const double ccr = closed_form_on("ring", t, ranks, w, compute_model_for(t, w)).ccr;
+
+  for (const auto& algo : spec.algos) {
+    const Outcome o = algo == "ring" ? ring : run(algo);
+    if (!o.ok) {  // refused (the reason is recorded; ring's when the baseline ran) or failed (in failures)
+      if (o.refused) ++out.skipped;
+      continue;
+    }
+    SweepRow r;
+    r.topology = c.topology;
+    r.ranks = ranks;
+    r.domains = domains;
+    r.workload = w;
+    r.algo = algo;
+    r.pass = phase;
+    r.ccr = ccr;
+    r.time_ms = o.s.time_s * 1e3;
+    r.exposed_comm_ms = o.s.exposed_comm_s * 1e3;
+    r.idle_ms = o.s.idle_mean_s * 1e3;
+    r.speedup_vs_ring = ring.ok && o.s.time_s > 0 ? ring.s.time_s / o.s.time_s : 0;
+    out.rows.push_back(std::move(r));
+  }
+  return out;
+}
+
+} // namespace
+
+std::size_t SweepSpec::num_configs() const {
+  return topologies.size() * batch.size() * seq.size() * heads.size() * kv_count(*this) * head_dim.size() * dtypes.size() *
+         causal.size() * layouts.size();
+}
+
+SweepConfig sweep_config(const SweepSpec& s, std::size_t i) {
+  // Mixed-radix digits, the layout fastest.
+  auto digit = [&i](std::size_t n) {
+    const std::size_t d = i % n;
+    i /= n;
+    return d;
+  };
+  SweepConfig c;
+  ir::Workload& w = c.workload;
+  w.layout = s.layouts[digit(s.layouts.size())];
+  w.causal = s.causal[digit(s.causal.size())];
+  w.dtype = s.dtypes[digit(s.dtypes.size())];
+  w.head_dim = s.head_dim[digit(s.head_dim.size())];
+  const std::size_t kv = digit(kv_count(s));
+  w.heads = s.heads[digit(s.heads.size())];
+  w.kv_heads = s.kv_heads.empty() ? w.heads : s.kv_heads[kv];
+  w.seq = s.seq[digit(s.seq.size())];
+  w.batch = s.batch[digit(s.batch.size())];
+  c.topology = digit(s.topologies.size());
+  return c;
+}
+
+SweepResult run_sweep(const SweepSpec& spec, const SweepControl& control) {
+  const auto t0 = std::chrono::steady_clock::now();
+  SweepResult res;
+  res.configs = spec.num_configs();
+  const std::size_t passes = spec.passes.size();
+  const std::size_t total = res.configs * passes;
+  std::vector<TaskOut> outs(total);
+  std::vector<char> done_flags(total, 0);
+
+  std::atomic<std::size_t> next{0}, done{0};
+  std::mutex mu;
+  std::condition_variable cv;
+  auto cancelled = [&] { return control.cancel && control.cancel->load(std::memory_order_relaxed); };
+  auto worker = [&] {
+    for (;;) {
+      if (cancelled()) break;
+      const std::size_t i = next.fetch_add(1, std::memory_order_relaxed);
+      if (i >= total) break;
+      try {
+        outs[i] = run_task(spec, i / passes, spec.passes[i % passes]);
+      } catch (const std::exception& e) {
+        outs[i] = {};
+        outs[i].failures.push_back(fmt::format("task {}: {}", i, e.what()));
+      }
+      done_flags[i] = 1;
+      if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == total) {
+        const std::lock_guard lock(mu);
+        cv.notify_all();
+      }
+    }
+  };
+
+  const int jobs = std::max(1, std::min<int>(control.jobs, static_cast<int>(std::max<std::size_t>(total, 1))));
+  std::vector<std::jthread> pool;
+  pool.reserve(static_cast<std::size_t>(jobs));
+  for (int j = 0; j < jobs; ++j) pool.emplace_back(worker);
+  {
+    std::unique_lock lock(mu);
+    while (done.load() < total && !cancelled()) {
+      cv.wait_for(lock, std::chrono::milliseconds(100));
+      if (control.progress) control.progress(done.load(), total);
+    }
+  }
+  for (auto& th : pool) th.join();
+  if (control.progress) control.progress(done.load(), total);
+
+  res.tasks_done = done.load();
+  res.cancelled = res.tasks_done < total;
+  for (std::size_t i = 0; i < total; ++i) {
+    if (!done_flags[i]) continue;
+    auto& o = outs[i];
+    res.simulations += o.simulations;
+    res.skipped += o.skipped;
+    for (auto& r : o.skip_reasons) ++res.skip_reasons[r];
+    for (auto& f : o.failures) res.failures.push_back(std::move(f));
+    for (auto& r : o.rows) res.rows.push_back(std::move(r));
+  }
+  res.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return res;
+}
+
+const std::vector<std::string>& sweep_columns() {
+  static const std::vector<std::string> cols{"topology", "ranks",  "domains", "batch",  "seq",  "heads",
+                                             "kv_heads", "head_dim", "dtype", "causal", "layout", "algo",
+                                             "pass",     "ccr",    "time_ms", "exposed_comm_ms", "idle_ms", "speedup_vs_ring"};
+  return cols;
+}
+
+std::string sweep_csv(const SweepSpec& spec, const SweepResult& result) {
+  std::string out;
+  out = fmt::format("{}\n", fmt::join(sweep_columns(), ","));
+  for (const auto& r : result.rows) {
+    const auto& w = r.workload;
+    // {} prints the shortest text that reads back to the same double: exact and deterministic.
+    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", spec.topologies[r.topology].name, r.ranks,
+                       r.domains, w.batch, w.seq, w.heads, w.kv_heads, w.head_dim, to_string(w.dtype), w.causal ? 1 : 0,
+                       to_string(w.layout), r.algo, to_string(r.pass), r.ccr, r.time_ms, r.exposed_comm_ms, r.idle_ms,
+                       r.speedup_vs_ring);
+  }
+  return out;
+}
+
+nlohmann::json sweep_json(const SweepSpec& spec, const SweepResult& result) {
+  using nlohmann::json;
+  json topos = json::array();
+  for (const auto& t : spec.topologies)
+    topos.push_back({{"name", t.name}, {"gpus", t.num_gpus()}, {"domains", default_domains(t)}, {"gpu", t.gpu.model}});
+  json rows = json::array();
+  for (const auto& r : result.rows) {
+    const auto& w = r.workload;
+    rows.push_back({{"topology", spec.topologies[r.topology].name}, {"ranks", r.ranks}, {"domains", r.domains},
+                    {"batch", w.batch}, {"seq", w.seq}, {"heads", w.heads}, {"kv_heads", w.kv_heads}, {"head_dim", w.head_dim},
+                    {"dtype", std::string(to_string(w.dtype))}, {"causal", w.causal},
+                    {"layout", std::string(to_string(w.layout))}, {"algo", r.algo}, {"pass", std::string(to_string(r.pass))},
+                    {"ccr", r.ccr}, {"time_ms", r.time_ms}, {"exposed_comm_ms", r.exposed_comm_ms}, {"idle_ms", r.idle_ms},
+                    {"speedup_vs_ring", r.speedup_vs_ring}});
+  }
+  json reasons = json::array();
+  for (const auto& [what, n] : result.skip_reasons) reasons.push_back({{"reason", what}, {"count", n}});
+  json passes = json::array();
+  for (auto p : spec.passes) passes.push_back(std::string(to_string(p)));
+  return {{"schema", 1},
+          {"topologies", topos},
+          {"algos", spec.algos},
+          {"passes", passes},
+          {"configs", result.configs},
+          {"simulations", result.simulations},
+          {"skipped", result.skipped},
+          {"skip_reasons", reasons},
+          {"failures", result.failures},
+          {"columns", sweep_columns()},
+          {"rows", rows}};
+}
+
+} // namespace charm::sim

@@ -1,0 +1,91 @@
+#pragma once
+// What-if sweeps: every algorithm on the cross product of topologies and
+// workload parameters, one independent simulation each, run by a pool of
+// worker threads (DESIGN section 6: no global state, so simulations run in
+// parallel). `charm sweep` and bench/sweep_bench.cpp drive it.
+//
+//   configuration = topology x batch x seq x heads x kv_heads x head_dim x dtype x causal x layout
+//   task          = configuration x pass            (what one worker takes at a time)
+//   row           = task x algorithm                (ring is always simulated: the baseline)
+//
+// Tasks write only their own slot of the result, so the rows come out in the
+// same order whatever the number of workers.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "scheduler/ir/workload.hpp"
+#include "topologies/topology.hpp"
+
+namespace charm::sim {
+
+struct SweepSpec {
+  std::vector<topo::Topology> topologies;
+  std::vector<std::int64_t> batch, seq, heads, head_dim;
+  std::vector<std::int64_t> kv_heads;  // empty: kv_heads = heads (no GQA)
+  std::vector<ir::DType> dtypes{ir::DType::BF16};
+  std::vector<bool> causal{false};
+  std::vector<ir::Layout> layouts{ir::Layout::Contiguous};
+  std::vector<std::string> algos;      // in report order
+  std::vector<ir::Phase> passes{ir::Phase::Fwd};
+
+  /// Topologies x workload combinations (each is simulated once per algorithm and pass).
+  [[nodiscard]] std::size_t num_configs() const;
+};
+
+/// One configuration, numbered in row order: the topology index and the workload (pass unset).
+struct SweepConfig {
+  std::size_t topology = 0;
+  ir::Workload workload;
+};
+/// The i-th configuration, i < spec.num_configs(); the topology varies slowest, the layout fastest.
+[[nodiscard]] SweepConfig sweep_config(const SweepSpec& spec, std::size_t i);
+
+struct SweepRow {
+  std::size_t topology = 0;  // index into SweepSpec::topologies
+  int ranks = 0, domains = 0;
+  ir::Workload workload;     // as configured; pass = this row's phase
+  std::string algo;
+  ir::Phase pass = ir::Phase::Fwd;
+  double ccr = 0;            // Eq. 7 for this configuration and pass (algorithm independent)
+  double time_ms = 0, exposed_comm_ms = 0;
+  double idle_ms = 0;        // compute-stream idle time, mean over ranks
+  double speedup_vs_ring = 0;  // ring time / this time; 0 when ring could not run
+};
+
+struct SweepResult {
+  std::vector<SweepRow> rows;     // configuration, then pass, then algorithm order
+  std::size_t configs = 0;        // configurations in the spec
+  std::size_t tasks_done = 0;     // (configuration, pass) pairs evaluated
+  std::size_t simulations = 0;    // simulator runs (ring included when only the baseline)
+  std::size_t skipped = 0;        // (configuration, algorithm, pass) the planner refused
+  std::map<std::string, std::size_t> skip_reasons;  // the planner's message -> how many times
+  std::vector<std::string> failures;                // simulator failures (a bug, not a refusal)
+  bool cancelled = false;
+  double wall_s = 0;
+};
+
+struct SweepControl {
+  int jobs = 1;
+  /// Set (e.g. from a signal handler) to stop: workers finish their current task and quit.
+  const std::atomic<bool>* cancel = nullptr;
+  /// Called on the calling thread about ten times a second and once at the end: tasks done, tasks in all.
+  std::function<void(std::size_t done, std::size_t total)> progress;
+};
+
+/// Runs the sweep. Never throws for a refused combination: those are counted in `skipped`.
+[[nodiscard]] SweepResult run_sweep(const SweepSpec& spec, const SweepControl& control);
+
+/// The CSV column names, in order.
+[[nodiscard]] const std::vector<std::string>& sweep_columns();
+/// Header line plus one line per row.
+[[nodiscard]] std::string sweep_csv(const SweepSpec& spec, const SweepResult& result);
+/// {"schema": 1, "columns": [...], "rows": [{...}], "configs", "skipped", "skip_reasons", ...}.
+[[nodiscard]] nlohmann::json sweep_json(const SweepSpec& spec, const SweepResult& result);
+
+} // namespace charm::sim

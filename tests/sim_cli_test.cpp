@@ -1,0 +1,118 @@
+// The simulator's command line: JSON shapes, the Chrome trace's structure, exit codes.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+
+namespace {
+
+struct Out {
+  int code;
+  std::string text;
+};
+
+Out run(const std::string& args) {
+  const std::string cmd = std::string(CHARM_BIN) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string s;
+  std::array<char, 4096> buf{};
+  while (std::fgets(buf.data(), buf.size(), p) != nullptr) s += buf.data();
+  const int st = pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, s};
+}
+
+std::string topo(const char* name) { return std::string(CHARM_SOURCE_DIR) + "/topologies/" + name; }
+
+TEST(SimCli, CompareAcceptance3) {
+  auto o = run("compare --topology " + topo("h100-2x8.json") + " --batch 16 --seq 26880 --heads 12 --head-dim 192 --dtype bf16 --pass both --json");
+  ASSERT_EQ(o.code, 0) << o.text;
+  auto j = nlohmann::json::parse(o.text);
+  EXPECT_EQ(j["schema"], 1);
+  std::set<std::string> seen;
+  for (const auto& r : j["results"]) {
+    ASSERT_TRUE(r.contains("time_ms")) << r.dump();
+    seen.insert(r["algo"].get<std::string>() + "/" + r["pass"].get<std::string>());
+    EXPECT_GT(r["speedup_vs_ring"].get<double>(), 0);
+    if (r["algo"] == "ring") EXPECT_DOUBLE_EQ(r["speedup_vs_ring"].get<double>(), 1.0);
+  }
+  for (const char* a : {"ring", "ring-zigzag", "merge", "rm+", "charm"})
+    for (const char* p : {"fwd", "bwd"}) EXPECT_TRUE(seen.count(std::string(a) + "/" + p)) << a << " " << p;
+}
+
+TEST(SimCli, SimulateJsonHasTheIssueFields) {
+  auto o = run("simulate --algo rm+ --uniform --ranks 8 --bw-gbps 50 --tflops 100 --seq 16k --json");
+  ASSERT_EQ(o.code, 0) << o.text;
+  auto j = nlohmann::json::parse(o.text);
+  for (const char* k : {"schema", "algo", "pass", "time_ms", "exposed_comm_ms", "idle_ms", "ccr", "peak_mem_bytes", "critical_path", "formula", "formula_paper"})
+    EXPECT_TRUE(j.contains(k)) << k;
+  EXPECT_TRUE(j["idle_ms"].contains("mean") && j["idle_ms"].contains("max"));
+  EXPECT_NEAR(j["time_ms"].get<double>(), j["formula"]["time_ms"].get<double>(), 0.01 * j["time_ms"].get<double>());
+}
+
+TEST(SimCli, TraceStructure) {
+  const std::string path = std::string(::testing::TempDir()) + "/charm_trace.json";
+  auto o = run("simulate --algo charm --topology " + topo("h20-2x8.json") + " --seq 16k --pass both --trace " + path);
+  ASSERT_EQ(o.code, 0) << o.text;
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto j = nlohmann::json::parse(ss.str());
+  ASSERT_TRUE(j["traceEvents"].is_array());
+  std::set<int> pids, procs;
+  std::map<long, int> starts, finishes;
+  int slices = 0;
+  for (const auto& e : j["traceEvents"]) {
+    const std::string ph = e["ph"];
+    if (ph == "X") {
+      ++slices;
+      EXPECT_GE(e["dur"].get<double>(), 0);
+      EXPECT_GE(e["ts"].get<double>(), 0);
+      pids.insert(e["pid"].get<int>());
+      EXPECT_GE(e["tid"].get<int>(), 0);
+      EXPECT_LT(e["tid"].get<int>(), 6);
+    } else if (ph == "M" && e["name"] == "process_name") {
+      procs.insert(e["pid"].get<int>());
+    } else if (ph == "s") {
+      ++starts[e["id"].get<long>()];
+    } else if (ph == "f") {
+      ++finishes[e["id"].get<long>()];
+      EXPECT_EQ(e["bp"], "e");
+    }
+  }
+  EXPECT_GT(slices, 0);
+  EXPECT_EQ(pids.size(), 16u);   // one process per rank
+  EXPECT_EQ(procs.size(), 16u);
+  EXPECT_FALSE(starts.empty());
+  EXPECT_EQ(starts, finishes);   // every arrow has both ends
+}
+
+TEST(SimCli, TopologyErrorsExit2WithOneLine) {
+  const std::string dir = ::testing::TempDir();
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir + "/" + name) << text;
+    return dir + "/" + name;
+  };
+  const std::string bad_bw = write("bad_bw.json", R"({"gpu": {"tflops": 1}, "gpus": 2, "links": [{"a": "gpu0", "b": "gpu1", "bandwidth_gbps": 0, "sharing": "shared"}]})");
+  const std::string unreach = write("unreach.json", R"({"gpu": {"tflops": 1}, "gpus": 3, "links": [{"a": "gpu0", "b": "gpu1", "bandwidth_gbps": 1, "sharing": "shared"}]})");
+  const std::string missing = write("missing.json", R"({"gpus": 2, "links": []})");
+  const std::string malformed = write("malformed.json", R"({"gpu": )");
+  for (const auto& [file, needle] : std::vector<std::pair<std::string, std::string>>{
+           {bad_bw, "links[0].bandwidth_gbps: must be > 0"}, {unreach, "unreachable"}, {missing, "gpu: missing required field"},
+           {malformed, "malformed JSON"}}) {
+    auto o = run("simulate --algo ring --topology " + file);
+    EXPECT_EQ(o.code, 2) << o.text;
+    EXPECT_NE(o.text.find(needle), std::string::npos) << o.text;
+    EXPECT_NE(o.text.find(file), std::string::npos) << o.text;
+    EXPECT_EQ(std::count(o.text.begin(), o.text.end(), '\n'), 1) << o.text;
+  }
+  EXPECT_EQ(run("simulate --algo ring --uniform --ranks 4 --tflops 1").code, 2);  // no --bw-gbps
+  EXPECT_EQ(run("compare --topology " + topo("h20-8.json") + " --algos ring,nope").code, 2);
+}
+
+} // namespace

@@ -1,0 +1,251 @@
+// Exact simulated times on tiny hand-built plans and topologies.
+// Every expected value is worked out in the comment next to it.
+#include <gtest/gtest.h>
+
+#include "sim/fair_share_network.hpp"
+#include "sim/simulator.hpp"
+#include "topologies/topology_json.hpp"
+
+namespace charm::sim {
+namespace {
+
+using namespace charm::ir;
+
+constexpr double kTol = 1e-12;
+
+/// A topology from JSON text (the tests' topologies are written out in full).
+topo::Topology topo_of(const std::string& text) {
+  auto t = topo::parse_topology_text(text, "test");
+  EXPECT_TRUE(t.ok()) << (t.ok() ? "" : t.error().message());
+  return std::move(t).value();
+}
+
+/// 3 GPUs on one switch; GPU links of 10 GB/s (1e10 B/s), `sharing`, no latency unless given.
+std::string star(const char* sharing, double latency_us = 0) {
+  return std::string(R"({"gpu": {"tflops": 1}, "gpus": 3, "switches": ["sw"], "links": [)") +
+         R"({"a": "gpu0", "b": "sw", "bandwidth_gbps": 10, "sharing": ")" + sharing + R"(", "latency_us": )" + std::to_string(latency_us) + "}," +
+         R"({"a": "gpu1", "b": "sw", "bandwidth_gbps": 10, "sharing": ")" + sharing + R"("},)" +
+         R"({"a": "gpu2", "b": "sw", "bandwidth_gbps": 10, "sharing": ")" + sharing + R"("}]})";
+}
+
+Plan empty_plan(int ranks) {
+  Plan p;
+  p.algo = "test";
+  p.ranks = ranks;
+  p.results().assign(std::size_t(ranks), RankResults{});
+  return p;
+}
+
+OpId send(Plan& p, int from, int to, Bytes bytes, Stream s = Stream::Kv, int tag = 0, std::vector<OpId> deps = {}) {
+  Op o;
+  o.rank = from;
+  o.stream = s;
+  o.kind = OpKind::Send;
+  o.peer = to;
+  o.tag = tag;
+  o.bytes = bytes;
+  return p.add_op(o, deps);
+}
+OpId recv(Plan& p, int at, int from, Bytes bytes, Stream s = Stream::Kv, int tag = 0, std::vector<OpId> deps = {}) {
+  Op o;
+  o.rank = at;
+  o.stream = s;
+  o.kind = OpKind::Recv;
+  o.peer = from;
+  o.tag = tag;
+  o.bytes = bytes;
+  return p.add_op(o, deps);
+}
+OpId compute(Plan& p, int rank, Flops flops, std::vector<OpId> deps = {}) {
+  Op o;
+  o.rank = rank;
+  o.stream = Stream::Compute;
+  o.kind = OpKind::Compute;
+  o.flops = flops;
+  return p.add_op(o, deps);
+}
+
+ComputeModel tflops1() {
+  ComputeModel m;
+  m.peak_flops = 1e12;
+  return m;
+}
+
+TEST(SimEngine, OneFlow) {
+  // 1 GB from gpu0 to gpu1 over gpu0->sw->gpu1, both 10 GB/s: 1e9 / 1e10 = 0.1 s,
+  // plus 4 us of latency on gpu0's link: 0.100004 s.
+  auto t = topo_of(star("shared", 4));
+  Plan p = empty_plan(2);
+  send(p, 0, 1, 1'000'000'000);
+  recv(p, 1, 0, 1'000'000'000);
+  auto r = simulate(p, t, tflops1());
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  EXPECT_NEAR(r->makespan_s, 0.100004, kTol);
+  EXPECT_NEAR(r->ranks[0].exposed_comm_s, 0.100004, kTol);  // compute idle all along while the send is outstanding
+}
+
+TEST(SimEngine, TwoFlowsOnASharedLinkTakeTwiceAsLong) {
+  // gpu0 sends 1 GB to gpu1 and 1 GB to gpu2 at once (two streams). Both
+  // cross gpu0->sw (shared, 10 GB/s): 5 GB/s each, 1e9 / 5e9 = 0.2 s.
+  auto t = topo_of(star("shared"));
+  Plan p = empty_plan(3);
+  send(p, 0, 1, 1'000'000'000, Stream::Kv);
+  send(p, 0, 2, 1'000'000'000, Stream::Q);
+  recv(p, 1, 0, 1'000'000'000, Stream::Kv);
+  recv(p, 2, 0, 1'000'000'000, Stream::Q);
+  auto r = simulate(p, t, tflops1());
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  EXPECT_NEAR(r->makespan_s, 0.2, kTol);
+  EXPECT_NEAR(r->channels[0].bytes, 2e9, 1);  // channel 0 = gpu0->sw carried both
+}
+
+TEST(SimEngine, MaxMinReSharesWhenAFlowEnds) {
+  // As above but 0.5 GB to gpu2: both at 5 GB/s until the small one ends at
+  // 0.5e9 / 5e9 = 0.1 s; the big one has 0.5 GB left at the full 10 GB/s:
+  // 0.05 s more, 0.15 s in all.
+  auto t = topo_of(star("shared"));
+  Plan p = empty_plan(3);
+  const OpId big = send(p, 0, 1, 1'000'000'000, Stream::Kv);
+  const OpId small = send(p, 0, 2, 500'000'000, Stream::Q);
+  recv(p, 1, 0, 1'000'000'000, Stream::Kv);
+  recv(p, 2, 0, 500'000'000, Stream::Q);
+  auto r = simulate(p, t, tflops1());
+  ASSERT_TRUE(r.ok());
+  EXPECT_NEAR(r->end_s[std::size_t(small)], 0.1, kTol);
+  EXPECT_NEAR(r->end_s[std::size_t(big)], 0.15, kTol);
+}
+
+TEST(SimEngine, TwoFlowsOnDedicatedLinksDoNotSlowEachOther) {
+  // The same two flows on dedicated links: each gets 10 GB/s, 0.1 s.
+  auto t = topo_of(star("dedicated"));
+  Plan p = empty_plan(3);
+  send(p, 0, 1, 1'000'000'000, Stream::Kv);
+  send(p, 0, 2, 1'000'000'000, Stream::Q);
+  recv(p, 1, 0, 1'000'000'000, Stream::Kv);
+  recv(p, 2, 0, 1'000'000'000, Stream::Q);
+  auto r = simulate(p, t, tflops1());
+  ASSERT_TRUE(r.ok());
+  EXPECT_NEAR(r->makespan_s, 0.1, kTol);
+}
+
+TEST(SimEngine, RouteOverTwoHopsTakesTheNarrowestLinkAndBothLatencies) {
+  // gpu0 -(20 GB/s, 1 us)- swA -(8 GB/s, 2 us)- gpu1: a lone flow runs at
+  // min(20, 8) = 8 GB/s: 0.8 GB / 8e9 = 0.1 s, plus 1 + 2 us = 0.100003 s.
+  auto t = topo_of(R"({"gpu": {"tflops": 1}, "gpus": 2, "switches": ["swA"], "links": [
+      {"a": "gpu0", "b": "swA", "bandwidth_gbps": 20, "latency_us": 1, "sharing": "shared"},
+      {"a": "swA", "b": "gpu1", "bandwidth_gbps": 8, "latency_us": 2, "sharing": "shared"}]})");
+  ASSERT_EQ(t.route(0, 1).size(), 2u);
+  Plan p = empty_plan(2);
+  send(p, 0, 1, 800'000'000);
+  recv(p, 1, 0, 800'000'000);
+  auto r = simulate(p, t, tflops1());
+  ASSERT_TRUE(r.ok());
+  EXPECT_NEAR(r->makespan_s, 0.100003, kTol);
+}
+
+TEST(SimEngine, ComputeAndCommunicationOverlapOnDifferentStreams) {
+  // Rank 0 computes 0.3 TFLOP (0.3 s at 1 TFLOP/s) while it sends 1 GB to
+  // rank 1 (0.1 s); rank 1 then computes 0.2 TFLOP on what it received
+  // (0.1 + 0.2 = 0.3 s). Makespan max(0.3, 0.3) = 0.3 s, nothing exposed on
+  // rank 0; on rank 1 the 0.1 s wait for the receive is exposed.
+  auto t = topo_of(star("shared"));
+  Plan p = empty_plan(2);
+  compute(p, 0, 0.3e12);
+  send(p, 0, 1, 1'000'000'000);
+  const OpId rv = recv(p, 1, 0, 1'000'000'000);
+  compute(p, 1, 0.2e12, {rv});
+  auto r = simulate(p, t, tflops1());
+  ASSERT_TRUE(r.ok());
+  EXPECT_NEAR(r->makespan_s, 0.3, kTol);
+  EXPECT_NEAR(r->ranks[0].exposed_comm_s, 0.0, kTol);
+  EXPECT_NEAR(r->ranks[1].exposed_comm_s, 0.1, kTol);
+  EXPECT_NEAR(r->ranks[0].compute_busy_s, 0.3, kTol);
+  EXPECT_NEAR(r->ranks[1].idle_s, 0.1, kTol);
+}
+
+TEST(SimEngine, RendezvousWaitsForTheLaterSide) {
+  // The receive is issued only after rank 1 computes 0.5 s (stream order on
+  // a shared stream is not involved: the recv depends on the compute). The
+  // flow starts at 0.5 s and ends at 0.6 s; the send waited, so its issue
+  // time is 0 and its transfer starts at 0.5 s.
+  auto t = topo_of(star("shared"));
+  Plan p = empty_plan(2);
+  const OpId s = send(p, 0, 1, 1'000'000'000);
+  const OpId c = compute(p, 1, 0.5e12);
+  recv(p, 1, 0, 1'000'000'000, Stream::Kv, 0, {c});
+  auto r = simulate(p, t, tflops1());
+  ASSERT_TRUE(r.ok());
+  EXPECT_NEAR(r->makespan_s, 0.6, kTol);
+  EXPECT_NEAR(r->start_s[std::size_t(s)], 0.0, kTol);
+  EXPECT_NEAR(r->flow_start_s[std::size_t(s)], 0.5, kTol);
+  // Critical path: the compute, then the receive (the send waited on it).
+  ASSERT_GE(r->critical_path.size(), 2u);
+  EXPECT_EQ(r->critical_path.front(), c);
+}
+
+TEST(SimEngine, GroupedOpsIssueTogetherAndTheStreamWaitsForAll) {
+  // Rank 0 posts, as one group on its kv stream, a 1 GB send to rank 1 and a
+  // 0.5 GB receive from rank 2 (dedicated links, 10 GB/s): 0.1 s and 0.05 s,
+  // concurrently. Its next kv op (a 0.2 GB send to rank 2) starts once both
+  // are done, at 0.1 s, and ends 0.02 s later: 0.12 s.
+  auto t = topo_of(star("dedicated"));
+  Plan p = empty_plan(3);
+  Op a;
+  a.rank = 0; a.stream = Stream::Kv; a.kind = OpKind::Send; a.peer = 1; a.tag = 0; a.group = 7; a.bytes = 1'000'000'000;
+  p.add_op(a, {});
+  Op b = a;
+  b.kind = OpKind::Recv; b.peer = 2; b.bytes = 500'000'000;
+  p.add_op(b, {});
+  recv(p, 1, 0, 1'000'000'000);
+  send(p, 2, 0, 500'000'000);
+  const OpId last = send(p, 0, 2, 200'000'000, Stream::Kv, 0);
+  recv(p, 2, 0, 200'000'000, Stream::Kv, 0);
+  auto r = simulate(p, t, tflops1());
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  EXPECT_NEAR(r->start_s[std::size_t(last)], 0.1, kTol);
+  EXPECT_NEAR(r->makespan_s, 0.12, kTol);
+}
+
+TEST(SimEngine, DeadlockIsReportedNotHung) {
+  // Both ranks receive first on the same stream, then send: neither send is
+  // ever issued.
+  auto t = topo_of(star("shared"));
+  Plan p = empty_plan(2);
+  recv(p, 0, 1, 100);
+  send(p, 0, 1, 100);
+  recv(p, 1, 0, 100);
+  send(p, 1, 0, 100);
+  auto r = simulate(p, t, tflops1());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message().find("deadlock"), std::string::npos);
+}
+
+TEST(FairShareNetwork, ThreeFlowsMaxMin) {
+  // Channels: A (shared, 10), B (shared, 4). Flows: f1 on A, f2 on A+B, f3 on B.
+  // B splits 2/2 between f2 and f3; f1 takes the rest of A: 10 - 2 = 8.
+  FairShareNetwork net({{10, true}, {4, true}});
+  const std::int32_t rA[] = {0}, rAB[] = {0, 1}, rB[] = {1};
+  const int f1 = net.add_flow(rA, 100, 0), f2 = net.add_flow(rAB, 100, 0), f3 = net.add_flow(rB, 100, 0);
+  net.resolve(0, [](int) {});
+  EXPECT_DOUBLE_EQ(net.rate(f1), 8);
+  EXPECT_DOUBLE_EQ(net.rate(f2), 2);
+  EXPECT_DOUBLE_EQ(net.rate(f3), 2);
+}
+
+TEST(SimEngine, SeveralSimulationsInOneProcess) {
+  // No global state: two engines with different topologies interleave freely.
+  auto t1 = topo_of(star("shared")), t2 = topo_of(star("dedicated"));
+  Plan p = empty_plan(3);
+  send(p, 0, 1, 1'000'000'000, Stream::Kv);
+  send(p, 0, 2, 1'000'000'000, Stream::Q);
+  recv(p, 1, 0, 1'000'000'000, Stream::Kv);
+  recv(p, 2, 0, 1'000'000'000, Stream::Q);
+  auto a = simulate(p, t1, tflops1());
+  auto b = simulate(p, t2, tflops1());
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NEAR(a->makespan_s, 0.2, kTol);
+  EXPECT_NEAR(b->makespan_s, 0.1, kTol);
+}
+
+} // namespace
+} // namespace charm::sim

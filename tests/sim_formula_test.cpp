@@ -1,0 +1,77 @@
+// On a contention-free uniform topology the simulated time and exposed
+// communication of ring, merge and rm+ agree with their closed forms
+// (sim/formulas.hpp) within 1%, for N = 2..64, fwd and bwd, several CCRs.
+#include <gtest/gtest.h>
+
+#include <tuple>
+
+#include "scheduler/planners/planners.hpp"
+#include "sim/formulas.hpp"
+#include "sim/report.hpp"
+#include "sim/simulator.hpp"
+
+namespace charm::sim {
+namespace {
+
+using namespace charm::ir;
+
+// (algo, ranks, phase, link GB/s); TFLOP/s fixed at 100, so the GB/s sets the CCR.
+using Param = std::tuple<std::string, int, Phase, double>;
+
+class FormulaAgreement : public ::testing::TestWithParam<Param> {};
+
+TEST_P(FormulaAgreement, SimulatorMatchesClosedForm) {
+  const auto& [algo, n, phase, bw] = GetParam();
+  Workload w;
+  w.batch = 2;
+  w.seq = 64 * 1024;
+  w.heads = 8;
+  w.kv_heads = 8;
+  w.head_dim = 128;
+  w.pass = phase == Phase::Fwd ? PassKind::Fwd : PassKind::Bwd;
+  auto plan = sched::make_plan({algo, w, n, 1});
+  ASSERT_TRUE(plan.ok()) << plan.error().message();
+  const auto t = topo::make_uniform(n, bw, 100.0);
+  ComputeModel m = ComputeModel::from_gpu(t.gpu, w.dtype);
+  auto r = simulate(*plan, t, m);
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  const auto f = closed_form(algo, n, phase, uniform_step_costs(w, n, phase, bw, 0, m));
+  ASSERT_TRUE(f.available);
+  const auto s = summarize(*r);
+  EXPECT_NEAR(s.time_s, f.time_s, 0.01 * f.time_s) << "ccr " << f.ccr;
+  EXPECT_NEAR(s.exposed_comm_s, f.exposed_s, 0.01 * f.time_s) << "ccr " << f.ccr;
+  if (algo == "ring" && phase == Phase::Fwd) {
+    // Eq. 2 itself holds exactly for the forward ring.
+    EXPECT_NEAR(s.exposed_comm_s, f.paper_exposed_s, 0.01 * f.time_s);
+  }
+}
+
+std::string name(const ::testing::TestParamInfo<Param>& i) {
+  std::string a = std::get<0>(i.param);
+  for (auto& c : a)
+    if (c == '+') c = 'p';
+  return a + "_n" + std::to_string(std::get<1>(i.param)) + (std::get<2>(i.param) == Phase::Fwd ? "_fwd" : "_bwd") + "_bw" +
+         std::to_string(int(std::get<3>(i.param)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Uniform, FormulaAgreement,
+                         ::testing::Combine(::testing::Values("ring", "merge", "rm+"), ::testing::Values(2, 4, 8, 16, 32, 64),
+                                            ::testing::Values(Phase::Fwd, Phase::Bwd), ::testing::Values(5.0, 20.0, 50.0, 400.0)),
+                         name);
+
+TEST(FormulaAgreement, WithLatency) {
+  // Latency enters every message once; ring forward at 8 ranks stays exact.
+  Workload w;
+  w.seq = 8192;
+  auto plan = sched::make_plan({"ring", w, 8, 1});
+  ASSERT_TRUE(plan.ok());
+  const auto t = topo::make_uniform(8, 25.0, 50.0, 20.0);
+  ComputeModel m = ComputeModel::from_gpu(t.gpu, w.dtype);
+  auto r = simulate(*plan, t, m);
+  ASSERT_TRUE(r.ok());
+  const auto f = closed_form("ring", 8, Phase::Fwd, uniform_step_costs(w, 8, Phase::Fwd, 25.0, 20.0, m));
+  EXPECT_NEAR(r->makespan_s, f.time_s, 1e-9);
+}
+
+} // namespace
+} // namespace charm::sim

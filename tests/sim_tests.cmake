@@ -1,0 +1,4 @@
+# Simulator tests: exact hand-computed times, formula agreement, reports, CLI.
+charm_add_test(sim_engine_test SOURCES sim_engine_test.cpp LIBS charm::sim charm::scheduler LABELS unit TIMEOUT 60)
+charm_add_test(sim_formula_test SOURCES sim_formula_test.cpp LIBS charm::sim charm::scheduler LABELS unit TIMEOUT 300)
+charm_add_test(sim_cli_test SOURCES sim_cli_test.cpp LIBS nlohmann_json::nlohmann_json LABELS integration TIMEOUT 120)
