@@ -180,9 +180,10 @@ void register_compare(CLI::App& app) {
   o->cluster.add(*sub);
   sub->add_option("--algos", o->algos, "comma-separated algorithms (default: all)");
   sub->add_flag("--json", o->json_out, "JSON output");
-  sub->callback([o] {
+  sub->callback([o, sub] {
     const auto topo = o->cluster.get();
-    const ir::Workload w = o->workload.get();
+    ir::Workload w = o->workload.get();
+    if (sub->count("--pass") == 0) w.pass = ir::PassKind::Both;  // compare shows fwd and bwd unless told otherwise
     const int ranks = o->cluster.uniform ? o->cluster.ranks : topo.num_gpus();
     const int domains = o->cluster.domains_for(topo);
     auto algos = o->algos.empty() ? sched::algorithm_names() : split_algos(o->algos);
