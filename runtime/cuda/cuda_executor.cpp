@@ -1,0 +1,57 @@
+#include "runtime/cuda/cuda_executor.hpp"
+
+#include <fmt/format.h>
+
+#include "runtime/cuda/cuda_check.hpp"
+#include "runtime/cuda/plan_runner.hpp"
+
+namespace charm::rt::cuda {
+
+Expected<int> device_count() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    (void)cudaGetLastError();  // clear the sticky error of a failed probe
+    return Error{"", fmt::format("no CUDA device was found ({})",
+                                 e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount returned 0")};
+  }
+  return n;
+}
+
+Expected<std::string> device_description(int device) {
+  cudaDeviceProp p{};
+  CHARM_CUDA_TRY(cudaGetDeviceProperties(&p, device));
+  return fmt::format("{} (sm_{}{}, {} SMs, {:.0f} GiB)", p.name, p.major, p.minor, p.multiProcessorCount,
+                     double(p.totalGlobalMem) / double(1ull << 30));
+}
+
+Expected<CudaRunResult> run_cuda_local(const ir::Plan& plan, const GlobalTensors& in, const CudaRunOptions& opt) {
+  auto count = device_count();
+  if (!count) return count.error();
+  if (opt.device < 0 || opt.device >= *count)
+    return Error{"--device", fmt::format("device {} does not exist ({} found)", opt.device, *count)};
+  CHARM_CUDA_TRY(cudaSetDevice(opt.device));
+  std::vector<ir::RankId> all;
+  for (int r = 0; r < plan.ranks; ++r) all.push_back(r);
+  auto runner = PlanRunner::create(plan, all, opt, {});
+  if (!runner) return runner.error();
+  auto& pr = **runner;
+  for (int i = 0; i <= std::max(0, opt.warmup); ++i) {
+    CHARM_TRY(pr.init_buffers(in));
+    CHARM_TRY(pr.run());
+  }
+  CudaRunResult res;
+  res.run.time_ms = pr.makespan_ms();
+  res.enqueue_ms = pr.enqueue_ms();
+  res.start_ms = pr.start_ms();
+  res.end_ms = pr.end_ms();
+  for (int r = 0; r < plan.ranks; ++r) {
+    auto o = pr.outputs(r);
+    if (!o) return o.error();
+    assemble(plan, r, *o, res.run.out);
+    res.run.peak_bytes = std::max(res.run.peak_bytes, pr.rank_bytes(r));
+  }
+  return res;
+}
+
+} // namespace charm::rt::cuda

@@ -1,0 +1,46 @@
+#pragma once
+// The GPU backends' entry points.
+//
+//   cuda-local  every rank of the plan in this process on one GPU: one CUDA
+//               stream per plan (rank, stream), CUDA events for dependencies,
+//               each matched Send/Recv pair a device-to-device copy on the
+//               receiver's stream (NCCL refuses two ranks of a communicator on
+//               one GPU, so this is how the executor is checked on one card).
+//   cuda        one process per GPU under mpirun; see nccl_backend.hpp.
+//
+// Both report op start/end times from CUDA events, relative to an event
+// recorded before the first op, so that the simulator's summary and Chrome
+// trace can be computed from a measurement (timeline.hpp).
+
+#include <string>
+#include <vector>
+
+#include "runtime/cuda/block_attention.hpp"
+#include "runtime/executor.hpp"
+
+namespace charm::rt::cuda {
+
+/// Number of CUDA devices; an error ("no CUDA device was found ...") when there is none
+/// or no usable driver.
+[[nodiscard]] Expected<int> device_count();
+/// "NVIDIA H200 (sm_90, 132 SMs, 141 GiB)".
+[[nodiscard]] Expected<std::string> device_description(int device);
+
+struct CudaRunOptions {
+  double timeout_s = 0;   // watchdog: give up after this long without progress; 0 = never
+  int warmup = 1;         // untimed runs before the timed one (each re-initialises every buffer)
+  int device = 0;         // cuda-local: the GPU to use
+  std::size_t tile_budget_bytes = BlockAttention::kDefaultTileBudget;  // per compute stream
+};
+
+struct CudaRunResult {
+  RunResult run;                         // results; time_ms = makespan from events; peak_bytes = buffer bytes of a rank
+  std::vector<double> start_ms, end_ms;  // per op, from the timed run's start (on rank 0: every rank's ops)
+  double enqueue_ms = 0;                 // host time spent enqueueing the timed run (max over processes)
+};
+
+/// Backend `cuda-local`: runs every rank of `plan` in this process on `opt.device`.
+[[nodiscard]] Expected<CudaRunResult> run_cuda_local(const ir::Plan& plan, const GlobalTensors& in,
+                                                     const CudaRunOptions& opt);
+
+} // namespace charm::rt::cuda

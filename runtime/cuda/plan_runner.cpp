@@ -1,0 +1,557 @@
+#include "runtime/cuda/plan_runner.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <thread>
+#include <tuple>
+
+#include "runtime/cuda/cuda_check.hpp"
+#include "runtime/cuda/kernels.hpp"
+
+namespace charm::rt::cuda {
+
+using ir::BufKind;
+using ir::OpId;
+using ir::OpKind;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+bool is_comm(const ir::Op& op) { return op.kind == OpKind::Send || op.kind == OpKind::Recv; }
+
+std::string op_where(const ir::Plan& plan, OpId id) {
+  return fmt::format("rank {} op {} ({})", plan.op(id).rank, id, ir::op_label(plan, id));
+}
+
+} // namespace
+
+Expected<std::unique_ptr<PlanRunner>> PlanRunner::create(const ir::Plan& plan, std::vector<ir::RankId> local_ranks,
+                                                          const CudaRunOptions& opt, Hooks hooks) {
+  std::unique_ptr<PlanRunner> p(new PlanRunner(plan, std::move(hooks)));
+  p->opt_ = opt;
+  const auto& w = plan.workload;
+  p->shape_ = ShardShape::of(w, plan.ranks);
+  for (int k = 0; k < 7; ++k) p->layouts_[k] = DeviceLayout::of(BufKind(k), p->shape_, w.dtype);
+  p->local_.assign(std::size_t(plan.ranks), 0);
+  for (auto r : local_ranks) {
+    if (r < 0 || r >= plan.ranks) return Error{"cuda", fmt::format("rank {} is not in the plan", r)};
+    p->local_[std::size_t(r)] = 1;
+  }
+  const std::size_t nops = plan.size();
+  p->start_ev_.assign(nops, nullptr);
+  p->end_ev_.assign(nops, nullptr);
+  p->copy_ev_.assign(nops, nullptr);
+  p->enqueued_.assign(nops, 0);
+  p->opened_.assign(nops, 0);
+  p->copied_.assign(nops, 0);
+  p->peer_.assign(nops, ir::kNone);
+  p->start_ms_.assign(nops, std::nan(""));
+  p->end_ms_.assign(nops, std::nan(""));
+  p->rank_bytes_.assign(std::size_t(plan.ranks), 0);
+
+  // Lanes: one per (local rank, stream) with ops, ops in id order.
+  std::map<std::pair<int, int>, std::size_t> lane_of;
+  for (OpId id = 0; id < OpId(nops); ++id) {
+    const auto& op = plan.op(id);
+    if (!p->local_[std::size_t(op.rank)]) continue;
+    auto [it, fresh] = lane_of.try_emplace({op.rank, int(op.stream)}, p->lanes_.size());
+    if (fresh) {
+      p->lanes_.emplace_back();
+      p->lanes_.back().rank = op.rank;
+      p->lanes_.back().stream = op.stream;
+    }
+    p->lanes_[it->second].ops.push_back(id);
+  }
+  // Local mode: match every Send with its Recv by (stream, src, dst, tag).
+  if (!p->hooks_.issue_group) {
+    std::map<std::tuple<int, int, int, int>, OpId> sends;
+    for (OpId id = 0; id < OpId(nops); ++id) {
+      const auto& op = plan.op(id);
+      if (op.kind == OpKind::Send) sends[{int(op.stream), op.rank, op.peer, op.tag}] = id;
+    }
+    for (OpId id = 0; id < OpId(nops); ++id) {
+      const auto& op = plan.op(id);
+      if (op.kind != OpKind::Recv) continue;
+      auto it = sends.find({int(op.stream), op.peer, op.rank, op.tag});
+      if (it == sends.end()) continue;
+      p->peer_[std::size_t(id)] = it->second;
+      p->peer_[std::size_t(it->second)] = id;
+    }
+  }
+
+  int least = 0, greatest = 0;
+  CHARM_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  const BlockDims dims{w.batch, w.heads, w.kv_heads, w.head_dim, p->shape_.tokens, p->shape_.tokens,
+                       float(1.0 / std::sqrt(double(w.head_dim)))};
+  for (auto& l : p->lanes_) {
+    // Transfers get the higher priority so that they overlap with attention instead of queueing behind it.
+    const int prio = l.stream == ir::Stream::Compute ? least : greatest;
+    CHARM_CUDA_TRY(cudaStreamCreateWithPriority(&l.cs, cudaStreamNonBlocking, prio));
+    bool has_compute = false;
+    for (OpId id : l.ops) has_compute = has_compute || plan.op(id).kind == OpKind::Compute;
+    if (has_compute) {
+      auto a = BlockAttention::create(w.dtype, dims, l.cs, opt.tile_budget_bytes);
+      if (!a) return a.error();
+      l.attn = std::move(*a);
+    }
+    for (OpId id : l.ops) {
+      CHARM_CUDA_TRY(cudaEventCreate(&p->start_ev_[std::size_t(id)]));
+      CHARM_CUDA_TRY(cudaEventCreate(&p->end_ev_[std::size_t(id)]));
+      if (plan.op(id).kind == OpKind::Recv && !p->hooks_.issue_group)
+        CHARM_CUDA_TRY(cudaEventCreateWithFlags(&p->copy_ev_[std::size_t(id)], cudaEventDisableTiming));
+    }
+  }
+  CHARM_CUDA_TRY(cudaEventCreate(&p->t0_));
+
+  // Buffers of the local ranks, all allocated up front (allocation is not timed).
+  p->buffers_.assign(plan.buffers().size(), nullptr);
+  p->host_inputs_.resize(plan.buffers().size());
+  for (std::size_t b = 0; b < plan.buffers().size(); ++b) {
+    const auto& buf = plan.buffers()[b];
+    if (!p->local_[std::size_t(buf.rank)]) continue;
+    const auto& lay = p->layouts_[int(buf.kind)];
+    CHARM_CUDA_TRY(cudaMalloc(&p->buffers_[b], lay.bytes));
+    p->rank_bytes_[std::size_t(buf.rank)] += lay.bytes;
+    p->staging_elems_ = std::max(p->staging_elems_, std::size_t(lay.host_elems()));
+  }
+  if (p->staging_elems_ > 0) CHARM_CUDA_TRY(cudaMalloc(&p->staging_, p->staging_elems_ * sizeof(float)));
+
+  // Visible key counts per (q owner, kv owner) of the local Compute ops.
+  const std::int64_t T = p->shape_.tokens;
+  const std::size_t n = std::size_t(plan.ranks);
+  CHARM_CUDA_TRY(cudaMalloc(&p->vis_, n * n * std::size_t(T) * sizeof(int)));
+  p->vis_ready_.assign(n * n, 0);
+  std::vector<std::vector<std::int64_t>> pos;
+  for (int r = 0; r < plan.ranks; ++r) pos.push_back(token_positions(w, r, plan.ranks));
+  std::vector<int> counts(static_cast<std::size_t>(T));
+  for (const auto& l : p->lanes_)
+    for (OpId id : l.ops) {
+      const auto& op = plan.op(id);
+      if (op.kind != OpKind::Compute || op.q_owner < 0 || op.kv_owner < 0 || op.q_owner >= plan.ranks ||
+          op.kv_owner >= plan.ranks)
+        continue;
+      const std::size_t pair = std::size_t(op.q_owner) * n + std::size_t(op.kv_owner);
+      if (p->vis_ready_[pair]) continue;
+      const auto& qp = pos[std::size_t(op.q_owner)];
+      const auto& kp = pos[std::size_t(op.kv_owner)];
+      for (std::size_t i = 0; i < std::size_t(T); ++i)
+        counts[i] = w.causal ? int(std::upper_bound(kp.begin(), kp.end(), qp[i]) - kp.begin()) : int(T);
+      CHARM_CUDA_TRY(cudaMemcpy(p->vis_ + pair * std::size_t(T), counts.data(), sizeof(int) * std::size_t(T),
+                                cudaMemcpyHostToDevice));
+      p->vis_ready_[pair] = 1;
+    }
+  return p;
+}
+
+PlanRunner::~PlanRunner() {
+  if (poisoned_) return;  // freeing would wait for work that never ends; the process is going down
+  // Errors cannot leave a destructor; run() and init_buffers() synchronised and checked already.
+  (void)cudaDeviceSynchronize();
+  for (auto& l : lanes_) l.attn.reset();
+  for (auto* v : {&start_ev_, &end_ev_, &copy_ev_})
+    for (auto e : *v)
+      if (e != nullptr) (void)cudaEventDestroy(e);
+  if (t0_ != nullptr) (void)cudaEventDestroy(t0_);
+  for (auto& l : lanes_)
+    if (l.cs != nullptr) (void)cudaStreamDestroy(l.cs);
+  for (void* b : buffers_)
+    if (b != nullptr) (void)cudaFree(b);
+  if (staging_ != nullptr) (void)cudaFree(staging_);
+  if (vis_ != nullptr) (void)cudaFree(vis_);
+}
+
+char* PlanRunner::section(ir::BufferId b, int i) const {
+  const auto& buf = plan_.buffer(b);
+  return static_cast<char*>(buffers_[std::size_t(b)]) + layouts_[int(buf.kind)].sections[std::size_t(i)].offset;
+}
+
+Status PlanRunner::init_buffers(const GlobalTensors& in) {
+  const auto fill = input_filler(plan_, in);
+  const auto dtype = plan_.workload.dtype;
+  for (std::size_t b = 0; b < buffers_.size(); ++b) {
+    if (buffers_[b] == nullptr) continue;
+    const auto& buf = plan_.buffers()[b];
+    const auto& lay = layouts_[int(buf.kind)];
+    if (buf.init == ir::BufInit::Input) {
+      auto& host = host_inputs_[b];
+      if (host.empty()) {
+        host.resize(std::size_t(lay.host_elems()));
+        CHARM_TRY(fill(buf, host));
+      }
+      CHARM_CUDA_TRY(cudaMemcpy(staging_, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+      std::int64_t at = 0;
+      for (std::size_t s = 0; s < lay.sections.size(); ++s) {
+        const auto& sec = lay.sections[s];
+        char* dst = section(ir::BufferId(b), int(s));
+        if (sec.f32)
+          CHARM_CUDA_TRY(cudaMemcpy(dst, staging_ + at, std::size_t(sec.elems) * sizeof(float), cudaMemcpyDeviceToDevice));
+        else
+          CHARM_TRY(convert_from_f32(dtype, staging_ + at, dst, sec.elems, nullptr));
+        at += sec.elems;
+      }
+      // The staging area is reused by the next buffer: finish this one first.
+      CHARM_CUDA_TRY(cudaDeviceSynchronize());
+    } else if (buf.init == ir::BufInit::Zero) {
+      // Empty accumulators: zero, except an output's LSE, which is -inf.
+      CHARM_CUDA_TRY(cudaMemset(buffers_[b], 0, lay.bytes));
+      if (buf.kind == BufKind::Out)
+        CHARM_TRY(fill_f32(reinterpret_cast<float*>(section(ir::BufferId(b), 1)), lay.sections[1].elems,
+                           -std::numeric_limits<float>::infinity(), nullptr));
+    }
+  }
+  CHARM_CUDA_TRY(cudaDeviceSynchronize());
+  return {};
+}
+
+std::size_t PlanRunner::group_end(const Lane& l) const {
+  const auto& first = plan_.op(l.ops[l.next]);
+  std::size_t j = l.next + 1;
+  if (is_comm(first) && first.group != ir::kNone)
+    while (j < l.ops.size() && is_comm(plan_.op(l.ops[j])) && plan_.op(l.ops[j]).group == first.group) ++j;
+  return j;
+}
+
+bool PlanRunner::deps_enqueued(OpId id) const {
+  for (OpId d : plan_.deps(id))
+    if (!enqueued_[std::size_t(d)]) return false;
+  return true;
+}
+
+Status PlanRunner::wait_deps(const Lane& l, OpId id) {
+  for (OpId d : plan_.deps(id))
+    if (plan_.op(d).stream != l.stream) CHARM_CUDA_TRY(cudaStreamWaitEvent(l.cs, end_ev_[std::size_t(d)], 0));
+  return {};
+}
+
+Expected<bool> PlanRunner::step(Lane& l) {
+  const OpId id = l.ops[l.next];
+  const auto& op = plan_.op(id);
+  if (!is_comm(op)) {
+    if (!deps_enqueued(id)) return false;
+    CHARM_TRY(wait_deps(l, id));
+    CHARM_CUDA_TRY(cudaEventRecord(start_ev_[std::size_t(id)], l.cs));
+    CHARM_TRY(run_local(l, id));
+    CHARM_CUDA_TRY(cudaEventRecord(end_ev_[std::size_t(id)], l.cs));
+    enqueued_[std::size_t(id)] = 1;
+    ++l.next;
+    return true;
+  }
+  const std::size_t end = group_end(l);
+  if (hooks_.issue_group) {
+    for (std::size_t i = l.next; i < end; ++i)
+      if (!deps_enqueued(l.ops[i])) return false;
+    for (std::size_t i = l.next; i < end; ++i) {
+      CHARM_TRY(wait_deps(l, l.ops[i]));
+      CHARM_CUDA_TRY(cudaEventRecord(start_ev_[std::size_t(l.ops[i])], l.cs));
+    }
+    CHARM_TRY(hooks_.issue_group(std::span<const OpId>(l.ops.data() + l.next, end - l.next), l.cs));
+    for (std::size_t i = l.next; i < end; ++i) {
+      CHARM_CUDA_TRY(cudaEventRecord(end_ev_[std::size_t(l.ops[i])], l.cs));
+      enqueued_[std::size_t(l.ops[i])] = 1;
+    }
+    l.next = end;
+    return true;
+  }
+  return step_local_group(l, end);
+}
+
+Expected<bool> PlanRunner::step_local_group(Lane& l, std::size_t end) {
+  bool moved = false;
+  if (!l.open) {
+    for (std::size_t i = l.next; i < end; ++i)
+      if (!deps_enqueued(l.ops[i])) return false;
+    for (std::size_t i = l.next; i < end; ++i) {
+      const OpId id = l.ops[i];
+      CHARM_TRY(wait_deps(l, id));
+      CHARM_CUDA_TRY(cudaEventRecord(start_ev_[std::size_t(id)], l.cs));
+      opened_[std::size_t(id)] = 1;
+    }
+    l.open = moved = true;
+  }
+  bool complete = true;
+  for (std::size_t i = l.next; i < end; ++i) {
+    const OpId id = l.ops[i];
+    const OpId peer = peer_[std::size_t(id)];
+    const auto& op = plan_.op(id);
+    if (op.kind == OpKind::Send) {
+      complete = complete && peer != ir::kNone && copied_[std::size_t(peer)];
+      continue;
+    }
+    if (copied_[std::size_t(id)]) continue;
+    if (peer == ir::kNone || !opened_[std::size_t(peer)]) {
+      complete = false;
+      continue;
+    }
+    // The sender has reached its send: copy its source into our destination.
+    const auto& src = plan_.buffer(plan_.op(peer).buf[0]);
+    const auto& dst = plan_.buffer(op.buf[0]);
+    if (src.kind != dst.kind)
+      return Error{op_where(plan_, id), fmt::format("receives a {} buffer into a {} buffer", ir::to_string(src.kind),
+                                                    ir::to_string(dst.kind))};
+    CHARM_CUDA_TRY(cudaStreamWaitEvent(l.cs, start_ev_[std::size_t(peer)], 0));
+    CHARM_CUDA_TRY(cudaMemcpyAsync(buffers_[std::size_t(op.buf[0])], buffers_[std::size_t(plan_.op(peer).buf[0])],
+                                   layouts_[int(dst.kind)].bytes, cudaMemcpyDeviceToDevice, l.cs));
+    CHARM_CUDA_TRY(cudaEventRecord(copy_ev_[std::size_t(id)], l.cs));
+    copied_[std::size_t(id)] = 1;
+    moved = true;
+  }
+  if (!complete) return moved;
+  for (std::size_t i = l.next; i < end; ++i) {
+    const OpId id = l.ops[i];
+    if (plan_.op(id).kind == OpKind::Send)
+      CHARM_CUDA_TRY(cudaStreamWaitEvent(l.cs, copy_ev_[std::size_t(peer_[std::size_t(id)])], 0));
+  }
+  for (std::size_t i = l.next; i < end; ++i) {
+    CHARM_CUDA_TRY(cudaEventRecord(end_ev_[std::size_t(l.ops[i])], l.cs));
+    enqueued_[std::size_t(l.ops[i])] = 1;
+  }
+  l.open = false;
+  l.next = end;
+  return true;
+}
+
+Status PlanRunner::run_local(Lane& l, OpId id) {
+  const ir::Op& op = plan_.op(id);
+  const auto& w = plan_.workload;
+  const auto dtype = w.dtype;
+  const ShardShape& ss = shape_;
+  auto where = [&] { return op_where(plan_, id); };
+  // Checks slot i holds a local buffer of kind k (the CPU executor's checks, same wording).
+  auto check = [&](int i, BufKind k) -> Status {
+    const ir::BufferId b = op.buf[i];
+    if (b == ir::kNone) return Error{where(), fmt::format("buffer slot {} is empty", i)};
+    if (plan_.buffer(b).kind != k)
+      return Error{where(), fmt::format("buffer slot {} holds {}, expected {}", i, ir::to_string(plan_.buffer(b).kind),
+                                        ir::to_string(k))};
+    if (buffers_[std::size_t(b)] == nullptr) return Error{where(), fmt::format("buffer {} is not on this rank", b)};
+    return {};
+  };
+  auto owner = [&](int i) { return plan_.buffer(op.buf[i]).owner; };
+  auto f32 = [&](int slot, int sec) { return reinterpret_cast<float*>(section(op.buf[slot], sec)); };
+  auto dat = [&](int slot, int sec) { return static_cast<void*>(section(op.buf[slot], sec)); };
+  const std::size_t data_bytes = std::size_t(ss.q_elems()) * ir::dtype_size(dtype);
+
+  switch (op.kind) {
+    case OpKind::Compute: {
+      if (l.attn == nullptr) return Error{where(), "internal: no attention kernels on this stream"};
+      const bool fwd = op.phase == ir::Phase::Fwd;
+      CHARM_TRY(check(0, fwd ? BufKind::Q : BufKind::QBundle));
+      CHARM_TRY(check(1, BufKind::Kv));
+      CHARM_TRY(check(2, fwd ? BufKind::Out : BufKind::Dq));
+      if (!fwd) CHARM_TRY(check(3, BufKind::Dkv));
+      const ir::RankId qo = owner(0), ko = owner(1);
+      if (qo != op.q_owner || ko != op.kv_owner)
+        return Error{where(), fmt::format("op names Q{}*KV{} but its buffers hold Q{}, KV{}", op.q_owner, op.kv_owner, qo, ko)};
+      const std::size_t pair = std::size_t(qo) * std::size_t(plan_.ranks) + std::size_t(ko);
+      if (!vis_ready_[pair]) return Error{where(), "internal: no mask for this block"};
+      const int* vis = vis_ + pair * std::size_t(ss.tokens);
+      if (fwd) {
+        if (owner(2) != qo) return Error{where(), fmt::format("accumulates into the output of rank {}", owner(2))};
+        return l.attn->fwd(dat(0, 0), dat(1, 0), dat(1, 1), vis, f32(2, 0), f32(2, 1));
+      }
+      if (owner(2) != qo || owner(3) != ko)
+        return Error{where(), fmt::format("gradients go to dQ{} and dKV{}", owner(2), owner(3))};
+      return l.attn->bwd(dat(0, 0), dat(0, 1), f32(0, 2), f32(0, 3), dat(1, 0), dat(1, 1), vis, f32(2, 0), f32(3, 0),
+                         f32(3, 1));
+    }
+    case OpKind::Merge: {
+      CHARM_TRY(check(0, BufKind::Out));
+      CHARM_TRY(check(1, BufKind::Out));
+      if (owner(0) != owner(1)) return Error{where(), fmt::format("merges O{} into O{}", owner(0), owner(1))};
+      return merge_out(f32(0, 0), f32(0, 1), false, f32(1, 0), f32(1, 1), ss.batch, ss.tokens, ss.heads, ss.head_dim,
+                       l.cs);
+    }
+    case OpKind::Accumulate: {
+      if (op.buf[0] == ir::kNone) return Error{where(), "buffer slot 0 is empty"};
+      const BufKind k = plan_.buffer(op.buf[0]).kind;
+      if (k != BufKind::Dq && k != BufKind::Dkv) return Error{where(), "accumulates a buffer that is not a gradient"};
+      CHARM_TRY(check(0, k));
+      CHARM_TRY(check(1, k));
+      if (owner(0) != owner(1)) return Error{where(), fmt::format("adds a gradient of {} to one of {}", owner(0), owner(1))};
+      const auto& lay = layouts_[int(k)];
+      for (std::size_t s = 0; s < lay.sections.size(); ++s)
+        CHARM_TRY(add_f32(f32(0, int(s)), f32(1, int(s)), lay.sections[s].elems, l.cs));
+      return {};
+    }
+    case OpKind::Copy: {
+      if (op.buf[3] != ir::kNone) {
+        CHARM_TRY(check(0, BufKind::Q));
+        CHARM_TRY(check(1, BufKind::Dout));
+        CHARM_TRY(check(2, BufKind::Out));
+        CHARM_TRY(check(3, BufKind::QBundle));
+        if (owner(0) != owner(3) || owner(1) != owner(3) || owner(2) != owner(3))
+          return Error{where(), "packs tensors of different owners into one bundle"};
+        CHARM_CUDA_TRY(cudaMemcpyAsync(dat(3, 0), dat(0, 0), data_bytes, cudaMemcpyDeviceToDevice, l.cs));
+        CHARM_CUDA_TRY(cudaMemcpyAsync(dat(3, 1), dat(1, 0), data_bytes, cudaMemcpyDeviceToDevice, l.cs));
+        CHARM_CUDA_TRY(cudaMemcpyAsync(dat(3, 2), dat(2, 1), std::size_t(ss.lse_elems()) * sizeof(float),
+                                       cudaMemcpyDeviceToDevice, l.cs));
+        return bundle_delta(dtype, dat(1, 0), f32(2, 0), f32(3, 3), ss.batch, ss.tokens, ss.heads, ss.head_dim, l.cs);
+      }
+      if (op.buf[0] == ir::kNone) return Error{where(), "buffer slot 0 is empty"};
+      const BufKind k = plan_.buffer(op.buf[0]).kind;
+      CHARM_TRY(check(0, k));
+      CHARM_TRY(check(1, k));
+      CHARM_CUDA_TRY(cudaMemcpyAsync(buffers_[std::size_t(op.buf[1])], buffers_[std::size_t(op.buf[0])],
+                                     layouts_[int(k)].bytes, cudaMemcpyDeviceToDevice, l.cs));
+      return {};
+    }
+    case OpKind::Send:
+    case OpKind::Recv: break;
+  }
+  return Error{where(), "not a local op"};
+}
+
+std::string PlanRunner::stuck_message(bool enqueue) const {
+  // The op that explains the stall best: a transfer without a counterpart, else a transfer, else any.
+  const Lane* pick = nullptr;
+  bool orphan = false;
+  for (const auto& l : lanes_) {
+    const std::size_t at = enqueue ? l.next : l.done;
+    if (at >= l.ops.size()) continue;
+    const OpId id = l.ops[at];
+    const bool comm = is_comm(plan_.op(id));
+    const bool lone = comm && !hooks_.issue_group && peer_[std::size_t(id)] == ir::kNone;
+    if (lone && !orphan) {
+      pick = &l;
+      orphan = true;
+    } else if (pick == nullptr || (!orphan && comm && !is_comm(plan_.op(pick->ops[enqueue ? pick->next : pick->done])))) {
+      pick = &l;
+    }
+  }
+  if (pick == nullptr) return "stall: no op is waiting";
+  const OpId id = pick->ops[enqueue ? pick->next : pick->done];
+  std::string why;
+  if (orphan) why = "the plan has no matching peer op";
+  else if (is_comm(plan_.op(id))) why = "its peer has not matched it";
+  else {
+    for (OpId d : plan_.deps(id)) {
+      const bool pending = enqueue ? !enqueued_[std::size_t(d)] : cudaEventQuery(end_ev_[std::size_t(d)]) == cudaErrorNotReady;
+      if (pending) {
+        why = fmt::format("it waits for op {} '{}'", d, ir::op_label(plan_, d));
+        break;
+      }
+    }
+    if (why.empty()) why = "its kernel has not finished";
+  }
+  std::size_t stuck = 0;
+  for (const auto& l : lanes_) stuck += (enqueue ? l.next : l.done) < l.ops.size() ? 1 : 0;
+  return fmt::format("stall: {}: rank {} stream {} waits on op {} '{}' ({}); {} stream(s) blocked",
+                     enqueue ? "the plan cannot be issued" : fmt::format("no progress for {:.1f} s", opt_.timeout_s),
+                     pick->rank, ir::to_string(pick->stream), id, ir::op_label(plan_, id), why, stuck);
+}
+
+Status PlanRunner::run() {
+  std::fill(enqueued_.begin(), enqueued_.end(), 0);
+  std::fill(opened_.begin(), opened_.end(), 0);
+  std::fill(copied_.begin(), copied_.end(), 0);
+  for (auto& l : lanes_) l.next = l.done = 0, l.open = false;
+  if (lanes_.empty()) return {};
+  const auto h0 = Clock::now();
+  // Every stream starts after t0, so that all times share one origin.
+  CHARM_CUDA_TRY(cudaEventRecord(t0_, lanes_.front().cs));
+  for (auto& l : lanes_) CHARM_CUDA_TRY(cudaStreamWaitEvent(l.cs, t0_, 0));
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (auto& l : lanes_)
+      while (l.next < l.ops.size()) {
+        auto m = step(l);
+        if (!m) return m.error();
+        if (!*m) break;
+        moved = true;
+      }
+  }
+  enqueue_ms_ = std::chrono::duration<double, std::milli>(Clock::now() - h0).count();
+  for (const auto& l : lanes_)
+    if (l.next < l.ops.size()) {
+      // What was enqueued still completes (no stream waits on an unrecorded event); the rest never will.
+      (void)cudaDeviceSynchronize();
+      return Error{"", stuck_message(true)};
+    }
+  CHARM_TRY(wait_all());
+  makespan_ms_ = 0;
+  for (const auto& l : lanes_)
+    for (OpId id : l.ops) {
+      float a = 0, b = 0;
+      CHARM_CUDA_TRY(cudaEventElapsedTime(&a, t0_, start_ev_[std::size_t(id)]));
+      CHARM_CUDA_TRY(cudaEventElapsedTime(&b, t0_, end_ev_[std::size_t(id)]));
+      start_ms_[std::size_t(id)] = a;
+      end_ms_[std::size_t(id)] = b;
+      makespan_ms_ = std::max(makespan_ms_, double(b));
+    }
+  return {};
+}
+
+Status PlanRunner::wait_all() {
+  auto last_change = Clock::now();
+  std::size_t last = ~std::size_t(0);
+  for (;;) {
+    std::size_t done = 0;
+    bool all = true;
+    for (auto& l : lanes_) {
+      while (l.done < l.ops.size()) {
+        const cudaError_t q = cudaEventQuery(end_ev_[std::size_t(l.ops[l.done])]);
+        if (q == cudaErrorNotReady) break;
+        if (q != cudaSuccess) {
+          poisoned_ = true;
+          if (hooks_.abort) hooks_.abort();
+          return cuda_error(q, "cudaEventQuery(op end)", __FILE__, __LINE__);
+        }
+        ++l.done;
+      }
+      done += l.done;
+      all = all && l.done == l.ops.size();
+    }
+    if (all) break;
+    if (hooks_.poll) {
+      if (auto s = hooks_.poll(); !s) {
+        poisoned_ = true;
+        if (hooks_.abort) hooks_.abort();
+        return s;
+      }
+    }
+    const auto now = Clock::now();
+    if (done != last) {
+      last = done;
+      last_change = now;
+    } else if (opt_.timeout_s > 0 && std::chrono::duration<double>(now - last_change).count() > opt_.timeout_s) {
+      poisoned_ = true;
+      if (hooks_.abort) hooks_.abort();
+      return Error{"", stuck_message(false)};
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  for (auto& l : lanes_) CHARM_CUDA_TRY(cudaStreamSynchronize(l.cs));
+  return {};
+}
+
+Expected<RankOutputs> PlanRunner::outputs(ir::RankId rank) {
+  RankOutputs o;
+  const auto& res = plan_.results()[std::size_t(rank)];
+  const auto pass = plan_.workload.pass;
+  auto take = [&](ir::BufferId b, BufKind k, int sec, std::vector<float>& dst) -> Status {
+    if (b == ir::kNone) return Error{fmt::format("rank {}", rank), fmt::format("the plan names no {} result", ir::to_string(k))};
+    if (plan_.buffer(b).kind != k || plan_.buffer(b).owner != rank || buffers_[std::size_t(b)] == nullptr)
+      return Error{fmt::format("rank {}", rank), fmt::format("result buffer {} is not this rank's {}", b, ir::to_string(k))};
+    const auto& s = layouts_[int(k)].sections[std::size_t(sec)];
+    dst.resize(std::size_t(s.elems));
+    CHARM_CUDA_TRY(cudaMemcpy(dst.data(), section(b, sec), dst.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    return {};
+  };
+  if (pass != ir::PassKind::Bwd) {
+    CHARM_TRY(take(res.out, BufKind::Out, 0, o.out));
+    CHARM_TRY(take(res.out, BufKind::Out, 1, o.lse));
+  }
+  if (pass != ir::PassKind::Fwd) {
+    CHARM_TRY(take(res.dq, BufKind::Dq, 0, o.dq));
+    CHARM_TRY(take(res.dkv, BufKind::Dkv, 0, o.dk));
+    CHARM_TRY(take(res.dkv, BufKind::Dkv, 1, o.dv));
+  }
+  return o;
+}
+
+} // namespace charm::rt::cuda

@@ -1,0 +1,119 @@
+#pragma once
+// PlanRunner: the host side of the GPU executor, shared by cuda-local and cuda.
+//
+// The host walks the plan once and enqueues everything; it never waits for
+// the GPU while doing so. Ops of one (rank, stream) go to one CUDA stream in
+// id order; an op waits for its dependencies on other streams through their
+// end events. The host enqueues an op only after every dependency is enqueued,
+// because waiting on an event that has not been recorded yet is a no-op in
+// CUDA: the walk is a topological order, found by sweeping the streams until
+// nothing moves. If something is left then, the plan cannot run (deadlock),
+// which is reported with the op that is stuck.
+//
+// Send/Recv groups (consecutive comm ops with one group id):
+//   with an IssueGroup hook (NCCL): deps, then the hook issues the whole group
+//     (ncclGroupStart ... ncclGroupEnd) on the stream.
+//   without one (cuda-local, all ranks here): the group is opened (deps waited,
+//     start events recorded); a Recv is a copy on the receiver's stream once its
+//     Send's group is open (stream waits the sender's start event); the group
+//     closes when its receives are copied and its sends' receives are too (the
+//     sender's stream waits for those copies: the source may be reused after).
+//     This is NCCL's rendezvous, so a plan that runs under NCCL runs here.
+//
+// After enqueueing, wait() polls the end events (and the hook's error check)
+// against the watchdog's deadline.
+
+#include <cuda_runtime.h>
+
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "runtime/cuda/block_attention.hpp"
+#include "runtime/cuda/cuda_executor.hpp"
+#include "runtime/cuda/device_layout.hpp"
+
+namespace charm::rt::cuda {
+
+class PlanRunner {
+ public:
+  struct Hooks {
+    /// Issues the Send/Recv ops `group` (one rank, one stream) on `stream`; unset: local copies.
+    std::function<Status(std::span<const ir::OpId> group, cudaStream_t stream)> issue_group;
+    /// Called while waiting: an error (e.g. ncclCommGetAsyncError) ends the run.
+    std::function<Status()> poll;
+    /// Called when the watchdog gives up or poll fails (e.g. ncclCommAbort on every communicator).
+    std::function<void()> abort;
+  };
+
+  /// Allocates the buffers, streams, events and kernels of `local_ranks` on the current device.
+  [[nodiscard]] static Expected<std::unique_ptr<PlanRunner>> create(const ir::Plan& plan,
+                                                                    std::vector<ir::RankId> local_ranks,
+                                                                    const CudaRunOptions& opt, Hooks hooks);
+  ~PlanRunner();
+  PlanRunner(const PlanRunner&) = delete;
+  PlanRunner& operator=(const PlanRunner&) = delete;
+
+  /// (Re)initialises every buffer: inputs from `in`, accumulators empty. Synchronises.
+  [[nodiscard]] Status init_buffers(const GlobalTensors& in);
+  /// Enqueues the whole plan and waits for it (watchdog). Times are then in start_ms()/end_ms().
+  [[nodiscard]] Status run();
+  /// A local rank's results (after run()).
+  [[nodiscard]] Expected<RankOutputs> outputs(ir::RankId rank);
+
+  [[nodiscard]] const std::vector<double>& start_ms() const { return start_ms_; }
+  [[nodiscard]] const std::vector<double>& end_ms() const { return end_ms_; }
+  [[nodiscard]] double makespan_ms() const { return makespan_ms_; }
+  [[nodiscard]] double enqueue_ms() const { return enqueue_ms_; }
+  [[nodiscard]] std::size_t rank_bytes(ir::RankId r) const { return rank_bytes_[std::size_t(r)]; }
+  /// Device address of a local buffer's section.
+  [[nodiscard]] char* section(ir::BufferId b, int i) const;
+  [[nodiscard]] const DeviceLayout& layout(ir::BufKind k) const { return layouts_[int(k)]; }
+
+ private:
+  struct Lane {
+    ir::RankId rank = 0;
+    ir::Stream stream = ir::Stream::Compute;
+    cudaStream_t cs = nullptr;
+    std::vector<ir::OpId> ops;
+    std::size_t next = 0;      // first op not yet enqueued
+    bool open = false;         // local mode: the group at `next` is open
+    std::size_t done = 0;      // wait(): ops whose end event completed
+    std::unique_ptr<BlockAttention> attn;  // lanes that run Compute ops
+  };
+
+  PlanRunner(const ir::Plan& plan, Hooks hooks) : plan_(plan), hooks_(std::move(hooks)) {}
+  [[nodiscard]] std::size_t group_end(const Lane& l) const;
+  [[nodiscard]] bool deps_enqueued(ir::OpId id) const;
+  [[nodiscard]] Status wait_deps(const Lane& l, ir::OpId id);
+  [[nodiscard]] Expected<bool> step(Lane& l);
+  [[nodiscard]] Expected<bool> step_local_group(Lane& l, std::size_t end);
+  [[nodiscard]] Status run_local(Lane& l, ir::OpId id);
+  [[nodiscard]] Status wait_all();
+  [[nodiscard]] std::string stuck_message(bool enqueue) const;
+
+  const ir::Plan& plan_;
+  Hooks hooks_;
+  CudaRunOptions opt_;
+  ShardShape shape_;
+  DeviceLayout layouts_[7];
+  std::vector<char> local_;              // by rank
+  std::vector<Lane> lanes_;
+  std::vector<void*> buffers_;           // by BufferId; null for other processes' buffers
+  std::vector<std::vector<float>> host_inputs_;  // by BufferId, cached fp32 inputs
+  float* staging_ = nullptr;             // fp32 upload area
+  std::size_t staging_elems_ = 0;
+  int* vis_ = nullptr;                   // visible key counts, [q owner][kv owner][tokens]
+  std::vector<char> vis_ready_;
+  std::vector<cudaEvent_t> start_ev_, end_ev_, copy_ev_;  // by OpId (null where unused)
+  cudaEvent_t t0_ = nullptr;
+  std::vector<ir::OpId> peer_;           // local mode: the matching Send/Recv, kNone when none
+  std::vector<char> enqueued_, opened_, copied_;
+  std::vector<double> start_ms_, end_ms_;
+  std::vector<std::size_t> rank_bytes_;
+  double makespan_ms_ = 0, enqueue_ms_ = 0;
+  bool poisoned_ = false;  // the GPU may hold work that never finishes: skip the teardown that would wait for it
+};
+
+} // namespace charm::rt::cuda
