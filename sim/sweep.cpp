@@ -72,7 +72,7 @@ TaskOut run_task(const SweepSpec& spec, std::size_t config, ir::Phase phase) {
     r.topology = c.topology;
     r.ranks = ranks;
     r.domains = domains;
-    r.workload = w;
+    r.workload = normalised_request({algo, w, ranks, domains}).workload;  // ring-zigzag reports the zigzag layout it ran on
     r.algo = algo;
     r.pass = phase;
     r.ccr = ccr;

@@ -1,0 +1,104 @@
+// The sweep engine on its own: configuration numbering, ring = 1, determinism
+// across worker counts, cancellation, and the gnuplot script.
+#include <gtest/gtest.h>
+
+#include "sim/sweep.hpp"
+#include "sim/sweep_plot.hpp"
+
+namespace charm::sim {
+namespace {
+
+SweepControl jobs(int n, const std::atomic<bool>* cancel = nullptr) {
+  SweepControl c;
+  c.jobs = n;
+  c.cancel = cancel;
+  return c;
+}
+
+SweepSpec small_spec() {
+  SweepSpec s;
+  s.topologies = {topo::make_uniform(4, 50, 100, 1), topo::make_uniform(8, 25, 200, 2)};
+  s.topologies[0].name = "u4";
+  s.topologies[1].name = "u8";
+  s.batch = {1, 2};
+  s.seq = {8192, 32768};
+  s.heads = {8};
+  s.head_dim = {64, 128};
+  s.causal = {false, true};
+  s.algos = {"ring", "merge", "rm+", "charm"};
+  s.passes = {ir::Phase::Fwd, ir::Phase::Bwd};
+  return s;
+}
+
+TEST(SweepEngine, ConfigurationsAreNumberedTopologySlowestLayoutFastest) {
+  const auto s = small_spec();
+  ASSERT_EQ(s.num_configs(), 2u * 2 * 2 * 1 * 2 * 2);
+  const auto first = sweep_config(s, 0), second = sweep_config(s, 1), last = sweep_config(s, s.num_configs() - 1);
+  EXPECT_EQ(first.topology, 0u);
+  EXPECT_FALSE(first.workload.causal);
+  EXPECT_TRUE(second.workload.causal);  // causal varies fastest here (one layout)
+  EXPECT_EQ(second.workload.head_dim, 64);
+  EXPECT_EQ(last.topology, 1u);
+  EXPECT_EQ(last.workload.batch, 2);
+  EXPECT_EQ(last.workload.seq, 32768);
+  EXPECT_EQ(last.workload.head_dim, 128);
+  EXPECT_EQ(last.workload.kv_heads, 8);  // no kv list: kv_heads = heads
+}
+
+TEST(SweepEngine, OneRowPerConfigAlgoPassAndRingIsOne) {
+  const auto s = small_spec();
+  const auto res = run_sweep(s, jobs(2));
+  EXPECT_FALSE(res.cancelled);
+  EXPECT_EQ(res.skipped, 0u);
+  EXPECT_TRUE(res.failures.empty());
+  ASSERT_EQ(res.rows.size(), s.num_configs() * 4 * 2);
+  for (const auto& r : res.rows) {
+    if (r.algo == "ring") {
+      EXPECT_EQ(r.speedup_vs_ring, 1.0);
+    }
+    EXPECT_GT(r.time_ms, 0);
+    EXPECT_GT(r.ccr, 0);
+  }
+  // Row order: configuration, pass, algorithm.
+  EXPECT_EQ(res.rows[0].algo, "ring");
+  EXPECT_EQ(res.rows[0].pass, ir::Phase::Fwd);
+  EXPECT_EQ(res.rows[4].pass, ir::Phase::Bwd);
+}
+
+TEST(SweepEngine, SameRowsWhateverTheJobs) {
+  const auto s = small_spec();
+  const auto one = sweep_csv(s, run_sweep(s, jobs(1)));
+  EXPECT_EQ(one, sweep_csv(s, run_sweep(s, jobs(3))));
+  EXPECT_EQ(one, sweep_csv(s, run_sweep(s, jobs(64))));
+}
+
+TEST(SweepEngine, RingIsTheBaselineEvenWhenNotListed) {
+  auto s = small_spec();
+  s.algos = {"charm"};
+  const auto res = run_sweep(s, jobs(2));
+  ASSERT_EQ(res.rows.size(), s.num_configs() * 2);
+  for (const auto& r : res.rows) EXPECT_GT(r.speedup_vs_ring, 0);
+}
+
+TEST(SweepEngine, CancelStopsBeforeAnyWork) {
+  const auto s = small_spec();
+  std::atomic<bool> cancel{true};
+  const auto res = run_sweep(s, jobs(2, &cancel));
+  EXPECT_TRUE(res.cancelled);
+  EXPECT_TRUE(res.rows.empty());
+}
+
+TEST(SweepEngine, PlotScriptCarriesItsDataAndBothPanels) {
+  const auto s = small_spec();
+  const auto res = run_sweep(s, jobs(2));
+  const auto gp = sweep_gnuplot_script(s, res, "out's.png", PlotFormat::Png);
+  EXPECT_NE(gp.find("set output 'out''s.png'"), std::string::npos);  // quotes doubled
+  EXPECT_NE(gp.find("$ccr_p1_a3_t1 << EOD"), std::string::npos);
+  EXPECT_NE(gp.find("Backward: speedup vs CCR"), std::string::npos);
+  EXPECT_NE(gp.find("Forward: speedup vs sequence length"), std::string::npos);
+  EXPECT_NE(gp.find("u4 (4 GPUs"), std::string::npos);
+  EXPECT_NE(sweep_gnuplot_script(s, res, "x.svg", PlotFormat::Svg).find("set terminal svg"), std::string::npos);
+}
+
+} // namespace
+} // namespace charm::sim

@@ -1,0 +1,425 @@
+// charm sweep — CCR what-if sweeps: every algorithm over the cross product of
+// topologies and workload lists, in parallel, to CSV / JSON / a gnuplot figure.
+//
+// Outputs are written only once the sweep is complete, each through a
+// temporary file and a rename: Ctrl-C (SIGINT) or SIGTERM stops the workers
+// and leaves no file behind, half-written or otherwise.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <set>
+#include <thread>
+
+#include "scheduler/planners/planners.hpp"
+#include "sim/evaluate.hpp"
+#include "sim/sweep.hpp"
+#include "sim/sweep_plot.hpp"
+#include "tools/cli_common.hpp"
+#include "topologies/topology_json.hpp"
+
+extern char** environ;
+
+namespace charm::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr std::size_t kMaxListValues = 4096;
+constexpr std::size_t kMaxConfigs = 2'000'000;
+
+// ---- lists: "1,2,4", "4k..128k*2" (geometric), "64..256+64" (arithmetic), "1..8" (step 1) ----
+
+Expected<std::vector<std::int64_t>> parse_list(const std::string& text, const std::string& flag) {
+  std::vector<std::int64_t> out;
+  std::set<std::int64_t> seen;
+  auto push = [&](std::int64_t v) -> Status {
+    if (v < 1) return Error{flag, fmt::format("values must be >= 1, got {} in '{}'", v, text)};
+    if (seen.insert(v).second) out.push_back(v);
+    if (out.size() > kMaxListValues) return Error{flag, fmt::format("more than {} values in '{}'", kMaxListValues, text)};
+    return {};
+  };
+  if (text.empty()) return Error{flag, "expected a list like 1,2,4 or 4k..128k*2, got nothing"};
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    start = comma + 1;
+    if (item.empty()) return Error{flag, fmt::format("empty item in '{}'", text)};
+    const auto dots = item.find("..");
+    if (dots == std::string::npos) {
+      auto v = parse_size(item, flag);
+      if (!v) return v.error();
+      if (auto s = push(*v); !s) return s.error();
+      continue;
+    }
+    std::string hi_text = item.substr(dots + 2), step_text;
+    char op = '+';
+    if (const auto k = hi_text.find_first_of("*+"); k != std::string::npos) {
+      op = hi_text[k];
+      step_text = hi_text.substr(k + 1);
+      hi_text = hi_text.substr(0, k);
+    }
+    auto lo = parse_size(item.substr(0, dots), flag);
+    if (!lo) return lo.error();
+    auto hi = parse_size(hi_text, flag);
+    if (!hi) return hi.error();
+    std::int64_t step = 1;
+    if (!step_text.empty()) {
+      auto st = parse_size(step_text, flag);
+      if (!st) return st.error();
+      step = *st;
+    } else if (op == '*') {
+      return Error{flag, fmt::format("range '{}' needs a factor after '*', e.g. 4k..128k*2", item)};
+    }
+    if (*lo > *hi) return Error{flag, fmt::format("range '{}' runs downwards ({} > {})", item, *lo, *hi)};
+    if (op == '*' && step < 2) return Error{flag, fmt::format("range '{}': the factor must be >= 2, got {}", item, step)};
+    if (op == '+' && step < 1) return Error{flag, fmt::format("range '{}': the step must be >= 1, got {}", item, step)};
+    for (std::int64_t v = *lo; v <= *hi;) {
+      if (auto s = push(v); !s) return s.error();
+      if (op == '*' ? v > *hi / step : v > *hi - step) break;  // the next value would pass hi (or overflow)
+      v = op == '*' ? v * step : v + step;
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : s + ",") {
+    if (c == ',') {
+      if (!cur.empty()) out.push_back(cur);
+      cur.clear();
+    } else if (c != ' ') {
+      cur += c;
+    }
+  }
+  return out;
+}
+
+// ---- Ctrl-C: the handler only raises a flag; the sweep polls it ----
+
+std::atomic<bool> g_cancel{false};
+volatile std::sig_atomic_t g_signal = 0;
+static_assert(std::atomic<bool>::is_always_lock_free, "the signal handler needs a lock-free flag");
+
+extern "C" void on_signal(int sig) {
+  g_signal = sig;
+  g_cancel.store(true);
+}
+
+/// Installs the handlers for the sweep's lifetime and puts the old ones back.
+class SignalGuard {
+ public:
+  SignalGuard() {
+    struct sigaction sa{};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~SignalGuard() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  SignalGuard(const SignalGuard&) = delete;
+  SignalGuard& operator=(const SignalGuard&) = delete;
+
+ private:
+  struct sigaction old_int_{}, old_term_{};
+};
+
+// ---- progress ----
+
+class Progress {
+ public:
+  Progress(std::size_t passes, bool tty) : passes_(passes), tty_(tty) {}
+  void update(std::size_t done, std::size_t total) {
+    if (!tty_ || total == 0) return;
+    const double el = elapsed();
+    const double frac = double(done) / double(total);
+    constexpr int kWidth = 30;
+    const int fill = static_cast<int>(frac * kWidth);
+    const double rate = el > 0 ? double(done) / double(passes_) / el : 0;
+    const std::string eta = done > 0 && done < total ? fmt::format("  eta {:.0f}s", el / double(done) * double(total - done)) : "";
+    std::fprintf(stderr, "\r  sweep [%s%s] %3.0f%%  %zu/%zu configs  %.0f configs/s%s   ", std::string(std::size_t(fill), '#').c_str(),
+                 std::string(std::size_t(kWidth - fill), '.').c_str(), frac * 100, done / passes_, total / passes_, rate, eta.c_str());
+    std::fflush(stderr);
+    drawn_ = true;
+  }
+  void finish() {
+    if (drawn_) std::fputs("\n", stderr);
+  }
+  [[nodiscard]] double elapsed() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
+
+ private:
+  std::size_t passes_;
+  bool tty_;
+  bool drawn_ = false;
+  std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
+};
+
+// ---- gnuplot ----
+
+std::string find_on_path(const std::string& exe) {
+  const char* path = std::getenv("PATH");
+  if (!path) return {};
+  const std::string dirs = path;
+  for (std::size_t b = 0; b <= dirs.size();) {
+    const std::size_t e = std::min(dirs.find(':', b), dirs.size());
+    const std::string dir = e > b ? dirs.substr(b, e - b) : std::string(".");  // an empty entry is the current folder
+    b = e + 1;
+    const std::string p = dir + "/" + exe;
+    if (::access(p.c_str(), X_OK) == 0 && !fs::is_directory(p)) return p;
+  }
+  return {};
+}
+
+/// Runs gnuplot on a script file; gnuplot's own messages go to `log`. Returns its exit status (or -1).
+int run_gnuplot(const std::string& gnuplot, const std::string& script, const std::string& log) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  std::string a0 = gnuplot, a1 = script;
+  char* argv[] = {a0.data(), a1.data(), nullptr};
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, gnuplot.c_str(), &fa, nullptr, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) return -1;
+  int st = 0;
+  while (::waitpid(pid, &st, 0) < 0) {
+    if (errno != EINTR) return -1;
+  }
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+std::string read_text(const std::string& path, std::size_t limit = 2000) {
+  std::string s;
+  if (FILE* f = std::fopen(path.c_str(), "rb")) {
+    char buf[512];
+    std::size_t n = 0;
+    while (s.size() < limit && (n = std::fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
+    std::fclose(f);
+  }
+  return s;
+}
+
+/// Draws the figure. Returns false (after saying why on stderr) when it could not; the CSV stands regardless.
+bool plot(const sim::SweepSpec& spec, const sim::SweepResult& res, const std::string& out, const std::string& script_out) {
+  const auto format = out.ends_with(".svg") ? sim::PlotFormat::Svg : sim::PlotFormat::Png;
+  const std::string tmp_img = fmt::format("{}.tmp.{}", out, ::getpid());
+  const std::string script = sim::sweep_gnuplot_script(spec, res, tmp_img, format);
+  if (!script_out.empty()) write_file_atomic(script_out, sim::sweep_gnuplot_script(spec, res, out, format));
+  const std::string gnuplot = find_on_path("gnuplot");
+  if (gnuplot.empty()) {
+    std::fprintf(stderr,
+                 "charm sweep: gnuplot is not on PATH, so %s was not drawn (install it: scripts/setup.sh, or apt-get install "
+                 "gnuplot-nox); the CSV is written.\n",
+                 out.c_str());
+    return false;
+  }
+  const std::string tmp_script = fmt::format("{}.gp.tmp.{}", out, ::getpid());
+  const std::string tmp_log = fmt::format("{}.log.tmp.{}", out, ::getpid());
+  write_file_atomic(tmp_script, script);
+  const int rc = run_gnuplot(gnuplot, tmp_script, tmp_log);
+  const std::string log = read_text(tmp_log);
+  std::remove(tmp_script.c_str());
+  std::remove(tmp_log.c_str());
+  std::error_code ec;
+  const bool made = rc == 0 && fs::exists(tmp_img, ec) && fs::file_size(tmp_img, ec) > 0;
+  if (!made || g_cancel.load()) {
+    std::remove(tmp_img.c_str());
+    if (!g_cancel.load())
+      std::fprintf(stderr, "charm sweep: gnuplot failed (exit %d), %s not written:\n%s\n", rc, out.c_str(), log.c_str());
+    return false;
+  }
+  if (std::rename(tmp_img.c_str(), out.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmp_img.c_str());
+    fail(Error{"--plot", fmt::format("cannot write {}: {}", out, std::strerror(err))});
+  }
+  return true;
+}
+
+/// Fails now, not after an hour of simulation, when an output's folder is missing or read-only.
+void check_writable(const std::string& path, const std::string& flag) {
+  if (path.empty()) return;
+  const fs::path dir = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) fail(Error{flag, fmt::format("folder '{}' does not exist", dir.string())});
+  if (::access(dir.c_str(), W_OK) != 0) fail(Error{flag, fmt::format("folder '{}' is not writable", dir.string())});
+  if (fs::is_directory(path, ec)) fail(Error{flag, fmt::format("'{}' is a folder", path)});
+}
+
+void register_sweep(CLI::App& app) {
+  struct Opts {
+    std::string topologies, batch, seq, heads, kv_heads, head_dim;
+    std::string dtype = "bf16", layout = "contiguous", algos, pass = "fwd";
+    bool causal = false;
+    std::string out, json, plot, plot_script;
+    int jobs = -1;  // -1: every core
+  };
+  auto o = std::make_shared<Opts>();
+  auto* sub = app.add_subcommand("sweep",
+                                 "what-if sweep: every algorithm over topologies x workload lists, speedup over ring vs CCR "
+                                 "(CSV, JSON, gnuplot figure)");
+  sub->footer(
+      "Lists: 1,2,4 | 4k..128k*2 (x2 steps) | 64..256+64 (+64 steps) | 1..8, with size suffixes k, M, G.\n"
+      "Example: charm sweep --topology topologies/l20-8-2numa.json,topologies/h20-8.json --batch 1,2,4 \\\n"
+      "           --seq 8k..128k*2 --heads 8,16,32 --head-dim 64,128 --pass both --out sweep.csv --plot sweep.png");
+  sub->add_option("--topology,-t", o->topologies, "topology JSON files, comma-separated")->required();
+  sub->add_option("--batch,-b", o->batch, "batch sizes (list)")->required();
+  sub->add_option("--seq,-s", o->seq, "global sequence lengths (list)")->required();
+  sub->add_option("--heads", o->heads, "query heads (list)")->required();
+  sub->add_option("--head-dim", o->head_dim, "head dimensions (list)")->required();
+  sub->add_option("--kv-heads", o->kv_heads, "key/value heads (list; default: = heads; combinations that do not divide are skipped)");
+  sub->add_option("--dtype", o->dtype, "bf16 | fp16 | fp32 (comma-separated for several)")->capture_default_str();
+  sub->add_flag("--causal", o->causal, "causal mask");
+  sub->add_option("--layout", o->layout, "contiguous | zigzag (comma-separated for several)")->capture_default_str();
+  sub->add_option("--algos", o->algos, "algorithms, comma-separated (default: all)");
+  sub->add_option("--pass", o->pass, "fwd | bwd | both (both: one row per pass)")->capture_default_str();
+  sub->add_option("--out,-o", o->out, "CSV file, one row per configuration, algorithm and pass")->required();
+  sub->add_option("--json", o->json, "also write the rows as JSON");
+  sub->add_option("--plot", o->plot, "draw speedup vs CCR and vs sequence length with gnuplot (.png or .svg)");
+  sub->add_option("--plot-script", o->plot_script, "also keep the gnuplot script (data inline) to restyle the figure");
+  sub->add_option("--jobs,-j", o->jobs, "worker threads (default: all cores)");
+
+  sub->callback([o] {
+    sim::SweepSpec spec;
+    // Topologies.
+    const auto files = split(o->topologies);
+    if (files.empty()) fail(Error{"--topology", "expected one or more topology files"});
+    for (const auto& f : files) {
+      auto t = topo::load_topology(f);
+      if (!t) fail(Error{"--topology", t.error().message()});
+      spec.topologies.push_back(std::move(t).value());
+    }
+    // Workload lists.
+    spec.batch = unwrap(parse_list(o->batch, "--batch"));
+    spec.seq = unwrap(parse_list(o->seq, "--seq"));
+    spec.heads = unwrap(parse_list(o->heads, "--heads"));
+    spec.head_dim = unwrap(parse_list(o->head_dim, "--head-dim"));
+    if (!o->kv_heads.empty()) spec.kv_heads = unwrap(parse_list(o->kv_heads, "--kv-heads"));
+    spec.dtypes.clear();
+    for (const auto& d : split(o->dtype)) {
+      auto v = ir::parse_dtype(d);
+      if (!v) fail(Error{"--dtype", v.error().what});
+      spec.dtypes.push_back(*v);
+    }
+    if (spec.dtypes.empty()) fail(Error{"--dtype", "expected bf16, fp16 or fp32"});
+    spec.layouts.clear();
+    for (const auto& l : split(o->layout)) {
+      auto v = ir::parse_layout(l);
+      if (!v) fail(Error{"--layout", v.error().what});
+      spec.layouts.push_back(*v);
+    }
+    if (spec.layouts.empty()) fail(Error{"--layout", "expected contiguous or zigzag"});
+    spec.causal = {o->causal};
+    // Algorithms and passes.
+    const auto& names = sched::algorithm_names();
+    for (const auto& a : o->algos.empty() ? names : split(o->algos)) {
+      if (std::find(names.begin(), names.end(), a) == names.end())
+        fail(Error{"--algos", fmt::format("unknown algorithm '{}' (expected: {})", a, fmt::join(names, ", "))});
+      if (std::find(spec.algos.begin(), spec.algos.end(), a) == spec.algos.end()) spec.algos.push_back(a);
+    }
+    if (spec.algos.empty()) fail(Error{"--algos", "expected at least one algorithm"});
+    if (o->pass == "fwd") spec.passes = {ir::Phase::Fwd};
+    else if (o->pass == "bwd") spec.passes = {ir::Phase::Bwd};
+    else if (o->pass == "both") spec.passes = {ir::Phase::Fwd, ir::Phase::Bwd};
+    else fail(Error{"--pass", fmt::format("expected fwd, bwd or both, got '{}'", o->pass)});
+    // Outputs and jobs.
+    if (!o->plot.empty() && !o->plot.ends_with(".png") && !o->plot.ends_with(".svg"))
+      fail(Error{"--plot", fmt::format("'{}' must end in .png or .svg", o->plot)});
+    check_writable(o->out, "--out");
+    check_writable(o->json, "--json");
+    check_writable(o->plot, "--plot");
+    check_writable(o->plot_script, "--plot-script");
+    {
+      std::set<std::string> paths;
+      for (const auto* p : {&o->out, &o->json, &o->plot, &o->plot_script})
+        if (!p->empty() && !paths.insert(fs::weakly_canonical(*p).string()).second)
+          fail(Error{"--out", fmt::format("'{}' is named as two different outputs", *p)});
+    }
+    const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int jobs = o->jobs == -1 ? hw : o->jobs;
+    if (jobs < 1 || jobs > 1024) fail(Error{"--jobs", fmt::format("must be in [1, 1024], got {}", o->jobs)});
+    const std::size_t configs = spec.num_configs();
+    if (configs > kMaxConfigs)
+      fail(Error{"--seq", fmt::format("the lists make {} configurations, more than {}; narrow --batch/--seq/--heads/--head-dim",
+                                      configs, kMaxConfigs)});
+
+    // Run.
+    const bool tty = ::isatty(STDERR_FILENO) != 0;
+    g_cancel.store(false);
+    g_signal = 0;
+    const SignalGuard guard;
+    std::fprintf(stderr, "charm sweep: %zu configurations x %zu algorithms x %zu pass%s on %zu topolog%s, %d job%s\n", configs,
+                 spec.algos.size(), spec.passes.size(), spec.passes.size() == 1 ? "" : "es", spec.topologies.size(),
+                 spec.topologies.size() == 1 ? "y" : "ies", jobs, jobs == 1 ? "" : "s");
+    std::fflush(stderr);
+    Progress progress(spec.passes.size(), tty);
+    sim::SweepControl control;
+    control.jobs = jobs;
+    control.cancel = &g_cancel;
+    control.progress = [&progress](std::size_t done, std::size_t total) { progress.update(done, total); };
+    const sim::SweepResult res = sim::run_sweep(spec, control);
+    progress.finish();
+    const int sig = g_signal != 0 ? int(g_signal) : SIGINT;
+    if (res.cancelled || g_cancel.load()) {
+      std::fprintf(stderr, "charm sweep: interrupted after %zu of %zu configurations; no output written\n",
+                   res.tasks_done / spec.passes.size(), configs);
+      exit_code() = 128 + sig;
+      return;
+    }
+
+    // Outputs, only now and each atomically.
+    write_file_atomic(o->out, sim::sweep_csv(spec, res));
+    if (!o->json.empty()) write_file_atomic(o->json, sim::sweep_json(spec, res).dump(1) + "\n");
+    const double rate = res.wall_s > 0 ? double(configs) / res.wall_s : 0;
+    std::fprintf(stderr, "charm sweep: %zu rows (%zu skipped) from %zu configurations in %.2f s (%.0f configs/s, %zu simulations)\n",
+                 res.rows.size(), res.skipped, configs, res.wall_s, rate, res.simulations);
+    if (res.skipped > 0) {
+      std::fprintf(stderr, "charm sweep: skipped %zu (configuration, algorithm, pass) combinations the planner refuses:\n", res.skipped);
+      std::size_t shown = 0;
+      for (const auto& [what, n] : res.skip_reasons) {
+        if (++shown > 6) {
+          std::fprintf(stderr, "  ... and %zu more reasons (see --json)\n", res.skip_reasons.size() - 6);
+          break;
+        }
+        std::fprintf(stderr, "  %6zu x %s\n", n, what.c_str());
+      }
+    }
+    std::fprintf(stdout, "wrote %s (%zu rows)\n", o->out.c_str(), res.rows.size());
+    if (!o->json.empty()) std::fprintf(stdout, "wrote %s\n", o->json.c_str());
+    if (!o->plot.empty() && plot(spec, res, o->plot, o->plot_script)) std::fprintf(stdout, "wrote %s\n", o->plot.c_str());
+    if (g_cancel.load()) {
+      std::fprintf(stderr, "charm sweep: interrupted while drawing; %s not written\n", o->plot.c_str());
+      exit_code() = 128 + (g_signal != 0 ? int(g_signal) : SIGINT);
+      return;
+    }
+    if (!res.failures.empty()) {
+      for (std::size_t i = 0; i < res.failures.size() && i < 3; ++i)
+        std::fprintf(stderr, "charm sweep: simulation failed: %s\n", res.failures[i].c_str());
+      std::fprintf(stderr, "charm sweep: %zu simulations failed (a simulator bug; their rows are missing)\n", res.failures.size());
+      exit_code() = kExitRuntime;
+    }
+  });
+}
+
+const Registrar reg{register_sweep};
+
+} // namespace
+} // namespace charm::cli
