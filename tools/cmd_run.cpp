@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <iostream>
@@ -17,6 +18,7 @@
 #include "scheduler/validate/validator.hpp"
 #include "tools/cli_common.hpp"
 #include "tools/plan_flags.hpp"
+#include "tools/run_backends.hpp"
 #ifdef CHARM_RT_HAVE_MPI
 #include "runtime/mpi_context.hpp"
 #endif
@@ -95,7 +97,8 @@ void dump_tensors(const std::string& dir, const ir::Plan& plan, const RunOpts& o
 }
 
 /// Rank 0's part after a successful run: check, print, dump. Returns the exit code.
-int report(const ir::Plan& plan, const RunOpts& o, const rt::GlobalTensors& in, const rt::RunResult& res) {
+int report(const ir::Plan& plan, const RunOpts& o, const rt::GlobalTensors& in, const rt::RunResult& res,
+           const nlohmann::json& extra = {}, const std::string& extra_text = {}) {
   const auto& w = plan.workload;
   std::optional<rt::CheckReport> rep;
   if (o.check) {
@@ -116,6 +119,7 @@ int report(const ir::Plan& plan, const RunOpts& o, const rt::GlobalTensors& in, 
       j["max_abs_err"] = nullptr;
       j["max_rel_err"] = nullptr;
     }
+    if (extra.is_object()) j.update(extra);
     std::cout << j.dump() << "\n";
   } else {
     std::cout << fmt::format("# charm run: {} backend={} ranks={} domains={} {} B={} S={} H={} Hkv={} D={}{} {} pass={} seed={}\n",
@@ -131,6 +135,7 @@ int report(const ir::Plan& plan, const RunOpts& o, const rt::GlobalTensors& in, 
           std::cout << fmt::format("  {:<6} {:>12.3e} {:>12.3e} {:>10.1e}{}\n", name, (*e)->max_abs, (*e)->max_rel,
                                    rep->tolerance, (*e)->max_rel <= rep->tolerance ? "" : "  FAIL");
     }
+    std::cout << extra_text;
     std::cout << fmt::format("# time {:.3f} ms, peak buffers {:.2f} MiB per rank{}\n", res.time_ms,
                              double(res.peak_bytes) / (1024.0 * 1024.0),
                              rep ? (ok ? ": check PASSED" : ": check FAILED (" + rep->worst() + ")") : "");
@@ -150,9 +155,24 @@ void register_run(CLI::App& app) {
   sub->add_option("--timeout-s", o->timeout_s, "watchdog: fail (exit 3) after this long without progress; 0 = off")
       ->capture_default_str();
   sub->add_flag("--inject-stall", o->inject_stall, "testing: drop the plan's first send")->group("");
+  for (auto& b : run_backends()) b.add_flags(*sub);
   sub->callback([o] {
-    if (o->backend != "threads" && o->backend != "mpi")
-      fail(Error{"--backend", fmt::format("unknown backend '{}' (expected threads or mpi)", o->backend)});
+    for (const auto& b : run_backends())
+      if (std::find(b.names.begin(), b.names.end(), o->backend) != b.names.end()) {
+        RunRequest req{&o->plan, o->backend, o->seed, o->check, o->json, o->inject_stall, o->timeout_s, {}};
+        req.report = [o](const ir::Plan& plan, const rt::GlobalTensors& in, const rt::RunResult& res,
+                         const nlohmann::json& extra, const std::string& extra_text) {
+          return report(plan, *o, in, res, extra, extra_text);
+        };
+        exit_code() = b.run(req);
+        return;
+      }
+    if (o->backend != "threads" && o->backend != "mpi") {
+      std::string known = "threads or mpi";
+      for (const auto& b : run_backends())
+        for (const auto& n : b.names) known += ", " + n;
+      fail(Error{"--backend", fmt::format("unknown backend '{}' (expected {})", o->backend, known)});
+    }
     if (!(o->timeout_s >= 0)) fail(Error{"--timeout-s", "must be >= 0"});
     rt::RunOptions ropt{o->timeout_s};
     if (o->backend == "threads") {

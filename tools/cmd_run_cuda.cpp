@@ -1,0 +1,156 @@
+// charm run --backend cuda-local | cuda: the plan on GPUs (runtime/cuda).
+// Same checks, text and JSON as the CPU backends, plus the simulator's timing
+// fields measured with CUDA events and, with --trace, the simulator's Chrome trace.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <memory>
+
+#include "runtime/cuda/cuda_executor.hpp"
+#include "runtime/cuda/timeline.hpp"
+#include "scheduler/validate/validator.hpp"
+#include "tools/cli_common.hpp"
+#include "tools/run_backends.hpp"
+#ifdef CHARM_RT_HAVE_NCCL
+#include "runtime/cuda/nccl_backend.hpp"
+#include "runtime/mpi_context.hpp"
+#endif
+#ifdef CHARM_CLI_HAVE_SIM
+#include "sim/report.hpp"
+#endif
+
+namespace charm::cli {
+namespace {
+
+struct CudaFlags {
+  std::string trace;
+  int device = 0;
+  int warmup = 1;
+  std::string tile_budget = "256M";
+};
+
+/// Drops the plan's first Send (the same test hook as the CPU backends).
+void drop_first_send(ir::Plan& plan) {
+  for (ir::OpId id = 0; id < static_cast<ir::OpId>(plan.size()); ++id)
+    if (plan.op(id).kind == ir::OpKind::Send) {
+      const ir::OpId ids[] = {id};
+      plan.erase_ops(ids);
+      return;
+    }
+}
+
+void write_trace(const std::string& path, const ir::Plan& plan, const rt::cuda::CudaRunResult& r) {
+#ifdef CHARM_CLI_HAVE_SIM
+  sim::SimResult s;
+  s.makespan_s = r.run.time_ms * 1e-3;
+  for (double v : r.start_ms) s.start_s.push_back(v * 1e-3);
+  for (double v : r.end_ms) s.end_s.push_back(v * 1e-3);
+  s.flow_start_s = s.start_s;  // a transfer's start is when its group was issued
+  write_file_atomic(path, sim::chrome_trace(plan, s).dump() + "\n");
+#else
+  (void)plan;
+  (void)r;
+  fail(Error{"--trace", fmt::format("cannot write {}: this charm was built without the simulator", path)});
+#endif
+}
+
+/// The simulator's timing fields, from the measured op times.
+std::pair<nlohmann::json, std::string> timing(const ir::Plan& plan, const rt::cuda::CudaRunResult& r,
+                                              const std::string& device) {
+  const auto s = rt::cuda::summarize_timeline(plan, r.start_ms, r.end_ms);
+  nlohmann::json streams = nlohmann::json::object();
+  for (int k = 0; k < ir::kNumStreams; ++k) streams[std::string(ir::to_string(ir::Stream(k)))] = s.stream_busy_mean_ms[k];
+  nlohmann::json j{{"device", device},
+                   {"timing", "cuda events"},
+                   {"exposed_comm_ms", s.exposed_comm_ms},
+                   {"exposed_comm_per_rank_ms", {{"mean", s.exposed_comm_mean_ms}, {"max", s.exposed_comm_max_ms}}},
+                   {"idle_ms", {{"mean", s.idle_mean_ms}, {"max", s.idle_max_ms}}},
+                   {"compute_busy_ms", {{"mean", s.compute_busy_mean_ms}}},
+                   {"stream_busy_ms", streams},
+                   {"enqueue_ms", r.enqueue_ms}};
+  std::string text = fmt::format("# device {}\n# exposed comm {:.3f} ms (per rank mean {:.3f}, max {:.3f}), compute busy "
+                                 "{:.3f} ms (mean), host enqueue {:.3f} ms\n",
+                                 device, s.exposed_comm_ms, s.exposed_comm_mean_ms, s.exposed_comm_max_ms,
+                                 s.compute_busy_mean_ms, r.enqueue_ms);
+  return {j, text};
+}
+
+int run_cuda(const RunRequest& req, const CudaFlags& f) {
+  // Without a device nothing else matters: one line, exit 2 (bad input for this machine).
+  if (auto n = rt::cuda::device_count(); !n) fail(Error{"--backend " + req.backend, n.error().message()});
+  if (f.warmup < 0) fail(Error{"--warmup", "must be >= 0"});
+  const auto budget = unwrap(parse_size(f.tile_budget, "--tile-budget"));
+  if (budget < (1 << 20)) fail(Error{"--tile-budget", "must be at least 1M"});
+  const rt::cuda::CudaRunOptions opt{req.timeout_s, f.warmup, f.device, std::size_t(budget)};
+  auto plan = req.plan->make();
+  if (req.backend == "cuda-local") {
+    auto rep = sched::validate(plan);
+    if (!rep.ok()) throw RuntimeFailure{"internal: the planner produced an invalid plan: " + rep.summary(plan)};
+    if (req.inject_stall) drop_first_send(plan);
+    const auto in = rt::plan_inputs(plan.workload, req.seed);
+    auto res = rt::cuda::run_cuda_local(plan, in, opt);
+    if (!res) throw RuntimeFailure{res.error().message()};
+    const auto dev = rt::cuda::device_description(f.device);
+    const auto [extra, text] = timing(plan, *res, dev ? *dev : "unknown");
+    if (!f.trace.empty()) write_trace(f.trace, plan, *res);
+    return req.report(plan, in, res->run, extra, text);
+  }
+#ifdef CHARM_RT_HAVE_NCCL
+  auto ctx_e = rt::MpiContext::init();
+  if (!ctx_e) throw RuntimeFailure{ctx_e.error().message()};
+  auto ctx = std::move(*ctx_e);
+  if (plan.ranks != ctx->size())
+    fail(Error{"--ranks", fmt::format("{} ranks asked for, but mpirun started {} processes", plan.ranks, ctx->size())});
+  if (ctx->rank() == 0) {
+    auto rep = sched::validate(plan);
+    if (!rep.ok()) {
+      std::fprintf(stderr, "charm: error: internal: the planner produced an invalid plan: %s\n", rep.summary(plan).c_str());
+      ctx->abort(kExitRuntime);
+    }
+  }
+  if (req.inject_stall) drop_first_send(plan);
+  const auto in = rt::plan_inputs(plan.workload, req.seed);
+  auto res = rt::cuda::run_cuda_nccl(plan, in, opt);
+  if (!res) {
+    // The watchdog already aborted the communicators; end every process with the runtime code.
+    std::fprintf(stderr, "charm: error: %s\n", res.error().message().c_str());
+    std::fflush(stderr);
+    ctx->abort(kExitRuntime);
+  }
+  int code = 0;
+  if (ctx->rank() == 0) {
+    int dev = 0;
+    (void)cudaGetDevice(&dev);
+    const auto desc = rt::cuda::device_description(dev);
+    const auto [extra, text] = timing(plan, *res, desc ? *desc : "unknown");
+    if (!f.trace.empty()) write_trace(f.trace, plan, *res);
+    code = req.report(plan, in, res->run, extra, text);
+  }
+  return ctx->broadcast(code);
+#else
+  fail(Error{"--backend", "this charm was built without NCCL or MPI: only cuda-local is available"});
+#endif
+}
+
+const bool registered = [] {
+  auto f = std::make_shared<CudaFlags>();
+  run_backends().push_back(RunBackend{
+      {"cuda-local", "cuda"},
+      [f](CLI::App& sub) {
+        auto* g = "GPU backends (cuda-local: every rank on one GPU; cuda: one GPU per rank under mpirun)";
+        sub.add_option("--trace", f->trace, "cuda backends: write a Chrome trace of the measured ops")->group(g);
+        sub.add_option("--device", f->device, "cuda-local: the GPU to use")->capture_default_str()->group(g);
+        sub.add_option("--warmup", f->warmup, "cuda backends: untimed runs before the timed one")
+            ->capture_default_str()
+            ->group(g);
+        sub.add_option("--tile-budget", f->tile_budget, "cuda backends: score-tile memory per compute stream")
+            ->capture_default_str()
+            ->group(g);
+      },
+      [f](const RunRequest& req) { return run_cuda(req, *f); }});
+  return true;
+}();
+
+} // namespace
+} // namespace charm::cli

@@ -1,0 +1,43 @@
+#pragma once
+// Extra backends of `charm run` (the GPU ones live in cmd_run_cuda.cpp and are
+// compiled only when runtime/cuda is built). A backend adds its own flags to
+// the `run` subcommand and gets the parsed common options plus a report
+// function that checks, prints and dumps exactly as the CPU backends do.
+
+#include <nlohmann/json.hpp>
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "runtime/executor.hpp"
+#include "tools/plan_flags.hpp"
+
+namespace charm::cli {
+
+struct RunRequest {
+  const PlanFlags* plan = nullptr;
+  std::string backend;
+  std::uint64_t seed = 0;
+  bool check = false, json = false, inject_stall = false;
+  double timeout_s = 0;
+  /// Checks against the reference (when asked), prints text or JSON (`extra` merged into
+  /// the JSON object, `extra_text` printed as-is before the summary line), dumps; returns the exit code.
+  std::function<int(const ir::Plan&, const rt::GlobalTensors& in, const rt::RunResult&, const nlohmann::json& extra,
+                    const std::string& extra_text)>
+      report;
+};
+
+struct RunBackend {
+  std::vector<std::string> names;
+  std::function<void(CLI::App& run)> add_flags;
+  std::function<int(const RunRequest&)> run;  // the exit code; throws UsageError / RuntimeFailure like the rest
+};
+
+inline std::vector<RunBackend>& run_backends() {
+  static std::vector<RunBackend> b;
+  return b;
+}
+
+} // namespace charm::cli
