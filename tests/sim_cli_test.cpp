@@ -39,7 +39,9 @@ TEST(SimCli, CompareAcceptance3) {
     ASSERT_TRUE(r.contains("time_ms")) << r.dump();
     seen.insert(r["algo"].get<std::string>() + "/" + r["pass"].get<std::string>());
     EXPECT_GT(r["speedup_vs_ring"].get<double>(), 0);
-    if (r["algo"] == "ring") EXPECT_DOUBLE_EQ(r["speedup_vs_ring"].get<double>(), 1.0);
+    if (r["algo"] == "ring") {
+      EXPECT_DOUBLE_EQ(r["speedup_vs_ring"].get<double>(), 1.0);
+    }
   }
   for (const char* a : {"ring", "ring-zigzag", "merge", "rm+", "charm"})
     for (const char* p : {"fwd", "bwd"}) EXPECT_TRUE(seen.count(std::string(a) + "/" + p)) << a << " " << p;

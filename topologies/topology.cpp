@@ -27,11 +27,11 @@ GBps Topology::route_bandwidth_gbps(int src, int dst) const {
   return bw;
 }
 
-int Topology::domain_of(int gpu) const {
+int Topology::domain_of(int gpu_index) const {
   if (domain_level < 0) return 0;
   // Domains are the distinct prefixes of the placement up to domain_level, numbered in GPU order.
   int d = 0;
-  for (int g = 1; g <= gpu; ++g) {
+  for (int g = 1; g <= gpu_index; ++g) {
     const auto& a = gpu_place[std::size_t(g - 1)];
     const auto& b = gpu_place[std::size_t(g)];
     if (!std::equal(a.begin(), a.begin() + domain_level + 1, b.begin())) ++d;
