@@ -113,43 +113,46 @@ __global__ void add_heads_to_tokens_kernel(const float* __restrict__ src, float*
   }
 }
 
-/// One warp per row r of [B, H, T].
+/// One warp per row r of [B, H, T], grid-stride over rows.
 __global__ void merge_out_kernel(const float* __restrict__ o_part, const float* __restrict__ lse_part,
                                  bool part_head_major, float* __restrict__ o_acc, float* __restrict__ lse_acc,
                                  std::int64_t tokens, std::int64_t heads, std::int64_t d, std::int64_t rows) {
-  const std::int64_t r = std::int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
-  if (r >= rows) return;  // whole warp
-  const std::int64_t t = r % tokens, h = (r / tokens) % heads, b = r / (tokens * heads);
-  const float l2 = lse_part[r];
-  if (l2 == kNegInf) return;  // an empty partial changes nothing
-  const float l1 = lse_acc[r];
-  float* o1 = o_acc + ((b * tokens + t) * heads + h) * d;
-  const float* o2 = o_part + (part_head_major ? ((b * heads + h) * tokens + t) * d : ((b * tokens + t) * heads + h) * d);
-  float l = l2, w1 = 0.0f, w2 = 1.0f;
-  if (l1 != kNegInf) {
-    const float hi = fmaxf(l1, l2), lo = fminf(l1, l2);
-    l = hi + log1pf(expf(lo - hi));
-    w1 = expf(l1 - l);
-    w2 = expf(l2 - l);
+  const std::int64_t step = std::int64_t(gridDim.x) * kWarpsPerBlock;
+  for (std::int64_t r = std::int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5); r < rows; r += step) {
+    const float l2 = lse_part[r];
+    if (l2 == kNegInf) continue;  // an empty partial changes nothing (uniform across the warp)
+    const std::int64_t t = r % tokens, h = (r / tokens) % heads, b = r / (tokens * heads);
+    const float l1 = lse_acc[r];
+    float* o1 = o_acc + ((b * tokens + t) * heads + h) * d;
+    const float* o2 =
+        o_part + (part_head_major ? ((b * heads + h) * tokens + t) * d : ((b * tokens + t) * heads + h) * d);
+    float l = l2, w1 = 0.0f, w2 = 1.0f;
+    if (l1 != kNegInf) {
+      const float hi = fmaxf(l1, l2), lo = fminf(l1, l2);
+      l = hi + log1pf(expf(lo - hi));
+      w1 = expf(l1 - l);
+      w2 = expf(l2 - l);
+    }
+    for (std::int64_t k = lane; k < d; k += 32) o1[k] = l1 == kNegInf ? o2[k] : w1 * o1[k] + w2 * o2[k];
+    __syncwarp();  // every lane read lse_acc[r] before it changes
+    if (lane == 0) lse_acc[r] = l;
   }
-  for (std::int64_t k = lane; k < d; k += 32) o1[k] = l1 == kNegInf ? o2[k] : w1 * o1[k] + w2 * o2[k];
-  __syncwarp();  // every lane read lse_acc[r] before it changes
-  if (lane == 0) lse_acc[r] = l;
 }
 
 template <class T>
 __global__ void bundle_delta_kernel(const T* __restrict__ dout, const float* __restrict__ o, float* __restrict__ delta,
                                     std::int64_t tokens, std::int64_t heads, std::int64_t d, std::int64_t rows) {
-  const std::int64_t r = std::int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
-  if (r >= rows) return;
-  const std::int64_t t = r % tokens, h = (r / tokens) % heads, b = r / (tokens * heads);
-  const std::int64_t base = ((b * tokens + t) * heads + h) * d;
-  float s = 0.0f;
-  for (std::int64_t k = lane; k < d; k += 32) s += to_f32(dout[base + k]) * o[base + k];
-  s = warp_sum(s);
-  if (lane == 0) delta[r] = s;
+  const std::int64_t step = std::int64_t(gridDim.x) * kWarpsPerBlock;
+  for (std::int64_t r = std::int64_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5); r < rows; r += step) {
+    const std::int64_t t = r % tokens, h = (r / tokens) % heads, b = r / (tokens * heads);
+    const std::int64_t base = ((b * tokens + t) * heads + h) * d;
+    float s = 0.0f;
+    for (std::int64_t k = lane; k < d; k += 32) s += to_f32(dout[base + k]) * o[base + k];
+    s = warp_sum(s);  // every lane of the warp takes part: r is uniform across it
+    if (lane == 0) delta[r] = s;
+  }
 }
 
 /// One block per tile row.

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# One prepared check for a machine with an NVIDIA GPU (issue 7). Run it once:
+#   scripts/gpu-check.sh            # table on stdout; also $OUT/gpu-check.md when OUT is set
+# Steps, each under its own time limit (the whole fits 8 minutes on one H200):
+#   1. the card (nvidia-smi)          2. build (Release, native CUDA arch)
+#   3. GPU tests (ctest: cuda_* tests, labels gpu and integration)
+#   4. cuda-local --check, fwd+bwd, for every algorithm, against the fp64 reference
+#   5. attention block kernels: ms and TFLOP/s against the card's bf16 peak
+#   6. ring and charm timed under cuda-local at a realistic size
+# It never stops at a failing step: every step's result goes in the table, and
+# the exit code is the number of failed steps (0 = all passed).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD_DIR:-build-gpu}
+LOGS=$(mktemp -d)
+CHARM=$BUILD/tools/charm
+failed=0
+rows=()
+
+# step NAME LIMIT_S CMD...: runs CMD under `timeout`, output in $LOGS/NAME.log.
+step() {
+  local name=$1 limit=$2
+  shift 2
+  local t0=$SECONDS
+  timeout --kill-after=10 "$limit" "$@" >"$LOGS/$name.log" 2>&1
+  local rc=$?
+  local took=$((SECONDS - t0))
+  local verdict=pass
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then verdict="TIMEOUT (${limit}s)"; elif [ $rc -ne 0 ]; then verdict="FAIL (rc $rc)"; fi
+  [ "$verdict" = pass ] || failed=$((failed + 1))
+  rows+=("| $name | $verdict | ${took}s |")
+  echo "== $name: $verdict in ${took}s" >&2
+  [ "$verdict" = pass ] || tail -n 30 "$LOGS/$name.log" >&2
+  return $rc
+}
+# json_field KEY FILE: the first number after "KEY": in a one-line JSON file.
+json_field() { sed -n "s/.*\"$1\":\([-0-9.eE+]*\).*/\1/p" "$2" | head -n 1; }
+
+step card 30 nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version --format=csv,noheader
+card=$(head -n 1 "$LOGS/card.log")
+
+step build 330 bash -c "cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=native \
+  -DCHARM_BUILD_BENCH=ON >/dev/null && cmake --build $BUILD -j$(nproc) --target charm cuda_host_test cuda_kernels_test \
+  cuda_local_test cuda_cli_test cuda_attention_bench"
+
+# The test programs directly (ctest -L gpu would select the same ones, plus other areas' later additions).
+step gpu-tests 240 bash -c "$BUILD/tests/cuda_host_test --gtest_brief=1 && $BUILD/tests/cuda_kernels_test --gtest_brief=1 \
+  && $BUILD/tests/cuda_local_test --gtest_brief=1 && $BUILD/tests/cuda_cli_test --gtest_brief=1"
+
+# 4. Correctness of every algorithm, forward and backward, bf16, causal (zigzag where the algorithm uses it).
+check_rows=()
+for algo in ring ring-zigzag merge rm+ charm allgather-kv; do
+  layout=contiguous
+  case $algo in ring-zigzag | charm) layout=zigzag ;; esac
+  domains=1
+  [ $algo = charm ] && domains=2
+  name="check-$algo"
+  step "$name" 90 "$CHARM" run --backend cuda-local --algo "$algo" --ranks 8 --domains $domains --batch 1 --seq 1k \
+    --heads 8 --kv-heads 4 --head-dim 64 --dtype bf16 --causal --layout $layout --pass both --check --json --timeout-s 30
+  f="$LOGS/$name.log"
+  out=$(sed -n 's/.*"max_rel_err":{[^}]*"out":\([^,}]*\).*/\1/p' "$f" | head -n 1)
+  dq=$(sed -n 's/.*"max_rel_err":{[^}]*"dq":\([^,}]*\).*/\1/p' "$f" | head -n 1)
+  dk=$(sed -n 's/.*"max_rel_err":{[^}]*"dk":\([^,}]*\).*/\1/p' "$f" | head -n 1)
+  dv=$(sed -n 's/.*"max_rel_err":{[^}]*"dv":\([^,}]*\).*/\1/p' "$f" | head -n 1)
+  check_rows+=("| $algo | $layout | ${out:-?} | ${dq:-?} | ${dk:-?} | ${dv:-?} | $(json_field time_ms "$f") |")
+done
+
+step kernels 150 "$BUILD/runtime/cuda/cuda_attention_bench" --benchmark_counters_tabular=true
+
+# 6. Timing at S = 32k, 8 ranks on one GPU (no --check: the fp64 reference would take minutes).
+time_rows=()
+for algo in ring charm; do
+  for pass in fwd bwd; do
+    layout=contiguous
+    [ $algo = charm ] && layout=zigzag
+    name="time-$algo-$pass"
+    step "$name" 90 "$CHARM" run --backend cuda-local --algo "$algo" --ranks 8 --batch 1 --seq 32k --heads 32 \
+      --head-dim 128 --dtype bf16 --causal --layout $layout --pass $pass --json --timeout-s 60 --warmup 1 \
+      --trace "$LOGS/trace-$algo-$pass.json"
+    f="$LOGS/$name.log"
+    time_rows+=("| $algo | $pass | $(json_field time_ms "$f") | $(json_field exposed_comm_ms "$f") | $(json_field enqueue_ms "$f") |")
+  done
+done
+
+{
+  echo "## GPU check ($(date -u +%Y-%m-%d), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown))"
+  echo
+  echo "Card: ${card:-unknown}"
+  echo
+  echo "| step | result | time |"
+  echo "|---|---|---|"
+  printf '%s\n' "${rows[@]}"
+  echo
+  echo "cuda-local --check, 8 ranks, B=1 S=1k H=8/4 D=64 bf16 causal, fwd+bwd (max relative error, tolerance 1e-2):"
+  echo
+  echo "| algo | layout | out | dq | dk | dv | time ms |"
+  echo "|---|---|---|---|---|---|---|"
+  printf '%s\n' "${check_rows[@]}"
+  echo
+  echo "Block kernels (bf16, B=1, one block; FLOPs counted on visible pairs):"
+  echo
+  echo '```'
+  grep -E '^(block|Benchmark|-)' "$LOGS/kernels.log" | grep -v '^-' || true
+  echo '```'
+  echo
+  echo "cuda-local, 8 ranks on one GPU, B=1 S=32k H=32 D=128 bf16 causal (ms):"
+  echo
+  echo "| algo | pass | time | exposed comm | host enqueue |"
+  echo "|---|---|---|---|---|"
+  printf '%s\n' "${time_rows[@]}"
+  echo
+  echo "Failed steps: $failed (logs in $LOGS)"
+} >"$LOGS/gpu-check.md"
+cat "$LOGS/gpu-check.md"
+if [ -n "${OUT:-}" ]; then
+  mkdir -p "$OUT" && cp "$LOGS/gpu-check.md" "$OUT/" && cp "$LOGS"/*.log "$OUT/" 2>/dev/null
+  cp "$LOGS"/trace-*.json "$OUT/" 2>/dev/null || true
+fi
+exit $failed

@@ -1,0 +1,67 @@
+// `charm run --backend cuda-local` end to end. Without a device (CI, this
+// project's build machines) it must exit 2 with exactly one line saying no CUDA
+// device was found; with one, --check passes at bf16 tolerance and the JSON
+// carries the simulator's timing fields, and --trace writes a Chrome trace.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "runtime/cuda/cuda_executor.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+/// The charm binary: $CHARM_BIN when set (a prebuilt bundle run elsewhere), else the one built beside this test.
+charm::test::CmdResult run_charm(const std::string& args) {
+  const char* bin = std::getenv("CHARM_BIN");
+  return charm::test::run_cmd(std::string(bin != nullptr && *bin != '\0' ? bin : CHARM_BIN) + " " + args);
+}
+const std::string kSmall = "run --batch 1 --seq 512 --heads 4 --head-dim 64 --dtype bf16 --causal";
+
+int lines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+TEST(CudaCli, NoDeviceIsOneLineAndExit2) {
+  if (charm::rt::cuda::device_count()) GTEST_SKIP() << "a CUDA device is present";
+  for (const std::string backend : {"cuda-local", "cuda"}) {
+    const auto r = run_charm(kSmall + " --algo ring --ranks 4 --check --backend " + backend);
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_EQ(lines(r.out), 1) << r.out;
+    EXPECT_NE(r.out.find("no CUDA device was found"), std::string::npos) << r.out;
+  }
+}
+
+TEST(CudaCli, CheckPassesWithTimingFieldsAndTrace) {
+  if (!charm::rt::cuda::device_count()) GTEST_SKIP() << "no CUDA device";
+  const std::string trace = charm::test::temp_path("cuda_trace.json");
+  const auto r = run_charm(kSmall + " --backend cuda-local --algo charm --ranks 4 --layout zigzag --pass both --check "
+                           "--json --trace " + trace);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  EXPECT_TRUE(j["ok"].get<bool>());
+  EXPECT_LE(j["max_rel_err"]["out"].get<double>(), 1e-2);
+  for (const char* k : {"time_ms", "exposed_comm_ms", "compute_busy_ms", "stream_busy_ms", "idle_ms", "device"})
+    EXPECT_TRUE(j.contains(k)) << k;
+  EXPECT_GT(j["time_ms"].get<double>(), 0.0);
+  std::ifstream in(trace);
+  ASSERT_TRUE(in.good());
+  const auto t = nlohmann::json::parse(in);
+  EXPECT_GT(t["traceEvents"].size(), 10u);
+  std::filesystem::remove(trace);
+}
+
+TEST(CudaCli, StallIsExit3) {
+  if (!charm::rt::cuda::device_count()) GTEST_SKIP() << "no CUDA device";
+  const auto r = run_charm(kSmall + " --backend cuda-local --algo ring --ranks 4 --inject-stall --timeout-s 5");
+  EXPECT_EQ(r.code, 3) << r.out;
+  EXPECT_NE(r.out.find("stall"), std::string::npos) << r.out;
+}
+
+} // namespace
