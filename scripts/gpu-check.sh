@@ -2,7 +2,9 @@
 # One prepared check for a machine with an NVIDIA GPU (issue 7). Run it once:
 #   scripts/gpu-check.sh            # table on stdout; also $OUT/gpu-check.md when OUT is set
 # Steps, each under its own time limit (the whole fits 8 minutes on one H200):
-#   1. the card (nvidia-smi)          2. build (Release, native CUDA arch)
+#   1. the card (nvidia-smi)          2. build (Release, native CUDA arch), skipped when a
+#      .gpu-bundle/ made by scripts/gpu-bundle.sh was carried (the lent H200's image
+#      lacks this project's -dev packages: there, carry a bundle)
 #   3. GPU tests (ctest: cuda_* tests, labels gpu and integration)
 #   4. cuda-local --check, fwd+bwd, for every algorithm, against the fp64 reference
 #   5. attention block kernels: ms and TFLOP/s against the card's bf16 peak
@@ -36,16 +38,42 @@ step() {
 # json_field KEY FILE: the first number after "KEY": in a one-line JSON file.
 json_field() { sed -n "s/.*\"$1\":\([-0-9.eE+]*\).*/\1/p" "$2" | head -n 1; }
 
+# Prebuilt mode: a .gpu-bundle/ from scripts/gpu-bundle.sh (carried here) replaces the build.
+if [ -x .gpu-bundle/bin/charm ]; then
+  BUNDLE=$PWD/.gpu-bundle
+  # cuBLAS and NCCL come from this machine: the toolkit's lib64 or the Python wheels (nvidia-*).
+  cudalibs=$(python3 - <<'PY' 2>/dev/null
+import glob, os, site
+roots = site.getsitepackages() + ["/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib", "/usr/lib/x86_64-linux-gnu"]
+dirs = []
+for r in roots:
+    for pat in ("libnccl.so.2", "libcublas.so.13", "libcublasLt.so.13", "libcudart.so.13"):
+        for f in glob.glob(os.path.join(r, "**", pat), recursive=True):
+            if os.path.dirname(f) not in dirs:
+                dirs.append(os.path.dirname(f))
+print(":".join(dirs))
+PY
+)
+  export LD_LIBRARY_PATH="$BUNDLE/lib:${cudalibs}:${LD_LIBRARY_PATH:-}"
+  export CHARM_BIN=$BUNDLE/bin/charm
+  CHARM=$BUNDLE/bin/charm
+  echo "prebuilt bundle of commit $(cat "$BUNDLE/COMMIT" 2>/dev/null); CUDA libraries from: ${cudalibs:-none found}" >&2
+fi
+TESTS=${BUNDLE:+$BUNDLE/bin}
+TESTS=${TESTS:-$BUILD/tests}
+BENCH=${BUNDLE:+$BUNDLE/bin/cuda_attention_bench}
+BENCH=${BENCH:-$BUILD/runtime/cuda/cuda_attention_bench}
+
 step card 30 nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version --format=csv,noheader
 card=$(head -n 1 "$LOGS/card.log")
 
-step build 330 bash -c "cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=native \
+[ -n "${BUNDLE:-}" ] || step build 330 bash -c "cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=native \
   -DCHARM_BUILD_BENCH=ON >/dev/null && cmake --build $BUILD -j$(nproc) --target charm cuda_host_test cuda_kernels_test \
   cuda_local_test cuda_cli_test cuda_attention_bench"
 
 # The test programs directly (ctest -L gpu would select the same ones, plus other areas' later additions).
-step gpu-tests 240 bash -c "$BUILD/tests/cuda_host_test --gtest_brief=1 && $BUILD/tests/cuda_kernels_test --gtest_brief=1 \
-  && $BUILD/tests/cuda_local_test --gtest_brief=1 && $BUILD/tests/cuda_cli_test --gtest_brief=1"
+step gpu-tests 240 bash -c "$TESTS/cuda_host_test --gtest_brief=1 && $TESTS/cuda_kernels_test --gtest_brief=1 \
+  && $TESTS/cuda_local_test --gtest_brief=1 && $TESTS/cuda_cli_test --gtest_brief=1"
 
 # 4. Correctness of every algorithm, forward and backward, bf16, causal (zigzag where the algorithm uses it).
 check_rows=()
@@ -65,7 +93,11 @@ for algo in ring ring-zigzag merge rm+ charm allgather-kv; do
   check_rows+=("| $algo | $layout | ${out:-?} | ${dq:-?} | ${dk:-?} | ${dv:-?} | $(json_field time_ms "$f") |")
 done
 
-step kernels 150 "$BUILD/runtime/cuda/cuda_attention_bench" --benchmark_counters_tabular=true
+step kernels 150 "$BENCH" --benchmark_counters_tabular=true
+if grep -q "ERROR OCCURRED" "$LOGS/kernels.log"; then
+  failed=$((failed + 1))
+  rows+=("| kernels | FAIL (a benchmark reported an error) | |")
+fi
 
 # 6. Timing at S = 32k, 8 ranks on one GPU (no --check: the fp64 reference would take minutes).
 time_rows=()
@@ -113,7 +145,7 @@ done
 } >"$LOGS/gpu-check.md"
 cat "$LOGS/gpu-check.md"
 if [ -n "${OUT:-}" ]; then
-  mkdir -p "$OUT" && cp "$LOGS/gpu-check.md" "$OUT/" && cp "$LOGS"/*.log "$OUT/" 2>/dev/null
-  cp "$LOGS"/trace-*.json "$OUT/" 2>/dev/null || true
+  # Two files (the device tool returns at most 8): the table, and every log and trace in one archive.
+  mkdir -p "$OUT" && cp "$LOGS/gpu-check.md" "$OUT/" && tar -czf "$OUT/gpu-check-logs.tar.gz" -C "$LOGS" .
 fi
 exit $failed
