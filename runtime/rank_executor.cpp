@@ -124,7 +124,7 @@ void RankExecutor::work(Worker& w) {
       if (is_comm(first)) {
         w.state.store(int(State::InTransport));
         bool stopped = false;
-        s = run_comm(members, w, stopped);
+        s = run_comm(members, stopped);
         if (s && stopped) return;
       } else {
         w.state.store(int(State::Running));
@@ -144,7 +144,7 @@ void RankExecutor::work(Worker& w) {
   }
 }
 
-Status RankExecutor::run_comm(std::span<const OpId> ops, Worker& w, bool& stopped) {
+Status RankExecutor::run_comm(std::span<const OpId> ops, bool& stopped) {
   std::vector<RequestPtr> reqs;
   for (OpId id : ops) {
     const auto& op = plan_.op(id);
@@ -159,7 +159,6 @@ Status RankExecutor::run_comm(std::span<const OpId> ops, Worker& w, bool& stoppe
   auto done = transport_.wait_all(reqs, [this] { return stop_.load(); });
   if (!done) return Error{fmt::format("rank {} op {} ({})", rank_, ops[0], ir::op_label(plan_, ops[0])), done.error().message()};
   stopped = !*done;
-  (void)w;
   return {};
 }
 

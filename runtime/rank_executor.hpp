@@ -71,7 +71,7 @@ class RankExecutor {
   void work(Worker& w);
   bool wait_deps(std::span<const ir::OpId> ops);
   void finish(std::span<const ir::OpId> ops);
-  Status run_comm(std::span<const ir::OpId> ops, Worker& w, bool& stopped);
+  Status run_comm(std::span<const ir::OpId> ops, bool& stopped);
   Status run_local(ir::OpId id);
   void fail(Error e);
 

@@ -107,6 +107,14 @@ TEST(CliRun, InjectedStallExitsThreeNamingRankAndOp) {
   EXPECT_NE(r.out.find("recv"), std::string::npos) << r.out;
 }
 
+TEST(CliRun, WrongNumbersExitOne) {
+  const auto r = run(kSmall + " --algo rm+ --ranks 4 --pass both --check --inject-drop-compute --json");
+  EXPECT_EQ(r.code, 1) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_FALSE(j.at("ok").get<bool>());
+  EXPECT_GT(j.at("max_rel_err").at("out").get<double>(), 1e-5);
+}
+
 TEST(CliRun, BadFlagsExitTwo) {
   EXPECT_EQ(run(kSmall + " --algo ring --ranks 4 --backend carrier-pigeon").code, 2);
   EXPECT_EQ(run(kSmall + " --algo merge --ranks 6").code, 2);

@@ -30,7 +30,7 @@ struct RunOpts {
   PlanFlags plan;
   std::string backend = "threads";
   std::uint64_t seed = 0;
-  bool check = false, json = false, inject_stall = false;
+  bool check = false, json = false, inject_stall = false, inject_drop_compute = false;
   std::string dump;
   double timeout_s = 300;
 };
@@ -43,6 +43,24 @@ void drop_first_send(ir::Plan& plan) {
       plan.erase_ops(ids);
       return;
     }
+}
+
+/// Drops the plan's first block that pairs two different ranks: the check must fail (exit 1).
+void drop_first_remote_compute(ir::Plan& plan) {
+  for (ir::OpId id = 0; id < static_cast<ir::OpId>(plan.size()); ++id) {
+    const auto& op = plan.op(id);
+    if (op.kind == ir::OpKind::Compute && op.q_owner != op.kv_owner) {
+      const ir::OpId ids[] = {id};
+      plan.erase_ops(ids);
+      return;
+    }
+  }
+}
+
+/// Testing hooks, applied after validation so that the broken plan still runs.
+void inject_faults(ir::Plan& plan, const RunOpts& o) {
+  if (o.inject_stall) drop_first_send(plan);
+  if (o.inject_drop_compute) drop_first_remote_compute(plan);
 }
 
 nlohmann::json err_json(const rt::CheckReport& r, double rt::TensorError::*field) {
@@ -155,6 +173,7 @@ void register_run(CLI::App& app) {
   sub->add_option("--timeout-s", o->timeout_s, "watchdog: fail (exit 3) after this long without progress; 0 = off")
       ->capture_default_str();
   sub->add_flag("--inject-stall", o->inject_stall, "testing: drop the plan's first send")->group("");
+  sub->add_flag("--inject-drop-compute", o->inject_drop_compute, "testing: drop one block computation")->group("");
   for (auto& b : run_backends()) b.add_flags(*sub);
   sub->callback([o] {
     for (const auto& b : run_backends())
@@ -179,7 +198,7 @@ void register_run(CLI::App& app) {
       auto plan = o->plan.make();
       auto rep = sched::validate(plan);
       if (!rep.ok()) throw RuntimeFailure{"internal: the planner produced an invalid plan: " + rep.summary(plan)};
-      if (o->inject_stall) drop_first_send(plan);
+      inject_faults(plan, *o);
       const auto in = rt::plan_inputs(plan.workload, o->seed);
       auto res = rt::run_threads(plan, in, ropt);
       if (!res) throw RuntimeFailure{res.error().message()};
@@ -200,7 +219,7 @@ void register_run(CLI::App& app) {
         ctx->abort(kExitRuntime);
       }
     }
-    if (o->inject_stall) drop_first_send(plan);
+    inject_faults(plan, *o);
     const auto in = rt::plan_inputs(plan.workload, o->seed);
     auto res = ctx->run(plan, in, ropt);
     if (!res) {
