@@ -144,7 +144,9 @@ TEST_P(BlockKernels, MatchCpuForwardAndBackward) {
   auto attn = BlockAttention::create(c.dtype, {w.batch, w.heads, w.kv_heads, w.head_dim, ss.tokens, ss.tokens, a.scale},
                                      nullptr, c.tile_budget);
   ASSERT_TRUE(bool(attn)) << attn.error().message();
-  if (c.tile_budget < BlockAttention::kDefaultTileBudget) EXPECT_GT((*attn)->chunks(), std::size_t(w.batch * w.kv_heads));
+  if (c.tile_budget < BlockAttention::kDefaultTileBudget) {
+    EXPECT_GT((*attn)->chunks(), std::size_t(w.batch * w.kv_heads));
+  }
   ASSERT_OK((*attn)->fwd(qd.p, kd.p, vd.p, static_cast<int*>(vis_d.p), o_acc.f(), lse_acc.f()));
   const auto o_gpu = download(o_acc, o.size()), lse_gpu = download(lse_acc, lse.size());
   const double tol = c.dtype == ir::DType::FP32 ? 1e-5 : 1e-2;

@@ -64,7 +64,9 @@ TEST_P(CudaLocal, MatchesReference) {
   const auto ref = reference_attention(plan->workload, in, c.pass != ir::PassKind::Fwd);
   const auto rep = check_against(res->run.out, ref, c.dtype);
   EXPECT_TRUE(rep.ok()) << "worst: " << rep.worst();
-  if (rep.out) EXPECT_LE(rep.out->max_rel, 1e-2);
+  if (rep.out) {
+    EXPECT_LE(rep.out->max_rel, 1e-2);
+  }
   EXPECT_GT(res->run.time_ms, 0.0);
   for (std::size_t i = 0; i < plan->size(); ++i) {
     EXPECT_TRUE(std::isfinite(res->start_ms[i]) && std::isfinite(res->end_ms[i])) << "op " << i;
