@@ -7,8 +7,9 @@
 // Each step launches the next KV exchange and the current block's attention
 // together and waits for both (ring-flash-attention's loop), so step i+1's
 // exchange depends on the compute of step i-1: O_ring = sum l(Tcomm_i - Tcomp_i).
-// Backward: KV travels the same way; the dK/dV partial of a block travels one
-// step behind it, picking up each rank's contribution, and lands on its owner.
+// Backward: KV travels the same way; each rank computes a block's dK/dV into a
+// fresh partial, adds it to the running sum that arrives one step behind the
+// KV, and passes the sum on; after n steps the sum lands on its owner.
 
 #include "scheduler/planners/schedules.hpp"
 
@@ -64,28 +65,32 @@ void ring_forward(PlanBuilder& b, const std::vector<RankState>& st) {
 void ring_backward(PlanBuilder& b, const std::vector<RankState>& st) {
   const int n = b.ranks();
   const auto N = static_cast<std::size_t>(n);
-  std::vector<BufferId> dq(N), cur(N), dkv(N);
+  std::vector<BufferId> dq(N), cur(N), running(N, kNone);
   std::vector<OpId> prev_compute(N, kNone), last_compute(N, kNone);
   for (std::size_t r = 0; r < N; ++r) {
     dq[r] = b.buffer(RankId(r), BufKind::Dq, RankId(r), BufInit::Zero);
-    dkv[r] = b.buffer(RankId(r), BufKind::Dkv, RankId(r), BufInit::Zero);
     cur[r] = st[r].kv;
   }
   for (int step = 0; step < n; ++step) {
     std::vector<BufferId> next;
     if (step + 1 < n) next = ring_shift(b, Stream::Kv, cur, prev_compute);
+    // Each block's dK/dV go into a fresh partial, so the compute never waits
+    // for the running sum in flight; the sum picks the partial up on arrival.
     for (std::size_t r = 0; r < N; ++r) {
-      if (!b.visible(RankId(r), b.buf(cur[r]).owner)) continue;
-      last_compute[r] = b.compute_bwd(st[r].qbundle, cur[r], dq[r], dkv[r]);
+      const RankId owner = b.buf(cur[r]).owner;
+      const BufferId part = b.buffer(RankId(r), BufKind::Dkv, owner, BufInit::Zero);
+      if (b.visible(RankId(r), owner)) last_compute[r] = b.compute_bwd(st[r].qbundle, cur[r], dq[r], part);
+      if (running[r] == kNone) running[r] = part;
+      else b.accumulate(Stream::Dkv, part, running[r]);
     }
     prev_compute = last_compute;
-    // The dK/dV partial moves one step behind its KV; after the last step it reaches its owner.
-    if (n > 1) dkv = ring_shift(b, Stream::Dkv, dkv, {});
+    // The running dK/dV sum moves one step behind its KV; after the last step it reaches its owner.
+    if (n > 1) running = ring_shift(b, Stream::Dkv, running, {});
     if (step + 1 < n) cur = std::move(next);
   }
   for (std::size_t r = 0; r < N; ++r) {
     b.results(RankId(r)).dq = dq[r];
-    b.results(RankId(r)).dkv = dkv[r];
+    b.results(RankId(r)).dkv = running[r];
   }
 }
 
