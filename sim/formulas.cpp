@@ -36,24 +36,23 @@ int log2i(int n) {
 
 // Ring, forward: step s's exchange (s+1) starts with step s's compute once
 // step s-1's compute is done: T = (n-1) max(Tc, Tkv) + Tc — Eq. 2.
-// Backward: each block's compute accumulates into the dK/dV partial that
-// arrives from the previous rank, so step s+1 also waits for that transfer:
-//   start_s = max(a_s, c_{s-1} + Tdkv),  c_s = start_s + Tc,
-//   a_{s+1} = max(a_s, c_{s-1}) + Tkv,   T = c_{n-1} + Tdkv.
+// Backward: the KV ring is the same (a_s = arrival of step s's block,
+// c_s = end of its compute); each block's dK/dV go into a fresh partial that
+// is added to the running sum once the sum has arrived, and the sum moves on:
+//   c_s = max(a_s, c_{s-1}) + Tc,   a_{s+1} = max(a_s, c_{s-1}) + Tkv,
+//   e_s = max(c_s, e_{s-1}) + Tdkv, T = e_{n-1}   (the last move reaches the owner).
 double ring_time(int n, Phase ph, const StepCosts& c) {
   if (n == 1) return c.t_comp;
   if (ph == Phase::Fwd) return (n - 1) * std::max(c.t_comp, c.t_kv) + c.t_comp;
-  double a = c.t_kv, c_prev2 = 0, c_prev = c.t_comp;  // a_1, c_{-1}, c_0
-  for (int s = 1; s < n; ++s) {
-    const double start = std::max(a, c_prev + c.t_dkv);
+  double a = 0, c_prev = 0, e = 0;  // a_0, c_{-1}, e_{-1}
+  for (int s = 0; s < n; ++s) {
+    const double start = std::max(a, c_prev);
     const double cs = start + c.t_comp;
-    const double a_next = std::max(a, c_prev) + c.t_kv;
-    c_prev2 = c_prev;
+    a = start + c.t_kv;  // a_{s+1}
     c_prev = cs;
-    a = a_next;
+    e = std::max(cs, e) + c.t_dkv;
   }
-  (void)c_prev2;
-  return c_prev + c.t_dkv;
+  return e;
 }
 
 // Merge: bulk-synchronous levels; level i moves 2^(i-1) blocks (C_i) while
