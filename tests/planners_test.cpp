@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <map>
+
 #include "scheduler/planners/planners.hpp"
 #include "scheduler/validate/validator.hpp"
 
@@ -155,4 +157,44 @@ TEST(Planners, Rm8RanksFollowsCommList) {
   // perfect matching): level 3 visits 7 (3^4) before 6 (3^5).
   EXPECT_EQ(kv_from, (std::vector<int>{2, 1, 7, 6}));
   EXPECT_EQ(q_with, (std::vector<int>{0, 5, 4}));
+}
+
+// docs/algorithms.md's traffic table: messages rank 0 sends, by payload kind.
+TEST(Planners, TrafficMatchesTheDocumentedTable) {
+  auto sends = [](const std::string& algo, int n, int d, ir::PassKind pass) {
+    sched::PlanRequest req;
+    req.algo = algo;
+    req.ranks = n;
+    req.domains = d;
+    req.workload.seq = n * 64;
+    req.workload.pass = pass;
+    auto plan = sched::make_plan(req);
+    EXPECT_TRUE(plan.ok());
+    std::map<std::string, int> c;
+    for (const auto& op : plan->ops())
+      if (op.kind == ir::OpKind::Send && op.rank == 0) {
+        const bool cross = op.stream == ir::Stream::Cross;
+        ++c[std::string(cross ? "x" : "") + std::string(ir::to_string(plan->buffer(op.buf[0]).kind))];
+      }
+    return c;
+  };
+  using M = std::map<std::string, int>;
+  const auto F = ir::PassKind::Fwd, B = ir::PassKind::Bwd;
+  for (int n : {8, 16, 32}) {
+    const int R2 = n / 4;  // charm D = 2: R/2
+    EXPECT_EQ(sends("ring", n, 1, F), (M{{"kv", n - 1}}));
+    EXPECT_EQ(sends("ring", n, 1, B), (M{{"kv", n - 1}, {"dkv", n}}));
+    EXPECT_EQ(sends("merge", n, 1, F), (M{{"kv", n - 1}}));
+    EXPECT_EQ(sends("merge", n, 1, B), (M{{"kv", n - 1}, {"dkv", n - 1}}));
+    EXPECT_EQ(sends("rm+", n, 1, F), (M{{"kv", n / 2}, {"q", n / 2 - 1}, {"out", n / 2 - 1}}));
+    EXPECT_EQ(sends("rm+", n, 1, B), (M{{"kv", n / 2}, {"qbundle", n / 2 - 1}, {"dkv", n / 2}, {"dq", n / 2 - 1}}));
+    EXPECT_EQ(sends("charm", n, 2, F), (M{{"kv", R2}, {"q", 2 * (R2 - 1)}, {"out", 2 * (R2 - 1)}, {"xq", 1}, {"xout", 1}}));
+    EXPECT_EQ(sends("charm", n, 2, B),
+              (M{{"kv", R2}, {"qbundle", 2 * (R2 - 1)}, {"dkv", R2}, {"dq", 2 * (R2 - 1)}, {"xqbundle", 1}, {"xdq", 1}}));
+    const int D = 4, R = n / D;
+    M want{{"kv", D * R / 2}, {"q", D * (R / 2 - 1)}, {"out", D * (R / 2 - 1)}, {"xq", D - 1}, {"xout", D - 1}};
+    std::erase_if(want, [](const auto& kv) { return kv.second == 0; });  // R = 2: no Q stream
+    EXPECT_EQ(sends("charm", n, D, F), want);
+    EXPECT_EQ(sends("allgather-kv", n, 1, B), (M{{"kv", n - 1}, {"dkv", n - 1}}));
+  }
 }
