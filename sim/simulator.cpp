@@ -27,6 +27,7 @@ class Engine {
 
  private:
   [[nodiscard]] Status build();
+  void advance_head(int s);
   void try_issue(int s);
   void issue(OpId op);
   void complete(OpId op);
@@ -51,8 +52,10 @@ class Engine {
   // Per (rank, stream): its ops in order (CSR) and the issue cursor.
   std::vector<std::uint32_t> stream_begin_;
   std::vector<OpId> stream_ops_;
-  std::vector<std::uint32_t> head_, group_end_;
-  std::vector<std::int32_t> outstanding_;
+  std::vector<std::uint32_t> head_, group_end_;  // group_end_: end of the group at the head
+  std::vector<std::int32_t> outstanding_;        // ops of the head group issued and not done
+  std::vector<std::int32_t> waiting_;            // ops of the head group whose dependencies are not done
+  std::vector<std::uint32_t> pos_;               // per op: its index in stream_ops_
   // Per flow id of the network: the pair it carries and its latency.
   std::vector<OpId> flow_send_;
   std::vector<double> flow_latency_s_;
@@ -101,23 +104,55 @@ Status Engine::build() {
   head_.assign(stream_begin_.begin(), stream_begin_.end() - 1);
   group_end_ = head_;
   outstanding_.assign(S, 0);
-  // Match Send/Recv by (stream, src, dst, tag).
-  using Key = std::tuple<int, int, int, int, OpId>;
-  std::vector<Key> sends, recvs;
+  waiting_.assign(S, 0);
+  pos_.assign(n, 0);
+  for (std::size_t k = 0; k < n; ++k) pos_[std::size_t(stream_ops_[k])] = std::uint32_t(k);
+  for (std::size_t s = 0; s < S; ++s) advance_head(static_cast<int>(s));
+  // Match Send/Recv by (stream, src, dst, tag): both sides sorted by that key
+  // (then id) with a stable counting sort on (stream, src) and a sort of each
+  // bucket, skipped when the planner already issued it in order.
+  struct Msg {
+    int stream, src, dst, tag;
+    OpId id;
+    [[nodiscard]] auto key() const { return std::tie(stream, src, dst, tag); }
+  };
+  std::vector<Msg> sends, recvs;
   for (std::size_t i = 0; i < n; ++i) {
     const Op& o = plan_.op(OpId(i));
-    if (o.kind == OpKind::Send) sends.emplace_back(int(o.stream), o.rank, o.peer, o.tag, OpId(i));
-    else if (o.kind == OpKind::Recv) recvs.emplace_back(int(o.stream), o.peer, o.rank, o.tag, OpId(i));
+    if (o.kind == OpKind::Send) sends.push_back({int(o.stream), o.rank, o.peer, o.tag, OpId(i)});
+    else if (o.kind == OpKind::Recv) recvs.push_back({int(o.stream), o.peer, o.rank, o.tag, OpId(i)});
   }
-  std::sort(sends.begin(), sends.end());
-  std::sort(recvs.begin(), recvs.end());
+  auto sort_msgs = [&](std::vector<Msg>& v) {
+    auto bucket = [&](const Msg& m) { return std::size_t(m.stream) * std::size_t(ranks) + std::size_t(m.src); };
+    auto less = [](const Msg& a, const Msg& b) { return a.key() < b.key() || (a.key() == b.key() && a.id < b.id); };
+    std::vector<std::uint32_t> b(S + 1, 0);
+    for (const Msg& m : v) {
+      if (m.src < 0 || m.src >= ranks) {  // a peer out of range: the general sort copes
+        std::sort(v.begin(), v.end(), less);
+        return;
+      }
+      ++b[bucket(m) + 1];
+    }
+    for (std::size_t k = 0; k < S; ++k) b[k + 1] += b[k];
+    std::vector<Msg> out(v.size());
+    {
+      auto fill = b;
+      for (const Msg& m : v) out[fill[bucket(m)]++] = m;
+    }
+    for (std::size_t k = 0; k < S; ++k) {
+      auto first = out.begin() + std::ptrdiff_t(b[k]), last = out.begin() + std::ptrdiff_t(b[k + 1]);
+      if (!std::is_sorted(first, last, less)) std::sort(first, last, less);
+    }
+    v = std::move(out);
+  };
+  sort_msgs(sends);
+  sort_msgs(recvs);
   std::size_t j = 0;
   for (const auto& s : sends) {
-    auto key = [](const Key& k) { return std::make_tuple(std::get<0>(k), std::get<1>(k), std::get<2>(k), std::get<3>(k)); };
-    while (j < recvs.size() && key(recvs[j]) < key(s)) ++j;
-    if (j < recvs.size() && key(recvs[j]) == key(s)) {
-      partner_[std::size_t(std::get<4>(s))] = std::get<4>(recvs[j]);
-      partner_[std::size_t(std::get<4>(recvs[j]))] = std::get<4>(s);
+    while (j < recvs.size() && recvs[j].key() < s.key()) ++j;
+    if (j < recvs.size() && recvs[j].key() == s.key()) {
+      partner_[std::size_t(s.id)] = recvs[j].id;
+      partner_[std::size_t(recvs[j].id)] = s.id;
       ++j;
     }
   }
@@ -146,11 +181,14 @@ void Engine::touch(RankId r) {
   rank_last_s_[R] = now_;
 }
 
-void Engine::try_issue(int s) {
+void Engine::advance_head(int s) {
+  // The group at the head of the stream: scanned once when the head gets
+  // there, so a stream of g-op groups costs O(g) in all, not per dependency.
   const auto S = std::size_t(s);
-  if (outstanding_[S] > 0) return;
-  std::uint32_t p = head_[S];
+  const std::uint32_t p = head_[S];
   const std::uint32_t end = stream_begin_[S + 1];
+  group_end_[S] = p;
+  waiting_[S] = 0;
   if (p >= end) return;
   const Op& first = plan_.op(stream_ops_[p]);
   std::uint32_t e = p + 1;
@@ -160,9 +198,15 @@ void Engine::try_issue(int s) {
       if (!is_comm(o.kind) || o.group != first.group) break;
       ++e;
     }
-  for (std::uint32_t k = p; k < e; ++k)
-    if (deps_left_[std::size_t(stream_ops_[k])] > 0) return;
   group_end_[S] = e;
+  for (std::uint32_t k = p; k < e; ++k) waiting_[S] += deps_left_[std::size_t(stream_ops_[k])] > 0;
+}
+
+void Engine::try_issue(int s) {
+  const auto S = std::size_t(s);
+  if (outstanding_[S] > 0 || waiting_[S] > 0) return;
+  const std::uint32_t p = head_[S], e = group_end_[S];
+  if (p >= e) return;
   outstanding_[S] = static_cast<std::int32_t>(e - p);
   for (std::uint32_t k = p; k < e; ++k) issue(stream_ops_[k]);
 }
@@ -215,10 +259,16 @@ void Engine::complete(OpId id) {
   const auto S = std::size_t(stream_of_[std::size_t(id)]);
   for (std::uint32_t k = dependents_begin_[std::size_t(id)]; k < dependents_begin_[std::size_t(id) + 1]; ++k) {
     const OpId d = dependents_[k];
-    if (--deps_left_[std::size_t(d)] == 0) try_issue(stream_of_[std::size_t(d)]);
+    if (--deps_left_[std::size_t(d)] == 0) {
+      const auto ds = std::size_t(stream_of_[std::size_t(d)]);
+      // Only an op of the head group that is not issued yet was counted as waiting.
+      if (outstanding_[ds] == 0 && pos_[std::size_t(d)] >= head_[ds] && pos_[std::size_t(d)] < group_end_[ds]) --waiting_[ds];
+      try_issue(static_cast<int>(ds));
+    }
   }
   if (--outstanding_[S] == 0) {
     head_[S] = group_end_[S];
+    advance_head(static_cast<int>(S));
     try_issue(static_cast<int>(S));
   }
 }
@@ -296,8 +346,7 @@ void Engine::critical_path() {
   for (std::size_t i = 0; i < n; ++i)
     if (res_.end_s[i] > res_.end_s[std::size_t(cur)]) cur = OpId(i);
   std::vector<OpId> path;
-  std::vector<std::uint32_t> pos(n);
-  for (std::size_t k = 0; k < stream_ops_.size(); ++k) pos[std::size_t(stream_ops_[k])] = std::uint32_t(k);
+  const auto& pos = pos_;
   constexpr double kTol = 1e-12;
   while (cur != kNone && path.size() < n) {
     path.push_back(cur);

@@ -12,6 +12,14 @@ PlanBuilder::PlanBuilder(std::string algo, const Workload& w, int ranks, int dom
   plan_.ranks = ranks;
   plan_.domains = domains;
   plan_.results().assign(static_cast<std::size_t>(ranks), RankResults{});
+  next_tag_.resize(static_cast<std::size_t>(ranks) * kNumStreams);
+}
+
+int& PlanBuilder::next_tag(Stream stream, RankId src, RankId dst) {
+  auto& list = next_tag_[static_cast<std::size_t>(src) * kNumStreams + static_cast<std::size_t>(stream)];
+  for (auto& [peer, tag] : list)
+    if (peer == dst) return tag;
+  return list.emplace_back(dst, 0).second;
 }
 
 BufferId PlanBuilder::buffer(RankId rank, BufKind kind, RankId owner, BufInit init) {
@@ -44,7 +52,7 @@ OpId PlanBuilder::emit(Op op, std::initializer_list<BufferId> reads, std::initia
     CHARM_ASSERT(plan_.buffer(b).rank == op.rank, "an op may only touch buffers of its own rank");
     const auto& a = access_[static_cast<std::size_t>(b)];
     if (a.writer != kNone) d.push_back(a.writer);
-    d.insert(d.end(), a.readers.begin(), a.readers.end());
+    for (auto k = a.readers; k != kNone; k = reader_nodes_[std::size_t(k)].next) d.push_back(reader_nodes_[std::size_t(k)].op);
   }
   d.insert(d.end(), extra.begin(), extra.end());
   // Drop duplicates, self-references and what stream order already implies.
@@ -63,14 +71,34 @@ OpId PlanBuilder::emit(Op op, std::initializer_list<BufferId> reads, std::initia
     auto& a = access_[static_cast<std::size_t>(b)];
     bool written_here = false;
     for (BufferId wb : writes) written_here |= (wb == b);
-    if (!written_here) a.readers.push_back(id);
+    if (!written_here) add_reader(a, id);
   }
   for (BufferId b : writes) {
     auto& a = access_[static_cast<std::size_t>(b)];
     a.writer = id;
-    a.readers.clear();
+    clear_readers(a);
   }
   return id;
+}
+
+void PlanBuilder::add_reader(Access& a, OpId id) {
+  std::int32_t k = free_reader_;
+  if (k != kNone) free_reader_ = reader_nodes_[std::size_t(k)].next;
+  else {
+    k = static_cast<std::int32_t>(reader_nodes_.size());
+    reader_nodes_.emplace_back();
+  }
+  reader_nodes_[std::size_t(k)] = {id, a.readers};
+  a.readers = k;
+}
+
+void PlanBuilder::clear_readers(Access& a) {
+  if (a.readers == kNone) return;
+  std::int32_t tail = a.readers;
+  while (reader_nodes_[std::size_t(tail)].next != kNone) tail = reader_nodes_[std::size_t(tail)].next;
+  reader_nodes_[std::size_t(tail)].next = free_reader_;
+  free_reader_ = a.readers;
+  a.readers = kNone;
 }
 
 bool PlanBuilder::visible(RankId q_owner, RankId kv_owner) const {
@@ -121,7 +149,7 @@ PlanBuilder::Transfer PlanBuilder::transfer(Stream stream, BufferId src, RankId 
   const Buffer sb = plan_.buffer(src);
   CHARM_ASSERT(sb.rank != dst_rank, "a transfer needs two ranks");
   const BufferId dst = into != kNone ? into : buffer(dst_rank, sb.kind, sb.owner, BufInit::None);
-  int& tag = next_tag_[{int(stream), sb.rank, dst_rank}];
+  int& tag = next_tag(stream, sb.rank, dst_rank);
   Op s;
   s.rank = sb.rank;
   s.stream = stream;

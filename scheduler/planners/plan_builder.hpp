@@ -7,10 +7,9 @@
 // (for example the level barriers of the merge schedules).
 
 #include <initializer_list>
-#include <map>
 #include <span>
 #include <string>
-#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "scheduler/ir/plan.hpp"
@@ -68,17 +67,31 @@ class PlanBuilder {
   [[nodiscard]] ir::Plan finish() &&;
 
  private:
+  // Readers since the last write live in one pool of list nodes shared by all
+  // buffers (freed nodes are reused): no allocation per buffer, and the pool
+  // only holds the reads still pending a write.
   struct Access {
     OpId writer = ir::kNone;
-    std::vector<OpId> readers;  // since the last write
+    std::int32_t readers = ir::kNone;  // head of its list in reader_nodes_
   };
+  struct ReaderNode {
+    OpId op;
+    std::int32_t next;
+  };
+  void add_reader(Access& a, OpId id);
+  void clear_readers(Access& a);
+  int& next_tag(ir::Stream stream, RankId src, RankId dst);
   OpId emit(ir::Op op, std::initializer_list<BufferId> reads, std::initializer_list<BufferId> writes,
             std::span<const OpId> extra);
 
   ir::Plan plan_;
   ir::Phase phase_ = ir::Phase::Fwd;
   std::vector<Access> access_;
-  std::map<std::tuple<int, int, int>, int> next_tag_;  // (stream, src, dst) -> next tag
+  std::vector<ReaderNode> reader_nodes_;
+  std::int32_t free_reader_ = ir::kNone;
+  // Next tag per (stream, src, dst): per (src, stream) a short list of (dst, tag),
+  // scanned linearly (a rank talks to few peers on one stream).
+  std::vector<std::vector<std::pair<RankId, int>>> next_tag_;
   int next_group_ = 0;
   std::vector<OpId> deps_scratch_;
 };

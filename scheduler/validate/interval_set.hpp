@@ -3,6 +3,7 @@
 // merged into an accumulator are almost always a few aligned runs, so this
 // stays tiny even at thousands of ranks.
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -14,9 +15,22 @@ class IntervalSet {
  public:
   /// Adds x; false if it was already there.
   bool insert(std::int32_t x) {
-    IntervalSet one;
-    one.runs_.push_back({x, x + 1});
-    return merge(one).empty();
+    // In place (runs stay sorted, disjoint and non-adjacent): one insert per
+    // compute op in the validator, so no temporary set and no reallocation of
+    // runs_ when x extends a run, which is the common case.
+    auto it = std::lower_bound(runs_.begin(), runs_.end(), x, [](const auto& r, std::int32_t v) { return r.second < v; });
+    if (it != runs_.end() && it->first <= x && x < it->second) return false;
+    if (it != runs_.end() && it->second == x) {
+      it->second = x + 1;
+      if (auto nx = it + 1; nx != runs_.end() && nx->first == x + 1) {
+        it->second = nx->second;
+        runs_.erase(nx);
+      }
+      return true;
+    }
+    if (it != runs_.end() && it->first == x + 1) it->first = x;
+    else runs_.insert(it, {x, x + 1});
+    return true;
   }
   /// Adds every element of o; returns the elements that were already present.
   IntervalSet merge(const IntervalSet& o) {

@@ -6,7 +6,6 @@
 #include <array>
 #include <boost/graph/adjacency_list.hpp>
 #include <boost/graph/strong_components.hpp>
-#include <deque>
 #include <map>
 #include <tuple>
 
@@ -174,6 +173,14 @@ class Validator {
 
   // ---------------------------------------------------------------- acyclic
   bool acyclic() {
+    // Stream order always runs from lower to higher ids (queues are filled in
+    // id order), so when every dependency points to a lower id as well, id
+    // order is a topological order. Planners only ever emit such plans; the
+    // Kahn pass (random access over all ops) is for the others.
+    bool forward = true;
+    for (OpId id = 0; id < OpId(n_) && forward; ++id)
+      for (OpId d : p_.deps(id)) forward &= d < id;
+    if (forward) return true;
     // Kahn over deps and stream order between consecutive groups.
     std::vector<std::uint32_t> indeg(n_, 0);
     std::vector<std::vector<OpId>> extra_succ;  // only for the cycle report
@@ -233,8 +240,27 @@ class Validator {
     }
     auto key = [](const Msg& m) { return std::tie(m.stream, m.src, m.dst, m.tag); };
     auto less = [&](const Msg& a, const Msg& b) { return key(a) < key(b) || (key(a) == key(b) && a.id < b.id); };
-    std::sort(sends.begin(), sends.end(), less);
-    std::sort(recvs.begin(), recvs.end(), less);
+    // Sorted by (stream, src, dst, tag, id): a stable counting sort on (stream,
+    // src) and a sort of each small bucket by the rest, skipped when the
+    // bucket is already in order (planners issue tags in id order).
+    const std::size_t R = std::size_t(p_.ranks);
+    auto sort_msgs = [&](std::vector<Msg>& v) {
+      std::vector<std::uint32_t> b(kNumStreams * R + 1, 0);
+      for (const Msg& m : v) ++b[std::size_t(m.stream) * R + std::size_t(m.src) + 1];
+      for (std::size_t k = 0; k + 1 < b.size(); ++k) b[k + 1] += b[k];
+      std::vector<Msg> out(v.size());
+      {
+        auto fill = b;
+        for (const Msg& m : v) out[fill[std::size_t(m.stream) * R + std::size_t(m.src)]++] = m;
+      }
+      for (std::size_t k = 0; k + 1 < b.size(); ++k) {
+        auto first = out.begin() + std::ptrdiff_t(b[k]), last = out.begin() + std::ptrdiff_t(b[k + 1]);
+        if (!std::is_sorted(first, last, less)) std::sort(first, last, less);
+      }
+      v = std::move(out);
+    };
+    sort_msgs(sends);
+    sort_msgs(recvs);
     peer_.assign(n_, kNone);
     std::size_t i = 0, j = 0;
     while ((i < sends.size() || j < recvs.size()) && !full()) {
@@ -261,6 +287,15 @@ class Validator {
     }
     if (!report_.ok()) return false;
     // Issue order: the k-th send of a (stream, src, dst) must meet the k-th receive.
+    // Tags are unique per (stream, src, dst) by now, so if ids rise with tags
+    // in every group of both sorted lists, tags rise in issue order: nothing to report.
+    auto in_issue_order = [&](const std::vector<Msg>& v) {
+      for (std::size_t k = 0; k + 1 < v.size(); ++k)
+        if (v[k].stream == v[k + 1].stream && v[k].src == v[k + 1].src && v[k].dst == v[k + 1].dst && v[k].id > v[k + 1].id)
+          return false;
+      return true;
+    };
+    if (in_issue_order(sends) && in_issue_order(recvs)) return true;
     std::vector<std::int32_t> seen_tag;
     std::map<std::tuple<int, int, int>, std::pair<int, int>> last;  // -> last send tag, last recv tag
     for (OpId id = 0; id < OpId(n_); ++id) {
@@ -294,10 +329,14 @@ class Validator {
     std::vector<char> posted(n_, 0), done(n_, 0);
     order_.clear();
     order_.reserve(n_);
-    std::deque<std::size_t> work;
-    for (std::size_t q = 0; q < queues_.size(); ++q) if (!queues_[q].empty()) work.push_back(q);
+    // FIFO of queues to look at; a queue is in it at most once, so a ring of
+    // queues_.size() slots never overflows.
+    std::vector<std::uint32_t> work(queues_.size() + 1);
+    std::size_t work_head = 0, work_tail = 0;
+    auto push_work = [&](std::size_t q) { work[work_tail] = std::uint32_t(q); work_tail = (work_tail + 1) % work.size(); };
+    for (std::size_t q = 0; q < queues_.size(); ++q) if (!queues_[q].empty()) push_work(q);
     std::vector<char> queued(queues_.size(), 1);
-    auto wake = [&](std::size_t q) { if (!queued[q]) { queued[q] = 1; work.push_back(q); } };
+    auto wake = [&](std::size_t q) { if (!queued[q]) { queued[q] = 1; push_work(q); } };
     auto complete = [&](OpId id) {
       done[std::size_t(id)] = 1;
       order_.push_back(id);
@@ -307,9 +346,9 @@ class Validator {
       }
       wake(queue_of(id));
     };
-    while (!work.empty()) {
-      const std::size_t qi = work.front();
-      work.pop_front();
+    while (work_head != work_tail) {
+      const std::size_t qi = work[work_head];
+      work_head = (work_head + 1) % work.size();
       queued[qi] = 0;
       auto& q = queues_[qi];
       bool progress = true;
@@ -384,14 +423,15 @@ class Validator {
 
   // --------------------------------------------------------------- lifetime
   void lifetime() {
-    struct Access { std::uint32_t when; OpId op; bool write; };
-    std::vector<std::vector<Access>> acc(p_.buffers().size());
-    std::vector<std::uint32_t> when(n_);
-    for (std::size_t i = 0; i < order_.size(); ++i) when[std::size_t(order_[i])] = std::uint32_t(i);
-    for (OpId id = 0; id < OpId(n_); ++id) {
+    // Accesses per buffer in CSR form, filled in replay order, so each
+    // buffer's list is already sorted by time (one op's own accesses in slot
+    // order) and no buffer needs a vector of its own.
+    struct Access { OpId op; bool write; };
+    const std::size_t nb = p_.buffers().size();
+    auto for_accesses = [&](OpId id, auto&& fn) {
       const Op& o = p_.op(id);
-      auto rd = [&](int s) { acc[std::size_t(o.buf[s])].push_back({when[std::size_t(id)], id, false}); };
-      auto wr = [&](int s) { acc[std::size_t(o.buf[s])].push_back({when[std::size_t(id)], id, true}); };
+      auto rd = [&](int s) { fn(o.buf[s], false); };
+      auto wr = [&](int s) { fn(o.buf[s], true); };
       switch (o.kind) {
         case OpKind::Compute: rd(0); rd(1); wr(2); if (o.phase == Phase::Bwd) wr(3); break;
         case OpKind::Send: rd(0); break;
@@ -399,11 +439,18 @@ class Validator {
         case OpKind::Merge: case OpKind::Accumulate: rd(0); wr(1); break;
         case OpKind::Copy: if (o.buf[3] != kNone) { rd(0); rd(1); rd(2); wr(3); } else { rd(0); wr(1); } break;
       }
+    };
+    std::vector<std::uint32_t> begin(nb + 1, 0);
+    for (OpId id = 0; id < OpId(n_); ++id) for_accesses(id, [&](BufferId b, bool) { ++begin[std::size_t(b) + 1]; });
+    for (std::size_t b = 0; b < nb; ++b) begin[b + 1] += begin[b];
+    std::vector<Access> all(begin[nb]);
+    {
+      auto fill = begin;
+      for (OpId id : order_) for_accesses(id, [&](BufferId b, bool w) { all[fill[std::size_t(b)]++] = {id, w}; });
     }
-    for (BufferId b = 0; b < BufferId(acc.size()) && !full(); ++b) {
-      auto& a = acc[std::size_t(b)];
+    for (BufferId b = 0; b < BufferId(nb) && !full(); ++b) {
+      const std::span<const Access> a(all.data() + begin[std::size_t(b)], all.data() + begin[std::size_t(b) + 1]);
       if (a.empty()) continue;
-      std::sort(a.begin(), a.end(), [](const Access& x, const Access& y) { return x.when < y.when; });
       const bool initialised = p_.buffer(b).init != BufInit::None;
       OpId writer = kNone;
       std::size_t seg_begin = 0;  // first access after `writer`
@@ -468,8 +515,10 @@ class Validator {
       sym[std::size_t(b)].written = true;
       if (bf.init == BufInit::Input && bf.kind == BufKind::Out) sym[std::size_t(b)].set = expected_kv_for(bf.owner);
     }
-    std::vector<IntervalSet> in_flight(n_);
-    sym_bundle_.assign(n_, 1);
+    // The replay order completes each send immediately before its receive
+    // (deadlock()'s rendezvous), so a receive reads the send's buffer as the
+    // send left it: nothing needs to be kept per message in flight.
+    OpId prev = kNone;
     for (OpId id : order_) {
       if (full()) return;
       const Op& o = p_.op(id);
@@ -483,11 +532,13 @@ class Validator {
             fail("coverage", fmt::format("dK/dV pair (Q{}, KV{}) is accumulated twice (again by {})", o.q_owner, o.kv_owner, name(id)), {id});
           break;
         }
-        case OpKind::Send: in_flight[std::size_t(id)] = S(0).set; sym_bundle_[std::size_t(id)] = S(0).bundle_ok; break;
+        case OpKind::Send: break;
         case OpKind::Recv: {
           const OpId s = peer_[std::size_t(id)];
-          S(0).set = std::move(in_flight[std::size_t(s)]);
-          S(0).bundle_ok = sym_bundle_[std::size_t(s)] != 0;
+          CHARM_ASSERT(s == prev, "the replay completes a send right before its receive");
+          const Sym& src = sym[std::size_t(p_.op(s).buf[0])];
+          S(0).set = src.set;
+          S(0).bundle_ok = src.bundle_ok;
           S(0).written = true;
           break;
         }
@@ -512,6 +563,7 @@ class Validator {
           }
           break;
       }
+      prev = id;
     }
     const auto pass = p_.workload.pass;
     for (RankId r = 0; r < p_.ranks && !full(); ++r) {
@@ -540,7 +592,6 @@ class Validator {
   std::vector<std::uint32_t> pos_, group_start_, succ_begin_;
   std::vector<OpId> succ_, peer_, order_;
   std::vector<std::array<std::uint32_t, kNumStreams>> vc_;
-  std::vector<char> sym_bundle_;
 };
 
 } // namespace

@@ -1,0 +1,9 @@
+# Smoke test of the cluster-scale benchmarks: the N = 8 cases only, briefly
+# (the full sizes are run by hand; bench/RESULTS.md). Performance is never asserted.
+# bench/ is configured after tests/, so the targets are named, not tested for.
+if(CHARM_BUILD_BENCH)
+  foreach(b plan_bench sim_bench)
+    add_test(NAME bench.${b}.smoke COMMAND ${b} --benchmark_filter=n:8/ --benchmark_min_time=0.01)
+    set_tests_properties(bench.${b}.smoke PROPERTIES LABELS bench TIMEOUT 120)
+  endforeach()
+endif()
