@@ -12,7 +12,7 @@ CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWit
   -DCHARM_WITH_CUDA=OFF >/dev/null
 cmake --build build-fuzz -j"$(nproc)" --target "${targets[@]}" 2>&1 | tail -1 || true
 mkdir -p build-fuzz/artifacts
-rm -f build-fuzz/artifacts/crash-* build-fuzz/artifacts/timeout-*
+rm -f build-fuzz/artifacts/crash-* build-fuzz/artifacts/timeout-* build-fuzz/artifacts/leak-* build-fuzz/artifacts/oom-*
 for t in "${targets[@]}"; do
   [ -x "build-fuzz/tests/fuzz/$t" ] || { echo "fuzz: $t not built, skipped" >&2; continue; }
   name=${t#fuzz_}
@@ -20,6 +20,6 @@ for t in "${targets[@]}"; do
   cp -n tests/fuzz/corpus/"$name"/* "build-fuzz/corpus/$name/" 2>/dev/null || true
   echo "fuzz: $t for ${secs}s" >&2
   "build-fuzz/tests/fuzz/$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=4096 -max_len=65536 \
-    -print_final_stats=1 -artifact_prefix=build-fuzz/artifacts/ "build-fuzz/corpus/$name" 2>&1 | grep -E "^(stat::number_of_executed_units|stat::peak_rss|#[0-9]+ +DONE)|ERROR|SUMMARY|crash-|timeout-" || true
-  ls build-fuzz/artifacts/crash-* build-fuzz/artifacts/timeout-* 2>/dev/null && { echo "fuzz: $t found a problem" >&2; exit 1; }
+    -print_final_stats=1 -artifact_prefix=build-fuzz/artifacts/ "build-fuzz/corpus/$name" 2>&1 | grep -E "^(stat::number_of_executed_units|stat::peak_rss|#[0-9]+ +DONE)|ERROR|SUMMARY|crash-|timeout-|leak-|oom-" || true
+  ls build-fuzz/artifacts/crash-* build-fuzz/artifacts/timeout-* build-fuzz/artifacts/leak-* build-fuzz/artifacts/oom-* 2>/dev/null && { echo "fuzz: $t found a problem" >&2; exit 1; }
 done

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <unistd.h>
 
@@ -68,6 +69,16 @@ ir::Workload WorkloadFlags::get() const {
   w.pass = with_flag(ir::parse_pass(pass), "--pass");
   w.causal = causal;
   return w;
+}
+
+void check_output_path(const std::string& path, const std::string& flag) {
+  namespace fs = std::filesystem;
+  if (path.empty()) return;
+  const fs::path dir = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) fail(Error{flag, fmt::format("{}: cannot open for writing: folder '{}' does not exist", path, dir.string())});
+  if (::access(dir.c_str(), W_OK) != 0) fail(Error{flag, fmt::format("{}: cannot open for writing: folder '{}' is not writable", path, dir.string())});
+  if (fs::is_directory(path, ec)) fail(Error{flag, fmt::format("{}: cannot open for writing: it is a folder", path)});
 }
 
 void write_file_atomic(const std::string& path, const std::string& content) {

@@ -49,6 +49,10 @@ struct WorkloadFlags {
   [[nodiscard]] ir::Workload get() const;
 };
 
+/// Fails now, before any work or any other output, when `path` cannot be written:
+/// its folder is missing or read-only, or it is itself a folder. `flag` names the option.
+void check_output_path(const std::string& path, const std::string& flag);
+
 /// Writes `content` to `path` through a temporary file and a rename, so a
 /// failed or interrupted run leaves the old file or none.
 void write_file_atomic(const std::string& path, const std::string& content);

@@ -52,6 +52,9 @@ void register_plan(CLI::App& app) {
   sub->add_option("--listing", o->listing, "also write the per-rank text listing");
   sub->add_flag("--no-validate", o->no_validate, "skip validation of the plan");
   sub->callback([o] {
+    check_output_path(o->out, "--out");
+    check_output_path(o->dot, "--dot");
+    check_output_path(o->listing, "--listing");
     auto plan = o->plan.make();
     if (!o->no_validate) {
       auto rep = sched::validate(plan);
@@ -100,6 +103,8 @@ void register_show(CLI::App& app) {
   sub->add_option("--rank", o->rank, "only this rank");
   sub->callback([o] {
     auto plan = unwrap(ir::load_plan(o->file));
+    if (o->rank < -1 || o->rank >= plan.ranks)
+      fail(Error{"--rank", fmt::format("must be in [0, {}) for this plan, got {}", plan.ranks, o->rank)});
     ir::write_listing(plan, std::cout, o->rank);
   });
 }

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <iostream>
 
 #include "scheduler/planners/planners.hpp"
@@ -40,10 +41,15 @@ struct ClusterFlags {
     if (uniform == !topology.empty()) fail(Error{"--topology", "give exactly one of --topology FILE and --uniform"});
     if (!uniform) return unwrap(topo::load_topology(topology));
     if (ranks < 1 || ranks > (1 << 16)) fail(Error{"--ranks", fmt::format("must be in [1, 65536], got {}", ranks)});
-    if (!(bw_gbps > 0)) fail(Error{"--bw-gbps", fmt::format("--uniform needs --bw-gbps > 0, got {}", bw_gbps)});
-    if (!(tflops > 0)) fail(Error{"--tflops", fmt::format("--uniform needs --tflops > 0, got {}", tflops)});
-    if (latency_us < 0) fail(Error{"--latency-us", fmt::format("must be >= 0, got {}", latency_us)});
-    if (hbm_gbps < 0) fail(Error{"--hbm-gbps", fmt::format("must be >= 0, got {}", hbm_gbps)});
+    // CLI11 reads "nan" and "inf" as doubles; neither is a bandwidth.
+    if (!(bw_gbps > 0) || !std::isfinite(bw_gbps))
+      fail(Error{"--bw-gbps", fmt::format("--uniform needs a finite --bw-gbps > 0, got {}", bw_gbps)});
+    if (!(tflops > 0) || !std::isfinite(tflops))
+      fail(Error{"--tflops", fmt::format("--uniform needs a finite --tflops > 0, got {}", tflops)});
+    if (!(latency_us >= 0) || !std::isfinite(latency_us))
+      fail(Error{"--latency-us", fmt::format("must be a finite number >= 0, got {}", latency_us)});
+    if (!(hbm_gbps >= 0) || !std::isfinite(hbm_gbps))
+      fail(Error{"--hbm-gbps", fmt::format("must be a finite number >= 0, got {}", hbm_gbps)});
     return topo::make_uniform(ranks, bw_gbps, tflops, latency_us, hbm_gbps);
   }
   [[nodiscard]] int domains_for(const topo::Topology& t) const {
@@ -85,6 +91,7 @@ void register_simulate(CLI::App& app) {
   sub->add_flag("--links", o->links, "list per-link utilisation in the text output");
   sub->add_option("--path-limit", o->path_limit, "most critical-path ops to report")->capture_default_str();
   sub->callback([o] {
+    check_output_path(o->trace, "--trace");
     const auto topo = o->cluster.get();
     const ir::Workload w = o->plan.workload.get();
     const int ranks = o->cluster.uniform ? o->cluster.ranks : topo.num_gpus();

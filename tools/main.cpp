@@ -4,7 +4,10 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
+#include <exception>
+#include <new>
 
 #include "tools/cli_common.hpp"
 
@@ -13,6 +16,15 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "all subcommands' help");
   for (auto& reg : charm::cli::registry()) reg(app);
+  // CLI11 would say only "A subcommand is required" for a mistyped one.
+  const auto subs = app.get_subcommands([](const CLI::App*) { return true; });
+  if (argc > 1 && argv[1][0] != '-' &&
+      std::none_of(subs.begin(), subs.end(), [&](const CLI::App* sub) { return sub->check_name(argv[1]); })) {
+    std::string names;
+    for (const auto* sub : subs) names += fmt::format("{}{}", names.empty() ? "" : ", ", sub->get_name());
+    std::fprintf(stderr, "charm: error: unknown command '%s' (expected one of: %s)\n", argv[1], names.c_str());
+    return charm::cli::kExitUsage;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -29,6 +41,14 @@ int main(int argc, char** argv) {
     return charm::cli::kExitUsage;
   } catch (const charm::cli::RuntimeFailure& e) {
     std::fprintf(stderr, "charm: error: %s\n", e.message.c_str());
+    return charm::cli::kExitRuntime;
+  } catch (const std::bad_alloc&) {
+    // A workload too large for this machine's memory: a runtime failure, not a crash.
+    std::fprintf(stderr, "charm: error: out of memory\n");
+    return charm::cli::kExitRuntime;
+  } catch (const std::exception& e) {
+    // Not expected: every input error travels as a charm::Error. One line, never std::terminate's.
+    std::fprintf(stderr, "charm: error: internal: %s\n", e.what());
     return charm::cli::kExitRuntime;
   }
   return charm::cli::exit_code();

@@ -2,7 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <map>
 #include <sstream>
 
@@ -30,6 +35,25 @@ struct Node {
 template <class T>
 using Ex = Expected<T>;
 
+/// Unknown fields are rejected, not ignored: a misspelt "bandwith_gbps" would
+/// otherwise silently fall back to a default (docs/errors.md).
+Status check_fields(const Node& n, std::initializer_list<const char*> known, const char* form = nullptr) {
+  if (!n.j.is_object()) return {};
+  for (const auto& item : n.j.items()) {
+    bool ok = false;
+    for (const char* k : known) ok = ok || item.key() == k;
+    if (ok) continue;
+    std::string list;
+    for (const char* k : known) list += fmt::format("{}{}", list.empty() ? "" : ", ", k);
+    const std::string path = n.path.empty() ? item.key() : n.path + "." + item.key();
+    return Error{n.src, fmt::format("{}: unknown field{} (expected one of: {})", path, form ? form : "", list)};
+  }
+  return {};
+}
+
+/// Routes are a GPU-by-GPU table; beyond this the table alone is gigabytes.
+constexpr long kMaxGpus = 4096;
+
 Ex<double> get_number(const Node& n, const char* key, bool required, double def, bool positive, bool non_negative) {
   if (!n.has(key)) {
     if (required) return n.missing(key);
@@ -38,6 +62,8 @@ Ex<double> get_number(const Node& n, const char* key, bool required, double def,
   const Node v = n.at(key);
   if (!v.j.is_number()) return v.error(fmt::format("must be a number, got {}", v.j.dump()));
   const double x = v.j.get<double>();
+  // JSON has no NaN, but 1e400 parses to infinity.
+  if (!std::isfinite(x)) return v.error(fmt::format("must be a finite number, got {}", v.j.dump()));
   if (positive && !(x > 0)) return v.error(fmt::format("must be > 0, got {}", v.j.dump()));
   if (non_negative && !(x >= 0)) return v.error(fmt::format("must be >= 0, got {}", v.j.dump()));
   return x;
@@ -72,6 +98,7 @@ Ex<std::string> get_string(const Node& n, const char* key, bool required, const 
 
 Status parse_gpu(const Node& n, GpuSpec& g) {
   if (!n.j.is_object()) return n.error("must be an object");
+  if (auto s = check_fields(n, {"model", "tflops", "hbm_gbps", "efficiency", "half_tokens", "launch_us"}); !s) return s;
   TRY_ASSIGN(model, get_string(n, "model", false, "gpu"));
   g.model = model;
   if (!n.has("tflops")) return n.missing("tflops");
@@ -81,6 +108,7 @@ Status parse_gpu(const Node& n, GpuSpec& g) {
     g.tflops_bf16 = g.tflops_fp16 = x;
     g.tflops_fp32 = x / 2;
   } else if (tf.j.is_object()) {
+    if (auto s = check_fields(tf, {"bf16", "fp16", "fp32"}); !s) return s;
     TRY_ASSIGN(bf16, get_number(tf, "bf16", true, 0, true, false));
     TRY_ASSIGN(fp16, get_number(tf, "fp16", false, bf16, true, false));
     TRY_ASSIGN(fp32, get_number(tf, "fp32", false, bf16 / 2, true, false));
@@ -98,6 +126,7 @@ Status parse_gpu(const Node& n, GpuSpec& g) {
       TRY_ASSIGN(x, get_number(n, "efficiency", true, 1, true, false));
       g.efficiency_fwd = g.efficiency_bwd = x;
     } else if (e.j.is_object()) {
+      if (auto s = check_fields(e, {"fwd", "bwd"}); !s) return s;
       TRY_ASSIGN(f, get_number(e, "fwd", true, 1, true, false));
       TRY_ASSIGN(b, get_number(e, "bwd", false, f, true, false));
       g.efficiency_fwd = f;
@@ -118,6 +147,13 @@ Status parse_gpu(const Node& n, GpuSpec& g) {
 /// bandwidth_gbps (required, > 0), latency_us (>= 0, default 0), sharing (shared | dedicated).
 Status parse_link_params(const Node& n, Link& l, const char* default_sharing) {
   if (!n.j.is_object()) return n.error("must be an object");
+  if (n.path == "inter") {
+    if (auto s = check_fields(n, {"bandwidth_gbps", "latency_us", "sharing", "nic"}); !s) return s;
+  } else if (default_sharing != nullptr) {
+    if (auto s = check_fields(n, {"bandwidth_gbps", "latency_us", "sharing"}); !s) return s;
+  } else {
+    if (auto s = check_fields(n, {"a", "b", "bandwidth_gbps", "latency_us", "sharing", "name"}); !s) return s;
+  }
   TRY_ASSIGN(bw, get_number(n, "bandwidth_gbps", true, 0, true, false));
   TRY_ASSIGN(lat, get_number(n, "latency_us", false, 0, false, true));
   TRY_ASSIGN(sharing, get_string(n, "sharing", default_sharing == nullptr, default_sharing ? default_sharing : ""));
@@ -130,6 +166,10 @@ Status parse_link_params(const Node& n, Link& l, const char* default_sharing) {
 }
 
 Status parse_explicit(const Node& root, Topology& t) {
+  if (auto s = check_fields(root, {"schema", "name", "notes", "gpu", "levels", "gpus", "switches", "links", "domain"},
+                            " in an explicit topology (one with \"gpus\" and \"links\")");
+      !s)
+    return s;
   // levels
   if (root.has("levels")) {
     const Node lv = root.at("levels");
@@ -144,12 +184,14 @@ Status parse_explicit(const Node& root, Topology& t) {
   std::map<std::string, int> index;
   if (gp.j.is_number_integer()) {
     TRY_ASSIGN(count, get_int(root, "gpus", true, 0, 1));
+    if (count > kMaxGpus) return gp.error(fmt::format("at most {} GPUs are supported, got {}", kMaxGpus, count));
     for (long g = 0; g < count; ++g) {
       t.vertex_names.push_back(fmt::format("gpu{}", g));
       t.gpu_place.push_back(std::vector<int>(t.levels.size(), 0));
     }
   } else if (gp.j.is_array()) {
     if (gp.j.empty()) return gp.error("must list at least one GPU");
+    if (gp.j.size() > std::size_t(kMaxGpus)) return gp.error(fmt::format("at most {} GPUs are supported, got {}", kMaxGpus, gp.j.size()));
     for (std::size_t i = 0; i < gp.j.size(); ++i) {
       const Node g = gp.at(i);
       if (g.j.is_string()) {
@@ -158,6 +200,7 @@ Status parse_explicit(const Node& root, Topology& t) {
         continue;
       }
       if (!g.j.is_object()) return g.error("must be a name or an object {\"name\", \"place\"}");
+      if (auto s = check_fields(g, {"name", "place"}); !s) return s;
       TRY_ASSIGN(nm, get_string(g, "name", false, fmt::format("gpu{}", i)));
       t.vertex_names.push_back(nm);
       std::vector<int> place;
@@ -221,8 +264,16 @@ Status parse_explicit(const Node& root, Topology& t) {
 }
 
 Status parse_generator(const Node& root, Topology& t) {
+  if (auto s = check_fields(root, {"schema", "name", "notes", "gpu", "nodes", "gpus_per_node", "numa_per_node", "intra", "numa",
+                                   "inter", "domain"},
+                            " in a generated topology (one with \"nodes\")");
+      !s)
+    return s;
   TRY_ASSIGN(nodes, get_int(root, "nodes", true, 1, 1));
   TRY_ASSIGN(per_node, get_int(root, "gpus_per_node", true, 1, 1));
+  if (nodes > kMaxGpus || per_node > kMaxGpus || nodes * per_node > kMaxGpus)
+    return root.at("gpus_per_node").error(
+        fmt::format("nodes x gpus_per_node = {} x {}: at most {} GPUs are supported", nodes, per_node, kMaxGpus));
   TRY_ASSIGN(numa, get_int(root, "numa_per_node", false, 1, 1));
   if (per_node % numa != 0)
     return root.at("numa_per_node").error(fmt::format("must divide gpus_per_node ({}), got {}", per_node, numa));
@@ -333,7 +384,8 @@ Expected<Topology> parse_topology_text(const std::string& text, const std::strin
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
+    // parse_error, but also out_of_range for a number like 1e400 (found by fuzz_topology).
     std::string what = e.what();
     // "[json.exception.parse_error.101] parse error at line 3, column 5: ..." -> keep the part after the id.
     if (auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
@@ -343,8 +395,10 @@ Expected<Topology> parse_topology_text(const std::string& text, const std::strin
 }
 
 Expected<Topology> load_topology(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return Error{path, "is a folder, not a topology file"};
   std::ifstream in(path);
-  if (!in) return Error{path, "cannot open the topology file"};
+  if (!in) return Error{path, fmt::format("cannot open the topology file: {}", std::strerror(errno))};
   std::stringstream ss;
   ss << in.rdbuf();
   return parse_topology_text(ss.str(), path);

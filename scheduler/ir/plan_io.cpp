@@ -3,7 +3,11 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <ostream>
 #include <map>
 #include <sstream>
@@ -29,6 +33,20 @@ class Reader {
   Reader(const json& j, std::string path) : j_(j), path_(std::move(path)) {}
   [[nodiscard]] const std::string& path() const { return path_; }
 
+  /// Unknown fields are rejected, not ignored, as in topology files: a misspelt
+  /// field would otherwise be silently dropped (docs/errors.md).
+  Status known_fields(std::initializer_list<const char*> known) const {
+    if (!j_.is_object()) return Error{path_, "must be an object"};
+    for (const auto& item : j_.items()) {
+      bool ok = false;
+      for (const char* k : known) ok = ok || item.key() == k;
+      if (ok) continue;
+      std::string list;
+      for (const char* k : known) list += fmt::format("{}{}", list.empty() ? "" : ", ", k);
+      return Error{path_ + "." + item.key(), fmt::format("unknown field (expected one of: {})", list)};
+    }
+    return {};
+  }
   Expected<const json*> field(const char* key, bool required = true) const {
     if (!j_.is_object()) return Error{path_, "must be an object"};
     auto it = j_.find(key);
@@ -90,6 +108,8 @@ class Reader {
 
 Expected<Workload> workload_from_json(const json& j, std::string_view where) {
   Reader r(j, std::string(where));
+  if (auto s = r.known_fields({"batch", "seq", "heads", "kv_heads", "head_dim", "dtype", "causal", "layout", "pass"}); !s)
+    return s.error();
   Workload w;
   constexpr std::int64_t kMax = std::int64_t{1} << 40;
   CHARM_TRY_ASSIGN(w.batch, r.integer("batch", 1, kMax));
@@ -164,6 +184,8 @@ json plan_to_json(const Plan& plan) {
 Expected<Plan> plan_from_json(const json& j, std::string_view where) {
   const std::string w(where);
   Reader top(j, w);
+  if (auto s = top.known_fields({"schema", "algo", "workload", "ranks", "domains", "buffers", "results", "ops"}); !s)
+    return s.error();
   Plan plan;
   std::int64_t schema = 0;
   CHARM_TRY_ASSIGN(schema, top.integer("schema", 0, 1000));
@@ -190,6 +212,7 @@ Expected<Plan> plan_from_json(const json& j, std::string_view where) {
   std::size_t bi = 0;
   for (const json& jb : **bf) {
     Reader r(jb, fmt::format("{}.buffers[{}]", w, bi++));
+    if (auto s = r.known_fields({"rank", "kind", "owner", "init", "bytes"}); !s) return s.error();
     Buffer b;
     std::int64_t v = 0;
     CHARM_TRY_ASSIGN(v, r.integer("rank", 0, ranks - 1));
@@ -211,6 +234,7 @@ Expected<Plan> plan_from_json(const json& j, std::string_view where) {
   std::size_t ri = 0;
   for (const json& jr : **rf) {
     Reader r(jr, fmt::format("{}.results[{}]", w, ri++));
+    if (auto s = r.known_fields({"rank", "out", "dq", "dkv"}); !s) return s.error();
     std::int64_t rank = 0;
     CHARM_TRY_ASSIGN(rank, r.integer("rank", 0, ranks - 1));
     auto& res = plan.results()[static_cast<std::size_t>(rank)];
@@ -232,6 +256,10 @@ Expected<Plan> plan_from_json(const json& j, std::string_view where) {
   for (const json& jo : **of) {
     const std::string path = fmt::format("{}.ops[{}]", w, index);
     Reader r(jo, path);
+    if (auto s = r.known_fields({"id", "rank", "stream", "kind", "deps", "bufs", "pass", "q_block", "kv_block", "mask", "flops",
+                                 "peer", "tag", "bytes", "group"});
+        !s)
+      return s.error();
     Op op;
     std::int64_t v = 0;
     CHARM_TRY_ASSIGN(v, r.integer("id", 0, nops - 1));
@@ -306,15 +334,27 @@ Expected<Plan> plan_from_json(const json& j, std::string_view where) {
 }
 
 Expected<Plan> load_plan(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return Error{path, "is a folder, not a plan file"};
   std::ifstream in(path);
-  if (!in) return Error{path, "cannot open for reading"};
+  if (!in) return Error{path, fmt::format("cannot open for reading: {}", std::strerror(errno))};
   json j;
   try {
     j = json::parse(in);
-  } catch (const json::parse_error& e) {
-    return Error{path, fmt::format("malformed JSON at byte {}", e.byte)};
+  } catch (const json::exception& e) {
+    // parse_error, or out_of_range for a number like 1e400 (found by fuzz_topology in the
+    // topology loader, which shares this parser). Keep the part after "[json.exception...] ".
+    std::string what = e.what();
+    if (auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
+    return Error{path, "malformed JSON: " + what};
   }
-  return plan_from_json(j, path);
+  auto plan = plan_from_json(j, path);
+  if (plan) return plan;
+  // "file.json.ops[3].peer" -> "file.json: ops[3].peer", as the topology loader writes it.
+  Error e = plan.error();
+  if (e.where.size() > path.size() + 1 && e.where.compare(0, path.size(), path) == 0 && e.where[path.size()] == '.')
+    e = Error{path, e.where.substr(path.size() + 1) + ": " + e.what};
+  return e;
 }
 
 void write_dot(const Plan& plan, std::ostream& os) {

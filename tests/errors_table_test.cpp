@@ -1,0 +1,124 @@
+// Drives every row of the table in docs/errors.md through the CLI: each bad
+// input must get its documented exit code and message, as one line
+// `charm: error: <where>: <what>` (exit 2 and 3), with no stack trace and no
+// second line. Exit-1 rows (a plan that loads but fails validation) print the
+// validator's verdict instead; for those only the message is checked.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "test_util.hpp"
+
+namespace charm::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Row {
+  int id = 0;
+  std::string args;     // after "charm "
+  int exit = 0;
+  std::string message;  // a substring of the output
+};
+
+/// The text between the first pair of backticks, with `\|` unescaped.
+std::string code_span(const std::string& cell) {
+  const auto a = cell.find('`');
+  const auto b = cell.rfind('`');
+  if (a == std::string::npos || b == a) return {};
+  std::string s = cell.substr(a + 1, b - a - 1);
+  for (std::size_t p; (p = s.find("\\|")) != std::string::npos;) s.replace(p, 2, "|");
+  return s;
+}
+
+/// Splits a markdown table row on unescaped '|'.
+std::vector<std::string> cells(const std::string& line) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (std::size_t i = 1; i < line.size(); ++i) {
+    if (line[i] == '\\' && i + 1 < line.size() && line[i + 1] == '|') {
+      cur += "\\|";
+      ++i;
+    } else if (line[i] == '|') {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += line[i];
+    }
+  }
+  return out;
+}
+
+std::vector<Row> load_rows() {
+  std::ifstream in(std::string(CHARM_SOURCE_DIR) + "/docs/errors.md");
+  std::vector<Row> rows;
+  bool inside = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("<!-- errors-table:begin -->") != std::string::npos) inside = true;
+    if (line.find("<!-- errors-table:end -->") != std::string::npos) inside = false;
+    if (!inside || line.rfind("| ", 0) != 0) continue;
+    const auto c = cells(line);
+    if (c.size() < 4) continue;
+    Row r;
+    try {
+      r.id = std::stoi(c[0]);
+      r.exit = std::stoi(c[2]);
+    } catch (...) {
+      continue;  // the header and the separator
+    }
+    r.args = code_span(c[1]);
+    if (r.args.rfind("charm ", 0) == 0) r.args = r.args.substr(6);
+    r.message = code_span(c[3]);
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+/// Test names show the command, not the bytes of the row.
+void PrintTo(const Row& r, std::ostream* os) { *os << "charm " << r.args; }
+
+class ErrorsTable : public ::testing::TestWithParam<Row> {};
+
+TEST(ErrorsTableFile, HasAtLeastFortyDistinctRows) {
+  const auto rows = load_rows();
+  EXPECT_GE(rows.size(), 40u);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(rows[i].id, int(i) + 1) << "rows are numbered 1, 2, 3, ...";
+    EXPECT_FALSE(rows[i].args.empty()) << "row " << rows[i].id;
+    EXPECT_FALSE(rows[i].message.empty()) << "row " << rows[i].id;
+  }
+}
+
+TEST_P(ErrorsTable, Row) {
+  const Row& r = GetParam();
+  const fs::path tmp = temp_path("errors_" + std::to_string(r.id));
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  std::string args = r.args;
+  for (std::size_t p; (p = args.find("$TMP")) != std::string::npos;) args.replace(p, 4, tmp.string());
+  const auto res = run_cmd("cd '" + std::string(CHARM_SOURCE_DIR) + "' && '" + std::string(CHARM_BIN) + "' " + args);
+  EXPECT_EQ(res.code, r.exit) << "charm " << args << "\n" << res.out;
+  EXPECT_NE(res.out.find(r.message), std::string::npos) << "charm " << args << "\nexpected: " << r.message << "\ngot: " << res.out;
+  if (r.exit == 2 || r.exit == 3) {
+    EXPECT_EQ(res.out.rfind("charm: error: ", 0), 0u) << res.out;
+    EXPECT_EQ(std::count(res.out.begin(), res.out.end(), '\n'), 1) << "exactly one line:\n" << res.out;
+  }
+  // A failed command leaves no output file behind, not even a temporary one.
+  if (r.exit != 0) {
+    EXPECT_TRUE(fs::is_empty(tmp)) << "left: " << fs::directory_iterator(tmp)->path();
+  }
+  fs::remove_all(tmp);
+}
+
+INSTANTIATE_TEST_SUITE_P(Docs, ErrorsTable, ::testing::ValuesIn(load_rows()),
+                         [](const ::testing::TestParamInfo<Row>& p) { return "row" + std::to_string(p.param.id); });
+
+} // namespace
+} // namespace charm::test

@@ -1,0 +1,49 @@
+// libFuzzer target: arbitrary bytes as a topology file -> loader -> routes and summary.
+// Nothing may crash, hang or trip a sanitizer; bad input must come back as an Error.
+#include <nlohmann/json.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "topologies/topology_json.hpp"
+
+namespace {
+
+/// Routing is Dijkstra from every GPU; keep one input cheap (the loader's own cap is 4096 GPUs).
+bool too_big(const nlohmann::json& j) {
+  if (!j.is_object()) return false;
+  auto count = [&](const char* key) -> std::int64_t {
+    if (!j.contains(key)) return 1;
+    const auto& v = j[key];
+    if (v.is_number_integer()) return v.get<std::int64_t>();
+    if (v.is_array()) return static_cast<std::int64_t>(v.size());
+    return 1;
+  };
+  const std::int64_t nodes = count("nodes"), per = count("gpus_per_node"), gpus = count("gpus");
+  return nodes > 64 || per > 64 || nodes * per > 256 || gpus > 256;
+}
+
+} // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_discarded() && too_big(j)) return 0;
+  auto t = charm::topo::parse_topology_text(text, "fuzz.json");
+  if (!t) {
+    (void)t.error().message();
+    return 0;
+  }
+  (void)t->domains();
+  const int n = t->num_gpus();
+  for (int s = 0; s < n && s < 8; ++s)
+    for (int d = 0; d < n && d < 8; ++d)
+      if (s != d) {
+        (void)t->route_bandwidth_gbps(s, d);
+        (void)t->route_latency_us(s, d);
+        for (auto ch : t->route(s, d)) (void)t->channel_name(ch);
+      }
+  (void)charm::topo::topology_summary(*t).dump();
+  return 0;
+}
