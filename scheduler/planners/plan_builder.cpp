@@ -105,7 +105,8 @@ bool PlanBuilder::visible(RankId q_owner, RankId kv_owner) const {
   return plan_.workload.mask(q_owner, kv_owner, plan_.ranks) != MaskPiece::Empty;
 }
 
-OpId PlanBuilder::compute_fwd(BufferId q, BufferId kv, BufferId out_acc, std::span<const OpId> extra) {
+Op PlanBuilder::block_op(Phase phase, BufferId q, BufferId kv) const {
+  CHARM_ASSERT(phase_ == phase, "a compute of one pass emitted in the other");
   const Buffer& bq = plan_.buffer(q);
   const Buffer& bk = plan_.buffer(kv);
   Op op;
@@ -115,31 +116,23 @@ OpId PlanBuilder::compute_fwd(BufferId q, BufferId kv, BufferId out_acc, std::sp
   op.q_owner = bq.owner;
   op.kv_owner = bk.owner;
   op.mask = plan_.workload.mask(bq.owner, bk.owner, plan_.ranks);
-  op.flops = plan_.workload.block_flops(Phase::Fwd, bq.owner, bk.owner, plan_.ranks);
+  op.flops = plan_.workload.block_flops(phase, bq.owner, bk.owner, plan_.ranks);
   op.buf[0] = q;
   op.buf[1] = kv;
+  return op;
+}
+
+OpId PlanBuilder::compute_fwd(BufferId q, BufferId kv, BufferId out_acc, std::span<const OpId> extra) {
+  Op op = block_op(Phase::Fwd, q, kv);
   op.buf[2] = out_acc;
-  CHARM_ASSERT(phase_ == Phase::Fwd, "forward compute in a backward phase");
   return emit(op, {q, kv, out_acc}, {out_acc}, extra);
 }
 
 OpId PlanBuilder::compute_bwd(BufferId qbundle, BufferId kv, BufferId dq_acc, BufferId dkv_acc,
                               std::span<const OpId> extra) {
-  const Buffer& bq = plan_.buffer(qbundle);
-  const Buffer& bk = plan_.buffer(kv);
-  Op op;
-  op.rank = bq.rank;
-  op.stream = Stream::Compute;
-  op.kind = OpKind::Compute;
-  op.q_owner = bq.owner;
-  op.kv_owner = bk.owner;
-  op.mask = plan_.workload.mask(bq.owner, bk.owner, plan_.ranks);
-  op.flops = plan_.workload.block_flops(Phase::Bwd, bq.owner, bk.owner, plan_.ranks);
-  op.buf[0] = qbundle;
-  op.buf[1] = kv;
+  Op op = block_op(Phase::Bwd, qbundle, kv);
   op.buf[2] = dq_acc;
   op.buf[3] = dkv_acc;
-  CHARM_ASSERT(phase_ == Phase::Bwd, "backward compute in a forward phase");
   return emit(op, {qbundle, kv, dq_acc, dkv_acc}, {dq_acc, dkv_acc}, extra);
 }
 

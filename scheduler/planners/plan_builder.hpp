@@ -81,6 +81,8 @@ class PlanBuilder {
   void add_reader(Access& a, OpId id);
   void clear_readers(Access& a);
   int& next_tag(ir::Stream stream, RankId src, RankId dst);
+  /// The fields a forward or backward block computation shares.
+  [[nodiscard]] ir::Op block_op(ir::Phase phase, BufferId q, BufferId kv) const;
   OpId emit(ir::Op op, std::initializer_list<BufferId> reads, std::initializer_list<BufferId> writes,
             std::span<const OpId> extra);
 
