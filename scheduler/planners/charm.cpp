@@ -63,10 +63,10 @@ class RmPlus {
       for (int t = 0; t < rounds; ++t) {
         const bool first = t == 0;
         const int kv_xor = level == 1 ? 1 : (1 << (level - 1)) + t;
-        exchange_kv(kv_xor, first ? &barrier : nullptr, round_items[std::size_t(t)]);
+        exchange(Item::Kv, kv_xor, first ? &barrier : nullptr, round_items[std::size_t(t)]);
         if (level >= 2) {
           const int q_xor = (1 << (level - 1)) + (1 << (level - 2)) + t;
-          exchange_q(q_xor, first ? &barrier : nullptr, round_items[std::size_t(t)]);
+          exchange(Item::Q, q_xor, first ? &barrier : nullptr, round_items[std::size_t(t)]);
         }
       }
       // Compute what the previous level left, then every round but the last.
@@ -95,29 +95,23 @@ class RmPlus {
     return {(*barrier)[std::size_t(x)]};
   }
 
-  void exchange_kv(int xor_mask, const std::vector<OpId>* barrier, std::vector<Item>& items) {
-    const int R = static_cast<int>(g_.size());
-    for (int x = 0; x < R; ++x) {
-      const int y = x ^ xor_mask;
-      if (y < x) continue;
-      auto& X = g_[std::size_t(x)];
-      auto& Y = g_[std::size_t(y)];
-      const bool x_needs = any_visible(X.queries, kv_owner(y));
-      const bool y_needs = any_visible(Y.queries, kv_owner(x));
-      const int gx = b_.new_group(), gy = b_.new_group();
-      const auto ex = barrier_of(barrier, x), ey = barrier_of(barrier, y);
-      if (y_needs) {
-        auto t = b_.transfer(Stream::Kv, X.kv, Y.rank, gx, gy, ex, ey);
-        items.push_back({Item::Kv, y, x, {t.dst}});
-      }
-      if (x_needs) {
-        auto t = b_.transfer(Stream::Kv, Y.kv, X.rank, gy, gx, ey, ex);
-        items.push_back({Item::Kv, x, y, {t.dst}});
-      }
+  /// What `from` sends `to` in an exchange: its KV if some query of `to` can
+  /// see it; the queries of `from` that the KV of `to` can serve.
+  [[nodiscard]] std::vector<BufferId> payload(typename Item::Kind kind, const RmRank& from, const RmRank& to) const {
+    if (kind == Item::Kv) {
+      if (any_visible(to.queries, b_.buf(from.kv).owner)) return {from.kv};
+      return {};
     }
+    std::vector<BufferId> qs;
+    for (BufferId q : from.queries)
+      if (b_.visible(b_.buf(q).owner, b_.buf(to.kv).owner)) qs.push_back(q);
+    return qs;
   }
 
-  void exchange_q(int xor_mask, const std::vector<OpId>* barrier, std::vector<Item>& items) {
+  /// One round of paired exchanges (KV on the kv stream, Q on the q stream),
+  /// partner x ^ xor_mask, both directions one ncclGroup per side.
+  void exchange(typename Item::Kind kind, int xor_mask, const std::vector<OpId>* barrier, std::vector<Item>& items) {
+    const Stream stream = kind == Item::Kv ? Stream::Kv : Stream::Q;
     const int R = static_cast<int>(g_.size());
     for (int x = 0; x < R; ++x) {
       const int y = x ^ xor_mask;
@@ -126,11 +120,9 @@ class RmPlus {
       auto& Y = g_[std::size_t(y)];
       const int gx = b_.new_group(), gy = b_.new_group();
       const auto ex = barrier_of(barrier, x), ey = barrier_of(barrier, y);
-      Item at_y{Item::Q, y, x, {}}, at_x{Item::Q, x, y, {}};
-      for (BufferId q : X.queries)
-        if (b_.visible(b_.buf(q).owner, kv_owner(y))) at_y.bufs.push_back(b_.transfer(Stream::Q, q, Y.rank, gx, gy, ex, ey).dst);
-      for (BufferId q : Y.queries)
-        if (b_.visible(b_.buf(q).owner, kv_owner(x))) at_x.bufs.push_back(b_.transfer(Stream::Q, q, X.rank, gy, gx, ey, ex).dst);
+      Item at_y{kind, y, x, {}}, at_x{kind, x, y, {}};
+      for (BufferId b : payload(kind, X, Y)) at_y.bufs.push_back(b_.transfer(stream, b, Y.rank, gx, gy, ex, ey).dst);
+      for (BufferId b : payload(kind, Y, X)) at_x.bufs.push_back(b_.transfer(stream, b, X.rank, gy, gx, ey, ex).dst);
       if (!at_y.bufs.empty()) items.push_back(std::move(at_y));
       if (!at_x.bufs.empty()) items.push_back(std::move(at_x));
     }
