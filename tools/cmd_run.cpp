@@ -187,10 +187,11 @@ void register_run(CLI::App& app) {
         return;
       }
     if (o->backend != "threads" && o->backend != "mpi") {
-      std::string known = "threads or mpi";
+      // The backends this build has: threads and mpi always, the GPU ones when CUDA was found.
+      std::string known = "threads, mpi";
       for (const auto& b : run_backends())
         for (const auto& n : b.names) known += ", " + n;
-      fail(Error{"--backend", fmt::format("unknown backend '{}' (expected {})", o->backend, known)});
+      fail(Error{"--backend", fmt::format("unknown backend '{}' (expected one of: {})", o->backend, known)});
     }
     if (!(o->timeout_s >= 0)) fail(Error{"--timeout-s", "must be >= 0"});
     rt::RunOptions ropt{o->timeout_s};
