@@ -41,6 +41,20 @@ Expected<std::int64_t> parse_size(const std::string& text, const std::string& fl
   return static_cast<std::int64_t>(x);
 }
 
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : s + ",") {
+    if (c == ',') {
+      if (!cur.empty()) out.push_back(cur);
+      cur.clear();
+    } else if (c != ' ') {
+      cur += c;
+    }
+  }
+  return out;
+}
+
 void WorkloadFlags::add(CLI::App& app, bool with_pass) {
   app.add_option("--batch,-b", batch, "batch size")->capture_default_str();
   app.add_option("--seq,-s", seq, "global sequence length (4096, 128k, ...)")->capture_default_str();

@@ -40,6 +40,9 @@ inline void unwrap(const Status& s) {
 /// "4096", "128k", "1M", "2g" (powers of 1024) -> value; errors name the flag.
 [[nodiscard]] Expected<std::int64_t> parse_size(const std::string& text, const std::string& flag);
 
+/// "a, b,,c" -> {"a", "b", "c"}: comma-separated items, spaces and empty items dropped.
+[[nodiscard]] std::vector<std::string> split_list(const std::string& s);
+
 /// The workload flags shared by plan, simulate, compare and run.
 struct WorkloadFlags {
   std::string batch = "1", seq = "4k", heads = "8", kv_heads, head_dim = "128";

@@ -160,20 +160,6 @@ void register_simulate(CLI::App& app) {
   });
 }
 
-std::vector<std::string> split_algos(const std::string& s) {
-  std::vector<std::string> out;
-  std::string cur;
-  for (char c : s + ",") {
-    if (c == ',') {
-      if (!cur.empty()) out.push_back(cur);
-      cur.clear();
-    } else if (c != ' ') {
-      cur += c;
-    }
-  }
-  return out;
-}
-
 void register_compare(CLI::App& app) {
   struct Opts {
     WorkloadFlags workload;
@@ -193,7 +179,7 @@ void register_compare(CLI::App& app) {
     if (sub->count("--pass") == 0) w.pass = ir::PassKind::Both;  // compare shows fwd and bwd unless told otherwise
     const int ranks = o->cluster.uniform ? o->cluster.ranks : topo.num_gpus();
     const int domains = o->cluster.domains_for(topo);
-    auto algos = o->algos.empty() ? sched::algorithm_names() : split_algos(o->algos);
+    auto algos = o->algos.empty() ? sched::algorithm_names() : split_list(o->algos);
     for (const auto& a : algos) {
       const auto& names = sched::algorithm_names();
       if (std::find(names.begin(), names.end(), a) == names.end())

@@ -95,20 +95,6 @@ Expected<std::vector<std::int64_t>> parse_list(const std::string& text, const st
   return out;
 }
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::string cur;
-  for (char c : s + ",") {
-    if (c == ',') {
-      if (!cur.empty()) out.push_back(cur);
-      cur.clear();
-    } else if (c != ' ') {
-      cur += c;
-    }
-  }
-  return out;
-}
-
 // ---- Ctrl-C: the handler only raises a flag; the sweep polls it ----
 
 std::atomic<bool> g_cancel{false};
@@ -300,7 +286,7 @@ void register_sweep(CLI::App& app) {
   sub->callback([o] {
     sim::SweepSpec spec;
     // Topologies.
-    const auto files = split(o->topologies);
+    const auto files = split_list(o->topologies);
     if (files.empty()) fail(Error{"--topology", "expected one or more topology files"});
     for (const auto& f : files) {
       auto t = topo::load_topology(f);
@@ -314,14 +300,14 @@ void register_sweep(CLI::App& app) {
     spec.head_dim = unwrap(parse_list(o->head_dim, "--head-dim"));
     if (!o->kv_heads.empty()) spec.kv_heads = unwrap(parse_list(o->kv_heads, "--kv-heads"));
     spec.dtypes.clear();
-    for (const auto& d : split(o->dtype)) {
+    for (const auto& d : split_list(o->dtype)) {
       auto v = ir::parse_dtype(d);
       if (!v) fail(Error{"--dtype", v.error().what});
       spec.dtypes.push_back(*v);
     }
     if (spec.dtypes.empty()) fail(Error{"--dtype", "expected bf16, fp16 or fp32"});
     spec.layouts.clear();
-    for (const auto& l : split(o->layout)) {
+    for (const auto& l : split_list(o->layout)) {
       auto v = ir::parse_layout(l);
       if (!v) fail(Error{"--layout", v.error().what});
       spec.layouts.push_back(*v);
@@ -330,7 +316,7 @@ void register_sweep(CLI::App& app) {
     spec.causal = {o->causal};
     // Algorithms and passes.
     const auto& names = sched::algorithm_names();
-    for (const auto& a : o->algos.empty() ? names : split(o->algos)) {
+    for (const auto& a : o->algos.empty() ? names : split_list(o->algos)) {
       if (std::find(names.begin(), names.end(), a) == names.end())
         fail(Error{"--algos", fmt::format("unknown algorithm '{}' (expected: {})", a, fmt::join(names, ", "))});
       if (std::find(spec.algos.begin(), spec.algos.end(), a) == spec.algos.end()) spec.algos.push_back(a);
