@@ -105,6 +105,7 @@ void Plan::erase_ops(std::span<const OpId> ids) {
   out.workload = workload;
   out.ranks = ranks;
   out.domains = domains;
+  out.parts = parts;
   out.buffers_ = buffers_;
   out.results_ = results_;
   std::vector<OpId> d;
@@ -124,16 +125,44 @@ std::size_t Plan::memory_bytes() const {
          results_.capacity() * sizeof(RankResults);
 }
 
+Region Plan::region(BufferId id) const {
+  const Buffer& b = buffer(id);
+  const auto hk = static_cast<std::int32_t>(workload.kv_heads);
+  return {b.owner, b.owner + b.owners, b.head_begin, b.heads == 0 ? hk : b.head_begin + b.heads,
+          b.part_begin, b.parts == 0 ? parts : b.part_begin + b.parts};
+}
+
+BufferId Plan::root(BufferId id) const {
+  while (buffer(id).parent != kNone) id = buffer(id).parent;
+  return id;
+}
+
+bool Plan::has_regions() const {
+  if (parts != 1) return true;
+  for (const Buffer& b : buffers_)
+    if (b.owners != 1 || b.heads != 0 || b.parts != 0 || b.parent != kNone) return true;
+  return false;
+}
+
+std::string buffer_label(const Plan& plan, BufferId b) {
+  // Labels also name buffers of broken plans (validator messages): never trust ids here.
+  if (b < 0 || std::size_t(b) >= plan.buffers().size()) return "?";
+  const Buffer& x = plan.buffer(b);
+  if (x.owners == 1 && x.heads == 0 && x.parts == 0) return fmt::format("{}{}", to_string(x.kind), x.owner);
+  return fmt::format("{}{}", to_string(x.kind), region_suffix(plan.region(b), plan.workload, plan.parts));
+}
+
 std::string op_label(const Plan& plan, OpId id) {
   const Op& op = plan.op(id);
-  // Labels also name ops of broken plans (validator messages): never trust buffer ids here.
-  auto buf = [&](BufferId b) -> std::string {
-    if (b < 0 || std::size_t(b) >= plan.buffers().size()) return "?";
-    const Buffer& x = plan.buffer(b);
-    return fmt::format("{}{}", to_string(x.kind), x.owner);
+  auto buf = [&](BufferId b) { return buffer_label(plan, b); };
+  auto ranged = [&](BufferId b) {
+    return b >= 0 && std::size_t(b) < plan.buffers().size() &&
+           (plan.buffer(b).owners != 1 || plan.buffer(b).heads != 0 || plan.buffer(b).parts != 0);
   };
   switch (op.kind) {
     case OpKind::Compute:
+      if (ranged(op.buf[0]) || ranged(op.buf[1]))
+        return fmt::format("{} {}*{} {}", to_string(op.phase), buf(op.buf[0]), buf(op.buf[1]), to_string(op.mask));
       return fmt::format("{} Q{}*KV{} {}", to_string(op.phase), op.q_owner, op.kv_owner, to_string(op.mask));
     case OpKind::Send:
     case OpKind::Recv:
@@ -143,7 +172,8 @@ std::string op_label(const Plan& plan, OpId id) {
     case OpKind::Accumulate:
       return fmt::format("{} {}", to_string(op.kind), buf(op.buf[0]));
     case OpKind::Copy:
-      return op.buf[3] != kNone ? fmt::format("pack {}", buf(op.buf[3])) : fmt::format("copy {}", buf(op.buf[1]));
+      return op.buf[3] != kNone ? fmt::format("pack {}", buf(op.buf[3]))
+                                : fmt::format("copy {} -> {}", buf(op.buf[0]), buf(op.buf[1]));
   }
   return "?";
 }

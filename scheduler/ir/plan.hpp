@@ -21,7 +21,19 @@
 //     Merge          [partial, acc, -, -]       (O, LSE) merged into acc
 //     Accumulate     [partial, acc, -, -]       gradient partial added to acc
 //     Copy (pack)    [q, dout, out, qbundle]    builds the backward bundle, D = rowsum(dO*O)
-//     Copy (plain)   [src, dst, -, -]
+//     Copy (plain)   [src, dst, -, -]           copies the overlap of the two regions
+// - Regions (region.hpp; Ulysses, USP and TASP plans): a buffer may hold several
+//   owners' shards, a range of kv heads and a range of token parts. Rules:
+//     * every range lies inside the workload; Plan::parts divides the shard tokens;
+//     * Input buffers and results are whole shards of their own rank, never views;
+//     * a view's parent is an earlier buffer of the same rank and kind that is not
+//       a view, with the same heads and parts; the view's owners lie inside it;
+//     * Compute: q and out (fwd), qbundle and dq (bwd) have equal regions; kv and
+//       dkv have equal regions; all share one head range. The op's q_owner and
+//       kv_owner are the first owners; mask is the pair's piece for one owner
+//       each, else Mixed (the executor takes each pair's mask from positions);
+//     * Merge, Accumulate, pack and every Send/Recv pair: equal regions;
+//     * plain Copy: same kind, one region contains the other.
 
 #include <cstdint>
 #include <span>
@@ -29,6 +41,7 @@
 #include <string_view>
 #include <vector>
 
+#include "scheduler/ir/region.hpp"
 #include "scheduler/ir/workload.hpp"
 
 namespace charm::ir {
@@ -70,12 +83,19 @@ enum class BufInit : std::uint8_t {
 [[nodiscard]] Expected<BufKind> parse_buf_kind(std::string_view s);
 [[nodiscard]] Expected<BufInit> parse_buf_init(std::string_view s);
 
+/// A rank-local buffer. By default it holds one whole shard of `owner`; the
+/// region fields cut it finer (region.hpp), and a view aliases an owner
+/// sub-range of its parent's storage (so a receive can land in place).
 struct Buffer {
   RankId rank = 0;
   BufKind kind = BufKind::Q;
-  RankId owner = 0;  // whose data (query owner for Q/Out/Dq/QBundle, kv owner for Kv/Dkv)
+  RankId owner = 0;  // whose data (query owner for Q/Out/Dq/QBundle, kv owner for Kv/Dkv); first owner of a region
   BufInit init = BufInit::None;
   Bytes bytes = 0;
+  std::int32_t owners = 1;                 // owners [owner, owner + owners)
+  std::int32_t head_begin = 0, heads = 0;  // kv heads [head_begin, head_begin + heads); heads 0 = all
+  std::int32_t part_begin = 0, parts = 0;  // token parts, of Plan::parts; parts 0 = all
+  BufferId parent = kNone;                 // a view of this buffer's owners inside `parent`
 };
 
 /// One operation. Plain data, 64 bytes; dependencies live in the plan (CSR).
@@ -108,6 +128,7 @@ class Plan {
   Workload workload;
   int ranks = 0;
   int domains = 1;
+  int parts = 1;  // token parts per shard that buffer regions count in (TASP sends shards in parts)
 
   [[nodiscard]] std::size_t size() const { return ops_.size(); }
   [[nodiscard]] const Op& op(OpId id) const { return ops_[static_cast<std::size_t>(id)]; }
@@ -119,6 +140,12 @@ class Plan {
   }
   [[nodiscard]] const std::vector<Buffer>& buffers() const { return buffers_; }
   [[nodiscard]] const Buffer& buffer(BufferId id) const { return buffers_[static_cast<std::size_t>(id)]; }
+  /// The region buffer b holds, defaults resolved.
+  [[nodiscard]] Region region(BufferId b) const;
+  /// The buffer whose storage b lives in (b itself unless b is a view).
+  [[nodiscard]] BufferId root(BufferId b) const;
+  /// True if some buffer is cut finer than a whole shard (Ulysses, USP, TASP plans).
+  [[nodiscard]] bool has_regions() const;
   [[nodiscard]] std::vector<RankResults>& results() { return results_; }
   [[nodiscard]] const std::vector<RankResults>& results() const { return results_; }
 
@@ -141,6 +168,11 @@ class Plan {
   std::vector<Buffer> buffers_;
   std::vector<RankResults> results_;
 };
+
+/// Bytes of a buffer of `kind` over `r` (the wire size, in the workload's dtypes).
+[[nodiscard]] Bytes region_bytes(const Workload& w, int ranks, int parts, BufKind kind, const Region& r);
+/// A buffer's short name, e.g. "q3" or "q[0-7]h2" (region suffix where it is not a whole shard).
+[[nodiscard]] std::string buffer_label(const Plan& plan, BufferId b);
 
 /// Short human label of an op, e.g. "fwd Q3*KV2 causal" or "send kv->4 #2".
 [[nodiscard]] std::string op_label(const Plan& plan, OpId id);

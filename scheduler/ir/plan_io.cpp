@@ -164,9 +164,15 @@ json plan_to_json(const Plan& plan) {
     ops.push_back(std::move(o));
   }
   json bufs = json::array();
-  for (const Buffer& b : plan.buffers())
-    bufs.push_back(json{{"rank", b.rank}, {"kind", to_string(b.kind)}, {"owner", b.owner},
-                        {"init", to_string(b.init)}, {"bytes", b.bytes}});
+  for (const Buffer& b : plan.buffers()) {
+    json jb{{"rank", b.rank}, {"kind", to_string(b.kind)}, {"owner", b.owner}, {"init", to_string(b.init)}, {"bytes", b.bytes}};
+    // Region fields only where they differ from a whole shard: plain plans keep their old form.
+    if (b.owners != 1) jb["owners"] = b.owners;
+    if (b.heads != 0) { jb["head_begin"] = b.head_begin; jb["heads"] = b.heads; }
+    if (b.parts != 0) { jb["part_begin"] = b.part_begin; jb["parts"] = b.parts; }
+    if (b.parent != kNone) jb["parent"] = b.parent;
+    bufs.push_back(std::move(jb));
+  }
   json results = json::array();
   for (std::size_t r = 0; r < plan.results().size(); ++r) {
     const auto& res = plan.results()[r];
@@ -176,15 +182,17 @@ json plan_to_json(const Plan& plan) {
     if (res.dkv != kNone) o["dkv"] = res.dkv;
     results.push_back(std::move(o));
   }
-  return json{{"schema", kPlanSchema}, {"algo", plan.algo}, {"workload", workload_to_json(plan.workload)},
-              {"ranks", plan.ranks},  {"domains", plan.domains}, {"buffers", std::move(bufs)},
-              {"results", std::move(results)}, {"ops", std::move(ops)}};
+  json out{{"schema", kPlanSchema}, {"algo", plan.algo}, {"workload", workload_to_json(plan.workload)},
+           {"ranks", plan.ranks},  {"domains", plan.domains}, {"buffers", std::move(bufs)},
+           {"results", std::move(results)}, {"ops", std::move(ops)}};
+  if (plan.parts != 1) out["parts"] = plan.parts;
+  return out;
 }
 
 Expected<Plan> plan_from_json(const json& j, std::string_view where) {
   const std::string w(where);
   Reader top(j, w);
-  if (auto s = top.known_fields({"schema", "algo", "workload", "ranks", "domains", "buffers", "results", "ops"}); !s)
+  if (auto s = top.known_fields({"schema", "algo", "workload", "ranks", "domains", "parts", "buffers", "results", "ops"}); !s)
     return s.error();
   Plan plan;
   std::int64_t schema = 0;
@@ -196,6 +204,9 @@ Expected<Plan> plan_from_json(const json& j, std::string_view where) {
   CHARM_TRY_ASSIGN(domains, top.integer("domains", 1, 1 << 20, false, 1));
   plan.ranks = static_cast<int>(ranks);
   plan.domains = static_cast<int>(domains);
+  std::int64_t parts = 1;
+  CHARM_TRY_ASSIGN(parts, top.integer("parts", 1, 1 << 16, false, 1));
+  plan.parts = static_cast<int>(parts);
   {
     auto wf = top.field("workload");
     if (!wf) return wf.error();
@@ -212,7 +223,10 @@ Expected<Plan> plan_from_json(const json& j, std::string_view where) {
   std::size_t bi = 0;
   for (const json& jb : **bf) {
     Reader r(jb, fmt::format("{}.buffers[{}]", w, bi++));
-    if (auto s = r.known_fields({"rank", "kind", "owner", "init", "bytes"}); !s) return s.error();
+    if (auto s = r.known_fields({"rank", "kind", "owner", "init", "bytes", "owners", "head_begin", "heads", "part_begin",
+                                 "parts", "parent"});
+        !s)
+      return s.error();
     Buffer b;
     std::int64_t v = 0;
     CHARM_TRY_ASSIGN(v, r.integer("rank", 0, ranks - 1));
@@ -223,6 +237,21 @@ Expected<Plan> plan_from_json(const json& j, std::string_view where) {
     CHARM_TRY_ASSIGN(b.init, r.enumeration<BufInit>("init", parse_buf_init));
     CHARM_TRY_ASSIGN(v, r.integer("bytes", 0, std::int64_t{1} << 50));
     b.bytes = static_cast<Bytes>(v);
+    // Region fields: ranges are checked against the plan by the validator (rule structure).
+    CHARM_TRY_ASSIGN(v, r.integer("owners", 1, ranks, false, 1));
+    b.owners = static_cast<std::int32_t>(v);
+    CHARM_TRY_ASSIGN(v, r.integer("head_begin", 0, 1 << 20, false, 0));
+    b.head_begin = static_cast<std::int32_t>(v);
+    CHARM_TRY_ASSIGN(v, r.integer("heads", 0, 1 << 20, false, 0));
+    b.heads = static_cast<std::int32_t>(v);
+    CHARM_TRY_ASSIGN(v, r.integer("part_begin", 0, 1 << 16, false, 0));
+    b.part_begin = static_cast<std::int32_t>(v);
+    CHARM_TRY_ASSIGN(v, r.integer("parts", 0, 1 << 16, false, 0));
+    b.parts = static_cast<std::int32_t>(v);
+    CHARM_TRY_ASSIGN(v, r.integer("parent", -1, std::int64_t{1} << 30, false, -1));
+    b.parent = static_cast<BufferId>(v);
+    if (b.parent >= static_cast<std::int64_t>(plan.buffers().size()))
+      return Error{fmt::format("{}.buffers[{}].parent", w, bi - 1), fmt::format("must name an earlier buffer, got {}", b.parent)};
     (void)plan.add_buffer(b);
   }
   const auto nbuf = static_cast<std::int64_t>(plan.buffers().size());

@@ -1,5 +1,7 @@
 #include "scheduler/ir/workload.hpp"
 
+#include "scheduler/ir/plan.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -61,12 +63,13 @@ std::string_view to_string(MaskPiece m) {
     case MaskPiece::ZigzagDiag: return "zigzag-diag";
     case MaskPiece::ZigzagKvHead: return "zigzag-kv-head";
     case MaskPiece::ZigzagQTail: return "zigzag-q-tail";
+    case MaskPiece::Mixed: return "mixed";
   }
   return "?";
 }
 Expected<MaskPiece> parse_mask_piece(std::string_view s) {
   for (auto m : {MaskPiece::Empty, MaskPiece::Full, MaskPiece::Causal, MaskPiece::ZigzagDiag,
-                 MaskPiece::ZigzagKvHead, MaskPiece::ZigzagQTail})
+                 MaskPiece::ZigzagKvHead, MaskPiece::ZigzagQTail, MaskPiece::Mixed})
     if (to_string(m) == s) return m;
   return Error{"", fmt::format("unknown mask piece '{}'", s)};
 }
@@ -132,25 +135,16 @@ MaskPiece Workload::mask(int q_rank, int kv_rank, int ranks) const {
   return kv_rank < q_rank ? MaskPiece::ZigzagKvHead : MaskPiece::ZigzagQTail;
 }
 
-Bytes Workload::q_bytes(int ranks) const {
-  return Bytes(batch) * Bytes(seq / ranks) * Bytes(heads) * Bytes(head_dim) * dtype_size(dtype);
-}
-Bytes Workload::kv_bytes(int ranks) const {
-  return 2 * Bytes(batch) * Bytes(seq / ranks) * Bytes(kv_heads) * Bytes(head_dim) * dtype_size(dtype);
-}
-Bytes Workload::out_bytes(int ranks) const {
-  return q_bytes(ranks) + Bytes(batch) * Bytes(heads) * Bytes(seq / ranks) * 4;
-}
+// The whole-shard sizes; region_bytes (region.cpp) holds the one formula.
+Bytes Workload::q_bytes(int ranks) const { return region_bytes(*this, ranks, 1, BufKind::Q, shard_region(0, *this, 1)); }
+Bytes Workload::kv_bytes(int ranks) const { return region_bytes(*this, ranks, 1, BufKind::Kv, shard_region(0, *this, 1)); }
+Bytes Workload::out_bytes(int ranks) const { return region_bytes(*this, ranks, 1, BufKind::Out, shard_region(0, *this, 1)); }
 Bytes Workload::do_bytes(int ranks) const { return q_bytes(ranks); }
 Bytes Workload::qbundle_bytes(int ranks) const {
-  return 2 * q_bytes(ranks) + 2 * Bytes(batch) * Bytes(heads) * Bytes(seq / ranks) * 4;
+  return region_bytes(*this, ranks, 1, BufKind::QBundle, shard_region(0, *this, 1));
 }
-Bytes Workload::dq_bytes(int ranks) const {
-  return Bytes(batch) * Bytes(seq / ranks) * Bytes(heads) * Bytes(head_dim) * 4;
-}
-Bytes Workload::dkv_bytes(int ranks) const {
-  return 2 * Bytes(batch) * Bytes(seq / ranks) * Bytes(kv_heads) * Bytes(head_dim) * 4;
-}
+Bytes Workload::dq_bytes(int ranks) const { return region_bytes(*this, ranks, 1, BufKind::Dq, shard_region(0, *this, 1)); }
+Bytes Workload::dkv_bytes(int ranks) const { return region_bytes(*this, ranks, 1, BufKind::Dkv, shard_region(0, *this, 1)); }
 
 Flops Workload::block_flops(Phase phase, int q_rank, int kv_rank, int ranks) const {
   const double fwd = 4.0 * double(batch) * double(heads) * double(head_dim) * visible_pairs(q_rank, kv_rank, ranks);

@@ -42,6 +42,7 @@ enum class MaskPiece : std::uint8_t {
   ZigzagDiag,   // zigzag, same rank: two triangles and one full chunk pair
   ZigzagKvHead, // zigzag, kv owner before q owner: all queries, first kv chunk
   ZigzagQTail,  // zigzag, kv owner after q owner: second q chunk, all keys
+  Mixed,        // a compute over several owners (Ulysses, USP): a piece per pair, from positions
 };
 [[nodiscard]] std::string_view to_string(MaskPiece m);
 [[nodiscard]] Expected<MaskPiece> parse_mask_piece(std::string_view s);

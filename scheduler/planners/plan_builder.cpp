@@ -23,20 +23,54 @@ int& PlanBuilder::next_tag(Stream stream, RankId src, RankId dst) {
 }
 
 BufferId PlanBuilder::buffer(RankId rank, BufKind kind, RankId owner, BufInit init) {
+  return buffer(rank, kind, shard_region(owner, plan_.workload, plan_.parts), init);
+}
+
+BufferId PlanBuilder::buffer(RankId rank, BufKind kind, const Region& r, BufInit init) {
   const auto& w = plan_.workload;
-  const int n = plan_.ranks;
-  Bytes bytes = 0;
-  switch (kind) {
-    case BufKind::Q: bytes = w.q_bytes(n); break;
-    case BufKind::Kv: bytes = w.kv_bytes(n); break;
-    case BufKind::Out: bytes = w.out_bytes(n); break;
-    case BufKind::Dout: bytes = w.do_bytes(n); break;
-    case BufKind::QBundle: bytes = w.qbundle_bytes(n); break;
-    case BufKind::Dq: bytes = w.dq_bytes(n); break;
-    case BufKind::Dkv: bytes = w.dkv_bytes(n); break;
+  CHARM_ASSERT(!r.empty() && r.owner_begin >= 0 && r.owner_end <= plan_.ranks && r.head_begin >= 0 &&
+                   r.head_end <= w.kv_heads && r.part_begin >= 0 && r.part_end <= plan_.parts,
+               "a buffer region must lie inside the workload");
+  Buffer b{rank, kind, r.owner_begin, init, region_bytes(w, plan_.ranks, plan_.parts, kind, r)};
+  b.owners = r.owners();
+  if (r.head_begin != 0 || r.head_end != w.kv_heads) {
+    b.head_begin = r.head_begin;
+    b.heads = r.heads();
+  }
+  if (r.part_begin != 0 || r.part_end != plan_.parts) {
+    b.part_begin = r.part_begin;
+    b.parts = r.parts();
   }
   access_.emplace_back();
-  return plan_.add_buffer(Buffer{rank, kind, owner, init, bytes});
+  return plan_.add_buffer(b);
+}
+
+BufferId PlanBuilder::view(BufferId parent, RankId owner, int owners) {
+  const Buffer p = plan_.buffer(parent);
+  CHARM_ASSERT(p.init == BufInit::None || p.init == BufInit::Zero, "views alias working buffers, not inputs");
+  CHARM_ASSERT(owner >= p.owner && owner + owners <= p.owner + p.owners, "a view lies inside its parent");
+  Buffer v = p;
+  v.owner = owner;
+  v.owners = owners;
+  v.init = BufInit::None;
+  v.bytes = p.bytes / Bytes(p.owners) * Bytes(owners);
+  v.parent = parent;
+  access_.emplace_back();
+  return plan_.add_buffer(v);
+}
+
+OpId PlanBuilder::copy(Stream stream, BufferId src, BufferId dst, std::span<const OpId> extra) {
+  const Region a = plan_.region(src), d = plan_.region(dst);
+  CHARM_ASSERT(plan_.buffer(src).kind == plan_.buffer(dst).kind, "a copy keeps the buffer kind");
+  CHARM_ASSERT(a.contains(d) || d.contains(a), "a copy slices a region or places a slice into one");
+  Op op;
+  op.rank = plan_.buffer(src).rank;
+  op.stream = stream;
+  op.kind = OpKind::Copy;
+  op.buf[0] = src;
+  op.buf[1] = dst;
+  op.bytes = 2 * std::min(plan_.buffer(src).bytes, plan_.buffer(dst).bytes);  // read the overlap, write it
+  return emit(op, {src}, {dst}, extra);
 }
 
 OpId PlanBuilder::emit(Op op, std::initializer_list<BufferId> reads, std::initializer_list<BufferId> writes,
@@ -44,11 +78,17 @@ OpId PlanBuilder::emit(Op op, std::initializer_list<BufferId> reads, std::initia
   const auto id = static_cast<OpId>(plan_.size());
   auto& d = deps_scratch_;
   d.clear();
-  for (BufferId b : reads) {
+  // A view's accesses are its root's: dependencies are inferred per storage.
+  BufferId rd[4], wr[4];
+  std::size_t nr = 0, nw = 0;
+  for (BufferId b : reads) rd[nr++] = plan_.root(b);
+  for (BufferId b : writes) wr[nw++] = plan_.root(b);
+  const std::span<const BufferId> reads_root(rd, nr), writes_root(wr, nw);
+  for (BufferId b : reads_root) {
     CHARM_ASSERT(plan_.buffer(b).rank == op.rank, "an op may only touch buffers of its own rank");
     if (auto w = access_[static_cast<std::size_t>(b)].writer; w != kNone) d.push_back(w);
   }
-  for (BufferId b : writes) {
+  for (BufferId b : writes_root) {
     CHARM_ASSERT(plan_.buffer(b).rank == op.rank, "an op may only touch buffers of its own rank");
     const auto& a = access_[static_cast<std::size_t>(b)];
     if (a.writer != kNone) d.push_back(a.writer);
@@ -67,13 +107,15 @@ OpId PlanBuilder::emit(Op op, std::initializer_list<BufferId> reads, std::initia
           d.end());
   op.phase = phase_;
   plan_.add_op(op, d);
-  for (BufferId b : reads) {
+  for (std::size_t i = 0; i < nr; ++i) {
+    const BufferId b = rd[i];
     auto& a = access_[static_cast<std::size_t>(b)];
-    bool written_here = false;
-    for (BufferId wb : writes) written_here |= (wb == b);
-    if (!written_here) add_reader(a, id);
+    bool skip = false;  // written here, or a second view of a root already read
+    for (BufferId wb : writes_root) skip |= (wb == b);
+    for (std::size_t k = 0; k < i; ++k) skip |= (rd[k] == b);
+    if (!skip) add_reader(a, id);
   }
-  for (BufferId b : writes) {
+  for (BufferId b : writes_root) {
     auto& a = access_[static_cast<std::size_t>(b)];
     a.writer = id;
     clear_readers(a);
@@ -115,8 +157,22 @@ Op PlanBuilder::block_op(Phase phase, BufferId q, BufferId kv) const {
   op.kind = OpKind::Compute;
   op.q_owner = bq.owner;
   op.kv_owner = bk.owner;
-  op.mask = plan_.workload.mask(bq.owner, bk.owner, plan_.ranks);
-  op.flops = plan_.workload.block_flops(phase, bq.owner, bk.owner, plan_.ranks);
+  const auto& w = plan_.workload;
+  if (bq.owners == 1 && bk.owners == 1 && bq.heads == 0 && bk.heads == 0 && bq.parts == 0 && bk.parts == 0) {
+    op.mask = w.mask(bq.owner, bk.owner, plan_.ranks);
+    op.flops = w.block_flops(phase, bq.owner, bk.owner, plan_.ranks);
+  } else {
+    const Region rq = plan_.region(q), rk = plan_.region(kv);
+    CHARM_ASSERT(rq.head_begin == rk.head_begin && rq.head_end == rk.head_end, "q and kv of one compute share their heads");
+    op.mask = rq.owners() == 1 && rk.owners() == 1 ? w.mask(bq.owner, bk.owner, plan_.ranks) : MaskPiece::Mixed;
+    double pairs = 0;
+    for (RankId x = rq.owner_begin; x < rq.owner_end; ++x)
+      for (RankId y = rk.owner_begin; y < rk.owner_end; ++y)
+        pairs += visible_pairs(w, plan_.ranks, plan_.parts, x, rq.part_begin, rq.part_end, y, rk.part_begin, rk.part_end);
+    const double heads = double(w.heads / w.kv_heads) * double(rq.heads());
+    const double fwd = 4.0 * double(w.batch) * heads * double(w.head_dim) * pairs;
+    op.flops = phase == Phase::Fwd ? fwd : 2.5 * fwd;
+  }
   op.buf[0] = q;
   op.buf[1] = kv;
   return op;
@@ -141,7 +197,7 @@ PlanBuilder::Transfer PlanBuilder::transfer(Stream stream, BufferId src, RankId 
                                             std::span<const OpId> extra_dst, BufferId into) {
   const Buffer sb = plan_.buffer(src);
   CHARM_ASSERT(sb.rank != dst_rank, "a transfer needs two ranks");
-  const BufferId dst = into != kNone ? into : buffer(dst_rank, sb.kind, sb.owner, BufInit::None);
+  const BufferId dst = into != kNone ? into : buffer(dst_rank, sb.kind, plan_.region(src), BufInit::None);
   int& tag = next_tag(stream, sb.rank, dst_rank);
   Op s;
   s.rank = sb.rank;

@@ -33,8 +33,21 @@ class PlanBuilder {
   /// A new buffer; its size follows from its kind and the workload.
   BufferId buffer(RankId rank, ir::BufKind kind, RankId owner, ir::BufInit init);
   [[nodiscard]] const ir::Buffer& buf(BufferId b) const { return plan_.buffer(b); }
+  [[nodiscard]] ir::Region region(BufferId b) const { return plan_.region(b); }
+  /// A buffer over a region (region.hpp); the plan's parts must be set first (set_parts).
+  BufferId buffer(RankId rank, ir::BufKind kind, const ir::Region& r, ir::BufInit init);
+  /// A view of owners [owner, owner + owners) of `parent` (same heads and parts): a receive
+  /// into it lands in the parent's storage. Accesses count as accesses of the parent.
+  BufferId view(BufferId parent, RankId owner, int owners = 1);
+  /// Token parts per shard that regions count in (TASP); before any buffer with parts.
+  void set_parts(int parts) { plan_.parts = parts; }
+  [[nodiscard]] int parts() const { return plan_.parts; }
+  /// Copies the overlap of src's and dst's regions (one must contain the other): slicing
+  /// heads or parts out of a shard, or placing a slice into a whole shard.
+  OpId copy(ir::Stream stream, BufferId src, BufferId dst, std::span<const OpId> extra = {});
 
   /// attention(Q of q_buf's owner, KV of kv_buf's owner) accumulated into acc (fwd).
+  /// Over regions: every (q owner, kv owner) pair of the two buffers, on their shared heads.
   OpId compute_fwd(BufferId q, BufferId kv, BufferId out_acc, std::span<const OpId> extra = {});
   /// Backward block: reads the bundle and KV, accumulates into dq_acc and dkv_acc.
   OpId compute_bwd(BufferId qbundle, BufferId kv, BufferId dq_acc, BufferId dkv_acc,
