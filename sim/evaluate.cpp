@@ -7,10 +7,7 @@ namespace charm::sim {
 
 int default_domains(const topo::Topology& t) { return std::max(1, t.domains()); }
 
-sched::PlanRequest normalised_request(sched::PlanRequest req) {
-  if (req.algo == "ring-zigzag") req.workload.layout = ir::Layout::Zigzag;
-  return req;
-}
+sched::PlanRequest normalised_request(sched::PlanRequest req) { return sched::normalised(std::move(req)); }
 
 ComputeModel compute_model_for(const topo::Topology& t, const ir::Workload& w) { return ComputeModel::from_gpu(t.gpu, w.dtype); }
 

@@ -26,7 +26,7 @@ struct Evaluation {
 /// The domains charm splits `t` into by default: the topology's hierarchy (NUMA nodes or servers).
 [[nodiscard]] int default_domains(const topo::Topology& t);
 
-/// The request as the planner runs it: ring-zigzag always runs on the zigzag layout.
+/// The request as the planner runs it (sched::normalised): the -zigzag variants run on the zigzag layout.
 [[nodiscard]] sched::PlanRequest normalised_request(sched::PlanRequest req);
 
 /// The compute model of `t`'s GPU for the workload's dtype.

@@ -391,7 +391,7 @@ void Engine::peak_memory() {
     const Op& o = plan_.op(OpId(i));
     for (BufferId b : o.buf) {
       if (b == kNone) continue;
-      const auto k = std::size_t(b);
+      const auto k = std::size_t(plan_.root(b));  // a view lives in its root's storage
       if (first[k] < 0 || res_.start_s[i] < first[k]) first[k] = res_.start_s[i];
       last[k] = std::max(last[k], res_.end_s[i]);
     }
@@ -403,7 +403,7 @@ void Engine::peak_memory() {
   std::vector<std::vector<std::pair<double, std::int64_t>>> ev(std::size_t(plan_.ranks));
   for (std::size_t k = 0; k < B; ++k) {
     const Buffer& b = bufs[k];
-    if (first[k] < 0 && b.init != BufInit::Input) continue;
+    if (b.parent != kNone || (first[k] < 0 && b.init != BufInit::Input)) continue;
     const double from = b.init == BufInit::Input ? 0.0 : first[k];
     const double to = std::max(from, last[k] < 0 ? res_.makespan_s : last[k]);
     ev[std::size_t(b.rank)].emplace_back(from, std::int64_t(b.bytes));

@@ -20,8 +20,10 @@ namespace {
 std::string colour(const std::string& algo, std::size_t fallback) {
   static const std::map<std::string, std::string> known{{"ring", "#555555"},    {"ring-zigzag", "#8c564b"},
                                                         {"merge", "#1f77b4"},   {"rm+", "#2ca02c"},
-                                                        {"charm", "#d62728"},   {"allgather-kv", "#9467bd"}};
-  static const char* const spare[] = {"#ff7f0e", "#17becf", "#bcbd22", "#e377c2"};
+                                                        {"charm", "#d62728"},   {"allgather-kv", "#9467bd"},
+                                                        {"tasp", "#ff7f0e"},    {"tasp-zigzag", "#bcbd22"},
+                                                        {"ulysses", "#17becf"}, {"usp", "#e377c2"}};
+  static const char* const spare[] = {"#7f7f7f", "#aec7e8", "#98df8a", "#ffbb78"};
   if (auto it = known.find(algo); it != known.end()) return it->second;
   return spare[fallback % 4];
 }

@@ -13,7 +13,7 @@ struct PlanFlags {
   int domains = 1;
   WorkloadFlags workload;
   void add(CLI::App& app, bool with_ranks = true) {
-    app.add_option("--algo,-a", algo, "ring | ring-zigzag | merge | rm+ | charm")->capture_default_str();
+    app.add_option("--algo,-a", algo, "ring | ring-zigzag | merge | rm+ | charm | allgather-kv | tasp | tasp-zigzag | ulysses | usp")->capture_default_str();
     if (with_ranks) {
       app.add_option("--ranks,-n", ranks, "number of ranks (GPUs)")->capture_default_str();
       app.add_option("--domains,-d", domains, "domains (NUMA nodes / servers) the ranks split into")->capture_default_str();
@@ -26,8 +26,7 @@ struct PlanFlags {
     r.ranks = ranks;
     r.domains = domains;
     r.workload = workload.get();
-    if (algo == "ring-zigzag") r.workload.layout = ir::Layout::Zigzag;
-    return r;
+    return sched::normalised(r);
   }
   [[nodiscard]] ir::Plan make() const { return unwrap(sched::make_plan(request())); }
 };

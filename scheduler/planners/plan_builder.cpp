@@ -147,6 +147,18 @@ bool PlanBuilder::visible(RankId q_owner, RankId kv_owner) const {
   return plan_.workload.mask(q_owner, kv_owner, plan_.ranks) != MaskPiece::Empty;
 }
 
+bool PlanBuilder::any_visible(BufferId q, BufferId kv) const {
+  const Buffer &bq = plan_.buffer(q), &bk = plan_.buffer(kv);
+  if (bq.owners == 1 && bk.owners == 1 && bq.parts == 0 && bk.parts == 0) return visible(bq.owner, bk.owner);
+  const Region rq = plan_.region(q), rk = plan_.region(kv);
+  for (RankId x = rq.owner_begin; x < rq.owner_end; ++x)
+    for (RankId y = rk.owner_begin; y < rk.owner_end; ++y)
+      if (visible_pairs(plan_.workload, plan_.ranks, plan_.parts, x, rq.part_begin, rq.part_end, y, rk.part_begin,
+                        rk.part_end) > 0)
+        return true;
+  return false;
+}
+
 Op PlanBuilder::block_op(Phase phase, BufferId q, BufferId kv) const {
   CHARM_ASSERT(phase_ == phase, "a compute of one pass emitted in the other");
   const Buffer& bq = plan_.buffer(q);

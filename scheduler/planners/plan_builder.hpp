@@ -53,6 +53,8 @@ class PlanBuilder {
   OpId compute_bwd(BufferId qbundle, BufferId kv, BufferId dq_acc, BufferId dkv_acc,
                    std::span<const OpId> extra = {});
   [[nodiscard]] bool visible(RankId q_owner, RankId kv_owner) const;
+  /// Whether any query of q's region sees any key of kv's region.
+  [[nodiscard]] bool any_visible(BufferId q, BufferId kv) const;
 
   struct Transfer {
     OpId send;

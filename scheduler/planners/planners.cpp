@@ -15,8 +15,14 @@ namespace charm::sched {
 using namespace charm::ir;
 
 const std::vector<std::string>& algorithm_names() {
-  static const std::vector<std::string> names{"ring", "ring-zigzag", "merge", "rm+", "charm", "allgather-kv"};
+  static const std::vector<std::string> names{"ring",     "ring-zigzag", "merge", "rm+", "charm", "allgather-kv",
+                                              "tasp",     "tasp-zigzag", "ulysses", "usp"};
   return names;
+}
+
+PlanRequest normalised(PlanRequest req) {
+  if (req.algo == "ring-zigzag" || req.algo == "tasp-zigzag") req.workload.layout = Layout::Zigzag;
+  return req;
 }
 
 Status check_request(const PlanRequest& req) {
@@ -36,35 +42,63 @@ Status check_request(const PlanRequest& req) {
   if (req.algo == "charm" && !is_power_of_two(req.ranks / req.domains))
     return Error{"--domains", fmt::format("charm needs a power-of-two number of ranks per domain, got {} ranks / {} domains = {}",
                                           req.ranks, req.domains, req.ranks / req.domains)};
-  if (req.algo != "charm" && req.domains != 1) {
-    // Domains only change the charm schedule; the others ignore them.
+  // Domains only change the charm and usp schedules; the others ignore them.
+  if (auto s = req.workload.check(req.ranks); !s) return s;
+  const auto& w = req.workload;
+  if (req.algo == "tasp-zigzag" && w.layout != Layout::Zigzag)
+    return Error{"--layout", "tasp-zigzag runs on the zigzag layout (pass --layout zigzag or use tasp)"};
+  if (req.algo == "tasp" || req.algo == "tasp-zigzag") {
+    if (w.pass != PassKind::Fwd)
+      return Error{"--pass", fmt::format("{} defines no backward pass (the TASP paper and its reference code are forward "
+                                         "only); use --pass fwd", req.algo)};
+    const auto m = static_cast<std::int64_t>(detail::tasp_cycle_steps(req.ranks).size());
+    if (m > 1 && (w.seq / req.ranks) % m != 0)
+      return Error{"--seq", fmt::format("{} cuts each shard into {} parts (one per Hamiltonian cycle of {} ranks): {} "
+                                        "tokens per shard do not divide",
+                                        req.algo, m, req.ranks, w.seq / req.ranks)};
   }
-  return req.workload.check(req.ranks);
+  if (req.algo == "ulysses" || req.algo == "usp") {
+    const int u = req.algo == "ulysses" ? req.ranks : req.ranks / req.domains;
+    if (w.kv_heads % u != 0)
+      return Error{w.kv_heads == w.heads ? "--heads" : "--kv-heads",
+                   fmt::format("{} splits heads over {} ranks{}: {} {}heads do not divide (GQA keeps each kv head "
+                               "with its query heads)",
+                               req.algo, u, req.algo == "usp" ? " per domain" : "", w.kv_heads,
+                               w.kv_heads == w.heads ? "" : "kv ")};
+  }
+  return {};
 }
 
 Expected<Plan> make_plan(const PlanRequest& req_in) {
-  PlanRequest req = req_in;
-  if (req.algo == "ring-zigzag" && req.workload.layout == Layout::Contiguous) req.workload.layout = Layout::Zigzag;
+  const PlanRequest req = normalised(req_in);
   if (auto s = check_request(req); !s) return s.error();
   const int n = req.ranks;
   const auto N = std::size_t(n);
+  const std::string& a = req.algo;
+  const bool tasp = a == "tasp" || a == "tasp-zigzag", ulysses = a == "ulysses" || a == "usp";
+  const int usp_domains = a == "usp" ? req.domains : 1;
   PlanBuilder b(req.algo, req.workload, n, req.domains);
+  if (tasp) b.set_parts(std::max<int>(1, int(detail::tasp_cycle_steps(n).size())));
   std::vector<detail::RankState> st(N);
   for (std::size_t r = 0; r < N; ++r) {
     st[r].q = b.buffer(RankId(r), BufKind::Q, RankId(r), BufInit::Input);
     st[r].kv = b.buffer(RankId(r), BufKind::Kv, RankId(r), BufInit::Input);
   }
   const auto pass = req.workload.pass;
-  const std::string& a = req.algo;
   if (pass != PassKind::Bwd) {
     b.set_phase(Phase::Fwd);
     if (a == "ring" || a == "ring-zigzag") detail::ring_forward(b, st);
     else if (a == "merge") detail::merge_forward(b, st);
     else if (a == "allgather-kv") detail::allgather_forward(b, st);
     else if (a == "rm+") detail::charm_forward(b, st, 1);
+    else if (tasp) detail::tasp_forward(b, st);
+    else if (ulysses) detail::usp_forward(b, st, usp_domains);
     else detail::charm_forward(b, st, req.domains);
   }
-  if (pass != PassKind::Fwd) {
+  if (pass != PassKind::Fwd && ulysses) {  // packs its bundles on the head shards
+    b.set_phase(Phase::Bwd);
+    detail::usp_backward(b, st, usp_domains);
+  } else if (pass != PassKind::Fwd) {
     b.set_phase(Phase::Bwd);
     for (std::size_t r = 0; r < N; ++r) {
       const BufferId dout = b.buffer(RankId(r), BufKind::Dout, RankId(r), BufInit::Input);

@@ -18,6 +18,8 @@ struct PlanRequest {
 
 /// Names of every algorithm, in the order reports list them.
 [[nodiscard]] const std::vector<std::string>& algorithm_names();
+/// The request as the planner runs it: the -zigzag variants always run on the zigzag layout.
+[[nodiscard]] PlanRequest normalised(PlanRequest req);
 /// Checks that the algorithm can plan this request (rank count, domains, workload).
 [[nodiscard]] Status check_request(const PlanRequest& req);
 /// Builds the plan; errors (exit code 2 material) name the flag at fault.

@@ -10,6 +10,9 @@
 // Backward: KV travels the same way; each rank computes a block's dK/dV into a
 // fresh partial, adds it to the running sum that arrives one step behind the
 // KV, and passes the sum on; after n steps the sum lands on its owner.
+//
+// The *_over forms run several rings side by side over any buffers (USP runs
+// one ring per Ulysses head slice across domains, over gathered regions).
 
 #include "scheduler/planners/schedules.hpp"
 
@@ -19,78 +22,114 @@ using namespace charm::ir;
 
 namespace {
 
-/// The kv exchange of one ring step: every rank sends `cur` to r+1.
-std::vector<BufferId> ring_shift(PlanBuilder& b, Stream stream, const std::vector<BufferId>& cur,
-                                 const std::vector<OpId>& barrier) {
-  const int n = b.ranks();
-  std::vector<int> group(static_cast<std::size_t>(n));
+/// The kv exchange of one ring step: in every ring, member i sends `cur` to member i+1.
+std::vector<BufferId> ring_shift(PlanBuilder& b, Stream stream, const std::vector<Ring>& rings,
+                                 const std::vector<BufferId>& cur, const std::vector<OpId>& barrier) {
+  const auto N = std::size_t(b.ranks());
+  std::vector<int> group(N);
   for (auto& g : group) g = b.new_group();
-  std::vector<BufferId> next(static_cast<std::size_t>(n), kNone);
-  for (int r = 0; r < n; ++r) {
-    const int dst = (r + 1) % n;
-    std::vector<OpId> es, ed;
-    if (!barrier.empty() && barrier[std::size_t(r)] != kNone) es.push_back(barrier[std::size_t(r)]);
-    if (!barrier.empty() && barrier[std::size_t(dst)] != kNone) ed.push_back(barrier[std::size_t(dst)]);
-    auto t = b.transfer(stream, cur[std::size_t(r)], dst, group[std::size_t(r)], group[std::size_t(dst)], es, ed);
-    next[std::size_t(dst)] = t.dst;
+  std::vector<BufferId> next(N, kNone);
+  for (const Ring& ring : rings) {
+    for (std::size_t i = 0; i < ring.size(); ++i) {
+      const RankId r = ring[i], dst = ring[(i + 1) % ring.size()];
+      std::vector<OpId> es, ed;
+      if (!barrier.empty() && barrier[std::size_t(r)] != kNone) es.push_back(barrier[std::size_t(r)]);
+      if (!barrier.empty() && barrier[std::size_t(dst)] != kNone) ed.push_back(barrier[std::size_t(dst)]);
+      auto t = b.transfer(stream, cur[std::size_t(r)], dst, group[std::size_t(r)], group[std::size_t(dst)], es, ed);
+      next[std::size_t(dst)] = t.dst;
+    }
   }
   return next;
 }
 
+std::size_t ring_length(const std::vector<Ring>& rings) {
+  const std::size_t len = rings.empty() ? 0 : rings.front().size();
+  for (const Ring& r : rings) CHARM_ASSERT(r.size() == len, "rings of one schedule have one length");
+  return len;
+}
+
 } // namespace
 
-void ring_forward(PlanBuilder& b, const std::vector<RankState>& st) {
-  const int n = b.ranks();
-  const auto N = static_cast<std::size_t>(n);
-  std::vector<BufferId> acc(N), cur(N);
+std::vector<Ring> one_ring(int ranks) {
+  Ring ring(static_cast<std::size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) ring[std::size_t(r)] = r;
+  return {ring};
+}
+
+std::vector<BufferId> ring_forward_over(PlanBuilder& b, const std::vector<Ring>& rings, const std::vector<BufferId>& q,
+                                        const std::vector<BufferId>& kv) {
+  const auto N = std::size_t(b.ranks());
+  const std::size_t len = ring_length(rings);
+  std::vector<BufferId> acc(N, kNone), cur = kv;
   std::vector<OpId> prev_compute(N, kNone), last_compute(N, kNone);
-  for (std::size_t r = 0; r < N; ++r) {
-    acc[r] = b.buffer(RankId(r), BufKind::Out, RankId(r), BufInit::Zero);
-    cur[r] = st[r].kv;
-  }
-  for (int step = 0; step < n; ++step) {
+  for (const Ring& ring : rings)
+    for (RankId r : ring) acc[std::size_t(r)] = b.buffer(r, BufKind::Out, b.region(q[std::size_t(r)]), BufInit::Zero);
+  for (std::size_t step = 0; step < len; ++step) {
     // Launch the exchange for step+1 (after the compute of step-1), then compute step.
     std::vector<BufferId> next;
-    if (step + 1 < n) next = ring_shift(b, Stream::Kv, cur, prev_compute);
-    for (std::size_t r = 0; r < N; ++r) {
-      if (!b.visible(RankId(r), b.buf(cur[r]).owner)) continue;
-      last_compute[r] = b.compute_fwd(st[r].q, cur[r], acc[r]);
-    }
+    if (step + 1 < len) next = ring_shift(b, Stream::Kv, rings, cur, prev_compute);
+    for (const Ring& ring : rings)
+      for (RankId r : ring) {
+        const auto i = std::size_t(r);
+        if (b.any_visible(q[i], cur[i])) last_compute[i] = b.compute_fwd(q[i], cur[i], acc[i]);
+      }
     prev_compute = last_compute;
-    if (step + 1 < n) cur = std::move(next);
+    if (step + 1 < len) cur = std::move(next);
   }
-  for (std::size_t r = 0; r < N; ++r) b.results(RankId(r)).out = acc[r];
+  return acc;
+}
+
+RingGradients ring_backward_over(PlanBuilder& b, const std::vector<Ring>& rings, const std::vector<BufferId>& qbundle,
+                                 const std::vector<BufferId>& kv) {
+  const auto N = std::size_t(b.ranks());
+  const std::size_t len = ring_length(rings);
+  RingGradients g{std::vector<BufferId>(N, kNone), std::vector<BufferId>(N, kNone)};
+  std::vector<BufferId> cur = kv;
+  std::vector<OpId> prev_compute(N, kNone), last_compute(N, kNone);
+  for (const Ring& ring : rings)
+    for (RankId r : ring) g.dq[std::size_t(r)] = b.buffer(r, BufKind::Dq, b.region(qbundle[std::size_t(r)]), BufInit::Zero);
+  auto& running = g.dkv;
+  for (std::size_t step = 0; step < len; ++step) {
+    std::vector<BufferId> next;
+    if (step + 1 < len) next = ring_shift(b, Stream::Kv, rings, cur, prev_compute);
+    // Each block's dK/dV go into a fresh partial, so the compute never waits
+    // for the running sum in flight; the sum picks the partial up on arrival.
+    for (const Ring& ring : rings)
+      for (RankId r : ring) {
+        const auto i = std::size_t(r);
+        const BufferId part = b.buffer(r, BufKind::Dkv, b.region(cur[i]), BufInit::Zero);
+        if (b.any_visible(qbundle[i], cur[i])) last_compute[i] = b.compute_bwd(qbundle[i], cur[i], g.dq[i], part);
+        if (running[i] == kNone) running[i] = part;
+        else b.accumulate(Stream::Dkv, part, running[i]);
+      }
+    prev_compute = last_compute;
+    // The running dK/dV sum moves one step behind its KV; after the last step it reaches its owner.
+    if (len > 1) running = ring_shift(b, Stream::Dkv, rings, running, {});
+    if (step + 1 < len) cur = std::move(next);
+  }
+  return g;
+}
+
+void ring_forward(PlanBuilder& b, const std::vector<RankState>& st) {
+  std::vector<BufferId> q, kv;
+  for (const auto& s : st) {
+    q.push_back(s.q);
+    kv.push_back(s.kv);
+  }
+  const auto acc = ring_forward_over(b, one_ring(b.ranks()), q, kv);
+  for (std::size_t r = 0; r < st.size(); ++r) b.results(RankId(r)).out = acc[r];
 }
 
 void ring_backward(PlanBuilder& b, const std::vector<RankState>& st) {
-  const int n = b.ranks();
-  const auto N = static_cast<std::size_t>(n);
-  std::vector<BufferId> dq(N), cur(N), running(N, kNone);
-  std::vector<OpId> prev_compute(N, kNone), last_compute(N, kNone);
-  for (std::size_t r = 0; r < N; ++r) {
-    dq[r] = b.buffer(RankId(r), BufKind::Dq, RankId(r), BufInit::Zero);
-    cur[r] = st[r].kv;
+  std::vector<BufferId> qb, kv;
+  for (const auto& s : st) {
+    qb.push_back(s.qbundle);
+    kv.push_back(s.kv);
   }
-  for (int step = 0; step < n; ++step) {
-    std::vector<BufferId> next;
-    if (step + 1 < n) next = ring_shift(b, Stream::Kv, cur, prev_compute);
-    // Each block's dK/dV go into a fresh partial, so the compute never waits
-    // for the running sum in flight; the sum picks the partial up on arrival.
-    for (std::size_t r = 0; r < N; ++r) {
-      const RankId owner = b.buf(cur[r]).owner;
-      const BufferId part = b.buffer(RankId(r), BufKind::Dkv, owner, BufInit::Zero);
-      if (b.visible(RankId(r), owner)) last_compute[r] = b.compute_bwd(st[r].qbundle, cur[r], dq[r], part);
-      if (running[r] == kNone) running[r] = part;
-      else b.accumulate(Stream::Dkv, part, running[r]);
-    }
-    prev_compute = last_compute;
-    // The running dK/dV sum moves one step behind its KV; after the last step it reaches its owner.
-    if (n > 1) running = ring_shift(b, Stream::Dkv, running, {});
-    if (step + 1 < n) cur = std::move(next);
-  }
-  for (std::size_t r = 0; r < N; ++r) {
-    b.results(RankId(r)).dq = dq[r];
-    b.results(RankId(r)).dkv = running[r];
+  const auto g = ring_backward_over(b, one_ring(b.ranks()), qb, kv);
+  for (std::size_t r = 0; r < st.size(); ++r) {
+    b.results(RankId(r)).dq = g.dq[r];
+    b.results(RankId(r)).dkv = g.dkv[r];
   }
 }
 

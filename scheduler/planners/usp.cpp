@@ -1,0 +1,180 @@
+// Ulysses and USP (TransformerEngine's a2a+p2p context parallelism).
+//
+// Ranks form `domains` groups of u = n / domains consecutive ranks. Member i of
+// a group owns kv heads [i*Hkv/u, (i+1)*Hkv/u) (and their query heads):
+//
+//   1. all-to-all inside the group: every member cuts its Q and KV shard into u
+//      head slices and sends slice j to member j, which receives it into its
+//      gathered buffer (owners of the group, its head slice);
+//   2. attention on the head slice: one compute over the whole group's tokens
+//      (Ulysses, one group), or ring attention across the groups: member i of
+//      every group forms one ring (USP);
+//   3. all-to-all back: member j sends each owner's rows of its output slice
+//      to that owner, which places the u slices into its whole output.
+//
+// Backward (as DeepSpeed-Ulysses does it): dO goes through the same all-to-all,
+// the bundle (Q, dO, LSE, D) is packed on the head slice from the gathered Q
+// and the forward's gathered output, the ring backward (or one compute) runs
+// on the slice, and dQ and dK/dV go back through the reverse all-to-all.
+// A backward-only plan gathers Q, KV, dO and O first.
+
+#include <fmt/format.h>
+
+#include "scheduler/planners/schedules.hpp"
+
+namespace charm::sched::detail {
+
+using namespace charm::ir;
+
+namespace {
+
+struct Groups {
+  int domains = 1, u = 1, slice = 1;  // groups, members per group, kv heads per member
+  [[nodiscard]] RankId first(RankId r) const { return r / u * u; }
+  [[nodiscard]] int member(RankId r) const { return r % u; }
+  /// The region member r's gathered buffers cover: its group's owners, its head slice.
+  [[nodiscard]] Region heads_of(RankId r, const PlanBuilder& b) const {
+    const int i = member(r);
+    return {first(r), first(r) + u, i * slice, (i + 1) * slice, 0, b.parts()};
+  }
+};
+
+Groups groups_of(const PlanBuilder& b, int domains) {
+  Groups g;
+  g.domains = domains;
+  g.u = b.ranks() / domains;
+  g.slice = static_cast<int>(b.workload().kv_heads) / g.u;
+  return g;
+}
+
+/// Step 1's all-to-all for one tensor: per rank, the gathered buffer (kind of `whole`).
+std::vector<BufferId> gather_heads(PlanBuilder& b, const Groups& g, Stream stream, const std::vector<BufferId>& whole) {
+  const int n = b.ranks();
+  const auto N = std::size_t(n);
+  std::vector<BufferId> gathered(N);
+  std::vector<int> group(N);
+  for (int r = 0; r < n; ++r) {
+    gathered[std::size_t(r)] = b.buffer(r, b.buf(whole[std::size_t(r)]).kind, g.heads_of(r, b), BufInit::None);
+    group[std::size_t(r)] = b.new_group();
+  }
+  // Slices first (own slice straight into place), then the exchange as one group per rank.
+  std::vector<std::vector<BufferId>> slice(N, std::vector<BufferId>(std::size_t(g.u), kNone));
+  for (int r = 0; r < n; ++r) {
+    const BufferId src = whole[std::size_t(r)];
+    for (int j = 0; j < g.u; ++j) {
+      const RankId dst = g.first(r) + j;
+      if (dst == r) {
+        b.copy(stream, src, b.view(gathered[std::size_t(r)], r));
+        continue;
+      }
+      Region part = g.heads_of(dst, b);
+      part.owner_begin = r;
+      part.owner_end = r + 1;
+      slice[std::size_t(r)][std::size_t(j)] = b.buffer(r, b.buf(src).kind, part, BufInit::None);
+      b.copy(stream, src, slice[std::size_t(r)][std::size_t(j)]);
+    }
+  }
+  for (int r = 0; r < n; ++r)
+    for (int j = 0; j < g.u; ++j) {
+      const RankId dst = g.first(r) + j;
+      if (dst == r) continue;
+      b.transfer(stream, slice[std::size_t(r)][std::size_t(j)], dst, group[std::size_t(r)], group[std::size_t(dst)], {}, {},
+                 b.view(gathered[std::size_t(dst)], r));
+    }
+  return gathered;
+}
+
+/// Step 3's all-to-all: per rank, the whole-shard buffer of its own rows, assembled from
+/// every member's head slice.
+std::vector<BufferId> scatter_heads(PlanBuilder& b, const Groups& g, Stream stream, const std::vector<BufferId>& sliced) {
+  const int n = b.ranks();
+  const auto N = std::size_t(n);
+  std::vector<int> group(N);
+  for (auto& x : group) x = b.new_group();
+  // received[r][i]: owner r's rows of member i's slice, on rank r.
+  std::vector<std::vector<BufferId>> received(N, std::vector<BufferId>(std::size_t(g.u), kNone));
+  for (int r = 0; r < n; ++r)
+    for (int j = 0; j < g.u; ++j) {
+      const RankId dst = g.first(r) + j;
+      const BufferId rows = b.view(sliced[std::size_t(r)], dst);
+      if (dst == r) {
+        received[std::size_t(r)][std::size_t(g.member(r))] = rows;
+        continue;
+      }
+      auto t = b.transfer(stream, rows, dst, group[std::size_t(r)], group[std::size_t(dst)]);
+      received[std::size_t(dst)][std::size_t(g.member(r))] = t.dst;
+    }
+  std::vector<BufferId> whole(N);
+  for (int r = 0; r < n; ++r) {
+    whole[std::size_t(r)] = b.buffer(r, b.buf(sliced[std::size_t(r)]).kind, r, BufInit::None);
+    for (BufferId part : received[std::size_t(r)]) b.copy(stream, part, whole[std::size_t(r)]);
+  }
+  return whole;
+}
+
+/// The rings of step 2: member i of every group, in domain order.
+std::vector<Ring> cross_rings(const Groups& g) {
+  std::vector<Ring> rings(std::size_t(g.u));
+  for (int i = 0; i < g.u; ++i)
+    for (int d = 0; d < g.domains; ++d) rings[std::size_t(i)].push_back(d * g.u + i);
+  return rings;
+}
+
+std::vector<BufferId> column(const std::vector<RankState>& st, BufferId RankState::*field) {
+  std::vector<BufferId> v;
+  v.reserve(st.size());
+  for (const auto& s : st) v.push_back(s.*field);
+  return v;
+}
+
+} // namespace
+
+void usp_forward(PlanBuilder& b, std::vector<RankState>& st, int domains) {
+  const Groups g = groups_of(b, domains);
+  const auto q = gather_heads(b, g, Stream::Q, column(st, &RankState::q));
+  const auto kv = gather_heads(b, g, Stream::Kv, column(st, &RankState::kv));
+  const auto out = ring_forward_over(b, cross_rings(g), q, kv);
+  const auto whole = scatter_heads(b, g, Stream::Out, out);
+  for (std::size_t r = 0; r < st.size(); ++r) {
+    b.results(RankId(r)).out = whole[r];
+    st[r].q_heads = q[r];
+    st[r].kv_heads = kv[r];
+    st[r].out_heads = out[r];
+  }
+}
+
+void usp_backward(PlanBuilder& b, std::vector<RankState>& st, int domains) {
+  const Groups g = groups_of(b, domains);
+  const int n = b.ranks();
+  std::vector<BufferId> dout(st.size()), q, kv, out;
+  for (int r = 0; r < n; ++r) dout[std::size_t(r)] = b.buffer(r, BufKind::Dout, r, BufInit::Input);
+  const auto dout_h = gather_heads(b, g, Stream::Q, dout);
+  if (st.front().q_heads != kNone) {  // after this plan's forward: its head shards are still there
+    q = column(st, &RankState::q_heads);
+    kv = column(st, &RankState::kv_heads);
+    out = column(st, &RankState::out_heads);
+  } else {
+    q = gather_heads(b, g, Stream::Q, column(st, &RankState::q));
+    kv = gather_heads(b, g, Stream::Kv, column(st, &RankState::kv));
+    std::vector<BufferId> o(st.size());
+    for (int r = 0; r < n; ++r) {
+      o[std::size_t(r)] = b.buffer(r, BufKind::Out, r, BufInit::Input);
+      b.results(r).out = o[std::size_t(r)];
+    }
+    out = gather_heads(b, g, Stream::Out, o);
+  }
+  std::vector<BufferId> bundle(st.size());
+  for (int r = 0; r < n; ++r) {
+    bundle[std::size_t(r)] = b.buffer(r, BufKind::QBundle, g.heads_of(r, b), BufInit::None);
+    b.pack(q[std::size_t(r)], dout_h[std::size_t(r)], out[std::size_t(r)], bundle[std::size_t(r)]);
+  }
+  const auto grads = ring_backward_over(b, cross_rings(g), bundle, kv);
+  const auto dq = scatter_heads(b, g, Stream::Out, grads.dq);
+  const auto dkv = scatter_heads(b, g, Stream::Dkv, grads.dkv);
+  for (int r = 0; r < n; ++r) {
+    b.results(r).dq = dq[std::size_t(r)];
+    b.results(r).dkv = dkv[std::size_t(r)];
+  }
+}
+
+} // namespace charm::sched::detail
