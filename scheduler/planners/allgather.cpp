@@ -84,13 +84,17 @@ void allgather_backward(PlanBuilder& b, const std::vector<RankState>& st) {
   for (int step = 1; step < n; ++step) {
     std::vector<int> group(N);
     for (auto& g : group) g = b.new_group();
-    std::vector<BufferId> next(N);
+    // All transfers of the step first: an accumulate between a rank's receive and
+    // send would split its ncclGroup and chain the step around the ring.
+    std::vector<BufferId> received(N), next(N);
     for (int r = 0; r < n; ++r) {
       const auto dst = std::size_t((r + 1) % n);
-      auto t = b.transfer(Stream::Dkv, running[std::size_t(r)], RankId(dst), group[std::size_t(r)], group[dst]);
-      const RankId owner = b.buf(t.dst).owner;
-      b.accumulate(Stream::Dkv, t.dst, partial[dst][std::size_t(owner)]);
-      next[dst] = partial[dst][std::size_t(owner)];
+      received[dst] = b.transfer(Stream::Dkv, running[std::size_t(r)], RankId(dst), group[std::size_t(r)], group[dst]).dst;
+    }
+    for (std::size_t r = 0; r < N; ++r) {
+      const RankId owner = b.buf(received[r]).owner;
+      b.accumulate(Stream::Dkv, received[r], partial[r][std::size_t(owner)]);
+      next[r] = partial[r][std::size_t(owner)];
     }
     running = std::move(next);
   }
