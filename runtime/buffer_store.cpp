@@ -8,26 +8,85 @@
 namespace charm::rt {
 
 BufferStore::BufferStore(const ir::Plan& plan, ir::RankId rank, FillInput fill)
-    : plan_(plan), shape_(ShardShape::of(plan.workload, plan.ranks)), fill_(std::move(fill)) {
+    : plan_(plan), rank_(rank), fill_(std::move(fill)) {
   slots_.resize(plan.buffers().size());
-  for (std::size_t b = 0; b < plan.buffers().size(); ++b)
-    if (plan.buffers()[b].rank == rank) slots_[b] = std::make_unique<Slot>();
+  for (ir::BufferId b = 0; b < static_cast<ir::BufferId>(plan.buffers().size()); ++b) {
+    const ir::Buffer& buf = plan.buffer(b);
+    if (buf.rank != rank) continue;
+    auto s = std::make_unique<Slot>();
+    const Slot* parent = buf.parent >= 0 && buf.parent < b ? slots_[std::size_t(buf.parent)].get() : nullptr;
+    s->root = b;
+    s->valid = check(b, parent);
+    if (s->valid) {
+      s->layout = region_layout(plan, b);
+      s->count = s->layout.elems();
+      if (parent != nullptr) {
+        s->root = buf.parent;
+        s->offset = std::int64_t(buf.owner - parent->layout.region.owner_begin) * parent->layout.block_elems;
+      }
+    }
+    slots_[std::size_t(b)] = std::move(s);
+  }
   for (const auto& op : plan.ops()) {
     if (op.rank != rank) continue;
-    for (int i = 0; i < 4; ++i) {
-      const ir::BufferId b = op.buf[i];
-      if (b == ir::kNone || std::find(op.buf, op.buf + i, b) != op.buf + i) continue;
-      if (auto& s = slots_[std::size_t(b)]) s->uses.fetch_add(1, std::memory_order_relaxed);
-    }
+    ir::BufferId roots[4];
+    const int n = roots_of(op, roots);
+    for (int i = 0; i < n; ++i) slots_[std::size_t(roots[i])]->uses.fetch_add(1, std::memory_order_relaxed);
   }
   const auto& res = plan.results()[std::size_t(rank)];
   for (ir::BufferId b : {res.out, res.dq, res.dkv})
-    if (b != ir::kNone && slots_[std::size_t(b)]) slots_[std::size_t(b)]->keep = true;
+    if (b >= 0 && std::size_t(b) < slots_.size() && slots_[std::size_t(b)])
+      slots_[std::size_t(slots_[std::size_t(b)]->root)]->keep = true;
+}
+
+Status BufferStore::check(ir::BufferId id, const Slot* parent) const {
+  const auto& w = plan_.workload;
+  const ir::Buffer& b = plan_.buffer(id);
+  auto bad = [&](std::string what) -> Status {
+    return Error{fmt::format("rank {} buffer {} ({})", rank_, id, ir::buffer_label(plan_, id)), std::move(what)};
+  };
+  if (plan_.parts < 1 || (w.seq / plan_.ranks) % plan_.parts != 0)
+    return bad(fmt::format("the plan's {} token parts do not divide a shard's {} tokens", plan_.parts, w.seq / plan_.ranks));
+  const ir::Region r = plan_.region(id);
+  if (r.empty() || r.owner_begin < 0 || r.owner_end > plan_.ranks || r.head_begin < 0 || r.head_end > w.kv_heads ||
+      r.part_begin < 0 || r.part_end > plan_.parts)
+    return bad(fmt::format("its region (owners {}..{}, kv heads {}..{}, parts {}..{}) lies outside the workload "
+                           "({} ranks, {} kv heads, {} parts)",
+                           r.owner_begin, r.owner_end, r.head_begin, r.head_end, r.part_begin, r.part_end, plan_.ranks,
+                           w.kv_heads, plan_.parts));
+  if (b.init == ir::BufInit::Input && (b.parent != ir::kNone || r != ir::shard_region(b.owner, w, plan_.parts)))
+    return bad("an input buffer must be one whole shard, not a region or a view");
+  if (b.parent == ir::kNone) return {};
+  if (b.parent < 0 || b.parent >= id) return bad(fmt::format("its parent {} is not an earlier buffer", b.parent));
+  const ir::Buffer& p = plan_.buffer(b.parent);
+  if (p.rank != b.rank) return bad(fmt::format("it is a view of buffer {} of rank {}", b.parent, p.rank));
+  if (p.kind != b.kind)
+    return bad(fmt::format("a {} view of a {} buffer", ir::to_string(b.kind), ir::to_string(p.kind)));
+  if (p.parent != ir::kNone) return bad(fmt::format("its parent {} is itself a view", b.parent));
+  if (parent == nullptr || !parent->valid) return bad(fmt::format("its parent {} is not a valid buffer", b.parent));
+  const ir::Region& pr = parent->layout.region;
+  if (pr.head_begin != r.head_begin || pr.head_end != r.head_end || pr.part_begin != r.part_begin ||
+      pr.part_end != r.part_end)
+    return bad(fmt::format("a view must have the heads and parts of its parent {}", b.parent));
+  if (!pr.contains(r)) return bad(fmt::format("its owners lie outside those of its parent {}", b.parent));
+  if (b.init != ir::BufInit::None)
+    return bad(fmt::format("a view is initialised by its parent, but its init is {}", ir::to_string(b.init)));
+  return {};
+}
+
+int BufferStore::roots_of(const ir::Op& op, ir::BufferId (&out)[4]) const {
+  int n = 0;
+  for (ir::BufferId b : op.buf) {
+    if (b < 0 || std::size_t(b) >= slots_.size() || !slots_[std::size_t(b)]) continue;
+    const ir::BufferId r = slots_[std::size_t(b)]->root;
+    if (std::find(out, out + n, r) == out + n) out[n++] = r;
+  }
+  return n;
 }
 
 Status BufferStore::init(ir::BufferId id, Slot& s) {
   const ir::Buffer& b = plan_.buffer(id);
-  const auto n = static_cast<std::size_t>(shape_.elems(b.kind));
+  const auto n = static_cast<std::size_t>(s.layout.elems());
   try {
     s.data.assign(n, 0.0f);
   } catch (const std::bad_alloc&) {
@@ -36,8 +95,13 @@ Status BufferStore::init(ir::BufferId id, Slot& s) {
   const std::size_t now = live_.fetch_add(n * sizeof(float)) + n * sizeof(float);
   std::size_t peak = peak_.load();
   while (now > peak && !peak_.compare_exchange_weak(peak, now)) {}
-  if (b.init == ir::BufInit::Zero && b.kind == ir::BufKind::Out)
-    std::fill(s.data.begin() + shape_.q_elems(), s.data.end(), -std::numeric_limits<float>::infinity());
+  if (b.init == ir::BufInit::Zero && b.kind == ir::BufKind::Out) {
+    // Every owner's block: O stays zero, LSE = -inf.
+    const std::int64_t block = s.layout.block_elems, q = s.layout.block.q_elems();
+    for (std::int64_t k = 0; k < s.layout.region.owners(); ++k)
+      std::fill(s.data.begin() + k * block + q, s.data.begin() + (k + 1) * block,
+                -std::numeric_limits<float>::infinity());
+  }
   if (b.init == ir::BufInit::Input) return fill_(b, s.data);
   return {};
 }
@@ -45,17 +109,23 @@ Status BufferStore::init(ir::BufferId id, Slot& s) {
 Expected<std::span<float>> BufferStore::get(ir::BufferId b) {
   if (b < 0 || std::size_t(b) >= slots_.size() || !slots_[std::size_t(b)])
     return Error{"plan", fmt::format("buffer {} does not belong to this rank", b)};
-  Slot& s = *slots_[std::size_t(b)];
-  std::call_once(s.once, [&] { s.init = init(b, s); });
-  if (!s.init) return s.init.error();
-  return std::span<float>(s.data);
+  const Slot& s = *slots_[std::size_t(b)];
+  if (!s.valid) return s.valid.error();
+  Slot& r = *slots_[std::size_t(s.root)];
+  std::call_once(r.once, [&] { r.init = init(s.root, r); });
+  if (!r.init) return r.init.error();
+  return std::span<float>(r.data).subspan(std::size_t(s.offset), std::size_t(s.count));
 }
 
-void BufferStore::release(ir::BufferId b) {
-  Slot& s = *slots_[std::size_t(b)];
-  if (s.uses.fetch_sub(1, std::memory_order_acq_rel) == 1 && !s.keep) {
-    live_.fetch_sub(s.data.size() * sizeof(float));
-    std::vector<float>().swap(s.data);
+void BufferStore::release(const ir::Op& op) {
+  ir::BufferId roots[4];
+  const int n = roots_of(op, roots);
+  for (int i = 0; i < n; ++i) {
+    Slot& s = *slots_[std::size_t(roots[i])];
+    if (s.uses.fetch_sub(1, std::memory_order_acq_rel) == 1 && !s.keep) {
+      live_.fetch_sub(s.data.size() * sizeof(float));
+      std::vector<float>().swap(s.data);
+    }
   }
 }
 

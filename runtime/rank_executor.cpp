@@ -6,6 +6,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <tuple>
+
+#include "runtime/region_copy.hpp"
 
 namespace charm::rt {
 
@@ -46,6 +50,25 @@ RankExecutor::RankExecutor(const ir::Plan& plan, ir::RankId rank, Transport& tra
   }
   for (auto& w_ : by_stream)
     if (w_) workers_.push_back(std::move(w_));
+  // A transfer moves a whole buffer: each receive's sender must hold the same kind over the same region.
+  std::map<std::tuple<int, ir::RankId, std::int32_t>, OpId> sends;  // sends to this rank by (stream, src, tag)
+  for (OpId id = 0; id < static_cast<OpId>(plan.size()); ++id) {
+    const auto& op = plan.op(id);
+    if (op.kind == OpKind::Send && op.peer == rank) sends.emplace(std::make_tuple(int(op.stream), op.rank, op.tag), id);
+  }
+  auto valid = [&](ir::BufferId b) { return b >= 0 && std::size_t(b) < plan.buffers().size(); };
+  for (OpId id = 0; id < static_cast<OpId>(plan.size()); ++id) {
+    const auto& op = plan.op(id);
+    if (op.kind != OpKind::Recv || op.rank != rank) continue;
+    auto it = sends.find(std::make_tuple(int(op.stream), op.peer, op.tag));
+    if (it == sends.end()) continue;  // no sender: the watchdog reports it
+    const ir::BufferId src = plan.op(it->second).buf[0], dst = op.buf[0];
+    if (!valid(src) || !valid(dst)) continue;  // the buffer store reports it
+    if (plan.buffer(src).kind != plan.buffer(dst).kind || plan.region(src) != plan.region(dst))
+      pair_errors_.emplace(id, fmt::format("receives {} (op {} of rank {}) into {}: a transfer needs the same kind and "
+                                           "region on both sides",
+                                           ir::buffer_label(plan, src), it->second, op.peer, ir::buffer_label(plan, dst)));
+  }
 }
 
 RankExecutor::~RankExecutor() {
@@ -100,11 +123,7 @@ void RankExecutor::finish(std::span<const OpId> ops) {
     cv_.notify_all();
   }
   completed_.fetch_add(ops.size());
-  for (OpId id : ops) {
-    const auto& op = plan_.op(id);
-    for (int i = 0; i < 4; ++i)
-      if (op.buf[i] != ir::kNone && std::find(op.buf, op.buf + i, op.buf[i]) == op.buf + i) store_.release(op.buf[i]);
-  }
+  for (OpId id : ops) store_.release(plan_.op(id));
 }
 
 void RankExecutor::work(Worker& w) {
@@ -148,12 +167,14 @@ Status RankExecutor::run_comm(std::span<const OpId> ops, bool& stopped) {
   std::vector<RequestPtr> reqs;
   for (OpId id : ops) {
     const auto& op = plan_.op(id);
+    auto where = [&] { return fmt::format("rank {} op {} ({})", rank_, id, ir::op_label(plan_, id)); };
+    if (auto e = pair_errors_.find(id); e != pair_errors_.end()) return Error{where(), e->second};
     auto data = store_.get(op.buf[0]);
-    if (!data) return data.error();
+    if (!data) return Error{where(), data.error().message()};
     Expected<RequestPtr> r = op.kind == OpKind::Send
                                  ? transport_.post_send({op.stream, rank_, op.peer, op.tag}, *data)
                                  : transport_.post_recv({op.stream, op.peer, rank_, op.tag}, *data);
-    if (!r) return Error{fmt::format("rank {} op {} ({})", rank_, id, ir::op_label(plan_, id)), r.error().message()};
+    if (!r) return Error{where(), r.error().message()};
     reqs.push_back(std::move(*r));
   }
   auto done = transport_.wait_all(reqs, [this] { return stop_.load(); });
@@ -164,67 +185,116 @@ Status RankExecutor::run_comm(std::span<const OpId> ops, bool& stopped) {
 
 Status RankExecutor::run_local(OpId id) {
   const ir::Op& op = plan_.op(id);
-  const ShardShape ss = ShardShape::of(plan_.workload, plan_.ranks);
-  const auto nq = ss.q_elems(), nkv = ss.kv_elems(), T = ss.tokens;
   auto where = [&] { return fmt::format("rank {} op {} ({})", rank_, id, ir::op_label(plan_, id)); };
-  // The buffer in slot i, checked to be of kind `k`.
-  auto arg = [&](int i, BufKind k) -> Expected<std::span<float>> {
+  auto label = [&](int i) { return ir::buffer_label(plan_, op.buf[i]); };
+  // The buffer in slot i, checked to be of kind `k`, with its region layout.
+  struct Arg {
+    float* data = nullptr;
+    std::int64_t size = 0;
+    const RegionLayout* l = nullptr;
+    [[nodiscard]] const ir::Region& region() const { return l->region; }
+    [[nodiscard]] const ShardShape& block() const { return l->block; }
+    /// Owner x's block.
+    [[nodiscard]] float* at(ir::RankId x) const { return data + std::int64_t(x - l->region.owner_begin) * l->block_elems; }
+  };
+  auto arg = [&](int i, BufKind k) -> Expected<Arg> {
     const ir::BufferId b = op.buf[i];
     if (b == ir::kNone) return Error{where(), fmt::format("buffer slot {} is empty", i)};
+    if (b < 0 || std::size_t(b) >= plan_.buffers().size())
+      return Error{where(), fmt::format("buffer slot {} names buffer {}, which does not exist", i, b)};
     if (plan_.buffer(b).kind != k)
       return Error{where(), fmt::format("buffer slot {} holds {}, expected {}", i, ir::to_string(plan_.buffer(b).kind),
                                         ir::to_string(k))};
-    return store_.get(b);
+    auto data = store_.get(b);
+    if (!data) return Error{where(), data.error().message()};
+    return Arg{data->data(), std::int64_t(data->size()), &store_.layout(b)};
   };
-  auto owner = [&](int i) { return plan_.buffer(op.buf[i]).owner; };
-#define CHARM_RT_ARG(var, i, kind)   \
-  auto var##_e = arg(i, kind);       \
+  auto same_region = [&](const Arg& a, int i, const Arg& b, int j, const char* what) -> Status {
+    if (a.region() == b.region()) return {};
+    return Error{where(), fmt::format("{}: {} and {} hold different regions", what, label(i), label(j))};
+  };
+  auto same_heads = [&](const Arg& a, int i, const Arg& b, int j) -> Status {
+    if (a.region().head_begin == b.region().head_begin && a.region().head_end == b.region().head_end) return {};
+    return Error{where(), fmt::format("{} and {} hold different kv heads", label(i), label(j))};
+  };
+  // The global positions of owner x's tokens in region r (its parts of x's shard).
+  const std::int64_t tp = plan_.workload.seq / plan_.ranks / plan_.parts;
+  auto positions = [&](ir::RankId x, const ir::Region& r) {
+    return Positions(positions_[std::size_t(x)]).subspan(std::size_t(tp * r.part_begin), std::size_t(tp * r.parts()));
+  };
+  // Positions ascend, so a causal block has a visible pair iff its first key is not after its last query.
+  auto visible = [&](Positions qp, Positions kp) {
+    return !qp.empty() && !kp.empty() && (!shape_.causal || kp.front() <= qp.back());
+  };
+  auto attn = [&](const ShardShape& b) {
+    AttnShape a = shape_;
+    a.heads = b.heads;
+    a.kv_heads = b.kv_heads;
+    return a;
+  };
+#define CHARM_RT_ARG(var, i, kind)      \
+  auto var##_e = arg(i, kind);          \
   if (!var##_e) return var##_e.error(); \
-  float* var = var##_e->data()
+  const Arg& var = *var##_e
+#define CHARM_RT_CHECK(expr) \
+  if (auto s_ = (expr); !s_) return s_
 
   switch (op.kind) {
     case OpKind::Compute: {
-      const ir::RankId qo = owner(0), ko = owner(1);
-      if (qo != op.q_owner || ko != op.kv_owner)
-        return Error{where(), fmt::format("op names Q{}*KV{} but its buffers hold Q{}, KV{}", op.q_owner, op.kv_owner, qo, ko)};
-      const auto& qp = positions_[std::size_t(qo)];
-      const auto& kp = positions_[std::size_t(ko)];
-      if (op.phase == ir::Phase::Fwd) {
-        CHARM_RT_ARG(q, 0, BufKind::Q);
-        CHARM_RT_ARG(kv, 1, BufKind::Kv);
-        CHARM_RT_ARG(acc, 2, BufKind::Out);
-        if (owner(2) != qo) return Error{where(), fmt::format("accumulates into the output of rank {}", owner(2))};
+      const bool fwd = op.phase == ir::Phase::Fwd;
+      CHARM_RT_ARG(q, 0, fwd ? BufKind::Q : BufKind::QBundle);
+      CHARM_RT_ARG(kv, 1, BufKind::Kv);
+      CHARM_RT_ARG(acc, 2, fwd ? BufKind::Out : BufKind::Dq);
+      const ir::Region &rq = q.region(), &rk = kv.region();
+      if (rq.owner_begin != op.q_owner || rk.owner_begin != op.kv_owner)
+        return Error{where(), fmt::format("op names Q{}*KV{} but its buffers hold Q{}, KV{}", op.q_owner, op.kv_owner,
+                                          rq.owner_begin, rk.owner_begin)};
+      CHARM_RT_CHECK(same_heads(q, 0, kv, 1));
+      CHARM_RT_CHECK(same_region(q, 0, acc, 2, fwd ? "accumulates into another output" : "dQ goes to another region"));
+      const AttnShape a = attn(q.block());
+      const auto nq = q.block().q_elems(), nl = q.block().lse_elems(), nkv = kv.block().kv_elems();
+      if (fwd) {
         auto& part = partial_scratch();
-        part.resize(std::size_t(nq + ss.lse_elems()));
-        attention_fwd_block(shape_, q, qp, kv, kv + nkv, kp, part.data(), part.data() + nq);
-        merge_out(shape_, T, part.data(), part.data() + nq, acc, acc + nq);
-      } else {
-        CHARM_RT_ARG(qb, 0, BufKind::QBundle);
-        CHARM_RT_ARG(kv, 1, BufKind::Kv);
-        CHARM_RT_ARG(dq, 2, BufKind::Dq);
-        CHARM_RT_ARG(dkv, 3, BufKind::Dkv);
-        if (owner(2) != qo || owner(3) != ko)
-          return Error{where(), fmt::format("gradients go to dQ{} and dKV{}", owner(2), owner(3))};
-        attention_bwd_block(shape_, qb, qb + nq, qb + 2 * nq, qb + 2 * nq + ss.lse_elems(), qp, kv, kv + nkv, kp, dq,
-                            dkv, dkv + nkv);
+        part.resize(std::size_t(nq + nl));
+        for (ir::RankId x = rq.owner_begin; x < rq.owner_end; ++x)
+          for (ir::RankId y = rk.owner_begin; y < rk.owner_end; ++y) {
+            const Positions qp = positions(x, rq), kp = positions(y, rk);
+            if (!visible(qp, kp)) continue;  // an empty partial would change nothing
+            attention_fwd_block(a, q.at(x), qp, kv.at(y), kv.at(y) + nkv, kp, part.data(), part.data() + nq);
+            merge_out(a, q.block().tokens, part.data(), part.data() + nq, acc.at(x), acc.at(x) + nq);
+          }
+        return {};
       }
+      CHARM_RT_ARG(dkv, 3, BufKind::Dkv);
+      CHARM_RT_CHECK(same_region(kv, 1, dkv, 3, "dKV goes to another region"));
+      for (ir::RankId x = rq.owner_begin; x < rq.owner_end; ++x)
+        for (ir::RankId y = rk.owner_begin; y < rk.owner_end; ++y) {
+          const Positions qp = positions(x, rq), kp = positions(y, rk);
+          if (!visible(qp, kp)) continue;  // all-zero gradients
+          const float* qb = q.at(x);
+          attention_bwd_block(a, qb, qb + nq, qb + 2 * nq, qb + 2 * nq + nl, qp, kv.at(y), kv.at(y) + nkv, kp,
+                              acc.at(x), dkv.at(y), dkv.at(y) + nkv);
+        }
       return {};
     }
     case OpKind::Merge: {
       CHARM_RT_ARG(part, 0, BufKind::Out);
       CHARM_RT_ARG(acc, 1, BufKind::Out);
-      if (owner(0) != owner(1)) return Error{where(), fmt::format("merges O{} into O{}", owner(0), owner(1))};
-      merge_out(shape_, T, part, part + nq, acc, acc + nq);
+      CHARM_RT_CHECK(same_region(part, 0, acc, 1, "merges a partial into another output"));
+      const AttnShape a = attn(acc.block());
+      const auto nq = acc.block().q_elems();
+      for (ir::RankId x = acc.region().owner_begin; x < acc.region().owner_end; ++x)
+        merge_out(a, acc.block().tokens, part.at(x), part.at(x) + nq, acc.at(x), acc.at(x) + nq);
       return {};
     }
     case OpKind::Accumulate: {
+      if (op.buf[0] < 0 || std::size_t(op.buf[0]) >= plan_.buffers().size()) return Error{where(), "buffer slot 0 is empty"};
       const BufKind k = plan_.buffer(op.buf[0]).kind;
       if (k != BufKind::Dq && k != BufKind::Dkv) return Error{where(), "accumulates a buffer that is not a gradient"};
       CHARM_RT_ARG(part, 0, k);
       CHARM_RT_ARG(acc, 1, k);
-      if (owner(0) != owner(1)) return Error{where(), fmt::format("adds a gradient of {} to one of {}", owner(0), owner(1))};
-      const auto n = ss.elems(k);
-      for (std::int64_t i = 0; i < n; ++i) acc[i] += part[i];
+      CHARM_RT_CHECK(same_region(part, 0, acc, 1, "adds a gradient to another region"));
+      for (std::int64_t i = 0; i < acc.size; ++i) acc.data[i] += part.data[i];
       return {};
     }
     case OpKind::Copy: {
@@ -233,23 +303,38 @@ Status RankExecutor::run_local(OpId id) {
         CHARM_RT_ARG(dout, 1, BufKind::Dout);
         CHARM_RT_ARG(out, 2, BufKind::Out);
         CHARM_RT_ARG(qb, 3, BufKind::QBundle);
-        if (owner(0) != owner(3) || owner(1) != owner(3) || owner(2) != owner(3))
-          return Error{where(), "packs tensors of different owners into one bundle"};
-        std::memcpy(qb, q, sizeof(float) * std::size_t(nq));
-        std::memcpy(qb + nq, dout, sizeof(float) * std::size_t(nq));
-        std::memcpy(qb + 2 * nq, out + nq, sizeof(float) * std::size_t(ss.lse_elems()));
-        bundle_delta(shape_, T, dout, out, qb + 2 * nq + ss.lse_elems());
+        for (int i = 0; i < 3; ++i) {
+          const Arg& x = i == 0 ? q : i == 1 ? dout : out;
+          CHARM_RT_CHECK(same_region(x, i, qb, 3, "packs tensors of another region into the bundle"));
+        }
+        const ShardShape& bs = qb.block();
+        const AttnShape a = attn(bs);
+        const auto nq = bs.q_elems(), nl = bs.lse_elems();
+        for (ir::RankId x = qb.region().owner_begin; x < qb.region().owner_end; ++x) {
+          float* b = qb.at(x);
+          std::memcpy(b, q.at(x), sizeof(float) * std::size_t(nq));
+          std::memcpy(b + nq, dout.at(x), sizeof(float) * std::size_t(nq));
+          std::memcpy(b + 2 * nq, out.at(x) + nq, sizeof(float) * std::size_t(nl));
+          bundle_delta(a, bs.tokens, dout.at(x), out.at(x), b + 2 * nq + nl);
+        }
         return {};
       }
+      if (op.buf[0] < 0 || std::size_t(op.buf[0]) >= plan_.buffers().size()) return Error{where(), "buffer slot 0 is empty"};
       const BufKind k = plan_.buffer(op.buf[0]).kind;
       CHARM_RT_ARG(src, 0, k);
       CHARM_RT_ARG(dst, 1, k);
-      std::memcpy(dst, src, sizeof(float) * std::size_t(ss.elems(k)));
+      if (!src.region().contains(dst.region()) && !dst.region().contains(src.region()))
+        return Error{where(), fmt::format("copies between {} and {}, where neither region contains the other", label(0),
+                                          label(1))};
+      auto s = copy_region(plan_.workload, plan_.ranks, plan_.parts, k, src.region(),
+                           {src.data, std::size_t(src.size)}, dst.region(), {dst.data, std::size_t(dst.size)});
+      if (!s) return Error{where(), s.error().message()};
       return {};
     }
     case OpKind::Send:
     case OpKind::Recv: break;
   }
+#undef CHARM_RT_CHECK
 #undef CHARM_RT_ARG
   return Error{where(), "not a local op"};
 }
@@ -286,8 +371,11 @@ Expected<RankOutputs> RankExecutor::outputs() {
   const auto pass = plan_.workload.pass;
   auto take = [&](ir::BufferId b, BufKind k, std::int64_t offset, std::int64_t n, std::vector<float>& dst) -> Status {
     if (b == ir::kNone) return Error{fmt::format("rank {}", rank_), fmt::format("the plan names no {} result", ir::to_string(k))};
-    if (plan_.buffer(b).kind != k || plan_.buffer(b).owner != rank_)
+    if (b < 0 || std::size_t(b) >= plan_.buffers().size() || plan_.buffer(b).kind != k || plan_.buffer(b).owner != rank_)
       return Error{fmt::format("rank {}", rank_), fmt::format("result buffer {} is not this rank's {}", b, ir::to_string(k))};
+    if (plan_.buffer(b).parent != ir::kNone || plan_.region(b) != ir::shard_region(rank_, plan_.workload, plan_.parts))
+      return Error{fmt::format("rank {}", rank_),
+                   fmt::format("result buffer {} ({}) is not one whole shard", b, ir::buffer_label(plan_, b))};
     auto data = store_.get(b);
     if (!data) return data.error();
     dst.assign(data->begin() + offset, data->begin() + offset + n);

@@ -8,12 +8,20 @@
 // communication therefore overlap for real. Completion is tracked under one
 // mutex per rank; cross-rank ordering comes only from the Transport.
 //
+// Region plans (scheduler/ir/region.hpp): a compute runs every (q owner,
+// kv owner) pair of its buffers on their kv-head range and token parts,
+// skipping pairs the causal mask hides; merges, accumulations and packs go
+// block by block; a plain copy moves the overlap of two regions
+// (region_copy.hpp); a transfer moves a whole buffer or view.
+//
 // The executor never blocks without a way out: every wait re-checks stop(),
 // and blocked() says what each unfinished worker waits on (for the watchdog).
 
 #include <atomic>
 #include <condition_variable>
+#include <map>
 #include <mutex>
+#include <string>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -81,6 +89,7 @@ class RankExecutor {
   BufferStore store_;
   AttnShape shape_;
   std::vector<std::vector<std::int64_t>> positions_;  // per rank
+  std::map<ir::OpId, std::string> pair_errors_;       // receives whose sender holds another region
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<std::thread> threads_;
 

@@ -10,4 +10,12 @@ std::vector<std::int64_t> token_positions(const ir::Workload& w, int rank, int r
   return pos;
 }
 
+RegionLayout region_layout(const ir::Plan& plan, ir::BufferId b) {
+  RegionLayout l;
+  l.region = plan.region(b);
+  l.block = ShardShape::of_region(plan.workload, plan.ranks, plan.parts, l.region);
+  l.block_elems = l.block.elems(plan.buffer(b).kind);
+  return l;
+}
+
 } // namespace charm::rt

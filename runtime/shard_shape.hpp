@@ -8,6 +8,11 @@
 //   Kv, Dkv       K then V (dK then dV), each [B, T, Hkv, D]
 //   Out           O [B, T, H, D] then LSE [B, H, T]
 //   QBundle       Q, dO (each [B, T, H, D]), LSE, D = rowsum(dO * O) (each [B, H, T])
+//
+// A region buffer (scheduler/ir/region.hpp) stores one block per owner, owner
+// after owner; each block is laid out like a shard of a smaller shape
+// (of_region): the tokens of its parts, the query and kv heads of its kv-head
+// range. A whole shard is the one-owner case, with the same layout as above.
 
 #include <cstdint>
 #include <vector>
@@ -21,6 +26,11 @@ struct ShardShape {
 
   static ShardShape of(const ir::Workload& w, int ranks) {
     return {w.batch, w.seq / ranks, w.heads, w.kv_heads, w.head_dim};
+  }
+  /// The shape of one owner's block of a region buffer (parts counted out of `parts` per shard).
+  static ShardShape of_region(const ir::Workload& w, int ranks, int parts, const ir::Region& r) {
+    const std::int64_t hkv = r.heads();
+    return {w.batch, w.seq / ranks / parts * r.parts(), w.heads / w.kv_heads * hkv, hkv, w.head_dim};
   }
   [[nodiscard]] std::int64_t q_elems() const { return batch * tokens * heads * head_dim; }
   [[nodiscard]] std::int64_t kv_elems() const { return batch * tokens * kv_heads * head_dim; }  // K or V alone
@@ -42,5 +52,14 @@ struct ShardShape {
 
 /// Global token positions of a rank's shard, in local order (ascending in every layout).
 [[nodiscard]] std::vector<std::int64_t> token_positions(const ir::Workload& w, int rank, int ranks);
+
+/// Where plan buffer `b` lives and what shape its blocks have.
+struct RegionLayout {
+  ir::Region region;
+  ShardShape block;                // the shape of one owner's block
+  std::int64_t block_elems = 0;    // fp32 elements of one block
+  [[nodiscard]] std::int64_t elems() const { return block_elems * region.owners(); }
+};
+[[nodiscard]] RegionLayout region_layout(const ir::Plan& plan, ir::BufferId b);
 
 } // namespace charm::rt

@@ -1,5 +1,7 @@
 # Runtime (CPU executor) tests: kernels against the fp64 reference, the
-# acceptance grid of every planner through the threads backend, and the CLI.
+# acceptance grid of every planner through the threads backend, region buffers
+# (the region copy, hand-built Ulysses/TASP-style plans, rule violations), and the CLI.
 charm_add_test(runtime_kernels_test SOURCES runtime_kernels_test.cpp LIBS charm::runtime LABELS unit TIMEOUT 120)
 charm_add_test(runtime_grid_test SOURCES runtime_grid_test.cpp LIBS charm::runtime charm::scheduler LABELS unit TIMEOUT 300)
 charm_add_test(runtime_cli_test SOURCES runtime_cli_test.cpp LIBS nlohmann_json::nlohmann_json LABELS integration TIMEOUT 300)
+charm_add_test(runtime_region_test SOURCES runtime_region_test.cpp LIBS charm::runtime charm::scheduler LABELS unit TIMEOUT 300)
