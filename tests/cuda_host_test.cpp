@@ -1,12 +1,16 @@
 // Host-side pieces of the GPU executor that need no device: the device buffer
-// layout against the plan's byte counts, and the timeline summary on
-// hand-made intervals (arithmetic in the comments).
+// layout against the plan's byte counts, the timeline summary on hand-made
+// intervals (arithmetic in the comments), and the refusal of region plans.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
+#include "runtime/cuda/cuda_executor.hpp"
 #include "runtime/cuda/device_layout.hpp"
 #include "runtime/cuda/timeline.hpp"
+#ifdef CHARM_RT_HAVE_NCCL
+#include "runtime/cuda/nccl_backend.hpp"
+#endif
 
 namespace charm::rt::cuda {
 namespace {
@@ -99,6 +103,34 @@ TEST(Timeline, UnmeasuredOpsAreIgnored) {
   const auto s = summarize_timeline(p, {0.0, std::nan("")}, {1.0, std::nan("")});
   EXPECT_DOUBLE_EQ(s.time_ms, 1.0);
   EXPECT_DOUBLE_EQ(s.compute_busy_mean_ms, 1.0);
+}
+
+// Region plans (Ulysses, USP, TASP) are refused up front, before any device or
+// MPI call, with a message that names the backends that run them.
+TEST(Supports, RegionPlansAreRefusedByBothBackends) {
+  ir::Plan plan;
+  plan.algo = "tasp";
+  plan.workload = small();
+  plan.ranks = 4;
+  plan.results().assign(4, {});
+  EXPECT_TRUE(supports(plan).ok());
+  plan.parts = 2;
+  ASSERT_TRUE(plan.has_regions());
+  auto expect_refusal = [](const std::string& msg) {
+    EXPECT_NE(msg.find("do not run region plans"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("--backend threads or mpi"), std::string::npos) << msg;
+  };
+  const auto s = supports(plan);
+  ASSERT_FALSE(s.ok());
+  expect_refusal(s.error().message());
+  const auto local = run_cuda_local(plan, {}, {});
+  ASSERT_FALSE(local.ok());
+  expect_refusal(local.error().message());
+#ifdef CHARM_RT_HAVE_NCCL
+  const auto nccl = run_cuda_nccl(plan, {}, {});
+  ASSERT_FALSE(nccl.ok());
+  expect_refusal(nccl.error().message());
+#endif
 }
 
 } // namespace

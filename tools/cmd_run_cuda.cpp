@@ -84,6 +84,7 @@ int run_cuda(const RunRequest& req, const CudaFlags& f) {
   if (budget < (1 << 20)) fail(Error{"--tile-budget", "must be at least 1M"});
   const rt::cuda::CudaRunOptions opt{req.timeout_s, f.warmup, f.device, std::size_t(budget)};
   auto plan = req.plan->make();
+  if (auto s = rt::cuda::supports(plan); !s) fail(Error{"--backend " + req.backend, s.error().what});
   if (req.backend == "cuda-local") {
     auto rep = sched::validate(plan);
     if (!rep.ok()) throw RuntimeFailure{"internal: the planner produced an invalid plan: " + rep.summary(plan)};

@@ -25,7 +25,16 @@ Expected<std::string> device_description(int device) {
                      double(p.totalGlobalMem) / double(1ull << 30));
 }
 
+Status supports(const ir::Plan& plan) {
+  if (plan.has_regions())
+    return Error{"cuda", fmt::format("the CUDA backends do not run region plans (ulysses, usp, tasp) yet, and this "
+                                     "{} plan has buffer regions; use --backend threads or mpi",
+                                     plan.algo.empty() ? "unnamed" : plan.algo)};
+  return {};
+}
+
 Expected<CudaRunResult> run_cuda_local(const ir::Plan& plan, const GlobalTensors& in, const CudaRunOptions& opt) {
+  CHARM_TRY(supports(plan));
   auto count = device_count();
   if (!count) return count.error();
   if (opt.device < 0 || opt.device >= *count)

@@ -39,6 +39,10 @@ struct CudaRunResult {
   double enqueue_ms = 0;                 // host time spent enqueueing the timed run (max over processes)
 };
 
+/// Ok if the GPU backends can run `plan`; an error for what they cannot yet: plans
+/// with buffer regions (Ulysses, USP, TASP; scheduler/ir/region.hpp).
+[[nodiscard]] Status supports(const ir::Plan& plan);
+
 /// Backend `cuda-local`: runs every rank of `plan` in this process on `opt.device`.
 [[nodiscard]] Expected<CudaRunResult> run_cuda_local(const ir::Plan& plan, const GlobalTensors& in,
                                                      const CudaRunOptions& opt);

@@ -73,6 +73,7 @@ Status wait_stream(cudaStream_t stream, Comms& comms, double timeout_s, const ch
 } // namespace
 
 Expected<CudaRunResult> run_cuda_nccl(const ir::Plan& plan, const GlobalTensors& in, const CudaRunOptions& opt) {
+  CHARM_TRY(supports(plan));  // every process refuses alike, before any collective
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
