@@ -1,7 +1,10 @@
 // The validator rejects deliberately broken plans and names the rule (issue 2, acceptance 4).
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "scheduler/planners/planners.hpp"
+#include "scheduler/validate/interval_set.hpp"
 #include "scheduler/validate/validator.hpp"
 
 using namespace charm;
@@ -127,4 +130,25 @@ TEST(Validator, RejectsCrossRankDependencies) {
   const OpId b = find(p, [](const Op& o) { return o.kind == OpKind::Compute && o.rank == 1; });
   p.set_deps(b, std::vector<OpId>{a});
   EXPECT_EQ(first_rule(p), "structure");
+}
+
+TEST(IntervalSet, MergeMatchesASetOfInts) {
+  // merge() has in-place paths (one set wholly before or after the other) and a general one.
+  std::uint32_t seed = 12345;
+  auto rnd = [&](int n) { seed = seed * 1664525u + 1013904223u; return int((seed >> 8) % std::uint32_t(n)); };
+  for (int round = 0; round < 2000; ++round) {
+    sched::IntervalSet a, b;
+    std::set<int> sa, sb;
+    const int lo_a = rnd(40), lo_b = rnd(40), span = 1 + rnd(30);
+    for (int k = rnd(12); k > 0; --k) { const int x = lo_a + rnd(span); (void)a.insert(x); sa.insert(x); }
+    for (int k = rnd(12); k > 0; --k) { const int x = lo_b + rnd(span); (void)b.insert(x); sb.insert(x); }
+    const auto overlap = a.merge(b);
+    std::set<int> want = sa, both;
+    for (int x : sb) (want.count(x) ? both : want).insert(x);
+    sched::IntervalSet w, o;
+    for (int x : want) (void)w.insert(x);
+    for (int x : both) (void)o.insert(x);
+    ASSERT_TRUE(a == w) << round << ": " << a.str() << " vs " << w.str();
+    ASSERT_TRUE(overlap == o) << round << ": " << overlap.str() << " vs " << o.str();
+  }
 }

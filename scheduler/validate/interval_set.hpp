@@ -35,7 +35,29 @@ class IntervalSet {
   /// Adds every element of o; returns the elements that were already present.
   IntervalSet merge(const IntervalSet& o) {
     IntervalSet overlap;
-    std::vector<std::pair<std::int32_t, std::int32_t>> out;
+    // In place when the sets do not interleave (a partial merged into an
+    // accumulator usually lies wholly after or before it): no new vector.
+    if (o.runs_.empty()) return overlap;
+    if (runs_.empty()) {
+      runs_ = o.runs_;
+      return overlap;
+    }
+    if (o.runs_.front().first >= runs_.back().second) {
+      auto from = o.runs_.begin();
+      if (from->first == runs_.back().second) runs_.back().second = (from++)->second;
+      runs_.insert(runs_.end(), from, o.runs_.end());
+      return overlap;
+    }
+    if (o.runs_.back().second <= runs_.front().first) {
+      auto to = o.runs_.end();
+      if (o.runs_.back().second == runs_.front().first) runs_.front().first = (--to)->first;
+      runs_.insert(runs_.begin(), o.runs_.begin(), to);
+      return overlap;
+    }
+    // The merged runs go to a per-thread scratch vector that then trades
+    // buffers with runs_: no allocation per merge once the scratch has grown.
+    thread_local std::vector<std::pair<std::int32_t, std::int32_t>> out;
+    out.clear();
     out.reserve(runs_.size() + o.runs_.size());
     std::size_t i = 0, j = 0;
     auto push = [&](std::pair<std::int32_t, std::int32_t> r) {
@@ -50,7 +72,7 @@ class IntervalSet {
       if (j == o.runs_.size() || (i < runs_.size() && runs_[i].first <= o.runs_[j].first)) push(runs_[i++]);
       else push(o.runs_[j++]);
     }
-    runs_ = std::move(out);
+    runs_.swap(out);
     return overlap;
   }
   [[nodiscard]] IntervalSet minus(const IntervalSet& o) const {
@@ -70,6 +92,8 @@ class IntervalSet {
     return out;
   }
   [[nodiscard]] bool empty() const { return runs_.empty(); }
+  /// The runs [lo, hi), ascending.
+  [[nodiscard]] const std::vector<std::pair<std::int32_t, std::int32_t>>& runs() const { return runs_; }
   bool operator==(const IntervalSet& o) const { return runs_ == o.runs_; }
   [[nodiscard]] std::string str() const {
     std::string s = "{";
