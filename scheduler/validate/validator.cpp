@@ -6,6 +6,7 @@
 #include <array>
 #include <boost/graph/adjacency_list.hpp>
 #include <boost/graph/strong_components.hpp>
+#include <limits>
 #include <map>
 #include <tuple>
 
@@ -54,15 +55,88 @@ class Validator {
   }
 
   // -------------------------------------------------------------- structure
+  /// A buffer's region, defaults resolved (Plan::region, inline: it runs for every slot of every op).
+  Region reg(BufferId b) const {
+    const Buffer& x = p_.buffer(b);
+    return {x.owner, x.owner + x.owners, x.head_begin, x.heads == 0 ? kv_heads_ : x.head_begin + x.heads,
+            x.part_begin, x.parts == 0 ? p_.parts : x.part_begin + x.parts};
+  }
+  /// The buffer whose storage b is (structure() has made sure a view's parent is no view).
+  BufferId root_of(BufferId b) const { return views_ && p_.buffer(b).parent != kNone ? p_.buffer(b).parent : b; }
+  /// Equal regions (in a plain plan: the same owner, without computing regions).
+  bool same_region(BufferId a, BufferId b) const { return regions_ ? same_region_slow(a, b) : p_.buffer(a).owner == p_.buffer(b).owner; }
+  bool same_region_slow(BufferId a, BufferId b) const { return reg(a) == reg(b); }
+  std::string label(BufferId b) const { return fmt::format("buffer {} ({})", b, buffer_label(p_, b)); }
+  static bool plain(const Buffer& b) {
+    return b.owners == 1 && b.head_begin == 0 && b.heads == 0 && b.part_begin == 0 && b.parts == 0 && b.parent == kNone;
+  }
+
+  /// Region and view rules of one buffer; also notes which region features the plan uses.
+  void check_buffer(BufferId b, const std::array<Bytes, 7>& shard_bytes) {
+    const Buffer& bf = p_.buffer(b);
+    const int R = p_.ranks;
+    if (bf.rank < 0 || bf.rank >= R || bf.owner < 0 || bf.owner >= R) { fail("structure", fmt::format("buffer {} has rank/owner out of range", b)); return; }
+    if (plain(bf)) {
+      if (bf.bytes != shard_bytes[std::size_t(bf.kind)])
+        fail("structure", fmt::format("{} holds {} bytes but a {} shard is {}", label(b), bf.bytes, to_string(bf.kind), shard_bytes[std::size_t(bf.kind)]));
+      if (bf.init == BufInit::Input && bf.owner != bf.rank)
+        fail("structure", fmt::format("{}: an input of rank {} must be its own shard", label(b), bf.rank));
+      return;
+    }
+    regions_ = true;
+    // Ranges in 64 bits: a hand-written plan may hold any int32 here.
+    auto range_ok = [](std::int64_t begin, std::int64_t count, std::int64_t n) { return begin >= 0 && count >= 1 && begin + count <= n; };
+    const std::int64_t hk = kv_heads_;
+    if (!range_ok(bf.owner, bf.owners, R) || bf.heads < 0 || (bf.heads == 0 && bf.head_begin != 0) ||
+        (bf.heads > 0 && !range_ok(bf.head_begin, bf.heads, hk)) || bf.parts < 0 || (bf.parts == 0 && bf.part_begin != 0) ||
+        (bf.parts > 0 && !range_ok(bf.part_begin, bf.parts, p_.parts))) {
+      fail("structure", fmt::format("buffer {}: region owners {}+{}, kv heads {}+{}, parts {}+{} is empty or outside the workload "
+                                    "({} ranks, {} kv heads, {} parts; a count of 0 means all and needs begin 0)",
+                                    b, bf.owner, bf.owners, bf.head_begin, bf.heads, bf.part_begin, bf.parts, R, hk, p_.parts));
+      return;
+    }
+    const Region r = reg(b);
+    split_heads_ |= r.heads() != kv_heads_;
+    if (bf.parent != kNone) {
+      views_ = true;
+      const BufferId pa = bf.parent;
+      if (pa < 0 || pa >= b) { fail("structure", fmt::format("buffer {} is a view of buffer {}, which is not an earlier buffer", b, pa)); return; }
+      const Buffer& pb = p_.buffer(pa);
+      const Region pr = reg(pa);
+      if (pb.parent != kNone || pb.rank != bf.rank || pb.kind != bf.kind || pr.head_begin != r.head_begin || pr.head_end != r.head_end ||
+          pr.part_begin != r.part_begin || pr.part_end != r.part_end || r.owner_begin < pr.owner_begin || r.owner_end > pr.owner_end) {
+        fail("structure", fmt::format("{} is a view of {} but not an owner sub-range of it (a view keeps the rank, kind, heads "
+                                      "and parts of a parent that is no view itself)", label(b), label(pa)));
+        return;
+      }
+      if (bf.init != BufInit::None) fail("structure", fmt::format("{} is a view but has init {} (a view holds what its parent holds)", label(b), to_string(bf.init)));
+    }
+    if (bf.init == BufInit::Input && (bf.parent != kNone || r != shard_region(bf.rank, p_.workload, p_.parts)))
+      fail("structure", fmt::format("{}: an input must be the whole shard of its rank {}, not a region or a view", label(b), bf.rank));
+    if (const Bytes want = region_bytes(p_.workload, R, p_.parts, bf.kind, r); bf.bytes != want)
+      fail("structure", fmt::format("{} holds {} bytes but its region needs {}", label(b), bf.bytes, want));
+  }
+
   bool structure() {
     const auto nb = static_cast<BufferId>(p_.buffers().size());
     const int R = p_.ranks;
     if (R < 1) { fail("structure", "plan has no ranks"); return false; }
     if (p_.results().size() != std::size_t(R)) { fail("structure", fmt::format("results list {} ranks, plan has {}", p_.results().size(), R)); return false; }
-    for (BufferId b = 0; b < nb; ++b) {
-      const Buffer& bf = p_.buffer(b);
-      if (bf.rank < 0 || bf.rank >= R || bf.owner < 0 || bf.owner >= R) fail("structure", fmt::format("buffer {} has rank/owner out of range", b));
+    // The workload and the parts first: region sizes, masks and cells are computed from them.
+    if (auto s = p_.workload.check(R); !s) { fail("structure", "workload: " + s.error().message()); return false; }
+    const std::int64_t shard = p_.workload.seq / R;
+    if (p_.parts < 1 || shard % p_.parts != 0 || std::int64_t(R) * p_.parts > std::numeric_limits<std::int32_t>::max()) {
+      fail("structure", fmt::format("plan counts {} token parts per shard, which must be >= 1 and divide the shard's {} tokens", p_.parts, shard));
+      return false;
     }
+    kv_heads_ = static_cast<std::int32_t>(p_.workload.kv_heads);
+    regions_ = p_.parts != 1;
+    std::array<Bytes, 7> shard_bytes{};
+    for (std::size_t k = 0; k < shard_bytes.size(); ++k)
+      shard_bytes[k] = region_bytes(p_.workload, R, p_.parts, BufKind(k), shard_region(0, p_.workload, p_.parts));
+    for (BufferId b = 0; b < nb; ++b) check_buffer(b, shard_bytes);
+    if (!report_.ok()) return false;  // the op rules below read regions and follow views
+    if (regions_ && !count_cells()) return false;
     auto buf_ok = [&](OpId id, int slot, std::initializer_list<BufKind> kinds) {
       const Op& o = p_.op(id);
       const BufferId b = o.buf[slot];
@@ -74,6 +148,11 @@ class Validator {
         return false;
       }
       return true;
+    };
+    auto same = [&](OpId id, BufferId a, BufferId b, const char* what) {
+      if (same_region(a, b)) return true;
+      fail("structure", fmt::format("{}: {} {} and {} differ", name(id), what, buffer_label(p_, a), buffer_label(p_, b)), {id});
+      return false;
     };
     for (OpId id = 0; id < OpId(n_); ++id) {
       const Op& o = p_.op(id);
@@ -90,13 +169,22 @@ class Validator {
                         : buf_ok(id, 0, {BufKind::QBundle}) && buf_ok(id, 1, {BufKind::Kv}) && buf_ok(id, 2, {BufKind::Dq}) &&
                               buf_ok(id, 3, {BufKind::Dkv});
           if (!ok) break;
-          if (o.q_owner != p_.buffer(o.buf[0]).owner || o.kv_owner != p_.buffer(o.buf[1]).owner)
+          const Buffer &bq = p_.buffer(o.buf[0]), &bk = p_.buffer(o.buf[1]);
+          if (o.q_owner != bq.owner || o.kv_owner != bk.owner)
             fail("structure", fmt::format("{}: q/kv blocks do not match its buffers' owners", name(id)), {id});
-          if (p_.buffer(o.buf[2]).owner != o.q_owner || (!fwd && p_.buffer(o.buf[3]).owner != o.kv_owner))
-            fail("structure", fmt::format("{}: accumulates into a buffer of another owner", name(id)), {id});
-          if (o.mask != p_.workload.mask(o.q_owner, o.kv_owner, R))
-            fail("structure", fmt::format("{}: mask piece {} but the workload gives {}", name(id), to_string(o.mask),
-                                          to_string(p_.workload.mask(o.q_owner, o.kv_owner, R))), {id});
+          if (!same_region(o.buf[2], o.buf[0]) || (!fwd && !same_region(o.buf[3], o.buf[1]))) {
+            fail("structure", fmt::format("{}: accumulates into a buffer of another region (q {}, kv {}, accumulators {}{}{})", name(id),
+                                          buffer_label(p_, o.buf[0]), buffer_label(p_, o.buf[1]), buffer_label(p_, o.buf[2]),
+                                          fwd ? "" : ", ", fwd ? "" : buffer_label(p_, o.buf[3])), {id});
+            break;
+          }
+          if (regions_ && (bq.head_begin != bk.head_begin || reg(o.buf[0]).head_end != reg(o.buf[1]).head_end)) {
+            fail("structure", fmt::format("{}: q {} and kv {} cover different kv heads", name(id), buffer_label(p_, o.buf[0]), buffer_label(p_, o.buf[1])), {id});
+            break;
+          }
+          const MaskPiece want = bq.owners == 1 && bk.owners == 1 ? p_.workload.mask(o.q_owner, o.kv_owner, R) : MaskPiece::Mixed;
+          if (o.mask != want)
+            fail("structure", fmt::format("{}: mask piece {} but the workload gives {}", name(id), to_string(o.mask), to_string(want)), {id});
           break;
         }
         case OpKind::Send:
@@ -106,24 +194,23 @@ class Validator {
           if (o.stream == Stream::Compute) fail("structure", fmt::format("{}: messages travel on comm streams, not compute", name(id)), {id});
           break;
         case OpKind::Merge:
-          if (buf_ok(id, 0, {BufKind::Out}) && buf_ok(id, 1, {BufKind::Out}) && p_.buffer(o.buf[0]).owner != p_.buffer(o.buf[1]).owner)
-            fail("structure", fmt::format("{}: merges outputs of different owners", name(id)), {id});
+          if (buf_ok(id, 0, {BufKind::Out}) && buf_ok(id, 1, {BufKind::Out})) same(id, o.buf[0], o.buf[1], "merges outputs");
           break;
         case OpKind::Accumulate:
           if (buf_ok(id, 0, {BufKind::Dq, BufKind::Dkv}) && buf_ok(id, 1, {BufKind::Dq, BufKind::Dkv})) {
-            const Buffer &a = p_.buffer(o.buf[0]), &b = p_.buffer(o.buf[1]);
-            if (a.kind != b.kind || a.owner != b.owner) fail("structure", fmt::format("{}: accumulates a {}{} into a {}{}", name(id), to_string(a.kind), a.owner, to_string(b.kind), b.owner), {id});
+            if (p_.buffer(o.buf[0]).kind != p_.buffer(o.buf[1]).kind || !same_region(o.buf[0], o.buf[1]))
+              fail("structure", fmt::format("{}: accumulates a {} into a {}", name(id), buffer_label(p_, o.buf[0]), buffer_label(p_, o.buf[1])), {id});
           }
           break;
         case OpKind::Copy:
           if (o.buf[3] != kNone) {
-            if (buf_ok(id, 0, {BufKind::Q}) && buf_ok(id, 1, {BufKind::Dout}) && buf_ok(id, 2, {BufKind::Out}) && buf_ok(id, 3, {BufKind::QBundle})) {
-              const RankId own = p_.buffer(o.buf[0]).owner;
+            if (buf_ok(id, 0, {BufKind::Q}) && buf_ok(id, 1, {BufKind::Dout}) && buf_ok(id, 2, {BufKind::Out}) && buf_ok(id, 3, {BufKind::QBundle}))
               for (int k = 1; k < 4; ++k)
-                if (p_.buffer(o.buf[k]).owner != own) fail("structure", fmt::format("{}: packs tensors of different owners", name(id)), {id});
-            }
+                if (!same(id, o.buf[0], o.buf[k], "packs tensors of different regions:")) break;
           } else if (buf_ok(id, 0, {}) && buf_ok(id, 1, {})) {
             if (p_.buffer(o.buf[0]).kind != p_.buffer(o.buf[1]).kind) fail("structure", fmt::format("{}: copies between buffer kinds", name(id)), {id});
+            else if (regions_ ? !reg(o.buf[0]).contains(reg(o.buf[1])) && !reg(o.buf[1]).contains(reg(o.buf[0])) : !same_region(o.buf[0], o.buf[1]))
+              fail("structure", fmt::format("{}: neither region of {} and {} contains the other", name(id), buffer_label(p_, o.buf[0]), buffer_label(p_, o.buf[1])), {id});
           }
           break;
       }
@@ -136,11 +223,12 @@ class Validator {
         const Buffer& bf = p_.buffer(b);
         if (bf.rank != r || bf.owner != r || bf.kind != kind)
           fail("structure", fmt::format("rank {}: its {} result is buffer {} ({} of {} on rank {})", r, what, b, to_string(bf.kind), bf.owner, bf.rank));
+        else if (!plain(bf) && (bf.parent != kNone || reg(b) != shard_region(r, p_.workload, p_.parts)))
+          fail("structure", fmt::format("rank {}: its {} result is {}, not the whole shard of rank {}", r, what, label(b), r));
       };
       if (pass != PassKind::Bwd) check(res.out, BufKind::Out, "out");
       if (pass != PassKind::Fwd) { check(res.dq, BufKind::Dq, "dq"); check(res.dkv, BufKind::Dkv, "dkv"); }
     }
-    if (auto s = p_.workload.check(R); !s) fail("structure", "workload: " + s.error().message());
     return report_.ok();
   }
 
@@ -278,8 +366,8 @@ class Validator {
         const Buffer &sb = p_.buffer(so.buf[0]), &rb = p_.buffer(ro.buf[0]);
         if (so.bytes != ro.bytes) fail("matching", fmt::format("{} sends {} bytes but {} expects {}", name(s), so.bytes, name(r), ro.bytes), {s, r});
         else if (so.bytes != sb.bytes) fail("matching", fmt::format("{} sends {} bytes of a {}-byte buffer", name(s), so.bytes, sb.bytes), {s});
-        if (sb.kind != rb.kind || sb.owner != rb.owner || sb.bytes != rb.bytes)
-          fail("matching", fmt::format("{} sends {}{} into {}{} at {}", name(s), to_string(sb.kind), sb.owner, to_string(rb.kind), rb.owner, name(r)), {s, r});
+        if (sb.kind != rb.kind || sb.bytes != rb.bytes || !same_region(so.buf[0], ro.buf[0]))
+          fail("matching", fmt::format("{} sends {} into {} at {}", name(s), buffer_label(p_, so.buf[0]), buffer_label(p_, ro.buf[0]), name(r)), {s, r});
         peer_[std::size_t(s)] = r;
         peer_[std::size_t(r)] = s;
         ++i, ++j;
@@ -415,23 +503,29 @@ class Validator {
       mine = std::max(mine, pos_[std::size_t(id)] + 1);
     }
   }
+  /// a happens before b; both on one rank (the accesses of one buffer).
   bool hb(OpId a, OpId b) const {
     if (a == b) return true;
-    return vc_[std::size_t(b)][std::size_t(p_.op(a).stream)] >= pos_[std::size_t(a)] + 1 &&
-           !(p_.op(a).stream == p_.op(b).stream && pos_[std::size_t(b)] < pos_[std::size_t(a)]);
+    // One stream: a is in an earlier group than b (members of one ncclGroup
+    // may complete in any order; a lone op is a group of its own).
+    if (p_.op(a).stream == p_.op(b).stream) return pos_[std::size_t(a)] < group_start_[std::size_t(b)];
+    return vc_[std::size_t(b)][std::size_t(p_.op(a).stream)] >= pos_[std::size_t(a)] + 1;
   }
 
   // --------------------------------------------------------------- lifetime
   void lifetime() {
-    // Accesses per buffer in CSR form, filled in replay order, so each
-    // buffer's list is already sorted by time (one op's own accesses in slot
-    // order) and no buffer needs a vector of its own.
-    struct Access { OpId op; bool write; };
+    // Accesses per storage (root buffer: a view's accesses are its root's) in
+    // CSR form, filled in replay order, so each root's list is already sorted by
+    // time (one op's own accesses in slot order) and no buffer needs a vector
+    // of its own. A root over several owners is checked owner by owner: ops
+    // touching disjoint owner ranges of it (receives into different views)
+    // never conflict.
+    struct Access { OpId op; std::uint8_t slot; bool write; };
     const std::size_t nb = p_.buffers().size();
     auto for_accesses = [&](OpId id, auto&& fn) {
       const Op& o = p_.op(id);
-      auto rd = [&](int s) { fn(o.buf[s], false); };
-      auto wr = [&](int s) { fn(o.buf[s], true); };
+      auto rd = [&](int s) { fn(root_of(o.buf[s]), s, false); };
+      auto wr = [&](int s) { fn(root_of(o.buf[s]), s, true); };
       switch (o.kind) {
         case OpKind::Compute: rd(0); rd(1); wr(2); if (o.phase == Phase::Bwd) wr(3); break;
         case OpKind::Send: rd(0); break;
@@ -441,80 +535,215 @@ class Validator {
       }
     };
     std::vector<std::uint32_t> begin(nb + 1, 0);
-    for (OpId id = 0; id < OpId(n_); ++id) for_accesses(id, [&](BufferId b, bool) { ++begin[std::size_t(b) + 1]; });
+    for (OpId id = 0; id < OpId(n_); ++id) for_accesses(id, [&](BufferId b, int, bool) { ++begin[std::size_t(b) + 1]; });
     for (std::size_t b = 0; b < nb; ++b) begin[b + 1] += begin[b];
     std::vector<Access> all(begin[nb]);
     {
       auto fill = begin;
-      for (OpId id : order_) for_accesses(id, [&](BufferId b, bool w) { all[fill[std::size_t(b)]++] = {id, w}; });
+      for (OpId id : order_) for_accesses(id, [&](BufferId b, int s, bool w) { all[fill[std::size_t(b)]++] = {id, std::uint8_t(s), w}; });
     }
-    for (BufferId b = 0; b < BufferId(nb) && !full(); ++b) {
-      const std::span<const Access> a(all.data() + begin[std::size_t(b)], all.data() + begin[std::size_t(b) + 1]);
-      if (a.empty()) continue;
+    // One storage's (or one owner's of it) accesses in time order; false once it reported.
+    auto check = [&](BufferId b, RankId owner, std::span<const Access> a) {
+      auto what = [this, b, owner] { return owner == kNone ? label(b) : fmt::format("{} owner {}", label(b), owner); };
       const bool initialised = p_.buffer(b).init != BufInit::None;
       OpId writer = kNone;
       std::size_t seg_begin = 0;  // first access after `writer`
       for (std::size_t i = 0; i < a.size() && !full(); ++i) {
         if (writer == kNone && !initialised && !a[i].write) {
           auto w = std::find_if(a.begin() + std::ptrdiff_t(i), a.end(), [](const Access& x) { return x.write; });
-          if (w == a.end()) fail("lifetime", fmt::format("{} reads buffer {} ({}{}) that nothing writes", name(a[i].op), b, to_string(p_.buffer(b).kind), p_.buffer(b).owner), {a[i].op});
-          else fail("lifetime", fmt::format("{} reads buffer {} ({}{}) without waiting for {} that writes it", name(a[i].op), b,
-                                            to_string(p_.buffer(b).kind), p_.buffer(b).owner, name(w->op)), {w->op, a[i].op});
-          break;
+          if (w == a.end()) fail("lifetime", fmt::format("{} reads {} that nothing writes", name(a[i].op), what()), {a[i].op});
+          else fail("lifetime", fmt::format("{} reads {} without waiting for {} that writes it", name(a[i].op), what(), name(w->op)), {w->op, a[i].op});
+          return false;
         }
         if (writer != kNone && !hb(writer, a[i].op)) {
-          fail("lifetime", fmt::format("{} touches buffer {} ({}{}) without waiting for {} that writes it", name(a[i].op), b,
-                                       to_string(p_.buffer(b).kind), p_.buffer(b).owner, name(writer)), {writer, a[i].op});
-          break;
+          fail("lifetime", fmt::format("{} touches {} without waiting for {} that writes it", name(a[i].op), what(), name(writer)), {writer, a[i].op});
+          return false;
         }
         if (a[i].write) {
           for (std::size_t k = seg_begin; k < i; ++k)
             if (!hb(a[k].op, a[i].op)) {
-              fail("lifetime", fmt::format("{} overwrites buffer {} ({}{}) while {} may still read it", name(a[i].op), b,
-                                           to_string(p_.buffer(b).kind), p_.buffer(b).owner, name(a[k].op)), {a[k].op, a[i].op});
-              break;
+              fail("lifetime", fmt::format("{} overwrites {} while {} may still read it", name(a[i].op), what(), name(a[k].op)), {a[k].op, a[i].op});
+              return false;
             }
           writer = a[i].op;
           seg_begin = i + 1;
         }
       }
+      return true;
+    };
+    std::vector<std::uint32_t> obegin;  // per owner of one root: its accesses, in time order
+    std::vector<Access> by_owner;
+    for (BufferId b = 0; b < BufferId(nb) && !full(); ++b) {
+      const std::span<const Access> a(all.data() + begin[std::size_t(b)], all.data() + begin[std::size_t(b) + 1]);
+      if (a.empty()) continue;
+      const Buffer& rb = p_.buffer(b);
+      const bool split = regions_ && rb.owners > 1;
+      if (split) {
+        auto range = [&](const Access& x) { const Buffer& v = p_.buffer(p_.op(x.op).buf[x.slot]); return std::pair{v.owner - rb.owner, v.owner - rb.owner + v.owners}; };
+        obegin.assign(std::size_t(rb.owners) + 1, 0);
+        for (const Access& x : a) for (auto [o0, o1] = range(x); o0 < o1; ++o0) ++obegin[std::size_t(o0) + 1];
+        for (std::size_t k = 0; k + 1 < obegin.size(); ++k) obegin[k + 1] += obegin[k];
+        by_owner.resize(obegin.back());
+        auto fill = obegin;
+        for (const Access& x : a) for (auto [o0, o1] = range(x); o0 < o1; ++o0) by_owner[fill[std::size_t(o0)]++] = x;
+      }
+      for (std::int32_t k = 0; k < (split ? rb.owners : 1); ++k) {
+        const auto seg = split ? std::span<const Access>(by_owner.data() + obegin[std::size_t(k)], by_owner.data() + obegin[std::size_t(k) + 1]) : a;
+        if (!check(b, split ? rb.owner + k : kNone, seg)) break;
+      }
     }
   }
 
   // --------------------------------------------------------------- coverage
-  struct Sym {
+  // Symbolic state per *cell* of a root buffer: (owner, kv head, token part).
+  // The head dimension collapses to one cell when every buffer holds all kv
+  // heads, the part dimension when Plan::parts is 1, so a plain plan has one
+  // cell per buffer and cell = buffer id. Set elements are kv blocks
+  // y * parts + part (Out, Dq cells) or query blocks x * parts + part (Dkv).
+  struct Cell {
+    IntervalSet set;  // blocks merged in
     bool written = false;
-    IntervalSet set;  // pairs merged in: kv owners (Out, Dq) or query owners (Dkv)
-    bool bundle_ok = true;
+    bool bundle_ok = true;  // QBundle: packed from a final output
   };
+  static constexpr std::int64_t kMaxCells = std::int64_t{1} << 25;
 
-  IntervalSet expected_kv_for(RankId q) const {
-    IntervalSet s;
-    for (RankId y = 0; y < p_.ranks; ++y) if (p_.workload.mask(q, y, p_.ranks) != MaskPiece::Empty) (void)s.insert(y);
+  /// Cell offsets of the roots (regions_ only); false (structure) past kMaxCells.
+  bool count_cells() {
+    const auto nb = p_.buffers().size();
+    cell_base_.assign(nb + 1, 0);
+    std::int64_t total = 0;
+    for (std::size_t b = 0; b < nb; ++b) {
+      cell_base_[b] = std::uint32_t(total);
+      if (p_.buffer(BufferId(b)).parent != kNone) continue;
+      const Region r = reg(BufferId(b));
+      total += std::int64_t(r.owners()) * (split_heads_ ? r.heads() : 1) * r.parts();
+      if (total > kMaxCells) {
+        fail("structure", fmt::format("the buffers hold more than {} (owner, kv head, part) cells, more than the validator tracks", kMaxCells));
+        return false;
+      }
+    }
+    cell_base_[nb] = std::uint32_t(total);
+    return true;
+  }
+  /// Cell of (owner x, kv head g, part p) in root rt (region rr).
+  std::size_t cell_at(BufferId rt, const Region& rr, std::int32_t x, std::int32_t g, std::int32_t p) const {
+    if (!regions_) return std::size_t(rt);
+    const std::size_t nh = split_heads_ ? std::size_t(rr.heads()) : 1, gi = split_heads_ ? std::size_t(g - rr.head_begin) : 0;
+    return cell_base_[std::size_t(rt)] + (std::size_t(x - rr.owner_begin) * nh + gi) * std::size_t(rr.parts()) + std::size_t(p - rr.part_begin);
+  }
+  /// fn(cell, x, g, p) for every cell of region r (inside buffer b's region), in (owner, head, part) order.
+  template <class Fn>
+  void for_cells(BufferId b, const Region& r, Fn&& fn) const {
+    const BufferId rt = root_of(b);
+    if (!regions_) { fn(std::size_t(rt), r.owner_begin, r.head_begin, r.part_begin); return; }
+    const Region rr = reg(rt);
+    const std::int32_t g1 = split_heads_ ? r.head_end : r.head_begin + 1;
+    for (std::int32_t x = r.owner_begin; x < r.owner_end; ++x)
+      for (std::int32_t g = r.head_begin; g < g1; ++g)
+        for (std::int32_t p = r.part_begin; p < r.part_end; ++p) fn(cell_at(rt, rr, x, g, p), x, g, p);
+  }
+  /// for_cells over the whole of b's region.
+  template <class Fn>
+  void for_whole(BufferId b, Fn&& fn) const {
+    if (!regions_) fn(std::size_t(b), p_.buffer(b).owner, 0, 0);
+    else for_cells(b, reg(b), fn);
+  }
+  /// "buffer 7 (q[0-3]h1) owner 2 head 1 part 0", or "buffer 7 (q2)" in a plain plan.
+  std::string cell_name(BufferId b, std::int32_t x, std::int32_t g, std::int32_t p) const {
+    std::string s = label(b);
+    if (!regions_) return s;
+    s += fmt::format(" owner {}", x);
+    if (split_heads_) s += fmt::format(" head {}", g);
+    if (p_.parts > 1) s += fmt::format(" part {}", p);
     return s;
   }
-  IntervalSet expected_q_for(RankId kv) const {
-    IntervalSet s;
-    for (RankId x = 0; x < p_.ranks; ++x) if (p_.workload.mask(x, kv, p_.ranks) != MaskPiece::Empty) (void)s.insert(x);
+
+  /// Whether (query part p of x, key part pk of y) has a visible pair. Within a
+  /// pair of shards the answer depends only on the pair's mask piece (the order
+  /// of the chunks), so one table of parts per piece serves all pairs.
+  bool visible(std::int32_t x, std::int32_t p, std::int32_t y, std::int32_t pk) {
+    const MaskPiece m = p_.workload.mask(x, y, p_.ranks);
+    if (m == MaskPiece::Empty) return false;
+    if (p_.parts == 1 || m == MaskPiece::Full) return true;
+    auto& t = part_table_[std::size_t(m)];
+    const auto P = std::size_t(p_.parts);
+    if (t.empty()) {
+      t.resize(P * P);
+      for (std::size_t a = 0; a < P; ++a)
+        for (std::size_t c = 0; c < P; ++c)
+          t[a * P + c] = visible_pairs(p_.workload, p_.ranks, p_.parts, x, std::int32_t(a), std::int32_t(a) + 1, y, std::int32_t(c), std::int32_t(c) + 1) > 0;
+    }
+    return t[std::size_t(p) * P + std::size_t(pk)] != 0;
+  }
+  /// Kv blocks (y * parts + pk) visible to query part p of x (Out and Dq cells), memoised.
+  const IntervalSet& expected_kv(RankId x, std::int32_t p) { return expected(exp_kv_, x, p, true); }
+  /// Query blocks (x * parts + p) that see key part pk of y (Dkv cells), memoised.
+  const IntervalSet& expected_q(RankId y, std::int32_t pk) { return expected(exp_q_, y, pk, false); }
+  const IntervalSet& expected(std::vector<std::pair<bool, IntervalSet>>& memo, RankId a, std::int32_t pa, bool kv) {
+    const auto P = p_.parts;
+    if (memo.empty()) memo.resize(std::size_t(p_.ranks) * std::size_t(P));
+    auto& [done, s] = memo[std::size_t(a) * std::size_t(P) + std::size_t(pa)];
+    if (done) return s;
+    done = true;
+    for (RankId b = 0; b < p_.ranks; ++b)
+      for (std::int32_t pb = 0; pb < P; ++pb)
+        if (kv ? visible(a, pa, b, pb) : visible(b, pb, a, pa)) (void)s.insert(b * P + pb);
     return s;
+  }
+  /// Block e: "3", or in parts "3p1" (owner 3, part 1).
+  std::string block(std::int32_t e) const { return p_.parts == 1 ? fmt::format("{}", e) : fmt::format("{}p{}", e / p_.parts, e % p_.parts); }
+  /// Blocks of a set, "{0..3}" or, in parts, "{0p1,1p0..2p1}".
+  std::string blocks(const IntervalSet& s) const {
+    if (p_.parts == 1) return s.str();
+    std::string out = "{";
+    for (auto [lo, hi] : s.runs()) {
+      if (out.size() > 1) out += ",";
+      out += hi - lo == 1 ? block(lo) : block(lo) + ".." + block(hi - 1);
+    }
+    return out + "}";
   }
   std::string describe(const IntervalSet& have, const IntervalSet& want, const char* what) const {
     auto missing = want.minus(have), extra = have.minus(want);
     std::string s;
-    if (!missing.empty()) s += fmt::format("missing {} {}", what, missing.str());
-    if (!extra.empty()) s += fmt::format("{}unexpected {} {}", s.empty() ? "" : ", ", what, extra.str());
+    if (!missing.empty()) s += fmt::format("missing {} {}", what, blocks(missing));
+    if (!extra.empty()) s += fmt::format("{}unexpected {} {}", s.empty() ? "" : ", ", what, blocks(extra));
     return s;
+  }
+
+  // Reads of cells nothing wrote (head or part slices: owners are lifetime's).
+  // One message per op and buffer.
+  /// Reads cells r of b; false (and reported) if one was never written.
+  bool reads(OpId id, BufferId b, const Region& r) {
+    bool ok = true;
+    for_cells(b, r, [&](std::size_t c, std::int32_t x, std::int32_t g, std::int32_t p) { ok = ok && written(id, b, c, x, g, p); });
+    return ok;
+  }
+  /// Reads every cell of b (a plain plan's one cell inline).
+  bool reads_all(OpId id, BufferId b) { return (!regions_ && cells_[std::size_t(b)].written) || reads_all_slow(id, b); }
+  bool reads_all_slow(OpId id, BufferId b) {
+    bool ok = true;
+    for_whole(b, [&](std::size_t c, std::int32_t x, std::int32_t g, std::int32_t p) { ok = ok && written(id, b, c, x, g, p); });
+    return ok;
+  }
+  bool written(OpId id, BufferId b, std::size_t c, std::int32_t x, std::int32_t g, std::int32_t p) {
+    if (cells_[c].written) return true;
+    fail("coverage", fmt::format("{} reads {}, which nothing wrote", name(id), cell_name(b, x, g, p)), {id});
+    return false;
   }
 
   void coverage() {
     if (!report_.ok()) return;  // replaying a racy plan proves nothing
-    std::vector<Sym> sym(p_.buffers().size());
-    for (BufferId b = 0; b < BufferId(sym.size()); ++b) {
+    const std::size_t nb = p_.buffers().size();
+    cells_.assign(regions_ ? cell_base_[nb] : nb, {});
+    for (BufferId b = 0; b < BufferId(nb); ++b) {
       const Buffer& bf = p_.buffer(b);
-      if (bf.init == BufInit::None) continue;
-      sym[std::size_t(b)].written = true;
-      if (bf.init == BufInit::Input && bf.kind == BufKind::Out) sym[std::size_t(b)].set = expected_kv_for(bf.owner);
+      if (bf.init == BufInit::None) continue;  // views included: their cells are their root's
+      for_whole(b, [&](std::size_t c, std::int32_t x, std::int32_t, std::int32_t p) {
+        cells_[c].written = true;
+        if (bf.init == BufInit::Input && bf.kind == BufKind::Out) cells_[c].set = expected_kv(x, p);
+      });
     }
+    const auto P = p_.parts;
     // The replay order completes each send immediately before its receive
     // (deadlock()'s rendezvous), so a receive reads the send's buffer as the
     // send left it: nothing needs to be kept per message in flight.
@@ -522,64 +751,137 @@ class Validator {
     for (OpId id : order_) {
       if (full()) return;
       const Op& o = p_.op(id);
-      auto S = [&](int slot) -> Sym& { return sym[std::size_t(o.buf[slot])]; };
       switch (o.kind) {
         case OpKind::Compute: {
-          if (o.mask == MaskPiece::Empty) { fail("coverage", fmt::format("{} computes a pair the mask empties", name(id)), {id}); break; }
-          if (!S(0).bundle_ok) fail("coverage", fmt::format("{} uses a backward bundle packed from an incomplete output", name(id)), {id});
-          if (!S(2).set.insert(o.kv_owner)) fail("coverage", fmt::format("pair (Q{}, KV{}) is computed twice (again by {})", o.q_owner, o.kv_owner, name(id)), {id});
-          if (o.phase == Phase::Bwd && !S(3).set.insert(o.q_owner))
-            fail("coverage", fmt::format("dK/dV pair (Q{}, KV{}) is accumulated twice (again by {})", o.q_owner, o.kv_owner, name(id)), {id});
+          const bool bwd = o.phase == Phase::Bwd;
+          if (!reads_all(id, o.buf[0]) || !reads_all(id, o.buf[1]) || !reads_all(id, o.buf[2]) || (bwd && !reads_all(id, o.buf[3]))) break;
+          if (!regions_) {  // one cell each: the pair (q_owner, kv_owner)
+            Cell &q = cells_[std::size_t(o.buf[0])], &acc = cells_[std::size_t(o.buf[2])];
+            if (o.mask == MaskPiece::Empty) { fail("coverage", fmt::format("{} computes a pair the mask empties", name(id)), {id}); break; }
+            if (!q.bundle_ok) fail("coverage", fmt::format("{} uses a backward bundle packed from an incomplete output", name(id)), {id});
+            if (!acc.set.insert(o.kv_owner)) fail("coverage", fmt::format("pair (Q{}, KV{}) is computed twice (again by {})", o.q_owner, o.kv_owner, name(id)), {id});
+            if (bwd && !cells_[std::size_t(o.buf[3])].set.insert(o.q_owner))
+              fail("coverage", fmt::format("dK/dV pair (Q{}, KV{}) is accumulated twice (again by {})", o.q_owner, o.kv_owner, name(id)), {id});
+            break;
+          }
+          const Region rq = reg(o.buf[0]), rk = reg(o.buf[1]);
+          bool any = false, bundle_ok = true, twice = false;
+          const BufferId qt = root_of(o.buf[0]), at = root_of(o.buf[2]);
+          const Region qr = reg(qt), ar = reg(at);
+          for (std::int32_t x = rq.owner_begin; x < rq.owner_end; ++x)
+            for (std::int32_t p = rq.part_begin; p < rq.part_end; ++p)
+              for (std::int32_t y = rk.owner_begin; y < rk.owner_end; ++y)
+                for (std::int32_t pk = rk.part_begin; pk < rk.part_end; ++pk) {
+                  if (!visible(x, p, y, pk)) continue;
+                  any = true;
+                  for (std::int32_t g = rq.head_begin; g < (split_heads_ ? rq.head_end : rq.head_begin + 1); ++g) {
+                    bundle_ok &= cells_[cell_at(qt, qr, x, g, p)].bundle_ok;
+                    if (!cells_[cell_at(at, ar, x, g, p)].set.insert(y * P + pk) && !twice) {
+                      twice = true;
+                      fail("coverage", fmt::format("pair (Q{}, KV{}) of {} is computed twice (again by {})", block(x * P + p), block(y * P + pk),
+                                                   cell_name(o.buf[2], x, g, p), name(id)), {id});
+                    }
+                  }
+                }
+          if (!any) { fail("coverage", fmt::format("{} computes no pair the mask leaves visible", name(id)), {id}); break; }
+          if (bwd && !bundle_ok) fail("coverage", fmt::format("{} uses a backward bundle packed from an incomplete output", name(id)), {id});
+          if (!bwd) break;
+          const BufferId kt = root_of(o.buf[3]);
+          const Region kr = reg(kt);
+          for (std::int32_t y = rk.owner_begin; y < rk.owner_end; ++y)
+            for (std::int32_t pk = rk.part_begin; pk < rk.part_end; ++pk)
+              for (std::int32_t x = rq.owner_begin; x < rq.owner_end; ++x)
+                for (std::int32_t p = rq.part_begin; p < rq.part_end; ++p) {
+                  if (!visible(x, p, y, pk)) continue;
+                  for (std::int32_t g = rk.head_begin; g < (split_heads_ ? rk.head_end : rk.head_begin + 1); ++g)
+                    if (!cells_[cell_at(kt, kr, y, g, pk)].set.insert(x * P + p) && !twice) {
+                      twice = true;
+                      fail("coverage", fmt::format("dK/dV pair (Q{}, KV{}) of {} is accumulated twice (again by {})", block(x * P + p),
+                                                   block(y * P + pk), cell_name(o.buf[3], y, g, pk), name(id)), {id});
+                    }
+                }
           break;
         }
-        case OpKind::Send: break;
+        case OpKind::Send: (void)reads_all(id, o.buf[0]); break;
         case OpKind::Recv: {
           const OpId s = peer_[std::size_t(id)];
           CHARM_ASSERT(s == prev, "the replay completes a send right before its receive");
-          const Sym& src = sym[std::size_t(p_.op(s).buf[0])];
-          S(0).set = src.set;
-          S(0).bundle_ok = src.bundle_ok;
-          S(0).written = true;
+          const BufferId src = p_.op(s).buf[0], st = root_of(src);
+          const Region sr = regions_ ? reg(st) : Region{};
+          for_whole(o.buf[0], [&](std::size_t c, std::int32_t x, std::int32_t g, std::int32_t p) {
+            cells_[c] = cells_[cell_at(st, sr, x, g, p)];  // equal regions (matching)
+          });
           break;
         }
         case OpKind::Merge:
         case OpKind::Accumulate: {
-          auto overlap = S(1).set.merge(S(0).set);
-          if (!overlap.empty())
-            fail("coverage", fmt::format("{} combines pairs already present: {} of {}{} counted twice", name(id), overlap.str(),
-                                         to_string(p_.buffer(o.buf[1]).kind), p_.buffer(o.buf[1]).owner), {id});
+          if (!reads_all(id, o.buf[0]) || !reads_all(id, o.buf[1])) break;  // equal regions (structure)
+          const BufferId pt = root_of(o.buf[0]);
+          const Region pr = regions_ ? reg(pt) : Region{};
+          bool reported = false;
+          for_whole(o.buf[1], [&](std::size_t c, std::int32_t x, std::int32_t g, std::int32_t p) {
+            auto overlap = cells_[c].set.merge(cells_[cell_at(pt, pr, x, g, p)].set);
+            if (!overlap.empty() && !reported) {
+              reported = true;
+              fail("coverage", fmt::format("{} combines pairs already present: {} of {} counted twice", name(id), blocks(overlap),
+                                           regions_ ? cell_name(o.buf[1], x, g, p) : buffer_label(p_, o.buf[1])), {id});
+            }
+          });
           break;
         }
         case OpKind::Copy:
           if (o.buf[3] != kNone) {
-            const RankId owner = p_.buffer(o.buf[2]).owner;
-            const auto want = expected_kv_for(owner);
-            const bool ok = S(2).set == want;
-            if (!ok) fail("coverage", fmt::format("{} packs the backward bundle from an output that is not final: {}", name(id), describe(S(2).set, want, "kv blocks")), {id});
-            S(3).bundle_ok = ok;
-            S(3).written = true;
+            if (!reads_all(id, o.buf[0]) || !reads_all(id, o.buf[1]) || !reads_all(id, o.buf[2])) break;  // equal regions
+            const BufferId ot = root_of(o.buf[2]);
+            const Region orr = regions_ ? reg(ot) : Region{};
+            bool reported = false;
+            for_whole(o.buf[3], [&](std::size_t c, std::int32_t x, std::int32_t g, std::int32_t p) {
+              const auto& have = cells_[cell_at(ot, orr, x, g, p)].set;
+              const auto& want = expected_kv(x, p);
+              const bool ok = have == want;
+              if (!ok && !reported) {
+                reported = true;
+                fail("coverage", fmt::format("{} packs the backward bundle from an output that is not final{}: {}", name(id),
+                                             regions_ ? " (" + cell_name(o.buf[2], x, g, p) + ")" : "", describe(have, want, "kv blocks")), {id});
+              }
+              cells_[c].bundle_ok = ok;
+              cells_[c].written = true;
+            });
           } else {
-            S(1) = S(0);
+            if (!regions_) {
+              if (reads_all(id, o.buf[0])) cells_[std::size_t(o.buf[1])] = cells_[std::size_t(o.buf[0])];
+              break;
+            }
+            const Region r = reg(o.buf[0]).intersect(reg(o.buf[1]));
+            if (!reads(id, o.buf[0], r)) break;
+            const BufferId st = root_of(o.buf[0]);
+            const Region sr = reg(st);
+            for_cells(o.buf[1], r, [&](std::size_t c, std::int32_t x, std::int32_t g, std::int32_t p) { cells_[c] = cells_[cell_at(st, sr, x, g, p)]; });
           }
           break;
       }
       prev = id;
     }
     const auto pass = p_.workload.pass;
+    // Every cell of every result (whole shards of their rank: structure).
+    auto final_check = [&](RankId r, BufferId b, const char* what, const char* blocks_of, bool dkv) {
+      for_whole(b, [&](std::size_t c, std::int32_t, std::int32_t g, std::int32_t p) {
+        if (full()) return;
+        std::string where;
+        if (split_heads_) where += fmt::format(" head {}", g);
+        if (P > 1) where += fmt::format(" part {}", p);
+        const auto& want = dkv ? expected_q(r, p) : expected_kv(r, p);
+        const Cell& have = cells_[c];
+        if (!have.written) fail("coverage", fmt::format("rank {}: final {}{} is never written: {}", r, what, where, describe(have.set, want, blocks_of)));
+        else if (!(have.set == want)) fail("coverage", fmt::format("rank {}: final {}{}{}", r, what, where.empty() ? " " : where + ": ", describe(have.set, want, blocks_of)));
+      });
+    };
     for (RankId r = 0; r < p_.ranks && !full(); ++r) {
       const auto& res = p_.results()[std::size_t(r)];
-      if (pass == PassKind::Fwd || pass == PassKind::Both) {
-        const auto want = expected_kv_for(r);
-        const auto& have = sym[std::size_t(res.out)].set;
-        if (!(have == want)) fail("coverage", fmt::format("rank {}: final output {}", r, describe(have, want, "kv blocks")));
-      }
+      if (pass == PassKind::Fwd || pass == PassKind::Both) final_check(r, res.out, "output", "kv blocks", false);
       if (pass != PassKind::Fwd) {
-        const auto want_q = expected_kv_for(r);
-        const auto& dq = sym[std::size_t(res.dq)].set;
-        if (!(dq == want_q)) fail("coverage", fmt::format("rank {}: final dQ {}", r, describe(dq, want_q, "kv blocks")));
-        const auto want_kv = expected_q_for(r);
-        const auto& dkv = sym[std::size_t(res.dkv)].set;
-        if (!(dkv == want_kv)) fail("coverage", fmt::format("rank {}: final dK/dV {}", r, describe(dkv, want_kv, "query blocks")));
+        final_check(r, res.dq, "dQ", "kv blocks", false);
+        final_check(r, res.dkv, "dK/dV", "query blocks", true);
       }
     }
   }
@@ -592,6 +894,15 @@ class Validator {
   std::vector<std::uint32_t> pos_, group_start_, succ_begin_;
   std::vector<OpId> succ_, peer_, order_;
   std::vector<std::array<std::uint32_t, kNumStreams>> vc_;
+  // Regions (structure): which features the plan uses, so a plain plan pays for none.
+  std::int32_t kv_heads_ = 1;
+  bool regions_ = false;      // some buffer is not one whole shard, or parts > 1
+  bool views_ = false;        // some buffer is a view
+  bool split_heads_ = false;  // some buffer holds part of the kv heads
+  std::vector<std::uint32_t> cell_base_;  // per buffer: its first cell (roots; regions_ only)
+  std::vector<Cell> cells_;
+  std::array<std::vector<char>, 7> part_table_;  // per mask piece: visible (q part, kv part)
+  std::vector<std::pair<bool, IntervalSet>> exp_kv_, exp_q_;
 };
 
 } // namespace

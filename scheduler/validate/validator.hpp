@@ -1,19 +1,26 @@
 #pragma once
 // The plan validator (DESIGN section 5). It trusts nothing the planner did and
 // proves, for any plan:
-//   structure  ops, buffers and results are well formed
+//   structure  ops, buffers and results are well formed; region plans keep the
+//              Regions rules of plan.hpp (ranges inside the workload, views,
+//              whole-shard inputs and results, bytes = region_bytes, equal
+//              regions where an op pairs buffers, masks per owner pair or Mixed)
 //   acyclic    dependencies plus stream order form a DAG
 //   matching   every Send has exactly one Recv (stream, endpoints, tag, bytes,
-//              payload), and matches pair up in issue order, as NCCL pairs them
+//              payload kind and region), and matches pair up in issue order, as
+//              NCCL pairs them
 //   deadlock   the plan completes under NCCL point-to-point semantics: streams
 //              in order, a group issued at once, a send completing only when
 //              its receive is posted
-//   lifetime   every write to a buffer is ordered (on its rank) against every
-//              other access to it, and nothing is read before it is written
-//   coverage   symbolic execution: every (q block, kv block) pair the mask
-//              leaves is computed exactly once and reaches its owner; backward
-//              gradients reach their owners; backward bundles are packed from
-//              final outputs
+//   lifetime   every write to a buffer's storage (a view's is its root's) is
+//              ordered (on its rank) against every other access to the same
+//              owners of it, and nothing is read before it is written; members
+//              of one ncclGroup are unordered
+//   coverage   symbolic execution per cell (owner, kv head, token part; one
+//              cell per buffer in a plain plan): every visible (q block, kv
+//              block) pair is computed exactly once and reaches its owner;
+//              backward gradients reach their owners; backward bundles are
+//              packed from final outputs; no cell is read before it is written
 
 #include <string>
 #include <vector>
