@@ -508,3 +508,41 @@ TEST(ValidatorRegions, EveryRegionAlgorithmValidatesOnSmallGrids) {
           }
   EXPECT_GT(plans, 20);
 }
+
+TEST(ValidatorRegions, EveryOpOfARegionPlanMatters) {
+  // Mutation check: removing any one op of a region plan (a message removes its
+  // send and its receive; whoever waited for the op waits for what it waited
+  // for) must leave a plan the validator rejects. (Causal USP and TASP plans
+  // are left out: their last ring step moves KV parts the receiver has no
+  // visible pair with, and USP's backward returns and accumulates the empty
+  // dK/dV of such blocks; removing that unused work is rightly not an error.)
+  struct Req { const char* algo; int n, d; bool causal; PassKind pass; };
+  for (const Req& c : {Req{"ulysses", 4, 1, true, PassKind::Both}, Req{"ulysses", 2, 1, false, PassKind::Bwd},
+                       Req{"usp", 4, 2, false, PassKind::Both}, Req{"usp", 4, 2, false, PassKind::Bwd},
+                       Req{"tasp", 5, 1, false, PassKind::Fwd}, Req{"tasp-zigzag", 3, 1, false, PassKind::Fwd}}) {
+    sched::PlanRequest req;
+    req.algo = c.algo;
+    req.ranks = c.n;
+    req.domains = c.d;
+    req.workload = workload(c.causal);
+    req.workload.seq = 1024 * 3 * 5;
+    req.workload.pass = c.pass;
+    auto made = sched::make_plan(req);
+    ASSERT_TRUE(made.ok()) << made.error().message();
+    const Plan base = std::move(made).value();
+    ASSERT_EQ(first_rule(base), "ok") << c.algo;
+    for (OpId id = 0; id < OpId(base.size()); ++id) {
+      Plan p = base;
+      const Op o = p.op(id);
+      OpId partner = kNone;
+      if (o.kind == OpKind::Send || o.kind == OpKind::Recv)
+        partner = find(p, [&](const Op& x) {
+          return x.kind != o.kind && (x.kind == OpKind::Send || x.kind == OpKind::Recv) && x.rank == o.peer && x.peer == o.rank &&
+                 x.stream == o.stream && x.tag == o.tag;
+        });
+      erase(p, std::max(id, partner));
+      if (partner != kNone) erase(p, std::min(id, partner));
+      EXPECT_NE(first_rule(p), "ok") << c.algo << ": removing op " << id << " (" << op_label(base, id) << ") goes unnoticed";
+    }
+  }
+}
