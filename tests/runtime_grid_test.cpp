@@ -97,7 +97,7 @@ TEST_P(PlannerExact, MatchesDenseReference) {
 std::vector<Case> grid() {
   std::vector<Case> cases;
   for (bool gqa : {false, true})
-    for (const std::string algo : sched::algorithm_names())
+    for (const std::string& algo : sched::algorithm_names())
       for (int n : {2, 4, 8, 16})
         for (int d : {1, 2, 4}) {
           if (n % d != 0 || (algo != "charm" && algo != "usp" && d != 1)) continue;

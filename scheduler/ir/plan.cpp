@@ -78,6 +78,9 @@ OpId Plan::add_op(const Op& op, std::span<const OpId> deps) {
 }
 
 BufferId Plan::add_buffer(const Buffer& b) {
+  // Parents come first, so root() always ends (loaders check this for files).
+  CHARM_ASSERT(b.parent == kNone || (b.parent >= 0 && std::size_t(b.parent) < buffers_.size()),
+               "a view's parent is an earlier buffer");
   buffers_.push_back(b);
   return static_cast<BufferId>(buffers_.size() - 1);
 }

@@ -28,6 +28,7 @@
 //     * Input buffers and results are whole shards of their own rank, never views;
 //     * a view's parent is an earlier buffer of the same rank and kind that is not
 //       a view, with the same heads and parts; the view's owners lie inside it;
+//       a view's init is None (its storage is the parent's);
 //     * Compute: q and out (fwd), qbundle and dq (bwd) have equal regions; kv and
 //       dkv have equal regions; all share one head range. The op's q_owner and
 //       kv_owner are the first owners; mask is the pair's piece for one owner
