@@ -546,3 +546,81 @@ TEST(ValidatorRegions, EveryOpOfARegionPlanMatters) {
     }
   }
 }
+
+namespace {
+/// Two ranks, 128 token parts: rank 0 computes Q0 against its own KV part by
+/// part, even parts first (its output cells fragment into 64 runs each: the
+/// validator keeps them as bitmaps); rank 1 does the same for owner 1's KV
+/// into a partial output of Q0, sends it to rank 0, which merges it.
+struct Scattered {
+  Plan plan;
+  OpId late_part;   // a compute of rank 0 after its cells went dense
+  OpId partial;     // a compute of rank 1 into the partial (the second, if twice)
+  OpId merge;
+};
+Scattered scattered(bool twice_77 = false) {
+  PlanBuilder b("hand-scattered", workload(false), 2, 1);
+  b.set_parts(128);
+  BufferId q[2], kv[2], acc[2];
+  for (int r = 0; r < 2; ++r) {
+    q[r] = b.buffer(r, BufKind::Q, r, BufInit::Input);
+    kv[r] = b.buffer(r, BufKind::Kv, r, BufInit::Input);
+    acc[r] = b.buffer(r, BufKind::Out, r, BufInit::Zero);
+    b.results(r).out = acc[r];
+  }
+  Scattered s;
+  const BufferId q0 = b.transfer(Stream::Q, q[0], 1).dst;
+  const BufferId part_out = b.buffer(1, BufKind::Out, 0, BufInit::Zero);
+  for (int r = 0; r < 2; ++r)
+    for (int half : {0, 1})
+      for (int pk = half; pk < 128; pk += 2) {
+        const BufferId part = b.buffer(r, BufKind::Kv, Region{r, r + 1, 0, 4, pk, pk + 1}, BufInit::None);
+        b.copy(Stream::Kv, kv[r], part);
+        const OpId c = b.compute_fwd(r == 0 ? q[0] : q0, part, r == 0 ? acc[0] : part_out);
+        if (r == 0 && pk == 101) s.late_part = c;
+        if (r == 1 && pk == 77) s.partial = twice_77 ? b.compute_fwd(q0, part, part_out) : c;
+      }
+  const BufferId back = b.transfer(Stream::Out, part_out, 0).dst;
+  s.merge = b.merge(Stream::Out, back, acc[0]);
+  const BufferId kv0 = b.transfer(Stream::Kv, kv[0], 1).dst;
+  b.compute_fwd(q[1], kv0, acc[1]);
+  b.compute_fwd(q[1], kv[1], acc[1]);
+  s.plan = std::move(b).finish();
+  return s;
+}
+} // namespace
+
+TEST(ValidatorRegions, FragmentedCellsAreCheckedAsStrictly) {
+  EXPECT_EQ(first_rule(scattered().plan), "ok") << check(scattered().plan).summary(scattered().plan);
+  {
+    Scattered s = scattered();
+    (void)duplicate(s.plan, s.late_part);
+    EXPECT_EQ(first_rule(s.plan), "coverage");
+    EXPECT_NE(first_message(s.plan).find("pair (Q0p0, KV0p101) of buffer 2 (out0) owner 0 part 0 is computed twice"), std::string::npos)
+        << first_message(s.plan);
+  }
+  {
+    Scattered s = scattered();
+    erase(s.plan, s.late_part);
+    EXPECT_EQ(first_rule(s.plan), "coverage");
+    EXPECT_NE(first_message(s.plan).find("rank 0: final output part 0: missing kv blocks {0p101}"), std::string::npos) << first_message(s.plan);
+  }
+  {
+    // Rank 1 computes owner 1's part 77 twice into the partial it sends back.
+    const Scattered s = scattered(/*twice_77=*/true);
+    const auto rep = check(s.plan);
+    ASSERT_FALSE(rep.ok());
+    EXPECT_EQ(rep.violations.front().rule, "coverage");
+    EXPECT_NE(rep.violations.front().message.find("pair (Q0p0, KV1p77) of buffer 7 (out0) owner 0 part 0 is computed twice"), std::string::npos)
+        << rep.summary(s.plan);
+    EXPECT_EQ(rep.violations.front().ops, std::vector<OpId>{s.partial});
+  }
+  {
+    Scattered s = scattered();
+    (void)duplicate(s.plan, s.merge);
+    EXPECT_EQ(first_rule(s.plan), "coverage");
+    EXPECT_NE(first_message(s.plan).find("combines pairs already present: {1p0..1p127} of buffer 2 (out0) owner 0 part 0 counted twice"),
+              std::string::npos)
+        << first_message(s.plan);
+  }
+}

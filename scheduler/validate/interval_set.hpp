@@ -32,6 +32,8 @@ class IntervalSet {
     else runs_.insert(it, {x, x + 1});
     return true;
   }
+  /// Adds [lo, hi), which lies after every element (ascending construction).
+  void append(std::int32_t lo, std::int32_t hi) { add_run({lo, hi}); }
   /// Adds every element of o; returns the elements that were already present.
   IntervalSet merge(const IntervalSet& o) {
     IntervalSet overlap;

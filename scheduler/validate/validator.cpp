@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <boost/graph/adjacency_list.hpp>
 #include <boost/graph/strong_components.hpp>
 #include <limits>
@@ -67,6 +68,8 @@ class Validator {
   bool same_region(BufferId a, BufferId b) const { return regions_ ? same_region_slow(a, b) : p_.buffer(a).owner == p_.buffer(b).owner; }
   bool same_region_slow(BufferId a, BufferId b) const { return reg(a) == reg(b); }
   std::string label(BufferId b) const { return fmt::format("buffer {} ({})", b, buffer_label(p_, b)); }
+  /// A root buffer, or one owner of it (lifetime).
+  std::string storage(BufferId b, RankId owner) const { return owner == kNone ? label(b) : fmt::format("{} owner {}", label(b), owner); }
   static bool plain(const Buffer& b) {
     return b.owners == 1 && b.head_begin == 0 && b.heads == 0 && b.part_begin == 0 && b.parts == 0 && b.parent == kNone;
   }
@@ -544,25 +547,24 @@ class Validator {
     }
     // One storage's (or one owner's of it) accesses in time order; false once it reported.
     auto check = [&](BufferId b, RankId owner, std::span<const Access> a) {
-      auto what = [this, b, owner] { return owner == kNone ? label(b) : fmt::format("{} owner {}", label(b), owner); };
       const bool initialised = p_.buffer(b).init != BufInit::None;
       OpId writer = kNone;
       std::size_t seg_begin = 0;  // first access after `writer`
       for (std::size_t i = 0; i < a.size() && !full(); ++i) {
         if (writer == kNone && !initialised && !a[i].write) {
           auto w = std::find_if(a.begin() + std::ptrdiff_t(i), a.end(), [](const Access& x) { return x.write; });
-          if (w == a.end()) fail("lifetime", fmt::format("{} reads {} that nothing writes", name(a[i].op), what()), {a[i].op});
-          else fail("lifetime", fmt::format("{} reads {} without waiting for {} that writes it", name(a[i].op), what(), name(w->op)), {w->op, a[i].op});
+          if (w == a.end()) fail("lifetime", fmt::format("{} reads {} that nothing writes", name(a[i].op), storage(b, owner)), {a[i].op});
+          else fail("lifetime", fmt::format("{} reads {} without waiting for {} that writes it", name(a[i].op), storage(b, owner), name(w->op)), {w->op, a[i].op});
           return false;
         }
         if (writer != kNone && !hb(writer, a[i].op)) {
-          fail("lifetime", fmt::format("{} touches {} without waiting for {} that writes it", name(a[i].op), what(), name(writer)), {writer, a[i].op});
+          fail("lifetime", fmt::format("{} touches {} without waiting for {} that writes it", name(a[i].op), storage(b, owner), name(writer)), {writer, a[i].op});
           return false;
         }
         if (a[i].write) {
           for (std::size_t k = seg_begin; k < i; ++k)
             if (!hb(a[k].op, a[i].op)) {
-              fail("lifetime", fmt::format("{} overwrites {} while {} may still read it", name(a[i].op), what(), name(a[k].op)), {a[k].op, a[i].op});
+              fail("lifetime", fmt::format("{} overwrites {} while {} may still read it", name(a[i].op), storage(b, owner), name(a[k].op)), {a[k].op, a[i].op});
               return false;
             }
           writer = a[i].op;
@@ -601,7 +603,8 @@ class Validator {
   // cell per buffer and cell = buffer id. Set elements are kv blocks
   // y * parts + part (Out, Dq cells) or query blocks x * parts + part (Dkv).
   struct Cell {
-    IntervalSet set;  // blocks merged in
+    IntervalSet set;         // blocks merged in (unless dense)
+    std::int32_t dense = -1; // region plans: index of its bitmap in dense_ once the runs fragment
     bool written = false;
     bool bundle_ok = true;  // QBundle: packed from a final output
   };
@@ -648,6 +651,94 @@ class Validator {
     if (!regions_) fn(std::size_t(b), p_.buffer(b).owner, 0, 0);
     else for_cells(b, reg(b), fn);
   }
+  // A region plan's cell set may fragment: TASP brings each KV part from another
+  // owner, so a query cell gathers blocks in a scattered order and its runs grow
+  // to thousands (each insert a memmove). Past 32 runs, once a bitmap over the
+  // blocks [0, ranks * parts) is no larger than its runs, the set becomes that
+  // bitmap. Plain plans never do.
+  std::size_t dense_words() const { return (std::size_t(p_.ranks) * std::size_t(p_.parts) + 63) / 64; }
+  void densify(Cell& c) {
+    std::int32_t slot;
+    if (!free_dense_.empty()) { slot = free_dense_.back(); free_dense_.pop_back(); dense_[std::size_t(slot)].assign(dense_words(), 0); }
+    else { slot = std::int32_t(dense_.size()); dense_.emplace_back(dense_words(), 0); }
+    auto& w = dense_[std::size_t(slot)];
+    for (auto [lo, hi] : c.set.runs())
+      for (std::int32_t e = lo; e < hi; ++e) w[std::size_t(e) / 64] |= std::uint64_t{1} << (e % 64);
+    c.set = IntervalSet{};
+    c.dense = slot;
+  }
+  void undensify(Cell& c) {
+    if (c.dense < 0) return;
+    free_dense_.push_back(c.dense);
+    c.dense = -1;
+  }
+  /// Adds block e to a cell; false if it was there.
+  bool add(Cell& c, std::int32_t e) {
+    if (c.dense >= 0) {
+      auto& w = dense_[std::size_t(c.dense)][std::size_t(e) / 64];
+      const std::uint64_t bit = std::uint64_t{1} << (e % 64);
+      if (w & bit) return false;
+      w |= bit;
+      return true;
+    }
+    const bool fresh = c.set.insert(e);
+    if (c.set.runs().size() > std::max<std::size_t>(32, dense_words())) densify(c);
+    return fresh;
+  }
+  /// A cell's blocks as runs.
+  IntervalSet blocks_of(const Cell& c) const {
+    if (c.dense < 0) return c.set;
+    IntervalSet s;
+    const auto& w = dense_[std::size_t(c.dense)];
+    for (std::size_t k = 0; k < w.size(); ++k)
+      for (std::uint64_t x = w[k]; x != 0; x &= x - 1) {
+        const auto e = std::int32_t(k * 64 + std::size_t(std::countr_zero(x)));
+        s.append(e, e + 1);
+      }
+    return s;
+  }
+  bool same_blocks(const Cell& c, const IntervalSet& want) const { return c.dense < 0 ? c.set == want : blocks_of(c) == want; }
+  /// d := s (a receive or a copy), bitmaps copied, not shared.
+  void assign(Cell& d, const Cell& s) {
+    if (s.dense < 0) {
+      undensify(d);
+      d.set = s.set;
+    } else {
+      if (d.dense < 0) { d.set = IntervalSet{}; densify(d); }
+      dense_[std::size_t(d.dense)] = dense_[std::size_t(s.dense)];
+    }
+    d.written = s.written;
+    d.bundle_ok = s.bundle_ok;
+  }
+  /// acc += part; returns the blocks both held.
+  IntervalSet merge(Cell& acc, const Cell& part) {
+    if (acc.dense < 0 && part.dense < 0) {
+      auto overlap = acc.set.merge(part.set);
+      if (regions_ && acc.set.runs().size() > std::max<std::size_t>(32, dense_words())) densify(acc);
+      return overlap;
+    }
+    if (acc.dense < 0) densify(acc);
+    auto& w = dense_[std::size_t(acc.dense)];
+    IntervalSet overlap;
+    if (part.dense >= 0) {
+      const auto& v = dense_[std::size_t(part.dense)];
+      for (std::size_t k = 0; k < w.size(); ++k) {
+        for (std::uint64_t x = w[k] & v[k]; x != 0; x &= x - 1) {
+          const auto e = std::int32_t(k * 64 + std::size_t(std::countr_zero(x)));
+          overlap.append(e, e + 1);
+        }
+        w[k] |= v[k];
+      }
+    } else {
+      for (auto [lo, hi] : part.set.runs())
+        for (std::int32_t e = lo; e < hi; ++e) {
+          const std::uint64_t bit = std::uint64_t{1} << (e % 64);
+          if (w[std::size_t(e) / 64] & bit) overlap.append(e, e + 1);
+          w[std::size_t(e) / 64] |= bit;
+        }
+    }
+    return overlap;
+  }
   /// "buffer 7 (q[0-3]h1) owner 2 head 1 part 0", or "buffer 7 (q2)" in a plain plan.
   std::string cell_name(BufferId b, std::int32_t x, std::int32_t g, std::int32_t p) const {
     std::string s = label(b);
@@ -658,12 +749,11 @@ class Validator {
     return s;
   }
 
-  /// Whether (query part p of x, key part pk of y) has a visible pair. Within a
-  /// pair of shards the answer depends only on the pair's mask piece (the order
-  /// of the chunks), so one table of parts per piece serves all pairs.
-  bool visible(std::int32_t x, std::int32_t p, std::int32_t y, std::int32_t pk) {
-    const MaskPiece m = p_.workload.mask(x, y, p_.ranks);
-    if (m == MaskPiece::Empty) return false;
+  /// Whether (query part p, key part pk) of a shard pair with mask piece m (not
+  /// Empty) has a visible pair. Within a pair of shards the answer depends only
+  /// on the pair's piece (the order of its chunks), so one table of parts per
+  /// piece, from the first pair (x, y) that has it, serves all pairs.
+  bool visible(MaskPiece m, std::int32_t p, std::int32_t pk, RankId x, RankId y) {
     if (p_.parts == 1 || m == MaskPiece::Full) return true;
     auto& t = part_table_[std::size_t(m)];
     const auto P = std::size_t(p_.parts);
@@ -685,9 +775,13 @@ class Validator {
     auto& [done, s] = memo[std::size_t(a) * std::size_t(P) + std::size_t(pa)];
     if (done) return s;
     done = true;
-    for (RankId b = 0; b < p_.ranks; ++b)
+    for (RankId b = 0; b < p_.ranks; ++b) {
+      const MaskPiece m = kv ? p_.workload.mask(a, b, p_.ranks) : p_.workload.mask(b, a, p_.ranks);
+      if (m == MaskPiece::Empty) continue;
+      if (P == 1 || m == MaskPiece::Full) { s.append(b * P, b * P + P); continue; }
       for (std::int32_t pb = 0; pb < P; ++pb)
-        if (kv ? visible(a, pa, b, pb) : visible(b, pb, a, pa)) (void)s.insert(b * P + pb);
+        if (kv ? visible(m, pa, pb, a, b) : visible(m, pb, pa, b, a)) s.append(b * P + pb, b * P + pb + 1);
+    }
     return s;
   }
   /// Block e: "3", or in parts "3p1" (owner 3, part 1).
@@ -769,37 +863,43 @@ class Validator {
           const BufferId qt = root_of(o.buf[0]), at = root_of(o.buf[2]);
           const Region qr = reg(qt), ar = reg(at);
           for (std::int32_t x = rq.owner_begin; x < rq.owner_end; ++x)
-            for (std::int32_t p = rq.part_begin; p < rq.part_end; ++p)
-              for (std::int32_t y = rk.owner_begin; y < rk.owner_end; ++y)
+            for (std::int32_t y = rk.owner_begin; y < rk.owner_end; ++y) {
+              const MaskPiece m = p_.workload.mask(x, y, p_.ranks);
+              if (m == MaskPiece::Empty) continue;
+              for (std::int32_t p = rq.part_begin; p < rq.part_end; ++p)
                 for (std::int32_t pk = rk.part_begin; pk < rk.part_end; ++pk) {
-                  if (!visible(x, p, y, pk)) continue;
+                  if (!visible(m, p, pk, x, y)) continue;
                   any = true;
                   for (std::int32_t g = rq.head_begin; g < (split_heads_ ? rq.head_end : rq.head_begin + 1); ++g) {
                     bundle_ok &= cells_[cell_at(qt, qr, x, g, p)].bundle_ok;
-                    if (!cells_[cell_at(at, ar, x, g, p)].set.insert(y * P + pk) && !twice) {
+                    if (!add(cells_[cell_at(at, ar, x, g, p)], y * P + pk) && !twice) {
                       twice = true;
                       fail("coverage", fmt::format("pair (Q{}, KV{}) of {} is computed twice (again by {})", block(x * P + p), block(y * P + pk),
                                                    cell_name(o.buf[2], x, g, p), name(id)), {id});
                     }
                   }
                 }
+            }
           if (!any) { fail("coverage", fmt::format("{} computes no pair the mask leaves visible", name(id)), {id}); break; }
           if (bwd && !bundle_ok) fail("coverage", fmt::format("{} uses a backward bundle packed from an incomplete output", name(id)), {id});
           if (!bwd) break;
           const BufferId kt = root_of(o.buf[3]);
           const Region kr = reg(kt);
           for (std::int32_t y = rk.owner_begin; y < rk.owner_end; ++y)
-            for (std::int32_t pk = rk.part_begin; pk < rk.part_end; ++pk)
-              for (std::int32_t x = rq.owner_begin; x < rq.owner_end; ++x)
+            for (std::int32_t x = rq.owner_begin; x < rq.owner_end; ++x) {
+              const MaskPiece m = p_.workload.mask(x, y, p_.ranks);
+              if (m == MaskPiece::Empty) continue;
+              for (std::int32_t pk = rk.part_begin; pk < rk.part_end; ++pk)
                 for (std::int32_t p = rq.part_begin; p < rq.part_end; ++p) {
-                  if (!visible(x, p, y, pk)) continue;
+                  if (!visible(m, p, pk, x, y)) continue;
                   for (std::int32_t g = rk.head_begin; g < (split_heads_ ? rk.head_end : rk.head_begin + 1); ++g)
-                    if (!cells_[cell_at(kt, kr, y, g, pk)].set.insert(x * P + p) && !twice) {
+                    if (!add(cells_[cell_at(kt, kr, y, g, pk)], x * P + p) && !twice) {
                       twice = true;
                       fail("coverage", fmt::format("dK/dV pair (Q{}, KV{}) of {} is accumulated twice (again by {})", block(x * P + p),
                                                    block(y * P + pk), cell_name(o.buf[3], y, g, pk), name(id)), {id});
                     }
                 }
+            }
           break;
         }
         case OpKind::Send: (void)reads_all(id, o.buf[0]); break;
@@ -809,7 +909,8 @@ class Validator {
           const BufferId src = p_.op(s).buf[0], st = root_of(src);
           const Region sr = regions_ ? reg(st) : Region{};
           for_whole(o.buf[0], [&](std::size_t c, std::int32_t x, std::int32_t g, std::int32_t p) {
-            cells_[c] = cells_[cell_at(st, sr, x, g, p)];  // equal regions (matching)
+            if (!regions_) cells_[c] = cells_[std::size_t(st)];
+            else assign(cells_[c], cells_[cell_at(st, sr, x, g, p)]);  // equal regions (matching)
           });
           break;
         }
@@ -820,7 +921,8 @@ class Validator {
           const Region pr = regions_ ? reg(pt) : Region{};
           bool reported = false;
           for_whole(o.buf[1], [&](std::size_t c, std::int32_t x, std::int32_t g, std::int32_t p) {
-            auto overlap = cells_[c].set.merge(cells_[cell_at(pt, pr, x, g, p)].set);
+            Cell& part = cells_[cell_at(pt, pr, x, g, p)];
+            auto overlap = regions_ ? merge(cells_[c], part) : cells_[c].set.merge(part.set);
             if (!overlap.empty() && !reported) {
               reported = true;
               fail("coverage", fmt::format("{} combines pairs already present: {} of {} counted twice", name(id), blocks(overlap),
@@ -836,13 +938,13 @@ class Validator {
             const Region orr = regions_ ? reg(ot) : Region{};
             bool reported = false;
             for_whole(o.buf[3], [&](std::size_t c, std::int32_t x, std::int32_t g, std::int32_t p) {
-              const auto& have = cells_[cell_at(ot, orr, x, g, p)].set;
+              const Cell& have = cells_[cell_at(ot, orr, x, g, p)];
               const auto& want = expected_kv(x, p);
-              const bool ok = have == want;
+              const bool ok = same_blocks(have, want);
               if (!ok && !reported) {
                 reported = true;
                 fail("coverage", fmt::format("{} packs the backward bundle from an output that is not final{}: {}", name(id),
-                                             regions_ ? " (" + cell_name(o.buf[2], x, g, p) + ")" : "", describe(have, want, "kv blocks")), {id});
+                                             regions_ ? " (" + cell_name(o.buf[2], x, g, p) + ")" : "", describe(blocks_of(have), want, "kv blocks")), {id});
               }
               cells_[c].bundle_ok = ok;
               cells_[c].written = true;
@@ -856,7 +958,7 @@ class Validator {
             if (!reads(id, o.buf[0], r)) break;
             const BufferId st = root_of(o.buf[0]);
             const Region sr = reg(st);
-            for_cells(o.buf[1], r, [&](std::size_t c, std::int32_t x, std::int32_t g, std::int32_t p) { cells_[c] = cells_[cell_at(st, sr, x, g, p)]; });
+            for_cells(o.buf[1], r, [&](std::size_t c, std::int32_t x, std::int32_t g, std::int32_t p) { assign(cells_[c], cells_[cell_at(st, sr, x, g, p)]); });
           }
           break;
       }
@@ -864,7 +966,7 @@ class Validator {
     }
     const auto pass = p_.workload.pass;
     // Every cell of every result (whole shards of their rank: structure).
-    auto final_check = [&](RankId r, BufferId b, const char* what, const char* blocks_of, bool dkv) {
+    auto final_check = [&](RankId r, BufferId b, const char* what, const char* of, bool dkv) {
       for_whole(b, [&](std::size_t c, std::int32_t, std::int32_t g, std::int32_t p) {
         if (full()) return;
         std::string where;
@@ -872,8 +974,8 @@ class Validator {
         if (P > 1) where += fmt::format(" part {}", p);
         const auto& want = dkv ? expected_q(r, p) : expected_kv(r, p);
         const Cell& have = cells_[c];
-        if (!have.written) fail("coverage", fmt::format("rank {}: final {}{} is never written: {}", r, what, where, describe(have.set, want, blocks_of)));
-        else if (!(have.set == want)) fail("coverage", fmt::format("rank {}: final {}{}{}", r, what, where.empty() ? " " : where + ": ", describe(have.set, want, blocks_of)));
+        if (!have.written) fail("coverage", fmt::format("rank {}: final {}{} is never written: {}", r, what, where, describe(have.set, want, of)));
+        else if (!same_blocks(have, want)) fail("coverage", fmt::format("rank {}: final {}{}{}", r, what, where.empty() ? " " : where + ": ", describe(blocks_of(have), want, of)));
       });
     };
     for (RankId r = 0; r < p_.ranks && !full(); ++r) {
@@ -903,6 +1005,8 @@ class Validator {
   std::vector<Cell> cells_;
   std::array<std::vector<char>, 7> part_table_;  // per mask piece: visible (q part, kv part)
   std::vector<std::pair<bool, IntervalSet>> exp_kv_, exp_q_;
+  std::vector<std::vector<std::uint64_t>> dense_;  // bitmaps of fragmented cells
+  std::vector<std::int32_t> free_dense_;
 };
 
 } // namespace
