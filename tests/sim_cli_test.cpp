@@ -36,6 +36,13 @@ TEST(SimCli, CompareAcceptance3) {
   EXPECT_EQ(j["schema"], 1);
   std::set<std::string> seen;
   for (const auto& r : j["results"]) {
+    // 12 heads do not split over Ulysses' 16 or USP's 8 ranks, and TASP has no backward:
+    // those rows say why instead of a time.
+    const std::string algo = r["algo"];
+    if ((algo == "ulysses" || algo == "usp" || (algo.starts_with("tasp") && r["pass"] == "bwd")) && r.contains("error")) {
+      EXPECT_FALSE(r["error"].get<std::string>().empty());
+      continue;
+    }
     ASSERT_TRUE(r.contains("time_ms")) << r.dump();
     seen.insert(r["algo"].get<std::string>() + "/" + r["pass"].get<std::string>());
     EXPECT_GT(r["speedup_vs_ring"].get<double>(), 0);
@@ -43,8 +50,9 @@ TEST(SimCli, CompareAcceptance3) {
       EXPECT_DOUBLE_EQ(r["speedup_vs_ring"].get<double>(), 1.0);
     }
   }
-  for (const char* a : {"ring", "ring-zigzag", "merge", "rm+", "charm"})
+  for (const char* a : {"ring", "ring-zigzag", "merge", "rm+", "charm", "allgather-kv"})
     for (const char* p : {"fwd", "bwd"}) EXPECT_TRUE(seen.count(std::string(a) + "/" + p)) << a << " " << p;
+  EXPECT_TRUE(seen.count("tasp/fwd") && seen.count("tasp-zigzag/fwd"));
 }
 
 TEST(SimCli, SimulateJsonHasTheIssueFields) {

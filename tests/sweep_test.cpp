@@ -178,12 +178,14 @@ TEST(Sweep, RefusedCombinationsAreSkippedAndCounted) {
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("skipped"), std::string::npos) << r.out;
   const json j = json::parse(slurp(dir + "/s.json"));
-  // 4 configurations x 6 algorithms; refused: six/kv3 all 6, six/kv2 merge+rm+ (charm: 6 ranks in 1 domain), h20-8/kv3 all 6.
+  // 4 configurations x 10 algorithms; refused: six/kv3 and h20-8/kv3 all 10 (3 kv heads
+  // do not group 8 heads); six/kv2 merge, rm+, charm (6 ranks in 1 domain), ulysses and
+  // usp (2 kv heads over 6 ranks); h20-8/kv2 ulysses and usp (2 kv heads over 8 ranks).
   EXPECT_EQ(j["configs"], 4);
   const std::size_t skipped = j["skipped"];
   const Csv c = read_csv(dir + "/s.csv");
-  EXPECT_EQ(c.rows.size() + skipped, 4u * 6u);
-  EXPECT_EQ(skipped, 6u + 3u + 6u);
+  EXPECT_EQ(c.rows.size() + skipped, 4u * 10u);
+  EXPECT_EQ(skipped, 10u + 5u + 10u + 2u);
   for (const auto& row : c.rows) EXPECT_EQ(row.at("kv_heads"), "2");
 }
 
@@ -254,7 +256,7 @@ TEST(Sweep, WithoutGnuplotTheCsvIsStillWritten) {
                          " --batch 1 --seq 8k --heads 8 --head-dim 128 --out " + dir + "/s.csv --plot " + dir + "/s.png");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("gnuplot is not on PATH"), std::string::npos) << r.out;
-  EXPECT_EQ(read_csv(dir + "/s.csv").rows.size(), 6u);
+  EXPECT_EQ(read_csv(dir + "/s.csv").rows.size(), 10u);  // every algorithm, fwd
   EXPECT_FALSE(fs::exists(dir + "/s.png"));
 }
 
