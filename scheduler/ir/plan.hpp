@@ -12,7 +12,9 @@
 //   (stream s, rank b, peer a) with tag t. Tags count 0, 1, 2, ... per
 //   (stream, src, dst), i.e. matching is in issue order, as NCCL matches.
 // - Consecutive Send/Recv ops of one (rank, stream) with the same group id >= 0
-//   are issued together (ncclGroupStart/End) and may complete in any order.
+//   are issued together (ncclGroupStart/End), progress in any order, and
+//   complete as a whole: an op that depends on the group's last member may use
+//   what any member received (PlanBuilder relies on this).
 // - Buffers are rank-local. Op::buf holds, per kind:
 //     Compute (fwd)  [q, kv, out-acc, -]        out-acc is read and written
 //     Compute (bwd)  [qbundle, kv, dq-acc, dkv-acc]  both accs read and written
@@ -25,6 +27,7 @@
 // - Regions (region.hpp; Ulysses, USP and TASP plans): a buffer may hold several
 //   owners' shards, a range of kv heads and a range of token parts. Rules:
 //     * every range lies inside the workload; Plan::parts divides the shard tokens;
+//       heads == 0 ("all") needs head_begin == 0, parts == 0 needs part_begin == 0;
 //     * Input buffers and results are whole shards of their own rank, never views;
 //     * a view's parent is an earlier buffer of the same rank and kind that is not
 //       a view, with the same heads and parts; the view's owners lie inside it;
