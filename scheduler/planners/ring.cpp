@@ -111,22 +111,13 @@ RingGradients ring_backward_over(PlanBuilder& b, const std::vector<Ring>& rings,
 }
 
 void ring_forward(PlanBuilder& b, const std::vector<RankState>& st) {
-  std::vector<BufferId> q, kv;
-  for (const auto& s : st) {
-    q.push_back(s.q);
-    kv.push_back(s.kv);
-  }
-  const auto acc = ring_forward_over(b, one_ring(b.ranks()), q, kv);
+  const auto acc = ring_forward_over(b, one_ring(b.ranks()), column(st, &RankState::q), column(st, &RankState::kv));
   for (std::size_t r = 0; r < st.size(); ++r) b.results(RankId(r)).out = acc[r];
 }
 
 void ring_backward(PlanBuilder& b, const std::vector<RankState>& st) {
-  std::vector<BufferId> qb, kv;
-  for (const auto& s : st) {
-    qb.push_back(s.qbundle);
-    kv.push_back(s.kv);
-  }
-  const auto g = ring_backward_over(b, one_ring(b.ranks()), qb, kv);
+  const auto g =
+      ring_backward_over(b, one_ring(b.ranks()), column(st, &RankState::qbundle), column(st, &RankState::kv));
   for (std::size_t r = 0; r < st.size(); ++r) {
     b.results(RankId(r)).dq = g.dq[r];
     b.results(RankId(r)).dkv = g.dkv[r];

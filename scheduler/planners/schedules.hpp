@@ -16,6 +16,14 @@ struct RankState {
   BufferId q_heads = ir::kNone, kv_heads = ir::kNone, out_heads = ir::kNone;
 };
 
+/// One field of every rank's state, indexed by rank (what the *_over schedules take).
+[[nodiscard]] inline std::vector<BufferId> column(const std::vector<RankState>& st, BufferId RankState::*field) {
+  std::vector<BufferId> v;
+  v.reserve(st.size());
+  for (const auto& s : st) v.push_back(s.*field);
+  return v;
+}
+
 // Each forward schedule sets results(r).out; each backward schedule sets dq and dkv.
 
 /// The members of one ring in order; kv moves from member i to member i+1.

@@ -120,13 +120,6 @@ std::vector<Ring> cross_rings(const Groups& g) {
   return rings;
 }
 
-std::vector<BufferId> column(const std::vector<RankState>& st, BufferId RankState::*field) {
-  std::vector<BufferId> v;
-  v.reserve(st.size());
-  for (const auto& s : st) v.push_back(s.*field);
-  return v;
-}
-
 } // namespace
 
 void usp_forward(PlanBuilder& b, std::vector<RankState>& st, int domains) {
