@@ -133,34 +133,27 @@ TEST(RegionCopy, ShardShapeOfRegionIsTheWholeShardForOneOwner) {
   EXPECT_EQ(s.heads, 4);
 }
 
-TEST(RegionCopy, SlicingHeadsAndPlacingThemBackIsTheIdentity) {
+/// Cuts a whole shard into `slices` and places each back into a zeroed shard: every kind comes back intact.
+static void expect_slicing_round_trips(std::int32_t owner, float base, std::initializer_list<Region> slices) {
   const auto w = copy_workload();
   for (BufKind k : kKinds) {
-    const auto src = iota_storage(w, k, shard(1), 0.5f);
+    const auto src = iota_storage(w, k, shard(owner), base);
     std::vector<float> back(src.size(), 0.0f);
-    for (auto [h0, h1] : {std::pair{0, 1}, {1, 3}, {3, 4}}) {
-      const Region slice{1, 2, h0, h1, 0, kParts};
+    for (const Region& slice : slices) {
       std::vector<float> mid(std::size_t(storage(w, k, slice)), -1.0f);
-      ASSERT_TRUE(copy_region(w, kRanks, kParts, k, shard(1), src, slice, mid).ok());
-      ASSERT_TRUE(copy_region(w, kRanks, kParts, k, slice, mid, shard(1), back).ok());
+      ASSERT_TRUE(copy_region(w, kRanks, kParts, k, shard(owner), src, slice, mid).ok());
+      ASSERT_TRUE(copy_region(w, kRanks, kParts, k, slice, mid, shard(owner), back).ok());
     }
     EXPECT_EQ(back, src) << ir::to_string(k);
   }
 }
 
+TEST(RegionCopy, SlicingHeadsAndPlacingThemBackIsTheIdentity) {
+  expect_slicing_round_trips(1, 0.5f, {Region{1, 2, 0, 1, 0, kParts}, Region{1, 2, 1, 3, 0, kParts}, Region{1, 2, 3, 4, 0, kParts}});
+}
+
 TEST(RegionCopy, SlicingPartsAndPlacingThemBackIsTheIdentity) {
-  const auto w = copy_workload();
-  for (BufKind k : kKinds) {
-    const auto src = iota_storage(w, k, shard(3), 0.0f);
-    std::vector<float> back(src.size(), 0.0f);
-    for (auto [p0, p1] : {std::pair{0, 1}, {1, 3}, {3, 4}}) {
-      const Region slice{3, 4, 0, 4, p0, p1};
-      std::vector<float> mid(std::size_t(storage(w, k, slice)), -1.0f);
-      ASSERT_TRUE(copy_region(w, kRanks, kParts, k, shard(3), src, slice, mid).ok());
-      ASSERT_TRUE(copy_region(w, kRanks, kParts, k, slice, mid, shard(3), back).ok());
-    }
-    EXPECT_EQ(back, src) << ir::to_string(k);
-  }
+  expect_slicing_round_trips(3, 0.0f, {Region{3, 4, 0, 4, 0, 1}, Region{3, 4, 0, 4, 1, 3}, Region{3, 4, 0, 4, 3, 4}});
 }
 
 TEST(RegionCopy, OwnersOfAGatheredBufferAreContiguousBlocks) {
