@@ -287,12 +287,14 @@ Expected<SimResult> Engine::run() {
     if (net_.dirty() && (q_.empty() || q_.top().time_s > now_)) net_.resolve(now_, on_change);
     if (q_.empty()) break;
     const Event e = q_.pop();
+    // A drain event of a flow whose rate changed since is stale (a newer one
+    // stands): it is dropped before it can move the clock.
+    if (e.kind == kFlowDrained && net_.version(e.id) != e.version) continue;
     ++res_.events;
     now_ = e.time_s;
     switch (e.kind) {
       case kOpDone: complete(e.id); break;
       case kFlowDrained: {
-        if (net_.version(e.id) != e.version) break;  // the rate changed since: a newer event stands
         net_.remove_flow(e.id, now_);  // the slot may be reused at once: the done event names the send
         q_.push(now_ + flow_latency_s_[std::size_t(e.id)], kFlowDone, flow_send_[std::size_t(e.id)]);
         break;
@@ -391,7 +393,7 @@ void Engine::peak_memory() {
     const Op& o = plan_.op(OpId(i));
     for (BufferId b : o.buf) {
       if (b == kNone) continue;
-      const auto k = std::size_t(plan_.root(b));  // a view lives in its root's storage
+      const auto k = std::size_t(plan_.storage(b));  // a view lives in its root's storage, a reuse in its chain's
       if (first[k] < 0 || res_.start_s[i] < first[k]) first[k] = res_.start_s[i];
       last[k] = std::max(last[k], res_.end_s[i]);
     }
@@ -403,7 +405,7 @@ void Engine::peak_memory() {
   std::vector<std::vector<std::pair<double, std::int64_t>>> ev(std::size_t(plan_.ranks));
   for (std::size_t k = 0; k < B; ++k) {
     const Buffer& b = bufs[k];
-    if (b.parent != kNone || (first[k] < 0 && b.init != BufInit::Input)) continue;
+    if (b.parent != kNone || b.reuse != kNone || (first[k] < 0 && b.init != BufInit::Input)) continue;
     const double from = b.init == BufInit::Input ? 0.0 : first[k];
     const double to = std::max(from, last[k] < 0 ? res_.makespan_s : last[k]);
     ev[std::size_t(b.rank)].emplace_back(from, std::int64_t(b.bytes));
