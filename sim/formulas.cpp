@@ -37,20 +37,28 @@ int log2i(int n) {
 // Ring, forward: step s's exchange (s+1) starts with step s's compute once
 // step s-1's compute is done: T = (n-1) max(Tc, Tkv) + Tc — Eq. 2.
 // Backward: the KV ring is the same (a_s = arrival of step s's block,
-// c_s = end of its compute); each block's dK/dV go into a fresh partial that
-// is added to the running sum once the sum has arrived, and the sum moves on:
-//   c_s = max(a_s, c_{s-1}) + Tc,   a_{s+1} = max(a_s, c_{s-1}) + Tkv,
-//   e_s = max(c_s, e_{s-1}) + Tdkv, T = e_{n-1}   (the last move reaches the owner).
+// c_s = end of its compute); each block's dK/dV go into the rank's one partial
+// slot, which is added to the running sum once the sum has arrived (A_s), and
+// the sum moves on; the slot is free again once added (or, for step 0's
+// partial, which is the first running sum, once sent):
+//   c_s = max(a_s, c_{s-1}, f_{s-1}) + Tc,   a_{s+1} = max(a_s, c_{s-1}) + Tkv,
+//   e_0 = c_0 + Tdkv, f_0 = e_0;   A_s = max(c_s, e_{s-1}), e_s = A_s + Tdkv, f_s = A_s,
+//   T = e_{n-1}   (the last move reaches the owner).
 double ring_time(int n, Phase ph, const StepCosts& c) {
   if (n == 1) return c.t_comp;
   if (ph == Phase::Fwd) return (n - 1) * std::max(c.t_comp, c.t_kv) + c.t_comp;
-  double a = 0, c_prev = 0, e = 0;  // a_0, c_{-1}, e_{-1}
+  double a = 0, c_prev = 0, e = 0, freed = 0;  // a_0, c_{-1}, e_{-1}, f_{-1}
   for (int s = 0; s < n; ++s) {
-    const double start = std::max(a, c_prev);
-    const double cs = start + c.t_comp;
-    a = start + c.t_kv;  // a_{s+1}
+    const double cs = std::max({a, c_prev, freed}) + c.t_comp;
+    a = std::max(a, c_prev) + c.t_kv;  // a_{s+1}
     c_prev = cs;
-    e = std::max(cs, e) + c.t_dkv;
+    if (s == 0) {
+      e = cs + c.t_dkv;
+      freed = e;
+    } else {
+      freed = std::max(cs, e);
+      e = freed + c.t_dkv;
+    }
   }
   return e;
 }
@@ -75,45 +83,68 @@ double merge_time(int n, Phase ph, const StepCosts& c) {
 
 // RM+, as the planner builds it (scheduler/planners/charm.cpp):
 //   level 1: one KV exchange (Tkv) while the local block computes;
-//   level i >= 2: m = 2^(i-2) rounds; round t's KV arrives at s_i + (t+1)Tkv
-//   and its Q at s_i + (t+1)Tq (two streams, each back to back);
+//   level i >= 2: m = 2^(i-2) rounds, a KV and a Q exchange each, on two
+//   streams that run back to back; round 0 waits for the previous level's
+//   computation (the Commwait of Algorithm 2);
 //   a level computes the previous level's last-round items, then its own
 //   rounds 0..m-2 as they arrive (Q item first, then KV item); the last
-//   round's items are deferred; the next level's exchanges start at
-//   s_{i+1} = max(s_i + m Tkv, s_i + m Tq, end of this level's computation);
+//   round's items are deferred;
 //   computing a foreign Q item (bwd: also a KV item) returns a partial on the
 //   out stream, one after the other; the run ends with the tail items and the
-//   last return. With per-step costs equal on every rank, this recurrence is
-//   exact; its steady state is sum_i max(C_i, k_i Tc) with k = 1, 1, 2^(i-1)
-//   when Tq = Tkv, and a deferred Q item may start before the barrier when
-//   Tq < Tkv (see docs/validation.md).
+//   last return.
+// Bounded buffers add three waits: a KV (Q) exchange waits until the item
+// received two exchanges earlier on its stream is computed (two slots), and
+// the computation of a Q (bwd: KV) item waits until the previous such item's
+// partial has gone home (one partial slot each). With per-step costs equal on
+// every rank, this recurrence is exact; without the waits its steady state is
+// sum_i max(C_i, k_i Tc), k = 1, 1, 2^(i-1), when Tq = Tkv (docs/validation.md).
 double rmplus_time(int n, Phase ph, const StepCosts& c) {
   if (n == 1) return c.t_comp;
   const bool bwd = ph == Phase::Bwd;
   const int L = log2i(n);
-  struct Item { bool q; double arrival; };
-  double cursor = 0, out = 0;  // compute stream and out stream free times
+  struct Item { bool q; double arrival; std::size_t draw; };
+  std::vector<double> kv_done, q_done;  // per received item: when its compute ends (its slot is free)
+  double cursor = c.t_comp, out = 0;    // compute and out streams free (level 1 computes the local block)
+  double q_part_free = 0, kv_part_free = 0;
   auto run = [&](const std::vector<Item>& items) {
     for (const Item& it : items) {
-      cursor = std::max(cursor, it.arrival) + c.t_comp;
-      if (it.q) out = std::max(out, cursor) + c.t_out;         // partial (O, LSE) or dQ goes home
-      else if (bwd) out = std::max(out, cursor) + c.t_dkv;     // dK/dV partial goes home
+      const double part_free = it.q ? q_part_free : bwd ? kv_part_free : 0.0;
+      cursor = std::max({cursor, it.arrival, part_free}) + c.t_comp;
+      (it.q ? q_done : kv_done)[it.draw] = cursor;
+      if (it.q) q_part_free = out = std::max(out, cursor) + c.t_out;             // partial (O, LSE) or dQ goes home
+      else if (bwd) kv_part_free = out = std::max(out, cursor) + c.t_dkv;       // dK/dV partial goes home
     }
   };
-  std::vector<Item> deferred;  // level 1 computes the local block (no return)
-  cursor = c.t_comp;
-  double s = 0;
+  double barrier = 0, kv_free = 0, q_free = 0;
+  auto receive = [](std::vector<double>& done, double& stream_free, double start, double t) {
+    const std::size_t d = done.size();
+    const double slot = d >= 2 ? done[d - 2] : 0.0;
+    done.push_back(0.0);
+    stream_free = std::max({stream_free, start, slot}) + t;
+    return Item{false, stream_free, d};
+  };
+  std::vector<Item> deferred;
   for (int i = 1; i <= L; ++i) {
     const int m = i == 1 ? 1 : 1 << (i - 2);
     std::vector<std::vector<Item>> rounds(static_cast<std::size_t>(m));
-    for (int t = 0; t < m; ++t) {
-      if (i >= 2) rounds[std::size_t(t)].push_back({true, s + (t + 1) * c.t_q});
-      rounds[std::size_t(t)].push_back({false, s + (t + 1) * c.t_kv});
-    }
+    auto exchange = [&](int t) {
+      const double start = t == 0 ? barrier : 0.0;
+      auto& r = rounds[std::size_t(t)];
+      if (i >= 2) {
+        Item q = receive(q_done, q_free, start, c.t_q);
+        q.q = true;
+        r.push_back(q);
+      }
+      r.push_back(receive(kv_done, kv_free, start, c.t_kv));
+    };
+    exchange(0);
     run(deferred);
-    for (int t = 0; t + 1 < m; ++t) run(rounds[std::size_t(t)]);
+    for (int t = 1; t < m; ++t) {
+      exchange(t);
+      run(rounds[std::size_t(t - 1)]);
+    }
     deferred = rounds.back();
-    s = std::max({s + m * c.t_kv, i >= 2 ? s + m * c.t_q : 0.0, cursor});
+    barrier = cursor;
   }
   run(deferred);
   return std::max(cursor, out);

@@ -1,8 +1,11 @@
 // The validator rejects deliberately broken plans and names the rule (issue 2, acceptance 4).
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <nlohmann/json.hpp>
 #include <set>
 
+#include "scheduler/ir/plan_io.hpp"
 #include "scheduler/planners/planners.hpp"
 #include "scheduler/validate/interval_set.hpp"
 #include "scheduler/validate/validator.hpp"
@@ -57,7 +60,15 @@ TEST(Validator, RejectsARemovedSend) {
 
 TEST(Validator, RejectsADuplicatedCompute) {
   Plan p = make("charm", 8, PassKind::Fwd);
-  const OpId c = find(p, [](const Op& o) { return o.kind == OpKind::Compute && o.rank == 5 && o.q_owner != o.kv_owner; });
+  // A compute on buffers whose storage no later buffer takes over, so that the
+  // duplicate (appended last) breaks coverage only, not buffer lifetimes.
+  std::vector<char> reused(p.buffers().size(), 0);
+  for (const Buffer& b : p.buffers())
+    if (b.reuse != kNone) reused[std::size_t(b.reuse)] = 1;
+  const OpId c = find(p, [&](const Op& o) {
+    return o.kind == OpKind::Compute && o.rank == 5 && o.q_owner != o.kv_owner && !reused[std::size_t(o.buf[0])] &&
+           !reused[std::size_t(o.buf[1])] && !reused[std::size_t(o.buf[2])];
+  });
   const Op dup = p.op(c);
   std::vector<OpId> deps(p.deps(c).begin(), p.deps(c).end());
   const OpId copy = p.add_op(dup, deps);
@@ -151,4 +162,60 @@ TEST(IntervalSet, MergeMatchesASetOfInts) {
     ASSERT_TRUE(a == w) << round << ": " << a.str() << " vs " << w.str();
     ASSERT_TRUE(overlap == o) << round << ": " << overlap.str() << " vs " << o.str();
   }
+}
+
+namespace {
+/// A ring plan with its buffers' storage reuse rewritten by `edit` (through JSON).
+Plan with_reuse_edit(PassKind pass, const std::function<void(nlohmann::json&)>& edit) {
+  auto j = plan_to_json(make("ring", 4, pass));
+  edit(j["buffers"]);
+  auto p = plan_from_json(j, "edited");
+  EXPECT_TRUE(p.ok()) << (p.ok() ? "" : p.error().message());
+  return std::move(p).value();
+}
+/// The first buffer that reuses another.
+std::size_t first_reuser(const nlohmann::json& bufs) {
+  for (std::size_t b = 0; b < bufs.size(); ++b)
+    if (bufs[b].contains("reuse")) return b;
+  ADD_FAILURE() << "the ring plan reuses no buffer";
+  return 0;
+}
+} // namespace
+
+TEST(Validator, RingPlansReuseBufferStorage) {
+  // Double buffering: a 4-rank ring forward receives 3 KV blocks per rank into 2 slots.
+  const Plan p = make("ring", 4);
+  int reusers = 0;
+  for (const Buffer& b : p.buffers()) reusers += b.reuse != kNone;
+  EXPECT_EQ(reusers, 4);  // the third block of each rank
+  EXPECT_TRUE(sched::validate(p).ok());
+}
+
+TEST(Validator, RejectsReusingAnInput) {
+  Plan p = with_reuse_edit(PassKind::Fwd, [](nlohmann::json& bufs) {
+    const std::size_t b = first_reuser(bufs);
+    for (std::size_t a = 0; a < b; ++a)
+      if (bufs[a]["init"] == "input" && bufs[a]["rank"] == bufs[b]["rank"] && bufs[a]["kind"] == bufs[b]["kind"]) {
+        bufs[b]["reuse"] = a;
+        return;
+      }
+    ADD_FAILURE() << "no input to reuse";
+  });
+  EXPECT_EQ(first_rule(p), "structure");
+  EXPECT_NE(sched::validate(p).summary(p).find("an input"), std::string::npos) << sched::validate(p).summary(p);
+}
+
+TEST(Validator, RejectsReusingAStillLiveBuffer) {
+  // The third KV block of a rank takes over the slot of the second instead of
+  // the first: the second is still computed on and sent while the third arrives.
+  Plan p = with_reuse_edit(PassKind::Fwd, [](nlohmann::json& bufs) {
+    const std::size_t b = first_reuser(bufs);
+    for (std::size_t a = b; a-- > 0;)
+      if (bufs[a]["rank"] == bufs[b]["rank"] && bufs[a]["kind"] == "kv" && bufs[a]["init"] != "input") {
+        bufs[b]["reuse"] = a;
+        return;
+      }
+  });
+  EXPECT_EQ(first_rule(p), "lifetime");
+  EXPECT_NE(sched::validate(p).summary(p).find("into the storage of"), std::string::npos) << sched::validate(p).summary(p);
 }

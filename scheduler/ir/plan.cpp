@@ -81,6 +81,8 @@ BufferId Plan::add_buffer(const Buffer& b) {
   // Parents come first, so root() always ends (loaders check this for files).
   CHARM_ASSERT(b.parent == kNone || (b.parent >= 0 && std::size_t(b.parent) < buffers_.size()),
                "a view's parent is an earlier buffer");
+  CHARM_ASSERT(b.reuse == kNone || (b.reuse >= 0 && std::size_t(b.reuse) < buffers_.size()),
+               "a reused buffer is an earlier buffer");
   buffers_.push_back(b);
   return static_cast<BufferId>(buffers_.size() - 1);
 }
@@ -137,6 +139,12 @@ Region Plan::region(BufferId id) const {
 
 BufferId Plan::root(BufferId id) const {
   while (buffer(id).parent != kNone) id = buffer(id).parent;
+  return id;
+}
+
+BufferId Plan::storage(BufferId b) const {
+  BufferId id = root(b);
+  while (buffer(id).reuse != kNone) id = buffer(id).reuse;
   return id;
 }
 

@@ -38,6 +38,14 @@
 //       each, else Mixed (the executor takes each pair's mask from positions);
 //     * Merge, Accumulate, pack and every Send/Recv pair: equal regions;
 //     * plain Copy: same kind, one region contains the other.
+// - Storage reuse (bounded in-flight buffers, e.g. double buffering): a buffer
+//   whose `reuse` names an earlier buffer of the same rank takes over that
+//   buffer's storage. Every access of the earlier buffer happens before the
+//   first access of the later one, which writes it (a Zero buffer is zeroed
+//   as it takes the storage over, so it may be read first); a buffer is reused at most
+//   once (storage passes along a chain), and neither is a view, an Input or a
+//   result, and the later one is no larger. Peak memory counts one allocation
+//   per chain; executors may alias the storage or allocate afresh.
 
 #include <cstdint>
 #include <span>
@@ -100,6 +108,7 @@ struct Buffer {
   std::int32_t head_begin = 0, heads = 0;  // kv heads [head_begin, head_begin + heads); heads 0 = all
   std::int32_t part_begin = 0, parts = 0;  // token parts, of Plan::parts; parts 0 = all
   BufferId parent = kNone;                 // a view of this buffer's owners inside `parent`
+  BufferId reuse = kNone;                  // takes over this earlier buffer's storage once it is dead
 };
 
 /// One operation. Plain data, 64 bytes; dependencies live in the plan (CSR).
@@ -148,6 +157,8 @@ class Plan {
   [[nodiscard]] Region region(BufferId b) const;
   /// The buffer whose storage b lives in (b itself unless b is a view).
   [[nodiscard]] BufferId root(BufferId b) const;
+  /// The first buffer of b's storage-reuse chain (b's root, following Buffer::reuse back).
+  [[nodiscard]] BufferId storage(BufferId b) const;
   /// True if some buffer is cut finer than a whole shard (Ulysses, USP, TASP plans).
   [[nodiscard]] bool has_regions() const;
   [[nodiscard]] std::vector<RankResults>& results() { return results_; }

@@ -171,6 +171,7 @@ json plan_to_json(const Plan& plan) {
     if (b.heads != 0) { jb["head_begin"] = b.head_begin; jb["heads"] = b.heads; }
     if (b.parts != 0) { jb["part_begin"] = b.part_begin; jb["parts"] = b.parts; }
     if (b.parent != kNone) jb["parent"] = b.parent;
+    if (b.reuse != kNone) jb["reuse"] = b.reuse;
     bufs.push_back(std::move(jb));
   }
   json results = json::array();
@@ -224,7 +225,7 @@ Expected<Plan> plan_from_json(const json& j, std::string_view where) {
   for (const json& jb : **bf) {
     Reader r(jb, fmt::format("{}.buffers[{}]", w, bi++));
     if (auto s = r.known_fields({"rank", "kind", "owner", "init", "bytes", "owners", "head_begin", "heads", "part_begin",
-                                 "parts", "parent"});
+                                 "parts", "parent", "reuse"});
         !s)
       return s.error();
     Buffer b;
@@ -252,6 +253,10 @@ Expected<Plan> plan_from_json(const json& j, std::string_view where) {
     b.parent = static_cast<BufferId>(v);
     if (b.parent >= static_cast<std::int64_t>(plan.buffers().size()))
       return Error{fmt::format("{}.buffers[{}].parent", w, bi - 1), fmt::format("must name an earlier buffer, got {}", b.parent)};
+    CHARM_TRY_ASSIGN(v, r.integer("reuse", -1, std::int64_t{1} << 30, false, -1));
+    b.reuse = static_cast<BufferId>(v);
+    if (b.reuse >= static_cast<std::int64_t>(plan.buffers().size()))
+      return Error{fmt::format("{}.buffers[{}].reuse", w, bi - 1), fmt::format("must name an earlier buffer, got {}", b.reuse)};
     (void)plan.add_buffer(b);
   }
   const auto nbuf = static_cast<std::int64_t>(plan.buffers().size());

@@ -26,7 +26,7 @@ BufferId PlanBuilder::buffer(RankId rank, BufKind kind, RankId owner, BufInit in
   return buffer(rank, kind, shard_region(owner, plan_.workload, plan_.parts), init);
 }
 
-BufferId PlanBuilder::buffer(RankId rank, BufKind kind, const Region& r, BufInit init) {
+BufferId PlanBuilder::buffer(RankId rank, BufKind kind, const Region& r, BufInit init, BufferId reuse) {
   const auto& w = plan_.workload;
   CHARM_ASSERT(!r.empty() && r.owner_begin >= 0 && r.owner_end <= plan_.ranks && r.head_begin >= 0 &&
                    r.head_end <= w.kv_heads && r.part_begin >= 0 && r.part_end <= plan_.parts,
@@ -41,8 +41,39 @@ BufferId PlanBuilder::buffer(RankId rank, BufKind kind, const Region& r, BufInit
     b.part_begin = r.part_begin;
     b.parts = r.parts();
   }
+  if (reuse != kNone) {
+    const Buffer& old = plan_.buffer(reuse);
+    CHARM_ASSERT(old.rank == rank && old.parent == kNone && old.init != BufInit::Input && old.bytes >= b.bytes &&
+                     !access_[std::size_t(reuse)].taken_over,
+                 "a buffer reuses the whole storage, no smaller, of a working buffer of its rank, once");
+    access_[std::size_t(reuse)].taken_over = true;
+    b.reuse = reuse;
+  }
   access_.emplace_back();
   return plan_.add_buffer(b);
+}
+
+BufferId PlanBuilder::buffer(BufferRing& ring, RankId rank, BufKind kind, const Region& r, BufInit init) {
+  BufferId old = ring.recyclable(rank);
+  if (old != kNone && plan_.buffer(old).bytes < region_bytes(plan_.workload, plan_.ranks, plan_.parts, kind, r)) old = kNone;
+  const BufferId b = buffer(rank, kind, r, init, old);
+  ring.push(rank, b);
+  return b;
+}
+
+BufferId PlanBuilder::buffer(BufferRing& ring, RankId rank, BufKind kind, RankId owner, BufInit init) {
+  return buffer(ring, rank, kind, shard_region(owner, plan_.workload, plan_.parts), init);
+}
+
+void PlanBuilder::claim_storage(BufferId b, std::vector<OpId>& deps) {
+  auto& a = access_[std::size_t(b)];
+  if (a.claimed) return;
+  a.claimed = true;
+  const BufferId old = plan_.buffer(b).reuse;
+  if (old == kNone) return;
+  const auto& prev = access_[std::size_t(old)];
+  if (prev.writer != kNone) deps.push_back(prev.writer);
+  for (auto k = prev.readers; k != kNone; k = reader_nodes_[std::size_t(k)].next) deps.push_back(reader_nodes_[std::size_t(k)].op);
 }
 
 BufferId PlanBuilder::view(BufferId parent, RankId owner, int owners) {
@@ -55,6 +86,7 @@ BufferId PlanBuilder::view(BufferId parent, RankId owner, int owners) {
   v.init = BufInit::None;
   v.bytes = p.bytes / Bytes(p.owners) * Bytes(owners);
   v.parent = parent;
+  v.reuse = kNone;
   access_.emplace_back();
   return plan_.add_buffer(v);
 }
@@ -84,11 +116,15 @@ OpId PlanBuilder::emit(Op op, std::initializer_list<BufferId> reads, std::initia
   for (BufferId b : reads) rd[nr++] = plan_.root(b);
   for (BufferId b : writes) wr[nw++] = plan_.root(b);
   const std::span<const BufferId> reads_root(rd, nr), writes_root(wr, nw);
+  for (BufferId b : reads_root) claim_storage(b, d);
+  for (BufferId b : writes_root) claim_storage(b, d);
   for (BufferId b : reads_root) {
+    CHARM_ASSERT(!access_[static_cast<std::size_t>(b)].taken_over, "a buffer is touched after a later one took its storage over");
     CHARM_ASSERT(plan_.buffer(b).rank == op.rank, "an op may only touch buffers of its own rank");
     if (auto w = access_[static_cast<std::size_t>(b)].writer; w != kNone) d.push_back(w);
   }
   for (BufferId b : writes_root) {
+    CHARM_ASSERT(!access_[static_cast<std::size_t>(b)].taken_over, "a buffer is touched after a later one took its storage over");
     CHARM_ASSERT(plan_.buffer(b).rank == op.rank, "an op may only touch buffers of its own rank");
     const auto& a = access_[static_cast<std::size_t>(b)];
     if (a.writer != kNone) d.push_back(a.writer);

@@ -20,6 +20,25 @@ using ir::BufferId;
 using ir::OpId;
 using ir::RankId;
 
+/// At most `depth` live buffers of one purpose per rank: the buffer drawn
+/// `depth` draws after another takes over its storage (double buffering at 2).
+/// The planner must be done with a buffer before the draw that recycles it.
+class BufferRing {
+ public:
+  BufferRing(int ranks, int depth) : depth_(depth), live_(static_cast<std::size_t>(ranks)) {}
+  /// The storage the next buffer of `rank` should take over (kNone while fewer than depth are live).
+  [[nodiscard]] BufferId recyclable(RankId rank) const {
+    const auto& l = live_[static_cast<std::size_t>(rank)];
+    return static_cast<int>(l.size()) < depth_ ? ir::kNone : l[l.size() - static_cast<std::size_t>(depth_)];
+  }
+  void push(RankId rank, BufferId b) { live_[static_cast<std::size_t>(rank)].push_back(b); }
+  [[nodiscard]] int depth() const { return depth_; }
+
+ private:
+  int depth_;
+  std::vector<std::vector<BufferId>> live_;
+};
+
 class PlanBuilder {
  public:
   PlanBuilder(std::string algo, const ir::Workload& w, int ranks, int domains);
@@ -35,10 +54,16 @@ class PlanBuilder {
   [[nodiscard]] const ir::Buffer& buf(BufferId b) const { return plan_.buffer(b); }
   [[nodiscard]] ir::Region region(BufferId b) const { return plan_.region(b); }
   /// A buffer over a region (region.hpp); the plan's parts must be set first (set_parts).
-  BufferId buffer(RankId rank, ir::BufKind kind, const ir::Region& r, ir::BufInit init);
+  /// With `reuse`, it takes over that dead buffer's storage: its first access waits for
+  /// every access of `reuse`, which may not be touched again (bounded in-flight buffers).
+  BufferId buffer(RankId rank, ir::BufKind kind, const ir::Region& r, ir::BufInit init, BufferId reuse = ir::kNone);
   /// A view of owners [owner, owner + owners) of `parent` (same heads and parts): a receive
   /// into it lands in the parent's storage. Accesses count as accesses of the parent.
   BufferId view(BufferId parent, RankId owner, int owners = 1);
+  /// A new buffer of `rank` drawn from `ring`: it reuses the storage of the buffer drawn
+  /// ring.depth() draws before (when that one is no smaller), else it is fresh.
+  BufferId buffer(BufferRing& ring, RankId rank, ir::BufKind kind, const ir::Region& r, ir::BufInit init);
+  BufferId buffer(BufferRing& ring, RankId rank, ir::BufKind kind, RankId owner, ir::BufInit init);
   /// Token parts per shard that regions count in (TASP); before any buffer with parts.
   void set_parts(int parts) { plan_.parts = parts; }
   [[nodiscard]] int parts() const { return plan_.parts; }
@@ -88,6 +113,8 @@ class PlanBuilder {
   struct Access {
     OpId writer = ir::kNone;
     std::int32_t readers = ir::kNone;  // head of its list in reader_nodes_
+    bool taken_over = false;           // a later buffer holds this storage now: no access may follow
+    bool claimed = false;              // reuse: the wait for the previous holder is in place
   };
   struct ReaderNode {
     OpId op;
@@ -100,6 +127,9 @@ class PlanBuilder {
   [[nodiscard]] ir::Op block_op(ir::Phase phase, BufferId q, BufferId kv) const;
   OpId emit(ir::Op op, std::initializer_list<BufferId> reads, std::initializer_list<BufferId> writes,
             std::span<const OpId> extra);
+
+  /// Dependencies of the first access of a buffer that reuses storage: every access of the previous holder.
+  void claim_storage(BufferId b, std::vector<OpId>& deps);
 
   ir::Plan plan_;
   ir::Phase phase_ = ir::Phase::Fwd;

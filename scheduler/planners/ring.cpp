@@ -13,6 +13,12 @@
 //
 // The *_over forms run several rings side by side over any buffers (USP runs
 // one ring per Ulysses head slice across domains, over gathered regions).
+//
+// Buffers in flight are bounded (double buffering): a rank receives KV into
+// two slots, and backward adds two slots for dK/dV partials and two for the
+// running sums; a slot is written again only after its previous content is
+// computed on and sent on. So a lagging dK/dV stream holds the compute back
+// instead of piling up buffers, and peak memory is fixed by the schedule.
 
 #include "scheduler/planners/schedules.hpp"
 
@@ -24,7 +30,7 @@ namespace {
 
 /// The kv exchange of one ring step: in every ring, member i sends `cur` to member i+1.
 std::vector<BufferId> ring_shift(PlanBuilder& b, Stream stream, const std::vector<Ring>& rings,
-                                 const std::vector<BufferId>& cur, const std::vector<OpId>& barrier) {
+                                 const std::vector<BufferId>& cur, const std::vector<OpId>& barrier, BufferRing& slots) {
   const auto N = std::size_t(b.ranks());
   std::vector<int> group(N);
   for (auto& g : group) g = b.new_group();
@@ -35,7 +41,9 @@ std::vector<BufferId> ring_shift(PlanBuilder& b, Stream stream, const std::vecto
       std::vector<OpId> es, ed;
       if (!barrier.empty() && barrier[std::size_t(r)] != kNone) es.push_back(barrier[std::size_t(r)]);
       if (!barrier.empty() && barrier[std::size_t(dst)] != kNone) ed.push_back(barrier[std::size_t(dst)]);
-      auto t = b.transfer(stream, cur[std::size_t(r)], dst, group[std::size_t(r)], group[std::size_t(dst)], es, ed);
+      const BufferId src = cur[std::size_t(r)];
+      const BufferId into = b.buffer(slots, dst, b.buf(src).kind, b.region(src), BufInit::None);
+      auto t = b.transfer(stream, src, dst, group[std::size_t(r)], group[std::size_t(dst)], es, ed, into);
       next[std::size_t(dst)] = t.dst;
     }
   }
@@ -62,12 +70,13 @@ std::vector<BufferId> ring_forward_over(PlanBuilder& b, const std::vector<Ring>&
   const std::size_t len = ring_length(rings);
   std::vector<BufferId> acc(N, kNone), cur = kv;
   std::vector<OpId> prev_compute(N, kNone), last_compute(N, kNone);
+  BufferRing kv_slots(b.ranks(), 2);
   for (const Ring& ring : rings)
     for (RankId r : ring) acc[std::size_t(r)] = b.buffer(r, BufKind::Out, b.region(q[std::size_t(r)]), BufInit::Zero);
   for (std::size_t step = 0; step < len; ++step) {
     // Launch the exchange for step+1 (after the compute of step-1), then compute step.
     std::vector<BufferId> next;
-    if (step + 1 < len) next = ring_shift(b, Stream::Kv, rings, cur, prev_compute);
+    if (step + 1 < len) next = ring_shift(b, Stream::Kv, rings, cur, prev_compute, kv_slots);
     for (const Ring& ring : rings)
       for (RankId r : ring) {
         const auto i = std::size_t(r);
@@ -89,22 +98,23 @@ RingGradients ring_backward_over(PlanBuilder& b, const std::vector<Ring>& rings,
   for (const Ring& ring : rings)
     for (RankId r : ring) g.dq[std::size_t(r)] = b.buffer(r, BufKind::Dq, b.region(qbundle[std::size_t(r)]), BufInit::Zero);
   auto& running = g.dkv;
+  BufferRing kv_slots(b.ranks(), 2), partial_slots(b.ranks(), 1), sum_slots(b.ranks(), 2);
   for (std::size_t step = 0; step < len; ++step) {
     std::vector<BufferId> next;
-    if (step + 1 < len) next = ring_shift(b, Stream::Kv, rings, cur, prev_compute);
+    if (step + 1 < len) next = ring_shift(b, Stream::Kv, rings, cur, prev_compute, kv_slots);
     // Each block's dK/dV go into a fresh partial, so the compute never waits
     // for the running sum in flight; the sum picks the partial up on arrival.
     for (const Ring& ring : rings)
       for (RankId r : ring) {
         const auto i = std::size_t(r);
-        const BufferId part = b.buffer(r, BufKind::Dkv, b.region(cur[i]), BufInit::Zero);
+        const BufferId part = b.buffer(partial_slots, r, BufKind::Dkv, b.region(cur[i]), BufInit::Zero);
         if (b.any_visible(qbundle[i], cur[i])) last_compute[i] = b.compute_bwd(qbundle[i], cur[i], g.dq[i], part);
         if (running[i] == kNone) running[i] = part;
         else b.accumulate(Stream::Dkv, part, running[i]);
       }
     prev_compute = last_compute;
     // The running dK/dV sum moves one step behind its KV; after the last step it reaches its owner.
-    if (len > 1) running = ring_shift(b, Stream::Dkv, rings, running, {});
+    if (len > 1) running = ring_shift(b, Stream::Dkv, rings, running, {}, sum_slots);
     if (step + 1 < len) cur = std::move(next);
   }
   return g;

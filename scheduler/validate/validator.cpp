@@ -232,7 +232,35 @@ class Validator {
       if (pass != PassKind::Bwd) check(res.out, BufKind::Out, "out");
       if (pass != PassKind::Fwd) { check(res.dq, BufKind::Dq, "dq"); check(res.dkv, BufKind::Dkv, "dkv"); }
     }
+    if (report_.ok()) check_reuse_structure();
     return report_.ok();
+  }
+
+  /// Storage reuse: a chain of plain-or-region root buffers of one rank, each
+  /// reused at most once, never an Input, a view or a result, never growing.
+  void check_reuse_structure() {
+    const auto nb = static_cast<BufferId>(p_.buffers().size());
+    std::vector<char> is_result(std::size_t(nb), 0), reused(std::size_t(nb), 0);
+    for (const auto& res : p_.results())
+      for (BufferId b : {res.out, res.dq, res.dkv})
+        if (b >= 0 && b < nb) is_result[std::size_t(b)] = 1;
+    for (BufferId b = 0; b < nb && !full(); ++b) {
+      const Buffer& bf = p_.buffer(b);
+      if (bf.reuse == kNone) continue;
+      reuses_ = true;
+      const BufferId a = bf.reuse;
+      if (a < 0 || a >= b) { fail("structure", fmt::format("{} reuses buffer {}, which is not an earlier buffer", label(b), a)); continue; }
+      const Buffer& ab = p_.buffer(a);
+      const char* why = ab.rank != bf.rank                         ? "of another rank"
+                        : ab.parent != kNone || bf.parent != kNone ? "a view (only whole storage is reused)"
+                        : ab.init == BufInit::Input || bf.init == BufInit::Input ? "an input (inputs live for the whole plan)"
+                        : is_result[std::size_t(a)]                ? "a result (results live to the end)"
+                        : ab.bytes < bf.bytes                      ? "smaller than the buffer that reuses it"
+                        : reused[std::size_t(a)]                   ? "reused twice (storage passes along one chain)"
+                                                                   : nullptr;
+      if (why != nullptr) fail("structure", fmt::format("{} reuses {}, which is {}", label(b), label(a), why));
+      reused[std::size_t(a)] = 1;
+    }
   }
 
   // ----------------------------------------------------- streams and groups
@@ -544,6 +572,26 @@ class Validator {
     {
       auto fill = begin;
       for (OpId id : order_) for_accesses(id, [&](BufferId b, int s, bool w) { all[fill[std::size_t(b)]++] = {id, std::uint8_t(s), w}; });
+    }
+    // Storage reuse: every access of the reused buffer happens before the
+    // first access of the buffer that takes its storage over, which writes it
+    // or, for an accumulator, finds it zeroed (the others are ordered after
+    // that first access by the checks below).
+    for (BufferId b = 0; reuses_ && b < BufferId(nb) && !full(); ++b) {
+      const BufferId a = p_.buffer(b).reuse;
+      if (a == kNone) continue;
+      const std::span<const Access> later(all.data() + begin[std::size_t(b)], all.data() + begin[std::size_t(b) + 1]);
+      if (later.empty()) continue;
+      if (!later.front().write && p_.buffer(b).init != BufInit::Zero) {
+        fail("lifetime", fmt::format("{} reads {} before anything writes the storage it took over from {}", name(later.front().op), label(b), label(a)), {later.front().op});
+        continue;
+      }
+      for (std::uint32_t k = begin[std::size_t(a)]; k < begin[std::size_t(a) + 1]; ++k)
+        if (!hb(all[k].op, later.front().op)) {
+          fail("lifetime", fmt::format("{} writes {} into the storage of {} while {} may still use it", name(later.front().op), label(b), label(a), name(all[k].op)),
+               {all[k].op, later.front().op});
+          break;
+        }
     }
     // One storage's (or one owner's of it) accesses in time order; false once it reported.
     auto check = [&](BufferId b, RankId owner, std::span<const Access> a) {
@@ -1001,6 +1049,7 @@ class Validator {
   bool regions_ = false;      // some buffer is not one whole shard, or parts > 1
   bool views_ = false;        // some buffer is a view
   bool split_heads_ = false;  // some buffer holds part of the kv heads
+  bool reuses_ = false;       // some buffer takes over the storage of another
   std::vector<std::uint32_t> cell_base_;  // per buffer: its first cell (roots; regions_ only)
   std::vector<Cell> cells_;
   std::array<std::vector<char>, 7> part_table_;  // per mask piece: visible (q part, kv part)
