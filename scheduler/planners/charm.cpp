@@ -16,14 +16,22 @@
 //
 // CHARM+ over D domains x R ranks, rank (d, l):
 //
-//   cross:  Q(d,l) -> (d-p, l) for p = 1 .. D-1  (KV never leaves its domain)
-//   D = 2:  one RM+ run whose ranks carry two query sets: their own and the
-//           one that crossed (Algorithm 2's q and q_cross)
-//   D > 2:  one RM+ pipeline per source domain, p = 0 .. D-1; the queries of
-//           pipeline p+1 cross while pipeline p runs
-//   end:    (O, LSE) of foreign queries go back to (d+p, l) and are merged.
+//   cross:  Q(d,l) -> (d-p, l) for p = 1 .. D-1, back to back at the start
+//           (KV never leaves its domain)
+//   run:    one RM+ run per domain whose ranks carry D query sets: their own
+//           and the ones that crossed (Algorithm 2's q and q_cross); a crossed
+//           set is computed once it has arrived, KV moves inside the domain once
+//   end:    (O, LSE) of foreign queries go back to (d+p, l) and are merged,
+//           so cross-domain traffic is confined to the start and the end.
 // Backward mirrors it with the bundle (Q, dO, LSE, D) crossing once and dQ
 // partials returning; dK/dV partials move only inside a domain.
+//
+// Buffers in flight are bounded: two slots for received KV, two per query
+// set for received queries, one per query set for the partials computed on
+// them (free once sent home) and for returned partials (folded at once), one
+// for dK/dV partials. A round's exchange is emitted after the round before the
+// previous one is computed, so a slot is written again only once its old
+// content is computed on and sent.
 
 #include <algorithm>
 
@@ -35,6 +43,20 @@ namespace charm::sched::detail {
 using namespace charm::ir;
 
 namespace {
+
+/// Bounded in-flight buffers of the RM+ runs of one pass (shared by the pipelines).
+struct RmSlots {
+  RmSlots(int ranks, int query_sets)
+      : kv(ranks, 2), dkv_partial(ranks, 1), dkv_arrival(ranks, 1) {
+    for (int j = 0; j < query_sets; ++j) {
+      q.emplace_back(ranks, 2);
+      partial.emplace_back(ranks, 1);
+      arrival.emplace_back(ranks, 1);
+    }
+  }
+  BufferRing kv, dkv_partial, dkv_arrival;
+  std::vector<BufferRing> q, partial, arrival;  // per query set of a run
+};
 
 /// One rank's part of an RM+ run.
 struct RmRank {
@@ -48,19 +70,19 @@ struct RmRank {
 
 class RmPlus {
  public:
-  RmPlus(PlanBuilder& b, std::vector<RmRank>& g) : b_(b), g_(g) {}
+  RmPlus(PlanBuilder& b, std::vector<RmRank>& g, RmSlots& slots) : b_(b), g_(g), slots_(slots) {}
 
   void run() {
     const int R = static_cast<int>(g_.size());
     const int levels = log2_exact(R);
     last_compute_.assign(g_.size(), kNone);
     std::vector<Item> deferred;
-    for (int x = 0; x < R; ++x) deferred.push_back({Item::Local, x, kNone, {}});
+    for (int x = 0; x < R; ++x) deferred.push_back({Item::Local, x, kNone, {}, {}});
     for (int level = 1; level <= levels; ++level) {
       const int rounds = level == 1 ? 1 : 1 << (level - 2);
       const auto barrier = last_compute_;
       std::vector<std::vector<Item>> round_items(static_cast<std::size_t>(rounds));
-      for (int t = 0; t < rounds; ++t) {
+      auto exchange_round = [&](int t) {
         const bool first = t == 0;
         const int kv_xor = level == 1 ? 1 : (1 << (level - 1)) + t;
         exchange(Item::Kv, kv_xor, first ? &barrier : nullptr, round_items[std::size_t(t)]);
@@ -68,10 +90,17 @@ class RmPlus {
           const int q_xor = (1 << (level - 1)) + (1 << (level - 2)) + t;
           exchange(Item::Q, q_xor, first ? &barrier : nullptr, round_items[std::size_t(t)]);
         }
-      }
+      };
       // Compute what the previous level left, then every round but the last.
+      // Each stream keeps the order it always had (exchanges round by round,
+      // computes item by item); emitting round t's exchange after round t-2's
+      // compute only lets round t's buffers take over round t-2's slots.
+      exchange_round(0);
       compute(deferred);
-      for (int t = 0; t + 1 < rounds; ++t) compute(round_items[std::size_t(t)]);
+      for (int t = 1; t < rounds; ++t) {
+        exchange_round(t);
+        compute(round_items[std::size_t(t - 1)]);
+      }
       deferred = std::move(round_items.back());
     }
     compute(deferred);
@@ -83,6 +112,7 @@ class RmPlus {
     int x;            // local index that computes
     int peer;         // local index of the partner (Kv: KV owner; Q: query owner)
     std::vector<BufferId> bufs;  // Kv: the received KV; Q: the received query buffers
+    std::vector<int> sets;       // Q: the query set (index in the owner's queries) of each buffer
   };
 
   [[nodiscard]] bool fwd() const { return b_.phase() == Phase::Fwd; }
@@ -95,23 +125,34 @@ class RmPlus {
     return {(*barrier)[std::size_t(x)]};
   }
 
-  /// What `from` sends `to` in an exchange: its KV if some query of `to` can
-  /// see it; the queries of `from` that the KV of `to` can serve.
-  [[nodiscard]] std::vector<BufferId> payload(typename Item::Kind kind, const RmRank& from, const RmRank& to) const {
+  /// What `from` sends `to` in an exchange, as indices into `from`'s data: its
+  /// KV (index 0) if some query of `to` can see it; the query sets of `from`
+  /// that the KV of `to` can serve.
+  [[nodiscard]] std::vector<int> payload(typename Item::Kind kind, const RmRank& from, const RmRank& to) const {
     if (kind == Item::Kv) {
-      if (any_visible(to.queries, b_.buf(from.kv).owner)) return {from.kv};
+      if (any_visible(to.queries, b_.buf(from.kv).owner)) return {0};
       return {};
     }
-    std::vector<BufferId> qs;
-    for (BufferId q : from.queries)
-      if (b_.visible(b_.buf(q).owner, b_.buf(to.kv).owner)) qs.push_back(q);
-    return qs;
+    std::vector<int> sets;
+    for (std::size_t j = 0; j < from.queries.size(); ++j)
+      if (b_.visible(b_.buf(from.queries[j]).owner, b_.buf(to.kv).owner)) sets.push_back(int(j));
+    return sets;
+  }
+
+  /// Sends `from`'s item k (its KV, or query set k) to `to` into a slot of `to`.
+  void ship(typename Item::Kind kind, const RmRank& from, const RmRank& to, int k, int gsrc, int gdst,
+            const std::vector<OpId>& es, const std::vector<OpId>& ed, Item& at_to) {
+    const BufferId src = kind == Item::Kv ? from.kv : from.queries[std::size_t(k)];
+    BufferRing& ring = kind == Item::Kv ? slots_.kv : slots_.q[std::size_t(k)];
+    const BufferId into = b_.buffer(ring, to.rank, b_.buf(src).kind, b_.region(src), BufInit::None);
+    const Stream stream = kind == Item::Kv ? Stream::Kv : Stream::Q;
+    at_to.bufs.push_back(b_.transfer(stream, src, to.rank, gsrc, gdst, es, ed, into).dst);
+    at_to.sets.push_back(k);
   }
 
   /// One round of paired exchanges (KV on the kv stream, Q on the q stream),
   /// partner x ^ xor_mask, both directions one ncclGroup per side.
   void exchange(typename Item::Kind kind, int xor_mask, const std::vector<OpId>* barrier, std::vector<Item>& items) {
-    const Stream stream = kind == Item::Kv ? Stream::Kv : Stream::Q;
     const int R = static_cast<int>(g_.size());
     for (int x = 0; x < R; ++x) {
       const int y = x ^ xor_mask;
@@ -120,9 +161,9 @@ class RmPlus {
       auto& Y = g_[std::size_t(y)];
       const int gx = b_.new_group(), gy = b_.new_group();
       const auto ex = barrier_of(barrier, x), ey = barrier_of(barrier, y);
-      Item at_y{kind, y, x, {}}, at_x{kind, x, y, {}};
-      for (BufferId b : payload(kind, X, Y)) at_y.bufs.push_back(b_.transfer(stream, b, Y.rank, gx, gy, ex, ey).dst);
-      for (BufferId b : payload(kind, Y, X)) at_x.bufs.push_back(b_.transfer(stream, b, X.rank, gy, gx, ey, ex).dst);
+      Item at_y{kind, y, x, {}, {}}, at_x{kind, x, y, {}, {}};
+      for (int k : payload(kind, X, Y)) ship(kind, X, Y, k, gx, gy, ex, ey, at_y);
+      for (int k : payload(kind, Y, X)) ship(kind, Y, X, k, gy, gx, ey, ex, at_x);
       if (!at_y.bufs.empty()) items.push_back(std::move(at_y));
       if (!at_x.bufs.empty()) items.push_back(std::move(at_x));
     }
@@ -138,7 +179,7 @@ class RmPlus {
     std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
       return (a.kind == Item::Q) > (b.kind == Item::Q);
     });
-    struct Return { int from, to; std::vector<BufferId> partials; };
+    struct Return { int from, to; std::vector<BufferId> partials; std::vector<int> sets; };
     std::vector<Return> returns;
     for (Item& it : items) {
       auto& X = g_[std::size_t(it.x)];
@@ -152,28 +193,25 @@ class RmPlus {
           break;
         case Item::Kv: {
           const BufferId kv = it.bufs[0];
-          BufferId dkvp = fwd() ? kNone : b_.buffer(X.rank, BufKind::Dkv, b_.buf(kv).owner, BufInit::Zero);
+          BufferId dkvp = fwd() ? kNone : b_.buffer(slots_.dkv_partial, X.rank, BufKind::Dkv, b_.buf(kv).owner, BufInit::Zero);
           for (std::size_t j = 0; j < X.queries.size(); ++j) {
             if (!b_.visible(b_.buf(X.queries[j]).owner, b_.buf(kv).owner)) continue;
             note(it.x, fwd() ? b_.compute_fwd(X.queries[j], kv, X.acc[j])
                              : b_.compute_bwd(X.queries[j], kv, X.acc[j], dkvp));
           }
-          if (!fwd()) returns.push_back({it.x, it.peer, {dkvp}});
+          if (!fwd()) returns.push_back({it.x, it.peer, {dkvp}, {-1}});
           break;
         }
         case Item::Q: {
-          Return ret{it.x, it.peer, {}};
-          for (BufferId q : it.bufs) {
+          Return ret{it.x, it.peer, {}, {}};
+          for (std::size_t k = 0; k < it.bufs.size(); ++k) {
+            const BufferId q = it.bufs[k];
             const RankId owner = b_.buf(q).owner;
-            if (fwd()) {
-              BufferId part = b_.buffer(X.rank, BufKind::Out, owner, BufInit::Zero);
-              note(it.x, b_.compute_fwd(q, X.kv, part));
-              ret.partials.push_back(part);
-            } else {
-              BufferId part = b_.buffer(X.rank, BufKind::Dq, owner, BufInit::Zero);
-              note(it.x, b_.compute_bwd(q, X.kv, part, X.dkv));
-              ret.partials.push_back(part);
-            }
+            BufferRing& ring = slots_.partial[std::size_t(it.sets[k])];
+            const BufferId part = b_.buffer(ring, X.rank, fwd() ? BufKind::Out : BufKind::Dq, owner, BufInit::Zero);
+            note(it.x, fwd() ? b_.compute_fwd(q, X.kv, part) : b_.compute_bwd(q, X.kv, part, X.dkv));
+            ret.partials.push_back(part);
+            ret.sets.push_back(it.sets[k]);
           }
           returns.push_back(std::move(ret));
           break;
@@ -195,14 +233,19 @@ class RmPlus {
         if (!done[k] && returns[k].from == returns[i].to && returns[k].to == returns[i].from) { j = k; break; }
       const int ga = b_.new_group(), gb = b_.new_group();
       std::vector<std::pair<BufferId, int>> arrivals;  // (received buffer, local index)
-      auto ship = [&](auto& ret, int gsrc, int gdst) {
-        for (BufferId p : ret.partials)
-          arrivals.emplace_back(b_.transfer(Stream::Out, p, g_[std::size_t(ret.to)].rank, gsrc, gdst).dst, ret.to);
+      auto send_home = [&](auto& ret, int gsrc, int gdst) {
+        const RankId to = g_[std::size_t(ret.to)].rank;
+        for (std::size_t k = 0; k < ret.partials.size(); ++k) {
+          const BufferId p = ret.partials[k];
+          BufferRing& ring = ret.sets[k] < 0 ? slots_.dkv_arrival : slots_.arrival[std::size_t(ret.sets[k])];
+          const BufferId into = b_.buffer(ring, to, b_.buf(p).kind, b_.region(p), BufInit::None);
+          arrivals.emplace_back(b_.transfer(Stream::Out, p, to, gsrc, gdst, {}, {}, into).dst, ret.to);
+        }
       };
-      ship(returns[i], ga, gb);
+      send_home(returns[i], ga, gb);
       if (j < returns.size()) {
         done[j] = 1;
-        ship(returns[j], gb, ga);
+        send_home(returns[j], gb, ga);
       }
       for (auto [buf, x] : arrivals) fold_return(x, buf);
     }
@@ -228,6 +271,7 @@ class RmPlus {
 
   PlanBuilder& b_;
   std::vector<RmRank>& g_;
+  RmSlots& slots_;
   std::vector<OpId> last_compute_;
 };
 
@@ -262,7 +306,9 @@ void charm_pass(PlanBuilder& b, const std::vector<RankState>& st, int domains) {
       if (b.visible(q_owner, rank_of(d, l))) return true;
     return false;
   };
-  // Cross rounds p = 1 .. D-1: (d, l) sends its queries to (d-p, l), receives (d+p, l)'s.
+  // Cross round p (1 .. D-1): (d, l) sends its queries to (d-p, l) and receives
+  // (d+p, l)'s. All rounds go at the start, back to back, and the run computes
+  // a crossed query set once it has arrived (Algorithm 2's q_cross).
   std::vector<std::vector<BufferId>> crossed(N, std::vector<BufferId>(std::size_t(domains), kNone));
   for (int p = 1; p < domains; ++p) {
     std::vector<int> group(N);
@@ -275,52 +321,51 @@ void charm_pass(PlanBuilder& b, const std::vector<RankState>& st, int domains) {
         crossed[std::size_t(dst)][std::size_t(p)] = t.dst;
       }
   }
-  // Pipelines.
-  std::vector<std::vector<int>> pipelines;
-  if (domains == 2) pipelines = {{0, 1}};
-  else for (int p = 0; p < domains; ++p) pipelines.push_back({p});
+  // One RM+ run per domain over every query set its ranks hold: their own and
+  // the crossed ones, so KV moves inside the domain once.
+  RmSlots slots(n, domains);
   std::vector<std::vector<BufferId>> foreign_acc(N, std::vector<BufferId>(std::size_t(domains), kNone));
-  for (const auto& sources : pipelines) {
-    for (int d = 0; d < domains; ++d) {
-      std::vector<RmRank> g(static_cast<std::size_t>(R));
-      for (int l = 0; l < R; ++l) {
-        const auto r = std::size_t(rank_of(d, l));
-        RmRank& x = g[std::size_t(l)];
-        x.rank = RankId(r);
-        x.kv = st[r].kv;
-        x.dkv = dkv[r];
-        x.rdkv = rdkv[r];
-        for (int p : sources) {
-          if (p == 0) {
-            x.queries.push_back(query_of(r));
-            x.acc.push_back(own_acc[r]);
-          } else if (crossed[r][std::size_t(p)] != kNone) {
-            const BufferId q = crossed[r][std::size_t(p)];
-            x.queries.push_back(q);
-            foreign_acc[r][std::size_t(p)] = b.buffer(RankId(r), acc_kind, b.buf(q).owner, BufInit::Zero);
-            x.acc.push_back(foreign_acc[r][std::size_t(p)]);
-          }
-        }
-        x.racc.assign(x.queries.size(), kNone);
+  for (int d = 0; d < domains; ++d) {
+    std::vector<RmRank> g(static_cast<std::size_t>(R));
+    for (int l = 0; l < R; ++l) {
+      const auto r = std::size_t(rank_of(d, l));
+      RmRank& x = g[std::size_t(l)];
+      x.rank = RankId(r);
+      x.kv = st[r].kv;
+      x.dkv = dkv[r];
+      x.queries.push_back(query_of(r));
+      x.acc.push_back(own_acc[r]);
+      for (int p = 1; p < domains; ++p) {
+        const BufferId q = crossed[r][std::size_t(p)];
+        if (q == kNone) continue;
+        x.queries.push_back(q);
+        foreign_acc[r][std::size_t(p)] = b.buffer(RankId(r), acc_kind, b.buf(q).owner, BufInit::Zero);
+        x.acc.push_back(foreign_acc[r][std::size_t(p)]);
       }
-      RmPlus(b, g).run();
-      fold_query_partials(b, g);
-      for (int l = 0; l < R; ++l) rdkv[std::size_t(rank_of(d, l))] = g[std::size_t(l)].rdkv;
+      x.racc.assign(x.queries.size(), kNone);
     }
+    RmPlus(b, g, slots).run();
+    fold_query_partials(b, g);
+    for (int l = 0; l < R; ++l) rdkv[std::size_t(rank_of(d, l))] = g[std::size_t(l)].rdkv;
   }
-  // Foreign results go home: round p, (d, l) returns (d+p, l)'s partial.
+  // Foreign results go home at the end: round p, (d, l) returns (d+p, l)'s
+  // partial. Every transfer of a round first, then the merges: a merge between
+  // a rank's receive and send would split its ncclGroup.
   for (int p = 1; p < domains; ++p) {
     std::vector<int> group(N);
     for (auto& gid : group) gid = b.new_group();
+    std::vector<std::pair<RankId, BufferId>> arrived;
     for (std::size_t r = 0; r < N; ++r) {
       const BufferId part = foreign_acc[r][std::size_t(p)];
       if (part == kNone) continue;
       const RankId owner = b.buf(part).owner;
-      auto t = b.transfer(Stream::Cross, part, owner, group[r], group[std::size_t(owner)]);
+      arrived.emplace_back(owner, b.transfer(Stream::Cross, part, owner, group[r], group[std::size_t(owner)]).dst);
+    }
+    for (auto [owner, partial] : arrived) {
       auto& racc = cross_racc[std::size_t(owner)];
       if (racc == kNone) racc = b.buffer(owner, acc_kind, owner, BufInit::Zero);
-      if (fwd) b.merge(Stream::Cross, t.dst, racc);
-      else b.accumulate(Stream::Cross, t.dst, racc);
+      if (fwd) b.merge(Stream::Cross, partial, racc);
+      else b.accumulate(Stream::Cross, partial, racc);
     }
   }
   for (std::size_t r = 0; r < N; ++r) {
