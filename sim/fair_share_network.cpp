@@ -17,7 +17,14 @@ std::vector<FairShareNetwork::Channel> FairShareNetwork::channels_of(const topo:
   std::vector<Channel> c(static_cast<std::size_t>(t.num_channels()));
   for (int i = 0; i < t.num_channels(); ++i) {
     const auto& l = t.channel_link(i);
-    c[std::size_t(i)] = {l.bandwidth_gbps * 1e9, l.sharing == topo::Sharing::Shared};
+    const double bw = l.bandwidth_gbps * 1e9, per_flow = l.per_flow_gbps > 0 ? l.per_flow_gbps * 1e9 : kInf;
+    if (l.injection_gbps > 0) {
+      // An aggregate limit makes the channel shared at that rate; on a dedicated
+      // link each flow still may not exceed the link's own bandwidth.
+      c[std::size_t(i)] = {l.injection_gbps * 1e9, true, std::min(per_flow, bw)};
+    } else {
+      c[std::size_t(i)] = {bw, l.sharing == topo::Sharing::Shared, per_flow};
+    }
   }
   return c;
 }
@@ -45,6 +52,7 @@ int FairShareNetwork::add_flow(std::span<const std::int32_t> route, double bytes
   for (std::size_t k = 0; k < route.size(); ++k) {
     const auto c = std::size_t(route[k]);
     if (!ch_[c].shared) f.cap = std::min(f.cap, ch_[c].capacity_bytes_per_s);
+    f.cap = std::min(f.cap, ch_[c].flow_cap_bytes_per_s);
     auto& list = on_ch_[c];
     if (list.empty()) stats_[c].busy_since_s = now_s;
     f.pos[k] = static_cast<std::int32_t>(list.size());

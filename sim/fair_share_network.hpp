@@ -3,6 +3,8 @@
 //
 // A *shared* channel divides its capacity among the flows that cross it; a
 // *dedicated* channel gives every flow its full capacity (a per-flow cap).
+// Either kind may also cap what one flow reaches (a collective library's
+// channels per peer), below its capacity.
 // Rates are the max-min fair allocation (progressive filling), recomputed,
 // when flows start or end, only for the flows connected to the change through
 // shared channels. A flow's remaining bytes are settled at every rate change.
@@ -23,6 +25,7 @@ class FairShareNetwork {
   struct Channel {
     double capacity_bytes_per_s = 0;
     bool shared = true;
+    double flow_cap_bytes_per_s = kInf;  // the most one flow through it reaches by itself
   };
   explicit FairShareNetwork(std::vector<Channel> channels);
   /// The channels of a topology, in its channel numbering.

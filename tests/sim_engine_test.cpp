@@ -128,6 +128,89 @@ TEST(SimEngine, TwoFlowsOnDedicatedLinksDoNotSlowEachOther) {
   EXPECT_NEAR(r->makespan_s, 0.1, kTol);
 }
 
+/// 3 GPUs on one switch with 10 GB/s links whose lone flows reach only `per_flow` GB/s.
+std::string capped_star(const char* sharing, double per_flow) {
+  std::string links;
+  for (int g = 0; g < 3; ++g)
+    links += std::string(g ? "," : "") + R"({"a": "gpu)" + std::to_string(g) + R"(", "b": "sw", "bandwidth_gbps": 10, "sharing": ")" +
+             sharing + R"(", "per_flow_gbps": )" + std::to_string(per_flow) + "}";
+  return std::string(R"({"gpu": {"tflops": 1}, "gpus": 3, "switches": ["sw"], "links": [)") + links + "]}";
+}
+
+TEST(SimEngine, PerFlowCapLimitsALoneFlow) {
+  // One 1 GB flow on 10 GB/s links that a lone flow drives at 4 GB/s: 1e9 / 4e9 = 0.25 s.
+  auto t = topo_of(capped_star("shared", 4));
+  Plan p = empty_plan(2);
+  send(p, 0, 1, 1'000'000'000);
+  recv(p, 1, 0, 1'000'000'000);
+  auto r = simulate(p, t, tflops1());
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  EXPECT_NEAR(r->makespan_s, 0.25, kTol);
+}
+
+TEST(SimEngine, PerFlowCapLeavesRoomForConcurrentFlows) {
+  // gpu0 sends 1 GB to gpu1 and 1 GB to gpu2 at once over its shared 10 GB/s
+  // link, each flow capped at 4 GB/s: 4 + 4 = 8 <= 10, so neither slows the
+  // other: 0.25 s. With a cap of 6 GB/s the link binds first: 5 GB/s each,
+  // 1e9 / 5e9 = 0.2 s.
+  for (auto [cap, want] : {std::pair{4.0, 0.25}, std::pair{6.0, 0.2}}) {
+    auto t = topo_of(capped_star("shared", cap));
+    Plan p = empty_plan(3);
+    send(p, 0, 1, 1'000'000'000, Stream::Kv);
+    send(p, 0, 2, 1'000'000'000, Stream::Q);
+    recv(p, 1, 0, 1'000'000'000, Stream::Kv);
+    recv(p, 2, 0, 1'000'000'000, Stream::Q);
+    auto r = simulate(p, t, tflops1());
+    ASSERT_TRUE(r.ok()) << r.error().message();
+    EXPECT_NEAR(r->makespan_s, want, kTol) << "cap " << cap;
+  }
+}
+
+TEST(SimEngine, PerFlowCapOnADedicatedLink) {
+  // Dedicated links give each flow the full rate up to the cap: two flows of
+  // 1 GB from gpu0 at 4 GB/s each, 0.25 s (not 0.1 s as uncapped).
+  auto t = topo_of(capped_star("dedicated", 4));
+  Plan p = empty_plan(3);
+  send(p, 0, 1, 1'000'000'000, Stream::Kv);
+  send(p, 0, 2, 1'000'000'000, Stream::Q);
+  recv(p, 1, 0, 1'000'000'000, Stream::Kv);
+  recv(p, 2, 0, 1'000'000'000, Stream::Q);
+  auto r = simulate(p, t, tflops1());
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  EXPECT_NEAR(r->makespan_s, 0.25, kTol);
+}
+
+TEST(SimEngine, InjectionLimitIsSharedByAGpusFlows) {
+  // Dedicated 10 GB/s links (each flow alone gets 10) with a 6 GB/s injection
+  // limit: gpu0's two 1 GB flows share 6 GB/s, 3 each: 1e9 / 3e9 = 1/3 s.
+  // A lone flow gets the 6: 1e9 / 6e9 = 1/6 s.
+  std::string links;
+  for (int g = 0; g < 3; ++g)
+    links += std::string(g ? "," : "") + R"({"a": "gpu)" + std::to_string(g) +
+             R"(", "b": "sw", "bandwidth_gbps": 10, "sharing": "dedicated", "injection_gbps": 6})";
+  auto t = topo_of(std::string(R"({"gpu": {"tflops": 1}, "gpus": 3, "switches": ["sw"], "links": [)") + links + "]}");
+  Plan two = empty_plan(3);
+  send(two, 0, 1, 1'000'000'000, Stream::Kv);
+  send(two, 0, 2, 1'000'000'000, Stream::Q);
+  recv(two, 1, 0, 1'000'000'000, Stream::Kv);
+  recv(two, 2, 0, 1'000'000'000, Stream::Q);
+  auto r = simulate(two, t, tflops1());
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  EXPECT_NEAR(r->makespan_s, 1.0 / 3.0, kTol);
+  Plan one = empty_plan(2);
+  send(one, 0, 1, 1'000'000'000);
+  recv(one, 1, 0, 1'000'000'000);
+  auto r1 = simulate(one, t, tflops1());
+  ASSERT_TRUE(r1.ok()) << r1.error().message();
+  EXPECT_NEAR(r1->makespan_s, 1.0 / 6.0, kTol);
+}
+
+TEST(SimEngine, PerFlowCapAboveTheLinkIsRefused) {
+  auto t = topo::parse_topology_text(capped_star("shared", 12), "test");
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.error().message().find("per_flow_gbps"), std::string::npos) << t.error().message();
+}
+
 TEST(SimEngine, RouteOverTwoHopsTakesTheNarrowestLinkAndBothLatencies) {
   // gpu0 -(20 GB/s, 1 us)- swA -(8 GB/s, 2 us)- gpu1: a lone flow runs at
   // min(20, 8) = 8 GB/s: 0.8 GB / 8e9 = 0.1 s, plus 1 + 2 us = 0.100003 s.

@@ -121,7 +121,7 @@ Topology make_uniform(int gpus, GBps bw_gbps, double tflops, double latency_us, 
   t.levels = {"gpu"};
   t.vertex_names.push_back("fabric");
   for (int g = 0; g < gpus; ++g)
-    t.links.push_back(Link{g, gpus, bw_gbps, latency_us / 2, Sharing::Dedicated, {}});
+    t.links.push_back(Link{g, gpus, bw_gbps, latency_us / 2, Sharing::Dedicated, 0, 0, {}});
   auto s = t.finalize(gpus, "uniform");
   CHARM_ASSERT(s.ok(), "a uniform topology always routes");
   return t;

@@ -43,6 +43,17 @@ struct Link {
   GBps bandwidth_gbps = 0;
   double latency_us = 0;
   Sharing sharing = Sharing::Shared;
+  /// The rate one transfer reaches on this link by itself (0: bandwidth_gbps). A
+  /// collective library moves one peer's data over a few channels, each one thread
+  /// block, so a lone point-to-point flow stays below what the wire carries; several
+  /// concurrent flows still share bandwidth_gbps.
+  GBps per_flow_gbps = 0;
+  /// What all concurrent flows through this link reach together (0: no limit beyond
+  /// bandwidth_gbps and the sharing policy). On a dedicated GPU link it is the GPU's
+  /// injection limit: the channels and copy engines a collective library drives from
+  /// one GPU are a per-GPU resource, so its concurrent flows share them even where
+  /// the switch would carry each at the full rate.
+  GBps injection_gbps = 0;
   std::string name;  // "a<->b" unless given
 };
 

@@ -148,17 +148,25 @@ Status parse_gpu(const Node& n, GpuSpec& g) {
 Status parse_link_params(const Node& n, Link& l, const char* default_sharing) {
   if (!n.j.is_object()) return n.error("must be an object");
   if (n.path == "inter") {
-    if (auto s = check_fields(n, {"bandwidth_gbps", "latency_us", "sharing", "nic"}); !s) return s;
+    if (auto s = check_fields(n, {"bandwidth_gbps", "latency_us", "sharing", "per_flow_gbps", "injection_gbps", "nic"}); !s) return s;
   } else if (default_sharing != nullptr) {
-    if (auto s = check_fields(n, {"bandwidth_gbps", "latency_us", "sharing"}); !s) return s;
+    if (auto s = check_fields(n, {"bandwidth_gbps", "latency_us", "sharing", "per_flow_gbps", "injection_gbps"}); !s) return s;
   } else {
-    if (auto s = check_fields(n, {"a", "b", "bandwidth_gbps", "latency_us", "sharing", "name"}); !s) return s;
+    if (auto s = check_fields(n, {"a", "b", "bandwidth_gbps", "latency_us", "sharing", "per_flow_gbps", "injection_gbps", "name"}); !s) return s;
   }
   TRY_ASSIGN(bw, get_number(n, "bandwidth_gbps", true, 0, true, false));
   TRY_ASSIGN(lat, get_number(n, "latency_us", false, 0, false, true));
   TRY_ASSIGN(sharing, get_string(n, "sharing", default_sharing == nullptr, default_sharing ? default_sharing : ""));
+  TRY_ASSIGN(per_flow, get_number(n, "per_flow_gbps", false, 0, false, true));
+  if (per_flow > bw)
+    return n.at("per_flow_gbps").error(fmt::format("must be <= bandwidth_gbps ({}), got {} (one flow cannot outrun the link)", bw, per_flow));
   l.bandwidth_gbps = bw;
   l.latency_us = lat;
+  l.per_flow_gbps = per_flow;
+  TRY_ASSIGN(injection, get_number(n, "injection_gbps", false, 0, false, true));
+  if (injection > bw)
+    return n.at("injection_gbps").error(fmt::format("must be <= bandwidth_gbps ({}), got {} (flows together cannot outrun the link)", bw, injection));
+  l.injection_gbps = injection;
   if (sharing == "shared") l.sharing = Sharing::Shared;
   else if (sharing == "dedicated") l.sharing = Sharing::Dedicated;
   else return n.at("sharing").error(fmt::format("must be \"shared\" or \"dedicated\", got \"{}\"", sharing));
@@ -408,7 +416,7 @@ nlohmann::json topology_summary(const Topology& t) {
   nlohmann::json links = nlohmann::json::array();
   for (const auto& l : t.links)
     links.push_back({{"a", t.vertex_names[std::size_t(l.a)]}, {"b", t.vertex_names[std::size_t(l.b)]},
-                     {"bandwidth_gbps", l.bandwidth_gbps}, {"latency_us", l.latency_us},
+                     {"bandwidth_gbps", l.bandwidth_gbps}, {"latency_us", l.latency_us}, {"per_flow_gbps", l.per_flow_gbps}, {"injection_gbps", l.injection_gbps},
                      {"sharing", l.sharing == Sharing::Shared ? "shared" : "dedicated"}});
   return {{"name", t.name}, {"gpus", t.num_gpus()}, {"switches", t.num_vertices() - t.num_gpus()},
           {"domains", t.domains()}, {"gpu", {{"model", t.gpu.model}, {"tflops_bf16", t.gpu.tflops_bf16}, {"hbm_gbps", t.gpu.hbm_gbps},
