@@ -1,10 +1,13 @@
 // Routes: chosen by link kind and hop count, never by the link numbers; kept
-// for files without kinds; fixed by a file's "routes".
+// for files without kinds; fixed by a file's "routes"; shown by `charm topo`.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -327,6 +330,56 @@ TEST(Routes, KindErrorsNameThePath) {
             "x.json: links[1].kind: missing, but links[0] has one: give every link a kind or none");
   EXPECT_EQ(err(R"({"gpu": {"tflops": 1}, "nodes": 1, "gpus_per_node": 2, "intra": {"bandwidth_gbps": 1, "kind": "nic"}})"),
             R"(x.json: intra.kind: must be "nvlink" or "pcie", got "nic")");
+}
+
+// `charm topo`: one pair hop by hop, every pair in a few groups, JSON on request.
+struct Out {
+  int code;
+  std::string text;
+};
+
+Out run(const std::string& args) {
+  const std::string cmd = std::string(CHARM_BIN) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string s;
+  std::array<char, 4096> buf{};
+  while (std::fgets(buf.data(), buf.size(), p) != nullptr) s += buf.data();
+  const int st = pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, s};
+}
+
+TEST(Routes, TopoCliShowsRoutes) {
+  auto one = run("topo " + preset("h100-2x8.json") + " --route 0,9 --route n0.gpu3,n0.gpu5");
+  ASSERT_EQ(one.code, 0) << one.text;
+  EXPECT_NE(one.text.find("route 0 -> 9 (n0.gpu0 -> n1.gpu1): nic, 2 hops, 42.5 GB/s, 16 us"), std::string::npos) << one.text;
+  EXPECT_NE(one.text.find("n0.gpu0->fabric"), std::string::npos) << one.text;
+  EXPECT_NE(one.text.find("route 3 -> 5 (n0.gpu3 -> n0.gpu5): nvlink, 2 hops, 365.1 GB/s, 6 us"), std::string::npos) << one.text;
+  EXPECT_NE(one.text.find("n0.switch->n0.gpu5"), std::string::npos) << one.text;
+
+  auto all = run("topo " + preset("h100-4x8.json") + " --routes");
+  ASSERT_EQ(all.code, 0) << all.text;
+  EXPECT_NE(all.text.find("992 ordered pairs in 2 groups"), std::string::npos) << all.text;
+  EXPECT_NE(all.text.find("nvlink     224 pairs"), std::string::npos) << all.text;
+  EXPECT_NE(all.text.find("nic        768 pairs"), std::string::npos) << all.text;
+  EXPECT_LT(std::count(all.text.begin(), all.text.end(), '\n'), 10);  // 992 pairs, still a few lines
+
+  auto j = run("topo " + preset("l20-8-2numa.json") + " --routes --json");
+  ASSERT_EQ(j.code, 0) << j.text;
+  const auto doc = json::parse(j.text);
+  ASSERT_EQ(doc["routes"].size(), 56u);
+  EXPECT_EQ(doc["routes"][3]["kind"], "host");  // 0 -> 4 crosses the NUMA nodes
+  EXPECT_EQ(doc["links"][0]["kind"], "pcie");
+
+  for (const auto& [args, msg] : std::vector<std::pair<std::string, std::string>>{
+           {"--route 0", "--route: '0': expected SRC,DST"},
+           {"--route 0,99", "--route: '0,99': GPU 99 is not in [0, 16)"},
+           {"--route 0,gpuX", "--route: '0,gpuX': 'gpuX' is neither a GPU index nor a GPU name"},
+           {"--route 3,3", "--route: '3,3': a route joins two different GPUs"}}) {
+    auto o = run("topo " + preset("h100-2x8.json") + " " + args);
+    EXPECT_EQ(o.code, 2) << o.text;
+    EXPECT_NE(o.text.find(msg), std::string::npos) << o.text;
+    EXPECT_EQ(std::count(o.text.begin(), o.text.end(), '\n'), 1) << o.text;
+  }
 }
 
 } // namespace
