@@ -2,8 +2,13 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <iostream>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "scheduler/planners/planners.hpp"
 #include "sim/evaluate.hpp"
@@ -267,28 +272,128 @@ void register_compare(CLI::App& app) {
   });
 }
 
+/// A GPU named by its index or its vertex name, for --route.
+int gpu_arg(const topo::Topology& t, const std::string& s, const std::string& pair) {
+  for (int g = 0; g < t.num_gpus(); ++g)
+    if (t.vertex_names[std::size_t(g)] == s) return g;
+  std::size_t used = 0;
+  int g = -1;
+  try {
+    g = std::stoi(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != s.size())
+    fail(Error{"--route", fmt::format("'{}': '{}' is neither a GPU index nor a GPU name", pair, s)});
+  if (g < 0 || g >= t.num_gpus()) fail(Error{"--route", fmt::format("'{}': GPU {} is not in [0, {})", pair, g, t.num_gpus())});
+  return g;
+}
+
+std::string route_path(const topo::Topology& t, int s, int d) {
+  std::string out = t.vertex_names[std::size_t(s)];
+  for (auto ch : t.route(s, d)) out += " -> " + t.vertex_names[std::size_t(t.channel_to(ch))];
+  return out;
+}
+
+json route_json(const topo::Topology& t, int s, int d) {
+  json hops = json::array();
+  for (auto ch : t.route(s, d)) hops.push_back(t.channel_name(ch));
+  return {{"src", s}, {"dst", d}, {"hops", hops}, {"kind", std::string(to_string(t.route_kind(s, d)))},
+          {"fixed", t.route_overridden(s, d)}, {"bandwidth_gbps", t.route_bandwidth_gbps(s, d)}, {"latency_us", t.route_latency_us(s, d)}};
+}
+
+/// One pair, hop by hop: each channel's ends, kind, bandwidth, latency and sharing.
+void print_route(const topo::Topology& t, int s, int d) {
+  std::cout << fmt::format("route {} -> {} ({} -> {}): {}, {} hops, {:g} GB/s, {:g} us{}\n", s, d, t.vertex_names[std::size_t(s)],
+                           t.vertex_names[std::size_t(d)], to_string(t.route_kind(s, d)), t.route(s, d).size(),
+                           t.route_bandwidth_gbps(s, d), t.route_latency_us(s, d), t.route_overridden(s, d) ? ", fixed by the file" : "");
+  for (auto ch : t.route(s, d)) {
+    const auto& l = t.channel_link(ch);
+    std::cout << fmt::format("  {:<36} {:<7} {:>9g} GB/s {:>7g} us  {}\n", t.channel_name(ch), to_string(l.kind), l.bandwidth_gbps,
+                             l.latency_us, l.sharing == topo::Sharing::Shared ? "shared" : "dedicated");
+  }
+}
+
+/// Every pair, grouped by transport and shape (the kinds hop by hop, bandwidth,
+/// latency): one line per group, an example and the first pairs, so that a
+/// cluster of thousands of pairs still reads in a screen.
+void print_route_groups(const topo::Topology& t) {
+  struct Group {
+    std::string key, head, example;
+    std::vector<std::pair<int, int>> pairs;
+    topo::LinkKind kind;
+  };
+  std::vector<Group> groups;
+  std::map<std::string, std::size_t> index;
+  for (int s = 0; s < t.num_gpus(); ++s)
+    for (int d = 0; d < t.num_gpus(); ++d) {
+      if (s == d) continue;
+      std::string kinds;  // a file without kinds has nothing to list
+      if (t.route_kind(s, d) != topo::LinkKind::Unspecified)
+        for (auto ch : t.route(s, d)) kinds += fmt::format("{}{}", kinds.empty() ? " (" : "-", to_string(t.channel_link(ch).kind));
+      if (!kinds.empty()) kinds += ")";
+      const std::string head = fmt::format("{} hops{}, {:g} GB/s, {:g} us{}", t.route(s, d).size(), kinds, t.route_bandwidth_gbps(s, d),
+                                           t.route_latency_us(s, d), t.route_overridden(s, d) ? ", fixed by the file" : "");
+      const std::string key = fmt::format("{}|{}", int(t.route_kind(s, d)), head);
+      auto [it, fresh] = index.emplace(key, groups.size());
+      if (fresh) groups.push_back({key, head, route_path(t, s, d), {}, t.route_kind(s, d)});
+      groups[it->second].pairs.emplace_back(s, d);
+    }
+  std::stable_sort(groups.begin(), groups.end(), [](const Group& a, const Group& b) { return a.kind < b.kind; });
+  std::cout << fmt::format("# routes of {}: {} GPUs, {} ordered pairs in {} groups (one pair hop by hop: --route SRC,DST)\n", t.name,
+                           t.num_gpus(), t.num_gpus() * (t.num_gpus() - 1), groups.size());
+  constexpr std::size_t kShown = 8;
+  for (const auto& g : groups) {
+    std::cout << fmt::format("{:<7} {:>6} pairs  {}\n", to_string(g.kind), g.pairs.size(), g.head);
+    std::cout << fmt::format("          e.g. {}\n", g.example);
+    std::string list;
+    for (std::size_t i = 0; i < std::min(g.pairs.size(), kShown); ++i) list += fmt::format(" {}->{}", g.pairs[i].first, g.pairs[i].second);
+    if (g.pairs.size() > kShown) list += fmt::format(" ... and {} more", g.pairs.size() - kShown);
+    std::cout << fmt::format("          pairs:{}\n", list);
+  }
+}
+
 void register_topo(CLI::App& app) {
-  struct Opts { std::string file; bool routes = false; };
+  struct Opts {
+    std::string file;
+    bool routes = false, json_out = false;
+    std::vector<std::string> pairs;
+  };
   auto o = std::make_shared<Opts>();
-  auto* sub = app.add_subcommand("topo", "load a topology, check it, and print its summary as JSON");
+  auto* sub = app.add_subcommand("topo", "load a topology, check it, and print its summary as JSON, or its routes");
   sub->add_option("file", o->file, "topology JSON file")->required();
-  sub->add_flag("--routes", o->routes, "also list the route of every GPU pair");
+  sub->add_flag("--routes", o->routes, "list the routes of every GPU pair, grouped by transport (JSON with --json)");
+  sub->add_option("--route", o->pairs, "show one pair's route hop by hop: SRC,DST as GPU indices or names (repeatable)")
+      ->allow_extra_args(false);
+  sub->add_flag("--json", o->json_out, "JSON output: the summary, with the routes asked for");
   sub->callback([o] {
     const auto t = unwrap(topo::load_topology(o->file));
-    auto j = topo::topology_summary(t);
-    if (o->routes) {
-      json routes = json::array();
-      for (int s = 0; s < t.num_gpus(); ++s)
-        for (int d = 0; d < t.num_gpus(); ++d) {
-          if (s == d) continue;
-          json hops = json::array();
-          for (auto ch : t.route(s, d)) hops.push_back(t.channel_name(ch));
-          routes.push_back({{"src", s}, {"dst", d}, {"hops", hops}, {"bandwidth_gbps", t.route_bandwidth_gbps(s, d)},
-                            {"latency_us", t.route_latency_us(s, d)}});
-        }
-      j["routes"] = routes;
+    std::vector<std::pair<int, int>> pairs;
+    for (const auto& p : o->pairs) {
+      const auto parts = split_list(p);
+      if (parts.size() != 2) fail(Error{"--route", fmt::format("'{}': expected SRC,DST", p)});
+      const int s = gpu_arg(t, parts[0], p), d = gpu_arg(t, parts[1], p);
+      if (s == d) fail(Error{"--route", fmt::format("'{}': a route joins two different GPUs", p)});
+      pairs.emplace_back(s, d);
     }
-    std::cout << j.dump(1) << "\n";
+    if (o->json_out || (!o->routes && pairs.empty())) {
+      auto j = topo::topology_summary(t);
+      if (o->routes || !pairs.empty()) {
+        json routes = json::array();
+        if (o->routes) {
+          for (int s = 0; s < t.num_gpus(); ++s)
+            for (int d = 0; d < t.num_gpus(); ++d)
+              if (s != d) routes.push_back(route_json(t, s, d));
+        } else {
+          for (auto [s, d] : pairs) routes.push_back(route_json(t, s, d));
+        }
+        j["routes"] = routes;
+      }
+      std::cout << j.dump(1) << "\n";
+      return;
+    }
+    if (o->routes) print_route_groups(t);
+    for (auto [s, d] : pairs) print_route(t, s, d);
   });
 }
 

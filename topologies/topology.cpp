@@ -3,9 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <boost/graph/adjacency_list.hpp>
-#include <boost/graph/dijkstra_shortest_paths.hpp>
-#include <map>
+#include <array>
+#include <cmath>
 
 namespace charm::topo {
 
@@ -41,69 +40,191 @@ int Topology::domain_of(int gpu_index) const {
 
 int Topology::domains() const { return num_gpus_ == 0 ? 0 : domain_of(num_gpus_ - 1) + 1; }
 
+namespace {
+
+constexpr std::array<std::string_view, 6> kKindNames = {"nvlink", "pcie", "host", "nic", "fabric", "unspecified"};
+
+/// Labels of one breadth-first search from a source GPU, layer by layer (a layer
+/// is a hop count). Among routes of equal hop count to a vertex, the smaller tie
+/// weight wins, then the lower channel ids compared from the source: a vertex's
+/// rank within its layer stands for its whole route, so comparing (rank of the
+/// previous vertex, last channel) compares two routes lexicographically.
+struct Labels {
+  std::vector<int> hops;           // -1: not reached
+  std::vector<double> weight;      // sum of tie weights along the route
+  std::vector<std::int32_t> via;   // the channel the route enters the vertex by
+  std::vector<int> rank;           // position of the route within its layer
+};
+
+bool tie_weight_less(double a, double b) {
+  // Equal sums reached in a different order differ in the last bits; those are ties.
+  return a < b - 1e-12 * std::max(std::abs(a), std::abs(b));
+}
+
+/// Searches from `src` over the channels whose class is at most `max_class`, never forwarding through another GPU.
+void search(const Topology& t, const std::vector<std::vector<std::int32_t>>& out, const std::vector<int>& link_class,
+            const std::vector<double>& tie, int src, int max_class, Labels& lb) {
+  const auto V = static_cast<std::size_t>(t.num_vertices());
+  lb.hops.assign(V, -1);
+  lb.weight.assign(V, 0.0);
+  lb.via.assign(V, -1);
+  lb.rank.assign(V, 0);
+  lb.hops[std::size_t(src)] = 0;
+  std::vector<int> layer{src}, next;
+  for (int depth = 0; !layer.empty(); ++depth) {
+    next.clear();
+    for (const int u : layer) {
+      if (u < t.num_gpus() && u != src) continue;  // a GPU receives, it does not forward
+      for (const std::int32_t ch : out[std::size_t(u)]) {
+        if (link_class[std::size_t(ch / 2)] > max_class) continue;
+        const auto v = std::size_t(t.channel_to(ch));
+        if (lb.hops[v] >= 0 && lb.hops[v] <= depth) continue;
+        const double w = lb.weight[std::size_t(u)] + tie[std::size_t(ch / 2)];
+        if (lb.hops[v] < 0) {
+          lb.hops[v] = depth + 1;
+          lb.weight[v] = w;
+          lb.via[v] = ch;
+          next.push_back(int(v));
+          continue;
+        }
+        const double w0 = lb.weight[v];
+        const int r = lb.rank[std::size_t(u)], r0 = lb.rank[std::size_t(t.channel_from(lb.via[v]))];
+        const bool better = tie_weight_less(w, w0) || (!tie_weight_less(w0, w) && (r != r0 ? r < r0 : ch < lb.via[v]));
+        if (better) {
+          lb.weight[v] = w;
+          lb.via[v] = ch;
+        }
+      }
+    }
+    std::sort(next.begin(), next.end(), [&](int a, int b) {
+      const int ra = lb.rank[std::size_t(t.channel_from(lb.via[std::size_t(a)]))];
+      const int rb = lb.rank[std::size_t(t.channel_from(lb.via[std::size_t(b)]))];
+      return ra != rb ? ra < rb : lb.via[std::size_t(a)] < lb.via[std::size_t(b)];
+    });
+    for (std::size_t i = 0; i < next.size(); ++i) lb.rank[std::size_t(next[i])] = int(i);
+    layer.swap(next);
+  }
+}
+
+} // namespace
+
+std::string_view to_string(LinkKind k) { return kKindNames[static_cast<std::size_t>(k)]; }
+
+std::optional<LinkKind> link_kind_from(std::string_view s) {
+  for (std::size_t i = 0; i + 1 < kKindNames.size(); ++i)
+    if (kKindNames[i] == s) return static_cast<LinkKind>(i);
+  return std::nullopt;
+}
+
+LinkKind Topology::route_kind(int src, int dst) const {
+  const auto r = route(src, dst);
+  if (r.empty()) return LinkKind::Unspecified;
+  LinkKind k = channel_link(r.front()).kind;
+  for (auto ch : r) k = std::max(k, channel_link(ch).kind);
+  return k;
+}
+
 Status Topology::finalize(int num_gpus, const std::string& where) {
   num_gpus_ = num_gpus;
-  const int V = num_vertices();
-  using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS, boost::no_property,
-                                      boost::property<boost::edge_weight_t, double, boost::property<boost::edge_index_t, int>>>;
-  Graph g(static_cast<std::size_t>(V));
-  // Weight: one hop, plus latency, plus the time of a 1 MB message, so that a
-  // route through fast links wins over an equally short one through a NIC.
-  for (std::size_t i = 0; i < links.size(); ++i) {
-    const Link& l = links[i];
-    const double w = 1.0 + l.latency_us + 1000.0 / l.bandwidth_gbps;
-    boost::add_edge(std::size_t(l.a), std::size_t(l.b), {w, int(2 * i)}, g);
-    boost::add_edge(std::size_t(l.b), std::size_t(l.a), {w, int(2 * i + 1)}, g);
-  }
-  // GPUs only forward traffic through switches, never through other GPUs:
-  // routes may not pass a GPU vertex, which we enforce by checking the path.
+  const auto V = static_cast<std::size_t>(num_vertices());
   const auto n = static_cast<std::size_t>(num_gpus);
+  // Kinds are all or none: a kind compared with no kind has no meaning.
+  const auto unkinded = std::find_if(links.begin(), links.end(), [](const Link& l) { return l.kind == LinkKind::Unspecified; });
+  const auto kinded = std::find_if(links.begin(), links.end(), [](const Link& l) { return l.kind != LinkKind::Unspecified; });
+  if (unkinded != links.end() && kinded != links.end())
+    return Error{where, fmt::format("link {} ({}<->{}) has no kind but link {} has \"{}\": give every link a kind or none",
+                                    unkinded - links.begin(), vertex_names[std::size_t(unkinded->a)], vertex_names[std::size_t(unkinded->b)],
+                                    kinded - links.begin(), to_string(kinded->kind))};
+  const bool by_kind = kinded != links.end();
+  // With kinds, a route's cost is (least preferred kind on it, hops, channel ids):
+  // searching once per kind class, with only the links of that class or a
+  // preferred one, finds each GPU first at its best class, by fewest hops.
+  //
+  // A file that declares no kinds says nothing about transports, so every link
+  // is of one class and the fewest hops win. Routes of equal hop count are then
+  // told apart by the weight routes were chosen by before kinds existed
+  // (latency_us + the time of 1 MB, per link): the only hint such a file gives,
+  // e.g. an NVSwitch and a NIC both two hops away. For trees (a PCIe switch per
+  // GPU group under host bridges, as the L20 machines, a star) there is one
+  // route per pair and numbers play no part; declaring kinds removes them from
+  // the choice everywhere.
+  std::vector<int> link_class(links.size(), 0);
+  std::vector<double> tie(links.size(), 0.0);
+  for (std::size_t i = 0; i < links.size(); ++i) {
+    if (by_kind) link_class[i] = static_cast<int>(links[i].kind);
+    else tie[i] = links[i].latency_us + 1000.0 / links[i].bandwidth_gbps;
+  }
+  std::vector<int> classes = link_class;
+  std::sort(classes.begin(), classes.end());
+  classes.erase(std::unique(classes.begin(), classes.end()), classes.end());
+  // Channels leaving each vertex, in increasing id.
+  std::vector<std::vector<std::int32_t>> out(V);
+  for (std::size_t i = 0; i < links.size(); ++i) {
+    out[std::size_t(links[i].a)].push_back(std::int32_t(2 * i));
+    out[std::size_t(links[i].b)].push_back(std::int32_t(2 * i + 1));
+  }
+  // Overrides: checked here too, for topologies built in code rather than read from a file.
+  std::vector<int> override_of(n * n, -1);
+  for (std::size_t k = 0; k < route_overrides.size(); ++k) {
+    const RouteOverride& o = route_overrides[k];
+    const auto bad = [&](const std::string& what) { return Error{where, fmt::format("route override {}: {}", k, what)}; };
+    if (o.src < 0 || o.dst < 0 || std::size_t(o.src) >= n || std::size_t(o.dst) >= n || o.src == o.dst)
+      return bad(fmt::format("needs two different GPUs, got {} and {}", o.src, o.dst));
+    if (o.channels.empty() || o.channels.size() > std::size_t(kMaxHops))
+      return bad(fmt::format("has {} hops; a route has 1 to {}", o.channels.size(), kMaxHops));
+    int at = o.src;
+    for (const auto ch : o.channels) {
+      if (ch < 0 || ch >= num_channels() || channel_from(ch) != at) return bad("its channels do not form a path");
+      at = channel_to(ch);
+      if (at != o.dst && std::size_t(at) < n) return bad(fmt::format("passes through GPU {}", vertex_names[std::size_t(at)]));
+    }
+    if (at != o.dst) return bad("its channels do not end at its destination");
+    override_of[std::size_t(o.src) * n + std::size_t(o.dst)] = int(k);
+  }
   route_begin_.assign(n * n + 1, 0);
   route_ch_.clear();
-  std::vector<Graph::vertex_descriptor> pred(static_cast<std::size_t>(V));
-  std::vector<double> dist(static_cast<std::size_t>(V));
-  std::vector<int> pred_ch(static_cast<std::size_t>(V));
-  auto eidx = boost::get(boost::edge_index, g);
-  // Remove GPU->X edges of non-source GPUs by running Dijkstra on a filtered weight:
-  // edges leaving a GPU other than the source get infinite weight.
+  route_override_.assign(n * n, 0);
+  Labels lb;
+  std::vector<std::vector<std::int32_t>> path(n);
+  std::vector<char> routed(n);
   for (std::size_t s = 0; s < n; ++s) {
-    auto wmap = boost::get(boost::edge_weight, g);
-    std::vector<double> w(boost::num_edges(g));
-    boost::graph_traits<Graph>::edge_iterator ei, ee;
-    for (std::tie(ei, ee) = boost::edges(g); ei != ee; ++ei) {
-      const auto u = boost::source(*ei, g);
-      w[std::size_t(eidx[*ei])] = (u < n && u != s) ? 1e30 : wmap[*ei];
+    std::size_t left = 0;
+    for (std::size_t d = 0; d < n; ++d) {
+      routed[d] = d == s || override_of[s * n + d] >= 0;
+      left += routed[d] ? 0 : 1;
+      path[d].clear();
     }
-    auto wprop = boost::make_iterator_property_map(w.begin(), eidx);
-    boost::dijkstra_shortest_paths(g, s, boost::weight_map(wprop).predecessor_map(pred.data()).distance_map(dist.data()));
+    for (const int c : classes) {
+      if (left == 0) break;
+      search(*this, out, link_class, tie, int(s), c, lb);
+      for (std::size_t d = 0; d < n; ++d) {
+        if (routed[d] || lb.hops[d] < 0) continue;
+        for (auto v = d; v != s; v = std::size_t(channel_from(lb.via[v]))) path[d].push_back(lb.via[v]);
+        std::reverse(path[d].begin(), path[d].end());
+        routed[d] = 1;
+        --left;
+      }
+    }
     for (std::size_t d = 0; d < n; ++d) {
       const std::size_t idx = s * n + d;
       if (d != s) {
-        if (pred[d] == d || dist[d] >= 1e29)
-          return Error{where, fmt::format("no route from GPU {} ({}) to GPU {} ({}): GPU {} is unreachable",
-                                          s, vertex_names[s], d, vertex_names[d], vertex_names[d])};
-        std::vector<std::int32_t> path;
-        for (auto v = d; v != s; v = pred[v]) {
-          // Find the cheapest edge pred[v] -> v (parallel links: the first with the minimal weight).
-          double best = 1e300;
-          int best_ch = -1;
-          boost::graph_traits<Graph>::out_edge_iterator oi, oe;
-          for (std::tie(oi, oe) = boost::out_edges(pred[v], g); oi != oe; ++oi)
-            if (boost::target(*oi, g) == v && w[std::size_t(eidx[*oi])] < best) {
-              best = w[std::size_t(eidx[*oi])];
-              best_ch = eidx[*oi];
-            }
-          path.push_back(best_ch);
+        if (const int k = override_of[idx]; k >= 0) {
+          const auto& chs = route_overrides[std::size_t(k)].channels;
+          route_ch_.insert(route_ch_.end(), chs.begin(), chs.end());
+          route_override_[idx] = 1;
+        } else {
+          if (!routed[d])
+            return Error{where, fmt::format("no route from GPU {} ({}) to GPU {} ({}): GPU {} is unreachable",
+                                            s, vertex_names[s], d, vertex_names[d], vertex_names[d])};
+          if (path[d].size() > std::size_t(kMaxHops))
+            return Error{where, fmt::format("route from {} to {} has {} hops, more than the {} supported",
+                                            vertex_names[s], vertex_names[d], path[d].size(), kMaxHops)};
+          route_ch_.insert(route_ch_.end(), path[d].begin(), path[d].end());
         }
-        if (path.size() > std::size_t(kMaxHops))
-          return Error{where, fmt::format("route from {} to {} has {} hops, more than the {} supported",
-                                          vertex_names[s], vertex_names[d], path.size(), kMaxHops)};
-        route_ch_.insert(route_ch_.end(), path.rbegin(), path.rend());
       }
       route_begin_[idx + 1] = static_cast<std::uint32_t>(route_ch_.size());
     }
   }
-  (void)pred_ch;
   return {};
 }
 
@@ -121,7 +242,7 @@ Topology make_uniform(int gpus, GBps bw_gbps, double tflops, double latency_us, 
   t.levels = {"gpu"};
   t.vertex_names.push_back("fabric");
   for (int g = 0; g < gpus; ++g)
-    t.links.push_back(Link{g, gpus, bw_gbps, latency_us / 2, Sharing::Dedicated, 0, 0, {}});
+    t.links.push_back(Link{g, gpus, bw_gbps, latency_us / 2, Sharing::Dedicated, 0, 0, {}, LinkKind::Unspecified});
   auto s = t.finalize(gpus, "uniform");
   CHARM_ASSERT(s.ok(), "a uniform topology always routes");
   return t;

@@ -7,12 +7,21 @@
 // with the link's bandwidth. A channel is `shared` (every flow through it
 // divides its capacity, as on a PCIe switch, a host bridge or a NIC) or
 // `dedicated` (every flow gets the full rate, as NVLink through NVSwitch).
-// Routes are shortest paths in the link graph (Boost.Graph, Dijkstra).
+//
+// Routes are the paths the hardware uses, chosen the way a collective library
+// picks a transport, never by the link numbers: each link has a kind, and the
+// route between two GPUs is the one whose worst kind is best (NVLink, then
+// PCIe, then the host bridge, then the NIC, then the fabric), then the one with
+// fewest hops, then the one with the lowest channel ids. Bandwidth and latency
+// do not enter, so a calibration that refits them cannot move traffic onto
+// another path. A file may also fix routes itself (`route_overrides`).
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "scheduler/ir/expected.hpp"
@@ -23,6 +32,17 @@ namespace charm::topo {
 using GBps = double;
 
 enum class Sharing : std::uint8_t { Shared, Dedicated };
+
+/// The transport a link belongs to. The order is the preference order of route
+/// selection (lower is preferred), NCCL's: NVLink/NVSwitch, PCIe peer-to-peer
+/// under a switch, through the host bridge(s), then the network (the GPU's NIC,
+/// then the fabric beyond it). `Unspecified` is a link of a file that declares
+/// no kinds; such a file has no others (see Topology::finalize).
+enum class LinkKind : std::uint8_t { NvLink, Pcie, Host, Nic, Fabric, Unspecified };
+
+[[nodiscard]] std::string_view to_string(LinkKind k);
+/// "nvlink", "pcie", "host", "nic", "fabric"; nullopt for anything else (Unspecified has no name in files).
+[[nodiscard]] std::optional<LinkKind> link_kind_from(std::string_view s);
 
 /// What one GPU can do; the compute model is calibrated through these numbers.
 struct GpuSpec {
@@ -55,6 +75,14 @@ struct Link {
   /// the switch would carry each at the full rate.
   GBps injection_gbps = 0;
   std::string name;  // "a<->b" unless given
+  LinkKind kind = LinkKind::Unspecified;
+};
+
+/// A route fixed by the topology file instead of chosen: the channels from GPU
+/// src to GPU dst, in order (a connected path that passes no other GPU).
+struct RouteOverride {
+  int src = 0, dst = 0;
+  std::vector<std::int32_t> channels;
 };
 
 /// Hard limit on route length, so a flow's route fits in a fixed-size slot.
@@ -72,6 +100,8 @@ class Topology {
   std::vector<std::vector<int>> gpu_place;
   /// The level whose units are charm's domains (-1: one domain).
   int domain_level = -1;
+  /// Routes that replace the chosen ones (finalize installs them).
+  std::vector<RouteOverride> route_overrides;
 
   [[nodiscard]] int num_gpus() const { return num_gpus_; }
   [[nodiscard]] int num_vertices() const { return static_cast<int>(vertex_names.size()); }
@@ -86,18 +116,29 @@ class Topology {
   [[nodiscard]] double route_latency_us(int src, int dst) const;
   /// Bandwidth a lone flow gets from src to dst (the narrowest channel).
   [[nodiscard]] GBps route_bandwidth_gbps(int src, int dst) const;
+  /// The least preferred link kind on the route (its transport).
+  [[nodiscard]] LinkKind route_kind(int src, int dst) const;
+  /// Whether the route of (src, dst) comes from `route_overrides`.
+  [[nodiscard]] bool route_overridden(int src, int dst) const {
+    return route_override_[static_cast<std::size_t>(src) * static_cast<std::size_t>(num_gpus_) + static_cast<std::size_t>(dst)] != 0;
+  }
+  /// The vertex a channel leaves and the one it enters.
+  [[nodiscard]] int channel_from(int ch) const { return ch % 2 == 0 ? channel_link(ch).a : channel_link(ch).b; }
+  [[nodiscard]] int channel_to(int ch) const { return ch % 2 == 0 ? channel_link(ch).b : channel_link(ch).a; }
 
   /// Number of charm domains and the check that GPUs are numbered domain by domain.
   [[nodiscard]] int domains() const;
   [[nodiscard]] int domain_of(int gpu) const;
 
-  /// Sets the GPU count (the first n vertices) and derives routes; errors name the GPU that no route reaches.
+  /// Sets the GPU count (the first n vertices), chooses every route and installs
+  /// `route_overrides`; errors name the GPU that no route reaches.
   [[nodiscard]] Status finalize(int num_gpus, const std::string& where);
 
  private:
   int num_gpus_ = 0;
   std::vector<std::uint32_t> route_begin_;
   std::vector<std::int32_t> route_ch_;
+  std::vector<std::uint8_t> route_override_;  // per (src, dst): 1 when from route_overrides
 };
 
 /// A contention-free, fully connected cluster: each GPU hangs off one ideal

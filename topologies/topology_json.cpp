@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -10,6 +11,8 @@
 #include <initializer_list>
 #include <map>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 namespace charm::topo {
 
@@ -144,15 +147,18 @@ Status parse_gpu(const Node& n, GpuSpec& g) {
   return {};
 }
 
-/// bandwidth_gbps (required, > 0), latency_us (>= 0, default 0), sharing (shared | dedicated).
+/// bandwidth_gbps (required, > 0), latency_us (>= 0, default 0), sharing (shared | dedicated); the link's
+/// kind where the form lets the file say it (explicit links; the generator's intra links).
 Status parse_link_params(const Node& n, Link& l, const char* default_sharing) {
   if (!n.j.is_object()) return n.error("must be an object");
   if (n.path == "inter") {
     if (auto s = check_fields(n, {"bandwidth_gbps", "latency_us", "sharing", "per_flow_gbps", "injection_gbps", "nic"}); !s) return s;
+  } else if (n.path == "intra") {
+    if (auto s = check_fields(n, {"bandwidth_gbps", "latency_us", "sharing", "per_flow_gbps", "injection_gbps", "kind"}); !s) return s;
   } else if (default_sharing != nullptr) {
     if (auto s = check_fields(n, {"bandwidth_gbps", "latency_us", "sharing", "per_flow_gbps", "injection_gbps"}); !s) return s;
   } else {
-    if (auto s = check_fields(n, {"a", "b", "bandwidth_gbps", "latency_us", "sharing", "per_flow_gbps", "injection_gbps", "name"}); !s) return s;
+    if (auto s = check_fields(n, {"a", "b", "bandwidth_gbps", "latency_us", "sharing", "per_flow_gbps", "injection_gbps", "kind", "name"}); !s) return s;
   }
   TRY_ASSIGN(bw, get_number(n, "bandwidth_gbps", true, 0, true, false));
   TRY_ASSIGN(lat, get_number(n, "latency_us", false, 0, false, true));
@@ -170,11 +176,22 @@ Status parse_link_params(const Node& n, Link& l, const char* default_sharing) {
   if (sharing == "shared") l.sharing = Sharing::Shared;
   else if (sharing == "dedicated") l.sharing = Sharing::Dedicated;
   else return n.at("sharing").error(fmt::format("must be \"shared\" or \"dedicated\", got \"{}\"", sharing));
+  if (n.has("kind")) {
+    TRY_ASSIGN(kind, get_string(n, "kind", true, ""));
+    const auto k = link_kind_from(kind);
+    if (n.path == "intra") {
+      if (k != LinkKind::NvLink && k != LinkKind::Pcie)
+        return n.at("kind").error(fmt::format("must be \"nvlink\" or \"pcie\", got \"{}\"", kind));
+    } else if (!k) {
+      return n.at("kind").error(fmt::format("must be \"nvlink\", \"pcie\", \"host\", \"nic\" or \"fabric\", got \"{}\"", kind));
+    }
+    l.kind = *k;
+  }
   return {};
 }
 
-Status parse_explicit(const Node& root, Topology& t) {
-  if (auto s = check_fields(root, {"schema", "name", "notes", "gpu", "levels", "gpus", "switches", "links", "domain"},
+Status parse_explicit(const Node& root, Topology& t, int& num_gpus_out) {
+  if (auto s = check_fields(root, {"schema", "name", "notes", "gpu", "levels", "gpus", "switches", "links", "domain", "routes"},
                             " in an explicit topology (one with \"gpus\" and \"links\")");
       !s)
     return s;
@@ -260,6 +277,12 @@ Status parse_explicit(const Node& root, Topology& t) {
     link.name = nm;
     t.links.push_back(link);
   }
+  // Kinds rank routes against each other, so a link without one cannot be ranked against those with one.
+  const auto has_kind = [&](const Link& l) { return l.kind != LinkKind::Unspecified; };
+  if (const auto k = std::find_if(t.links.begin(), t.links.end(), has_kind); k != t.links.end())
+    if (const auto u = std::find_if_not(t.links.begin(), t.links.end(), has_kind); u != t.links.end())
+      return Error{root.src, fmt::format("links[{}].kind: missing, but links[{}] has one: give every link a kind or none",
+                                         u - t.links.begin(), k - t.links.begin())};
   if (root.has("domain")) {
     TRY_ASSIGN(d, get_string(root, "domain", true, ""));
     auto it = std::find(t.levels.begin(), t.levels.end(), d);
@@ -268,12 +291,13 @@ Status parse_explicit(const Node& root, Topology& t) {
   } else if (!t.levels.empty()) {
     t.domain_level = 0;
   }
-  return t.finalize(num_gpus, root.src);
+  num_gpus_out = num_gpus;
+  return {};
 }
 
-Status parse_generator(const Node& root, Topology& t) {
+Status parse_generator(const Node& root, Topology& t, int& num_gpus_out) {
   if (auto s = check_fields(root, {"schema", "name", "notes", "gpu", "nodes", "gpus_per_node", "numa_per_node", "intra", "numa",
-                                   "inter", "domain"},
+                                   "inter", "domain", "routes"},
                             " in a generated topology (one with \"nodes\")");
       !s)
     return s;
@@ -288,7 +312,13 @@ Status parse_generator(const Node& root, Topology& t) {
   if (!root.has("intra")) return root.missing("intra");
   Link intra;
   if (auto s = parse_link_params(root.at("intra"), intra, "dedicated"); !s) return s.error();
+  // Dedicated GPU links are NVLink through NVSwitch, shared ones a PCIe switch,
+  // unless intra.kind says otherwise; within a node both rank before the host
+  // bridge and the NIC, so the choice only names the links.
+  if (intra.kind == LinkKind::Unspecified) intra.kind = intra.sharing == Sharing::Dedicated ? LinkKind::NvLink : LinkKind::Pcie;
   Link numa_link, inter;
+  numa_link.kind = LinkKind::Host;
+  inter.kind = LinkKind::Nic;  // one link stands for the NIC and its port on the non-blocking fabric
   if (numa > 1) {
     if (!root.has("numa")) return root.missing("numa");
     if (auto s = parse_link_params(root.at("numa"), numa_link, "shared"); !s) return s.error();
@@ -354,7 +384,83 @@ Status parse_generator(const Node& root, Topology& t) {
   else if (domain == "numa") t.domain_level = 1;
   else if (domain == "none") t.domain_level = -1;
   else return root.at("domain").error(fmt::format("must be \"node\", \"numa\" or \"none\", got \"{}\"", domain));
-  return t.finalize(G, root.src);
+  num_gpus_out = G;
+  return {};
+}
+
+/// "routes": [{"src", "dst", "via": [switch, ...]}] fixes the route of a GPU
+/// pair; each also fixes its reverse unless the file gives that one too. Two
+/// vertices joined by several links use the first of them in the file.
+Status parse_routes(const Node& root, Topology& t, int num_gpus) {
+  if (!root.has("routes")) return {};
+  const Node rs = root.at("routes");
+  if (!rs.j.is_array()) return rs.error("must be an array of routes {\"src\", \"dst\", \"via\"}");
+  std::map<std::string, int> index;
+  for (std::size_t v = 0; v < t.vertex_names.size(); ++v) index.emplace(t.vertex_names[v], int(v));
+  std::map<std::pair<int, int>, std::int32_t> channel;
+  for (std::size_t i = 0; i < t.links.size(); ++i) {
+    channel.emplace(std::pair{t.links[i].a, t.links[i].b}, std::int32_t(2 * i));
+    channel.emplace(std::pair{t.links[i].b, t.links[i].a}, std::int32_t(2 * i + 1));
+  }
+  std::map<std::pair<int, int>, std::size_t> given;
+  for (std::size_t i = 0; i < rs.j.size(); ++i) {
+    const Node r = rs.at(i);
+    if (!r.j.is_object()) return r.error("must be an object {\"src\", \"dst\", \"via\"}");
+    if (auto s = check_fields(r, {"src", "dst", "via"}); !s) return s;
+    const auto gpu = [&](const char* key) -> Ex<int> {
+      TRY_ASSIGN(nm, get_string(r, key, true, ""));
+      const auto it = index.find(nm);
+      if (it == index.end()) return r.at(key).error(fmt::format("unknown GPU \"{}\"", nm));
+      if (it->second >= num_gpus) return r.at(key).error(fmt::format("\"{}\" is a switch, not a GPU", nm));
+      return it->second;
+    };
+    TRY_ASSIGN(src, gpu("src"));
+    TRY_ASSIGN(dst, gpu("dst"));
+    if (src == dst) return r.at("dst").error(fmt::format("\"{}\" is also the source", t.vertex_names[std::size_t(dst)]));
+    std::vector<int> stops{src};
+    std::vector<std::string> stop_path{r.at("src").path};
+    if (r.has("via")) {
+      const Node via = r.at("via");
+      if (!via.j.is_array()) return via.error("must be an array of switch names");
+      for (std::size_t k = 0; k < via.j.size(); ++k) {
+        const Node h = via.at(k);
+        if (!h.j.is_string()) return h.error(fmt::format("must be a switch name, got {}", h.j.dump()));
+        const auto nm = h.j.get<std::string>();
+        const auto it = index.find(nm);
+        if (it == index.end()) return h.error(fmt::format("unknown switch \"{}\"", nm));
+        if (it->second < num_gpus) return h.error(fmt::format("\"{}\" is a GPU: a route never passes through another GPU", nm));
+        if (std::find(stops.begin(), stops.end(), it->second) != stops.end())
+          return h.error(fmt::format("\"{}\" comes twice: a route passes a switch once", nm));
+        stops.push_back(it->second);
+        stop_path.push_back(h.path);
+      }
+    }
+    stops.push_back(dst);
+    stop_path.push_back(r.at("dst").path);
+    if (stops.size() - 1 > std::size_t(kMaxHops))
+      return r.at("via").error(fmt::format("{} hops, more than the {} supported", stops.size() - 1, kMaxHops));
+    RouteOverride o{src, dst, {}};
+    for (std::size_t k = 1; k < stops.size(); ++k) {
+      const auto it = channel.find({stops[k - 1], stops[k]});
+      if (it == channel.end())
+        return Error{root.src, fmt::format("{}: no link joins \"{}\" and \"{}\"", stop_path[k], t.vertex_names[std::size_t(stops[k - 1])],
+                                           t.vertex_names[std::size_t(stops[k])])};
+      o.channels.push_back(it->second);
+    }
+    if (const auto [it, fresh] = given.emplace(std::pair{src, dst}, i); !fresh)
+      return r.error(fmt::format("a second route from \"{}\" to \"{}\" (routes[{}] is the first)", t.vertex_names[std::size_t(src)],
+                                 t.vertex_names[std::size_t(dst)], it->second));
+    t.route_overrides.push_back(std::move(o));
+  }
+  const std::size_t m = t.route_overrides.size();
+  for (std::size_t k = 0; k < m; ++k) {
+    RouteOverride back{t.route_overrides[k].dst, t.route_overrides[k].src, t.route_overrides[k].channels};
+    if (given.count({back.src, back.dst}) != 0) continue;
+    std::reverse(back.channels.begin(), back.channels.end());
+    for (auto& ch : back.channels) ch ^= 1;  // the other direction of the same link
+    t.route_overrides.push_back(std::move(back));
+  }
+  return {};
 }
 
 } // namespace
@@ -383,8 +489,11 @@ Expected<Topology> parse_topology(const nlohmann::json& j, const std::string& so
   }
   if (!root.has("gpu")) return root.missing("gpu");
   if (auto s = parse_gpu(root.at("gpu"), t.gpu); !s) return s.error();
-  Status st = root.has("nodes") ? parse_generator(root, t) : parse_explicit(root, t);
+  int num_gpus = 0;
+  Status st = root.has("nodes") ? parse_generator(root, t, num_gpus) : parse_explicit(root, t, num_gpus);
   if (!st) return st.error();
+  if (auto s = parse_routes(root, t, num_gpus); !s) return s.error();
+  if (auto s = t.finalize(num_gpus, source); !s) return s.error();
   return t;
 }
 
@@ -416,8 +525,9 @@ nlohmann::json topology_summary(const Topology& t) {
   nlohmann::json links = nlohmann::json::array();
   for (const auto& l : t.links)
     links.push_back({{"a", t.vertex_names[std::size_t(l.a)]}, {"b", t.vertex_names[std::size_t(l.b)]},
-                     {"bandwidth_gbps", l.bandwidth_gbps}, {"latency_us", l.latency_us}, {"per_flow_gbps", l.per_flow_gbps}, {"injection_gbps", l.injection_gbps},
-                     {"sharing", l.sharing == Sharing::Shared ? "shared" : "dedicated"}});
+                     {"bandwidth_gbps", l.bandwidth_gbps}, {"latency_us", l.latency_us}, {"per_flow_gbps", l.per_flow_gbps},
+                     {"injection_gbps", l.injection_gbps}, {"sharing", l.sharing == Sharing::Shared ? "shared" : "dedicated"},
+                     {"kind", std::string(to_string(l.kind))}});
   return {{"name", t.name}, {"gpus", t.num_gpus()}, {"switches", t.num_vertices() - t.num_gpus()},
           {"domains", t.domains()}, {"gpu", {{"model", t.gpu.model}, {"tflops_bf16", t.gpu.tflops_bf16}, {"hbm_gbps", t.gpu.hbm_gbps},
                                              {"efficiency_fwd", t.gpu.efficiency_fwd}, {"efficiency_bwd", t.gpu.efficiency_bwd},

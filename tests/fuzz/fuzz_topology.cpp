@@ -10,7 +10,7 @@
 
 namespace {
 
-/// Routing is Dijkstra from every GPU; keep one input cheap (the loader's own cap is 4096 GPUs).
+/// Routing searches from every GPU (once per link kind); keep one input cheap (the loader's own cap is 4096 GPUs).
 bool too_big(const nlohmann::json& j) {
   if (!j.is_object()) return false;
   auto count = [&](const char* key) -> std::int64_t {
