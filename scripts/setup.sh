@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build git pkg-config
       libboost-graph-dev nlohmann-json3-dev libfmt-dev libcli11-dev
-      libgtest-dev libgmock-dev libbenchmark-dev
+      libgtest-dev libgmock-dev libbenchmark-dev libnlopt-cxx-dev
       openmpi-bin libopenmpi-dev gnuplot-nox clang libclang-rt-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -7,6 +7,11 @@ namespace charm::sim {
 
 int default_domains(const topo::Topology& t) { return std::max(1, t.domains()); }
 
+int default_domains(const topo::Topology& t, int ranks) {
+  if (ranks <= 0 || ranks >= t.num_gpus()) return default_domains(t);
+  return t.domain_of(ranks - 1) + 1;
+}
+
 sched::PlanRequest normalised_request(sched::PlanRequest req) { return sched::normalised(std::move(req)); }
 
 ComputeModel compute_model_for(const topo::Topology& t, const ir::Workload& w) { return ComputeModel::from_gpu(t.gpu, w.dtype); }

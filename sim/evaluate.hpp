@@ -25,6 +25,10 @@ struct Evaluation {
 
 /// The domains charm splits `t` into by default: the topology's hierarchy (NUMA nodes or servers).
 [[nodiscard]] int default_domains(const topo::Topology& t);
+/// The domains of a run on the first `ranks` GPUs of `t` (rank r on GPU r): those they span.
+/// With fewer ranks than GPUs the whole topology's count would be wrong (8 GPUs of a 2 x 8
+/// cluster are one node, one domain).
+[[nodiscard]] int default_domains(const topo::Topology& t, int ranks);
 
 /// The request as the planner runs it (sched::normalised): the -zigzag variants run on the zigzag layout.
 [[nodiscard]] sched::PlanRequest normalised_request(sched::PlanRequest req);

@@ -191,7 +191,7 @@ Status parse_link_params(const Node& n, Link& l, const char* default_sharing) {
 }
 
 Status parse_explicit(const Node& root, Topology& t, int& num_gpus_out) {
-  if (auto s = check_fields(root, {"schema", "name", "notes", "gpu", "levels", "gpus", "switches", "links", "domain", "routes"},
+  if (auto s = check_fields(root, {"schema", "name", "notes", "gpu", "levels", "gpus", "switches", "links", "domain", "routes", "calibration"},
                             " in an explicit topology (one with \"gpus\" and \"links\")");
       !s)
     return s;
@@ -297,7 +297,7 @@ Status parse_explicit(const Node& root, Topology& t, int& num_gpus_out) {
 
 Status parse_generator(const Node& root, Topology& t, int& num_gpus_out) {
   if (auto s = check_fields(root, {"schema", "name", "notes", "gpu", "nodes", "gpus_per_node", "numa_per_node", "intra", "numa",
-                                   "inter", "domain", "routes"},
+                                   "inter", "domain", "routes", "calibration"},
                             " in a generated topology (one with \"nodes\")");
       !s)
     return s;
@@ -487,6 +487,8 @@ Expected<Topology> parse_topology(const nlohmann::json& j, const std::string& so
     if (!s) return s.error();
     if (s.value() != 1) return root.at("schema").error(fmt::format("unsupported schema version {} (expected 1)", s.value()));
   }
+  // What `charm calibrate` fitted and from what: kept with the values, not read.
+  if (root.has("calibration") && !root.at("calibration").j.is_object()) return root.at("calibration").error("must be an object");
   if (!root.has("gpu")) return root.missing("gpu");
   if (auto s = parse_gpu(root.at("gpu"), t.gpu); !s) return s.error();
   int num_gpus = 0;

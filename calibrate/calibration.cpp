@@ -1,0 +1,679 @@
+#include "calibrate/calibration.hpp"
+
+#include <fmt/format.h>
+#include <nlopt.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <thread>
+#include <tuple>
+
+#include "scheduler/planners/planners.hpp"
+#include "sim/evaluate.hpp"
+#include "topologies/topology_json.hpp"
+
+namespace charm::calib {
+
+namespace {
+
+using nlohmann::json;
+
+/// A measured row made ready to simulate: its plan does not depend on the parameters, so it
+/// is built once; only the topology it runs on changes.
+struct Row {
+  ir::Plan plan;
+  std::size_t variant = 0;  // index into Model::variant_nodes
+  int ranks = 0, domains = 0;
+};
+
+/// What is being fitted: the base document, the topology variants the rows need (the base
+/// as it is, or re-generated with more nodes), each row's plan, and the parameters.
+struct Model {
+  json base;
+  std::string source;
+  std::vector<long> variant_nodes;  // 0: the base as it is; else re-generate with this many nodes
+  std::vector<Row> rows;
+  std::vector<FitParameter> params;
+  int jobs = 1;
+
+  [[nodiscard]] json document(const std::vector<double>& values) const {
+    json d = base;
+    for (std::size_t k = 0; k < params.size(); ++k) set_parameter(d, params[k].path, values[k]);
+    return d;
+  }
+
+  [[nodiscard]] Expected<std::vector<topo::Topology>> topologies(const json& doc) const {
+    std::vector<topo::Topology> out;
+    for (long nodes : variant_nodes) {
+      json d = doc;
+      if (nodes > 0) d["nodes"] = nodes;
+      auto t = topo::parse_topology(d, source);
+      if (!t) return t.error();
+      out.push_back(std::move(t).value());
+    }
+    return out;
+  }
+
+  /// Predicted times (ms) of the rows with use[i]; NaN for the others.
+  [[nodiscard]] Expected<std::vector<double>> predict(const std::vector<double>& values, const std::vector<char>& use) const {
+    auto topos = topologies(document(values));
+    if (!topos) return topos.error();
+    std::vector<std::size_t> todo;
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      if (use[i]) todo.push_back(i);
+    std::vector<double> out(rows.size(), kNaN);
+    std::atomic<std::size_t> next{0};
+    std::mutex mu;
+    std::optional<Error> error;
+    // Simulations share nothing (the simulator has no global state): one row per task.
+    auto work = [&] {
+      for (std::size_t k; (k = next.fetch_add(1)) < todo.size();) {
+        const std::size_t i = todo[k];
+        auto e = sim::evaluate_plan(rows[i].plan, (*topos)[rows[i].variant]);
+        if (!e) {
+          const std::lock_guard lock(mu);
+          if (!error) error = e.error();
+          continue;
+        }
+        out[i] = e->summary.time_s * 1e3;
+      }
+    };
+    const int threads = std::max(1, std::min<int>(jobs, static_cast<int>(todo.size())));
+    {
+      std::vector<std::jthread> pool;
+      for (int t = 1; t < threads; ++t) pool.emplace_back(work);
+      work();
+    }
+    if (error) return *error;
+    return out;
+  }
+};
+
+// The unit box the optimizer moves in: u in [0, 1] per parameter.
+double value_of(const FitParameter& p, double u) {
+  u = std::clamp(u, 0.0, 1.0);
+  const auto& b = p.bounds;
+  const double x = b.scale == Scale::Log ? std::exp(std::log(b.lo) + u * (std::log(b.hi) - std::log(b.lo))) : b.lo + u * (b.hi - b.lo);
+  return std::clamp(x, b.lo, b.hi);  // exp(log(hi)) may overshoot hi by an ulp, and efficiency must stay <= 1
+}
+double unit_of(const FitParameter& p, double x) {
+  const auto& b = p.bounds;
+  if (b.hi == b.lo) return 0;
+  const double u = b.scale == Scale::Log ? (std::log(x) - std::log(b.lo)) / (std::log(b.hi) - std::log(b.lo)) : (x - b.lo) / (b.hi - b.lo);
+  return std::clamp(u, 0.0, 1.0);
+}
+std::vector<double> values_of(const std::vector<FitParameter>& ps, const std::vector<double>& u) {
+  std::vector<double> v(ps.size());
+  for (std::size_t k = 0; k < ps.size(); ++k) v[k] = value_of(ps[k], u[k]);
+  return v;
+}
+
+double objective_of(const std::vector<double>& predicted, const MeasurementSet& data, const std::vector<char>& use) {
+  double f = 0;
+  for (std::size_t i = 0; i < predicted.size(); ++i)
+    if (use[i]) {
+      const double r = std::log(predicted[i] / data.rows[i].time_ms);
+      f += r * r;
+    }
+  return f;
+}
+
+/// The objective NLopt calls: counts, keeps the best point, reports progress, and stops the
+/// optimizer on a simulation error (kept to be returned, not swallowed).
+struct Objective {
+  const Model& model;
+  const MeasurementSet& data;
+  std::vector<char> use;
+  const CalibrationOptions& options;
+  std::string stage;
+  int evaluations = 0;
+  double best = HUGE_VAL;
+  std::vector<double> best_u;
+  std::optional<Error> error;
+
+  double operator()(const std::vector<double>& u) {
+    auto p = model.predict(values_of(model.params, u), use);
+    if (!p) {
+      error = p.error();
+      throw nlopt::forced_stop();
+    }
+    const double f = objective_of(*p, data, use);
+    ++evaluations;
+    if (f < best) {
+      best = f;
+      best_u = u;
+    }
+    if (options.progress) options.progress({stage, evaluations, best});
+    return f;
+  }
+  static double call(unsigned n, const double* x, double* grad, void* self) {
+    (void)grad;  // derivative-free
+    return (*static_cast<Objective*>(self))(std::vector<double>(x, x + n));
+  }
+};
+
+/// One bounded local search from `u0`; the best point seen is kept in `obj` whatever NLopt's end.
+Status local_search(Objective& obj, std::vector<double> u0, int max_evals, double initial_step) {
+  const auto n = static_cast<unsigned>(u0.size());
+  // BOBYQA models the objective as a quadratic and needs two dimensions at least.
+  nlopt::opt o(n >= 2 ? nlopt::LN_BOBYQA : nlopt::LN_SBPLX, n);
+  o.set_lower_bounds(std::vector<double>(n, 0.0));
+  o.set_upper_bounds(std::vector<double>(n, 1.0));
+  o.set_min_objective(&Objective::call, &obj);
+  o.set_xtol_abs(1e-5);
+  o.set_ftol_abs(1e-12);
+  o.set_maxeval(max_evals);
+  o.set_initial_step(std::vector<double>(n, initial_step));
+  double f = 0;
+  try {
+    (void)o.optimize(u0, f);
+  } catch (const nlopt::forced_stop&) {
+  } catch (const nlopt::roundoff_limited&) {  // as far as the model's precision allows: a result
+  } catch (const std::bad_alloc&) {
+    throw;
+  } catch (const std::exception& e) {
+    if (!obj.error) return Error{"--fit", fmt::format("the optimizer failed: {}", e.what())};
+  }
+  if (obj.error) return *obj.error;
+  return {};
+}
+
+/// Inverse of a small symmetric positive semi-definite matrix (Gauss-Jordan with pivoting);
+/// nullopt when it is singular (a parameter no row moves).
+std::optional<std::vector<std::vector<double>>> invert(std::vector<std::vector<double>> a) {
+  const std::size_t n = a.size();
+  double scale = 0;
+  for (std::size_t i = 0; i < n; ++i) scale = std::max(scale, std::abs(a[i][i]));
+  if (!(scale > 0)) return std::nullopt;
+  std::vector<std::vector<double>> inv(n, std::vector<double>(n, 0.0));
+  for (std::size_t i = 0; i < n; ++i) inv[i][i] = 1;
+  for (std::size_t c = 0; c < n; ++c) {
+    std::size_t piv = c;
+    for (std::size_t r = c + 1; r < n; ++r)
+      if (std::abs(a[r][c]) > std::abs(a[piv][c])) piv = r;
+    if (std::abs(a[piv][c]) < 1e-12 * scale) return std::nullopt;
+    std::swap(a[c], a[piv]);
+    std::swap(inv[c], inv[piv]);
+    const double d = a[c][c];
+    for (std::size_t k = 0; k < n; ++k) {
+      a[c][k] /= d;
+      inv[c][k] /= d;
+    }
+    for (std::size_t r = 0; r < n; ++r) {
+      if (r == c || a[r][c] == 0) continue;
+      const double m = a[r][c];
+      for (std::size_t k = 0; k < n; ++k) {
+        a[r][k] -= m * a[c][k];
+        inv[r][k] -= m * inv[c][k];
+      }
+    }
+  }
+  return inv;
+}
+
+double mean_abs_pct(const std::vector<double>& ratios) {
+  if (ratios.empty()) return kNaN;
+  double s = 0;
+  for (double r : ratios) s += std::abs(r - 1);
+  return 100 * s / double(ratios.size());
+}
+
+std::string row_key(const Measurement& m, int ranks) {
+  const auto& w = m.workload;
+  return fmt::format("{}/{}/{}/{}/{}/{}/{}/{}/{}/{}", to_string(w.pass), w.batch, w.seq, w.heads, w.kv_heads, w.head_dim,
+                     to_string(w.dtype), w.causal, to_string(w.layout), ranks);
+}
+
+/// Builds the model: checks every row against the base (its GPUs, domains, the planner, the
+/// simulator) and names the cell at fault.
+Status build_rows(Model& model, const MeasurementSet& data, std::vector<double>& base_ms) {
+  auto base_topo = topo::parse_topology(model.base, model.source);
+  if (!base_topo) return base_topo.error();
+  const int base_gpus = base_topo->num_gpus();
+  std::map<long, std::size_t> variant_of;  // nodes -> variant
+  model.variant_nodes = {0};
+  std::vector<topo::Topology> topos;
+  topos.push_back(std::move(base_topo).value());
+  for (const auto& m : data.rows) {
+    const std::string at_ranks = data.where(m, Column::Ranks);
+    Row row;
+    row.ranks = m.ranks > 0 ? m.ranks : base_gpus;
+    if (row.ranks > base_gpus) {
+      if (!model.base.contains("nodes"))
+        return Error{at_ranks, fmt::format("ranks {}: {} has only {} GPUs, and only a generated topology (one with \"nodes\") can be "
+                                           "re-generated larger",
+                                           row.ranks, model.source, base_gpus)};
+      const long per_node = model.base.value("gpus_per_node", 1L);
+      if (per_node < 1 || row.ranks % per_node != 0)
+        return Error{at_ranks, fmt::format("ranks {}: more GPUs than {} has ({}), and not whole nodes of {} GPUs", row.ranks, model.source,
+                                           base_gpus, per_node)};
+      const long nodes = row.ranks / per_node;
+      if (auto it = variant_of.find(nodes); it != variant_of.end()) {
+        row.variant = it->second;
+      } else {
+        json d = model.base;
+        d["nodes"] = nodes;
+        auto t = topo::parse_topology(d, model.source);
+        if (!t) return Error{at_ranks, fmt::format("ranks {} needs {} re-generated with {} nodes: {}", row.ranks, model.source, nodes, t.error().message())};
+        row.variant = model.variant_nodes.size();
+        variant_of[nodes] = row.variant;
+        model.variant_nodes.push_back(nodes);
+        topos.push_back(std::move(t).value());
+      }
+    }
+    const topo::Topology& t = topos[row.variant];
+    if (m.domains > 0) {
+      row.domains = m.domains;
+    } else {
+      row.domains = sim::default_domains(t, row.ranks);
+      // The planner's domains are equal blocks of consecutive ranks; the GPUs' must be too.
+      std::vector<int> sizes(std::size_t(row.domains), 0);
+      for (int g = 0; g < row.ranks; ++g) ++sizes[std::size_t(t.domain_of(g))];
+      if (std::any_of(sizes.begin(), sizes.end(), [&](int s) { return s != sizes.front(); })) {
+        std::string list;
+        for (int s : sizes) list += fmt::format("{}{}", list.empty() ? "" : " + ", s);
+        return Error{at_ranks, fmt::format("the first {} GPUs of {} span {} domains of unequal size ({}); give the domains column or "
+                                           "ranks that fill whole domains",
+                                           row.ranks, t.name, row.domains, list)};
+      }
+    }
+    const sched::PlanRequest req = sim::normalised_request({m.algo, m.workload, row.ranks, row.domains});
+    if (auto st = sched::check_request(req); !st) return Error{data.where(m, column_of_flag(st.error().where)), st.error().what};
+    auto plan = sched::make_plan(req);
+    if (!plan) return Error{data.where(m, column_of_flag(plan.error().where)), plan.error().what};
+    auto e = sim::evaluate_plan(*plan, t);
+    if (!e) return Error{at_ranks, fmt::format("the simulator cannot run this row: {}", e.error().message())};
+    base_ms.push_back(e->summary.time_s * 1e3);
+    row.plan = std::move(plan).value();
+    model.rows.push_back(std::move(row));
+  }
+  return {};
+}
+
+/// The parameters to fit, with their bounds; errors name the path.
+Expected<std::vector<FitParameter>> choose_parameters(const Model& model, const std::vector<std::string>& requested,
+                                                      const std::vector<FixedParameter>& fixed, std::vector<std::string>& notes) {
+  auto is_fixed = [&](const std::string& p) { return std::any_of(fixed.begin(), fixed.end(), [&](const auto& f) { return f.path == p; }); };
+  std::vector<FitParameter> out;
+  auto add = [&](const std::string& path) -> Status {
+    auto v = parameter_value(model.base, path, model.source);
+    if (!v) return v.error();
+    auto b = bounds_for(path, *v);
+    if (!b) return b.error();
+    FitParameter p;
+    p.path = path;
+    p.base = *v;
+    p.value = *v;
+    p.bounds = *b;
+    if (!b->known) {
+      p.note = b->rule;
+      notes.push_back(fmt::format("{}: {}", path, b->rule));
+    }
+    out.push_back(std::move(p));
+    return {};
+  };
+  if (!requested.empty()) {
+    for (const auto& path : requested) {
+      if (std::any_of(out.begin(), out.end(), [&](const auto& p) { return p.path == path; }))
+        return Error{"--fit", fmt::format("{} is listed twice", path)};
+      if (is_fixed(path)) return Error{"--fit", fmt::format("{} is set from --nccl-tests, not fitted", path)};
+      if (auto st = add(path); !st) return Error{"--fit", st.error().message()};
+    }
+    return out;
+  }
+  for (const auto& path : default_fit_parameters()) {
+    if (is_fixed(path) || !parameter_value(model.base, path, model.source)) continue;
+    if (auto st = add(path); !st) return Error{"--fit", st.error().message()};
+  }
+  if (out.empty())
+    return Error{"--fit", fmt::format("{} has none of the default parameters; name some with --fit", model.source)};
+  return out;
+}
+
+} // namespace
+
+bool is_link_class(const std::string& cls) { return cls == "intra" || cls == "numa" || cls == "inter"; }
+
+Expected<std::vector<FixedParameter>> fixed_from_nccl_tests(const json& base, const std::string& base_source, const std::string& cls,
+                                                            const NcclLog& log) {
+  const std::string where = "--nccl-tests";
+  if (!is_link_class(cls)) return Error{where, fmt::format("unknown link class '{}' (expected intra, numa or inter)", cls)};
+  if (!base.contains("nodes")) return Error{where, fmt::format("{} is an explicit topology; link classes belong to the generator form", base_source)};
+  if (!base.contains(cls) || !base[cls].is_object()) return Error{where, fmt::format("{} has no '{}' block", base_source, cls)};
+  auto ab = fit_alpha_beta(log);
+  if (!ab) return ab.error();
+  // A pair of GPUs whose route crosses the class: GPU 0 and its neighbour in the same NUMA
+  // node (intra), the first GPU of the next NUMA node (numa) or of the next node (inter).
+  json probe = base;
+  const long per_node = base.value("gpus_per_node", 1L), numa = base.value("numa_per_node", 1L);
+  int dst = 1;
+  if (cls == "numa") {
+    if (numa < 2) return Error{where, fmt::format("{} has one NUMA node per node: no numa link to measure", base_source)};
+    dst = int(per_node / numa);
+  } else if (cls == "inter") {
+    if (base.value("nodes", 1L) < 2) probe["nodes"] = 2;
+    dst = int(per_node);
+  } else if (per_node / numa < 2) {
+    return Error{where, fmt::format("{} has one GPU per NUMA node: no intra link pair to measure", base_source)};
+  }
+  // The route's latency is linear in the class's: k links of it plus the others'.
+  double lat[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    probe[cls]["latency_us"] = double(i);
+    auto t = topo::parse_topology(probe, base_source);
+    if (!t) return t.error();
+    lat[i] = t->route_latency_us(0, dst);
+  }
+  const double k = lat[1] - lat[0], others = lat[0];
+  if (!(k > 0)) return Error{where, fmt::format("no route of {} crosses a '{}' link", base_source, cls)};
+  const double latency = std::max(0.0, (ab->alpha_us - others) / k);
+  const json detail = {{"alpha_us", ab->alpha_us},       {"beta_gbps", ab->beta_gbps},        {"bus_factor", ab->bus_factor},
+                       {"busbw_gbps", ab->busbw_gbps},   {"peak_busbw_gbps", ab->peak_busbw_gbps}, {"rows", ab->rows},
+                       {"links_on_route", k},            {"other_latency_us", others}};
+  std::vector<FixedParameter> out;
+  auto base_of = [&](const char* key, double dflt) { return base[cls].contains(key) && base[cls][key].is_number() ? base[cls][key].get<double>() : dflt; };
+  out.push_back({cls + ".bandwidth_gbps", ab->busbw_gbps, base_of("bandwidth_gbps", kNaN), log.source, detail});
+  out.push_back({cls + ".latency_us", latency, base_of("latency_us", 0), log.source, detail});
+  return out;
+}
+
+Expected<Calibration> calibrate(const json& base, const std::string& base_source, const MeasurementSet& data,
+                                const std::vector<FixedParameter>& fixed, const CalibrationOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Calibration c;
+  c.base_source = base_source;
+  c.fixed = fixed;
+  Model model;
+  model.base = base;
+  model.source = base_source;
+  model.jobs = std::max(1, options.jobs);
+  for (const auto& f : fixed) set_parameter(model.base, f.path, f.value);
+
+  // The parameter list first: a misspelt path fails before any simulation.
+  auto params = choose_parameters(model, options.fit, fixed, c.notes);
+  if (!params) return params.error();
+  model.params = std::move(params).value();
+
+  std::vector<double> base_ms;
+  if (auto st = build_rows(model, data, base_ms); !st) return st.error();
+  const std::size_t n = model.rows.size();
+  for (std::size_t v = 1; v < model.variant_nodes.size(); ++v)
+    c.notes.push_back(fmt::format("rows with {} GPUs: {} re-generated with nodes = {}", model.variant_nodes[v] * base.value("gpus_per_node", 1L),
+                                  base_source, model.variant_nodes[v]));
+  const std::size_t p = model.params.size();
+  const std::vector<char> all(n, 1);
+
+  // Defaults no row depends on (efficiency.bwd with forward rows only) are dropped: the fit
+  // could not tell their value, and the report would show a meaningless one.
+  if (options.fit.empty()) {
+    std::vector<FitParameter> kept;
+    std::vector<double> values;
+    for (const auto& q : model.params) values.push_back(q.base);
+    for (std::size_t k = 0; k < p; ++k) {
+      auto moved = values;
+      const auto& q = model.params[k];
+      moved[k] = q.bounds.scale == Scale::Log ? std::sqrt(q.bounds.lo * q.bounds.hi) : 0.5 * (q.bounds.lo + q.bounds.hi);
+      if (moved[k] == values[k]) moved[k] = q.bounds.lo;
+      auto pred = model.predict(moved, all);
+      if (!pred) return pred.error();
+      bool moves = false;
+      for (std::size_t i = 0; i < n; ++i) moves = moves || std::abs((*pred)[i] / base_ms[i] - 1) > 1e-9;
+      if (moves) kept.push_back(q);
+      else c.notes.push_back(fmt::format("{}: not fitted, no row depends on it", q.path));
+    }
+    if (kept.empty()) return Error{"--fit", "no row depends on any of the default parameters; name some with --fit"};
+    model.params = std::move(kept);
+  }
+  const std::size_t np = model.params.size();
+  c.base_objective = objective_of(base_ms, data, all);
+
+  // The fit: from the base values, then from fixed interior points (reproducible runs).
+  const int max_evals = options.max_evaluations > 0 ? options.max_evaluations : int(150 * (np + 1));
+  Objective obj{model, data, all, options, "", 0, HUGE_VAL, {}, {}};
+  std::vector<std::vector<double>> starts;
+  {
+    std::vector<double> u0;
+    for (const auto& q : model.params) u0.push_back(unit_of(q, q.base));
+    starts.push_back(u0);
+    std::mt19937 rng(12345);
+    std::uniform_real_distribution<double> uni(0.15, 0.85);
+    for (int s = 0; s < std::max(0, options.restarts); ++s) {
+      std::vector<double> u(np);
+      for (auto& x : u) x = uni(rng);
+      starts.push_back(u);
+    }
+  }
+  for (std::size_t s = 0; s < starts.size(); ++s) {
+    obj.stage = fmt::format("start {}/{}", s + 1, starts.size());
+    if (auto st = local_search(obj, starts[s], max_evals, 0.1); !st) return st.error();
+  }
+  const std::vector<double> best_u = obj.best_u;
+  const std::vector<double> best = values_of(model.params, best_u);
+  auto pred = model.predict(best, all);
+  if (!pred) return pred.error();
+  c.objective = objective_of(*pred, data, all);
+  int evaluations = obj.evaluations + 1;
+
+  // Uncertainty: J = d(log residual)/d(theta), theta = log(value) (log scale) or value (linear).
+  {
+    std::vector<std::vector<double>> J(n, std::vector<double>(np, 0.0));
+    std::vector<char> moves(np, 0);
+    for (std::size_t k = 0; k < np; ++k) {
+      const auto& q = model.params[k];
+      const bool log_scale = q.bounds.scale == Scale::Log;
+      const double theta = log_scale ? std::log(best[k]) : best[k];
+      const double lo = log_scale ? std::log(q.bounds.lo) : q.bounds.lo, hi = log_scale ? std::log(q.bounds.hi) : q.bounds.hi;
+      const double h = log_scale ? 1e-3 : 1e-3 * (q.bounds.hi - q.bounds.lo);
+      const double up = std::min(theta + h, hi), down = std::max(theta - h, lo);
+      if (!(up > down)) continue;
+      auto at = [&](double th) {
+        auto v = best;
+        v[k] = log_scale ? std::exp(th) : th;
+        v[k] = std::clamp(v[k], q.bounds.lo, q.bounds.hi);
+        return model.predict(v, all);
+      };
+      auto pu = at(up), pd = at(down);
+      if (!pu) return pu.error();
+      if (!pd) return pd.error();
+      evaluations += 2;
+      for (std::size_t i = 0; i < n; ++i) {
+        J[i][k] = (std::log((*pu)[i]) - std::log((*pd)[i])) / (up - down);
+        moves[k] = moves[k] || J[i][k] != 0;
+      }
+      if (options.progress) options.progress({"uncertainty", evaluations, c.objective});
+    }
+    std::vector<std::vector<double>> jtj(np, std::vector<double>(np, 0.0));
+    for (std::size_t a = 0; a < np; ++a)
+      for (std::size_t b = 0; b < np; ++b)
+        for (std::size_t i = 0; i < n; ++i) jtj[a][b] += J[i][a] * J[i][b];
+    const auto inv = invert(jtj);
+    const bool dof = n > np;
+    const double sigma2 = dof ? c.objective / double(n - np) : kNaN;
+    for (std::size_t k = 0; k < np; ++k) {
+      auto& q = model.params[k];
+      q.value = best[k];
+      q.at_bound = best_u[k] < 1e-4 || best_u[k] > 1 - 1e-4;
+      if (!moves[k]) {
+        q.note = "not identified: no row depends on it";
+      } else if (!inv) {
+        q.note = "not identified: its effect on the rows is the same as other parameters' (J^T J is singular)";
+      } else if (dof) {
+        const double s = std::sqrt(std::max(0.0, sigma2 * (*inv)[k][k]));
+        if (q.bounds.scale == Scale::Log) {
+          q.relative_sigma = s;
+          q.sigma = s * q.value;
+        } else {
+          q.sigma = s;
+          q.relative_sigma = q.value > 0 ? s / q.value : kNaN;
+        }
+      }
+      if (!dof && q.note.empty()) q.note = "no uncertainty: as many parameters as rows";
+      if (q.at_bound) q.note += fmt::format("{}at its {} bound (the uncertainty is one-sided there)", q.note.empty() ? "" : "; ",
+                                            best_u[k] < 0.5 ? "lower" : "upper");
+    }
+  }
+
+  c.rows.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    c.rows[i].ranks = model.rows[i].ranks;
+    c.rows[i].domains = model.rows[i].domains;
+    c.rows[i].base_ms = base_ms[i];
+    c.rows[i].predicted_ms = (*pred)[i];
+  }
+
+  // Leave-one-out: each row predicted by a fit on the others, started from the full fit.
+  if (options.leave_one_out && n > 1) {
+    for (std::size_t i = 0; i < n; ++i) {
+      std::vector<char> use(n, 1);
+      use[i] = 0;
+      Objective loo{model, data, use, options, fmt::format("leave-one-out {}/{}", i + 1, n), 0, HUGE_VAL, {}, {}};
+      // One row less moves the optimum a little: a small first step from the full fit's.
+      if (auto st = local_search(loo, best_u, max_evals, 0.02); !st) return st.error();
+      std::vector<char> only(n, 0);
+      only[i] = 1;
+      auto pi = model.predict(values_of(model.params, loo.best_u), only);
+      if (!pi) return pi.error();
+      c.rows[i].loo_ms = (*pi)[i];
+      evaluations += loo.evaluations + 1;
+    }
+  }
+
+  // Speedups: every row paired with the ring row of its workload and GPUs.
+  {
+    std::map<std::string, std::size_t> ring_of;
+    for (std::size_t i = 0; i < n; ++i)
+      if (data.rows[i].algo == "ring") ring_of.emplace(row_key(data.rows[i], c.rows[i].ranks), i);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (data.rows[i].algo == "ring") continue;
+      if (auto it = ring_of.find(row_key(data.rows[i], c.rows[i].ranks)); it != ring_of.end()) c.pairs.push_back({it->second, i});
+    }
+  }
+  {
+    std::vector<double> rb, rf, rl, sb, sf, sl;
+    for (std::size_t i = 0; i < n; ++i) {
+      const double m = data.rows[i].time_ms;
+      rb.push_back(c.rows[i].base_ms / m);
+      rf.push_back(c.rows[i].predicted_ms / m);
+      if (!std::isnan(c.rows[i].loo_ms)) rl.push_back(c.rows[i].loo_ms / m);
+    }
+    for (const auto& pr : c.pairs) {
+      const auto &r = c.rows[pr.ring], &o = c.rows[pr.other];
+      const double measured = data.rows[pr.ring].time_ms / data.rows[pr.other].time_ms;
+      sb.push_back(r.base_ms / o.base_ms / measured);
+      sf.push_back(r.predicted_ms / o.predicted_ms / measured);
+      if (!std::isnan(r.loo_ms) && !std::isnan(o.loo_ms)) sl.push_back(r.loo_ms / o.loo_ms / measured);
+    }
+    c.time = {mean_abs_pct(rb), mean_abs_pct(rf), mean_abs_pct(rl)};
+    c.speedup = {mean_abs_pct(sb), mean_abs_pct(sf), mean_abs_pct(sl)};
+  }
+  c.evaluations = evaluations;
+  c.parameters = model.params;
+  c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  // The output document: the base with every value written in, and where they came from.
+  c.document = model.document(best);
+  if (c.document.contains("name") && c.document["name"].is_string()) c.document["name"] = c.document["name"].get<std::string>() + "-calibrated";
+  {
+    // The base's notes describe its own values; say which ones are no longer those.
+    std::string what;
+    for (const auto& q : c.parameters) what += fmt::format("{}{}", what.empty() ? "" : ", ", q.path);
+    for (const auto& f : c.fixed) what += fmt::format("{}{} (nccl-tests)", what.empty() ? "" : ", ", f.path);
+    json notes = json::array();
+    if (c.document.contains("notes")) notes = c.document["notes"].is_array() ? c.document["notes"] : json::array({c.document["notes"]});
+    notes.push_back(fmt::format("charm calibrate set {} from {} ({} rows); see \"calibration\".", what, data.source, n));
+    c.document["notes"] = notes;
+  }
+  auto num = [](double x) { return std::isnan(x) ? json(nullptr) : json(x); };
+  json fitted = json::array();
+  for (const auto& q : c.parameters) {
+    json j = {{"path", q.path},
+              {"value", q.value},
+              {"base", q.base},
+              {"bounds", {q.bounds.lo, q.bounds.hi}},
+              {"scale", q.bounds.scale == Scale::Log ? "log" : "linear"},
+              {"bounds_rule", q.bounds.rule},
+              {"sigma", num(q.sigma)},
+              {"relative_sigma", num(q.relative_sigma)}};
+    if (!q.note.empty()) j["note"] = q.note;
+    fitted.push_back(j);
+  }
+  json fixed_j = json::array();
+  for (const auto& f : c.fixed)
+    fixed_j.push_back({{"path", f.path}, {"value", f.value}, {"base", num(f.base)}, {"source", f.source}, {"nccl_tests", f.detail}});
+  c.document["calibration"] = {
+      {"tool", "charm calibrate"},
+      {"base", base_source},
+      {"measurements", {{"file", data.source}, {"rows", n}}},
+      {"objective", "sum over rows of log(predicted / measured)^2"},
+      {"objective_value", {{"base", c.base_objective}, {"fitted", c.objective}}},
+      {"fitted", fitted},
+      {"fixed", fixed_j},
+      {"mape_percent",
+       {{"time", {{"base", num(c.time.base)}, {"in_sample", num(c.time.in_sample)}, {"leave_one_out", num(c.time.loo)}, {"rows", n}}},
+        {"speedup",
+         {{"base", num(c.speedup.base)}, {"in_sample", num(c.speedup.in_sample)}, {"leave_one_out", num(c.speedup.loo)}, {"pairs", c.pairs.size()}}}}},
+      {"notes", c.notes}};
+  return c;
+}
+
+json report_json(const Calibration& c, const MeasurementSet& data) {
+  auto num = [](double x) { return std::isnan(x) ? json(nullptr) : json(x); };
+  json rows = json::array();
+  for (std::size_t i = 0; i < data.rows.size(); ++i) {
+    const auto& m = data.rows[i];
+    const auto& r = c.rows[i];
+    const auto& w = m.workload;
+    rows.push_back({{"line", m.line},
+                    {"algo", m.algo},
+                    {"pass", std::string(to_string(w.pass))},
+                    {"batch", w.batch},
+                    {"seq", w.seq},
+                    {"heads", w.heads},
+                    {"kv_heads", w.kv_heads},
+                    {"head_dim", w.head_dim},
+                    {"dtype", std::string(to_string(w.dtype))},
+                    {"causal", w.causal},
+                    {"layout", std::string(to_string(w.layout))},
+                    {"ranks", r.ranks},
+                    {"domains", r.domains},
+                    {"measured_ms", m.time_ms},
+                    {"base_ms", r.base_ms},
+                    {"predicted_ms", r.predicted_ms},
+                    {"error", r.predicted_ms / m.time_ms - 1},
+                    {"loo_predicted_ms", num(r.loo_ms)},
+                    {"loo_error", num(r.loo_ms / m.time_ms - 1)}});
+  }
+  json pairs = json::array();
+  for (const auto& pr : c.pairs) {
+    const auto &r = c.rows[pr.ring], &o = c.rows[pr.other];
+    const double measured = data.rows[pr.ring].time_ms / data.rows[pr.other].time_ms;
+    pairs.push_back({{"ring_line", data.rows[pr.ring].line},
+                     {"line", data.rows[pr.other].line},
+                     {"algo", data.rows[pr.other].algo},
+                     {"measured", measured},
+                     {"base", r.base_ms / o.base_ms},
+                     {"predicted", r.predicted_ms / o.predicted_ms},
+                     {"loo_predicted", num(r.loo_ms / o.loo_ms)}});
+  }
+  const json& cal = c.document["calibration"];
+  return {{"schema", 1},
+          {"topology", c.base_source},
+          {"measurements", data.source},
+          {"rows", rows},
+          {"speedups", pairs},
+          {"parameters", cal["fitted"]},
+          {"fixed", cal["fixed"]},
+          {"mape_percent", cal["mape_percent"]},
+          {"objective", cal["objective_value"]},
+          {"evaluations", c.evaluations},
+          {"seconds", c.seconds},
+          {"notes", c.notes}};
+}
+
+} // namespace charm::calib

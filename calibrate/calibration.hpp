@@ -1,0 +1,115 @@
+#pragma once
+// `charm calibrate`: fits a small declared set of topology parameters to measured run times.
+//
+// Every objective evaluation writes the candidate values into the base topology document,
+// parses it again (topo::parse_topology) and simulates every measured row on it
+// (sim::evaluate_plan, the path `charm simulate` takes), so the fit sees exactly the
+// model the other commands use. Objective: sum over rows of log(predicted / measured)^2.
+// Parameters move in a unit box (log space for positive ones, linear for those whose
+// range starts at 0) under NLopt's bounded derivative-free BOBYQA, from the base values
+// and a few fixed interior starting points. Uncertainty: Gauss-Newton, sigma^2 (J^T J)^-1
+// with J the log-residual Jacobian at the optimum. Leave-one-out: each row predicted by a
+// fit without it (started from the full fit's optimum).
+//
+// Rows may use fewer GPUs than the base topology (the first `ranks` GPUs, domains = those
+// they span) or more: a generator-form base is then re-generated with
+// nodes = ranks / gpus_per_node, with the same parameters.
+
+#include <nlohmann/json.hpp>
+
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "calibrate/measurements.hpp"
+#include "calibrate/nccl_tests.hpp"
+#include "calibrate/parameters.hpp"
+#include "scheduler/ir/expected.hpp"
+
+namespace charm::calib {
+
+inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+/// A value set from a measurement outside the fit (an nccl-tests log), not fitted.
+struct FixedParameter {
+  std::string path;
+  double value = 0, base = 0;
+  std::string source;      // the log file
+  nlohmann::json detail;   // the alpha-beta fit behind the value
+};
+
+/// The link classes an nccl-tests log can describe (generator form): intra, numa, inter.
+[[nodiscard]] bool is_link_class(const std::string& cls);
+
+/// Bandwidth (the busbw plateau) and per-link latency of link class `cls` from its log.
+/// The latency is the fitted start-up time less the route's other links, divided by the
+/// number of `cls` links a message crosses (two: GPU -> switch -> GPU), so that the
+/// simulated route latency equals the measured one. Errors name `where` (the flag).
+[[nodiscard]] Expected<std::vector<FixedParameter>> fixed_from_nccl_tests(const nlohmann::json& base, const std::string& base_source,
+                                                                         const std::string& cls, const NcclLog& log);
+
+struct FitParameter {
+  std::string path;
+  double base = 0;           // the value in the base document
+  Bounds bounds;
+  double value = 0;          // fitted
+  double sigma = kNaN;       // 1-sigma in the field's units (Gauss-Newton); NaN: not estimated
+  double relative_sigma = kNaN;
+  bool at_bound = false;
+  std::string note;
+};
+
+struct RowPrediction {
+  int ranks = 0, domains = 0;  // as simulated
+  double base_ms = 0;          // the base document
+  double predicted_ms = 0;     // the fitted parameters
+  double loo_ms = kNaN;        // fitted without this row
+};
+
+/// A row and the ring row of the same workload and GPUs: speedup = ring time / this time.
+struct SpeedupPair {
+  std::size_t ring = 0, other = 0;
+};
+
+struct Mape {
+  double base = kNaN, in_sample = kNaN, loo = kNaN;  // percent
+};
+
+struct FitProgress {
+  std::string stage;  // "start 2/4", "leave-one-out 5/32", "uncertainty"
+  int evaluations = 0;
+  double best = kNaN;  // best objective of the stage
+};
+
+struct CalibrationOptions {
+  std::vector<std::string> fit;  // parameter paths; empty: default_fit_parameters() present in the base
+  int restarts = 3;              // starts besides the base values
+  int jobs = 1;                  // threads that simulate rows in parallel
+  bool leave_one_out = true;
+  int max_evaluations = 0;       // per start; 0: 150 x (parameters + 1)
+  std::function<void(const FitProgress&)> progress;  // called on the calling thread after every evaluation
+};
+
+struct Calibration {
+  std::string base_source;
+  nlohmann::json document;  // the base with fixed and fitted values written in, and the calibration block
+  std::vector<FitParameter> parameters;
+  std::vector<FixedParameter> fixed;
+  std::vector<RowPrediction> rows;  // one per measurement, in file order
+  std::vector<SpeedupPair> pairs;
+  double base_objective = 0, objective = 0;
+  int evaluations = 0;
+  Mape time, speedup;
+  std::vector<std::string> notes;
+  double seconds = 0;
+};
+
+/// Fits; errors in a row name its file, line and column; errors in a parameter name its path.
+[[nodiscard]] Expected<Calibration> calibrate(const nlohmann::json& base, const std::string& base_source, const MeasurementSet& data,
+                                              const std::vector<FixedParameter>& fixed, const CalibrationOptions& options);
+
+/// The report `charm calibrate --json` prints: rows, parameters, speedups, MAPEs.
+[[nodiscard]] nlohmann::json report_json(const Calibration& c, const MeasurementSet& data);
+
+} // namespace charm::calib

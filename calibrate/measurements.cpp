@@ -1,0 +1,224 @@
+#include "calibrate/measurements.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "scheduler/planners/planners.hpp"
+
+namespace charm::calib {
+
+namespace {
+
+constexpr std::array<std::string_view, kNumColumns> kNames{"algo",     "pass",   "batch",  "seq",     "heads", "kv_heads", "head_dim",
+                                                           "dtype",    "causal", "layout", "time_ms", "ranks", "domains"};
+
+bool optional_column(Column c) { return c == Column::Ranks || c == Column::Domains; }
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  return s;
+}
+
+std::vector<std::string_view> split_fields(std::string_view line) {
+  std::vector<std::string_view> out;
+  std::size_t start = 0;
+  for (std::size_t i = 0; i <= line.size(); ++i)
+    if (i == line.size() || line[i] == ',') {
+      out.push_back(trim(line.substr(start, i - start)));
+      start = i + 1;
+    }
+  return out;
+}
+
+std::string expected_list() {
+  std::string s;
+  for (auto n : kNames) s += fmt::format("{}{}", s.empty() ? "" : ", ", n);
+  return s;
+}
+
+/// A whole number in [1, max]; digits only (no sign, no suffix, no fraction).
+Expected<std::int64_t> parse_count(std::string_view s, std::int64_t max) {
+  std::int64_t v = 0;
+  const auto* end = s.data() + s.size();
+  const auto r = std::from_chars(s.data(), end, v);
+  if (s.empty() || r.ec != std::errc{} || r.ptr != end || s.front() == '-' || s.front() == '+')
+    return Error{"", fmt::format("must be a whole number > 0, got '{}'", s)};
+  if (v < 1 || v > max) return Error{"", fmt::format("must be in [1, {}], got {}", max, v)};
+  return v;
+}
+
+} // namespace
+
+std::string_view column_name(Column c) { return kNames[static_cast<std::size_t>(c)]; }
+
+Column column_of_flag(std::string_view flag) {
+  std::string name(flag.substr(flag.rfind("--", 0) == 0 ? 2 : 0));
+  std::replace(name.begin(), name.end(), '-', '_');
+  for (std::size_t i = 0; i < kNumColumns; ++i)
+    if (kNames[i] == name) return static_cast<Column>(i);
+  return Column::Algo;
+}
+
+std::string MeasurementSet::where(const Measurement& m, Column c) const {
+  const int col = column_index[static_cast<std::size_t>(c)];
+  // A default (ranks, domains) has no cell: point at the line's first one.
+  return fmt::format("{}:{}:{}", source, m.line, col > 0 ? col : 1);
+}
+
+Expected<MeasurementSet> parse_measurements(std::string_view text, const std::string& source) {
+  MeasurementSet set;
+  set.source = source;
+  std::vector<Column> order;  // column of each header field
+  bool have_header = false;
+  int header_line = 0;
+  int line_no = 0;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    const std::size_t nl = text.find('\n', pos);
+    const std::string_view raw = text.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos);
+    pos = nl == std::string_view::npos ? text.size() : nl + 1;
+    ++line_no;
+    const std::string_view line = trim(raw);
+    if (line.empty() || line.front() == '#') continue;
+    const auto fields = split_fields(line);
+    auto at = [&](std::size_t field, const std::string& what) {
+      return Error{fmt::format("{}:{}:{}", source, line_no, field + 1), what};
+    };
+    if (!have_header) {
+      have_header = true;
+      header_line = line_no;
+      for (std::size_t i = 0; i < fields.size(); ++i) {
+        const auto it = std::find(kNames.begin(), kNames.end(), fields[i]);
+        if (it == kNames.end())
+          return at(i, fmt::format("unknown column '{}' (expected: {})", fields[i], expected_list()));
+        const auto c = static_cast<Column>(it - kNames.begin());
+        if (set.column_index[std::size_t(c)] != 0) return at(i, fmt::format("column '{}' appears twice", fields[i]));
+        set.column_index[std::size_t(c)] = int(i) + 1;
+        order.push_back(c);
+      }
+      for (std::size_t c = 0; c < kNumColumns; ++c)
+        if (set.column_index[c] == 0 && !optional_column(Column(c)))
+          return at(fields.size(), fmt::format("missing column '{}' (the header needs: {}; ranks and domains are optional)", kNames[c],
+                                               expected_list()));
+      continue;
+    }
+    if (fields.size() != order.size())
+      return at(std::min(fields.size(), order.size()),
+                fmt::format("expected {} fields as in the header (line {}), got {}", order.size(), header_line, fields.size()));
+    Measurement m;
+    m.line = line_no;
+    std::string kv_heads;
+    for (std::size_t i = 0; i < fields.size(); ++i) {
+      const Column c = order[i];
+      const std::string_view v = fields[i];
+      const std::string name(column_name(c));
+      auto bad = [&](const std::string& what) { return at(i, fmt::format("{}: {}", name, what)); };
+      if (v.empty() && !optional_column(c) && c != Column::KvHeads) return bad("missing value");
+      auto count = [&](std::int64_t max) -> Expected<std::int64_t> {
+        auto n = parse_count(v, max);
+        if (!n) return bad(n.error().what);
+        return n;
+      };
+      switch (c) {
+        case Column::Algo: {
+          const auto& names = sched::algorithm_names();
+          if (std::find(names.begin(), names.end(), v) == names.end()) {
+            std::string list;
+            for (const auto& n : names) list += fmt::format("{}{}", list.empty() ? "" : ", ", n);
+            return bad(fmt::format("unknown algorithm '{}' (expected one of: {})", v, list));
+          }
+          m.algo = std::string(v);
+          break;
+        }
+        case Column::Pass: {
+          auto p = ir::parse_pass(v);
+          if (!p) return bad(p.error().what);
+          m.workload.pass = *p;
+          break;
+        }
+        case Column::DType: {
+          auto d = ir::parse_dtype(v);
+          if (!d) return bad(d.error().what);
+          m.workload.dtype = *d;
+          break;
+        }
+        case Column::Layout: {
+          auto l = ir::parse_layout(v);
+          if (!l) return bad(l.error().what);
+          m.workload.layout = *l;
+          break;
+        }
+        case Column::Causal:
+          if (v != "0" && v != "1") return bad(fmt::format("must be 0 or 1, got '{}'", v));
+          m.workload.causal = v == "1";
+          break;
+        case Column::Batch:
+        case Column::Seq:
+        case Column::Heads:
+        case Column::HeadDim: {
+          auto n = count(std::int64_t{1} << 40);
+          if (!n) return n.error();
+          (c == Column::Batch ? m.workload.batch : c == Column::Seq ? m.workload.seq : c == Column::Heads ? m.workload.heads : m.workload.head_dim) = *n;
+          break;
+        }
+        case Column::KvHeads:
+          if (!v.empty()) {
+            auto n = count(std::int64_t{1} << 40);
+            if (!n) return n.error();
+            m.workload.kv_heads = *n;
+          }
+          kv_heads = std::string(v);
+          break;
+        case Column::Ranks:
+        case Column::Domains:
+          if (!v.empty()) {
+            auto n = count(4096);
+            if (!n) return n.error();
+            (c == Column::Ranks ? m.ranks : m.domains) = int(*n);
+          }
+          break;
+        case Column::TimeMs: {
+          double t = 0;
+          const auto* end = v.data() + v.size();
+          const auto r = std::from_chars(v.data(), end, t);
+          if (r.ec != std::errc{} || r.ptr != end || !std::isfinite(t)) return bad(fmt::format("must be a number of milliseconds, got '{}'", v));
+          if (!(t > 0)) return bad(fmt::format("must be > 0, got {}", v));
+          m.time_ms = t;
+          break;
+        }
+      }
+    }
+    if (kv_heads.empty()) m.workload.kv_heads = m.workload.heads;
+    set.rows.push_back(std::move(m));
+  }
+  if (!have_header) return Error{source, fmt::format("no header line (expected the columns: {})", expected_list())};
+  if (set.rows.empty()) return Error{fmt::format("{}:{}", source, header_line), "no measurements after the header"};
+  return set;
+}
+
+Expected<std::string> read_text_file(const std::string& path, const char* what) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return Error{path, fmt::format("is a folder, not {}", what)};
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Error{path, fmt::format("cannot open {}: {}", what, std::strerror(errno))};
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Expected<MeasurementSet> load_measurements(const std::string& path) {
+  auto text = read_text_file(path, "a measurements file");
+  if (!text) return text.error();
+  return parse_measurements(*text, path);
+}
+
+} // namespace charm::calib

@@ -1,0 +1,58 @@
+#pragma once
+// Measured run times for `charm calibrate`: one CSV row per measured run.
+//
+//   # comment lines (the file's source) anywhere
+//   algo,pass,batch,seq,heads,kv_heads,head_dim,dtype,causal,layout,time_ms[,ranks][,domains]
+//   ring,fwd,16,26880,12,12,192,bf16,0,contiguous,149.97,16,2
+//
+// Columns may come in any order; `ranks` and `domains` are optional (an empty
+// cell or a missing column means: every GPU of the base topology, and the
+// domains those GPUs span). Every error names the file, line and column as
+// `file:line:column`, so the message points at the cell to fix.
+
+#include <array>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "scheduler/ir/expected.hpp"
+#include "scheduler/ir/workload.hpp"
+
+namespace charm::calib {
+
+enum class Column : std::uint8_t { Algo, Pass, Batch, Seq, Heads, KvHeads, HeadDim, DType, Causal, Layout, TimeMs, Ranks, Domains };
+inline constexpr std::size_t kNumColumns = 13;
+
+/// The header name of a column ("kv_heads").
+[[nodiscard]] std::string_view column_name(Column c);
+/// The column a planner error is about, from its `where` ("--kv-heads" -> KvHeads); Algo when none fits.
+[[nodiscard]] Column column_of_flag(std::string_view flag);
+
+struct Measurement {
+  int line = 0;  // 1-based line in the file
+  std::string algo;
+  ir::Workload workload;  // pass included
+  int ranks = 0;          // 0: every GPU of the base topology
+  int domains = 0;        // 0: the domains the first `ranks` GPUs span
+  double time_ms = 0;
+};
+
+struct MeasurementSet {
+  std::string source;  // the file name, as given
+  /// Column index (1-based) of each column in the header; 0 when the file has no such column.
+  std::array<int, kNumColumns> column_index{};
+  std::vector<Measurement> rows;
+
+  /// "file:line:column" of one cell, for errors found after parsing (a planner refusal, say).
+  [[nodiscard]] std::string where(const Measurement& m, Column c) const;
+};
+
+/// Parses the CSV text; `source` prefixes every error.
+[[nodiscard]] Expected<MeasurementSet> parse_measurements(std::string_view text, const std::string& source);
+/// Reads and parses a measurements file.
+[[nodiscard]] Expected<MeasurementSet> load_measurements(const std::string& path);
+
+/// Reads a whole text file; errors name the path (shared with the nccl-tests reader).
+[[nodiscard]] Expected<std::string> read_text_file(const std::string& path, const char* what);
+
+} // namespace charm::calib

@@ -1,0 +1,136 @@
+#include "calibrate/parameters.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <functional>
+
+namespace charm::calib {
+
+namespace {
+
+std::string last_key(const std::string& path) {
+  auto p = path.find_last_of('.');
+  std::string k = p == std::string::npos ? path : path.substr(p + 1);
+  if (auto b = k.find('['); b != std::string::npos) k.resize(b);
+  return k;
+}
+
+bool has_component(const std::string& path, const std::string& key) {
+  std::size_t start = 0;
+  while (start <= path.size()) {
+    std::size_t end = path.find_first_of(".[", start);
+    if (end == std::string::npos) end = path.size();
+    if (path.compare(start, end - start, key) == 0 && end - start == key.size()) return true;
+    start = path.find('.', end);
+    if (start == std::string::npos) break;
+    ++start;
+  }
+  return false;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+/// One rule of the registry: which fields it covers and their bounds given the base value.
+struct Rule {
+  std::function<bool(const std::string& path)> matches;
+  std::function<Bounds(double base)> bounds;
+};
+
+const std::vector<Rule>& registry() {
+  static const std::vector<Rule> rules{
+      // A measured bandwidth is what the hardware attains, at most the base file's nominal rate.
+      {[](const std::string& p) { return ends_with(last_key(p), "_gbps"); },
+       [](double base) { return Bounds{base / 20, base, Scale::Log, "bandwidth: [base/20, base]", true}; }},
+      {[](const std::string& p) { return has_component(p, "efficiency"); },
+       [](double) { return Bounds{1e-3, 1.0, Scale::Log, "efficiency: (0, 1]", true}; }},
+      {[](const std::string& p) { return ends_with(last_key(p), "latency_us"); },
+       [](double) { return Bounds{0, 1000, Scale::Linear, "latency: [0, 1000] us", true}; }},
+      {[](const std::string& p) { return last_key(p) == "launch_us"; },
+       [](double) { return Bounds{0, 1000, Scale::Linear, "launch overhead: [0, 1000] us", true}; }},
+      {[](const std::string& p) { return last_key(p) == "half_tokens"; },
+       [](double) { return Bounds{0, 4096, Scale::Linear, "half-efficiency block side: [0, 4096] tokens", true}; }},
+  };
+  return rules;
+}
+
+/// Fields that shape the cluster rather than describe its hardware: never fitted.
+bool structural(const std::string& key) {
+  static const std::vector<std::string> keys{"schema", "nodes", "gpus_per_node", "numa_per_node", "gpus", "place"};
+  return std::find(keys.begin(), keys.end(), key) != keys.end();
+}
+
+} // namespace
+
+const std::vector<std::string>& default_fit_parameters() {
+  static const std::vector<std::string> params{"inter.bandwidth_gbps", "numa.bandwidth_gbps", "gpu.efficiency.fwd", "gpu.efficiency.bwd",
+                                               "gpu.launch_us"};
+  return params;
+}
+
+Expected<nlohmann::json::json_pointer> parameter_pointer(const std::string& path) {
+  std::string ptr;
+  std::size_t i = 0;
+  auto bad = [&](const std::string& why) { return Error{path, fmt::format("not a parameter path ({}); write it like inter.bandwidth_gbps or links[3].latency_us", why)}; };
+  if (path.empty()) return bad("empty");
+  while (i < path.size()) {
+    std::size_t j = i;
+    while (j < path.size() && (std::isalnum(static_cast<unsigned char>(path[j])) || path[j] == '_')) ++j;
+    if (j == i) return bad(fmt::format("expected a field name at character {}", i + 1));
+    ptr.append(1, '/').append(path, i, j - i);
+    while (j < path.size() && path[j] == '[') {
+      std::size_t k = j + 1;
+      while (k < path.size() && std::isdigit(static_cast<unsigned char>(path[k]))) ++k;
+      if (k == j + 1 || k >= path.size() || path[k] != ']') return bad(fmt::format("expected [index] at character {}", j + 1));
+      ptr.append(1, '/').append(path, j + 1, k - j - 1);
+      j = k + 1;
+    }
+    if (j < path.size()) {
+      if (path[j] != '.' || j + 1 == path.size()) return bad(fmt::format("unexpected '{}' at character {}", path[j], j + 1));
+      ++j;
+    }
+    i = j;
+  }
+  return nlohmann::json::json_pointer(ptr);
+}
+
+Expected<double> parameter_value(const nlohmann::json& doc, const std::string& path, const std::string& source) {
+  auto ptr = parameter_pointer(path);
+  if (!ptr) return ptr.error();
+  if (structural(last_key(path))) return Error{path, "shapes the cluster (a count), it is not a hardware parameter to fit"};
+  if (!doc.contains(*ptr)) return Error{path, fmt::format("no such field in {}", source)};
+  const auto& v = doc.at(*ptr);
+  if (v.is_object()) {
+    std::string keys;
+    for (const auto& item : v.items())
+      if (item.value().is_number()) keys += fmt::format("{}{}.{}", keys.empty() ? "" : ", ", path, item.key());
+    return Error{path, fmt::format("is an object in {}; fit its numbers{}", source, keys.empty() ? "" : " (" + keys + ")")};
+  }
+  if (!v.is_number()) return Error{path, fmt::format("is not a number in {} (it is {})", source, v.dump())};
+  return v.get<double>();
+}
+
+void set_parameter(nlohmann::json& doc, const std::string& path, double value) {
+  auto ptr = parameter_pointer(path);
+  doc[*ptr] = value;
+}
+
+Expected<Bounds> bounds_for(const std::string& path, double base) {
+  for (const auto& r : registry()) {
+    if (!r.matches(path)) continue;
+    Bounds b = r.bounds(base);
+    // A base value outside the physical range still has to be reachable by the fit.
+    b.lo = std::min(b.lo, base);
+    b.hi = std::max(b.hi, base);
+    if (b.scale == Scale::Log && !(b.lo > 0)) return Error{path, fmt::format("base value {} is not > 0; it cannot be fitted in log space", base)};
+    return b;
+  }
+  if (!(base > 0))
+    return Error{path, fmt::format("base value {} gives no range: fields outside the bounds registry are fitted in [base/10, base*10]", base)};
+  return Bounds{base / 10, base * 10, Scale::Log, "not in the bounds registry: [base/10, base*10]", false};
+}
+
+} // namespace charm::calib

@@ -1,0 +1,519 @@
+// charm::calibrate: the measurements CSV and its errors, the nccl-tests reader and its
+// alpha-beta fit, the bounds registry, and a calibration made from the simulator itself:
+// measurements simulated on a topology scaled by factors the fit is not told, fitted from
+// the unscaled base, must predict held-out workloads and algorithms within 3%.
+#include <gtest/gtest.h>
+#include <fmt/format.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "calibrate/calibration.hpp"
+#include "scheduler/planners/planners.hpp"
+#include "sim/evaluate.hpp"
+#include "topologies/topology_json.hpp"
+
+namespace charm::calib {
+namespace {
+
+using nlohmann::json;
+
+std::string source_path(const std::string& rel) { return std::string(CHARM_SOURCE_DIR) + "/" + rel; }
+
+json load_json(const std::string& rel) {
+  std::ifstream in(source_path(rel));
+  return json::parse(in);
+}
+
+const char* kHeader = "algo,pass,batch,seq,heads,kv_heads,head_dim,dtype,causal,layout,time_ms\n";
+
+// ---------------------------------------------------------------- measurements
+
+TEST(Measurements, ParsesRowsCommentsAndOptionalColumns) {
+  const std::string text =
+      "# measured on a test cluster\n"
+      "\n"
+      "time_ms,algo,pass,batch,seq,heads,kv_heads,head_dim,dtype,causal,layout,ranks,domains\r\n"
+      "12.5,ring,fwd,2,4096,8,2,128,bf16,1,zigzag,8,\n"
+      "  # a comment between rows\n"
+      "3e1 , charm , bwd , 1 , 8192 , 4 , , 64 , fp16 , 0 , contiguous , , 2\n";
+  auto s = parse_measurements(text, "m.csv");
+  ASSERT_TRUE(s) << s.error().message();
+  ASSERT_EQ(s->rows.size(), 2u);
+  const auto& a = s->rows[0];
+  EXPECT_EQ(a.line, 4);
+  EXPECT_EQ(a.algo, "ring");
+  EXPECT_EQ(a.workload.pass, ir::PassKind::Fwd);
+  EXPECT_EQ(a.workload.batch, 2);
+  EXPECT_EQ(a.workload.seq, 4096);
+  EXPECT_EQ(a.workload.heads, 8);
+  EXPECT_EQ(a.workload.kv_heads, 2);
+  EXPECT_EQ(a.workload.head_dim, 128);
+  EXPECT_TRUE(a.workload.causal);
+  EXPECT_EQ(a.workload.layout, ir::Layout::Zigzag);
+  EXPECT_DOUBLE_EQ(a.time_ms, 12.5);
+  EXPECT_EQ(a.ranks, 8);
+  EXPECT_EQ(a.domains, 0);  // empty: the domains the GPUs span
+  const auto& b = s->rows[1];
+  EXPECT_EQ(b.line, 6);
+  EXPECT_EQ(b.algo, "charm");
+  EXPECT_EQ(b.workload.kv_heads, 4);  // empty: = heads
+  EXPECT_EQ(b.workload.dtype, ir::DType::FP16);
+  EXPECT_DOUBLE_EQ(b.time_ms, 30);
+  EXPECT_EQ(b.ranks, 0);
+  EXPECT_EQ(b.domains, 2);
+  EXPECT_EQ(s->where(b, Column::Domains), "m.csv:6:13");
+  EXPECT_EQ(s->where(b, Column::TimeMs), "m.csv:6:1");
+}
+
+TEST(Measurements, ShippedPaperDataParse) {
+  for (const char* f : {"calibration/paper-table5-h100.csv", "calibration/paper-table4-l20.csv", "calibration/paper-table4-h20.csv"}) {
+    auto s = load_measurements(source_path(f));
+    ASSERT_TRUE(s) << s.error().message();
+    EXPECT_GE(s->rows.size(), 10u) << f;
+    for (const auto& m : s->rows) {
+      EXPECT_GT(m.ranks, 0) << f << ":" << m.line;
+      EXPECT_GT(m.domains, 0) << f << ":" << m.line;
+    }
+  }
+  EXPECT_EQ(load_measurements(source_path("calibration/paper-table5-h100.csv"))->rows.size(), 32u);  // 16 table rows x {Ring, CHARM+}
+}
+
+struct BadCsv {
+  const char* name;
+  std::string text;
+  std::string message;  // the whole error message
+};
+
+class MeasurementErrors : public ::testing::TestWithParam<BadCsv> {};
+
+TEST_P(MeasurementErrors, NameFileLineAndColumn) {
+  auto s = parse_measurements(GetParam().text, "runs.csv");
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().message(), GetParam().message);
+}
+
+const std::string kRow = "ring,fwd,1,4096,8,8,128,bf16,0,contiguous,";
+INSTANTIATE_TEST_SUITE_P(
+    Csv, MeasurementErrors,
+    ::testing::Values(
+        BadCsv{"empty", "# only a comment\n", "runs.csv: no header line (expected the columns: algo, pass, batch, seq, heads, kv_heads, head_dim, dtype, causal, layout, time_ms, ranks, domains)"},
+        BadCsv{"no_rows", std::string(kHeader), "runs.csv:1: no measurements after the header"},
+        BadCsv{"unknown_column", "algo,pass,bogus\n",
+               "runs.csv:1:3: unknown column 'bogus' (expected: algo, pass, batch, seq, heads, kv_heads, head_dim, dtype, causal, layout, time_ms, ranks, domains)"},
+        BadCsv{"duplicate_column", "algo,pass,algo\n", "runs.csv:1:3: column 'algo' appears twice"},
+        BadCsv{"missing_column", "algo,pass,batch,seq,heads,kv_heads,head_dim,dtype,causal,layout\n",
+               "runs.csv:1:11: missing column 'time_ms' (the header needs: algo, pass, batch, seq, heads, kv_heads, head_dim, dtype, causal, layout, time_ms, ranks, domains; ranks and domains are optional)"},
+        BadCsv{"too_few_fields", std::string(kHeader) + "ring,fwd,1\n", "runs.csv:2:4: expected 11 fields as in the header (line 1), got 3"},
+        BadCsv{"too_many_fields", std::string(kHeader) + kRow + "1,2\n", "runs.csv:2:12: expected 11 fields as in the header (line 1), got 12"},
+        BadCsv{"unknown_algo", std::string(kHeader) + "bogus,fwd,1,4096,8,8,128,bf16,0,contiguous,1\n",
+               "runs.csv:2:1: algo: unknown algorithm 'bogus' (expected one of: ring, ring-zigzag, merge, rm+, charm, allgather-kv, tasp, tasp-zigzag, ulysses, usp)"},
+        BadCsv{"bad_pass", std::string(kHeader) + "ring,up,1,4096,8,8,128,bf16,0,contiguous,1\n",
+               "runs.csv:2:2: pass: unknown pass 'up' (expected fwd, bwd or both)"},
+        BadCsv{"bad_batch", std::string(kHeader) + "ring,fwd,1.5,4096,8,8,128,bf16,0,contiguous,1\n",
+               "runs.csv:2:3: batch: must be a whole number > 0, got '1.5'"},
+        BadCsv{"zero_seq", std::string(kHeader) + "ring,fwd,1,0,8,8,128,bf16,0,contiguous,1\n", "runs.csv:2:4: seq: must be in [1, 1099511627776], got 0"},
+        BadCsv{"bad_dtype", std::string(kHeader) + "ring,fwd,1,4096,8,8,128,fp8,0,contiguous,1\n",
+               "runs.csv:2:8: dtype: unknown dtype 'fp8' (expected bf16, fp16 or fp32)"},
+        BadCsv{"bad_causal", std::string(kHeader) + "ring,fwd,1,4096,8,8,128,bf16,yes,contiguous,1\n",
+               "runs.csv:2:9: causal: must be 0 or 1, got 'yes'"},
+        BadCsv{"missing_time", std::string(kHeader) + kRow + "\n", "runs.csv:2:11: time_ms: missing value"},
+        BadCsv{"text_time", std::string(kHeader) + kRow + "fast\n", "runs.csv:2:11: time_ms: must be a number of milliseconds, got 'fast'"},
+        BadCsv{"negative_time", std::string(kHeader) + kRow + "-5\n", "runs.csv:2:11: time_ms: must be > 0, got -5"},
+        BadCsv{"zero_time", std::string(kHeader) + kRow + "0\n", "runs.csv:2:11: time_ms: must be > 0, got 0"},
+        BadCsv{"nan_time", std::string(kHeader) + kRow + "nan\n", "runs.csv:2:11: time_ms: must be a number of milliseconds, got 'nan'"},
+        BadCsv{"zero_ranks", "algo,pass,batch,seq,heads,kv_heads,head_dim,dtype,causal,layout,time_ms,ranks\n" + kRow + "1,0\n",
+               "runs.csv:2:12: ranks: must be in [1, 4096], got 0"},
+        BadCsv{"negative_domains", "algo,pass,batch,seq,heads,kv_heads,head_dim,dtype,causal,layout,time_ms,domains\n" + kRow + "1,-2\n",
+               "runs.csv:2:12: domains: must be a whole number > 0, got '-2'"}),
+    [](const ::testing::TestParamInfo<BadCsv>& p) { return std::string(p.param.name); });
+
+/// Errors found against the base topology: GPUs, domains, the planner.
+struct BadRow {
+  const char* name;
+  std::string topology;
+  std::string row;  // ranks,domains appended
+  std::string message;
+};
+
+class RowErrors : public ::testing::TestWithParam<BadRow> {};
+
+TEST_P(RowErrors, NameFileLineAndColumn) {
+  const auto& p = GetParam();
+  auto s = parse_measurements("algo,pass,batch,seq,heads,kv_heads,head_dim,dtype,causal,layout,time_ms,ranks,domains\n" + p.row + "\n", "runs.csv");
+  ASSERT_TRUE(s) << s.error().message();
+  CalibrationOptions opt;
+  opt.leave_one_out = false;
+  auto c = calibrate(load_json(p.topology), p.topology, *s, {}, opt);
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error().message(), p.message);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Base, RowErrors,
+    ::testing::Values(
+        BadRow{"not_whole_nodes", "topologies/h100-2x8.json", "ring,fwd,1,4096,8,8,128,bf16,0,contiguous,1,20,",
+               "runs.csv:2:12: ranks 20: more GPUs than topologies/h100-2x8.json has (16), and not whole nodes of 8 GPUs"},
+        BadRow{"uneven_domains", "topologies/h100-2x8.json", "ring,fwd,1,4800,8,8,128,bf16,0,contiguous,1,12,",
+               "runs.csv:2:12: the first 12 GPUs of h100-2x8 span 2 domains of unequal size (8 + 4); give the domains column or ranks that fill "
+               "whole domains"},
+        BadRow{"no_inter", "topologies/l20-4.json", "ring,fwd,1,4096,8,8,128,bf16,0,contiguous,1,8,",
+               "runs.csv:2:12: ranks 8 needs topologies/l20-4.json re-generated with 2 nodes: topologies/l20-4.json: inter: missing required field"},
+        BadRow{"domains_do_not_divide", "topologies/h100-2x8.json", "charm,fwd,1,4096,8,8,128,bf16,0,contiguous,1,16,3",
+               "runs.csv:2:13: 3 domains do not divide 16 ranks"},
+        BadRow{"planner_refuses", "topologies/h100-2x8.json", "merge,fwd,1,4800,8,8,128,bf16,0,contiguous,1,12,1",
+               "runs.csv:2:12: merge needs a power-of-two rank count, got 12"},
+        BadRow{"seq_does_not_split", "topologies/h100-2x8.json", "ring,fwd,1,1000,8,8,128,bf16,0,contiguous,1,16,2",
+               "runs.csv:2:4: sequence length 1000 cannot be split into 16 contiguous chunks for 16 ranks"},
+        BadRow{"gqa", "topologies/h100-2x8.json", "ring,fwd,1,4096,8,3,128,bf16,0,contiguous,1,16,2",
+               "runs.csv:2:6: 8 query heads cannot be grouped over 3 kv heads (must divide)"}),
+    [](const ::testing::TestParamInfo<BadRow>& p) { return std::string(p.param.name); });
+
+TEST(DefaultDomains, FollowTheGpusARunUses) {
+  auto t = topo::load_topology(source_path("topologies/h100-2x8.json"));
+  ASSERT_TRUE(t);
+  EXPECT_EQ(sim::default_domains(*t), 2);
+  EXPECT_EQ(sim::default_domains(*t, 16), 2);
+  EXPECT_EQ(sim::default_domains(*t, 8), 1);   // the first node
+  EXPECT_EQ(sim::default_domains(*t, 12), 2);  // 8 + 4: calibrate refuses it without a domains column
+  EXPECT_EQ(sim::default_domains(*t, 4), 1);
+  auto l = topo::load_topology(source_path("topologies/l20-8-2numa.json"));
+  ASSERT_TRUE(l);
+  EXPECT_EQ(sim::default_domains(*l, 4), 1);  // one NUMA node: the l20-4 system
+  EXPECT_EQ(sim::default_domains(*l, 8), 2);
+}
+
+TEST(TopologyLoader, KeepsACalibrationBlock) {
+  json doc = load_json("topologies/h100-2x8.json");
+  doc["calibration"] = {{"tool", "charm calibrate"}, {"fitted", json::array()}};
+  EXPECT_TRUE(topo::parse_topology(doc, "c.json"));
+  doc["calibration"] = 5;
+  auto bad = topo::parse_topology(doc, "c.json");
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().message(), "c.json: calibration: must be an object");
+  json explicit_doc = {{"gpu", {{"tflops", 100}}}, {"gpus", 2}, {"switches", {"s"}},
+                       {"links", {{{"a", "gpu0"}, {"b", "s"}, {"bandwidth_gbps", 10}}, {{"a", "gpu1"}, {"b", "s"}, {"bandwidth_gbps", 10}}}},
+                       {"calibration", json::object()}};
+  for (auto& l : explicit_doc["links"]) l["sharing"] = "shared";
+  auto e = topo::parse_topology(explicit_doc, "e.json");
+  EXPECT_TRUE(e) << e.error().message();
+}
+
+// ---------------------------------------------------------------- nccl-tests
+
+TEST(NcclTests, ParsesTheSampleLogAndFitsAlphaBeta) {
+  auto log = load_nccl_tests(source_path("tests/data/nccl-tests-sendrecv-sample.txt"));
+  ASSERT_TRUE(log) << log.error().message();
+  ASSERT_EQ(log->samples.size(), 17u);
+  EXPECT_EQ(log->samples.front().bytes, 1024);
+  EXPECT_EQ(log->samples.front().line, 13);
+  EXPECT_DOUBLE_EQ(log->samples.back().time_us, 3365.44);
+  EXPECT_DOUBLE_EQ(log->samples.back().busbw_gbps, 19.94);
+  auto ab = fit_alpha_beta(*log);
+  ASSERT_TRUE(ab) << ab.error().message();
+  // The sample is 10 us + size / 20 GB/s, printed to 0.01 us.
+  EXPECT_NEAR(ab->alpha_us, 10.0, 0.05);
+  EXPECT_NEAR(ab->beta_gbps, 20.0, 0.02);
+  EXPECT_NEAR(ab->bus_factor, 1.0, 1e-9);
+  EXPECT_NEAR(ab->busbw_gbps, 20.0, 0.02);
+  EXPECT_DOUBLE_EQ(ab->peak_busbw_gbps, 19.94);
+  EXPECT_EQ(ab->rows, 17);
+}
+
+TEST(NcclTests, OlderFormatMpirunPrefixAndBusFactor) {
+  // nccl-tests before 2.13: no root column, "error" for "#wrong"; all_gather's busbw = algbw * (n-1)/n.
+  const std::string text =
+      "[1,0]<stdout>:#       size         count      type   redop     time   algbw   busbw  error     time   algbw   busbw  error\n"
+      "[1,0]<stdout>:#        (B)    (elements)                       (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)\n"
+      "[1,0]<stdout>:host:1:1 [0] NCCL INFO Launch mode Parallel\n"
+      "[1,0]<stdout>:     1000000        250000     float    none    60.00   16.67   14.58  0e+00    60.00   16.67   14.58  0e+00\n"
+      "[1,0]<stdout>:     2000000        500000     float    none   110.00   18.18   15.91  0e+00      N/A     N/A     N/A    N/A\n";
+  auto log = parse_nccl_tests(text, "ag.txt");
+  ASSERT_TRUE(log) << log.error().message();
+  ASSERT_EQ(log->samples.size(), 2u);
+  EXPECT_EQ(log->samples[1].line, 5);
+  auto ab = fit_alpha_beta(*log);
+  ASSERT_TRUE(ab);
+  EXPECT_NEAR(ab->alpha_us, 10, 1e-6);
+  EXPECT_NEAR(ab->beta_gbps, 20, 1e-6);
+  EXPECT_NEAR(ab->bus_factor, 15.91 / 18.18, 1e-9);
+}
+
+TEST(NcclTests, ErrorsNameFileAndLine) {
+  const std::string header = "#  size  count  type  redop  root  time  algbw  busbw  #wrong  time  algbw  busbw  #wrong\n";
+  auto err = [](const std::string& text) {
+    auto log = parse_nccl_tests(text, "x.txt");
+    if (log) {
+      auto ab = fit_alpha_beta(*log);
+      return ab ? std::string("ok") : ab.error().message();
+    }
+    return log.error().message();
+  };
+  EXPECT_EQ(err("# nothing\n"), "x.txt: no nccl-tests table rows (expected the output of sendrecv_perf, alltoall_perf, ...)");
+  EXPECT_EQ(err("1024 256 float sum -1 10 0.1 0.1 0 10 0.1 0.1 0\n"),
+            "x.txt:1: a table row before the nccl-tests header (# size count type ... time algbw busbw ...)");
+  EXPECT_EQ(err(header + "1024 256 float sum -1 10 0.1\n"), "x.txt:2: expected 13 fields as in the header (line 1), got 7");
+  EXPECT_EQ(err(header + "1024 256 float sum -1 slow 0.1 0.1 0 10 0.1 0.1 0\n"),
+            "x.txt:2: time: must be a number of microseconds > 0, got 'slow'");
+  EXPECT_EQ(err(header + "1024 256 float sum -1 -3 0.1 0.1 0 10 0.1 0.1 0\n"), "x.txt:2: time: must be a number of microseconds > 0, got '-3'");
+  EXPECT_EQ(err(header + "1024 256 float sum -1 10 x 0.1 0 10 0.1 0.1 0\n"), "x.txt:2: algbw: must be a number >= 0, got 'x'");
+  EXPECT_EQ(err(header + "1e3x 256 float sum -1 10 0.1 0.1 0 10 0.1 0.1 0\n"), "x.txt:2: size: must be a whole number of bytes, got '1e3x'");
+  EXPECT_EQ(err(header + "1024 256 float sum -1 10 0.1 0.1 0 10 0.1 0.1 0\n1024 256 float sum -1 11 0.1 0.1 0 10 0.1 0.1 0\n"),
+            "x.txt: every row has the same size (1024 B): a latency and a bandwidth need at least two sizes");
+  EXPECT_EQ(err(header + "1024 256 float sum -1 50 0.1 0.1 0 10 0.1 0.1 0\n2048 256 float sum -1 10 0.1 0.1 0 10 0.1 0.1 0\n"),
+            "x.txt: the times do not grow with the message size: no bandwidth to fit");
+}
+
+TEST(NcclTests, FixLinkClassBandwidthAndLatency) {
+  auto log = load_nccl_tests(source_path("tests/data/nccl-tests-sendrecv-sample.txt"));
+  ASSERT_TRUE(log);
+  const json h100 = load_json("topologies/h100-2x8.json");
+  // Inter-node route (one NIC per GPU): GPU -> fabric -> GPU, two inter links: 10 us / 2.
+  auto inter = fixed_from_nccl_tests(h100, "h100.json", "inter", *log);
+  ASSERT_TRUE(inter) << inter.error().message();
+  ASSERT_EQ(inter->size(), 2u);
+  EXPECT_EQ((*inter)[0].path, "inter.bandwidth_gbps");
+  EXPECT_NEAR((*inter)[0].value, 20, 0.02);
+  EXPECT_DOUBLE_EQ((*inter)[0].base, 42.5);
+  EXPECT_EQ((*inter)[1].path, "inter.latency_us");
+  EXPECT_NEAR((*inter)[1].value, 5, 0.03);
+  EXPECT_EQ((*inter)[1].detail["links_on_route"], 2);
+  // NUMA route: GPU -> switch (intra 5 us) -> host -> switch -> GPU (intra 5 us): (10 - 10) / 2 = 0.
+  auto numa = fixed_from_nccl_tests(load_json("topologies/l20-8-2numa.json"), "l20.json", "numa", *log);
+  ASSERT_TRUE(numa) << numa.error().message();
+  EXPECT_NEAR((*numa)[1].value, 0, 0.03);
+  EXPECT_NEAR((*numa)[1].detail["other_latency_us"].get<double>(), 10, 1e-9);
+  auto no_numa = fixed_from_nccl_tests(h100, "h100.json", "numa", *log);
+  ASSERT_FALSE(no_numa);
+  EXPECT_EQ(no_numa.error().message(), "--nccl-tests: h100.json has no 'numa' block");
+  auto bad = fixed_from_nccl_tests(h100, "h100.json", "rack", *log);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().message(), "--nccl-tests: unknown link class 'rack' (expected intra, numa or inter)");
+}
+
+// ---------------------------------------------------------------- parameters
+
+TEST(Parameters, PathsAndValues) {
+  const json h100 = load_json("topologies/h100-2x8.json");
+  EXPECT_DOUBLE_EQ(*parameter_value(h100, "inter.bandwidth_gbps", "h"), 42.5);
+  EXPECT_DOUBLE_EQ(*parameter_value(h100, "gpu.efficiency.bwd", "h"), 0.4);
+  EXPECT_DOUBLE_EQ(*parameter_value(h100, "gpu.tflops.bf16", "h"), 989.0);
+  json explicit_doc = {{"links", {{{"a", "x"}, {"latency_us", 2}}, {{"a", "y"}, {"latency_us", 3}}}}};
+  EXPECT_DOUBLE_EQ(*parameter_value(explicit_doc, "links[1].latency_us", "e"), 3);
+  json d = h100;
+  set_parameter(d, "gpu.efficiency.fwd", 0.25);
+  EXPECT_DOUBLE_EQ(d["gpu"]["efficiency"]["fwd"].get<double>(), 0.25);
+  auto msg = [&](const std::string& path) {
+    auto v = parameter_value(h100, path, "h100.json");
+    return v ? std::string("ok") : v.error().message();
+  };
+  EXPECT_EQ(msg("numa.bandwidth_gbps"), "numa.bandwidth_gbps: no such field in h100.json");
+  EXPECT_EQ(msg("gpu.efficiency"), "gpu.efficiency: is an object in h100.json; fit its numbers (gpu.efficiency.bwd, gpu.efficiency.fwd)");
+  EXPECT_EQ(msg("inter.sharing"), "inter.sharing: is not a number in h100.json (it is \"shared\")");
+  EXPECT_EQ(msg("nodes"), "nodes: shapes the cluster (a count), it is not a hardware parameter to fit");
+  EXPECT_EQ(msg("inter..latency_us"), "inter..latency_us: not a parameter path (expected a field name at character 7); write it like inter.bandwidth_gbps or links[3].latency_us");
+  EXPECT_EQ(msg("links[x].latency_us"), "links[x].latency_us: not a parameter path (expected [index] at character 6); write it like inter.bandwidth_gbps or links[3].latency_us");
+}
+
+TEST(Parameters, BoundsRegistry) {
+  auto b = bounds_for("inter.bandwidth_gbps", 42.5);
+  ASSERT_TRUE(b);
+  EXPECT_DOUBLE_EQ(b->lo, 42.5 / 20);
+  EXPECT_DOUBLE_EQ(b->hi, 42.5);  // never above the base file's value
+  EXPECT_EQ(b->scale, Scale::Log);
+  EXPECT_TRUE(b->known);
+  EXPECT_DOUBLE_EQ(bounds_for("links[4].bandwidth_gbps", 10)->hi, 10);
+  EXPECT_DOUBLE_EQ(bounds_for("gpu.hbm_gbps", 3350)->lo, 3350.0 / 20);
+  for (const char* e : {"gpu.efficiency.fwd", "gpu.efficiency.bwd", "gpu.efficiency"}) {
+    auto eb = bounds_for(e, 0.5);
+    ASSERT_TRUE(eb);
+    EXPECT_GT(eb->lo, 0) << e;
+    EXPECT_DOUBLE_EQ(eb->hi, 1) << e;
+    EXPECT_EQ(eb->scale, Scale::Log) << e;
+  }
+  for (const char* l : {"intra.latency_us", "inter.latency_us", "links[0].latency_us", "gpu.launch_us"}) {
+    auto lb = bounds_for(l, 3);
+    ASSERT_TRUE(lb);
+    EXPECT_DOUBLE_EQ(lb->lo, 0) << l;
+    EXPECT_DOUBLE_EQ(lb->hi, 1000) << l;
+    EXPECT_EQ(lb->scale, Scale::Linear) << l;
+  }
+  auto h = bounds_for("gpu.half_tokens", 128);
+  EXPECT_DOUBLE_EQ(h->lo, 0);
+  EXPECT_DOUBLE_EQ(h->hi, 4096);
+  // Not in the registry: a decade either way, flagged.
+  auto u = bounds_for("gpu.tflops.bf16", 989);
+  ASSERT_TRUE(u);
+  EXPECT_FALSE(u->known);
+  EXPECT_DOUBLE_EQ(u->lo, 98.9);
+  EXPECT_DOUBLE_EQ(u->hi, 9890);
+  auto z = bounds_for("gpu.something_new", 0);
+  ASSERT_FALSE(z);
+  EXPECT_EQ(z.error().message(), "gpu.something_new: base value 0 gives no range: fields outside the bounds registry are fitted in [base/10, base*10]");
+  // The default list is the one place the lead edits: every entry must be a known field.
+  for (const auto& p : default_fit_parameters()) EXPECT_TRUE(bounds_for(p, 1.0)->known) << p;
+}
+
+// ---------------------------------------------------------------- the fit, against the simulator itself
+
+struct SimRun {
+  std::string algo;
+  ir::PassKind pass;
+  std::int64_t batch, seq;
+};
+
+/// Measurements simulated on `truth`, as CSV text.
+std::string simulate_csv(const json& truth, const std::vector<SimRun>& runs, int ranks, int domains) {
+  auto t = topo::parse_topology(truth, "truth");
+  EXPECT_TRUE(t) << t.error().message();
+  std::ostringstream csv;
+  csv << "# simulated on a scaled topology (calibration_test)\n"
+      << "algo,pass,batch,seq,heads,kv_heads,head_dim,dtype,causal,layout,time_ms,ranks,domains\n";
+  for (const auto& r : runs) {
+    ir::Workload w;
+    w.batch = r.batch;
+    w.seq = r.seq;
+    w.heads = 8;
+    w.kv_heads = 8;
+    w.head_dim = 128;
+    w.pass = r.pass;
+    auto e = sim::evaluate({r.algo, w, ranks, domains}, *t);
+    EXPECT_TRUE(e) << e.error().message();
+    csv << fmt::format("{},{},{},{},8,8,128,bf16,0,contiguous,{:.9g},{},{}\n", r.algo, to_string(r.pass), r.batch, r.seq, e->summary.time_s * 1e3,
+                       ranks, domains);
+  }
+  return csv.str();
+}
+
+TEST(Calibrate, RecoversScaledParametersAndPredictsHeldOutRows) {
+  // A small cluster: 2 nodes x 4 H100 (the preset's numbers), so the test runs in seconds.
+  json base = load_json("topologies/h100-2x8.json");
+  base["gpus_per_node"] = 4;
+  json truth = base;
+  truth["inter"]["bandwidth_gbps"] = 42.5 * 0.6;
+  truth["gpu"]["efficiency"]["fwd"] = 0.5 * 0.7;
+  truth["gpu"]["efficiency"]["bwd"] = 0.4 * 0.8;
+  using P = ir::PassKind;
+  // Training: ring both passes and charm forward, over sequence lengths from comm- to compute-bound.
+  // (Ring at 8k is bound by the inter-node link, at 128k by compute.)
+  const std::vector<SimRun> train{{"ring", P::Fwd, 1, 8192},  {"ring", P::Fwd, 1, 131072}, {"ring", P::Bwd, 1, 8192},
+                                  {"ring", P::Bwd, 1, 131072}, {"charm", P::Fwd, 1, 8192},  {"charm", P::Fwd, 2, 32768}};
+  // Held out: other workloads, and algorithms / passes the fit never saw.
+  const std::vector<SimRun> held{{"ring", P::Fwd, 2, 32768}, {"charm", P::Bwd, 1, 32768}, {"rm+", P::Fwd, 1, 32768}, {"merge", P::Bwd, 2, 16384}};
+  auto data = parse_measurements(simulate_csv(truth, train, 8, 2), "train.csv");
+  ASSERT_TRUE(data) << data.error().message();
+  CalibrationOptions opt;
+  opt.fit = {"inter.bandwidth_gbps", "gpu.efficiency.fwd", "gpu.efficiency.bwd"};
+  opt.jobs = 2;
+  opt.restarts = 1;
+  auto c = calibrate(base, "h100-2x4", *data, {}, opt);
+  ASSERT_TRUE(c) << c.error().message();
+  ASSERT_EQ(c->parameters.size(), 3u);
+  EXPECT_LT(c->objective, 1e-6) << "the truth is in the model: the fit must reach it";
+  EXPECT_GT(c->base_objective, 100 * c->objective);
+  const double expect[] = {42.5 * 0.6, 0.35, 0.32};
+  for (std::size_t k = 0; k < 3; ++k) {
+    EXPECT_NEAR(c->parameters[k].value / expect[k], 1.0, 0.03) << c->parameters[k].path;
+    EXPECT_DOUBLE_EQ(c->parameters[k].base, k == 0 ? 42.5 : k == 1 ? 0.5 : 0.4);
+    EXPECT_GT(c->parameters[k].bounds.hi, expect[k]);
+  }
+  EXPECT_LT(c->time.in_sample, 0.5);
+  EXPECT_LT(c->time.loo, 3.0);
+  EXPECT_GT(c->time.base, 10.0);
+  ASSERT_EQ(c->pairs.size(), 1u);  // ring and charm forward at 8k
+  EXPECT_LT(c->speedup.in_sample, 0.5);
+  EXPECT_LT(c->speedup.loo, 3.0);
+  // The calibrated document is a topology every command accepts, and predicts the held-out rows.
+  auto fitted = topo::parse_topology(c->document, "fitted");
+  ASSERT_TRUE(fitted) << fitted.error().message();
+  auto truth_t = topo::parse_topology(truth, "truth");
+  ASSERT_TRUE(truth_t);
+  for (const auto& r : held) {
+    ir::Workload w;
+    w.batch = r.batch;
+    w.seq = r.seq;
+    w.pass = r.pass;
+    auto want = sim::evaluate({r.algo, w, 8, 2}, *truth_t);
+    auto got = sim::evaluate({r.algo, w, 8, 2}, *fitted);
+    ASSERT_TRUE(want && got);
+    EXPECT_NEAR(got->summary.time_s / want->summary.time_s, 1.0, 0.03) << r.algo << " " << to_string(r.pass) << " S=" << r.seq;
+  }
+  const json& cal = c->document["calibration"];
+  EXPECT_EQ(cal["measurements"]["rows"], 6);
+  EXPECT_EQ(cal["fitted"].size(), 3u);
+  EXPECT_EQ(c->document["name"], "h100-2x8-calibrated");
+  for (const auto& p : cal["fitted"]) EXPECT_TRUE(p["relative_sigma"].is_number()) << p.dump();
+}
+
+TEST(Calibrate, RowsBeyondTheBaseRegenerateItAndSpeedupsPair) {
+  // 16-GPU rows on a 2 x 4 base: re-generated with 4 nodes; ring and charm share workloads.
+  json base = load_json("topologies/h100-2x8.json");
+  base["gpus_per_node"] = 4;
+  json truth = base;
+  truth["inter"]["bandwidth_gbps"] = 30;
+  truth["nodes"] = 4;
+  using P = ir::PassKind;
+  const std::vector<SimRun> runs{{"ring", P::Fwd, 1, 16384}, {"charm", P::Fwd, 1, 16384}, {"ring", P::Fwd, 1, 65536}, {"charm", P::Fwd, 1, 65536}};
+  auto data = parse_measurements(simulate_csv(truth, runs, 16, 4), "big.csv");
+  ASSERT_TRUE(data);
+  CalibrationOptions opt;
+  opt.fit = {"inter.bandwidth_gbps", "gpu.launch_us"};
+  opt.restarts = 0;
+  opt.jobs = 2;
+  auto c = calibrate(base, "h100-2x4", *data, {}, opt);
+  ASSERT_TRUE(c) << c.error().message();
+  EXPECT_NEAR(c->parameters[0].value, 30, 0.3);
+  EXPECT_NEAR(c->parameters[1].value, 10, 0.5);
+  EXPECT_EQ(c->rows[0].ranks, 16);
+  EXPECT_EQ(c->rows[0].domains, 4);
+  ASSERT_EQ(c->pairs.size(), 2u);
+  EXPECT_EQ(c->pairs[0].ring, 0u);
+  EXPECT_EQ(c->pairs[0].other, 1u);
+  EXPECT_LT(c->speedup.in_sample, 0.5);
+  EXPECT_EQ(c->document["nodes"], 2);  // the base's shape, with the fitted values
+  ASSERT_FALSE(c->notes.empty());
+  EXPECT_EQ(c->notes[0], "rows with 16 GPUs: h100-2x4 re-generated with nodes = 4");
+}
+
+TEST(Calibrate, DefaultsSkipWhatNoRowMoves) {
+  // Forward rows on one node: neither the inter bandwidth (absent from l20-4) nor the
+  // backward efficiency can be told; the defaults fit what the rows depend on.
+  const json base = load_json("topologies/l20-4.json");
+  auto data = parse_measurements(std::string(kHeader) + "ring,fwd,1,8192,8,8,128,bf16,0,contiguous,5\nring,fwd,1,32768,8,8,128,bf16,0,contiguous,40\n", "l.csv");
+  ASSERT_TRUE(data);
+  CalibrationOptions opt;
+  opt.restarts = 0;
+  opt.leave_one_out = false;
+  auto c = calibrate(base, "l20-4", *data, {}, opt);
+  ASSERT_TRUE(c) << c.error().message();
+  std::vector<std::string> paths;
+  for (const auto& p : c->parameters) paths.push_back(p.path);
+  EXPECT_EQ(paths, (std::vector<std::string>{"gpu.efficiency.fwd", "gpu.launch_us"}));
+  EXPECT_NE(std::find(c->notes.begin(), c->notes.end(), "gpu.efficiency.bwd: not fitted, no row depends on it"), c->notes.end());
+  // Two rows, two parameters: no degrees of freedom for an uncertainty.
+  EXPECT_TRUE(std::isnan(c->parameters[0].relative_sigma));
+}
+
+TEST(Calibrate, FitListErrors) {
+  const json base = load_json("topologies/h100-2x8.json");
+  auto data = parse_measurements(std::string(kHeader) + "ring,fwd,1,8192,8,8,128,bf16,0,contiguous,5\n", "r.csv");
+  ASSERT_TRUE(data);
+  auto err = [&](std::vector<std::string> fit, std::vector<FixedParameter> fixed = {}) {
+    CalibrationOptions opt;
+    opt.fit = std::move(fit);
+    opt.restarts = 0;
+    opt.leave_one_out = false;
+    opt.max_evaluations = 5;
+    auto c = calibrate(base, "h100.json", *data, fixed, opt);
+    return c ? std::string("ok") : c.error().message();
+  };
+  EXPECT_EQ(err({"inter.bandwith_gbps"}), "--fit: inter.bandwith_gbps: no such field in h100.json");
+  EXPECT_EQ(err({"gpu.launch_us", "gpu.launch_us"}), "--fit: gpu.launch_us is listed twice");
+  EXPECT_EQ(err({"inter.latency_us"}, {{"inter.latency_us", 4, 8, "log.txt", {}}}), "--fit: inter.latency_us is set from --nccl-tests, not fitted");
+  EXPECT_EQ(err({"gpu.launch_us"}), "ok");
+}
+
+} // namespace
+} // namespace charm::calib
