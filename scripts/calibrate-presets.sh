@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Regenerates the calibrated presets topologies/*.json from the nominal ones
+# (topologies/nominal/*.json) and the paper's published measurements
+# (calibration/*.csv): one fit per system, shared by the presets of that system.
+# The fitted parameters are the few physical ones the data identifies
+# (docs/validation.md explains the choice); everything else stays nominal.
+# Needs a build (scripts/build.sh) and python3 for deriving the sibling presets.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+B=build/tools/charm
+[ -x "$B" ] || { echo "calibrate-presets: build first (scripts/build.sh)" >&2; exit 2; }
+mkdir -p build/calibration
+
+fit() {  # fit BASE CSV PARAMS OUT
+  echo "calibrate-presets: $4 from $1 and $2 (--fit $3)" >&2
+  "$B" calibrate -t "$1" -m "$2" --fit "$3" -o "$4" --json > "build/calibration/$(basename "$4" .json).report.json"
+  python3 - "$4" "$1" "$2" "$3" <<'EOF'
+import json, sys
+out, base, csv, params = sys.argv[1:5]
+t = json.load(open(out))
+t["name"] = out.rsplit("/", 1)[-1].removesuffix(".json")
+t["notes"][0] = (f"Calibrated: {params.replace(',', ', ')} fitted to {csv} (charm calibrate, from {base}); "
+                 "every other number is nominal. The calibration block gives values, bounds, 1-sigma and the errors.")
+with open(out, "w") as f:
+    json.dump(t, f, indent=2)
+    f.write("\n")
+EOF
+}
+
+# derive SRC DST NAME PYTHON-EDIT: a sibling preset with the same fitted parameters.
+derive() {
+  python3 - "$1" "$2" "$3" "$4" <<'EOF'
+import json, sys
+src, dst, name, edit = sys.argv[1:5]
+t = json.load(open(src))
+t["name"] = name
+exec(edit)
+t["notes"] = [f"Calibrated with the fit of {t['name_of_fit']}: the same cluster's parameters; see its calibration block." if n == "@" else n for n in t["notes"]]
+del t["name_of_fit"]
+with open(dst, "w") as f:
+    json.dump(t, f, indent=2)
+    f.write("\n")
+EOF
+}
+
+fit topologies/nominal/h100-2x8.json calibration/paper-table5-h100.csv inter.bandwidth_gbps,intra.injection_gbps topologies/h100-2x8.json
+derive topologies/h100-2x8.json topologies/h100-4x8.json h100-4x8 \
+  't["nodes"] = 4; t["name_of_fit"] = "h100-2x8"; t["notes"] = ["4 nodes x 8 NVIDIA H100 SXM: h100-2x8 with 4 nodes (one cluster, one fit).", "@"] + t["notes"][1:]'
+
+fit topologies/nominal/l20-8-2numa.json calibration/paper-table4-l20.csv intra.bandwidth_gbps,numa.bandwidth_gbps topologies/l20-8-2numa.json
+derive topologies/l20-8-2numa.json topologies/l20-4.json l20-4 \
+  't["gpus_per_node"] = 4; t["numa_per_node"] = 1; t.pop("numa"); t.pop("domain", None); t["name_of_fit"] = "l20-8-2numa"; t["notes"] = ["4 x NVIDIA L20 in one NUMA node, PCIe: one NUMA node of l20-8-2numa (one machine, one fit).", "@"] + t["notes"][1:]'
+
+fit topologies/nominal/h20-2x8.json calibration/paper-table4-h20.csv inter.bandwidth_gbps,intra.injection_gbps,inter.latency_us topologies/h20-2x8.json
+derive topologies/h20-2x8.json topologies/h20-8.json h20-8 \
+  't["nodes"] = 1; t.pop("inter"); t["name_of_fit"] = "h20-2x8"; t["notes"] = ["8 x NVIDIA H20 in one node, NVLink: one node of h20-2x8 (one cluster, one fit).", "@"] + t["notes"][1:]'
+
+# No measurements of an H200 cluster: the preset is the nominal file, and says so.
+derive topologies/nominal/h200-2x8.json topologies/h200-2x8.json h200-2x8 \
+  't["name_of_fit"] = "none"; t["notes"] = ["UNCALIBRATED: no measurements of an H200 cluster are available; datasheet numbers only (same as topologies/nominal/h200-2x8.json)."] + t["notes"][1:]'
+echo "calibrate-presets: done; reports in build/calibration/" >&2
