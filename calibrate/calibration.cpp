@@ -327,7 +327,11 @@ Expected<std::vector<FitParameter>> choose_parameters(const Model& model, const 
     }
     return out;
   }
-  for (const auto& path : default_fit_parameters()) {
+  std::vector<std::string> defaults = default_fit_parameters();
+  // On a shared GPU link (PCIe) the link rate itself is what runs short; on a
+  // dedicated one (NVLink) it is the injection limit, already in the list.
+  if (model.base.contains("intra") && model.base["intra"].value("sharing", "") == "shared") defaults.push_back("intra.bandwidth_gbps");
+  for (const auto& path : defaults) {
     if (is_fixed(path) || !parameter_value(model.base, path, model.source)) continue;
     if (auto st = add(path); !st) return Error{"--fit", st.error().message()};
   }

@@ -66,8 +66,13 @@ bool structural(const std::string& key) {
 } // namespace
 
 const std::vector<std::string>& default_fit_parameters() {
-  static const std::vector<std::string> params{"inter.bandwidth_gbps", "numa.bandwidth_gbps", "gpu.efficiency.fwd", "gpu.efficiency.bwd",
-                                               "gpu.launch_us"};
+  // The few physical rates that real runs fall short of and that the paper's
+  // measurements identify (docs/validation.md): what the NIC attains across
+  // nodes, what a GPU's concurrent transfers attain together inside a node, and
+  // what a host bridge carries across NUMA nodes. Compute efficiency and launch
+  // cost stay at their nominal values unless asked for: Table 5's rows barely
+  // constrain them, and fitted freely they trade off against each other.
+  static const std::vector<std::string> params{"inter.bandwidth_gbps", "intra.injection_gbps", "numa.bandwidth_gbps"};
   return params;
 }
 

@@ -172,7 +172,7 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<BadRow>& p) { return std::string(p.param.name); });
 
 TEST(DefaultDomains, FollowTheGpusARunUses) {
-  auto t = topo::load_topology(source_path("topologies/h100-2x8.json"));
+  auto t = topo::load_topology(source_path("topologies/nominal/h100-2x8.json"));
   ASSERT_TRUE(t);
   EXPECT_EQ(sim::default_domains(*t), 2);
   EXPECT_EQ(sim::default_domains(*t, 16), 2);
@@ -186,7 +186,7 @@ TEST(DefaultDomains, FollowTheGpusARunUses) {
 }
 
 TEST(TopologyLoader, KeepsACalibrationBlock) {
-  json doc = load_json("topologies/h100-2x8.json");
+  json doc = load_json("topologies/nominal/h100-2x8.json");
   doc["calibration"] = {{"tool", "charm calibrate"}, {"fitted", json::array()}};
   EXPECT_TRUE(topo::parse_topology(doc, "c.json"));
   doc["calibration"] = 5;
@@ -269,7 +269,7 @@ TEST(NcclTests, ErrorsNameFileAndLine) {
 TEST(NcclTests, FixLinkClassBandwidthAndLatency) {
   auto log = load_nccl_tests(source_path("tests/data/nccl-tests-sendrecv-sample.txt"));
   ASSERT_TRUE(log);
-  const json h100 = load_json("topologies/h100-2x8.json");
+  const json h100 = load_json("topologies/nominal/h100-2x8.json");
   // Inter-node route (one NIC per GPU): GPU -> fabric -> GPU, two inter links: 10 us / 2.
   auto inter = fixed_from_nccl_tests(h100, "h100.json", "inter", *log);
   ASSERT_TRUE(inter) << inter.error().message();
@@ -296,9 +296,9 @@ TEST(NcclTests, FixLinkClassBandwidthAndLatency) {
 // ---------------------------------------------------------------- parameters
 
 TEST(Parameters, PathsAndValues) {
-  const json h100 = load_json("topologies/h100-2x8.json");
+  const json h100 = load_json("topologies/nominal/h100-2x8.json");
   EXPECT_DOUBLE_EQ(*parameter_value(h100, "inter.bandwidth_gbps", "h"), 42.5);
-  EXPECT_DOUBLE_EQ(*parameter_value(h100, "gpu.efficiency.bwd", "h"), 0.4);
+  EXPECT_DOUBLE_EQ(*parameter_value(h100, "gpu.efficiency.bwd", "h"), 0.28);
   EXPECT_DOUBLE_EQ(*parameter_value(h100, "gpu.tflops.bf16", "h"), 989.0);
   json explicit_doc = {{"links", {{{"a", "x"}, {"latency_us", 2}}, {{"a", "y"}, {"latency_us", 3}}}}};
   EXPECT_DOUBLE_EQ(*parameter_value(explicit_doc, "links[1].latency_us", "e"), 3);
@@ -389,8 +389,9 @@ std::string simulate_csv(const json& truth, const std::vector<SimRun>& runs, int
 
 TEST(Calibrate, RecoversScaledParametersAndPredictsHeldOutRows) {
   // A small cluster: 2 nodes x 4 H100 (the preset's numbers), so the test runs in seconds.
-  json base = load_json("topologies/h100-2x8.json");
+  json base = load_json("topologies/nominal/h100-2x8.json");
   base["gpus_per_node"] = 4;
+  base["gpu"]["efficiency"] = {{"fwd", 0.5}, {"bwd", 0.4}};  // the hypothesis the fit starts from
   json truth = base;
   truth["inter"]["bandwidth_gbps"] = 42.5 * 0.6;
   truth["gpu"]["efficiency"]["fwd"] = 0.5 * 0.7;
@@ -449,7 +450,7 @@ TEST(Calibrate, RecoversScaledParametersAndPredictsHeldOutRows) {
 
 TEST(Calibrate, RowsBeyondTheBaseRegenerateItAndSpeedupsPair) {
   // 16-GPU rows on a 2 x 4 base: re-generated with 4 nodes; ring and charm share workloads.
-  json base = load_json("topologies/h100-2x8.json");
+  json base = load_json("topologies/nominal/h100-2x8.json");
   base["gpus_per_node"] = 4;
   json truth = base;
   truth["inter"]["bandwidth_gbps"] = 30;
@@ -478,26 +479,27 @@ TEST(Calibrate, RowsBeyondTheBaseRegenerateItAndSpeedupsPair) {
 }
 
 TEST(Calibrate, DefaultsSkipWhatNoRowMoves) {
-  // Forward rows on one node: neither the inter bandwidth (absent from l20-4) nor the
-  // backward efficiency can be told; the defaults fit what the rows depend on.
-  const json base = load_json("topologies/l20-4.json");
-  auto data = parse_measurements(std::string(kHeader) + "ring,fwd,1,8192,8,8,128,bf16,0,contiguous,5\nring,fwd,1,32768,8,8,128,bf16,0,contiguous,40\n", "l.csv");
-  ASSERT_TRUE(data);
+  // Forward rows on the first 4 GPUs (one NUMA node) of the dual-NUMA L20: no row
+  // crosses the host bridge, so its bandwidth is dropped from the defaults with a
+  // note; the shared PCIe links' rate is fitted.
+  const json base = load_json("topologies/nominal/l20-8-2numa.json");
+  auto data = parse_measurements(
+      "algo,pass,batch,seq,heads,kv_heads,head_dim,dtype,causal,layout,time_ms,ranks\n"
+      "ring,fwd,1,8192,8,8,128,bf16,0,contiguous,5,4\nring,fwd,1,32768,8,8,128,bf16,0,contiguous,40,4\n", "l.csv");
+  ASSERT_TRUE(data) << data.error().message();
   CalibrationOptions opt;
   opt.restarts = 0;
   opt.leave_one_out = false;
-  auto c = calibrate(base, "l20-4", *data, {}, opt);
+  auto c = calibrate(base, "l20-8-2numa", *data, {}, opt);
   ASSERT_TRUE(c) << c.error().message();
   std::vector<std::string> paths;
   for (const auto& p : c->parameters) paths.push_back(p.path);
-  EXPECT_EQ(paths, (std::vector<std::string>{"gpu.efficiency.fwd", "gpu.launch_us"}));
-  EXPECT_NE(std::find(c->notes.begin(), c->notes.end(), "gpu.efficiency.bwd: not fitted, no row depends on it"), c->notes.end());
-  // Two rows, two parameters: no degrees of freedom for an uncertainty.
-  EXPECT_TRUE(std::isnan(c->parameters[0].relative_sigma));
+  EXPECT_EQ(paths, (std::vector<std::string>{"intra.bandwidth_gbps"}));
+  EXPECT_NE(std::find(c->notes.begin(), c->notes.end(), "numa.bandwidth_gbps: not fitted, no row depends on it"), c->notes.end());
 }
 
 TEST(Calibrate, FitListErrors) {
-  const json base = load_json("topologies/h100-2x8.json");
+  const json base = load_json("topologies/nominal/h100-2x8.json");
   auto data = parse_measurements(std::string(kHeader) + "ring,fwd,1,8192,8,8,128,bf16,0,contiguous,5\n", "r.csv");
   ASSERT_TRUE(data);
   auto err = [&](std::vector<std::string> fit, std::vector<FixedParameter> fixed = {}) {

@@ -24,7 +24,8 @@ namespace {
 
 using nlohmann::json;
 
-std::string preset(const char* name) { return std::string(CHARM_SOURCE_DIR) + "/topologies/" + name; }
+// The nominal presets: their numbers are the datasheet ones the expectations below are worked out from.
+std::string preset(const char* name) { return std::string(CHARM_SOURCE_DIR) + "/topologies/nominal/" + name; }
 
 Topology parse_json(const json& j) {
   auto t = parse_topology(j, "x.json");

@@ -99,7 +99,7 @@ void register_calibrate(CLI::App& app) {
   sub->add_option("--measurements,-m", o->measurements, "measured runs, CSV (see README: algo,pass,batch,seq,...,time_ms[,ranks,domains])")
       ->required();
   sub->add_option("--nccl-tests", o->nccl, "CLASS=LOG,...: nccl-tests logs that fix a link class's bandwidth and latency (intra, numa, inter)");
-  sub->add_option("--fit", o->fit, "comma-separated parameter paths in the topology JSON (default: inter/numa bandwidth, efficiency, launch)");
+  sub->add_option("--fit", o->fit, "comma-separated parameter paths in the topology JSON (default: inter bandwidth, intra injection, numa bandwidth)");
   sub->add_option("--out,-o", o->out, "calibrated topology JSON to write")->required();
   sub->add_flag("--json", o->json_out, "print the report as JSON");
   sub->add_option("--jobs,-j", o->jobs, "threads that simulate rows in parallel (default: all cores)");
