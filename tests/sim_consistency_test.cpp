@@ -105,3 +105,38 @@ TEST(ClockConsistency, StaleDrainEventDoesNotMoveTheClock) {
 
 } // namespace
 } // namespace charm::sim
+
+namespace charm::sim {
+namespace {
+
+// Peak memory is a property of the schedule (bounded in-flight buffers), not of
+// timing: ring backward on h100-2x8 (8 heads x 128, s = tokens per GPU, h = 1024)
+// holds 42.1 b*s*h bytes at 128k and 256k tokens and at batch 1 and 2 (before
+// bounded buffers: 106, 90 and 50 b*s*h depending on which stream lagged).
+TEST(PeakMemory, RingBackwardIsLinearInBatchAndSequence) {
+  auto t = topo::load_topology(std::string(CHARM_SOURCE_DIR) + "/topologies/h100-2x8.json");
+  ASSERT_TRUE(t.ok()) << t.error().message();
+  auto per_bsh = [&](std::int64_t batch, std::int64_t seq) {
+    Workload w;
+    w.batch = batch;
+    w.seq = seq;
+    w.heads = 8;
+    w.kv_heads = 8;
+    w.head_dim = 128;
+    w.dtype = DType::BF16;
+    w.pass = PassKind::Bwd;
+    auto ev = evaluate({"ring", w, 16, 2}, *t);
+    EXPECT_TRUE(ev.ok()) << ev.error().message();
+    if (!ev.ok()) return 0.0;
+    ir::Bytes peak = 0;
+    for (const auto& r : ev->result.ranks) peak = std::max(peak, r.peak_mem_bytes);
+    return double(peak) / (double(batch) * double(seq / 16) * 1024.0);
+  };
+  const double base = per_bsh(1, 131072);
+  EXPECT_NEAR(base, 42.1, 0.1);
+  EXPECT_DOUBLE_EQ(per_bsh(1, 262144), base);
+  EXPECT_DOUBLE_EQ(per_bsh(2, 131072), base);
+}
+
+} // namespace
+} // namespace charm::sim
