@@ -32,18 +32,29 @@ struct ClusterFlags {
   int domains = 0;  // 0: from the topology (or 1 for --uniform)
   double bw_gbps = 0, tflops = 0, latency_us = 0, hbm_gbps = 0;
 
+  std::vector<CLI::Option*> uniform_only;  // flags that describe the --uniform cluster and nothing else
+
   void add(CLI::App& app) {
     app.add_option("--topology,-t", topology, "topology JSON file (see docs/topology.md, presets in topologies/)");
     app.add_flag("--uniform", uniform, "contention-free fully connected cluster (needs --ranks, --bw-gbps, --tflops)");
-    app.add_option("--ranks,-n", ranks, "ranks of the --uniform cluster")->capture_default_str();
+    uniform_only = {
+        app.add_option("--ranks,-n", ranks, "ranks of the --uniform cluster")->capture_default_str(),
+        app.add_option("--bw-gbps", bw_gbps, "--uniform: link bandwidth in GB/s"),
+        app.add_option("--tflops", tflops, "--uniform: peak TFLOP/s per GPU"),
+        app.add_option("--latency-us", latency_us, "--uniform: per-message latency in us")->capture_default_str(),
+        app.add_option("--hbm-gbps", hbm_gbps, "--uniform: HBM bandwidth for merges (default: merges are free)")};
     app.add_option("--domains,-d", domains, "domains for charm (default: from the topology's hierarchy; 1 for --uniform)");
-    app.add_option("--bw-gbps", bw_gbps, "--uniform: link bandwidth in GB/s");
-    app.add_option("--tflops", tflops, "--uniform: peak TFLOP/s per GPU");
-    app.add_option("--latency-us", latency_us, "--uniform: per-message latency in us")->capture_default_str();
-    app.add_option("--hbm-gbps", hbm_gbps, "--uniform: HBM bandwidth for merges (default: merges are free)");
   }
   [[nodiscard]] topo::Topology get() const {
     if (uniform == !topology.empty()) fail(Error{"--topology", "give exactly one of --topology FILE and --uniform"});
+    if (domains < 0) fail(Error{"--domains", fmt::format("must be >= 1 (or omitted: from the topology), got {}", domains)});
+    // A what-if flag that the topology file would silently override is refused:
+    // the answer would be the file's, not the one asked for.
+    if (!uniform)
+      for (const CLI::Option* o : uniform_only)
+        if (o->count() > 0)
+          fail(Error{o->get_name(), "describes the --uniform cluster only; with --topology the file's numbers apply "
+                                    "(edit a copy of the file to ask what if)"});
     if (!uniform) return unwrap(topo::load_topology(topology));
     if (ranks < 1 || ranks > (1 << 16)) fail(Error{"--ranks", fmt::format("must be in [1, 65536], got {}", ranks)});
     // CLI11 reads "nan" and "inf" as doubles; neither is a bandwidth.
