@@ -34,6 +34,10 @@ struct ClosedForm {
   Seconds time_s = 0, exposed_s = 0;              // realised
   Seconds paper_time_s = 0, paper_exposed_s = 0;  // as printed
   double ccr = 0;                                 // Eq. 7: sum of Ring's T_comp over sum of its T_comm(kv)
+  /// False where the form does not describe the run (said in why_not): the numbers
+  /// are then a reference point, not a prediction the simulator should match.
+  bool applies = true;
+  std::string why_not;
 };
 
 /// Closed forms for ring / ring-zigzag, merge and rm+ (others: available = false).

@@ -143,6 +143,8 @@ void register_simulate(CLI::App& app) {
       if (r.formula.available) {
         j["formula"] = formula_json(r.formula.time_s, r.formula.exposed_s);
         j["formula"]["basis"] = o->cluster.uniform ? "uniform" : "slowest ring hop as a uniform link";
+        j["formula"]["applies"] = r.formula.applies;
+        if (!r.formula.applies) j["formula"]["why_not"] = r.formula.why_not;
         j["formula_paper"] = formula_json(r.formula.paper_time_s, r.formula.paper_exposed_s);
       }
       std::cout << j.dump(1) << "\n";
@@ -163,6 +165,7 @@ void register_simulate(CLI::App& app) {
                                r.formula.exposed_s * 1e3, o->cluster.uniform ? "uniform" : "slowest ring hop");
       std::cout << fmt::format("{:<28}{:>12.3f} ms  exposed {:.3f} ms\n", "formula (paper)", r.formula.paper_time_s * 1e3,
                                r.formula.paper_exposed_s * 1e3);
+      if (!r.formula.applies) std::cout << fmt::format("{:<28}does not describe this run: {}\n", "formula", r.formula.why_not);
     }
     std::cout << fmt::format("critical path: {} ops, ending at rank {}\n", r.result.critical_path.size(), r.result.last_rank);
     if (o->links) {
