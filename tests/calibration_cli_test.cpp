@@ -93,7 +93,7 @@ TEST_F(CalibrateCli, TextReport) {
 TEST_F(CalibrateCli, NcclTestsFixALinkClass) {
   const std::string out = dir_ + "/fitted.json";
   auto r = run_quiet("calibrate -t " + src("topologies/l20-4.json") + " -m " + csv_ + " -o " + out +
-                     " --json --restarts 0 --no-loo --nccl-tests intra=" + src("tests/data/nccl-tests-sendrecv-sample.txt"));
+                     " --json --restarts 0 --no-loo --fit gpu.efficiency.fwd --nccl-tests intra=" + src("tests/data/nccl-tests-sendrecv-sample.txt"));
   ASSERT_EQ(r.code, 0) << r.out;
   const auto j = json::parse(r.out);
   ASSERT_EQ(j["fixed"].size(), 2u);
