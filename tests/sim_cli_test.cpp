@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -35,6 +36,10 @@ TEST(SimCli, CompareAcceptance3) {
   auto j = nlohmann::json::parse(o.text);
   EXPECT_EQ(j["schema"], 1);
   std::set<std::string> seen;
+  std::map<std::string, double> ring_ms, speedup;  // by pass; by "algo/pass"
+  for (const auto& r : j["results"])
+    if (r["algo"] == "ring" && r.contains("time_ms")) ring_ms[r["pass"]] = r["time_ms"].get<double>();
+  ASSERT_EQ(ring_ms.size(), 2u) << o.text;
   for (const auto& r : j["results"]) {
     // 12 heads do not split over Ulysses' 16 or USP's 8 ranks, and TASP has no backward:
     // those rows say why instead of a time.
@@ -44,8 +49,11 @@ TEST(SimCli, CompareAcceptance3) {
       continue;
     }
     ASSERT_TRUE(r.contains("time_ms")) << r.dump();
-    seen.insert(r["algo"].get<std::string>() + "/" + r["pass"].get<std::string>());
-    EXPECT_GT(r["speedup_vs_ring"].get<double>(), 0);
+    const std::string key = algo + "/" + r["pass"].get<std::string>();
+    seen.insert(key);
+    // The column is ring's time over this row's time, same pass.
+    speedup[key] = r["speedup_vs_ring"].get<double>();
+    EXPECT_NEAR(speedup[key], ring_ms[r["pass"]] / r["time_ms"].get<double>(), 1e-9 * speedup[key]) << key;
     if (r["algo"] == "ring") {
       EXPECT_DOUBLE_EQ(r["speedup_vs_ring"].get<double>(), 1.0);
     }
@@ -53,6 +61,25 @@ TEST(SimCli, CompareAcceptance3) {
   for (const char* a : {"ring", "ring-zigzag", "merge", "rm+", "charm", "allgather-kv"})
     for (const char* p : {"fwd", "bwd"}) EXPECT_TRUE(seen.count(std::string(a) + "/" + p)) << a << " " << p;
   EXPECT_TRUE(seen.count("tasp/fwd") && seen.count("tasp-zigzag/fwd"));
+
+  // Without a causal mask every (query, key) block costs the same, so the zigzag layout only
+  // relabels tokens: same blocks per rank, same traffic, same time.
+  EXPECT_NEAR(speedup["ring-zigzag/fwd"], 1.0, 1e-9);
+  EXPECT_NEAR(speedup["ring-zigzag/bwd"], 1.0, 1e-9);
+  EXPECT_NEAR(speedup["tasp-zigzag/fwd"], speedup["tasp/fwd"], 1e-9);
+  // Ring is bound by the node link (25.7 GB/s attained in the calibrated preset): each of its
+  // 15 steps moves a 248 MB K+V shard (16 x 1680 tokens x 12 heads x 192 x bf16, twice) across
+  // it in 9.6 ms, against 1.3 ms of compute per step, so ring ~ 15 x 9.6 = 146 ms fwd. CHARM+
+  // alone keeps K/V inside a node (docs/algorithms.md): it crosses the link once with its queries
+  // and once with their results and hides most of the intra-node traffic behind compute. The
+  // paper measured 2.35x fwd and 3.18x bwd here; the calibrated preset predicts 2.46x and 3.34x,
+  // the best row of each pass (next: tasp 1.97x fwd, rm+ 1.76x bwd). The bounds leave about 15%.
+  EXPECT_GE(speedup["charm/fwd"], 2.1);
+  EXPECT_GE(speedup["charm/bwd"], 2.8);
+  for (const auto& [key, x] : speedup) {
+    const std::string pass = key.substr(key.find('/') + 1);
+    EXPECT_GE(speedup["charm/" + pass], x) << key << " beats charm";
+  }
 }
 
 TEST(SimCli, SimulateJsonHasTheIssueFields) {
