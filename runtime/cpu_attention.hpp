@@ -26,7 +26,8 @@ using Positions = std::span<const std::int64_t>;
 void attention_fwd_block(const AttnShape& a, const float* q, Positions qpos, const float* k, const float* v,
                          Positions kpos, float* out, float* lse);
 
-/// (o_acc, lse_acc) := merge((o_acc, lse_acc), (o_part, lse_part)), DESIGN section 3's stable rule.
+/// (o_acc, lse_acc) := merge((o_acc, lse_acc), (o_part, lse_part)), the stable rule (larger lse first,
+/// lse = lse1 + log1p(exp(lse2 - lse1)); empty rows carry lse = -inf and stay NaN-free).
 void merge_out(const AttnShape& a, std::int64_t tokens, const float* o_part, const float* lse_part, float* o_acc,
                float* lse_acc);
 

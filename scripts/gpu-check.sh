@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One prepared check for a machine with an NVIDIA GPU (issue 7). Run it once:
+# One prepared check for a machine with an NVIDIA GPU. Run it once:
 #   scripts/gpu-check.sh            # table on stdout; also $OUT/gpu-check.md when OUT is set
 # Steps, each under its own time limit (the whole fits 8 minutes on one H200):
 #   1. the card (nvidia-smi)          2. build (Release, native CUDA arch), skipped when a

@@ -1,5 +1,5 @@
 #pragma once
-// The paper's closed forms (Section 3; DESIGN section 6), evaluated from the
+// The paper's closed forms (its Section 3), evaluated from the
 // same per-step costs the simulator uses on a uniform topology.
 //
 // Two variants per algorithm:

@@ -1,7 +1,7 @@
 #pragma once
 // What-if sweeps: every algorithm on the cross product of topologies and
 // workload parameters, one independent simulation each, run by a pool of
-// worker threads (DESIGN section 6: no global state, so simulations run in
+// worker threads (no global state, so simulations run in
 // parallel). `charm sweep` and bench/sweep_bench.cpp drive it.
 //
 //   configuration = topology x batch x seq x heads x kv_heads x head_dim x dtype x causal x layout

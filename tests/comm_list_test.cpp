@@ -7,7 +7,7 @@
 using charm::sched::generate_comm_list;
 
 TEST(CommList, PaperExampleEightRanks) {
-  // DESIGN section 4: for n = 8, rank 3: kv [2], [1], [6, 7]; q [0], [4, 5].
+  // Algorithm 1 of the paper: for n = 8, rank 3: kv [2], [1], [6, 7]; q [0], [4, 5].
   const auto l = generate_comm_list(3, 8);
   ASSERT_EQ(l.size(), 3u);
   EXPECT_EQ(l[0].kv, (std::vector<int>{2}));

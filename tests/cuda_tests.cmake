@@ -1,4 +1,4 @@
-# GPU executor tests (runtime/cuda, issue 7). Host-only pieces (layout,
+# GPU executor tests (runtime/cuda). Host-only pieces (layout,
 # timeline) are `unit` and run everywhere; kernel and executor tests are `gpu`
 # and GTEST_SKIP() when cudaGetDeviceCount finds no device; the CLI test is
 # `integration`: without a device it checks the one-line exit 2.

@@ -1,4 +1,4 @@
-// Determinism and atomic outputs (issue 8): the same inputs give byte-identical
+// Determinism and atomic outputs: the same inputs give byte-identical
 // plan JSON, simulation JSON and Chrome trace on every run, the sweep's CSV and
 // JSON are the same with any --jobs, and a sweep killed mid-way (SIGKILL: no
 // handler runs) leaves the old output file untouched.

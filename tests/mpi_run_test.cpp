@@ -1,4 +1,4 @@
-// `mpirun -np N charm run --backend mpi ... --check` (issue 3, acceptance 3),
+// `mpirun -np N charm run --backend mpi ... --check`,
 // and the watchdog under MPI: exit 3, the stalled rank named, no process left.
 // CI runs as root on 2 cores: run-as-root and oversubscription are enabled
 // through OpenMPI's environment variables, and CMA single-copy is off (it

@@ -1,4 +1,4 @@
-// Every plan of every algorithm validates (issue 2, acceptance 3).
+// Every plan of every algorithm validates.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>

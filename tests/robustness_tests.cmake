@@ -1,4 +1,4 @@
-# Robustness (issue 8): every bad input of docs/errors.md through the CLI, determinism, atomic outputs.
+# Robustness: every bad input of docs/errors.md through the CLI, determinism, atomic outputs.
 charm_add_test(errors_table_test SOURCES errors_table_test.cpp LABELS integration TIMEOUT 900 SHARDS 2)
 # The rows are discovered from docs/errors.md at build time: editing the table rebuilds the test.
 set_property(SOURCE errors_table_test.cpp APPEND PROPERTY OBJECT_DEPENDS ${PROJECT_SOURCE_DIR}/docs/errors.md)

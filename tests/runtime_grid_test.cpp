@@ -1,9 +1,9 @@
-// Acceptance grid of issue 3: every planner, run for real on the threads
+// The acceptance grid: every planner, run for real on the threads
 // backend, matches dense fp64 attention to a relative 1e-5 on out, lse, dq,
 // dk and dv. B=2, S=512, H=4, D=64, fp32, pass both; N in {2,4,8,16};
 // domains {1,2,4} where they divide N (charm only); causal and not; both
 // layouts (ring-zigzag: zigzag only); and GQA (H=8, kv heads 2). The
-// baselines of issue 9 join the grid where their constraints allow: ulysses
+// baselines join the grid where their constraints allow: ulysses
 // and usp need the kv heads to split over a domain's ranks; tasp defines only a
 // forward pass, so it runs (and is checked on out and lse) with pass fwd.
 #include <gtest/gtest.h>

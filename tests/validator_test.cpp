@@ -1,4 +1,4 @@
-// The validator rejects deliberately broken plans and names the rule (issue 2, acceptance 4).
+// The validator rejects deliberately broken plans and names the rule.
 #include <gtest/gtest.h>
 
 #include <functional>

@@ -1,5 +1,5 @@
 #pragma once
-// The plan validator (DESIGN section 5). It trusts nothing the planner did and
+// The plan validator (the contract in scheduler/ir/plan.hpp). It trusts nothing the planner did and
 // proves, for any plan:
 //   structure  ops, buffers and results are well formed; region plans keep the
 //              Regions rules of plan.hpp (ranges inside the workload, views,
