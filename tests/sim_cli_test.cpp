@@ -92,6 +92,69 @@ TEST(SimCli, SimulateJsonHasTheIssueFields) {
   EXPECT_NEAR(j["time_ms"].get<double>(), j["formula"]["time_ms"].get<double>(), 0.01 * j["time_ms"].get<double>());
 }
 
+TEST(SimCli, SimulateExplainsItselfAndGivesAMemoryVerdict) {
+  auto o = run("simulate --algo ring --topology " + topo("h100-2x8.json") + " --batch 4 --seq 32k --heads 16 --head-dim 128 --pass bwd --json");
+  ASSERT_EQ(o.code, 0) << o.text;
+  auto j = nlohmann::json::parse(o.text);
+  // Ring backward on two nodes waits for dK/dV shards on the node's network link.
+  EXPECT_EQ(j["bottleneck"]["class"], "nic") << j["bottleneck"].dump();
+  EXPECT_TRUE(j["bottleneck"]["saturated"].get<bool>());
+  EXPECT_EQ(j["bottleneck"]["traffic"][0]["kind"], "dkv");
+  double path_ms = 0;
+  for (const auto& p : j["critical_path_shares"]) path_ms += p["ms"].get<double>();
+  EXPECT_NEAR(path_ms, j["time_ms"].get<double>(), 1e-6 * j["time_ms"].get<double>());
+  EXPECT_TRUE(j["memory"]["known"].get<bool>());
+  EXPECT_TRUE(j["memory"]["fits"].get<bool>());
+  EXPECT_DOUBLE_EQ(j["memory"]["gpu_memory_gb"].get<double>(), 80);
+  // The rest of the model holds 79.9 of the 80 GB: the answer still comes, with one warning line.
+  o = run("simulate --algo ring --topology " + topo("h100-2x8.json") + " --batch 4 --seq 32k --heads 16 --head-dim 128 --pass bwd --reserved-gb 79.9");
+  ASSERT_EQ(o.code, 0) << o.text;
+  EXPECT_NE(o.text.find("charm: warning: DOES NOT FIT"), std::string::npos) << o.text;
+  EXPECT_NE(o.text.find("bottleneck"), std::string::npos);
+  EXPECT_NE(o.text.find("critical path:"), std::string::npos);
+}
+
+TEST(SimCli, CompareDefaultsToTheBalancedLayoutUnderACausalMask) {
+  const std::string base = "compare --topology " + topo("h100-2x8.json") + " --seq 32k --heads 16 --head-dim 128 --causal --algos ring,charm";
+  auto j = nlohmann::json::parse(run(base + " --json").text);
+  EXPECT_EQ(j["workload"]["layout"], "zigzag");
+  j = nlohmann::json::parse(run(base + " --layout contiguous --json").text);
+  EXPECT_EQ(j["workload"]["layout"], "contiguous");
+  for (const auto& r : j["results"]) EXPECT_FALSE(r["bottleneck"].get<std::string>().empty()) << r.dump();
+  // The best line ranks by fwd + bwd when both passes ran.
+  auto o = run(base);
+  ASSERT_EQ(o.code, 0) << o.text;
+  EXPECT_NE(o.text.find("(fwd+bwd "), std::string::npos) << o.text;
+}
+
+TEST(SimCli, AdviseAcceptance) {
+  const std::string args = "advise --topology " + topo("h100-2x8.json") +
+                           " --batch 1 --seq 128k --heads 64 --kv-heads 8 --head-dim 128 --dtype bf16 --causal";
+  auto o = run(args + " --json");
+  ASSERT_EQ(o.code, 0) << o.text;
+  auto j = nlohmann::json::parse(o.text);
+  const auto& c = j["candidates"];
+  ASSERT_GE(c.size(), 3u);
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    for (const char* k : {"algo", "layout", "domains", "fwd_ms", "bwd_ms", "total_ms", "peak_mem_bytes", "fits", "bottleneck"})
+      EXPECT_TRUE(c[i].contains(k)) << k;
+    EXPECT_TRUE(c[i]["fits"].is_boolean());
+    EXPECT_FALSE(c[i]["bottleneck"].get<std::string>().empty());
+    EXPECT_NEAR(c[i]["total_ms"].get<double>(), c[i]["fwd_ms"].get<double>() + c[i]["bwd_ms"].get<double>(), 1e-9);
+    if (i > 0) {
+      EXPECT_LE(c[i - 1]["total_ms"].get<double>(), c[i]["total_ms"].get<double>());
+    }
+  }
+  // Ulysses cannot split 8 kv heads over 16 ranks: refused, with the reason.
+  bool ulysses = false;
+  for (const auto& r : j["refused"]) ulysses |= r["candidate"].get<std::string>().starts_with("ulysses");
+  EXPECT_TRUE(ulysses);
+  o = run(args + " --top 3");
+  ASSERT_EQ(o.code, 0) << o.text;
+  EXPECT_NE(o.text.find("# best: "), std::string::npos) << o.text;
+  EXPECT_NE(o.text.find("#   why: "), std::string::npos) << o.text;
+}
+
 TEST(SimCli, TraceStructure) {
   const std::string path = std::string(::testing::TempDir()) + "/charm_trace.json";
   auto o = run("simulate --algo charm --topology " + topo("h20-2x8.json") + " --seq 16k --pass both --trace " + path);

@@ -128,10 +128,10 @@ TEST(Sweep, RowsDoNotDependOnJobs) {
 
 TEST(Sweep, SpeedupAndCcrAgreeWithCompare) {
   const auto dir = fresh_dir("compare");
-  ASSERT_EQ(run_charm("sweep --topology " + topo("h20-8.json") + " --batch 2 --seq 16k --heads 16 --head-dim 128 --causal --pass bwd"
+  ASSERT_EQ(run_charm("sweep --topology " + topo("h20-8.json") + " --batch 2 --seq 16k --heads 16 --head-dim 128 --causal --layout zigzag --pass bwd"
                       " --algos ring,charm --out " + dir + "/s.csv").code, 0);
   const auto cmp = run_charm("compare --topology " + topo("h20-8.json") +
-                             " --batch 2 --seq 16k --heads 16 --head-dim 128 --causal --pass bwd --algos ring,charm --json");
+                             " --batch 2 --seq 16k --heads 16 --head-dim 128 --causal --layout zigzag --pass bwd --algos ring,charm --json");
   ASSERT_EQ(cmp.code, 0) << cmp.out;
   const json j = json::parse(cmp.out);
   const Csv c = read_csv(dir + "/s.csv");

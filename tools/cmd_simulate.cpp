@@ -7,15 +7,19 @@
 #include <iostream>
 #include <map>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "scheduler/planners/planners.hpp"
+#include "sim/advise.hpp"
 #include "sim/evaluate.hpp"
+#include "sim/explain.hpp"
 #include "sim/formulas.hpp"
 #include "sim/report.hpp"
 #include "sim/simulator.hpp"
 #include "tools/cli_common.hpp"
+#include "tools/cluster_flags.hpp"
 #include "tools/plan_flags.hpp"
 #include "topologies/topology_json.hpp"
 
@@ -23,56 +27,6 @@ namespace charm::cli {
 namespace {
 
 using nlohmann::json;
-
-/// Where the cluster comes from: a topology file, or the uniform contention-free model.
-struct ClusterFlags {
-  std::string topology;
-  bool uniform = false;
-  int ranks = 8;
-  int domains = 0;  // 0: from the topology (or 1 for --uniform)
-  double bw_gbps = 0, tflops = 0, latency_us = 0, hbm_gbps = 0;
-
-  std::vector<CLI::Option*> uniform_only;  // flags that describe the --uniform cluster and nothing else
-
-  void add(CLI::App& app) {
-    app.add_option("--topology,-t", topology, "topology JSON file (see docs/topology.md, presets in topologies/)");
-    app.add_flag("--uniform", uniform, "contention-free fully connected cluster (needs --ranks, --bw-gbps, --tflops)");
-    uniform_only = {
-        app.add_option("--ranks,-n", ranks, "ranks of the --uniform cluster")->capture_default_str(),
-        app.add_option("--bw-gbps", bw_gbps, "--uniform: link bandwidth in GB/s"),
-        app.add_option("--tflops", tflops, "--uniform: peak TFLOP/s per GPU"),
-        app.add_option("--latency-us", latency_us, "--uniform: per-message latency in us")->capture_default_str(),
-        app.add_option("--hbm-gbps", hbm_gbps, "--uniform: HBM bandwidth for merges (default: merges are free)")};
-    app.add_option("--domains,-d", domains, "domains for charm (default: from the topology's hierarchy; 1 for --uniform)");
-  }
-  [[nodiscard]] topo::Topology get() const {
-    if (uniform == !topology.empty()) fail(Error{"--topology", "give exactly one of --topology FILE and --uniform"});
-    if (domains < 0) fail(Error{"--domains", fmt::format("must be >= 1 (or omitted: from the topology), got {}", domains)});
-    // A what-if flag that the topology file would silently override is refused:
-    // the answer would be the file's, not the one asked for.
-    if (!uniform)
-      for (const CLI::Option* o : uniform_only)
-        if (o->count() > 0)
-          fail(Error{o->get_name(), "describes the --uniform cluster only; with --topology the file's numbers apply "
-                                    "(edit a copy of the file to ask what if)"});
-    if (!uniform) return unwrap(topo::load_topology(topology));
-    if (ranks < 1 || ranks > (1 << 16)) fail(Error{"--ranks", fmt::format("must be in [1, 65536], got {}", ranks)});
-    // CLI11 reads "nan" and "inf" as doubles; neither is a bandwidth.
-    if (!(bw_gbps > 0) || !std::isfinite(bw_gbps))
-      fail(Error{"--bw-gbps", fmt::format("--uniform needs a finite --bw-gbps > 0, got {}", bw_gbps)});
-    if (!(tflops > 0) || !std::isfinite(tflops))
-      fail(Error{"--tflops", fmt::format("--uniform needs a finite --tflops > 0, got {}", tflops)});
-    if (!(latency_us >= 0) || !std::isfinite(latency_us))
-      fail(Error{"--latency-us", fmt::format("must be a finite number >= 0, got {}", latency_us)});
-    if (!(hbm_gbps >= 0) || !std::isfinite(hbm_gbps))
-      fail(Error{"--hbm-gbps", fmt::format("must be a finite number >= 0, got {}", hbm_gbps)});
-    return topo::make_uniform(ranks, bw_gbps, tflops, latency_us, hbm_gbps);
-  }
-  [[nodiscard]] int domains_for(const topo::Topology& t) const {
-    if (domains > 0) return domains;
-    return uniform ? 1 : sim::default_domains(t);
-  }
-};
 
 json workload_json(const ir::Workload& w) {
   return {{"batch", w.batch}, {"seq", w.seq}, {"heads", w.heads}, {"kv_heads", w.kv_heads}, {"head_dim", w.head_dim},
@@ -89,6 +43,35 @@ Run run_one(const std::string& algo, const ir::Workload& w, const topo::Topology
 }
 
 json formula_json(double t_s, double o_s) { return {{"time_ms", t_s * 1e3}, {"exposed_comm_ms", o_s * 1e3}}; }
+
+json bottleneck_json(const sim::Bottleneck& b) {
+  json traffic = json::array();
+  for (const auto& k : b.traffic)
+    traffic.push_back({{"kind", std::string(to_string(k.kind))}, {"messages", k.messages}, {"bytes", k.bytes}});
+  json j = {{"text", b.line()}, {"resource", b.resource}, {"class", b.resource_class}, {"utilisation", b.utilisation},
+            {"saturated", b.saturated}, {"figure", b.figure}};
+  if (b.resource_class == "compute" || b.resource_class == "memory") j["rank"] = b.rank;
+  if (!traffic.empty()) j["traffic"] = traffic;
+  return j;
+}
+
+json path_shares_json(const std::vector<sim::PathShare>& path) {
+  json a = json::array();
+  for (const auto& p : path) a.push_back({{"what", p.what}, {"ms", p.seconds * 1e3}});
+  return a;
+}
+
+json memory_json(const sim::MemoryVerdict& m) {
+  if (!m.known) return {{"known", false}, {"buffers_gb", m.buffers_gb}, {"reserved_gb", m.reserved_gb}};
+  return {{"known", true}, {"fits", m.fits}, {"buffers_gb", m.buffers_gb}, {"reserved_gb", m.reserved_gb},
+          {"need_gb", m.need_gb}, {"gpu_memory_gb", m.have_gb}};
+}
+
+/// One warning line on stderr when the buffers do not fit (the answer itself still goes to stdout).
+void warn_if_not_fits(const sim::MemoryVerdict& m, const std::string& what = "") {
+  if (m.known && !m.fits)
+    std::cerr << fmt::format("charm: warning: {}{}\n", what.empty() ? "" : what + ": ", m.line());
+}
 
 void register_simulate(CLI::App& app) {
   struct Opts {
@@ -115,10 +98,12 @@ void register_simulate(CLI::App& app) {
     const Run r = run_one(o->plan.algo, w, topo, domains, ranks);
     const auto& s = r.summary;
     if (!o->trace.empty()) write_file_atomic(o->trace, sim::chrome_trace(r.plan, r.result).dump() + "\n");
-    const auto model = sim::compute_model_for(topo, r.plan.workload);
     const double ccr = r.formula.ccr;
     std::vector<ir::Bytes> peaks;
     for (const auto& rk : r.result.ranks) peaks.push_back(rk.peak_mem_bytes);
+    const sim::Explanation ex = sim::explain(r.plan, r.result, topo);
+    const sim::MemoryVerdict mem = sim::memory_verdict(s.peak_mem_bytes, o->cluster.reserved_gb, topo.gpu);
+    warn_if_not_fits(mem);
     if (o->json_out) {
       json j = {{"schema", 1},
                 {"algo", o->plan.algo},
@@ -137,6 +122,9 @@ void register_simulate(CLI::App& app) {
                 {"peak_mem_per_rank_bytes", peaks},
                 {"critical_path", sim::critical_path_json(r.plan, r.result, o->path_limit)},
                 {"critical_path_length", r.result.critical_path.size()},
+                {"critical_path_shares", path_shares_json(ex.path)},
+                {"bottleneck", bottleneck_json(ex.bottleneck)},
+                {"memory", memory_json(mem)},
                 {"links", sim::links_json(topo, r.result)},
                 {"ops", r.plan.size()},
                 {"events", r.result.events}};
@@ -159,7 +147,7 @@ void register_simulate(CLI::App& app) {
     std::cout << fmt::format("{:<28}{:>12.3f} ms  (max {:.3f})\n", "compute idle (mean)", s.idle_mean_s * 1e3, s.idle_max_s * 1e3);
     std::cout << fmt::format("{:<28}{:>12.3f} ms\n", "compute busy (mean)", s.busy_mean_s * 1e3);
     std::cout << fmt::format("{:<28}{:>12.3f}\n", "CCR (Eq. 7)", ccr);
-    std::cout << fmt::format("{:<28}{:>12.1f} MiB\n", "peak buffer memory", double(s.peak_mem_bytes) / (1 << 20));
+    std::cout << fmt::format("{:<28}{:>12.1f} MiB  ({})\n", "peak buffer memory", double(s.peak_mem_bytes) / (1 << 20), mem.line());
     if (r.formula.available) {
       std::cout << fmt::format("{:<28}{:>12.3f} ms  exposed {:.3f} ms  ({})\n", "formula (realised)", r.formula.time_s * 1e3,
                                r.formula.exposed_s * 1e3, o->cluster.uniform ? "uniform" : "slowest ring hop");
@@ -167,7 +155,16 @@ void register_simulate(CLI::App& app) {
                                r.formula.paper_exposed_s * 1e3);
       if (!r.formula.applies) std::cout << fmt::format("{:<28}does not describe this run: {}\n", "formula", r.formula.why_not);
     }
-    std::cout << fmt::format("critical path: {} ops, ending at rank {}\n", r.result.critical_path.size(), r.result.last_rank);
+    std::cout << fmt::format("{:<28}{}\n", "bottleneck", ex.bottleneck.line());
+    std::cout << fmt::format("critical path: {} ops, ending at rank {}: {}\n", r.result.critical_path.size(), r.result.last_rank,
+                             sim::path_shares_text(ex.path, s.time_s));
+    if (ex.first_op != ir::kNone) {
+      auto at = [&](ir::OpId id) {
+        return fmt::format("rank {} {} [{:.3f} - {:.3f} ms]", r.plan.op(id).rank, ir::op_label(r.plan, id),
+                           r.result.start_s[std::size_t(id)] * 1e3, r.result.end_s[std::size_t(id)] * 1e3);
+      };
+      std::cout << fmt::format("  first: {}\n  last:  {}\n", at(ex.first_op), at(ex.last_op));
+    }
     if (o->links) {
       std::cout << fmt::format("# {:<32}{:>10}{:>12}{:>10}{:>8}\n", "link", "GB/s", "bytes", "util", "flows");
       for (const auto& l : sim::links_json(topo, r.result))
@@ -175,7 +172,6 @@ void register_simulate(CLI::App& app) {
                                  l["bytes"].get<double>(), l["utilisation"].get<double>(), l["max_flows"].get<int>());
     }
     if (!o->trace.empty()) std::cout << fmt::format("wrote {}\n", o->trace);
-    (void)model;
   });
 }
 
@@ -196,9 +192,14 @@ void register_compare(CLI::App& app) {
     const auto topo = o->cluster.get();
     ir::Workload w = o->workload.get();
     if (sub->count("--pass") == 0) w.pass = ir::PassKind::Both;  // compare shows fwd and bwd unless told otherwise
+    // Under a causal mask the contiguous layout leaves ring-style schedules unbalanced
+    // (the last rank sees every block, the first one block); the balanced layout is
+    // what anyone would deploy, so it is the default unless --layout says otherwise.
+    if (w.causal && sub->count("--layout") == 0) w.layout = ir::Layout::Zigzag;
     const int ranks = o->cluster.uniform ? o->cluster.ranks : topo.num_gpus();
     const int domains = o->cluster.domains_for(topo);
     auto algos = o->algos.empty() ? sched::algorithm_names() : split_list(o->algos);
+    if (algos.empty()) fail(Error{"--algos", "names no algorithm"});
     for (const auto& a : algos) {
       const auto& names = sched::algorithm_names();
       if (std::find(names.begin(), names.end(), a) == names.end())
@@ -212,13 +213,15 @@ void register_compare(CLI::App& app) {
       bool ok = false;
       sim::Summary s;
       sim::ClosedForm f;
+      sim::Bottleneck b;
+      sim::MemoryVerdict m;
     };
     std::vector<Row> rows;
     for (auto p : passes) {
       ir::Workload wp = w;
       wp.pass = p;
       for (const auto& a : algos) {
-        Row row{a, std::string(to_string(p)), {}, false, {}, {}};
+        Row row{a, std::string(to_string(p)), {}, false, {}, {}, {}, {}};
         const sched::PlanRequest req = sim::normalised_request({a, wp, ranks, domains});
         if (auto st = sched::check_request(req); !st) {
           row.note = st.error().message();
@@ -227,10 +230,17 @@ void register_compare(CLI::App& app) {
           row.ok = true;
           row.s = r.summary;
           row.f = r.formula;
+          row.b = sim::explain(r.plan, r.result, topo).bottleneck;
+          row.m = sim::memory_verdict(r.summary.peak_mem_bytes, o->cluster.reserved_gb, topo.gpu);
+          warn_if_not_fits(row.m, a + " " + row.pass);
         }
         rows.push_back(std::move(row));
       }
     }
+    // Nothing computed is a failure (exit 2), not an empty answer: one line with the first reason.
+    if (std::none_of(rows.begin(), rows.end(), [](const Row& r) { return r.ok; }))
+      fail(Error{"--algos", fmt::format("no algorithm could run this workload (the first: {} {}: {})", rows.front().algo,
+                                        rows.front().pass, rows.front().note)});
     auto ring_time = [&](const std::string& pass) {
       for (const auto& r : rows)
         if (r.ok && r.algo == "ring" && r.pass == pass) return r.s.time_s;
@@ -250,6 +260,10 @@ void register_compare(CLI::App& app) {
           j["speedup_vs_ring"] = rt > 0 ? json(rt / r.s.time_s) : json(nullptr);
           j["peak_mem_bytes"] = r.s.peak_mem_bytes;
           j["ccr"] = r.f.ccr;
+          j["bottleneck"] = r.b.line();
+          j["bottleneck_detail"] = bottleneck_json(r.b);
+          j["memory"] = memory_json(r.m);
+          if (r.m.known) j["fits"] = r.m.fits;
           if (r.f.available) j["formula"] = formula_json(r.f.time_s, r.f.exposed_s);
         }
         res.push_back(j);
@@ -262,11 +276,9 @@ void register_compare(CLI::App& app) {
     std::cout << fmt::format("# charm compare on {} ({} ranks, {} domains)\n", topo.name, ranks, domains);
     std::cout << fmt::format("# workload: B={} S={} H={}/{} D={} {} {}{}\n", w.batch, w.seq, w.heads, w.kv_heads, w.head_dim,
                              to_string(w.dtype), to_string(w.layout), w.causal ? " causal" : "");
-    std::cout << fmt::format("# {:>12} {:>5} {:>12} {:>12} {:>12} {:>12} {:>10}\n", "algo", "pass", "time", "exposed", "idle(mean)",
-                             "peak mem", "speedup");
+    std::cout << fmt::format("# {:>12} {:>5} {:>12} {:>12} {:>12} {:>12} {:>10}  {}\n", "algo", "pass", "time", "exposed", "idle(mean)",
+                             "peak mem", "speedup", "bound by");
     std::cout << fmt::format("# {:>12} {:>5} {:>12} {:>12} {:>12} {:>12} {:>10}\n", "", "", "(ms)", "(ms)", "(ms)", "(MiB)", "(x ring)");
-    std::string best;
-    double best_speed = 0;
     for (const auto& r : rows) {
       if (!r.ok) {
         std::cout << fmt::format("  {:>12} {:>5}   n/a: {}\n", r.algo, r.pass, r.note);
@@ -274,15 +286,147 @@ void register_compare(CLI::App& app) {
       }
       const double rt = ring_time(r.pass);
       const double sp = rt > 0 ? rt / r.s.time_s : 0;
-      if (sp > best_speed) {
-        best_speed = sp;
-        best = r.algo + " " + r.pass;
-      }
-      std::cout << fmt::format("  {:>12} {:>5} {:>12.3f} {:>12.3f} {:>12.3f} {:>12.1f} {:>10}\n", r.algo, r.pass, r.s.time_s * 1e3,
+      std::cout << fmt::format("  {:>12} {:>5} {:>12.3f} {:>12.3f} {:>12.3f} {:>12.1f} {:>10}  {}{}\n", r.algo, r.pass, r.s.time_s * 1e3,
                                r.s.exposed_comm_s * 1e3, r.s.idle_mean_s * 1e3, double(r.s.peak_mem_bytes) / (1 << 20),
-                               rt > 0 ? fmt::format("{:.2f}", sp) : "-");
+                               rt > 0 ? fmt::format("{:.2f}", sp) : "-", r.b.brief(), r.m.known && !r.m.fits ? "  DOES NOT FIT" : "");
     }
-    if (!best.empty()) std::cout << fmt::format("# best: {} ({:.2f}x ring)\n", best, best_speed);
+    // The best algorithm is the one a user would deploy: with both passes, the
+    // fastest fwd + bwd among the algorithms that ran both.
+    std::string best;
+    double best_t = 0, ring_t = 0;
+    for (const auto& a : algos) {
+      double t = 0;
+      int n = 0;
+      for (const auto& r : rows)
+        if (r.ok && r.algo == a) {
+          t += r.s.time_s;
+          ++n;
+        }
+      if (n != int(passes.size())) continue;
+      if (a == "ring") ring_t = t;
+      if (best.empty() || t < best_t) {
+        best = a;
+        best_t = t;
+      }
+    }
+    const std::string what = passes.size() == 2 ? "fwd+bwd" : std::string(to_string(passes.front()));
+    if (!best.empty())
+      std::cout << fmt::format("# best: {} ({} {:.3f} ms{})\n", best, what, best_t * 1e3,
+                               ring_t > 0 ? fmt::format(", {:.2f}x ring", ring_t / best_t) : "");
+    else
+      std::cout << "# best: none (no algorithm could run every pass asked for)\n";
+  });
+}
+
+void register_advise(CLI::App& app) {
+  struct Opts {
+    WorkloadFlags workload;
+    ClusterFlags cluster;
+    std::string algos;
+    bool json_out = false;
+    int jobs = 0;
+    int top = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* sub = app.add_subcommand("advise", "which algorithm, layout and domain split to run, ranked by fwd+bwd time, with memory and why");
+  o->workload.add(*sub);
+  o->cluster.add(*sub);
+  sub->add_option("--algos", o->algos, "comma-separated algorithms to consider (default: all)");
+  sub->add_flag("--json", o->json_out, "JSON output");
+  sub->add_option("--jobs,-j", o->jobs, "simulations at once (default: the machine's cores)");
+  sub->add_option("--top", o->top, "rows of the text table (default: all)");
+  sub->callback([o, sub] {
+    const auto topo = o->cluster.get();
+    ir::Workload w = o->workload.get();
+    if (sub->count("--pass") == 0) w.pass = ir::PassKind::Both;
+    if (o->jobs < 0 || o->jobs > 1024) fail(Error{"--jobs", fmt::format("must be in [1, 1024] (or omitted), got {}", o->jobs)});
+    if (o->top < 0) fail(Error{"--top", fmt::format("must be >= 1 (or 0 or omitted: all), got {}", o->top)});
+    sim::AdviseOptions opt;
+    if (!o->algos.empty()) {
+      opt.algos = split_list(o->algos);
+      if (opt.algos.empty()) fail(Error{"--algos", "names no algorithm"});
+    }
+    if (sub->count("--layout") > 0) opt.layout = w.layout;
+    if (o->cluster.domains > 0) opt.domains = o->cluster.domains;
+    opt.ranks = o->cluster.uniform ? o->cluster.ranks : topo.num_gpus();
+    opt.reserved_gb = o->cluster.reserved_gb;
+    opt.jobs = o->jobs > 0 ? o->jobs : int(std::max(1u, std::thread::hardware_concurrency()));
+    auto adv_ex = sim::advise(w, topo, opt);
+    if (!adv_ex) {
+      if (adv_ex.error().where == "simulate") throw RuntimeFailure{adv_ex.error().message()};
+      fail(adv_ex.error());
+    }
+    const sim::Advice& adv = *adv_ex;
+    if (adv.candidates.empty())
+      fail(Error{"--algos", fmt::format("no candidate can run this workload ({} refused; the first: {}: {})", adv.refused.size(),
+                                        adv.refused.empty() ? "-" : adv.refused.front().label,
+                                        adv.refused.empty() ? "-" : adv.refused.front().reason)});
+    const std::string what = w.pass == ir::PassKind::Both ? "fwd+bwd" : std::string(to_string(w.pass));
+    for (const auto& c : adv.candidates) warn_if_not_fits(c.memory, c.label());
+    if (o->json_out) {
+      json cands = json::array();
+      for (const auto& c : adv.candidates) {
+        json j = {{"algo", c.algo},
+                  {"layout", std::string(to_string(c.layout))},
+                  {"domains", c.domains},
+                  {"fwd_ms", c.fwd ? json(c.fwd->time_ms) : json(nullptr)},
+                  {"bwd_ms", c.bwd ? json(c.bwd->time_ms) : json(nullptr)},
+                  {"total_ms", c.total_ms},
+                  {"peak_mem_bytes", c.peak_mem_bytes},
+                  {"fits", c.memory.known ? json(c.memory.fits) : json(nullptr)},
+                  {"memory", memory_json(c.memory)},
+                  {"bottleneck", c.bottleneck}};
+        json cp = json::object();
+        if (c.fwd) cp["fwd"] = c.fwd->critical_path;
+        if (c.bwd) cp["bwd"] = c.bwd->critical_path;
+        j["critical_path"] = cp;
+        cands.push_back(j);
+      }
+      json refused = json::array();
+      for (const auto& r : adv.refused) refused.push_back({{"candidate", r.label}, {"reason", r.reason}});
+      json j = {{"schema", 1},
+                {"topology", {{"name", topo.name}, {"gpus", adv.ranks}, {"gpu_memory_gb", topo.gpu.memory_gb}}},
+                {"workload", workload_json(w)},
+                {"ranked_by", what},
+                {"reserved_gb", o->cluster.reserved_gb},
+                {"candidates", cands},
+                {"refused", refused},
+                {"simulations", adv.simulations}};
+      std::cout << j.dump(1) << "\n";
+      return;
+    }
+    std::cout << fmt::format("# charm advise: B={} S={} H={}/{} D={} {}{} on {} ({} GPUs{}), ranked by {} time\n", w.batch, w.seq,
+                             w.heads, w.kv_heads, w.head_dim, to_string(w.dtype), w.causal ? " causal" : "", topo.name, adv.ranks,
+                             topo.gpu.memory_gb > 0 ? fmt::format(" x {:g} GB", topo.gpu.memory_gb) : "", what);
+    std::cout << fmt::format("# {} candidates, {} simulations in {:.2f} s; {} refused by their planner (listed at the end)\n",
+                             adv.candidates.size(), adv.simulations, adv.wall_s, adv.refused.size());
+    std::cout << fmt::format("# {:>2}  {:<24}{:>10}{:>10}{:>11}{:>8}{:>9}{:>6}  {}\n", "", "candidate", "fwd ms", "bwd ms", "total ms",
+                             "x best", "peak GB", "fits", "bound by (slower pass)");
+    const double best = adv.candidates.front().total_ms;
+    const std::size_t rows = o->top > 0 ? std::min<std::size_t>(std::size_t(o->top), adv.candidates.size()) : adv.candidates.size();
+    auto ms = [](const std::optional<sim::PassOutcome>& p) { return p ? fmt::format("{:.2f}", p->time_ms) : std::string("-"); };
+    for (std::size_t i = 0; i < rows; ++i) {
+      const auto& c = adv.candidates[i];
+      const auto* slower = c.bwd && (!c.fwd || c.bwd->time_ms >= c.fwd->time_ms) ? &*c.bwd : c.fwd ? &*c.fwd : nullptr;
+      std::cout << fmt::format("  {:>2}  {:<24}{:>10}{:>10}{:>11.2f}{:>8.2f}{:>9.2f}{:>6}  {}{}\n", i + 1, c.label(), ms(c.fwd), ms(c.bwd),
+                               c.total_ms, c.total_ms / best, double(c.peak_mem_bytes) / 1e9,
+                               !c.memory.known ? "?" : c.memory.fits ? "yes" : "NO", slower ? (slower == (c.bwd ? &*c.bwd : nullptr) ? "bwd " : "fwd ") : "",
+                               slower ? slower->bottleneck.brief() : "");
+    }
+    const auto& b = adv.candidates.front();
+    const sim::Candidate* ring = nullptr;
+    for (const auto& c : adv.candidates)
+      if (c.algo == "ring" || c.algo == "ring-zigzag") {
+        ring = &c;
+        break;
+      }
+    std::cout << fmt::format("# best: {}: {:.2f} ms {}{}; {}\n", b.label(), b.total_ms, what,
+                             ring && ring != &b ? fmt::format(", {:.2f}x the best ring ({}, {:.2f} ms)", ring->total_ms / b.total_ms, ring->label(), ring->total_ms) : "",
+                             b.memory.line());
+    std::cout << fmt::format("#   why: {}\n", b.bottleneck);
+    if (b.fwd) std::cout << fmt::format("#   fwd critical path: {}\n", b.fwd->critical_path);
+    if (b.bwd) std::cout << fmt::format("#   bwd critical path: {}\n", b.bwd->critical_path);
+    for (const auto& r : adv.refused) std::cout << fmt::format("# refused: {}: {}\n", r.label, r.reason);
   });
 }
 
@@ -414,6 +558,7 @@ void register_topo(CLI::App& app) {
 const Registrar r1{register_simulate};
 const Registrar r2{register_compare};
 const Registrar r3{register_topo};
+const Registrar r4{register_advise};
 
 } // namespace
 } // namespace charm::cli

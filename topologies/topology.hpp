@@ -53,6 +53,7 @@ struct GpuSpec {
   double efficiency_bwd = 1.0;      // ... on a large backward block
   double half_tokens = 0;           // efficiency halves for a block side of this many tokens (0: shape-independent)
   double launch_us = 0;             // per-kernel launch overhead
+  double memory_gb = 0;             // device memory in GB (1e9 bytes), datasheet figure; 0: unknown (no fit verdict)
   [[nodiscard]] double peak_flops(ir::DType t) const {
     return 1e12 * (t == ir::DType::FP32 ? tflops_fp32 : t == ir::DType::FP16 ? tflops_fp16 : tflops_bf16);
   }

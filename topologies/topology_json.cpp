@@ -101,7 +101,7 @@ Ex<std::string> get_string(const Node& n, const char* key, bool required, const 
 
 Status parse_gpu(const Node& n, GpuSpec& g) {
   if (!n.j.is_object()) return n.error("must be an object");
-  if (auto s = check_fields(n, {"model", "tflops", "hbm_gbps", "efficiency", "half_tokens", "launch_us"}); !s) return s;
+  if (auto s = check_fields(n, {"model", "tflops", "hbm_gbps", "efficiency", "half_tokens", "launch_us", "memory_gb"}); !s) return s;
   TRY_ASSIGN(model, get_string(n, "model", false, "gpu"));
   g.model = model;
   if (!n.has("tflops")) return n.missing("tflops");
@@ -144,6 +144,10 @@ Status parse_gpu(const Node& n, GpuSpec& g) {
   g.half_tokens = half;
   TRY_ASSIGN(launch, get_number(n, "launch_us", false, 0, false, true));
   g.launch_us = launch;
+  TRY_ASSIGN(mem, get_number(n, "memory_gb", false, 0, false, true));
+  // Nobody has a GPU with 10 TB; a number that large is bytes or MiB written where GB belong.
+  if (mem > 1e4) return n.at("memory_gb").error(fmt::format("is in GB (1e9 bytes); {} looks like bytes or MiB", mem));
+  g.memory_gb = mem;
   return {};
 }
 
@@ -529,7 +533,7 @@ nlohmann::json topology_summary(const Topology& t) {
   return {{"name", t.name}, {"gpus", t.num_gpus()}, {"switches", t.num_vertices() - t.num_gpus()},
           {"domains", t.domains()}, {"gpu", {{"model", t.gpu.model}, {"tflops_bf16", t.gpu.tflops_bf16}, {"hbm_gbps", t.gpu.hbm_gbps},
                                              {"efficiency_fwd", t.gpu.efficiency_fwd}, {"efficiency_bwd", t.gpu.efficiency_bwd},
-                                             {"launch_us", t.gpu.launch_us}}},
+                                             {"launch_us", t.gpu.launch_us}, {"memory_gb", t.gpu.memory_gb}}},
           {"links", links}, {"notes", t.notes}};
 }
 

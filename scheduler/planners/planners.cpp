@@ -20,6 +20,10 @@ const std::vector<std::string>& algorithm_names() {
   return names;
 }
 
+bool uses_domains(const std::string& algo) { return algo == "charm" || algo == "usp"; }
+
+bool has_backward(const std::string& algo) { return algo != "tasp" && algo != "tasp-zigzag"; }
+
 PlanRequest normalised(PlanRequest req) {
   if (req.algo == "ring-zigzag" || req.algo == "tasp-zigzag") req.workload.layout = Layout::Zigzag;
   return req;
@@ -42,13 +46,13 @@ Status check_request(const PlanRequest& req) {
   if (req.algo == "charm" && !is_power_of_two(req.ranks / req.domains))
     return Error{"--domains", fmt::format("charm needs a power-of-two number of ranks per domain, got {} ranks / {} domains = {}",
                                           req.ranks, req.domains, req.ranks / req.domains)};
-  // Domains only change the charm and usp schedules; the others ignore them.
+  // Domains only change the charm and usp schedules (uses_domains); the others ignore them.
   if (auto s = req.workload.check(req.ranks); !s) return s;
   const auto& w = req.workload;
   if (req.algo == "tasp-zigzag" && w.layout != Layout::Zigzag)
     return Error{"--layout", "tasp-zigzag runs on the zigzag layout (pass --layout zigzag or use tasp)"};
   if (req.algo == "tasp" || req.algo == "tasp-zigzag") {
-    if (w.pass != PassKind::Fwd)
+    if (!has_backward(req.algo) && w.pass != PassKind::Fwd)
       return Error{"--pass", fmt::format("{} defines no backward pass (the TASP paper and its reference code are forward "
                                          "only); use --pass fwd", req.algo)};
     const auto m = static_cast<std::int64_t>(detail::tasp_cycle_steps(req.ranks).size());

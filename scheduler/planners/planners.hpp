@@ -18,6 +18,10 @@ struct PlanRequest {
 
 /// Names of every algorithm, in the order reports list them.
 [[nodiscard]] const std::vector<std::string>& algorithm_names();
+/// Whether the algorithm's schedule depends on PlanRequest::domains (charm, usp); the others ignore it.
+[[nodiscard]] bool uses_domains(const std::string& algo);
+/// Whether the algorithm plans a backward pass (TASP is forward only).
+[[nodiscard]] bool has_backward(const std::string& algo);
 /// The request as the planner runs it: the -zigzag variants always run on the zigzag layout.
 [[nodiscard]] PlanRequest normalised(PlanRequest req);
 /// Checks that the algorithm can plan this request (rank count, domains, workload).

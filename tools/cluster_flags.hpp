@@ -1,0 +1,74 @@
+#pragma once
+// Where the cluster comes from, for simulate, compare and advise: a topology
+// file, or the uniform contention-free model; and what else each GPU holds.
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <vector>
+
+#include "sim/evaluate.hpp"
+#include "tools/cli_common.hpp"
+#include "topologies/topology_json.hpp"
+
+namespace charm::cli {
+
+/// Where the cluster comes from: a topology file, or the uniform contention-free model.
+struct ClusterFlags {
+  std::string topology;
+  bool uniform = false;
+  int ranks = 8;
+  int domains = 0;  // 0: from the topology (or 1 for --uniform)
+  double bw_gbps = 0, tflops = 0, latency_us = 0, hbm_gbps = 0;
+
+  double reserved_gb = 0;  // memory the rest of the model holds on each GPU
+
+  std::vector<CLI::Option*> uniform_only;  // flags that describe the --uniform cluster and nothing else
+
+  void add(CLI::App& app) {
+    app.add_option("--topology,-t", topology, "topology JSON file (see docs/topology.md, presets in topologies/)");
+    app.add_flag("--uniform", uniform, "contention-free fully connected cluster (needs --ranks, --bw-gbps, --tflops)");
+    uniform_only = {
+        app.add_option("--ranks,-n", ranks, "ranks of the --uniform cluster")->capture_default_str(),
+        app.add_option("--bw-gbps", bw_gbps, "--uniform: link bandwidth in GB/s"),
+        app.add_option("--tflops", tflops, "--uniform: peak TFLOP/s per GPU"),
+        app.add_option("--latency-us", latency_us, "--uniform: per-message latency in us")->capture_default_str(),
+        app.add_option("--hbm-gbps", hbm_gbps, "--uniform: HBM bandwidth for merges (default: merges are free)")};
+    app.add_option("--domains,-d", domains, "domains for charm (default: from the topology's hierarchy; 1 for --uniform)");
+    app.add_option("--reserved-gb", reserved_gb,
+                   "GB per GPU the rest of the model already holds (weights, optimizer state, other activations), "
+                   "added to the attention buffers for the fits verdict")
+        ->capture_default_str();
+  }
+  [[nodiscard]] topo::Topology get() const {
+    if (uniform == !topology.empty()) fail(Error{"--topology", "give exactly one of --topology FILE and --uniform"});
+    if (domains < 0) fail(Error{"--domains", fmt::format("must be >= 1 (or omitted: from the topology), got {}", domains)});
+    // A what-if flag that the topology file would silently override is refused:
+    // the answer would be the file's, not the one asked for.
+    if (!uniform)
+      for (const CLI::Option* o : uniform_only)
+        if (o->count() > 0)
+          fail(Error{o->get_name(), "describes the --uniform cluster only; with --topology the file's numbers apply "
+                                    "(edit a copy of the file to ask what if)"});
+    if (!(reserved_gb >= 0) || !std::isfinite(reserved_gb) || reserved_gb > 1e4)
+      fail(Error{"--reserved-gb", fmt::format("must be a number of GB in [0, 10000], got {}", reserved_gb)});
+    if (!uniform) return unwrap(topo::load_topology(topology));
+    if (ranks < 1 || ranks > (1 << 16)) fail(Error{"--ranks", fmt::format("must be in [1, 65536], got {}", ranks)});
+    // CLI11 reads "nan" and "inf" as doubles; neither is a bandwidth.
+    if (!(bw_gbps > 0) || !std::isfinite(bw_gbps))
+      fail(Error{"--bw-gbps", fmt::format("--uniform needs a finite --bw-gbps > 0, got {}", bw_gbps)});
+    if (!(tflops > 0) || !std::isfinite(tflops))
+      fail(Error{"--tflops", fmt::format("--uniform needs a finite --tflops > 0, got {}", tflops)});
+    if (!(latency_us >= 0) || !std::isfinite(latency_us))
+      fail(Error{"--latency-us", fmt::format("must be a finite number >= 0, got {}", latency_us)});
+    if (!(hbm_gbps >= 0) || !std::isfinite(hbm_gbps))
+      fail(Error{"--hbm-gbps", fmt::format("must be a finite number >= 0, got {}", hbm_gbps)});
+    return topo::make_uniform(ranks, bw_gbps, tflops, latency_us, hbm_gbps);
+  }
+  [[nodiscard]] int domains_for(const topo::Topology& t) const {
+    if (domains > 0) return domains;
+    return uniform ? 1 : sim::default_domains(t);
+  }
+};
+
+} // namespace charm::cli
