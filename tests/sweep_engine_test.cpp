@@ -1,6 +1,10 @@
 // The sweep engine on its own: configuration numbering, ring = 1, determinism
-// across worker counts, cancellation, and the gnuplot script.
+// across worker counts, cancellation, forced layouts, and the gnuplot script.
 #include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <tuple>
 
 #include "sim/sweep.hpp"
 #include "sim/sweep_plot.hpp"
@@ -98,6 +102,72 @@ TEST(SweepEngine, PlotScriptCarriesItsDataAndBothPanels) {
   EXPECT_NE(gp.find("Forward: speedup vs sequence length"), std::string::npos);
   EXPECT_NE(gp.find("u4 (4 GPUs"), std::string::npos);
   EXPECT_NE(sweep_gnuplot_script(s, res, "x.svg", PlotFormat::Svg).find("set terminal svg"), std::string::npos);
+}
+
+/// Everything that tells two rows apart in the CSV, the speedup excluded.
+using RowKey = std::tuple<std::size_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, ir::DType, bool,
+                          ir::Layout, std::string, ir::Phase>;
+RowKey key_of(const SweepRow& r) {
+  const auto& w = r.workload;
+  return {r.topology, w.batch, w.seq, w.heads, w.kv_heads, w.head_dim, w.dtype, w.causal, w.layout, r.algo, r.pass};
+}
+
+SweepSpec layout_spec(std::vector<ir::Layout> layouts) {
+  SweepSpec s;
+  s.topologies = {topo::make_uniform(8, 25, 200, 2)};
+  s.batch = {1};
+  s.seq = {8192, 32768};
+  s.heads = {8};
+  s.head_dim = {128};
+  s.causal = {true};
+  s.layouts = std::move(layouts);
+  s.algos = {"ring", "ring-zigzag", "charm", "tasp-zigzag"};
+  return s;
+}
+
+// ring-zigzag and tasp-zigzag run on zigzag whatever the configuration says: with both layouts
+// listed they would give two rows with one key and two speedups (over two different rings).
+TEST(SweepEngine, ForcedLayoutAlgorithmsRunOncePerEffectiveLayout) {
+  const auto s = layout_spec({ir::Layout::Contiguous, ir::Layout::Zigzag});
+  const auto res = run_sweep(s, jobs(2));
+  ASSERT_TRUE(res.failures.empty());
+  EXPECT_EQ(res.skipped, 0u);
+  std::map<RowKey, double> time;
+  std::map<std::string, int> per_algo;
+  for (const auto& r : res.rows) {
+    EXPECT_TRUE(time.emplace(key_of(r), r.time_ms).second) << r.algo << " twice at seq " << r.workload.seq;
+    ++per_algo[r.algo];
+  }
+  EXPECT_EQ(per_algo["ring"], 4);  // 2 seq x 2 layouts
+  EXPECT_EQ(per_algo["charm"], 4);
+  EXPECT_EQ(per_algo["ring-zigzag"], 2);  // 2 seq, zigzag only
+  EXPECT_EQ(per_algo["tasp-zigzag"], 2);
+  // Each speedup is over the ring row with the same key: ring-zigzag is ring on zigzag.
+  for (const auto& r : res.rows) {
+    if (r.algo != "ring-zigzag" && r.algo != "tasp-zigzag") continue;
+    EXPECT_EQ(r.workload.layout, ir::Layout::Zigzag);
+    auto ring = key_of(r);
+    std::get<9>(ring) = "ring";
+    ASSERT_TRUE(time.contains(ring));
+    EXPECT_DOUBLE_EQ(r.speedup_vs_ring, time[ring] / r.time_ms) << r.algo;
+  }
+}
+
+// Without zigzag in the list, the forced algorithms still get their one row per configuration,
+// measured against ring on the listed layout (what ring-zigzag gains by balancing a causal mask).
+TEST(SweepEngine, ForcedLayoutAlgorithmsRunWhenTheirLayoutIsNotListed) {
+  const auto res = run_sweep(layout_spec({ir::Layout::Contiguous}), jobs(2));
+  ASSERT_TRUE(res.failures.empty());
+  std::map<std::string, int> per_algo;
+  for (const auto& r : res.rows) {
+    ++per_algo[r.algo];
+    if (r.algo == "ring-zigzag") {
+      EXPECT_EQ(r.workload.layout, ir::Layout::Zigzag);
+      EXPECT_GT(r.speedup_vs_ring, 1.0);  // causal: contiguous ring waits on its most loaded rank
+    }
+  }
+  EXPECT_EQ(per_algo["ring-zigzag"], 2);
+  EXPECT_EQ(per_algo["tasp-zigzag"], 2);
 }
 
 } // namespace

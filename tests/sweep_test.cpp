@@ -223,6 +223,30 @@ TEST(Sweep, RejectsBadFlagsNamingTheFlag) {
   EXPECT_FALSE(fs::exists(dir + "/s.csv"));
 }
 
+// Forced-layout algorithms (ring-zigzag, tasp-zigzag) once per layout they run on; a layout named twice counts once.
+TEST(Sweep, LayoutListsNeverDuplicateARow) {
+  const auto dir = fresh_dir("layouts");
+  const auto r = run_charm("sweep --topology " + topo("h20-8.json") +
+                           " --batch 1 --seq 16k,32k --heads 8 --head-dim 128 --causal --layout contiguous,zigzag,zigzag"
+                           " --algos ring,ring-zigzag,tasp-zigzag,charm --out " + dir + "/s.csv");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const Csv c = read_csv(dir + "/s.csv");
+  std::set<std::vector<std::string>> keys;
+  std::map<std::string, int> per_algo;
+  for (const auto& row : c.rows) {
+    std::vector<std::string> key;
+    for (const auto& col : kColumns)
+      if (col == "ccr") break;
+      else key.push_back(row.at(col));
+    EXPECT_TRUE(keys.insert(key).second) << "duplicate row: " << row.at("algo") << " " << row.at("layout") << " " << row.at("seq");
+    ++per_algo[row.at("algo")];
+  }
+  EXPECT_EQ(per_algo["ring"], 4);  // 2 seq x 2 layouts
+  EXPECT_EQ(per_algo["charm"], 4);
+  EXPECT_EQ(per_algo["ring-zigzag"], 2);
+  EXPECT_EQ(per_algo["tasp-zigzag"], 2);
+}
+
 bool gnuplot_available() { return run_cmd("command -v gnuplot").code == 0; }
 
 // Acceptance 2: --plot writes a real PNG.

@@ -303,14 +303,14 @@ void register_sweep(CLI::App& app) {
     for (const auto& d : split_list(o->dtype)) {
       auto v = ir::parse_dtype(d);
       if (!v) fail(Error{"--dtype", v.error().what});
-      spec.dtypes.push_back(*v);
+      if (std::find(spec.dtypes.begin(), spec.dtypes.end(), *v) == spec.dtypes.end()) spec.dtypes.push_back(*v);
     }
     if (spec.dtypes.empty()) fail(Error{"--dtype", "expected bf16, fp16 or fp32"});
     spec.layouts.clear();
     for (const auto& l : split_list(o->layout)) {
       auto v = ir::parse_layout(l);
       if (!v) fail(Error{"--layout", v.error().what});
-      spec.layouts.push_back(*v);
+      if (std::find(spec.layouts.begin(), spec.layouts.end(), *v) == spec.layouts.end()) spec.layouts.push_back(*v);
     }
     if (spec.layouts.empty()) fail(Error{"--layout", "expected contiguous or zigzag"});
     spec.causal = {o->causal};
