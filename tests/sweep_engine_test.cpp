@@ -1,5 +1,5 @@
 // The sweep engine on its own: configuration numbering, ring = 1, determinism
-// across worker counts, cancellation, forced layouts, and the gnuplot script.
+// across worker counts, cancellation, forced layouts, swept fields, and the gnuplot script.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -168,6 +168,49 @@ TEST(SweepEngine, ForcedLayoutAlgorithmsRunWhenTheirLayoutIsNotListed) {
   }
   EXPECT_EQ(per_algo["ring-zigzag"], 2);
   EXPECT_EQ(per_algo["tasp-zigzag"], 2);
+}
+
+SweepSpec bandwidth_spec() {
+  SweepSpec s;
+  // What `charm sweep --set` builds: one topology per value, all from one file.
+  for (double bw : {25.0, 100.0}) {
+    s.topologies.push_back(topo::make_uniform(8, bw, 400, 2));
+    s.topologies.back().name = "u8";
+    s.points.push_back({0, {bw}});
+  }
+  s.set_fields = {"bw_gbps"};
+  s.batch = {1};
+  s.seq = {16384, 65536};
+  s.heads = {8};
+  s.head_dim = {128};
+  s.algos = {"ring", "charm", "tasp"};
+  s.passes = {ir::Phase::Fwd, ir::Phase::Bwd};
+  return s;
+}
+
+TEST(SweepEngine, SweptFieldsAreColumnsAndRingIsOneAtEachPoint) {
+  const auto s = bandwidth_spec();
+  const auto res = run_sweep(s, jobs(2));
+  ASSERT_TRUE(res.failures.empty());
+  const auto cols = sweep_columns(s);
+  ASSERT_GE(cols.size(), 2u);
+  EXPECT_EQ(cols[0], "topology");
+  EXPECT_EQ(cols[1], "bw_gbps");
+  const std::string csv = sweep_csv(s, res);
+  EXPECT_EQ(csv.rfind("topology,bw_gbps,ranks,", 0), 0u) << csv.substr(0, 80);
+  EXPECT_NE(csv.find("\nu8,25,8,"), std::string::npos);
+  EXPECT_NE(csv.find("\nu8,100,8,"), std::string::npos);
+  std::map<std::pair<std::size_t, std::int64_t>, double> ring_ms;
+  for (const auto& r : res.rows)
+    if (r.algo == "ring") {
+      EXPECT_EQ(r.speedup_vs_ring, 1.0);
+      if (r.pass == ir::Phase::Fwd) ring_ms[{r.topology, r.workload.seq}] = r.time_ms;
+    }
+  for (auto seq : s.seq) EXPECT_LT(ring_ms.at({1, seq}), ring_ms.at({0, seq})) << "4x the bandwidth, no faster at seq " << seq;
+  const auto j = sweep_json(s, res);
+  EXPECT_EQ(j["columns"][1], "bw_gbps");
+  EXPECT_EQ(j["rows"][0]["bw_gbps"], 25.0);
+  EXPECT_EQ(j["topologies"][1]["bw_gbps"], 100.0);
 }
 
 } // namespace

@@ -1,5 +1,6 @@
 // charm sweep: row counts, columns, ring = 1, determinism across --jobs, list
-// parsing, flag validation, the PNG, running without gnuplot, and Ctrl-C.
+// parsing, flag validation, --set hardware sweeps, layout lists, the PNG,
+// running without gnuplot, and Ctrl-C.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -221,6 +222,62 @@ TEST(Sweep, RejectsBadFlagsNamingTheFlag) {
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("--topology"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(dir + "/s.csv"));
+}
+
+// The acceptance command of --set: one column per swept field, one hardware point per value.
+TEST(Sweep, SetSweepsATopologyFieldAsAColumn) {
+  const auto dir = fresh_dir("set");
+  const auto r = run_charm("sweep --topology " + topo("h100-2x8.json") +
+                           " --batch 1 --seq 64k --heads 16 --head-dim 128 --set inter.bandwidth_gbps=25,50,100 --algos ring,charm"
+                           " --out " + dir + "/s.csv --json " + dir + "/s.json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const Csv c = read_csv(dir + "/s.csv");
+  auto columns = kColumns;
+  columns.insert(columns.begin() + 1, "inter.bandwidth_gbps");
+  EXPECT_EQ(c.header, columns);
+  ASSERT_EQ(c.rows.size(), 3u * 2u);
+  std::map<std::string, double> ring_ms;
+  for (const auto& row : c.rows) {
+    EXPECT_EQ(row.at("topology"), "h100-2x8");
+    if (row.at("algo") == "ring") {
+      EXPECT_EQ(row.at("speedup_vs_ring"), "1");
+      ring_ms[row.at("inter.bandwidth_gbps")] = std::stod(row.at("time_ms"));
+    }
+  }
+  ASSERT_EQ(ring_ms.size(), 3u);
+  // Ring crosses the NIC every step, so more bandwidth is less time, until the calibrated
+  // intra.injection_gbps (about 47 GB/s) becomes the slower link.
+  EXPECT_GT(ring_ms["25"], ring_ms["50"]);
+  EXPECT_GE(ring_ms["50"], ring_ms["100"]);
+  const json j = json::parse(slurp(dir + "/s.json"));
+  EXPECT_EQ(j["configs"], 3);
+  EXPECT_EQ(j["columns"][1], "inter.bandwidth_gbps");
+  EXPECT_EQ(j["rows"][0]["inter.bandwidth_gbps"], 25);
+}
+
+TEST(Sweep, SetsMultiplyAndTheFilesOwnValueChangesNothing) {
+  const auto dir = fresh_dir("sets");
+  const std::string base = "sweep --topology " + topo("h100-2x8.json") + " --batch 1 --seq 16k,64k --heads 16 --head-dim 128 --algos ring,charm";
+  ASSERT_EQ(run_charm(base + " --set inter.bandwidth_gbps=25..100*2 --set gpu.tflops.bf16=312,989 --out " + dir + "/two.csv").code, 0);
+  const Csv two = read_csv(dir + "/two.csv");
+  EXPECT_EQ(std::vector<std::string>(two.header.begin(), two.header.begin() + 3),
+            (std::vector<std::string>{"topology", "inter.bandwidth_gbps", "gpu.tflops.bf16"}));
+  EXPECT_EQ(two.rows.size(), 3u * 2u * 2u * 2u);  // 3 bandwidths x 2 peaks x 2 seq x 2 algorithms
+  std::set<std::pair<std::string, std::string>> points;
+  for (const auto& row : two.rows) points.emplace(row.at("inter.bandwidth_gbps"), row.at("gpu.tflops.bf16"));
+  EXPECT_EQ(points.size(), 6u);
+  EXPECT_TRUE(points.contains({"50", "312"}));
+  // h100-2x8 has launch_us 10: setting it to 10 must reproduce the plain sweep, column aside.
+  ASSERT_EQ(run_charm(base + " --out " + dir + "/plain.csv").code, 0);
+  ASSERT_EQ(run_charm(base + " --set gpu.launch_us=10 --out " + dir + "/same.csv").code, 0);
+  const Csv plain = read_csv(dir + "/plain.csv"), same = read_csv(dir + "/same.csv");
+  ASSERT_EQ(plain.rows.size(), same.rows.size());
+  for (std::size_t i = 0; i < plain.rows.size(); ++i) {
+    auto row = same.rows[i];
+    EXPECT_EQ(row.at("gpu.launch_us"), "10");
+    row.erase("gpu.launch_us");
+    EXPECT_EQ(row, plain.rows[i]);
+  }
 }
 
 // Forced-layout algorithms (ring-zigzag, tasp-zigzag) once per layout they run on; a layout named twice counts once.
