@@ -2,7 +2,9 @@
 // across worker counts, cancellation, forced layouts, swept fields, and the gnuplot script.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
+#include <set>
 #include <string>
 #include <tuple>
 
@@ -211,6 +213,47 @@ TEST(SweepEngine, SweptFieldsAreColumnsAndRingIsOneAtEachPoint) {
   EXPECT_EQ(j["columns"][1], "bw_gbps");
   EXPECT_EQ(j["rows"][0]["bw_gbps"], 25.0);
   EXPECT_EQ(j["topologies"][1]["bw_gbps"], 100.0);
+}
+
+/// The part of the script that draws the panel titled `title` (up to the next title).
+std::string panel(const std::string& gp, const std::string& title) {
+  const auto a = gp.find("set title '" + title);
+  if (a == std::string::npos) return {};
+  return gp.substr(a, gp.find("set title", a + 1) - a);
+}
+
+TEST(SweepEngine, PlotHasRunTimeAndSweptFieldViewsAndLegendsOnlyWhatIsDrawn) {
+  const auto s = bandwidth_spec();
+  const auto gp = sweep_gnuplot_script(s, run_sweep(s, jobs(2)), "x.png", PlotFormat::Png);
+  EXPECT_NE(gp.find("bw_gbps 25,100"), std::string::npos);  // the title names the swept values
+  for (const char* title : {"Forward: speedup vs sequence length", "Forward: speedup vs bw_gbps",
+                            "Forward: run time vs bw_gbps", "Backward: run time vs bw_gbps"})
+    EXPECT_FALSE(panel(gp, title).empty()) << title;
+  // tasp has no backward pass: the backward panels neither draw it nor list it.
+  const std::string fwd = panel(gp, "Forward: speedup vs CCR"), bwd = panel(gp, "Backward: speedup vs CCR");
+  EXPECT_NE(fwd.find("title 'tasp'"), std::string::npos) << fwd;
+  EXPECT_EQ(bwd.find("title 'tasp'"), std::string::npos) << bwd;
+  EXPECT_NE(bwd.find("title 'charm'"), std::string::npos) << bwd;
+  EXPECT_EQ(panel(gp, "Backward: run time vs bw_gbps").find("'tasp'"), std::string::npos);
+  // The run-time view draws ring too; the speedup views draw it as the line at 1.
+  const std::string time = panel(gp, "Forward: run time vs bw_gbps");
+  EXPECT_NE(time.find("title 'ring'"), std::string::npos) << time;
+  EXPECT_EQ(time.find("ring (= 1)"), std::string::npos) << time;
+  // One file: no topology entries in the legend, and the points of the file are one series.
+  EXPECT_EQ(fwd.find("title 'u8"), std::string::npos) << fwd;
+  EXPECT_EQ(gp.find("_t1 << EOD"), std::string::npos);
+  // Log axes are labelled between the powers of ten: 25 and 100 with labels at the swept values.
+  EXPECT_NE(panel(gp, "Forward: speedup vs bw_gbps").find("set xtics ('25' 25, '100' 100)"), std::string::npos);
+}
+
+TEST(SweepEngine, LogTicsLabelMoreThanPowersOfTen) {
+  auto s = small_spec();
+  const auto gp = sweep_gnuplot_script(s, run_sweep(s, jobs(2)), "x.png", PlotFormat::Png);
+  const std::string ccr = panel(gp, "Forward: speedup vs CCR");
+  const auto tics = ccr.find("set xtics (");
+  ASSERT_NE(tics, std::string::npos) << ccr;
+  const std::string list = ccr.substr(tics, ccr.find('\n', tics) - tics);
+  EXPECT_GE(std::count(list.begin(), list.end(), ','), 3) << list;  // at least four labels
 }
 
 } // namespace

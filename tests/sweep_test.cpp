@@ -325,6 +325,16 @@ TEST(Sweep, PlotWritesAPng) {
   EXPECT_NE(gp.find("l20-8-2numa"), std::string::npos);
   for (const auto& e : fs::directory_iterator(dir))  // no temporary left behind
     EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
+  EXPECT_NE(gp.find("run time vs sequence length"), std::string::npos);
+  // With --set: the swept field's views (the acceptance command of --set).
+  ASSERT_EQ(run_charm("sweep --topology " + topo("h100-2x8.json") + " --batch 1 --seq 64k --heads 16 --head-dim 128"
+                      " --set inter.bandwidth_gbps=25,50,100 --algos ring,charm --out " + dir + "/b.csv --plot " + dir +
+                      "/b.png --plot-script " + dir + "/b.gp").code, 0);
+  EXPECT_EQ(slurp(dir + "/b.png").substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+  const std::string bgp = slurp(dir + "/b.gp");
+  EXPECT_NE(bgp.find("speedup vs inter.bandwidth_gbps"), std::string::npos);
+  EXPECT_NE(bgp.find("run time vs inter.bandwidth_gbps"), std::string::npos);
+  EXPECT_EQ(bgp.find("speedup vs sequence length"), std::string::npos);  // one sequence length: nothing to draw against
   // SVG too.
   ASSERT_EQ(run_charm("sweep --topology " + topo("h20-8.json") + " --batch 1 --seq 8k,16k --heads 8 --head-dim 128 --out " + dir +
                       "/t.csv --plot " + dir + "/t.svg").code, 0);

@@ -377,7 +377,8 @@ void register_sweep(CLI::App& app) {
   sub->add_option("--pass", o->pass, "fwd | bwd | both (both: one row per pass)")->capture_default_str();
   sub->add_option("--out,-o", o->out, "CSV file, one row per configuration, algorithm and pass")->required();
   sub->add_option("--json", o->json, "also write the rows as JSON");
-  sub->add_option("--plot", o->plot, "draw speedup vs CCR and vs sequence length with gnuplot (.png or .svg)");
+  sub->add_option("--plot", o->plot,
+                  "draw speedup vs CCR, vs sequence length and vs each --set field, and run time, with gnuplot (.png or .svg)");
   sub->add_option("--plot-script", o->plot_script, "also keep the gnuplot script (data inline) to restyle the figure");
   sub->add_option("--jobs,-j", o->jobs, "worker threads (default: all cores)");
 
