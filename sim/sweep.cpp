@@ -26,6 +26,17 @@ struct TaskOut {
   std::vector<std::string> skip_reasons, failures;
 };
 
+/// An algorithm that forces its layout (ring-zigzag, tasp-zigzag) would give one and the same row
+/// in every configuration that differs only in layout. It runs in the configuration of the layout
+/// it runs on, so its speedup is over ring on that layout (the ring row with the same key), or,
+/// when the layout list lacks that layout, in the configuration of the list's first layout.
+bool runs_elsewhere(const SweepSpec& spec, const std::string& algo, const ir::Workload& w, int ranks, int domains) {
+  const ir::Layout runs_on = normalised_request({algo, w, ranks, domains}).workload.layout;
+  if (runs_on == w.layout) return false;
+  const bool listed = std::find(spec.layouts.begin(), spec.layouts.end(), runs_on) != spec.layouts.end();
+  return listed || w.layout != spec.layouts.front();
+}
+
 TaskOut run_task(const SweepSpec& spec, std::size_t config, ir::Phase phase) {
   TaskOut out;
   const SweepConfig c = sweep_config(spec, config);
@@ -63,6 +74,7 @@ TaskOut run_task(const SweepSpec& spec, std::size_t config, ir::Phase phase) {
   const double ccr = closed_form_on("ring", t, ranks, w, compute_model_for(t, w)).ccr;
 
   for (const auto& algo : spec.algos) {
+    if (runs_elsewhere(spec, algo, w, ranks, domains)) continue;
     const Outcome o = algo == "ring" ? ring : run(algo);
     if (!o.ok) {  // refused (the reason is recorded; ring's when the baseline ran) or failed (in failures)
       if (o.refused) ++out.skipped;
@@ -115,6 +127,9 @@ SweepConfig sweep_config(const SweepSpec& s, std::size_t i) {
 }
 
 SweepResult run_sweep(const SweepSpec& spec, const SweepControl& control) {
+  CHARM_ASSERT(spec.set_fields.empty() || spec.points.size() == spec.topologies.size(), "one hardware point per topology");
+  for (const auto& p : spec.points) CHARM_ASSERT(p.values.size() == spec.set_fields.size(), "one value per swept field");
+  CHARM_ASSERT(!spec.layouts.empty(), "at least one layout");
   const auto t0 = std::chrono::steady_clock::now();
   SweepResult res;
   res.configs = spec.num_configs();
@@ -175,41 +190,53 @@ SweepResult run_sweep(const SweepSpec& spec, const SweepControl& control) {
   return res;
 }
 
-const std::vector<std::string>& sweep_columns() {
-  static const std::vector<std::string> cols{"topology", "ranks",  "domains", "batch",  "seq",  "heads",
-                                             "kv_heads", "head_dim", "dtype", "causal", "layout", "algo",
-                                             "pass",     "ccr",    "time_ms", "exposed_comm_ms", "idle_ms", "speedup_vs_ring"};
+std::vector<std::string> sweep_columns(const SweepSpec& spec) {
+  std::vector<std::string> cols{"topology", "ranks",  "domains", "batch",  "seq",  "heads",
+                                "kv_heads", "head_dim", "dtype", "causal", "layout", "algo",
+                                "pass",     "ccr",    "time_ms", "exposed_comm_ms", "idle_ms", "speedup_vs_ring"};
+  cols.insert(cols.begin() + 1, spec.set_fields.begin(), spec.set_fields.end());
   return cols;
 }
 
 std::string sweep_csv(const SweepSpec& spec, const SweepResult& result) {
   std::string out;
-  out = fmt::format("{}\n", fmt::join(sweep_columns(), ","));
+  out = fmt::format("{}\n", fmt::join(sweep_columns(spec), ","));
   for (const auto& r : result.rows) {
     const auto& w = r.workload;
+    out += spec.topologies[r.topology].name;
     // {} prints the shortest text that reads back to the same double: exact and deterministic.
-    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", spec.topologies[r.topology].name, r.ranks,
-                       r.domains, w.batch, w.seq, w.heads, w.kv_heads, w.head_dim, to_string(w.dtype), w.causal ? 1 : 0,
-                       to_string(w.layout), r.algo, to_string(r.pass), r.ccr, r.time_ms, r.exposed_comm_ms, r.idle_ms,
-                       r.speedup_vs_ring);
+    if (!spec.set_fields.empty()) out += fmt::format(",{}", fmt::join(spec.points[r.topology].values, ","));
+    out += fmt::format(",{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", r.ranks, r.domains, w.batch, w.seq, w.heads,
+                       w.kv_heads, w.head_dim, to_string(w.dtype), w.causal ? 1 : 0, to_string(w.layout), r.algo,
+                       to_string(r.pass), r.ccr, r.time_ms, r.exposed_comm_ms, r.idle_ms, r.speedup_vs_ring);
   }
   return out;
 }
 
 nlohmann::json sweep_json(const SweepSpec& spec, const SweepResult& result) {
   using nlohmann::json;
+  // The swept fields of topology t, each under its dotted path.
+  auto set_values = [&](std::size_t t, json& into) {
+    for (std::size_t f = 0; f < spec.set_fields.size(); ++f) into[spec.set_fields[f]] = spec.points[t].values[f];
+  };
   json topos = json::array();
-  for (const auto& t : spec.topologies)
-    topos.push_back({{"name", t.name}, {"gpus", t.num_gpus()}, {"domains", default_domains(t)}, {"gpu", t.gpu.model}});
+  for (std::size_t i = 0; i < spec.topologies.size(); ++i) {
+    const auto& t = spec.topologies[i];
+    json entry{{"name", t.name}, {"gpus", t.num_gpus()}, {"domains", default_domains(t)}, {"gpu", t.gpu.model}};
+    set_values(i, entry);
+    topos.push_back(std::move(entry));
+  }
   json rows = json::array();
   for (const auto& r : result.rows) {
     const auto& w = r.workload;
-    rows.push_back({{"topology", spec.topologies[r.topology].name}, {"ranks", r.ranks}, {"domains", r.domains},
-                    {"batch", w.batch}, {"seq", w.seq}, {"heads", w.heads}, {"kv_heads", w.kv_heads}, {"head_dim", w.head_dim},
-                    {"dtype", std::string(to_string(w.dtype))}, {"causal", w.causal},
-                    {"layout", std::string(to_string(w.layout))}, {"algo", r.algo}, {"pass", std::string(to_string(r.pass))},
-                    {"ccr", r.ccr}, {"time_ms", r.time_ms}, {"exposed_comm_ms", r.exposed_comm_ms}, {"idle_ms", r.idle_ms},
-                    {"speedup_vs_ring", r.speedup_vs_ring}});
+    json row{{"topology", spec.topologies[r.topology].name}, {"ranks", r.ranks}, {"domains", r.domains},
+             {"batch", w.batch}, {"seq", w.seq}, {"heads", w.heads}, {"kv_heads", w.kv_heads}, {"head_dim", w.head_dim},
+             {"dtype", std::string(to_string(w.dtype))}, {"causal", w.causal},
+             {"layout", std::string(to_string(w.layout))}, {"algo", r.algo}, {"pass", std::string(to_string(r.pass))},
+             {"ccr", r.ccr}, {"time_ms", r.time_ms}, {"exposed_comm_ms", r.exposed_comm_ms}, {"idle_ms", r.idle_ms},
+             {"speedup_vs_ring", r.speedup_vs_ring}};
+    set_values(r.topology, row);
+    rows.push_back(std::move(row));
   }
   json reasons = json::array();
   for (const auto& [what, n] : result.skip_reasons) reasons.push_back({{"reason", what}, {"count", n}});
@@ -224,7 +251,7 @@ nlohmann::json sweep_json(const SweepSpec& spec, const SweepResult& result) {
           {"skipped", result.skipped},
           {"skip_reasons", reasons},
           {"failures", result.failures},
-          {"columns", sweep_columns()},
+          {"columns", sweep_columns(spec)},
           {"rows", rows}};
 }
 

@@ -5,6 +5,7 @@
 // parallel). `charm sweep` and bench/sweep_bench.cpp drive it.
 //
 //   configuration = topology x batch x seq x heads x kv_heads x head_dim x dtype x causal x layout
+//   (a hardware sweep, `charm sweep --set`, makes one topology per point: its file with some numbers edited)
 //   task          = configuration x pass            (what one worker takes at a time)
 //   row           = task x algorithm                (ring is always simulated: the baseline)
 //
@@ -34,6 +35,17 @@ struct SweepSpec {
   std::vector<std::string> algos;      // in report order
   std::vector<ir::Phase> passes{ir::Phase::Fwd};
 
+  /// A hardware sweep: numbers of the topology JSON by dotted path ("inter.bandwidth_gbps"), each a
+  /// column of the output. With fields, `points[t]` says where topology t came from.
+  struct Point {
+    std::size_t file = 0;        // which topology file (several points share one: they are one series in the figure)
+    std::vector<double> values;  // the value of each of set_fields
+  };
+  std::vector<std::string> set_fields;
+  std::vector<Point> points;  // one per topology when set_fields is not empty
+
+  /// The topology file topology t came from (t itself without set_fields).
+  [[nodiscard]] std::size_t file_of(std::size_t t) const { return points.empty() ? t : points[t].file; }
   /// Topologies x workload combinations (each is simulated once per algorithm and pass).
   [[nodiscard]] std::size_t num_configs() const;
 };
@@ -81,8 +93,8 @@ struct SweepControl {
 /// Runs the sweep. Never throws for a refused combination: those are counted in `skipped`.
 [[nodiscard]] SweepResult run_sweep(const SweepSpec& spec, const SweepControl& control);
 
-/// The CSV column names, in order.
-[[nodiscard]] const std::vector<std::string>& sweep_columns();
+/// The CSV column names, in order: the swept fields follow `topology`.
+[[nodiscard]] std::vector<std::string> sweep_columns(const SweepSpec& spec);
 /// Header line plus one line per row.
 [[nodiscard]] std::string sweep_csv(const SweepSpec& spec, const SweepResult& result);
 /// {"schema": 1, "columns": [...], "rows": [{...}], "configs", "skipped", "skip_reasons", ...}.

@@ -2,13 +2,20 @@
 // The gnuplot script that draws a sweep (the data travels inside it as
 // datablocks, so the script alone reproduces the picture):
 //
-//   +----------------------------+----------------------------+
-//   | fwd: speedup vs CCR        | bwd: speedup vs CCR        |   one point per configuration,
-//   |  (log x, one series/algo)  |                            |   like the paper's Figure 6
-//   +----------------------------+----------------------------+
-//   | fwd: speedup vs seq length | bwd: speedup vs seq length |   geometric mean over the other
-//   |  (log2 x, algo x topology) |                            |   parameters, per topology
-//   +----------------------------+----------------------------+
+//   +-------------------------------+-------------------------------+
+//   | fwd: speedup vs CCR           | bwd: speedup vs CCR           |  one point per configuration,
+//   |  (log x, one series per algo) |                               |  like the paper's Figure 6
+//   +-------------------------------+-------------------------------+
+//   | fwd: speedup vs seq length    | bwd: speedup vs seq length    |  geometric mean over the other
+//   +-------------------------------+-------------------------------+  parameters, one series per
+//   | fwd: speedup vs each --set    | bwd: ...                      |  algorithm x topology file;
+//   |  field (one row per field)    |                               |  an axis with one value is
+//   +-------------------------------+-------------------------------+  left out
+//   | fwd: run time vs the first    | bwd: ...                      |  ring drawn too; log y when
+//   |  --set field (else seq)       |                               |  the times span 3x
+//   +-------------------------------+-------------------------------+
+//
+// Legends stand in the right margin and list only what their panel draws.
 
 #include <string>
 

@@ -1,6 +1,12 @@
 // The sweep engine on its own: configuration numbering, ring = 1, determinism
-// across worker counts, cancellation, and the gnuplot script.
+// across worker counts, cancellation, forced layouts, swept fields, and the gnuplot script.
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <tuple>
 
 #include "sim/sweep.hpp"
 #include "sim/sweep_plot.hpp"
@@ -98,6 +104,156 @@ TEST(SweepEngine, PlotScriptCarriesItsDataAndBothPanels) {
   EXPECT_NE(gp.find("Forward: speedup vs sequence length"), std::string::npos);
   EXPECT_NE(gp.find("u4 (4 GPUs"), std::string::npos);
   EXPECT_NE(sweep_gnuplot_script(s, res, "x.svg", PlotFormat::Svg).find("set terminal svg"), std::string::npos);
+}
+
+/// Everything that tells two rows apart in the CSV, the speedup excluded.
+using RowKey = std::tuple<std::size_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, ir::DType, bool,
+                          ir::Layout, std::string, ir::Phase>;
+RowKey key_of(const SweepRow& r) {
+  const auto& w = r.workload;
+  return {r.topology, w.batch, w.seq, w.heads, w.kv_heads, w.head_dim, w.dtype, w.causal, w.layout, r.algo, r.pass};
+}
+
+SweepSpec layout_spec(std::vector<ir::Layout> layouts) {
+  SweepSpec s;
+  s.topologies = {topo::make_uniform(8, 25, 200, 2)};
+  s.batch = {1};
+  s.seq = {8192, 32768};
+  s.heads = {8};
+  s.head_dim = {128};
+  s.causal = {true};
+  s.layouts = std::move(layouts);
+  s.algos = {"ring", "ring-zigzag", "charm", "tasp-zigzag"};
+  return s;
+}
+
+// ring-zigzag and tasp-zigzag run on zigzag whatever the configuration says: with both layouts
+// listed they would give two rows with one key and two speedups (over two different rings).
+TEST(SweepEngine, ForcedLayoutAlgorithmsRunOncePerEffectiveLayout) {
+  const auto s = layout_spec({ir::Layout::Contiguous, ir::Layout::Zigzag});
+  const auto res = run_sweep(s, jobs(2));
+  ASSERT_TRUE(res.failures.empty());
+  EXPECT_EQ(res.skipped, 0u);
+  std::map<RowKey, double> time;
+  std::map<std::string, int> per_algo;
+  for (const auto& r : res.rows) {
+    EXPECT_TRUE(time.emplace(key_of(r), r.time_ms).second) << r.algo << " twice at seq " << r.workload.seq;
+    ++per_algo[r.algo];
+  }
+  EXPECT_EQ(per_algo["ring"], 4);  // 2 seq x 2 layouts
+  EXPECT_EQ(per_algo["charm"], 4);
+  EXPECT_EQ(per_algo["ring-zigzag"], 2);  // 2 seq, zigzag only
+  EXPECT_EQ(per_algo["tasp-zigzag"], 2);
+  // Each speedup is over the ring row with the same key: ring-zigzag is ring on zigzag.
+  for (const auto& r : res.rows) {
+    if (r.algo != "ring-zigzag" && r.algo != "tasp-zigzag") continue;
+    EXPECT_EQ(r.workload.layout, ir::Layout::Zigzag);
+    auto ring = key_of(r);
+    std::get<9>(ring) = "ring";
+    ASSERT_TRUE(time.contains(ring));
+    EXPECT_DOUBLE_EQ(r.speedup_vs_ring, time[ring] / r.time_ms) << r.algo;
+  }
+}
+
+// Without zigzag in the list, the forced algorithms still get their one row per configuration,
+// measured against ring on the listed layout (what ring-zigzag gains by balancing a causal mask).
+TEST(SweepEngine, ForcedLayoutAlgorithmsRunWhenTheirLayoutIsNotListed) {
+  const auto res = run_sweep(layout_spec({ir::Layout::Contiguous}), jobs(2));
+  ASSERT_TRUE(res.failures.empty());
+  std::map<std::string, int> per_algo;
+  for (const auto& r : res.rows) {
+    ++per_algo[r.algo];
+    if (r.algo == "ring-zigzag") {
+      EXPECT_EQ(r.workload.layout, ir::Layout::Zigzag);
+      EXPECT_GT(r.speedup_vs_ring, 1.0);  // causal: contiguous ring waits on its most loaded rank
+    }
+  }
+  EXPECT_EQ(per_algo["ring-zigzag"], 2);
+  EXPECT_EQ(per_algo["tasp-zigzag"], 2);
+}
+
+SweepSpec bandwidth_spec() {
+  SweepSpec s;
+  // What `charm sweep --set` builds: one topology per value, all from one file.
+  for (double bw : {25.0, 100.0}) {
+    s.topologies.push_back(topo::make_uniform(8, bw, 400, 2));
+    s.topologies.back().name = "u8";
+    s.points.push_back({0, {bw}});
+  }
+  s.set_fields = {"bw_gbps"};
+  s.batch = {1};
+  s.seq = {16384, 65536};
+  s.heads = {8};
+  s.head_dim = {128};
+  s.algos = {"ring", "charm", "tasp"};
+  s.passes = {ir::Phase::Fwd, ir::Phase::Bwd};
+  return s;
+}
+
+TEST(SweepEngine, SweptFieldsAreColumnsAndRingIsOneAtEachPoint) {
+  const auto s = bandwidth_spec();
+  const auto res = run_sweep(s, jobs(2));
+  ASSERT_TRUE(res.failures.empty());
+  const auto cols = sweep_columns(s);
+  ASSERT_GE(cols.size(), 2u);
+  EXPECT_EQ(cols[0], "topology");
+  EXPECT_EQ(cols[1], "bw_gbps");
+  const std::string csv = sweep_csv(s, res);
+  EXPECT_EQ(csv.rfind("topology,bw_gbps,ranks,", 0), 0u) << csv.substr(0, 80);
+  EXPECT_NE(csv.find("\nu8,25,8,"), std::string::npos);
+  EXPECT_NE(csv.find("\nu8,100,8,"), std::string::npos);
+  std::map<std::pair<std::size_t, std::int64_t>, double> ring_ms;
+  for (const auto& r : res.rows)
+    if (r.algo == "ring") {
+      EXPECT_EQ(r.speedup_vs_ring, 1.0);
+      if (r.pass == ir::Phase::Fwd) ring_ms[{r.topology, r.workload.seq}] = r.time_ms;
+    }
+  for (auto seq : s.seq) EXPECT_LT(ring_ms.at({1, seq}), ring_ms.at({0, seq})) << "4x the bandwidth, no faster at seq " << seq;
+  const auto j = sweep_json(s, res);
+  EXPECT_EQ(j["columns"][1], "bw_gbps");
+  EXPECT_EQ(j["rows"][0]["bw_gbps"], 25.0);
+  EXPECT_EQ(j["topologies"][1]["bw_gbps"], 100.0);
+}
+
+/// The part of the script that draws the panel titled `title` (up to the next title).
+std::string panel(const std::string& gp, const std::string& title) {
+  const auto a = gp.find("set title '" + title);
+  if (a == std::string::npos) return {};
+  return gp.substr(a, gp.find("set title", a + 1) - a);
+}
+
+TEST(SweepEngine, PlotHasRunTimeAndSweptFieldViewsAndLegendsOnlyWhatIsDrawn) {
+  const auto s = bandwidth_spec();
+  const auto gp = sweep_gnuplot_script(s, run_sweep(s, jobs(2)), "x.png", PlotFormat::Png);
+  EXPECT_NE(gp.find("bw_gbps 25,100"), std::string::npos);  // the title names the swept values
+  for (const char* title : {"Forward: speedup vs sequence length", "Forward: speedup vs bw_gbps",
+                            "Forward: run time vs bw_gbps", "Backward: run time vs bw_gbps"})
+    EXPECT_FALSE(panel(gp, title).empty()) << title;
+  // tasp has no backward pass: the backward panels neither draw it nor list it.
+  const std::string fwd = panel(gp, "Forward: speedup vs CCR"), bwd = panel(gp, "Backward: speedup vs CCR");
+  EXPECT_NE(fwd.find("title 'tasp'"), std::string::npos) << fwd;
+  EXPECT_EQ(bwd.find("title 'tasp'"), std::string::npos) << bwd;
+  EXPECT_NE(bwd.find("title 'charm'"), std::string::npos) << bwd;
+  EXPECT_EQ(panel(gp, "Backward: run time vs bw_gbps").find("'tasp'"), std::string::npos);
+  // The run-time view draws ring too; the speedup views draw it as the line at 1.
+  const std::string time = panel(gp, "Forward: run time vs bw_gbps");
+  EXPECT_NE(time.find("title 'ring'"), std::string::npos) << time;
+  EXPECT_EQ(time.find("ring (= 1)"), std::string::npos) << time;
+  // One file: no topology entries in the legend, and the points of the file are one series.
+  EXPECT_EQ(fwd.find("title 'u8"), std::string::npos) << fwd;
+  EXPECT_EQ(gp.find("_t1 << EOD"), std::string::npos);
+  // Log axes are labelled between the powers of ten: 25 and 100 with labels at the swept values.
+  EXPECT_NE(panel(gp, "Forward: speedup vs bw_gbps").find("set xtics ('25' 25, '100' 100)"), std::string::npos);
+}
+
+TEST(SweepEngine, LogTicsLabelMoreThanPowersOfTen) {
+  auto s = small_spec();
+  const auto gp = sweep_gnuplot_script(s, run_sweep(s, jobs(2)), "x.png", PlotFormat::Png);
+  const std::string ccr = panel(gp, "Forward: speedup vs CCR");
+  const auto tics = ccr.find("set xtics (");
+  ASSERT_NE(tics, std::string::npos) << ccr;
+  const std::string list = ccr.substr(tics, ccr.find('\n', tics) - tics);
+  EXPECT_GE(std::count(list.begin(), list.end(), ','), 3) << list;  // at least four labels
 }
 
 } // namespace

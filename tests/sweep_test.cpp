@@ -1,5 +1,6 @@
 // charm sweep: row counts, columns, ring = 1, determinism across --jobs, list
-// parsing, flag validation, the PNG, running without gnuplot, and Ctrl-C.
+// parsing, flag validation, --set hardware sweeps, layout lists, the PNG,
+// running without gnuplot, and Ctrl-C.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -223,6 +224,86 @@ TEST(Sweep, RejectsBadFlagsNamingTheFlag) {
   EXPECT_FALSE(fs::exists(dir + "/s.csv"));
 }
 
+// The acceptance command of --set: one column per swept field, one hardware point per value.
+TEST(Sweep, SetSweepsATopologyFieldAsAColumn) {
+  const auto dir = fresh_dir("set");
+  const auto r = run_charm("sweep --topology " + topo("h100-2x8.json") +
+                           " --batch 1 --seq 64k --heads 16 --head-dim 128 --set inter.bandwidth_gbps=25,50,100 --algos ring,charm"
+                           " --out " + dir + "/s.csv --json " + dir + "/s.json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const Csv c = read_csv(dir + "/s.csv");
+  auto columns = kColumns;
+  columns.insert(columns.begin() + 1, "inter.bandwidth_gbps");
+  EXPECT_EQ(c.header, columns);
+  ASSERT_EQ(c.rows.size(), 3u * 2u);
+  std::map<std::string, double> ring_ms;
+  for (const auto& row : c.rows) {
+    EXPECT_EQ(row.at("topology"), "h100-2x8");
+    if (row.at("algo") == "ring") {
+      EXPECT_EQ(row.at("speedup_vs_ring"), "1");
+      ring_ms[row.at("inter.bandwidth_gbps")] = std::stod(row.at("time_ms"));
+    }
+  }
+  ASSERT_EQ(ring_ms.size(), 3u);
+  // Ring crosses the NIC every step, so more bandwidth is less time, until the calibrated
+  // intra.injection_gbps (about 47 GB/s) becomes the slower link.
+  EXPECT_GT(ring_ms["25"], ring_ms["50"]);
+  EXPECT_GE(ring_ms["50"], ring_ms["100"]);
+  const json j = json::parse(slurp(dir + "/s.json"));
+  EXPECT_EQ(j["configs"], 3);
+  EXPECT_EQ(j["columns"][1], "inter.bandwidth_gbps");
+  EXPECT_EQ(j["rows"][0]["inter.bandwidth_gbps"], 25);
+}
+
+TEST(Sweep, SetsMultiplyAndTheFilesOwnValueChangesNothing) {
+  const auto dir = fresh_dir("sets");
+  const std::string base = "sweep --topology " + topo("h100-2x8.json") + " --batch 1 --seq 16k,64k --heads 16 --head-dim 128 --algos ring,charm";
+  ASSERT_EQ(run_charm(base + " --set inter.bandwidth_gbps=25..100*2 --set gpu.tflops.bf16=312,989 --out " + dir + "/two.csv").code, 0);
+  const Csv two = read_csv(dir + "/two.csv");
+  EXPECT_EQ(std::vector<std::string>(two.header.begin(), two.header.begin() + 3),
+            (std::vector<std::string>{"topology", "inter.bandwidth_gbps", "gpu.tflops.bf16"}));
+  EXPECT_EQ(two.rows.size(), 3u * 2u * 2u * 2u);  // 3 bandwidths x 2 peaks x 2 seq x 2 algorithms
+  std::set<std::pair<std::string, std::string>> points;
+  for (const auto& row : two.rows) points.emplace(row.at("inter.bandwidth_gbps"), row.at("gpu.tflops.bf16"));
+  EXPECT_EQ(points.size(), 6u);
+  EXPECT_TRUE(points.contains({"50", "312"}));
+  // h100-2x8 has launch_us 10: setting it to 10 must reproduce the plain sweep, column aside.
+  ASSERT_EQ(run_charm(base + " --out " + dir + "/plain.csv").code, 0);
+  ASSERT_EQ(run_charm(base + " --set gpu.launch_us=10 --out " + dir + "/same.csv").code, 0);
+  const Csv plain = read_csv(dir + "/plain.csv"), same = read_csv(dir + "/same.csv");
+  ASSERT_EQ(plain.rows.size(), same.rows.size());
+  for (std::size_t i = 0; i < plain.rows.size(); ++i) {
+    auto row = same.rows[i];
+    EXPECT_EQ(row.at("gpu.launch_us"), "10");
+    row.erase("gpu.launch_us");
+    EXPECT_EQ(row, plain.rows[i]);
+  }
+}
+
+// Forced-layout algorithms (ring-zigzag, tasp-zigzag) once per layout they run on; a layout named twice counts once.
+TEST(Sweep, LayoutListsNeverDuplicateARow) {
+  const auto dir = fresh_dir("layouts");
+  const auto r = run_charm("sweep --topology " + topo("h20-8.json") +
+                           " --batch 1 --seq 16k,32k --heads 8 --head-dim 128 --causal --layout contiguous,zigzag,zigzag"
+                           " --algos ring,ring-zigzag,tasp-zigzag,charm --out " + dir + "/s.csv");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const Csv c = read_csv(dir + "/s.csv");
+  std::set<std::vector<std::string>> keys;
+  std::map<std::string, int> per_algo;
+  for (const auto& row : c.rows) {
+    std::vector<std::string> key;
+    for (const auto& col : kColumns)
+      if (col == "ccr") break;
+      else key.push_back(row.at(col));
+    EXPECT_TRUE(keys.insert(key).second) << "duplicate row: " << row.at("algo") << " " << row.at("layout") << " " << row.at("seq");
+    ++per_algo[row.at("algo")];
+  }
+  EXPECT_EQ(per_algo["ring"], 4);  // 2 seq x 2 layouts
+  EXPECT_EQ(per_algo["charm"], 4);
+  EXPECT_EQ(per_algo["ring-zigzag"], 2);
+  EXPECT_EQ(per_algo["tasp-zigzag"], 2);
+}
+
 bool gnuplot_available() { return run_cmd("command -v gnuplot").code == 0; }
 
 // Acceptance 2: --plot writes a real PNG.
@@ -244,6 +325,16 @@ TEST(Sweep, PlotWritesAPng) {
   EXPECT_NE(gp.find("l20-8-2numa"), std::string::npos);
   for (const auto& e : fs::directory_iterator(dir))  // no temporary left behind
     EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
+  EXPECT_NE(gp.find("run time vs sequence length"), std::string::npos);
+  // With --set: the swept field's views (the acceptance command of --set).
+  ASSERT_EQ(run_charm("sweep --topology " + topo("h100-2x8.json") + " --batch 1 --seq 64k --heads 16 --head-dim 128"
+                      " --set inter.bandwidth_gbps=25,50,100 --algos ring,charm --out " + dir + "/b.csv --plot " + dir +
+                      "/b.png --plot-script " + dir + "/b.gp").code, 0);
+  EXPECT_EQ(slurp(dir + "/b.png").substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+  const std::string bgp = slurp(dir + "/b.gp");
+  EXPECT_NE(bgp.find("speedup vs inter.bandwidth_gbps"), std::string::npos);
+  EXPECT_NE(bgp.find("run time vs inter.bandwidth_gbps"), std::string::npos);
+  EXPECT_EQ(bgp.find("speedup vs sequence length"), std::string::npos);  // one sequence length: nothing to draw against
   // SVG too.
   ASSERT_EQ(run_charm("sweep --topology " + topo("h20-8.json") + " --batch 1 --seq 8k,16k --heads 8 --head-dim 128 --out " + dir +
                       "/t.csv --plot " + dir + "/t.svg").code, 0);

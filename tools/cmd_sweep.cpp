@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -93,6 +94,96 @@ Expected<std::vector<std::int64_t>> parse_list(const std::string& text, const st
     }
   }
   return out;
+}
+
+// ---- hardware sweeps: --set FIELD=LIST, numbers of the topology JSON ----
+
+struct SetFlag {
+  std::string field;           // dotted path, e.g. inter.bandwidth_gbps
+  std::vector<double> values;  // distinct, in the order given
+};
+
+/// "inter.bandwidth_gbps=25,50,100", ranges as in the other lists but of any numbers:
+/// "gpu.tflops.bf16=100..800*2" (geometric), "inter.latency_us=0..10+2.5" (arithmetic).
+/// No value is judged here: the topology's own checks do that once it is edited.
+Expected<SetFlag> parse_set(const std::string& text) {
+  const auto bad = [&](const std::string& why) { return Error{"--set", fmt::format("{} in '{}'", why, text)}; };
+  const auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
+    return Error{"--set", fmt::format("expected FIELD=LIST like inter.bandwidth_gbps=25,50,100, got '{}'", text)};
+  SetFlag s{text.substr(0, eq), {}};
+  auto number = [&](const std::string& item) -> Expected<double> {
+    char* end = nullptr;
+    const double v = std::strtod(item.c_str(), &end);
+    if (item.empty() || end != item.c_str() + item.size() || !std::isfinite(v)) return bad(fmt::format("expected a number, got '{}'", item));
+    return v;
+  };
+  auto push = [&](double v) -> Status {
+    if (std::find(s.values.begin(), s.values.end(), v) == s.values.end()) s.values.push_back(v);
+    if (s.values.size() > kMaxListValues) return bad(fmt::format("more than {} values", kMaxListValues));
+    return {};
+  };
+  const std::string list = text.substr(eq + 1);
+  std::size_t start = 0;
+  while (start <= list.size()) {
+    const std::size_t comma = std::min(list.find(',', start), list.size());
+    const std::string item = list.substr(start, comma - start);
+    start = comma + 1;
+    if (item.empty()) return bad("empty item");
+    const auto dots = item.find("..");
+    if (dots == std::string::npos) {
+      auto v = number(item);
+      if (!v) return v.error();
+      if (auto st = push(*v); !st) return st.error();
+      continue;
+    }
+    // The step follows the upper end: '*' for a factor, '+' for an increment (not the sign of an exponent).
+    std::string hi_text = item.substr(dots + 2);
+    std::size_t op_at = hi_text.find('*');
+    for (std::size_t k = 1; op_at == std::string::npos && k < hi_text.size(); ++k)
+      if (hi_text[k] == '+' && hi_text[k - 1] != 'e' && hi_text[k - 1] != 'E') op_at = k;
+    const char op = op_at == std::string::npos ? '+' : hi_text[op_at];
+    auto lo = number(item.substr(0, dots));
+    auto hi = number(hi_text.substr(0, op_at));
+    auto step = op_at == std::string::npos ? Expected<double>(1.0) : number(hi_text.substr(op_at + 1));
+    for (const auto* e : {&lo, &hi, &step})
+      if (!*e) return e->error();
+    if (*lo > *hi) return bad(fmt::format("range '{}' runs downwards", item));
+    if (op == '*' && !(*lo > 0 && *step > 1)) return bad(fmt::format("range '{}' needs a start > 0 and a factor > 1", item));
+    if (op == '+' && !(*step > 0)) return bad(fmt::format("range '{}' needs a step > 0", item));
+    // Each value from the start (no running sum to drift), rounded to 12 digits so 0.1..0.3+0.1 ends at 0.3.
+    const double slack = 1e-9 * std::max(std::abs(*lo), std::abs(*hi));
+    for (int k = 0;; ++k) {
+      const double raw = op == '*' ? *lo * std::pow(*step, k) : *lo + k * *step;
+      const double v = std::strtod(fmt::format("{:.12g}", raw).c_str(), nullptr);
+      if (v > *hi + slack) break;
+      if (auto st = push(std::min(v, *hi)); !st) return st.error();
+    }
+  }
+  return s;
+}
+
+/// Adds one topology per point of the sets' cross product (the first --set varies slowest): the
+/// file's JSON with those numbers replaced, then parsed, so the topology's own checks judge every value.
+void add_set_points(sim::SweepSpec& spec, const nlohmann::json& doc, const std::string& file, std::size_t file_index,
+                    const std::vector<SetFlag>& sets) {
+  std::size_t points = 1;
+  for (const auto& set : sets) points *= set.values.size();
+  for (std::size_t i = 0; i < points; ++i) {
+    sim::SweepSpec::Point point{file_index, std::vector<double>(sets.size())};
+    for (std::size_t k = sets.size(), rest = i; k-- > 0; rest /= sets[k].values.size())
+      point.values[k] = sets[k].values[rest % sets[k].values.size()];
+    nlohmann::json edited = doc;
+    std::vector<std::string> assigned;
+    for (std::size_t k = 0; k < sets.size(); ++k) {
+      if (auto st = topo::set_number(edited, sets[k].field, point.values[k], file); !st) fail(Error{"--set", st.error().message()});
+      assigned.push_back(fmt::format("{}={}", sets[k].field, point.values[k]));
+    }
+    auto t = topo::parse_topology(edited, file);
+    if (!t) fail(Error{"--set", fmt::format("{}: {}", fmt::join(assigned, ", "), t.error().message())});
+    spec.topologies.push_back(std::move(t).value());
+    spec.points.push_back(std::move(point));
+  }
 }
 
 // ---- Ctrl-C: the handler only raises a flag; the sweep polls it ----
@@ -255,6 +346,7 @@ void register_sweep(CLI::App& app) {
     std::string topologies, batch, seq, heads, kv_heads, head_dim;
     std::string dtype = "bf16", layout = "contiguous", algos, pass = "fwd";
     bool causal = false;
+    std::vector<std::string> sets;
     std::string out, json, plot, plot_script;
     int jobs = -1;  // -1: every core
   };
@@ -265,7 +357,9 @@ void register_sweep(CLI::App& app) {
   sub->footer(
       "Lists: 1,2,4 | 4k..128k*2 (x2 steps) | 64..256+64 (+64 steps) | 1..8, with size suffixes k, M, G.\n"
       "Example: charm sweep --topology topologies/l20-8-2numa.json,topologies/h20-8.json --batch 1,2,4 \\\n"
-      "           --seq 8k..128k*2 --heads 8,16,32 --head-dim 64,128 --pass both --out sweep.csv --plot sweep.png");
+      "           --seq 8k..128k*2 --heads 8,16,32 --head-dim 64,128 --pass both --out sweep.csv --plot sweep.png\n"
+      "Hardware: charm sweep --topology topologies/h100-2x8.json --batch 1 --seq 64k --heads 16 --head-dim 128 \\\n"
+      "           --set inter.bandwidth_gbps=25,50,100 --set gpu.tflops.bf16=312,989 --out hw.csv --plot hw.png");
   sub->add_option("--topology,-t", o->topologies, "topology JSON files, comma-separated")->required();
   sub->add_option("--batch,-b", o->batch, "batch sizes (list)")->required();
   sub->add_option("--seq,-s", o->seq, "global sequence lengths (list)")->required();
@@ -275,23 +369,43 @@ void register_sweep(CLI::App& app) {
   sub->add_option("--dtype", o->dtype, "bf16 | fp16 | fp32 (comma-separated for several)")->capture_default_str();
   sub->add_flag("--causal", o->causal, "causal mask");
   sub->add_option("--layout", o->layout, "contiguous | zigzag (comma-separated for several)")->capture_default_str();
+  sub->add_option("--set", o->sets,
+                  "sweep a number of the topology JSON: FIELD=LIST, e.g. inter.bandwidth_gbps=25,50,100 "
+                  "(repeatable; each is a column, and the sets multiply)")
+      ->allow_extra_args(false);
   sub->add_option("--algos", o->algos, "algorithms, comma-separated (default: all)");
   sub->add_option("--pass", o->pass, "fwd | bwd | both (both: one row per pass)")->capture_default_str();
   sub->add_option("--out,-o", o->out, "CSV file, one row per configuration, algorithm and pass")->required();
   sub->add_option("--json", o->json, "also write the rows as JSON");
-  sub->add_option("--plot", o->plot, "draw speedup vs CCR and vs sequence length with gnuplot (.png or .svg)");
+  sub->add_option("--plot", o->plot,
+                  "draw speedup vs CCR, vs sequence length and vs each --set field, and run time, with gnuplot (.png or .svg)");
   sub->add_option("--plot-script", o->plot_script, "also keep the gnuplot script (data inline) to restyle the figure");
   sub->add_option("--jobs,-j", o->jobs, "worker threads (default: all cores)");
 
   sub->callback([o] {
     sim::SweepSpec spec;
-    // Topologies.
+    // Topologies, and their hardware points when numbers are --set.
+    std::vector<SetFlag> sets;
+    std::size_t points = 1;
+    for (const auto& text : o->sets) {
+      auto set = unwrap(parse_set(text));
+      for (const auto& earlier : sets)
+        if (earlier.field == set.field) fail(Error{"--set", fmt::format("{} is set twice", set.field)});
+      points *= set.values.size();
+      if (points > kMaxListValues)
+        fail(Error{"--set", fmt::format("the sets make more than {} hardware points per topology", kMaxListValues)});
+      spec.set_fields.push_back(set.field);
+      sets.push_back(std::move(set));
+    }
     const auto files = split_list(o->topologies);
     if (files.empty()) fail(Error{"--topology", "expected one or more topology files"});
-    for (const auto& f : files) {
-      auto t = topo::load_topology(f);
+    for (std::size_t i = 0; i < files.size(); ++i) {
+      // The file as given must be valid too: its own faults are --topology's, not a --set value's.
+      auto doc = topo::read_topology_json(files[i]);
+      auto t = doc ? topo::parse_topology(*doc, files[i]) : Expected<topo::Topology>(doc.error());
       if (!t) fail(Error{"--topology", t.error().message()});
-      spec.topologies.push_back(std::move(t).value());
+      if (sets.empty()) spec.topologies.push_back(std::move(t).value());
+      else add_set_points(spec, *doc, files[i], i, sets);
     }
     // Workload lists.
     spec.batch = unwrap(parse_list(o->batch, "--batch"));
@@ -303,14 +417,14 @@ void register_sweep(CLI::App& app) {
     for (const auto& d : split_list(o->dtype)) {
       auto v = ir::parse_dtype(d);
       if (!v) fail(Error{"--dtype", v.error().what});
-      spec.dtypes.push_back(*v);
+      if (std::find(spec.dtypes.begin(), spec.dtypes.end(), *v) == spec.dtypes.end()) spec.dtypes.push_back(*v);
     }
     if (spec.dtypes.empty()) fail(Error{"--dtype", "expected bf16, fp16 or fp32"});
     spec.layouts.clear();
     for (const auto& l : split_list(o->layout)) {
       auto v = ir::parse_layout(l);
       if (!v) fail(Error{"--layout", v.error().what});
-      spec.layouts.push_back(*v);
+      if (std::find(spec.layouts.begin(), spec.layouts.end(), *v) == spec.layouts.end()) spec.layouts.push_back(*v);
     }
     if (spec.layouts.empty()) fail(Error{"--layout", "expected contiguous or zigzag"});
     spec.causal = {o->causal};
@@ -344,7 +458,7 @@ void register_sweep(CLI::App& app) {
     if (jobs < 1 || jobs > 1024) fail(Error{"--jobs", fmt::format("must be in [1, 1024], got {}", o->jobs)});
     const std::size_t configs = spec.num_configs();
     if (configs > kMaxConfigs)
-      fail(Error{"--seq", fmt::format("the lists make {} configurations, more than {}; narrow --batch/--seq/--heads/--head-dim",
+      fail(Error{"--seq", fmt::format("the lists make {} configurations, more than {}; narrow --batch/--seq/--heads/--head-dim/--set",
                                       configs, kMaxConfigs)});
 
     // Run.
@@ -352,9 +466,10 @@ void register_sweep(CLI::App& app) {
     g_cancel.store(false);
     g_signal = 0;
     const SignalGuard guard;
-    std::fprintf(stderr, "charm sweep: %zu configurations x %zu algorithms x %zu pass%s on %zu topolog%s, %d job%s\n", configs,
-                 spec.algos.size(), spec.passes.size(), spec.passes.size() == 1 ? "" : "es", spec.topologies.size(),
-                 spec.topologies.size() == 1 ? "y" : "ies", jobs, jobs == 1 ? "" : "s");
+    const std::string hardware = sets.empty() ? "" : fmt::format(" x {} hardware point{}", points, points == 1 ? "" : "s");
+    std::fprintf(stderr, "charm sweep: %zu configurations x %zu algorithms x %zu pass%s on %zu topolog%s%s, %d job%s\n", configs,
+                 spec.algos.size(), spec.passes.size(), spec.passes.size() == 1 ? "" : "es", files.size(),
+                 files.size() == 1 ? "y" : "ies", hardware.c_str(), jobs, jobs == 1 ? "" : "s");
     std::fflush(stderr);
     Progress progress(spec.passes.size(), tty);
     sim::SweepControl control;

@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -499,10 +501,11 @@ Expected<Topology> parse_topology(const nlohmann::json& j, const std::string& so
   return t;
 }
 
-Expected<Topology> parse_topology_text(const std::string& text, const std::string& source) {
-  nlohmann::json j;
+namespace {
+
+Expected<nlohmann::json> parse_json_text(const std::string& text, const std::string& source) {
   try {
-    j = nlohmann::json::parse(text);
+    return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     // parse_error, but also out_of_range for a number like 1e400 (found by fuzz_topology).
     std::string what = e.what();
@@ -510,17 +513,80 @@ Expected<Topology> parse_topology_text(const std::string& text, const std::strin
     if (auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
     return Error{source, "malformed JSON: " + what};
   }
-  return parse_topology(j, source);
 }
 
-Expected<Topology> load_topology(const std::string& path) {
+/// "gpu.efficiency.fwd" -> "/gpu/efficiency/fwd", "links[3].latency_us" -> "/links/3/latency_us".
+Expected<nlohmann::json::json_pointer> field_pointer(const std::string& path) {
+  auto bad = [&](const std::string& why) {
+    return Error{path, fmt::format("not a field path ({}); write it like inter.bandwidth_gbps or links[3].latency_us", why)};
+  };
+  if (path.empty()) return bad("empty");
+  std::string ptr;
+  std::size_t i = 0;
+  while (i < path.size()) {
+    std::size_t j = i;
+    while (j < path.size() && (std::isalnum(static_cast<unsigned char>(path[j])) || path[j] == '_')) ++j;
+    if (j == i) return bad(fmt::format("expected a field name at character {}", i + 1));
+    ptr.append(1, '/').append(path, i, j - i);
+    while (j < path.size() && path[j] == '[') {
+      std::size_t k = j + 1;
+      while (k < path.size() && std::isdigit(static_cast<unsigned char>(path[k]))) ++k;
+      if (k == j + 1 || k >= path.size() || path[k] != ']') return bad(fmt::format("expected [index] at character {}", j + 1));
+      ptr.append(1, '/').append(path, j + 1, k - j - 1);
+      j = k + 1;
+    }
+    if (j < path.size()) {
+      if (path[j] != '.' || j + 1 == path.size()) return bad(fmt::format("unexpected '{}' at character {}", path[j], j + 1));
+      ++j;
+    }
+    i = j;
+  }
+  return nlohmann::json::json_pointer(ptr);
+}
+
+} // namespace
+
+Expected<Topology> parse_topology_text(const std::string& text, const std::string& source) {
+  auto j = parse_json_text(text, source);
+  if (!j) return j.error();
+  return parse_topology(*j, source);
+}
+
+Expected<nlohmann::json> read_topology_json(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) return Error{path, "is a folder, not a topology file"};
   std::ifstream in(path);
   if (!in) return Error{path, fmt::format("cannot open the topology file: {}", std::strerror(errno))};
   std::stringstream ss;
   ss << in.rdbuf();
-  return parse_topology_text(ss.str(), path);
+  return parse_json_text(ss.str(), path);
+}
+
+Expected<Topology> load_topology(const std::string& path) {
+  auto j = read_topology_json(path);
+  if (!j) return j.error();
+  return parse_topology(*j, path);
+}
+
+Status set_number(nlohmann::json& doc, const std::string& path, double value, const std::string& source) {
+  auto ptr = field_pointer(path);
+  if (!ptr) return ptr.error();
+  // The calibration block records a fit and is never read: a number set there would change nothing.
+  if (path.substr(0, path.find_first_of(".[")) == "calibration")
+    return Error{path, "is in the calibration record, which the simulator does not read"};
+  if (!doc.contains(*ptr)) return Error{path, fmt::format("no such field in {}", source)};
+  nlohmann::json& v = doc.at(*ptr);
+  if (v.is_object()) {
+    std::string keys;
+    for (const auto& item : v.items())
+      if (item.value().is_number()) keys += fmt::format("{}{}.{}", keys.empty() ? "" : ", ", path, item.key());
+    return Error{path, fmt::format("is an object in {}; set one of its numbers{}", source, keys.empty() ? "" : " (" + keys + ")")};
+  }
+  if (!v.is_number()) return Error{path, fmt::format("is not a number in {} (it is {})", source, v.dump())};
+  constexpr double kExactInts = 9007199254740992.0;  // 2^53: every whole double below is an exact int64
+  if (std::trunc(value) == value && std::abs(value) < kExactInts) v = static_cast<std::int64_t>(value);
+  else v = value;
+  return {};
 }
 
 nlohmann::json topology_summary(const Topology& t) {

@@ -15,6 +15,13 @@ namespace charm::topo {
 [[nodiscard]] Expected<Topology> parse_topology_text(const std::string& text, const std::string& source);
 /// Reads and parses a topology file.
 [[nodiscard]] Expected<Topology> load_topology(const std::string& path);
+/// Reads a topology file as a JSON document, unchecked: for callers that edit it before parse_topology.
+[[nodiscard]] Expected<nlohmann::json> read_topology_json(const std::string& path);
+/// Replaces the number at `path` ("inter.bandwidth_gbps", "gpu.efficiency.fwd", "links[3].latency_us")
+/// in a topology document, for what-if sweeps. Only the path is checked here (it must name a number
+/// the document has); whether the value is acceptable is parse_topology's verdict on the edited
+/// document. A whole value is written as an integer, so count fields such as `nodes` can be swept.
+[[nodiscard]] Status set_number(nlohmann::json& doc, const std::string& path, double value, const std::string& source);
 /// A summary for `charm topo`: GPUs, switches, links, domains.
 [[nodiscard]] nlohmann::json topology_summary(const Topology& t);
 
