@@ -3,9 +3,12 @@
 //   step 1 .. n-1:  ring all-gather, r -> r+1 forwards the block it got last
 //   then:           Q_r * KV_y for every y (no overlap with the gather)
 //
-// Backward: gather KV again, compute every block, then a ring reduce-scatter of
-// the dK/dV partials (n-1 steps; each rank adds its share and forwards), so
-// each partial lands on its owner with every contribution.
+// Backward: gather KV again, compute every block, and reduce-scatter the dK/dV
+// partials around the ring (n-1 steps; each rank adds its share and forwards),
+// so each partial lands on its owner with every contribution. The reduce-scatter
+// follows the compute block by block, and a rank holds only two partials in
+// flight besides its own (plus one arriving sum), so peak memory is fixed by the
+// schedule whichever of the two runs ahead.
 
 #include "scheduler/planners/schedules.hpp"
 
@@ -65,40 +68,51 @@ void allgather_backward(PlanBuilder& b, const std::vector<RankState>& st) {
   const int n = b.ranks();
   const auto N = std::size_t(n);
   const auto have = gather_kv(b, st);
+  // partial[r][k]: rank r's dK/dV of its k-th block, owner (r - k) mod n. Block 0 is
+  // its own and ends as its result; the others come from two slots per rank, so a
+  // reduce-scatter that lags holds the compute back instead of piling up partials.
   std::vector<std::vector<BufferId>> partial(N, std::vector<BufferId>(N, kNone));
+  std::vector<BufferId> dq(N);
+  std::vector<std::vector<OpId>> wait(N);
   for (std::size_t r = 0; r < N; ++r) {
-    const BufferId dq = b.buffer(RankId(r), BufKind::Dq, RankId(r), BufInit::Zero);
-    const auto wait = gather_done(b, have, r);
-    for (std::size_t k = 0; k < N; ++k) {
-      const std::size_t y = (r + N - k) % N;
-      partial[r][y] = b.buffer(RankId(r), BufKind::Dkv, RankId(y), BufInit::Zero);
-      if (b.visible(RankId(r), RankId(y))) b.compute_bwd(st[r].qbundle, have[r][y], dq, partial[r][y], wait);
-    }
-    b.results(RankId(r)).dq = dq;
+    dq[r] = b.buffer(RankId(r), BufKind::Dq, RankId(r), BufInit::Zero);
+    wait[r] = gather_done(b, have, r);
   }
-  // Ring reduce-scatter: at step s rank r sends the running sum for owner
-  // (r - s) mod n to r+1, which adds its own share. After n-1 steps the sum for
-  // owner y sits on y.
-  std::vector<BufferId> running(N);
-  for (std::size_t r = 0; r < N; ++r) running[r] = partial[r][(r + N - 1) % N];
-  for (int step = 1; step < n; ++step) {
+  BufferRing partial_slots(n, 2), arrival_slots(n, 1);
+  // Ring reduce-scatter step s (1 .. n-1): rank r sends its running sum for owner
+  // (r - s) mod n (block s) to r+1, which adds it to its block s+1 of the same
+  // owner. After n-1 steps the sum for owner y sits on y, in its block 0.
+  auto reduce_step = [&](int s) {
     std::vector<int> group(N);
     for (auto& g : group) g = b.new_group();
     // All transfers of the step first: an accumulate between a rank's receive and
     // send would split its ncclGroup and chain the step around the ring.
-    std::vector<BufferId> received(N), next(N);
+    std::vector<BufferId> received(N);
     for (int r = 0; r < n; ++r) {
       const auto dst = std::size_t((r + 1) % n);
-      received[dst] = b.transfer(Stream::Dkv, running[std::size_t(r)], RankId(dst), group[std::size_t(r)], group[dst]).dst;
+      const BufferId src = partial[std::size_t(r)][std::size_t(s)];
+      const BufferId into = b.buffer(arrival_slots, RankId(dst), BufKind::Dkv, b.buf(src).owner, BufInit::None);
+      received[dst] = b.transfer(Stream::Dkv, src, RankId(dst), group[std::size_t(r)], group[dst], {}, {}, into).dst;
     }
+    for (std::size_t r = 0; r < N; ++r)
+      b.accumulate(Stream::Dkv, received[r], partial[r][std::size_t(s + 1) % N]);
+  };
+  // Step s needs block s+1, so it is emitted after that block's compute; block k
+  // takes over the slot of block k-2, which step k-2 has sent on by then.
+  for (std::size_t k = 0; k < N; ++k) {
     for (std::size_t r = 0; r < N; ++r) {
-      const RankId owner = b.buf(received[r]).owner;
-      b.accumulate(Stream::Dkv, received[r], partial[r][std::size_t(owner)]);
-      next[r] = partial[r][std::size_t(owner)];
+      const auto y = RankId((r + N - k) % N);  // the local block first
+      partial[r][k] = k == 0 ? b.buffer(RankId(r), BufKind::Dkv, y, BufInit::Zero)
+                             : b.buffer(partial_slots, RankId(r), BufKind::Dkv, y, BufInit::Zero);
+      if (b.visible(RankId(r), y)) b.compute_bwd(st[r].qbundle, have[r][std::size_t(y)], dq[r], partial[r][k], wait[r]);
     }
-    running = std::move(next);
+    if (k >= 2) reduce_step(int(k) - 1);
   }
-  for (std::size_t r = 0; r < N; ++r) b.results(RankId(r)).dkv = n == 1 ? partial[r][r] : running[r];
+  if (n > 1) reduce_step(n - 1);
+  for (std::size_t r = 0; r < N; ++r) {
+    b.results(RankId(r)).dq = dq[r];
+    b.results(RankId(r)).dkv = partial[r][0];
+  }
 }
 
 } // namespace charm::sched::detail

@@ -16,7 +16,13 @@
 // the bundle (Q, dO, LSE, D) is packed on the head slice from the gathered Q
 // and the forward's gathered output, the ring backward (or one compute) runs
 // on the slice, and dQ and dK/dV go back through the reverse all-to-all.
-// A backward-only plan gathers Q, KV, dO and O first.
+// A backward-only plan gathers KV, dO, Q and O first.
+//
+// The all-to-alls run one at a time on one stream: while one runs, its input,
+// its u-1 outgoing slices and its gathered buffer are live, and two side by
+// side would make peak memory depend on which finishes first (peak memory is a
+// property of the schedule). KV goes first, so the ring across domains moves it
+// while the rest is gathered.
 
 #include <fmt/format.h>
 
@@ -27,6 +33,9 @@ namespace charm::sched::detail {
 using namespace charm::ir;
 
 namespace {
+
+/// The one stream every all-to-all of a plan runs on.
+constexpr Stream kAllToAll = Stream::Q;
 
 struct Groups {
   int domains = 1, u = 1, slice = 1;  // groups, members per group, kv heads per member
@@ -48,7 +57,8 @@ Groups groups_of(const PlanBuilder& b, int domains) {
 }
 
 /// Step 1's all-to-all for one tensor: per rank, the gathered buffer (kind of `whole`).
-std::vector<BufferId> gather_heads(PlanBuilder& b, const Groups& g, Stream stream, const std::vector<BufferId>& whole) {
+std::vector<BufferId> gather_heads(PlanBuilder& b, const Groups& g, const std::vector<BufferId>& whole) {
+  constexpr Stream stream = kAllToAll;
   const int n = b.ranks();
   const auto N = std::size_t(n);
   std::vector<BufferId> gathered(N);
@@ -86,7 +96,8 @@ std::vector<BufferId> gather_heads(PlanBuilder& b, const Groups& g, Stream strea
 
 /// Step 3's all-to-all: per rank, the whole-shard buffer of its own rows, assembled from
 /// every member's head slice.
-std::vector<BufferId> scatter_heads(PlanBuilder& b, const Groups& g, Stream stream, const std::vector<BufferId>& sliced) {
+std::vector<BufferId> scatter_heads(PlanBuilder& b, const Groups& g, const std::vector<BufferId>& sliced) {
+  constexpr Stream stream = kAllToAll;
   const int n = b.ranks();
   const auto N = std::size_t(n);
   std::vector<int> group(N);
@@ -124,10 +135,10 @@ std::vector<Ring> cross_rings(const Groups& g) {
 
 void usp_forward(PlanBuilder& b, std::vector<RankState>& st, int domains) {
   const Groups g = groups_of(b, domains);
-  const auto q = gather_heads(b, g, Stream::Q, column(st, &RankState::q));
-  const auto kv = gather_heads(b, g, Stream::Kv, column(st, &RankState::kv));
+  const auto kv = gather_heads(b, g, column(st, &RankState::kv));
+  const auto q = gather_heads(b, g, column(st, &RankState::q));
   const auto out = ring_forward_over(b, cross_rings(g), q, kv);
-  const auto whole = scatter_heads(b, g, Stream::Out, out);
+  const auto whole = scatter_heads(b, g, out);
   for (std::size_t r = 0; r < st.size(); ++r) {
     b.results(RankId(r)).out = whole[r];
     st[r].q_heads = q[r];
@@ -139,22 +150,23 @@ void usp_forward(PlanBuilder& b, std::vector<RankState>& st, int domains) {
 void usp_backward(PlanBuilder& b, std::vector<RankState>& st, int domains) {
   const Groups g = groups_of(b, domains);
   const int n = b.ranks();
+  const bool after_forward = st.front().q_heads != kNone;  // its head shards are still there
   std::vector<BufferId> dout(st.size()), q, kv, out;
+  if (!after_forward) kv = gather_heads(b, g, column(st, &RankState::kv));
   for (int r = 0; r < n; ++r) dout[std::size_t(r)] = b.buffer(r, BufKind::Dout, r, BufInit::Input);
-  const auto dout_h = gather_heads(b, g, Stream::Q, dout);
-  if (st.front().q_heads != kNone) {  // after this plan's forward: its head shards are still there
+  const auto dout_h = gather_heads(b, g, dout);
+  if (after_forward) {
     q = column(st, &RankState::q_heads);
     kv = column(st, &RankState::kv_heads);
     out = column(st, &RankState::out_heads);
   } else {
-    q = gather_heads(b, g, Stream::Q, column(st, &RankState::q));
-    kv = gather_heads(b, g, Stream::Kv, column(st, &RankState::kv));
+    q = gather_heads(b, g, column(st, &RankState::q));
     std::vector<BufferId> o(st.size());
     for (int r = 0; r < n; ++r) {
       o[std::size_t(r)] = b.buffer(r, BufKind::Out, r, BufInit::Input);
       b.results(r).out = o[std::size_t(r)];
     }
-    out = gather_heads(b, g, Stream::Out, o);
+    out = gather_heads(b, g, o);
   }
   std::vector<BufferId> bundle(st.size());
   for (int r = 0; r < n; ++r) {
@@ -162,8 +174,8 @@ void usp_backward(PlanBuilder& b, std::vector<RankState>& st, int domains) {
     b.pack(q[std::size_t(r)], dout_h[std::size_t(r)], out[std::size_t(r)], bundle[std::size_t(r)]);
   }
   const auto grads = ring_backward_over(b, cross_rings(g), bundle, kv);
-  const auto dq = scatter_heads(b, g, Stream::Out, grads.dq);
-  const auto dkv = scatter_heads(b, g, Stream::Dkv, grads.dkv);
+  const auto dq = scatter_heads(b, g, grads.dq);
+  const auto dkv = scatter_heads(b, g, grads.dkv);
   for (int r = 0; r < n; ++r) {
     b.results(r).dq = dq[std::size_t(r)];
     b.results(r).dkv = dkv[std::size_t(r)];
