@@ -12,6 +12,7 @@
 
 #include "scheduler/planners/planners.hpp"
 #include "sim/evaluate.hpp"
+#include "sim/explain.hpp"
 
 namespace charm::sim {
 
@@ -92,6 +93,8 @@ TaskOut run_task(const SweepSpec& spec, std::size_t config, ir::Phase phase) {
     r.exposed_comm_ms = o.s.exposed_comm_s * 1e3;
     r.idle_ms = o.s.idle_mean_s * 1e3;
     r.speedup_vs_ring = ring.ok && o.s.time_s > 0 ? ring.s.time_s / o.s.time_s : 0;
+    r.peak_mem_bytes = o.s.peak_mem_bytes;
+    if (const auto m = memory_verdict(o.s.peak_mem_bytes, spec.reserved_gb, t.gpu); m.known) r.fits = m.fits ? 1 : 0;
     out.rows.push_back(std::move(r));
   }
   return out;
@@ -193,7 +196,8 @@ SweepResult run_sweep(const SweepSpec& spec, const SweepControl& control) {
 std::vector<std::string> sweep_columns(const SweepSpec& spec) {
   std::vector<std::string> cols{"topology", "ranks",  "domains", "batch",  "seq",  "heads",
                                 "kv_heads", "head_dim", "dtype", "causal", "layout", "algo",
-                                "pass",     "ccr",    "time_ms", "exposed_comm_ms", "idle_ms", "speedup_vs_ring"};
+                                "pass",     "ccr",    "time_ms", "exposed_comm_ms", "idle_ms", "speedup_vs_ring",
+                                "fits", "peak_mem_bytes"};
   cols.insert(cols.begin() + 1, spec.set_fields.begin(), spec.set_fields.end());
   return cols;
 }
@@ -206,9 +210,10 @@ std::string sweep_csv(const SweepSpec& spec, const SweepResult& result) {
     out += spec.topologies[r.topology].name;
     // {} prints the shortest text that reads back to the same double: exact and deterministic.
     if (!spec.set_fields.empty()) out += fmt::format(",{}", fmt::join(spec.points[r.topology].values, ","));
-    out += fmt::format(",{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", r.ranks, r.domains, w.batch, w.seq, w.heads,
+    out += fmt::format(",{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", r.ranks, r.domains, w.batch, w.seq, w.heads,
                        w.kv_heads, w.head_dim, to_string(w.dtype), w.causal ? 1 : 0, to_string(w.layout), r.algo,
-                       to_string(r.pass), r.ccr, r.time_ms, r.exposed_comm_ms, r.idle_ms, r.speedup_vs_ring);
+                       to_string(r.pass), r.ccr, r.time_ms, r.exposed_comm_ms, r.idle_ms, r.speedup_vs_ring,
+                       r.fits < 0 ? std::string() : std::to_string(r.fits), r.peak_mem_bytes);
   }
   return out;
 }
@@ -234,7 +239,8 @@ nlohmann::json sweep_json(const SweepSpec& spec, const SweepResult& result) {
              {"dtype", std::string(to_string(w.dtype))}, {"causal", w.causal},
              {"layout", std::string(to_string(w.layout))}, {"algo", r.algo}, {"pass", std::string(to_string(r.pass))},
              {"ccr", r.ccr}, {"time_ms", r.time_ms}, {"exposed_comm_ms", r.exposed_comm_ms}, {"idle_ms", r.idle_ms},
-             {"speedup_vs_ring", r.speedup_vs_ring}};
+             {"speedup_vs_ring", r.speedup_vs_ring}, {"peak_mem_bytes", r.peak_mem_bytes},
+             {"fits", r.fits < 0 ? json(nullptr) : json(r.fits == 1)}};
     set_values(r.topology, row);
     rows.push_back(std::move(row));
   }

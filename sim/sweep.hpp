@@ -34,6 +34,7 @@ struct SweepSpec {
   std::vector<ir::Layout> layouts{ir::Layout::Contiguous};
   std::vector<std::string> algos;      // in report order
   std::vector<ir::Phase> passes{ir::Phase::Fwd};
+  double reserved_gb = 0;              // memory the rest of the model holds per GPU, for `fits`
 
   /// A hardware sweep: numbers of the topology JSON by dotted path ("inter.bandwidth_gbps"), each a
   /// column of the output. With fields, `points[t]` says where topology t came from.
@@ -68,6 +69,8 @@ struct SweepRow {
   double time_ms = 0, exposed_comm_ms = 0;
   double idle_ms = 0;        // compute-stream idle time, mean over ranks
   double speedup_vs_ring = 0;  // ring time / this time; 0 when ring could not run
+  ir::Bytes peak_mem_bytes = 0;  // peak attention buffers per GPU (max over ranks)
+  int fits = -1;               // 1/0: peak + SweepSpec::reserved_gb within gpu.memory_gb; -1: memory unknown
 };
 
 struct SweepResult {

@@ -75,7 +75,7 @@ std::string fresh_dir(const std::string& name) {
 
 const std::vector<std::string> kColumns{"topology", "ranks",  "domains", "batch",   "seq",  "heads",          "kv_heads", "head_dim",
                                         "dtype",    "causal", "layout",  "algo",    "pass", "ccr",            "time_ms",  "exposed_comm_ms",
-                                        "idle_ms",  "speedup_vs_ring"};
+                                        "idle_ms",  "speedup_vs_ring", "fits", "peak_mem_bytes"};
 
 // Acceptance 1: >= 2,000 configurations over 2 topologies with --jobs 2.
 // 2 topologies x 5 batch x 5 seq x 4 heads x 2 head_dim x 4 kv_heads x 2 layouts = 3,200 configurations.
@@ -143,6 +143,21 @@ TEST(Sweep, SpeedupAndCcrAgreeWithCompare) {
     EXPECT_DOUBLE_EQ(std::stod(c.rows[i].at("speedup_vs_ring")), j["results"][i]["speedup_vs_ring"].get<double>());
     EXPECT_DOUBLE_EQ(std::stod(c.rows[i].at("ccr")), j["results"][i]["ccr"].get<double>());
   }
+}
+
+TEST(Sweep, FitsColumnJudgesPeakMemoryAgainstTheGpu) {
+  const auto dir = fresh_dir("fits");
+  const std::string base = "sweep --topology " + topo("h100-2x8.json") + " --batch 1 --seq 256k --heads 16 --head-dim 128 --algos ring";
+  ASSERT_EQ(run_charm(base + " --out " + dir + "/a.csv").code, 0);
+  // The rest of the model holds all but 10 MB of the 80 GB: ring's buffers no longer fit.
+  ASSERT_EQ(run_charm(base + " --reserved-gb 79.99 --out " + dir + "/b.csv").code, 0);
+  const Csv a = read_csv(dir + "/a.csv"), b = read_csv(dir + "/b.csv");
+  ASSERT_EQ(a.rows.size(), 1u);
+  ASSERT_EQ(b.rows.size(), 1u);
+  EXPECT_EQ(a.rows[0].at("fits"), "1");
+  EXPECT_EQ(b.rows[0].at("fits"), "0");
+  EXPECT_GT(std::stod(a.rows[0].at("peak_mem_bytes")), 10e6);
+  EXPECT_EQ(a.rows[0].at("peak_mem_bytes"), b.rows[0].at("peak_mem_bytes"));
 }
 
 TEST(Sweep, ListsExpandRangesAndSuffixes) {

@@ -349,6 +349,7 @@ void register_sweep(CLI::App& app) {
     std::vector<std::string> sets;
     std::string out, json, plot, plot_script;
     int jobs = -1;  // -1: every core
+    double reserved_gb = 0;
   };
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("sweep",
@@ -381,6 +382,9 @@ void register_sweep(CLI::App& app) {
                   "draw speedup vs CCR, vs sequence length and vs each --set field, and run time, with gnuplot (.png or .svg)");
   sub->add_option("--plot-script", o->plot_script, "also keep the gnuplot script (data inline) to restyle the figure");
   sub->add_option("--jobs,-j", o->jobs, "worker threads (default: all cores)");
+  sub->add_option("--reserved-gb", o->reserved_gb,
+                  "GB per GPU the rest of the model holds, added to the attention buffers for the fits column")
+      ->capture_default_str();
 
   sub->callback([o] {
     sim::SweepSpec spec;
@@ -436,6 +440,9 @@ void register_sweep(CLI::App& app) {
       if (std::find(spec.algos.begin(), spec.algos.end(), a) == spec.algos.end()) spec.algos.push_back(a);
     }
     if (spec.algos.empty()) fail(Error{"--algos", "expected at least one algorithm"});
+    if (!(o->reserved_gb >= 0) || !std::isfinite(o->reserved_gb) || o->reserved_gb > 1e4)
+      fail(Error{"--reserved-gb", fmt::format("must be a number of GB in [0, 10000], got {}", o->reserved_gb)});
+    spec.reserved_gb = o->reserved_gb;
     if (o->pass == "fwd") spec.passes = {ir::Phase::Fwd};
     else if (o->pass == "bwd") spec.passes = {ir::Phase::Bwd};
     else if (o->pass == "both") spec.passes = {ir::Phase::Fwd, ir::Phase::Bwd};
