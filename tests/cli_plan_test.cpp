@@ -90,3 +90,15 @@ TEST(CliErrors, MalformedPlanJson) {
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.out.find("malformed JSON"), std::string::npos) << r.out;
 }
+
+TEST(CliConventions, VersionAndNamesInAnyCase) {
+  auto v = run_charm("--version");
+  EXPECT_EQ(v.code, 0);
+  EXPECT_EQ(v.out.rfind("charm 0.", 0), 0u) << v.out;
+  EXPECT_NE(v.out.find("commit "), std::string::npos) << v.out;
+  // "Ring" is ring: the plan is the same one.
+  auto a = run_charm("plan --algo Ring --ranks 4 --seq 4k --out /dev/stdout");
+  auto b = run_charm("plan --algo ring --ranks 4 --seq 4k --out /dev/stdout");
+  ASSERT_EQ(a.code, 0) << a.out;
+  EXPECT_EQ(a.out, b.out);
+}

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "scheduler/ir/plan_io.hpp"
+#include "scheduler/ir/suggest.hpp"
 #include "scheduler/planners/planners.hpp"
 
 using namespace charm;
@@ -151,4 +152,16 @@ TEST(Plan, OpsAreCompact) {
   EXPECT_LE(sizeof(Op), 72u);
   Plan p = small_plan("charm");
   EXPECT_LT(p.memory_bytes() / p.size(), 200u);
+}
+
+TEST(Suggest, NearestNameForATypo) {
+  const std::vector<std::string> names{"ring", "ring-zigzag", "merge", "rm+", "charm", "ulysses", "usp"};
+  EXPECT_EQ(charm::edit_distance("chram", "charm"), 1u);  // one swap
+  EXPECT_EQ(charm::edit_distance("CHARM", "charm"), 0u);
+  EXPECT_EQ(charm::edit_distance("ulyses", "ulysses"), 1u);
+  EXPECT_EQ(charm::closest_name("chram", names), "charm");
+  EXPECT_EQ(charm::closest_name("ulyses", names), "ulysses");
+  EXPECT_EQ(charm::closest_name("ringzigzag", names), "ring-zigzag");
+  EXPECT_FALSE(charm::closest_name("bogus", names).has_value());  // far from everything: no guess
+  EXPECT_FALSE(charm::closest_name("x", names).has_value());
 }

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -9,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 #include <unistd.h>
+
+#include "scheduler/planners/planners.hpp"
 
 namespace charm::cli {
 
@@ -117,6 +120,28 @@ void write_file_atomic(const std::string& path, const std::string& content) {
 std::vector<Register>& registry() {
   static std::vector<Register> r;
   return r;
+}
+
+CLI::Validator algorithm_name() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        auto a = sched::resolve_algorithm(s);
+        if (!a) return a.error().what;
+        s = *a;
+        return {};
+      },
+      "ALGO", "algorithm");
+}
+
+std::vector<std::string> algorithm_list(const std::string& text, const std::string& flag) {
+  std::vector<std::string> out;
+  for (const auto& item : split_list(text)) {
+    auto a = sched::resolve_algorithm(item, flag);
+    if (!a) fail(a.error());
+    if (std::find(out.begin(), out.end(), *a) == out.end()) out.push_back(*a);
+  }
+  if (out.empty()) fail(Error{flag, "names no algorithm"});
+  return out;
 }
 
 } // namespace charm::cli

@@ -40,6 +40,12 @@ inline void unwrap(const Status& s) {
 /// "4096", "128k", "1M", "2g" (powers of 1024) -> value; errors name the flag.
 [[nodiscard]] Expected<std::int64_t> parse_size(const std::string& text, const std::string& flag);
 
+/// A CLI11 transform for --algo: the canonical name of an algorithm given in any case;
+/// an unknown one fails with the nearest name and the list.
+[[nodiscard]] CLI::Validator algorithm_name();
+/// --algos: each name resolved as by algorithm_name(); an empty list is an error of `flag`.
+[[nodiscard]] std::vector<std::string> algorithm_list(const std::string& text, const std::string& flag = "--algos");
+
 /// "a, b,,c" -> {"a", "b", "c"}: comma-separated items, spaces and empty items dropped.
 [[nodiscard]] std::vector<std::string> split_list(const std::string& s);
 

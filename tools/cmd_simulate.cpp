@@ -198,13 +198,7 @@ void register_compare(CLI::App& app) {
     if (w.causal && sub->count("--layout") == 0) w.layout = ir::Layout::Zigzag;
     const int ranks = o->cluster.uniform ? o->cluster.ranks : topo.num_gpus();
     const int domains = o->cluster.domains_for(topo);
-    auto algos = o->algos.empty() ? sched::algorithm_names() : split_list(o->algos);
-    if (algos.empty()) fail(Error{"--algos", "names no algorithm"});
-    for (const auto& a : algos) {
-      const auto& names = sched::algorithm_names();
-      if (std::find(names.begin(), names.end(), a) == names.end())
-        fail(Error{"--algos", fmt::format("unknown algorithm '{}'", a)});
-    }
+    const auto algos = o->algos.empty() ? sched::algorithm_names() : algorithm_list(o->algos);
     std::vector<ir::PassKind> passes;
     if (w.pass != ir::PassKind::Bwd) passes.push_back(ir::PassKind::Fwd);
     if (w.pass != ir::PassKind::Fwd) passes.push_back(ir::PassKind::Bwd);
@@ -342,10 +336,7 @@ void register_advise(CLI::App& app) {
     if (o->jobs < 0 || o->jobs > 1024) fail(Error{"--jobs", fmt::format("must be in [1, 1024] (or omitted), got {}", o->jobs)});
     if (o->top < 0) fail(Error{"--top", fmt::format("must be >= 1 (or 0 or omitted: all), got {}", o->top)});
     sim::AdviseOptions opt;
-    if (!o->algos.empty()) {
-      opt.algos = split_list(o->algos);
-      if (opt.algos.empty()) fail(Error{"--algos", "names no algorithm"});
-    }
+    if (!o->algos.empty()) opt.algos = algorithm_list(o->algos);
     if (sub->count("--layout") > 0) opt.layout = w.layout;
     if (o->cluster.domains > 0) opt.domains = o->cluster.domains;
     opt.ranks = o->cluster.uniform ? o->cluster.ranks : topo.num_gpus();

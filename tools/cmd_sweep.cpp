@@ -433,13 +433,7 @@ void register_sweep(CLI::App& app) {
     if (spec.layouts.empty()) fail(Error{"--layout", "expected contiguous or zigzag"});
     spec.causal = {o->causal};
     // Algorithms and passes.
-    const auto& names = sched::algorithm_names();
-    for (const auto& a : o->algos.empty() ? names : split_list(o->algos)) {
-      if (std::find(names.begin(), names.end(), a) == names.end())
-        fail(Error{"--algos", fmt::format("unknown algorithm '{}' (expected: {})", a, fmt::join(names, ", "))});
-      if (std::find(spec.algos.begin(), spec.algos.end(), a) == spec.algos.end()) spec.algos.push_back(a);
-    }
-    if (spec.algos.empty()) fail(Error{"--algos", "expected at least one algorithm"});
+    spec.algos = o->algos.empty() ? sched::algorithm_names() : algorithm_list(o->algos);
     if (!(o->reserved_gb >= 0) || !std::isfinite(o->reserved_gb) || o->reserved_gb > 1e4)
       fail(Error{"--reserved-gb", fmt::format("must be a number of GB in [0, 10000], got {}", o->reserved_gb)});
     spec.reserved_gb = o->reserved_gb;

@@ -8,13 +8,64 @@
 #include <cstdio>
 #include <exception>
 #include <new>
+#include <string>
+#include <vector>
 
+#include "scheduler/ir/suggest.hpp"
 #include "tools/cli_common.hpp"
+
+namespace {
+
+/// CLI11's "The following argument(s) was/were not expected: --seqq 4k", with the
+/// nearest flag of the command each unknown flag was given to.
+std::string with_suggestions(const std::string& what, const CLI::App& app) {
+  const auto colon = what.find("not expected: ");
+  if (colon == std::string::npos) return what;
+  std::vector<std::string> flags;
+  const CLI::App* cmd = &app;
+  for (const auto* sub : app.get_subcommands()) cmd = sub;
+  for (const auto* opt : cmd->get_options()) {
+    for (const auto& l : opt->get_lnames()) flags.push_back("--" + l);
+    for (const auto& sn : opt->get_snames()) flags.push_back("-" + sn);
+  }
+  std::string out = what;
+  std::string rest = what.substr(colon + 14);
+  for (std::size_t p = 0; p < rest.size();) {
+    std::size_t q = rest.find(' ', p);
+    if (q == std::string::npos) q = rest.size();
+    std::string arg = rest.substr(p, q - p);
+    p = q + 1;
+    if (arg.size() < 2 || arg[0] != '-') continue;
+    if (const auto eq = arg.find('='); eq != std::string::npos) arg.resize(eq);
+    if (const auto c = charm::closest_name(arg, flags)) {
+      out += fmt::format(" (did you mean '{}'?)", *c);
+      break;
+    }
+  }
+  return out;
+}
+
+std::string version_text() {
+  return fmt::format("charm {} (commit {}, {} build, CUDA backend {})", CHARM_VERSION, CHARM_GIT_COMMIT, CHARM_BUILD_TYPE,
+#ifdef CHARM_CLI_HAVE_CUDA
+                     "built"
+#else
+                     "not built"
+#endif
+  );
+}
+
+} // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"charm: plan, validate, simulate and run distributed attention (CHARM+, RM+, Ring, ...)", "charm"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "all subcommands' help");
+  app.set_version_flag("--version", version_text());
+  if (argc == 2 && std::string(argv[1]) == "--version") {
+    std::printf("%s\n", version_text().c_str());
+    return 0;
+  }
   for (auto& reg : charm::cli::registry()) reg(app);
   // CLI11 would say only "A subcommand is required" for a mistyped one.
   const auto subs = app.get_subcommands([](const CLI::App*) { return true; });
@@ -31,9 +82,12 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::string what = e.what();
     if (what.empty()) what = e.get_name();
+    what = with_suggestions(what, app);
     std::fprintf(stderr, "charm: error: %s\n", what.c_str());
     return charm::cli::kExitUsage;
   } catch (const charm::cli::UsageError& e) {

@@ -13,7 +13,9 @@ struct PlanFlags {
   int domains = 1;
   WorkloadFlags workload;
   void add(CLI::App& app, bool with_ranks = true) {
-    app.add_option("--algo,-a", algo, "ring | ring-zigzag | merge | rm+ | charm | allgather-kv | tasp | tasp-zigzag | ulysses | usp")->capture_default_str();
+    app.add_option("--algo,-a", algo, "ring | ring-zigzag | merge | rm+ | charm | allgather-kv | tasp | tasp-zigzag | ulysses | usp")
+        ->capture_default_str()
+        ->transform(algorithm_name());
     if (with_ranks) {
       app.add_option("--ranks,-n", ranks, "number of ranks (GPUs)")->capture_default_str();
       app.add_option("--domains,-d", domains, "domains (NUMA nodes / servers) the ranks split into")->capture_default_str();

@@ -4,9 +4,11 @@
 #include "scheduler/planners/planners.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 
+#include "scheduler/ir/suggest.hpp"
 #include "scheduler/planners/comm_list.hpp"
 #include "scheduler/planners/schedules.hpp"
 
@@ -20,6 +22,15 @@ const std::vector<std::string>& algorithm_names() {
   return names;
 }
 
+Expected<std::string> resolve_algorithm(std::string_view name, const std::string& flag) {
+  const auto& names = algorithm_names();
+  for (const auto& n : names)
+    if (n.size() == name.size() && edit_distance(n, name) == 0) return n;
+  const auto near = closest_name(name, names);
+  return Error{flag, fmt::format("unknown algorithm '{}' ({}expected one of: {})", name,
+                                 near ? fmt::format("did you mean '{}'? ", *near) : "", fmt::join(names, ", "))};
+}
+
 bool uses_domains(const std::string& algo) { return algo == "charm" || algo == "usp"; }
 
 bool has_backward(const std::string& algo) { return algo != "tasp" && algo != "tasp-zigzag"; }
@@ -30,12 +41,8 @@ PlanRequest normalised(PlanRequest req) {
 }
 
 Status check_request(const PlanRequest& req) {
-  const auto& names = algorithm_names();
-  if (std::find(names.begin(), names.end(), req.algo) == names.end()) {
-    std::string list;
-    for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
-    return Error{"--algo", fmt::format("unknown algorithm '{}' (expected one of: {})", req.algo, list)};
-  }
+  if (auto a = resolve_algorithm(req.algo); !a) return a.error();
+  else if (*a != req.algo) return Error{"--algo", fmt::format("'{}' is spelt '{}'", req.algo, *a)};
   if (req.ranks < 1 || req.ranks > (1 << 20)) return Error{"--ranks", fmt::format("must be in [1, 1048576], got {}", req.ranks)};
   if (req.domains < 1 || req.ranks % req.domains != 0)
     return Error{"--domains", fmt::format("{} domains do not divide {} ranks", req.domains, req.ranks)};
