@@ -1,5 +1,7 @@
 #include "topologies/topology_json.hpp"
 
+#include "scheduler/ir/json_text.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -504,15 +506,7 @@ Expected<Topology> parse_topology(const nlohmann::json& j, const std::string& so
 namespace {
 
 Expected<nlohmann::json> parse_json_text(const std::string& text, const std::string& source) {
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    // parse_error, but also out_of_range for a number like 1e400 (found by fuzz_topology).
-    std::string what = e.what();
-    // "[json.exception.parse_error.101] parse error at line 3, column 5: ..." -> keep the part after the id.
-    if (auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
-    return Error{source, "malformed JSON: " + what};
-  }
+  return parse_json_strict(text, source);
 }
 
 /// "gpu.efficiency.fwd" -> "/gpu/efficiency/fwd", "links[3].latency_us" -> "/links/3/latency_us".

@@ -1,5 +1,7 @@
 #include "scheduler/ir/plan_io.hpp"
 
+#include "scheduler/ir/json_text.hpp"
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -372,17 +374,9 @@ Expected<Plan> load_plan(const std::string& path) {
   if (std::filesystem::is_directory(path, ec)) return Error{path, "is a folder, not a plan file"};
   std::ifstream in(path);
   if (!in) return Error{path, fmt::format("cannot open for reading: {}", std::strerror(errno))};
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::exception& e) {
-    // parse_error, or out_of_range for a number like 1e400 (found by fuzz_topology in the
-    // topology loader, which shares this parser). Keep the part after "[json.exception...] ".
-    std::string what = e.what();
-    if (auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
-    return Error{path, "malformed JSON: " + what};
-  }
-  auto plan = plan_from_json(j, path);
+  auto j = parse_json_strict(in, path);
+  if (!j) return j.error();
+  auto plan = plan_from_json(*j, path);
   if (plan) return plan;
   // "file.json.ops[3].peer" -> "file.json: ops[3].peer", as the topology loader writes it.
   Error e = plan.error();

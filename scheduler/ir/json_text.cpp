@@ -1,0 +1,126 @@
+#include "scheduler/ir/json_text.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <istream>
+#include <vector>
+
+namespace charm {
+
+namespace {
+
+using json = nlohmann::json;
+
+/// nlohmann's own DOM builder, driven by its SAX parser, with one more check: a key
+/// repeated in one object stops the parse. (A DOM parse with a per-event callback is
+/// about eight times slower on a 135 MB plan, and a separate SAX pass doubles the
+/// parse; this adds a sorted-vector lookup per key.) sax_parse is a template on the
+/// handler, so nothing here is virtual.
+class StrictDomParser {
+ public:
+  using number_integer_t = json::number_integer_t;
+  using number_unsigned_t = json::number_unsigned_t;
+  using number_float_t = json::number_float_t;
+  using string_t = json::string_t;
+  using binary_t = json::binary_t;
+
+  explicit StrictDomParser(json& root) : dom_(root, /*allow_exceptions=*/true) {}
+  std::string duplicate, where;
+
+  bool null() { return dom_.null(); }
+  bool boolean(bool v) { return dom_.boolean(v); }
+  bool number_integer(number_integer_t v) { return dom_.number_integer(v); }
+  bool number_unsigned(number_unsigned_t v) { return dom_.number_unsigned(v); }
+  bool number_float(number_float_t v, const string_t& s) { return dom_.number_float(v, s); }
+  bool string(string_t& v) { return dom_.string(v); }
+  bool binary(binary_t& v) { return dom_.binary(v); }
+  bool start_object(std::size_t n) {
+    open(true);
+    return dom_.start_object(n);
+  }
+  bool key(string_t& k) {
+    auto& keys = open_[depth_ - 1].keys;  // sorted: objects here have a handful of keys
+    const auto at = std::lower_bound(keys.begin(), keys.end(), k);
+    if (at != keys.end() && *at == k) {
+      duplicate = k;
+      where = path();
+      return false;
+    }
+    keys.insert(at, k);
+    last_key_ = k;
+    return dom_.key(k);
+  }
+  bool end_object() {
+    --depth_;
+    return dom_.end_object();
+  }
+  bool start_array(std::size_t n) {
+    open(false);
+    return dom_.start_array(n);
+  }
+  bool end_array() {
+    --depth_;
+    return dom_.end_array();
+  }
+  template <class Exception>
+  bool parse_error(std::size_t pos, const std::string& token, const Exception& ex) {
+    return dom_.parse_error(pos, token, ex);  // throws: allow_exceptions
+  }
+
+ private:
+  struct Frame {
+    bool object = false;
+    std::vector<std::string> keys;
+    std::string name;  // the key this object or array hangs under ("" inside an array)
+  };
+  nlohmann::detail::json_sax_dom_parser<json> dom_;
+  // Frames are reused level by level (depth_ of them are open), so that a plan's
+  // hundreds of thousands of small objects cost no allocation each.
+  std::vector<Frame> open_;
+  std::size_t depth_ = 0;
+  std::string last_key_;
+
+  void open(bool object) {
+    if (depth_ == open_.size()) open_.emplace_back();
+    Frame& f = open_[depth_];
+    f.name = depth_ > 0 && open_[depth_ - 1].object ? last_key_ : std::string();
+    f.object = object;
+    f.keys.clear();
+    ++depth_;
+  }
+  [[nodiscard]] std::string path() const {
+    std::string p;
+    for (std::size_t i = 0; i < depth_; ++i)
+      if (!open_[i].name.empty()) p += (p.empty() ? "" : ".") + open_[i].name;
+    return p.empty() ? std::string("the top level") : p;
+  }
+};
+
+template <class Input>
+Expected<json> parse_strict(Input&& input, const std::string& source) {
+  try {
+    json j;
+    StrictDomParser p(j);
+    // strict: nothing but whitespace may follow the document.
+    json::sax_parse(std::forward<Input>(input), &p, json::input_format_t::json, /*strict=*/true);
+    if (!p.duplicate.empty())
+      return Error{source, fmt::format("malformed JSON: duplicate key '{}' in {} (JSON would keep only the last one)", p.duplicate,
+                                       p.where)};
+    return j;
+  } catch (const json::exception& e) {
+    // parse_error, but also out_of_range for a number like 1e400 (found by fuzzing).
+    std::string what = e.what();
+    // "[json.exception.parse_error.101] parse error at line 3, column 5: ..." -> keep the part after the id.
+    if (auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
+    return Error{source, "malformed JSON: " + what};
+  }
+}
+
+} // namespace
+
+Expected<nlohmann::json> parse_json_strict(const std::string& text, const std::string& source) { return parse_strict(text, source); }
+
+Expected<nlohmann::json> parse_json_strict(std::istream& in, const std::string& source) { return parse_strict(in, source); }
+
+} // namespace charm

@@ -1,0 +1,19 @@
+#pragma once
+// Parsing JSON text that a person wrote: a topology or a plan file. nlohmann's parser
+// keeps the last of two equal keys, so `"nodes": 2, ..., "nodes": 3` would silently
+// mean 3; here a repeated key is an error, as is anything after the document.
+
+#include <nlohmann/json.hpp>
+#include <iosfwd>
+#include <string>
+
+#include "scheduler/ir/expected.hpp"
+
+namespace charm {
+
+/// Errors name `source`: "malformed JSON: ..." or "duplicate key 'nodes' in inter".
+[[nodiscard]] Expected<nlohmann::json> parse_json_strict(const std::string& text, const std::string& source);
+/// The same, reading a stream to its end (no copy of the text).
+[[nodiscard]] Expected<nlohmann::json> parse_json_strict(std::istream& in, const std::string& source);
+
+} // namespace charm
