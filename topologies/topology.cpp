@@ -126,6 +126,23 @@ LinkKind Topology::route_kind(int src, int dst) const {
 
 Status Topology::finalize(int num_gpus, const std::string& where) {
   num_gpus_ = num_gpus;
+  // Rank r runs on GPU r and charm's domains are runs of consecutive ranks, so a domain
+  // that comes back after another one would be counted twice (and planned as two).
+  if (domain_level >= 0 && !gpu_place.empty()) {
+    std::vector<std::vector<int>> seen;
+    for (std::size_t g = 0; g < std::size_t(num_gpus) && g < gpu_place.size(); ++g) {
+      std::vector<int> prefix(gpu_place[g].begin(), gpu_place[g].begin() + domain_level + 1);
+      if (!seen.empty() && seen.back() == prefix) continue;
+      if (std::find(seen.begin(), seen.end(), prefix) != seen.end())
+        return Error{where, fmt::format("gpus[{}] ({}) is in {} {} again after another {}: number the GPUs {} by {} (rank r runs on GPU r, "
+                                        "and charm's domains are runs of consecutive ranks)",
+                                        g, vertex_names[g], levels.empty() ? "domain" : levels[std::size_t(domain_level)],
+                                        prefix.back(), levels.empty() ? "domain" : levels[std::size_t(domain_level)],
+                                        levels.empty() ? "domain" : levels[std::size_t(domain_level)],
+                                        levels.empty() ? "domain" : levels[std::size_t(domain_level)])};
+      seen.push_back(std::move(prefix));
+    }
+  }
   const auto V = static_cast<std::size_t>(num_vertices());
   const auto n = static_cast<std::size_t>(num_gpus);
   // Kinds are all or none: a kind compared with no kind has no meaning.
