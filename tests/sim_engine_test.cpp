@@ -251,6 +251,40 @@ TEST(SimEngine, ComputeAndCommunicationOverlapOnDifferentStreams) {
   EXPECT_NEAR(r->ranks[1].idle_s, 0.1, kTol);
 }
 
+/// 2 nodes x 4 GPUs, NVSwitch inside; each NIC (50 GB/s port) serves two GPUs over PCIe.
+std::string shared_nics(double pcie_gbps) {
+  return R"({"gpu": {"tflops": 1}, "nodes": 2, "gpus_per_node": 4, "intra": {"bandwidth_gbps": 300, "sharing": "dedicated"},
+            "inter": {"bandwidth_gbps": 50, "sharing": "shared", "gpus_per_nic": 2, "pcie_gbps": )" +
+         std::to_string(pcie_gbps) + "}}";
+}
+
+TEST(SimEngine, TwoGpusOfOneNicShareItsPort) {
+  // gpu0 and gpu1 share n0.nic0: two 1 GB flows to the other node split its 50 GB/s port,
+  // 1e9 / 25e9 = 0.04 s. gpu0 and gpu2 use different NICs: 1e9 / 50e9 = 0.02 s.
+  auto t = topo_of(shared_nics(64));
+  for (auto [other, expect] : {std::pair{1, 0.04}, std::pair{2, 0.02}}) {
+    Plan p = empty_plan(8);
+    send(p, 0, 4, 1'000'000'000, Stream::Kv);
+    send(p, other, 4 + other, 1'000'000'000, Stream::Kv);
+    recv(p, 4, 0, 1'000'000'000, Stream::Kv);
+    recv(p, 4 + other, other, 1'000'000'000, Stream::Kv);
+    auto r = simulate(p, t, tflops1());
+    ASSERT_TRUE(r.ok()) << r.error().message();
+    EXPECT_NEAR(r->makespan_s, expect, kTol) << "gpu0 and gpu" << other;
+  }
+}
+
+TEST(SimEngine, ThePcieHopToTheNicCanBeTheNarrowest) {
+  // PCIe at 20 GB/s below the 50 GB/s port: a lone 1 GB flow takes 1e9 / 20e9 = 0.05 s.
+  auto t = topo_of(shared_nics(20));
+  Plan p = empty_plan(8);
+  send(p, 0, 4, 1'000'000'000);
+  recv(p, 4, 0, 1'000'000'000);
+  auto r = simulate(p, t, tflops1());
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  EXPECT_NEAR(r->makespan_s, 0.05, kTol);
+}
+
 TEST(SimEngine, RendezvousWaitsForTheLaterSide) {
   // The receive is issued only after rank 1 computes 0.5 s (stream order on
   // a shared stream is not involved: the recv depends on the compute). The

@@ -160,7 +160,10 @@ Status parse_gpu(const Node& n, GpuSpec& g) {
 Status parse_link_params(const Node& n, Link& l, const char* default_sharing) {
   if (!n.j.is_object()) return n.error("must be an object");
   if (n.path == "inter") {
-    if (auto s = check_fields(n, {"bandwidth_gbps", "latency_us", "sharing", "per_flow_gbps", "injection_gbps", "nic"}); !s) return s;
+    if (auto s = check_fields(n, {"bandwidth_gbps", "latency_us", "sharing", "per_flow_gbps", "injection_gbps", "nic", "gpus_per_nic",
+                                  "pcie_gbps"});
+        !s)
+      return s;
   } else if (n.path == "intra") {
     if (auto s = check_fields(n, {"bandwidth_gbps", "latency_us", "sharing", "per_flow_gbps", "injection_gbps", "kind"}); !s) return s;
   } else if (default_sharing != nullptr) {
@@ -328,6 +331,10 @@ Status parse_generator(const Node& root, Topology& t, int& num_gpus_out) {
     if (auto s = parse_link_params(root.at("numa"), numa_link, "shared"); !s) return s.error();
   }
   std::string nic = "per_gpu";
+  long gpus_per_nic = 1;  // > 1: a NIC vertex shared by that many GPUs, each reaching it over PCIe
+  Link nic_pcie;
+  nic_pcie.kind = LinkKind::Pcie;
+  nic_pcie.sharing = Sharing::Dedicated;  // each GPU's own lanes to the switch the NIC sits on
   if (nodes > 1) {
     if (!root.has("inter")) return root.missing("inter");
     const Node in = root.at("inter");
@@ -335,6 +342,18 @@ Status parse_generator(const Node& root, Topology& t, int& num_gpus_out) {
     TRY_ASSIGN(n, get_string(in, "nic", false, "per_gpu"));
     if (n != "per_gpu" && n != "per_node") return in.at("nic").error(fmt::format("must be \"per_gpu\" or \"per_node\", got \"{}\"", n));
     nic = n;
+    if (in.has("gpus_per_nic")) {
+      if (in.has("nic")) return in.at("gpus_per_nic").error("give \"nic\" or \"gpus_per_nic\", not both");
+      TRY_ASSIGN(k, get_int(in, "gpus_per_nic", true, 1, 1));
+      if (per_node % k != 0)
+        return in.at("gpus_per_nic").error(fmt::format("must divide gpus_per_node ({}), got {}", per_node, k));
+      gpus_per_nic = k;
+    }
+    // PCIe 5.0 x16: 64 GB/s per direction, the datasheet rate of the GPU-to-NIC hop.
+    TRY_ASSIGN(pcie, get_number(in, "pcie_gbps", false, 64, true, false));
+    if (in.has("pcie_gbps") && gpus_per_nic == 1)
+      return in.at("pcie_gbps").error("applies with \"gpus_per_nic\" > 1 only (a NIC per GPU is one link)");
+    nic_pcie.bandwidth_gbps = pcie;
   }
   t.levels = {"node", "numa"};
   const long per_numa = per_node / numa;
@@ -366,7 +385,21 @@ Status parse_generator(const Node& root, Topology& t, int& num_gpus_out) {
         l.b = host;
         t.links.push_back(l);
       }
-    if (nodes > 1) {
+    if (nodes > 1 && gpus_per_nic > 1) {
+      for (long k = 0; k < per_node / gpus_per_nic; ++k) {
+        const int nic_v = add_vertex(fmt::format("n{}.nic{}", nd, k));
+        for (long g = k * gpus_per_nic; g < (k + 1) * gpus_per_nic; ++g) {
+          Link l = nic_pcie;
+          l.a = int(nd * per_node + g);
+          l.b = nic_v;
+          t.links.push_back(l);
+        }
+        Link l = inter;
+        l.a = nic_v;
+        l.b = fabric;
+        t.links.push_back(l);
+      }
+    } else if (nodes > 1) {
       if (nic == "per_gpu") {
         for (long g = 0; g < per_node; ++g) {
           Link l = inter;
