@@ -83,4 +83,30 @@ TEST(MpiRun, RankCountMustMatchTheJob) {
   EXPECT_EQ(r.code, 2) << r.out;
 }
 
+TEST(MpiRun, RanksDefaultToTheJobSize) {
+  if (!have_mpirun()) GTEST_SKIP() << "mpirun not found";
+  const auto r = mpirun(2, "run --backend mpi --algo ring --seq 128 --heads 2 --head-dim 32 --dtype fp32 --check --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = json_of(r.out);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_EQ(j.at("ranks"), 2);
+  EXPECT_TRUE(j.at("ok").get<bool>());
+}
+
+TEST(MpiRun, ASingleProcessBackendUnderMpirunIsRefusedOnce) {
+  if (!have_mpirun()) GTEST_SKIP() << "mpirun not found";
+  // Each process would run the whole threads job: refused, and said once (by rank 0), not twice.
+  auto r = mpirun(2, "run --backend threads --algo ring --seq 128 --heads 2 --head-dim 32");
+  EXPECT_EQ(r.code, 2) << r.out;
+  auto count = [](const std::string& s, const std::string& what) {
+    std::size_t n = 0;
+    for (auto p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count(r.out, "charm: error: --backend: mpirun started 2 processes"), 1u) << r.out;
+  r = mpirun(2, "run --backend mpi --algo chram --seq 128");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(count(r.out, "charm: error:"), 1u) << r.out;
+}
+
 } // namespace

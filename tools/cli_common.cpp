@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -142,6 +143,28 @@ std::vector<std::string> algorithm_list(const std::string& text, const std::stri
   }
   if (out.empty()) fail(Error{flag, "names no algorithm"});
   return out;
+}
+
+std::optional<LaunchedJob> launched_job() {
+  // Open MPI's mpirun, then MPICH's Hydra (PMI) and PMIx launchers.
+  for (auto [rank_var, size_var] : {std::pair{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}, std::pair{"PMI_RANK", "PMI_SIZE"},
+                                    std::pair{"PMIX_RANK", "PMIX_SIZE"}}) {
+    const char* r = std::getenv(rank_var);
+    const char* n = std::getenv(size_var);
+    if (r == nullptr || n == nullptr) continue;
+    char* end = nullptr;
+    const long rank = std::strtol(r, &end, 10);
+    if (end == r || *end != 0) continue;
+    const long size = std::strtol(n, &end, 10);
+    if (end == n || *end != 0 || size < 1 || rank < 0 || rank >= size) continue;
+    return LaunchedJob{int(rank), int(size)};
+  }
+  return std::nullopt;
+}
+
+bool quiet_rank() {
+  const auto job = launched_job();
+  return job && job->size > 1 && job->rank > 0;
 }
 
 } // namespace charm::cli

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,16 @@ inline void unwrap(const Status& s) {
 
 /// "4096", "128k", "1M", "2g" (powers of 1024) -> value; errors name the flag.
 [[nodiscard]] Expected<std::int64_t> parse_size(const std::string& text, const std::string& flag);
+
+/// The process's place in a job started by mpirun (Open MPI's or MPICH's launcher
+/// environment), read before MPI is initialised; nullopt outside such a job.
+struct LaunchedJob {
+  int rank = 0, size = 1;
+};
+[[nodiscard]] std::optional<LaunchedJob> launched_job();
+/// True in every process of a launched job but the first: usage errors, the same
+/// on every rank, are printed once, by rank 0.
+[[nodiscard]] bool quiet_rank();
 
 /// A CLI11 transform for --algo: the canonical name of an algorithm given in any case;
 /// an unknown one fails with the nearest name and the list.

@@ -164,7 +164,7 @@ int report(const ir::Plan& plan, const RunOpts& o, const rt::GlobalTensors& in, 
 void register_run(CLI::App& app) {
   auto o = std::make_shared<RunOpts>();
   auto* sub = app.add_subcommand("run", "execute a plan on the CPU (threads or MPI) with real attention math");
-  sub->add_option("--backend", o->backend, "threads | mpi (under mpirun -np RANKS)")->capture_default_str();
+  sub->add_option("--backend", o->backend, "threads | mpi (under mpirun -np RANKS; --ranks defaults to RANKS)")->capture_default_str();
   o->plan.add(*sub);
   sub->add_option("--seed", o->seed, "seed of the generated inputs")->capture_default_str();
   sub->add_flag("--check", o->check, "compare with the fp64 dense reference; exit 1 over tolerance");
@@ -175,7 +175,17 @@ void register_run(CLI::App& app) {
   sub->add_flag("--inject-stall", o->inject_stall, "testing: drop the plan's first send")->group("");
   sub->add_flag("--inject-drop-compute", o->inject_drop_compute, "testing: drop one block computation")->group("");
   for (auto& b : run_backends()) b.add_flags(*sub);
-  sub->callback([o] {
+  sub->callback([o, sub] {
+    // Under mpirun the job is the processes: --ranks defaults to their number, and a
+    // backend that runs every rank in one process would run the whole job N times.
+    const auto job = launched_job();
+    if (job && job->size > 1) {
+      if (o->backend == "threads" || o->backend == "cuda-local")
+        fail(Error{"--backend", fmt::format("mpirun started {} processes, but --backend {} runs every rank in one process "
+                                            "(each would run the whole job): use --backend mpi{}",
+                                            job->size, o->backend, o->backend == "cuda-local" ? " or cuda" : "")});
+      if (sub->count("--ranks") == 0) o->plan.ranks = job->size;
+    }
     for (const auto& b : run_backends())
       if (std::find(b.names.begin(), b.names.end(), o->backend) != b.names.end()) {
         RunRequest req{&o->plan, o->backend, o->seed, o->check, o->json, o->inject_stall, o->timeout_s, {}};

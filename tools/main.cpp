@@ -88,10 +88,11 @@ int main(int argc, char** argv) {
     std::string what = e.what();
     if (what.empty()) what = e.get_name();
     what = with_suggestions(what, app);
-    std::fprintf(stderr, "charm: error: %s\n", what.c_str());
+    if (!charm::cli::quiet_rank()) std::fprintf(stderr, "charm: error: %s\n", what.c_str());
     return charm::cli::kExitUsage;
   } catch (const charm::cli::UsageError& e) {
-    std::fprintf(stderr, "charm: error: %s\n", e.error.message().c_str());
+    // Bad input is the same on every rank of an mpirun job: rank 0 says it, once.
+    if (!charm::cli::quiet_rank()) std::fprintf(stderr, "charm: error: %s\n", e.error.message().c_str());
     return charm::cli::kExitUsage;
   } catch (const charm::cli::RuntimeFailure& e) {
     std::fprintf(stderr, "charm: error: %s\n", e.message.c_str());
