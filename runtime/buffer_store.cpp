@@ -92,7 +92,10 @@ Status BufferStore::init(ir::BufferId id, Slot& s) {
   } catch (const std::bad_alloc&) {
     return Error{fmt::format("rank {}", b.rank), fmt::format("out of memory allocating buffer {} ({} floats)", id, n)};
   }
-  const std::size_t now = live_.fetch_add(n * sizeof(float)) + n * sizeof(float);
+  // The peak counts what the plan says the buffer holds (Buffer::bytes, in the workload's
+  // dtypes: what a GPU would allocate), not this host's fp32 copy of it.
+  s.counted = std::size_t(b.bytes);
+  const std::size_t now = live_.fetch_add(s.counted) + s.counted;
   std::size_t peak = peak_.load();
   while (now > peak && !peak_.compare_exchange_weak(peak, now)) {}
   if (b.init == ir::BufInit::Zero && b.kind == ir::BufKind::Out) {
@@ -123,7 +126,7 @@ void BufferStore::release(const ir::Op& op) {
   for (int i = 0; i < n; ++i) {
     Slot& s = *slots_[std::size_t(roots[i])];
     if (s.uses.fetch_sub(1, std::memory_order_acq_rel) == 1 && !s.keep) {
-      live_.fetch_sub(s.data.size() * sizeof(float));
+      live_.fetch_sub(s.counted);
       std::vector<float>().swap(s.data);
     }
   }

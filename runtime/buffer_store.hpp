@@ -1,5 +1,5 @@
 #pragma once
-// BufferStore: fp32 storage for one rank's plan buffers. A buffer is allocated
+// BufferStore: fp32 storage for one rank's plan buffers (the peak counts the plan's bytes). A buffer is allocated
 // and initialised (Input: the rank's tensor; Zero: an empty accumulator) by
 // the first op that touches it, and freed after the last op that uses it,
 // unless it holds a result. Safe to use from every worker of the rank: the
@@ -51,6 +51,7 @@ class BufferStore {
     Status init;
     std::atomic<int> uses{0};
     bool keep = false;
+    std::size_t counted = 0;           // bytes this storage adds to the peak (the plan's, in the workload dtype)
   };
   Status init(ir::BufferId b, Slot& s);
   [[nodiscard]] Status check(ir::BufferId b, const Slot* parent) const;

@@ -31,6 +31,11 @@ void fill(std::vector<float>& t, std::size_t n, const ir::Workload& w, std::uint
 
 } // namespace
 
+void round_all(ir::DType t, std::span<float> xs) {
+  if (t == ir::DType::FP32) return;
+  for (float& x : xs) x = round_to(t, x);
+}
+
 float round_to(ir::DType t, float x) {
   if (t == ir::DType::FP32 || !std::isfinite(x)) return x;
   if (t == ir::DType::BF16) {

@@ -29,6 +29,8 @@ struct GlobalTensors {
 
 /// Rounds to the nearest value representable in `t` (ties to even).
 [[nodiscard]] float round_to(ir::DType t, float x);
+/// Rounds every element in place (nothing for fp32).
+void round_all(ir::DType t, std::span<float> xs);
 
 /// [B, S, heads, D] (global) <-> [B, T, heads, D] (rank's shard, tokens at `positions`).
 void gather_tokens(const ir::Workload& w, std::span<const std::int64_t> positions, std::int64_t heads,

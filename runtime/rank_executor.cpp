@@ -9,6 +9,7 @@
 #include <map>
 #include <tuple>
 
+#include "runtime/global_tensors.hpp"
 #include "runtime/region_copy.hpp"
 
 namespace charm::rt {
@@ -165,15 +166,30 @@ void RankExecutor::work(Worker& w) {
 
 Status RankExecutor::run_comm(std::span<const OpId> ops, bool& stopped) {
   std::vector<RequestPtr> reqs;
+  // Partial outputs travel in the workload's dtype (Workload::out_bytes): what a peer
+  // receives is the sender's fp32 accumulator rounded, O only (LSE is fp32). The staged
+  // copies live until every transfer of the group completed.
+  std::vector<std::vector<float>> staged;
+  staged.reserve(ops.size());
+  const ir::DType dtype = plan_.workload.dtype;
   for (OpId id : ops) {
     const auto& op = plan_.op(id);
     auto where = [&] { return fmt::format("rank {} op {} ({})", rank_, id, ir::op_label(plan_, id)); };
     if (auto e = pair_errors_.find(id); e != pair_errors_.end()) return Error{where(), e->second};
     auto data = store_.get(op.buf[0]);
     if (!data) return Error{where(), data.error().message()};
+    std::span<float> payload = *data;
+    if (op.kind == OpKind::Send && dtype != ir::DType::FP32 && plan_.buffer(op.buf[0]).kind == BufKind::Out) {
+      const RegionLayout& l = store_.layout(op.buf[0]);
+      auto& copy = staged.emplace_back(payload.begin(), payload.end());
+      const std::int64_t q = l.block.q_elems();
+      for (std::int64_t k = 0; k < l.region.owners(); ++k)
+        round_all(dtype, std::span<float>(copy).subspan(std::size_t(k * l.block_elems), std::size_t(q)));
+      payload = copy;
+    }
     Expected<RequestPtr> r = op.kind == OpKind::Send
-                                 ? transport_.post_send({op.stream, rank_, op.peer, op.tag}, *data)
-                                 : transport_.post_recv({op.stream, op.peer, rank_, op.tag}, *data);
+                                 ? transport_.post_send({op.stream, rank_, op.peer, op.tag}, payload)
+                                 : transport_.post_recv({op.stream, op.peer, rank_, op.tag}, payload);
     if (!r) return Error{where(), r.error().message()};
     reqs.push_back(std::move(*r));
   }
@@ -390,6 +406,9 @@ Expected<RankOutputs> RankExecutor::outputs() {
     if (auto s = take(res.dkv, BufKind::Dkv, 0, ss.kv_elems(), o.dk); !s) return s.error();
     if (auto s = take(res.dkv, BufKind::Dkv, ss.kv_elems(), ss.kv_elems(), o.dv); !s) return s.error();
   }
+  // The results are stored in the workload's dtype, as a GPU writes them (LSE stays fp32);
+  // the accumulators behind them were fp32.
+  for (auto* t : {&o.out, &o.dq, &o.dk, &o.dv}) round_all(plan_.workload.dtype, *t);
   return o;
 }
 

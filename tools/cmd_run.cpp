@@ -106,7 +106,7 @@ void dump_tensors(const std::string& dir, const ir::Plan& plan, const RunOpts& o
                             {"layout", std::string(ir::to_string(w.layout))},
                             {"order", "natural sequence order"},
                             {"dtype", std::string(ir::to_string(w.dtype))},
-                            {"storage", "float32"},
+                            {"storage", "float32"},  // the .npy files; the values are rounded to dtype
                             {"batch", w.batch}, {"seq", w.seq}, {"heads", w.heads}, {"kv_heads", w.kv_heads},
                             {"head_dim", w.head_dim}, {"pass", std::string(ir::to_string(w.pass))},
                             {"algo", plan.algo}, {"ranks", plan.ranks}, {"domains", plan.domains},
