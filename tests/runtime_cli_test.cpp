@@ -77,6 +77,25 @@ TEST(CliRun, HalfPrecisionInputsPassTheirTolerance) {
   }
 }
 
+TEST(CliRun, HalfPrecisionStoresHalfPrecision) {
+  // With results rounded to bf16 (8-bit mantissa) the error against the fp64 reference is
+  // of the order of 2^-9 of the largest value, not the 1e-7 of fp32 arithmetic; and the
+  // buffers count 2 bytes per element: bf16 peaks below fp32 on the same plan.
+  auto peak_and_out = [&](const char* dt) {
+    const auto r = run("run --batch 1 --seq 512 --heads 2 --head-dim 32 --dtype " + std::string(dt) +
+                       " --algo charm --ranks 4 --domains 2 --pass both --check --json");
+    EXPECT_EQ(r.code, 0) << r.out;
+    const auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+    return std::pair{j.at("peak_buffer_bytes_per_rank").get<double>(), j.at("max_rel_err").at("out").get<double>()};
+  };
+  const auto [bf16_peak, bf16_err] = peak_and_out("bf16");
+  const auto [fp32_peak, fp32_err] = peak_and_out("fp32");
+  EXPECT_GT(bf16_err, 1e-4);
+  EXPECT_LT(bf16_err, 1e-2);
+  EXPECT_LT(fp32_err, 1e-5);
+  EXPECT_LT(bf16_peak, 0.75 * fp32_peak);
+}
+
 TEST(CliRun, DumpIsInNaturalOrderWhateverTheLayout) {
   const auto dir = std::filesystem::temp_directory_path() / ("charm_dump_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
