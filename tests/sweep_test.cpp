@@ -85,7 +85,7 @@ TEST(Sweep, TwoThousandConfigurationsOneRowPerConfigAlgoPass) {
   const auto r = run_charm("sweep --topology " + kTwoTopos +
                            " --batch 1..16*2 --seq 4k..64k*2 --heads 8..64*2 --kv-heads 1,2,4,8 --head-dim 64,128"
                            " --layout contiguous,zigzag --causal --algos ring,charm,rm+ --pass both --jobs 2 --out " + csv +
-                           " --json " + js);
+                           " --json-out " + js);
   ASSERT_EQ(r.code, 0) << r.out;
   const json j = json::parse(slurp(js));
   const std::size_t configs = j["configs"], skipped = j["skipped"];
@@ -160,11 +160,26 @@ TEST(Sweep, FitsColumnJudgesPeakMemoryAgainstTheGpu) {
   EXPECT_EQ(a.rows[0].at("peak_mem_bytes"), b.rows[0].at("peak_mem_bytes"));
 }
 
+TEST(Sweep, JsonOnStdoutAndNothingComputedIsAnError) {
+  const std::string base = "sweep --topology " + topo("h100-2x8.json") + " --batch 1 --seq 16k --heads 16 --head-dim 128 ";
+  // --json is a switch, as in simulate, compare and advise: the rows on stdout, nothing else there.
+  auto r = run_charm(base + "--algos ring,charm --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = json::parse(r.out.substr(r.out.find('{')));
+  EXPECT_EQ(j.at("rows").size(), 2u);
+  // Every combination refused: exit 2 with the reason, not an empty table.
+  const auto dir = fresh_dir("none");
+  r = run_charm(base + "--algos tasp --pass bwd --out " + dir + "/s.csv");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("no row"), std::string::npos) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/s.csv"));
+}
+
 TEST(Sweep, ListsExpandRangesAndSuffixes) {
   const auto dir = fresh_dir("lists");
   const auto r = run_charm("sweep --topology " + topo("h20-8.json") +
                            " --batch 1..3 --seq 4k..32k*2,48k --heads 8,8,16 --head-dim 64..192+64 --algos ring --out " + dir +
-                           "/s.csv --json " + dir + "/s.json");
+                           "/s.csv --json-out " + dir + "/s.json");
   ASSERT_EQ(r.code, 0) << r.out;
   const json j = json::parse(slurp(dir + "/s.json"));
   std::set<std::int64_t> batch, seq, heads, hd;
@@ -189,7 +204,7 @@ TEST(Sweep, RefusedCombinationsAreSkippedAndCounted) {
   std::ofstream(six) << R"({"schema": 1, "name": "six", "gpu": {"model": "g", "tflops": {"bf16": 100, "fp16": 100, "fp32": 50}},
     "nodes": 1, "gpus_per_node": 6, "intra": {"bandwidth_gbps": 100, "latency_us": 2, "sharing": "dedicated"}})";
   const auto r = run_charm("sweep --topology " + six + "," + topo("h20-8.json") +
-                           " --batch 1 --seq 24k --heads 8 --kv-heads 2,3 --head-dim 128 --out " + dir + "/s.csv --json " + dir +
+                           " --batch 1 --seq 24k --heads 8 --kv-heads 2,3 --head-dim 128 --out " + dir + "/s.csv --json-out " + dir +
                            "/s.json");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("skipped"), std::string::npos) << r.out;
@@ -225,7 +240,7 @@ TEST(Sweep, RejectsBadFlagsNamingTheFlag) {
       {ok + "--layout spiral", "--layout"},
       {ok + "--jobs 0", "--jobs"},
       {ok + "--plot x.jpg", "--plot"},
-      {ok + "--json /nonexistent/dir/s.json", "--json"},
+      {ok + "--json-out /nonexistent/dir/s.json", "--json-out"},
       {ok + "--no-such-flag", "no-such-flag"},
   };
   for (const auto& [args, flag] : cases) {
@@ -244,7 +259,7 @@ TEST(Sweep, SetSweepsATopologyFieldAsAColumn) {
   const auto dir = fresh_dir("set");
   const auto r = run_charm("sweep --topology " + topo("h100-2x8.json") +
                            " --batch 1 --seq 64k --heads 16 --head-dim 128 --set inter.bandwidth_gbps=25,50,100 --algos ring,charm"
-                           " --out " + dir + "/s.csv --json " + dir + "/s.json");
+                           " --out " + dir + "/s.csv --json-out " + dir + "/s.json");
   ASSERT_EQ(r.code, 0) << r.out;
   const Csv c = read_csv(dir + "/s.csv");
   auto columns = kColumns;
@@ -378,7 +393,7 @@ int interrupt_sweep(const std::string& dir, int sig) {
   // About 100,000 configurations: minutes of work, so the signal lands mid-way.
   std::vector<std::string> args{CHARM_BIN,   "sweep",     "--topology", kTwoTopos, "--batch",  "1..64",   "--seq",
                                 "1k..1M*2",  "--heads",   "8..64*2",    "--head-dim", "64,128", "--pass",  "both",
-                                "--jobs",    "2",         "--out",      dir + "/s.csv", "--json", dir + "/s.json",
+                                "--jobs",    "2",         "--out",      dir + "/s.csv", "--json-out", dir + "/s.json",
                                 "--plot",    dir + "/s.png"};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());

@@ -348,6 +348,7 @@ void register_sweep(CLI::App& app) {
     bool causal = false;
     std::vector<std::string> sets;
     std::string out, json, plot, plot_script;
+    bool json_stdout = false;
     int jobs = -1;  // -1: every core
     double reserved_gb = 0;
   };
@@ -376,8 +377,9 @@ void register_sweep(CLI::App& app) {
       ->allow_extra_args(false);
   sub->add_option("--algos", o->algos, "algorithms, comma-separated (default: all)");
   sub->add_option("--pass", o->pass, "fwd | bwd | both (both: one row per pass)")->capture_default_str();
-  sub->add_option("--out,-o", o->out, "CSV file, one row per configuration, algorithm and pass")->required();
-  sub->add_option("--json", o->json, "also write the rows as JSON");
+  sub->add_option("--out,-o", o->out, "CSV file, one row per configuration, algorithm and pass");
+  sub->add_option("--json-out", o->json, "write the rows as JSON to this file");
+  sub->add_flag("--json", o->json_stdout, "JSON output: the rows on stdout, as --json-out writes them");
   sub->add_option("--plot", o->plot,
                   "draw speedup vs CCR, vs sequence length and vs each --set field, and run time, with gnuplot (.png or .svg)");
   sub->add_option("--plot-script", o->plot_script, "also keep the gnuplot script (data inline) to restyle the figure");
@@ -444,8 +446,10 @@ void register_sweep(CLI::App& app) {
     // Outputs and jobs.
     if (!o->plot.empty() && !o->plot.ends_with(".png") && !o->plot.ends_with(".svg"))
       fail(Error{"--plot", fmt::format("'{}' must end in .png or .svg", o->plot)});
+    if (o->out.empty() && o->json.empty() && !o->json_stdout)
+      fail(Error{"--out", "give --out FILE (CSV), --json-out FILE, or --json (JSON on stdout)"});
     check_writable(o->out, "--out");
-    check_writable(o->json, "--json");
+    check_writable(o->json, "--json-out");
     check_writable(o->plot, "--plot");
     check_writable(o->plot_script, "--plot-script");
     {
@@ -487,8 +491,12 @@ void register_sweep(CLI::App& app) {
       return;
     }
 
+    // Nothing computed is a failure, not an empty table.
+    if (res.rows.empty() && res.failures.empty())
+      fail(Error{"--algos", fmt::format("no row: the planner refused every (configuration, algorithm, pass){}",
+                                        res.skip_reasons.empty() ? "" : "; the first reason: " + res.skip_reasons.begin()->first)});
     // Outputs, only now and each atomically.
-    write_file_atomic(o->out, sim::sweep_csv(spec, res));
+    if (!o->out.empty()) write_file_atomic(o->out, sim::sweep_csv(spec, res));
     if (!o->json.empty()) write_file_atomic(o->json, sim::sweep_json(spec, res).dump(1) + "\n");
     const double rate = res.wall_s > 0 ? double(configs) / res.wall_s : 0;
     std::fprintf(stderr, "charm sweep: %zu rows (%zu skipped) from %zu configurations in %.2f s (%.0f configs/s, %zu simulations)\n",
@@ -498,15 +506,18 @@ void register_sweep(CLI::App& app) {
       std::size_t shown = 0;
       for (const auto& [what, n] : res.skip_reasons) {
         if (++shown > 6) {
-          std::fprintf(stderr, "  ... and %zu more reasons (see --json)\n", res.skip_reasons.size() - 6);
+          std::fprintf(stderr, "  ... and %zu more reasons (see --json-out)\n", res.skip_reasons.size() - 6);
           break;
         }
         std::fprintf(stderr, "  %6zu x %s\n", n, what.c_str());
       }
     }
-    std::fprintf(stdout, "wrote %s (%zu rows)\n", o->out.c_str(), res.rows.size());
-    if (!o->json.empty()) std::fprintf(stdout, "wrote %s\n", o->json.c_str());
-    if (!o->plot.empty() && plot(spec, res, o->plot, o->plot_script)) std::fprintf(stdout, "wrote %s\n", o->plot.c_str());
+    // With --json, stdout is the JSON document alone; the "wrote" lines go to stderr.
+    FILE* said = o->json_stdout ? stderr : stdout;
+    if (o->json_stdout) std::fprintf(stdout, "%s\n", sim::sweep_json(spec, res).dump(1).c_str());
+    if (!o->out.empty()) std::fprintf(said, "wrote %s (%zu rows)\n", o->out.c_str(), res.rows.size());
+    if (!o->json.empty()) std::fprintf(said, "wrote %s\n", o->json.c_str());
+    if (!o->plot.empty() && plot(spec, res, o->plot, o->plot_script)) std::fprintf(said, "wrote %s\n", o->plot.c_str());
     if (g_cancel.load()) {
       std::fprintf(stderr, "charm sweep: interrupted while drawing; %s not written\n", o->plot.c_str());
       exit_code() = 128 + (g_signal != 0 ? int(g_signal) : SIGINT);
