@@ -96,6 +96,16 @@ TEST(CliRun, HalfPrecisionStoresHalfPrecision) {
   EXPECT_LT(bf16_peak, fp32_peak);  // Q, K, V, dO and partial O halve; fp32 gradient partials and LSE do not
 }
 
+TEST(CliRun, APlanFileRunsAndPassesItsCheck) {
+  const std::string file = ::testing::TempDir() + "charm_run_plan.json";
+  auto r = run("plan --algo charm --ranks 4 --domains 2 --seq 512 --heads 2 --head-dim 32 --dtype fp32 --causal --pass both --out " + file);
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = run("run --backend threads --plan " + file + " --check");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("check PASSED"), std::string::npos) << r.out;
+  std::remove(file.c_str());
+}
+
 TEST(CliRun, DumpIsInNaturalOrderWhateverTheLayout) {
   const auto dir = std::filesystem::temp_directory_path() / ("charm_dump_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);

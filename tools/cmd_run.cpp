@@ -165,7 +165,7 @@ void register_run(CLI::App& app) {
   auto o = std::make_shared<RunOpts>();
   auto* sub = app.add_subcommand("run", "execute a plan on the CPU (threads or MPI) with real attention math");
   sub->add_option("--backend", o->backend, "threads | mpi (under mpirun -np RANKS; --ranks defaults to RANKS)")->capture_default_str();
-  o->plan.add(*sub);
+  o->plan.add(*sub, /*with_ranks=*/true, /*with_plan_file=*/true);
   sub->add_option("--seed", o->seed, "seed of the generated inputs")->capture_default_str();
   sub->add_flag("--check", o->check, "compare with the fp64 dense reference; exit 1 over tolerance");
   sub->add_option("--dump", o->dump, "write q k v dout out lse dq dk dv as .npy (natural order) and meta.json here");
@@ -184,7 +184,7 @@ void register_run(CLI::App& app) {
         fail(Error{"--backend", fmt::format("mpirun started {} processes, but --backend {} runs every rank in one process "
                                             "(each would run the whole job): use --backend mpi{}",
                                             job->size, o->backend, o->backend == "cuda-local" ? " or cuda" : "")});
-      if (sub->count("--ranks") == 0) o->plan.ranks = job->size;
+      if (sub->count("--ranks") == 0 && !o->plan.from_file()) o->plan.ranks = job->size;
     }
     for (const auto& b : run_backends())
       if (std::find(b.names.begin(), b.names.end(), o->backend) != b.names.end()) {
@@ -206,9 +206,10 @@ void register_run(CLI::App& app) {
     if (!(o->timeout_s >= 0)) fail(Error{"--timeout-s", "must be >= 0"});
     rt::RunOptions ropt{o->timeout_s};
     if (o->backend == "threads") {
-      auto plan = o->plan.make();
-      auto rep = sched::validate(plan);
-      if (!rep.ok()) throw RuntimeFailure{"internal: the planner produced an invalid plan: " + rep.summary(plan)};
+      auto plan = o->plan.make();  // a --plan file is validated as it is read
+      if (!o->plan.from_file())
+        if (auto rep = sched::validate(plan); !rep.ok())
+          throw RuntimeFailure{"internal: the planner produced an invalid plan: " + rep.summary(plan)};
       inject_faults(plan, *o);
       const auto in = rt::plan_inputs(plan.workload, o->seed);
       auto res = rt::run_threads(plan, in, ropt);
@@ -222,8 +223,10 @@ void register_run(CLI::App& app) {
     auto ctx = std::move(*ctx_e);
     auto plan = o->plan.make();
     if (plan.ranks != ctx->size())
-      fail(Error{"--ranks", fmt::format("{} ranks asked for, but mpirun started {} processes", plan.ranks, ctx->size())});
-    if (ctx->rank() == 0) {
+      fail(Error{o->plan.from_file() ? "--plan" : "--ranks",
+                 fmt::format("{} ranks {}, but mpirun started {} processes", plan.ranks,
+                             o->plan.from_file() ? "in the plan" : "asked for", ctx->size())});
+    if (ctx->rank() == 0 && !o->plan.from_file()) {
       auto rep = sched::validate(plan);
       if (!rep.ok()) {
         std::fprintf(stderr, "charm: error: internal: the planner produced an invalid plan: %s\n", rep.summary(plan).c_str());

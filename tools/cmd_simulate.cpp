@@ -6,6 +6,7 @@
 #include <cmath>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -83,19 +84,37 @@ void register_simulate(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("simulate", "simulate one algorithm on a topology (or --uniform) and report time, overlap, memory");
-  o->plan.add(*sub, /*with_ranks=*/false);
+  o->plan.add(*sub, /*with_ranks=*/false, /*with_plan_file=*/true);
   o->cluster.add(*sub);
   sub->add_option("--trace", o->trace, "write a Chrome trace (open in Perfetto / chrome://tracing)");
   sub->add_flag("--json", o->json_out, "JSON output");
   sub->add_flag("--links", o->links, "list per-link utilisation in the text output");
   sub->add_option("--path-limit", o->path_limit, "most critical-path ops to report")->capture_default_str();
-  sub->callback([o] {
+  sub->callback([o, sub] {
     check_output_path(o->trace, "--trace");
+    // A saved or hand-edited plan fixes algorithm, ranks, domains and workload.
+    std::optional<ir::Plan> file_plan;
+    if (o->plan.from_file()) {
+      file_plan = o->plan.make();
+      if (o->cluster.domains > 0) fail(Error{"--domains", "the plan file fixes the domains; drop --domains or --plan"});
+      if (o->cluster.uniform && sub->count("--ranks") == 0) o->cluster.ranks = file_plan->ranks;
+    }
     const auto topo = o->cluster.get();
-    const ir::Workload w = o->plan.workload.get();
-    const int ranks = o->cluster.uniform ? o->cluster.ranks : topo.num_gpus();
-    const int domains = o->cluster.domains_for(topo);
-    const Run r = run_one(o->plan.algo, w, topo, domains, ranks);
+    Run r;
+    if (file_plan) {
+      if (file_plan->ranks > topo.num_gpus())
+        fail(Error{"--plan", fmt::format("the plan has {} ranks; {} has {} GPUs", file_plan->ranks, topo.name, topo.num_gpus())});
+      auto e = sim::evaluate_plan(std::move(*file_plan), topo);
+      if (!e) throw RuntimeFailure{e.error().message()};
+      r = std::move(e).value();
+    } else {
+      r = run_one(o->plan.algo, o->plan.workload.get(), topo, o->cluster.domains_for(topo),
+                  o->cluster.uniform ? o->cluster.ranks : topo.num_gpus());
+    }
+    const ir::Workload w = r.plan.workload;
+    const int ranks = r.plan.ranks;
+    const int domains = r.plan.domains;
+    const std::string algo = r.plan.algo;
     const auto& s = r.summary;
     if (!o->trace.empty()) write_file_atomic(o->trace, sim::chrome_trace(r.plan, r.result).dump() + "\n");
     const double ccr = r.formula.ccr;
@@ -106,7 +125,7 @@ void register_simulate(CLI::App& app) {
     warn_if_not_fits(mem);
     if (o->json_out) {
       json j = {{"schema", 1},
-                {"algo", o->plan.algo},
+                {"algo", algo},
                 {"pass", std::string(to_string(w.pass))},
                 {"topology", topo.name},
                 {"ranks", ranks},
@@ -138,7 +157,8 @@ void register_simulate(CLI::App& app) {
       std::cout << j.dump(1) << "\n";
       return;
     }
-    std::cout << fmt::format("# charm simulate: {} {} on {} ({} ranks, {} domains)\n", o->plan.algo, to_string(w.pass), topo.name, ranks, domains);
+    std::cout << fmt::format("# charm simulate: {} {} on {} ({} ranks, {} domains){}\n", algo, to_string(w.pass), topo.name, ranks, domains,
+                             o->plan.from_file() ? " from " + o->plan.plan_file : "");
     std::cout << fmt::format("# workload: B={} S={} H={}/{} D={} {} {}{}\n", w.batch, w.seq, w.heads, w.kv_heads, w.head_dim,
                              to_string(w.dtype), to_string(r.plan.workload.layout), w.causal ? " causal" : "");
     std::cout << fmt::format("{:<28}{:>12.3f} ms\n", "time", s.time_s * 1e3);

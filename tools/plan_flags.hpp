@@ -1,8 +1,13 @@
 #pragma once
-// Flags that choose an algorithm and a cluster shape, shared by plan, simulate and run.
+// Flags that choose an algorithm and a cluster shape, shared by plan, simulate and run;
+// or, for simulate and run, a plan file (`--plan FILE`) that fixes all of them.
+
+#include <fmt/format.h>
 
 #include "scheduler/ir/plan.hpp"
+#include "scheduler/ir/plan_io.hpp"
 #include "scheduler/planners/planners.hpp"
+#include "scheduler/validate/validator.hpp"
 #include "tools/cli_common.hpp"
 
 namespace charm::cli {
@@ -12,7 +17,9 @@ struct PlanFlags {
   int ranks = 8;
   int domains = 1;
   WorkloadFlags workload;
-  void add(CLI::App& app, bool with_ranks = true) {
+  std::string plan_file;  // --plan: run or simulate this plan instead of building one
+  void add(CLI::App& app, bool with_ranks = true, bool with_plan_file = false) {
+    app_ = &app;
     app.add_option("--algo,-a", algo, "ring | ring-zigzag | merge | rm+ | charm | allgather-kv | tasp | tasp-zigzag | ulysses | usp")
         ->capture_default_str()
         ->transform(algorithm_name());
@@ -21,7 +28,10 @@ struct PlanFlags {
       app.add_option("--domains,-d", domains, "domains (NUMA nodes / servers) the ranks split into")->capture_default_str();
     }
     workload.add(app);
+    if (with_plan_file)
+      app.add_option("--plan", plan_file, "a plan file (charm plan --out, or hand-edited): its algorithm, ranks and workload apply");
   }
+  [[nodiscard]] bool from_file() const { return !plan_file.empty(); }
   [[nodiscard]] sched::PlanRequest request() const {
     sched::PlanRequest r;
     r.algo = algo;
@@ -30,7 +40,23 @@ struct PlanFlags {
     r.workload = workload.get();
     return sched::normalised(r);
   }
-  [[nodiscard]] ir::Plan make() const { return unwrap(sched::make_plan(request())); }
+  /// The plan: built from the flags, or read from --plan and validated (a plan file that
+  /// breaks a rule is refused before anything runs on it).
+  [[nodiscard]] ir::Plan make() const {
+    if (!from_file()) return unwrap(sched::make_plan(request()));
+    // The file fixes what these flags describe; given with it they would be silently ignored.
+    for (const char* f : {"--algo", "--ranks", "--domains", "--batch", "--seq", "--heads", "--kv-heads", "--head-dim", "--dtype",
+                          "--causal", "--layout", "--pass"})
+      if (app_ != nullptr && app_->get_option_no_throw(f) != nullptr && app_->count(f) > 0)
+        fail(Error{f, fmt::format("the plan file {} fixes the algorithm, ranks and workload; drop {} or --plan", plan_file, f)});
+    ir::Plan plan = unwrap(ir::load_plan(plan_file));
+    if (auto rep = sched::validate(plan); !rep.ok())
+      fail(Error{"--plan", fmt::format("{} is not a valid plan: {}", plan_file, rep.summary(plan))});
+    return plan;
+  }
+
+ private:
+  CLI::App* app_ = nullptr;
 };
 
 } // namespace charm::cli
