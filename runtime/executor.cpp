@@ -171,10 +171,15 @@ Expected<RunResult> run_threads(const ir::Plan& plan, const GlobalTensors& in, c
     execs.push_back(std::make_unique<RankExecutor>(plan, r, transport, fill));
     ptrs.push_back(execs.back().get());
   }
-  const auto t0 = Clock::now();
-  if (auto s = drive(ptrs, plan, opt); !s) return s.error();
   RunResult res;
+  const auto t0 = Clock::now();
+  if (opt.timeline) {
+    res.timeline = trace::Timeline::zeros(plan);
+    for (auto* e : ptrs) e->record_times(&res.timeline, t0);
+  }
+  if (auto s = drive(ptrs, plan, opt); !s) return s.error();
   res.time_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  res.timeline.makespan_s = res.time_ms * 1e-3;
   for (auto* e : ptrs) {
     auto o = e->outputs();
     if (!o) return o.error();

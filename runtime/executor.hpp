@@ -8,17 +8,20 @@
 
 #include "runtime/global_tensors.hpp"
 #include "runtime/rank_executor.hpp"
+#include "scheduler/trace/trace.hpp"
 
 namespace charm::rt {
 
 struct RunOptions {
   double timeout_s = 0;  // watchdog: give up after this long without progress; 0 = never
+  bool timeline = false; // record every op's start and end (RunResult::timeline)
 };
 
 struct RunResult {
   GlobalTensors out;         // out/lse and/or dq/dk/dv, as the pass produces them
   double time_ms = 0;        // wall time of the plan itself
   std::size_t peak_bytes = 0;  // largest per-rank buffer high-water mark
+  trace::Timeline timeline;    // with RunOptions::timeline: measured, seconds from the plan's start (MPI: on rank 0)
 };
 
 /// Fills Input buffers of `plan` from the global tensors (Q, KV, dO; O and LSE for a backward-only plan).

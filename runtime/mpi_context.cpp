@@ -59,8 +59,13 @@ Expected<RunResult> MpiContext::run(const ir::Plan& plan, const GlobalTensors& i
   MpiTransport transport(comm_, !multiple_, tag_ub_);
   RankExecutor exec(plan, rank_, transport, input_filler(plan, in));
   RankExecutor* ptr = &exec;
+  trace::Timeline measured;
   MPI_Barrier(as_comm(comm_));
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = std::chrono::steady_clock::now();  // every rank's clock starts at the barrier
+  if (opt.timeline) {
+    measured = trace::Timeline::zeros(plan);
+    exec.record_times(&measured, t0);
+  }
   if (auto s = drive(std::span<RankExecutor* const>(&ptr, 1), plan, opt); !s) return s.error();
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   auto shard = exec.outputs();
@@ -72,6 +77,17 @@ Expected<RunResult> MpiContext::run(const ir::Plan& plan, const GlobalTensors& i
   unsigned long peak = exec.peak_bytes(), max_peak = 0;
   MPI_Reduce(&peak, &max_peak, 1, MPI_UNSIGNED_LONG, MPI_MAX, 0, as_comm(comm_));
   res.peak_bytes = max_peak;
+  if (opt.timeline) {
+    // Each op's times are set on its own rank only (zero elsewhere, and times are >= 0): the
+    // maximum over ranks collects them on rank 0.
+    if (plan.size() > std::size_t(INT_MAX)) return Error{"mpi", "the plan has too many ops to gather a timeline"};
+    res.timeline = trace::Timeline::zeros(plan);
+    for (auto [src, dst] : {std::pair{&measured.start_s, &res.timeline.start_s}, std::pair{&measured.end_s, &res.timeline.end_s}})
+      if (MPI_Reduce(src->data(), dst->data(), int(plan.size()), MPI_DOUBLE, MPI_MAX, 0, as_comm(comm_)) != MPI_SUCCESS)
+        return Error{"mpi", "MPI_Reduce of the timeline failed"};
+    res.timeline.flow_start_s = res.timeline.start_s;
+    res.timeline.makespan_s = slowest * 1e-3;
+  }
   // Every shard of a tensor has the same size, so a plain gather collects them in rank order.
   std::vector<RankOutputs> all(rank_ == 0 ? std::size_t(size_) : 0);
   auto gather = [&](std::vector<float> RankOutputs::*field) -> Status {

@@ -140,6 +140,8 @@ void RankExecutor::work(Worker& w) {
       w.at.store(w.ops[i]);
       w.state.store(int(State::WaitingDeps));
       if (!wait_deps(members)) return;
+      const auto since_t0 = [this] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); };
+      const double began = timeline_ != nullptr ? since_t0() : 0;
       Status s;
       if (is_comm(first)) {
         w.state.store(int(State::InTransport));
@@ -153,6 +155,10 @@ void RankExecutor::work(Worker& w) {
       if (!s) {
         fail(s.error());
         return;
+      }
+      if (timeline_ != nullptr) {
+        const double ended = since_t0();
+        for (OpId id : members) timeline_->record(id, began, ended);
       }
       finish(members);
       i = j;

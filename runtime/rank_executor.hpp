@@ -18,6 +18,7 @@
 // and blocked() says what each unfinished worker waits on (for the watchdog).
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -29,6 +30,7 @@
 #include "runtime/buffer_store.hpp"
 #include "runtime/cpu_attention.hpp"
 #include "runtime/transport.hpp"
+#include "scheduler/trace/trace.hpp"
 
 namespace charm::rt {
 
@@ -66,6 +68,12 @@ class RankExecutor {
   [[nodiscard]] std::size_t peak_bytes() const { return store_.peak_bytes(); }
   /// The rank's results; call after join().
   [[nodiscard]] Expected<RankOutputs> outputs();
+  /// Before start(): write each of this rank's ops' start and end, in seconds from t0, into
+  /// `t` (indexed by OpId; ranks write disjoint entries, so executors may share one).
+  void record_times(trace::Timeline* t, std::chrono::steady_clock::time_point t0) {
+    timeline_ = t;
+    t0_ = t0;
+  }
 
  private:
   enum class State : int { Idle, WaitingDeps, InTransport, Running, Finished };
@@ -98,6 +106,8 @@ class RankExecutor {
   std::vector<char> op_done_;  // by OpId, guarded by mu_
   std::optional<Error> error_;  // guarded by mu_
   std::atomic<bool> stop_{false};
+  trace::Timeline* timeline_ = nullptr;
+  std::chrono::steady_clock::time_point t0_;
   std::atomic<std::uint64_t> completed_{0};
   std::atomic<std::size_t> finished_workers_{0};
 };

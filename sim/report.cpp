@@ -1,5 +1,7 @@
 #include "sim/report.hpp"
 
+#include "scheduler/trace/trace.hpp"
+
 #include <algorithm>
 
 namespace charm::sim {
@@ -71,47 +73,7 @@ nlohmann::json links_json(const topo::Topology& t, const SimResult& r) {
 }
 
 nlohmann::json chrome_trace(const Plan& plan, const SimResult& r) {
-  nlohmann::json ev = nlohmann::json::array();
-  for (int rk = 0; rk < plan.ranks; ++rk) {
-    ev.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", rk}, {"tid", 0}, {"args", {{"name", "rank " + std::to_string(rk)}}}});
-    ev.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", rk}, {"tid", 0}, {"args", {{"sort_index", rk}}}});
-    for (int s = 0; s < kNumStreams; ++s)
-      ev.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", rk}, {"tid", s},
-                    {"args", {{"name", std::string(to_string(Stream(s)))}}}});
-  }
-  const double us = 1e6;
-  for (std::size_t i = 0; i < plan.size(); ++i) {
-    const Op& o = plan.op(OpId(i));
-    const double ts = r.start_s[i] * us, dur = (r.end_s[i] - r.start_s[i]) * us;
-    nlohmann::json args = {{"op", i}};
-    if (o.kind == OpKind::Compute) args["flops"] = o.flops;
-    else args["bytes"] = o.bytes;
-    if (o.kind == OpKind::Send || o.kind == OpKind::Recv) args["transfer_start_us"] = r.flow_start_s[i] * us;
-    ev.push_back({{"ph", "X"}, {"name", op_label(plan, OpId(i))}, {"cat", std::string(to_string(o.kind))}, {"pid", o.rank},
-                  {"tid", int(o.stream)}, {"ts", ts}, {"dur", dur}, {"args", args}});
-    if (o.kind == OpKind::Send) {
-      // The arrow starts inside the send's slice and ends inside the matching receive's slice.
-      ev.push_back({{"ph", "s"}, {"name", "transfer"}, {"cat", "flow"}, {"id", i}, {"pid", o.rank}, {"tid", int(o.stream)},
-                    {"ts", r.flow_start_s[i] * us}});
-    }
-  }
-  // Receives: find each send's receive by (stream, src, dst, tag) once.
-  std::vector<std::tuple<int, int, int, int, OpId>> sends, recvs;
-  for (std::size_t i = 0; i < plan.size(); ++i) {
-    const Op& o = plan.op(OpId(i));
-    if (o.kind == OpKind::Send) sends.emplace_back(int(o.stream), o.rank, o.peer, o.tag, OpId(i));
-    if (o.kind == OpKind::Recv) recvs.emplace_back(int(o.stream), o.peer, o.rank, o.tag, OpId(i));
-  }
-  std::sort(sends.begin(), sends.end());
-  std::sort(recvs.begin(), recvs.end());
-  for (std::size_t k = 0; k < std::min(sends.size(), recvs.size()); ++k) {
-    const OpId s = std::get<4>(sends[k]), rv = std::get<4>(recvs[k]);
-    const Op& o = plan.op(rv);
-    ev.push_back({{"ph", "f"}, {"bp", "e"}, {"name", "transfer"}, {"cat", "flow"}, {"id", s}, {"pid", o.rank},
-                  {"tid", int(o.stream)}, {"ts", r.end_s[std::size_t(rv)] * us}});
-  }
-  return {{"traceEvents", ev}, {"displayTimeUnit", "ms"},
-          {"otherData", {{"algo", plan.algo}, {"ranks", plan.ranks}, {"makespan_ms", r.makespan_s * 1e3}}}};
+  return trace::chrome_trace(plan, r.start_s, r.end_s, r.flow_start_s, r.makespan_s);
 }
 
 } // namespace charm::sim

@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <set>
+#include <fstream>
 #include <string>
 
 namespace {
@@ -107,6 +109,27 @@ TEST(MpiRun, ASingleProcessBackendUnderMpirunIsRefusedOnce) {
   r = mpirun(2, "run --backend mpi --algo chram --seq 128");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(count(r.out, "charm: error:"), 1u) << r.out;
+}
+
+TEST(MpiRun, TraceGathersEveryRanksOpsOnRankZero) {
+  if (!have_mpirun()) GTEST_SKIP() << "mpirun not found";
+  const std::string file = ::testing::TempDir() + "charm_mpi_trace.json";
+  std::remove(file.c_str());
+  const auto r = mpirun(4, "run --backend mpi --algo charm --domains 2 --seq 512 --heads 2 --head-dim 32 --pass both --trace " + file);
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::ifstream in(file);
+  ASSERT_TRUE(in.good()) << r.out;
+  const auto j = nlohmann::json::parse(in);
+  std::set<int> ops, ranks;
+  for (const auto& e : j.at("traceEvents"))
+    if (e.at("ph") == "X") {
+      ops.insert(e.at("args").at("op").get<int>());
+      if (e.at("dur").get<double>() > 0) ranks.insert(e.at("pid").get<int>());
+    }
+  EXPECT_EQ(ops.size(), 116u);       // one slice per op of the plan
+  EXPECT_EQ(ranks.size(), 4u);       // measured times from every rank reached rank 0
+  EXPECT_EQ(j.at("otherData").at("backend"), "mpi");
+  std::remove(file.c_str());
 }
 
 } // namespace

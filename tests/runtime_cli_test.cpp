@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 
@@ -104,6 +105,29 @@ TEST(CliRun, APlanFileRunsAndPassesItsCheck) {
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("check PASSED"), std::string::npos) << r.out;
   std::remove(file.c_str());
+}
+
+TEST(CliRun, TraceHasOneSlicePerOpInTheSimulatorsSchema) {
+  const std::string dir = ::testing::TempDir();
+  const std::string w = " --algo charm --ranks 4 --domains 2 --seq 512 --heads 2 --head-dim 32 --pass both";
+  auto r = run("run --backend threads" + w + " --trace " + dir + "charm_measured.json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = run("simulate" + std::string(" --uniform --ranks 4 --domains 2 --bw-gbps 10 --tflops 10 --algo charm --seq 512 --heads 2 "
+                                   "--head-dim 32 --pass both --trace ") + dir + "charm_predicted.json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto slices = [](const std::string& path) {
+    std::map<int, std::string> by_op;  // op id -> name
+    const auto j = nlohmann::json::parse(read_file(path));
+    for (const auto& e : j.at("traceEvents"))
+      if (e.at("ph") == "X") by_op[e.at("args").at("op").get<int>()] = e.at("name").get<std::string>();
+    return std::pair{by_op, j.at("otherData")};
+  };
+  const auto [measured, meta] = slices(dir + "charm_measured.json");
+  const auto [predicted, pmeta] = slices(dir + "charm_predicted.json");
+  EXPECT_EQ(measured.size(), 116u);  // every op of the plan once
+  EXPECT_EQ(measured, predicted);    // the same ids and names as the prediction
+  EXPECT_TRUE(meta.at("measured").get<bool>());
+  EXPECT_EQ(meta.at("backend"), "threads");
 }
 
 TEST(CliRun, DumpIsInNaturalOrderWhateverTheLayout) {

@@ -15,6 +15,7 @@
 #include "runtime/executor.hpp"
 #include "runtime/npy.hpp"
 #include "runtime/reference.hpp"
+#include "scheduler/trace/trace.hpp"
 #include "scheduler/validate/validator.hpp"
 #include "tools/cli_common.hpp"
 #include "tools/plan_flags.hpp"
@@ -31,7 +32,7 @@ struct RunOpts {
   std::string backend = "threads";
   std::uint64_t seed = 0;
   bool check = false, json = false, inject_stall = false, inject_drop_compute = false;
-  std::string dump;
+  std::string dump, trace;
   double timeout_s = 300;
 };
 
@@ -161,6 +162,13 @@ int report(const ir::Plan& plan, const RunOpts& o, const rt::GlobalTensors& in, 
   return ok ? 0 : kExitInvalid;
 }
 
+/// The measured ops as a Chrome trace, in the simulator's schema (the same op ids and names),
+/// so that a prediction and a measurement can be laid side by side.
+void write_measured_trace(const std::string& path, const ir::Plan& plan, const rt::RunResult& res, const std::string& backend) {
+  if (path.empty()) return;
+  write_file_atomic(path, trace::chrome_trace(plan, res.timeline, {{"measured", true}, {"backend", backend}}).dump() + "\n");
+}
+
 void register_run(CLI::App& app) {
   auto o = std::make_shared<RunOpts>();
   auto* sub = app.add_subcommand("run", "execute a plan on the CPU (threads or MPI) with real attention math");
@@ -169,6 +177,8 @@ void register_run(CLI::App& app) {
   sub->add_option("--seed", o->seed, "seed of the generated inputs")->capture_default_str();
   sub->add_flag("--check", o->check, "compare with the fp64 dense reference; exit 1 over tolerance");
   sub->add_option("--dump", o->dump, "write q k v dout out lse dq dk dv as .npy (natural order) and meta.json here");
+  sub->add_option("--trace", o->trace,
+                  "write a Chrome trace of the measured ops (every backend; the simulator's schema: same op ids in args.op)");
   sub->add_flag("--json", o->json, "JSON output");
   sub->add_option("--timeout-s", o->timeout_s, "watchdog: fail (exit 3) after this long without progress; 0 = off")
       ->capture_default_str();
@@ -188,7 +198,7 @@ void register_run(CLI::App& app) {
     }
     for (const auto& b : run_backends())
       if (std::find(b.names.begin(), b.names.end(), o->backend) != b.names.end()) {
-        RunRequest req{&o->plan, o->backend, o->seed, o->check, o->json, o->inject_stall, o->timeout_s, {}};
+        RunRequest req{&o->plan, o->backend, o->seed, o->check, o->json, o->inject_stall, o->timeout_s, o->trace, {}};
         req.report = [o](const ir::Plan& plan, const rt::GlobalTensors& in, const rt::RunResult& res,
                          const nlohmann::json& extra, const std::string& extra_text) {
           return report(plan, *o, in, res, extra, extra_text);
@@ -204,7 +214,8 @@ void register_run(CLI::App& app) {
       fail(Error{"--backend", fmt::format("unknown backend '{}' (expected one of: {})", o->backend, known)});
     }
     if (!(o->timeout_s >= 0)) fail(Error{"--timeout-s", "must be >= 0"});
-    rt::RunOptions ropt{o->timeout_s};
+    check_output_path(o->trace, "--trace");
+    rt::RunOptions ropt{o->timeout_s, !o->trace.empty()};
     if (o->backend == "threads") {
       auto plan = o->plan.make();  // a --plan file is validated as it is read
       if (!o->plan.from_file())
@@ -214,6 +225,7 @@ void register_run(CLI::App& app) {
       const auto in = rt::plan_inputs(plan.workload, o->seed);
       auto res = rt::run_threads(plan, in, ropt);
       if (!res) throw RuntimeFailure{res.error().message()};
+      write_measured_trace(o->trace, plan, *res, "threads");
       exit_code() = report(plan, *o, in, *res);
       return;
     }
@@ -242,7 +254,10 @@ void register_run(CLI::App& app) {
       ctx->abort(kExitRuntime);
     }
     int code = 0;
-    if (ctx->rank() == 0) code = report(plan, *o, in, *res);
+    if (ctx->rank() == 0) {
+      write_measured_trace(o->trace, plan, *res, "mpi");
+      code = report(plan, *o, in, *res);
+    }
     exit_code() = ctx->broadcast(code);
 #else
     fail(Error{"--backend", "this charm was built without MPI (install libopenmpi-dev and rebuild)"});

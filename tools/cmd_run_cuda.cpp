@@ -1,6 +1,6 @@
 // charm run --backend cuda-local | cuda: the plan on GPUs (runtime/cuda).
 // Same checks, text and JSON as the CPU backends, plus the simulator's timing
-// fields measured with CUDA events and, with --trace, the simulator's Chrome trace.
+// fields measured with CUDA events and, with --trace, a Chrome trace in the simulator's schema.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -9,6 +9,7 @@
 
 #include "runtime/cuda/cuda_executor.hpp"
 #include "runtime/cuda/timeline.hpp"
+#include "scheduler/trace/trace.hpp"
 #include "scheduler/validate/validator.hpp"
 #include "tools/cli_common.hpp"
 #include "tools/run_backends.hpp"
@@ -16,15 +17,11 @@
 #include "runtime/cuda/nccl_backend.hpp"
 #include "runtime/mpi_context.hpp"
 #endif
-#ifdef CHARM_CLI_HAVE_SIM
-#include "sim/report.hpp"
-#endif
 
 namespace charm::cli {
 namespace {
 
 struct CudaFlags {
-  std::string trace;
   int device = 0;
   int warmup = 1;
   std::string tile_budget = "256M";
@@ -41,18 +38,11 @@ void drop_first_send(ir::Plan& plan) {
 }
 
 void write_trace(const std::string& path, const ir::Plan& plan, const rt::cuda::CudaRunResult& r) {
-#ifdef CHARM_CLI_HAVE_SIM
-  sim::SimResult s;
-  s.makespan_s = r.run.time_ms * 1e-3;
-  for (double v : r.start_ms) s.start_s.push_back(v * 1e-3);
-  for (double v : r.end_ms) s.end_s.push_back(v * 1e-3);
-  s.flow_start_s = s.start_s;  // a transfer's start is when its group was issued
-  write_file_atomic(path, sim::chrome_trace(plan, s).dump() + "\n");
-#else
-  (void)plan;
-  (void)r;
-  fail(Error{"--trace", fmt::format("cannot write {}: this charm was built without the simulator", path)});
-#endif
+  trace::Timeline t = trace::Timeline::zeros(plan);
+  for (std::size_t i = 0; i < plan.size() && i < r.start_ms.size() && i < r.end_ms.size(); ++i)
+    t.record(ir::OpId(i), r.start_ms[i] * 1e-3, r.end_ms[i] * 1e-3);  // a transfer's start is when its group was issued
+  t.makespan_s = r.run.time_ms * 1e-3;
+  write_file_atomic(path, trace::chrome_trace(plan, t, {{"measured", true}, {"backend", "cuda"}, {"timing", "cuda events"}}).dump() + "\n");
 }
 
 /// The simulator's timing fields, from the measured op times.
@@ -94,7 +84,7 @@ int run_cuda(const RunRequest& req, const CudaFlags& f) {
     if (!res) throw RuntimeFailure{res.error().message()};
     const auto dev = rt::cuda::device_description(f.device);
     const auto [extra, text] = timing(plan, *res, dev ? *dev : "unknown");
-    if (!f.trace.empty()) write_trace(f.trace, plan, *res);
+    if (!req.trace.empty()) write_trace(req.trace, plan, *res);
     return req.report(plan, in, res->run, extra, text);
   }
 #ifdef CHARM_RT_HAVE_NCCL
@@ -125,7 +115,7 @@ int run_cuda(const RunRequest& req, const CudaFlags& f) {
     (void)cudaGetDevice(&dev);
     const auto desc = rt::cuda::device_description(dev);
     const auto [extra, text] = timing(plan, *res, desc ? *desc : "unknown");
-    if (!f.trace.empty()) write_trace(f.trace, plan, *res);
+    if (!req.trace.empty()) write_trace(req.trace, plan, *res);
     code = req.report(plan, in, res->run, extra, text);
   }
   return ctx->broadcast(code);
@@ -140,7 +130,6 @@ const bool registered = [] {
       {"cuda-local", "cuda"},
       [f](CLI::App& sub) {
         auto* g = "GPU backends (cuda-local: every rank on one GPU; cuda: one GPU per rank under mpirun)";
-        sub.add_option("--trace", f->trace, "cuda backends: write a Chrome trace of the measured ops")->group(g);
         sub.add_option("--device", f->device, "cuda-local: the GPU to use")->capture_default_str()->group(g);
         sub.add_option("--warmup", f->warmup, "cuda backends: untimed runs before the timed one")
             ->capture_default_str()

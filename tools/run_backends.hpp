@@ -22,6 +22,7 @@ struct RunRequest {
   std::uint64_t seed = 0;
   bool check = false, json = false, inject_stall = false;
   double timeout_s = 0;
+  std::string trace;  // --trace FILE: the measured ops as a Chrome trace
   /// Checks against the reference (when asked), prints text or JSON (`extra` merged into
   /// the JSON object, `extra_text` printed as-is before the summary line), dumps; returns the exit code.
   std::function<int(const ir::Plan&, const rt::GlobalTensors& in, const rt::RunResult&, const nlohmann::json& extra,
