@@ -128,6 +128,10 @@ TEST(CliRun, TraceHasOneSlicePerOpInTheSimulatorsSchema) {
   EXPECT_EQ(measured, predicted);    // the same ids and names as the prediction
   EXPECT_TRUE(meta.at("measured").get<bool>());
   EXPECT_EQ(meta.at("backend"), "threads");
+  // And the two side by side.
+  r = run("trace-diff " + dir + "charm_predicted.json " + dir + "charm_measured.json --top 3");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("# charm trace-diff: 116 ops"), std::string::npos) << r.out;
 }
 
 TEST(CliRun, DumpIsInNaturalOrderWhateverTheLayout) {

@@ -6,3 +6,5 @@ charm_add_test(sim_cli_test SOURCES sim_cli_test.cpp LIBS nlohmann_json::nlohman
 charm_add_test(sim_consistency_test SOURCES sim_consistency_test.cpp LIBS charm::sim charm::scheduler LABELS unit TIMEOUT 600)
 # What bounds a run, the critical-path shares, the memory verdict, and the advisor's ranking.
 charm_add_test(sim_explain_test SOURCES sim_explain_test.cpp LIBS charm::sim charm::scheduler LABELS unit TIMEOUT 120)
+# The trace layer: measured beside predicted.
+charm_add_test(trace_test SOURCES trace_test.cpp LIBS charm::trace LABELS unit TIMEOUT 60)

@@ -1,0 +1,46 @@
+// The trace layer: Chrome traces from a timeline, and a measured trace beside a predicted one.
+#include <gtest/gtest.h>
+
+#include "scheduler/trace/diff.hpp"
+#include "scheduler/trace/trace.hpp"
+
+namespace {
+
+using nlohmann::json;
+
+/// A trace of three ops with the given durations (microseconds).
+json three_ops(double send_us, double recv_us, double compute_us, const char* compute_name = "fwd Q0*KV0 full") {
+  auto x = [](int op, const char* name, const char* cat, int pid, double dur) {
+    return json{{"ph", "X"}, {"name", name}, {"cat", cat}, {"pid", pid}, {"tid", 0}, {"ts", 0}, {"dur", dur}, {"args", {{"op", op}}}};
+  };
+  return {{"traceEvents", {x(0, "send kv0 -> 1 #0", "send", 0, send_us), x(1, "recv kv0 <- 0 #0", "recv", 1, recv_us),
+                           x(2, compute_name, "compute", 1, compute_us), json{{"ph", "M"}, {"name", "process_name"}}}},
+          {"otherData", {{"makespan_ms", (std::max(send_us, recv_us) + compute_us) / 1e3}}}};
+}
+
+TEST(TraceDiff, AlignsOpsAndSumsByKind) {
+  // Predicted: transfer 1 ms, compute 2 ms. Measured: transfer 3 ms (3x), compute 2.5 ms.
+  const auto d = charm::trace::diff_traces(three_ops(1000, 1000, 2000), three_ops(3000, 3000, 2500), "p", "m");
+  ASSERT_TRUE(d) << d.error().message();
+  EXPECT_DOUBLE_EQ(d->predicted_makespan_ms, 3.0);
+  EXPECT_DOUBLE_EQ(d->measured_makespan_ms, 5.5);
+  ASSERT_EQ(d->ops.size(), 3u);
+  // Furthest from the prediction first: the transfer's two sides (2 ms off), then the compute (0.5 ms).
+  EXPECT_EQ(d->ops[2].kind, "compute");
+  EXPECT_DOUBLE_EQ(d->ops[2].measured_ms - d->ops[2].predicted_ms, 0.5);
+  ASSERT_EQ(d->kinds.size(), 3u);
+  EXPECT_EQ(d->kinds.back().kind, "compute");
+  EXPECT_DOUBLE_EQ(d->kinds.front().measured_ms, 3.0);
+}
+
+TEST(TraceDiff, TracesOfDifferentPlansAreRefused) {
+  auto d = charm::trace::diff_traces(three_ops(1, 1, 1), three_ops(1, 1, 1, "fwd Q1*KV0 full"), "p", "m");
+  ASSERT_FALSE(d);
+  EXPECT_NE(d.error().message().find("op 2 is 'fwd Q1*KV0 full' here and 'fwd Q0*KV0 full' in p"), std::string::npos)
+      << d.error().message();
+  d = charm::trace::diff_traces(three_ops(1, 1, 1), json{{"ops", json::array()}}, "p", "plan.json");
+  ASSERT_FALSE(d);
+  EXPECT_EQ(d.error().where, "plan.json");
+}
+
+} // namespace
