@@ -86,6 +86,16 @@ Expected<Advice> advise(const Workload& w, const topo::Topology& t, const Advise
         if (w.pass != PassKind::Bwd) phases.push_back(Phase::Fwd);
         if (w.pass != PassKind::Fwd) phases.push_back(Phase::Bwd);
         bool refused = false;
+        if (opt.max_plan_bytes > 0) {
+          sched::PlanRequest rp = req;
+          rp.workload.pass = w.pass;
+          const auto e = sched::estimate_plan(rp);
+          if (e.plan_bytes + 60 * e.ops > opt.max_plan_bytes) {  // the simulator's state, as for charm simulate
+            adv.refused.push_back({c.label(), fmt::format("would need about {:.3g} GB for {:.2g} ops, over the memory budget",
+                                                          (e.plan_bytes + 60 * e.ops) / 1e9, e.ops)});
+            continue;
+          }
+        }
         for (Phase ph : phases) {
           sched::PlanRequest rp = req;
           rp.workload.pass = ph == Phase::Fwd ? PassKind::Fwd : PassKind::Bwd;

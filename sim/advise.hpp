@@ -35,6 +35,7 @@ struct AdviseOptions {
   int ranks = 0;                     // 0: every GPU of the topology
   double reserved_gb = 0;            // memory the rest of the model holds per GPU
   int jobs = 1;                      // simulations at once
+  double max_plan_bytes = 0;         // > 0: a candidate whose plan and simulation would need more is refused
 };
 
 struct PassOutcome {

@@ -167,4 +167,40 @@ bool quiet_rank() {
   return job && job->size > 1 && job->rank > 0;
 }
 
+namespace {
+std::string& max_memory_text() {
+  static std::string text;
+  return text;
+}
+} // namespace
+
+void add_max_memory(CLI::App& app) {
+  app.add_option("--max-memory", max_memory_text(),
+                 "refuse work estimated to need more memory than this (4G, 512M; default: half of this machine's memory)");
+}
+
+double memory_budget_bytes() {
+  if (!max_memory_text().empty()) {
+    const auto v = unwrap(parse_size(max_memory_text(), "--max-memory"));
+    if (v < (1 << 20)) fail(Error{"--max-memory", fmt::format("must be at least 1M, got {}", max_memory_text())});
+    return double(v);
+  }
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? 0.5 * double(pages) * double(page) : 8e9;
+}
+
+void check_budget(double bytes, const std::string& what, const std::string& flag) {
+  const double budget = memory_budget_bytes();
+  if (bytes <= budget) return;
+  auto gb = [](double b) { return b >= 1e12 ? fmt::format("{:.3g} TB", b / 1e12) : fmt::format("{:.3g} GB", b / 1e9); };
+  fail(Error{flag, fmt::format("{} would need about {}, more than the {} budget ({}); make it smaller, or raise --max-memory",
+                               what, gb(bytes), gb(budget), max_memory_text().empty() ? "half of this machine's memory" : "--max-memory")});
+}
+
+void check_plan_budget(const sched::PlanRequest& req, double extra_bytes_per_op, const std::string& what) {
+  const auto e = sched::estimate_plan(req);
+  check_budget(e.plan_bytes + extra_bytes_per_op * e.ops,
+               fmt::format("{} ({} on {} ranks: about {:.2g} ops)", what, req.algo, req.ranks, e.ops), "--ranks");
+}
+
 } // namespace charm::cli

@@ -11,6 +11,7 @@
 
 #include "scheduler/ir/expected.hpp"
 #include "scheduler/ir/workload.hpp"
+#include "scheduler/planners/planners.hpp"
 
 namespace charm::cli {
 
@@ -50,6 +51,15 @@ struct LaunchedJob {
 /// True in every process of a launched job but the first: usage errors, the same
 /// on every rank, are printed once, by rank 0.
 [[nodiscard]] bool quiet_rank();
+
+/// Work that would not fit is refused before it starts, with its estimate: the budget is
+/// --max-memory (commands that build plans take it) or half of this machine's memory.
+void add_max_memory(CLI::App& app);
+[[nodiscard]] double memory_budget_bytes();
+/// Fails naming `flag` when `bytes` (an estimate of `what`) exceeds the budget.
+void check_budget(double bytes, const std::string& what, const std::string& flag);
+/// check_budget for building (and, per op, `extra_bytes_per_op` more: a JSON copy, simulator state) this plan.
+void check_plan_budget(const sched::PlanRequest& req, double extra_bytes_per_op, const std::string& what);
 
 /// A CLI11 transform for --algo: the canonical name of an algorithm given in any case;
 /// an unknown one fails with the nearest name and the list.

@@ -39,6 +39,7 @@ struct ClusterFlags {
                    "GB per GPU the rest of the model already holds (weights, optimizer state, other activations), "
                    "added to the attention buffers for the fits verdict")
         ->capture_default_str();
+    add_max_memory(app);
   }
   [[nodiscard]] topo::Topology get() const {
     if (uniform == !topology.empty()) fail(Error{"--topology", "give exactly one of --topology FILE and --uniform"});
@@ -63,6 +64,8 @@ struct ClusterFlags {
       fail(Error{"--latency-us", fmt::format("must be a finite number >= 0, got {}", latency_us)});
     if (!(hbm_gbps >= 0) || !std::isfinite(hbm_gbps))
       fail(Error{"--hbm-gbps", fmt::format("must be a finite number >= 0, got {}", hbm_gbps)});
+    // The route table holds a route per GPU pair (about 12 bytes each).
+    check_budget(12.0 * double(ranks) * double(ranks), fmt::format("the route table of a {}-GPU --uniform cluster", ranks), "--ranks");
     return topo::make_uniform(ranks, bw_gbps, tflops, latency_us, hbm_gbps);
   }
   [[nodiscard]] int domains_for(const topo::Topology& t) const {

@@ -21,9 +21,12 @@ void register_commlist(CLI::App& app) {
   auto* sub = app.add_subcommand("commlist", "print GenerateCommList (paper Algorithm 1) for every rank");
   sub->add_option("--ranks,-n", o->ranks, "group size (a power of two)")->required();
   sub->add_flag("--json", o->json, "JSON output");
+  add_max_memory(*sub);
   sub->callback([o] {
     if (!sched::is_power_of_two(o->ranks) || o->ranks > (1 << 20))
       fail(Error{"--ranks", fmt::format("GenerateCommList needs a power-of-two group size up to 2^20, got {}", o->ranks)});
+    // Every rank lists every other rank once: ranks^2 entries, about 8 bytes each as text, 60 in JSON.
+    check_budget(double(o->ranks) * double(o->ranks) * (o->json ? 60 : 8), fmt::format("the lists of {} ranks", o->ranks), "--ranks");
     nlohmann::json lists = nlohmann::json::array();
     for (int r = 0; r < o->ranks; ++r) {
       const auto levels = sched::generate_comm_list(r, o->ranks);
@@ -55,7 +58,9 @@ void register_plan(CLI::App& app) {
     check_output_path(o->out, "--out");
     check_output_path(o->dot, "--dot");
     check_output_path(o->listing, "--listing");
-    auto plan = o->plan.make();
+    // The JSON copy of a plan takes about 2 kB an op (nlohmann's tree and the text; measured
+    // 1.6 GB for a 785k-op ring plan).
+    auto plan = o->plan.make(2000, "the plan and its JSON");
     if (!o->no_validate) {
       auto rep = sched::validate(plan);
       if (!rep.ok()) throw RuntimeFailure{"internal: the planner produced an invalid plan: " + rep.summary(plan)};

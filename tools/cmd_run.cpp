@@ -162,6 +162,18 @@ int report(const ir::Plan& plan, const RunOpts& o, const rt::GlobalTensors& in, 
   return ok ? 0 : kExitInvalid;
 }
 
+/// Refuses, before any tensor is allocated, a run whose tensors would not fit: the global
+/// inputs and results in fp32 (Q, dO, O, dQ by query heads; K, V, dK, dV by kv heads), their
+/// fp64 reference with --check, and the ranks' buffers (about 25 shards of Q per rank, fp32),
+/// all of them in one process for the threads backend and one rank's share under MPI.
+void check_run_memory(const ir::Plan& plan, bool check, bool every_rank_here) {
+  const auto& w = plan.workload;
+  const double tokens = double(w.batch) * double(w.seq) * double(w.head_dim);
+  double bytes = tokens * 4.0 * (4.0 * double(w.heads) + 4.0 * double(w.kv_heads)) * (check ? 3.0 : 1.0);
+  bytes += tokens * double(w.heads) * 4.0 * 25.0 / (every_rank_here ? 1.0 : double(plan.ranks));
+  check_budget(bytes, fmt::format("the run's tensors (B={} S={} H={} D={})", w.batch, w.seq, w.heads, w.head_dim), "--seq");
+}
+
 /// The measured ops as a Chrome trace, in the simulator's schema (the same op ids and names),
 /// so that a prediction and a measurement can be laid side by side.
 void write_measured_trace(const std::string& path, const ir::Plan& plan, const rt::RunResult& res, const std::string& backend) {
@@ -217,7 +229,16 @@ void register_run(CLI::App& app) {
     check_output_path(o->trace, "--trace");
     rt::RunOptions ropt{o->timeout_s, !o->trace.empty()};
     if (o->backend == "threads") {
+      // A thread per stream of every rank, in this process.
+      constexpr int kMaxThreadRanks = 1024;
+      if (!o->plan.from_file() && o->plan.ranks > kMaxThreadRanks)
+        fail(Error{"--ranks", fmt::format("the threads backend runs up to 6 threads per rank in one process; {} ranks is over its "
+                                          "{}-rank limit (use --backend mpi)", o->plan.ranks, kMaxThreadRanks)});
       auto plan = o->plan.make();  // a --plan file is validated as it is read
+      if (plan.ranks > kMaxThreadRanks)
+        fail(Error{"--plan", fmt::format("the threads backend runs up to {} ranks; the plan has {} (use --backend mpi)",
+                                         kMaxThreadRanks, plan.ranks)});
+      check_run_memory(plan, o->check, true);
       if (!o->plan.from_file())
         if (auto rep = sched::validate(plan); !rep.ok())
           throw RuntimeFailure{"internal: the planner produced an invalid plan: " + rep.summary(plan)};
@@ -234,6 +255,7 @@ void register_run(CLI::App& app) {
     if (!ctx_e) throw RuntimeFailure{ctx_e.error().message()};
     auto ctx = std::move(*ctx_e);
     auto plan = o->plan.make();
+    check_run_memory(plan, o->check, false);
     if (plan.ranks != ctx->size())
       fail(Error{o->plan.from_file() ? "--plan" : "--ranks",
                  fmt::format("{} ranks {}, but mpirun started {} processes", plan.ranks,

@@ -26,6 +26,7 @@ struct PlanFlags {
     if (with_ranks) {
       app.add_option("--ranks,-n", ranks, "number of ranks (GPUs)")->capture_default_str();
       app.add_option("--domains,-d", domains, "domains (NUMA nodes / servers) the ranks split into")->capture_default_str();
+      add_max_memory(app);
     }
     workload.add(app);
     if (with_plan_file)
@@ -41,9 +42,16 @@ struct PlanFlags {
     return sched::normalised(r);
   }
   /// The plan: built from the flags, or read from --plan and validated (a plan file that
-  /// breaks a rule is refused before anything runs on it).
-  [[nodiscard]] ir::Plan make() const {
-    if (!from_file()) return unwrap(sched::make_plan(request()));
+  /// breaks a rule is refused before anything runs on it). A plan that would not fit in the
+  /// memory budget, with `extra_bytes_per_op` more per op for what the caller does with it
+  /// (a JSON copy), is refused before it is built.
+  [[nodiscard]] ir::Plan make(double extra_bytes_per_op = 0, const std::string& what = "the plan") const {
+    if (!from_file()) {
+      const auto req = request();
+      if (auto s = sched::check_request(req); !s) fail(s.error());
+      check_plan_budget(req, extra_bytes_per_op, what);
+      return unwrap(sched::make_plan(req));
+    }
     // The file fixes what these flags describe; given with it they would be silently ignored.
     for (const char* f : {"--algo", "--ranks", "--domains", "--batch", "--seq", "--heads", "--kv-heads", "--head-dim", "--dtype",
                           "--causal", "--layout", "--pass"})

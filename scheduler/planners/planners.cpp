@@ -31,6 +31,23 @@ Expected<std::string> resolve_algorithm(std::string_view name, const std::string
                                  near ? fmt::format("did you mean '{}'? ", *near) : "", fmt::join(names, ", "))};
 }
 
+PlanEstimate estimate_plan(const PlanRequest& req) {
+  // Ops per ranks^2 at 32 ranks (fwd, fwd+bwd): ring 2.9 / 8.9, merge 2.9 / 8.8, rm+ 4.4 / 10.3,
+  // charm 3.8 / 7.9, allgather-kv 2.9 / 8.8, ulysses 8.8 / 17.7, usp 2.4 / 5.1; tasp 2.9 per part.
+  const std::string& a = req.algo;
+  double fwd = 3, both = 9;  // ring, ring-zigzag, merge, allgather-kv
+  if (a == "rm+") fwd = 4.5, both = 10.5;
+  if (a == "charm") fwd = 4, both = 8;
+  if (a == "usp") fwd = 2.5, both = 5.5;
+  if (a == "ulysses") fwd = 9, both = 18;
+  if (a == "tasp" || a == "tasp-zigzag") fwd = both = 3 * double(detail::tasp_cycle_steps(std::max(1, req.ranks)).size());
+  const double per = req.workload.pass == PassKind::Fwd ? fwd : req.workload.pass == PassKind::Both ? both : both - fwd;
+  PlanEstimate e;
+  e.ops = per * double(req.ranks) * double(req.ranks) + 8.0 * req.ranks;
+  e.plan_bytes = 120.0 * e.ops;
+  return e;
+}
+
 bool uses_domains(const std::string& algo) { return algo == "charm" || algo == "usp"; }
 
 bool has_backward(const std::string& algo) { return algo != "tasp" && algo != "tasp-zigzag"; }

@@ -21,6 +21,15 @@ struct PlanRequest {
 /// The algorithm's canonical name, for a name given in any case ("Ring" is ring); an
 /// unknown name is an error of `flag` that suggests the nearest name and lists them all.
 [[nodiscard]] Expected<std::string> resolve_algorithm(std::string_view name, const std::string& flag = "--algo");
+/// What building a plan would cost, known before building it: op count and the plan's
+/// memory. The op counts are ~c x ranks^2 (each rank meets every other rank's shard), with
+/// c measured per algorithm and pass on 32-rank plans and rounded up; TASP multiplies by
+/// its part count. An estimate, for refusing up front what would not fit, never for sizing.
+struct PlanEstimate {
+  double ops = 0;
+  double plan_bytes = 0;  // ops, dependencies and buffers in memory (about 120 bytes an op, measured 1024-rank ring)
+};
+[[nodiscard]] PlanEstimate estimate_plan(const PlanRequest& req);
 /// Whether the algorithm's schedule depends on PlanRequest::domains (charm, usp); the others ignore it.
 [[nodiscard]] bool uses_domains(const std::string& algo);
 /// Whether the algorithm plans a backward pass (TASP is forward only).
