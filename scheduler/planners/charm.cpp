@@ -76,18 +76,20 @@ struct RmSchedule {
   int kv_lag = 0;
 };
 
-/// Slot counts keep the peak within 1.5x of ring's (docs/validation.md section 4);
-/// the lags were chosen by simulating the paper's workload on the h100-2x8 preset
-/// and checked on other sizes, masks and presets. RM+ keeps two KV slots (the KV
-/// stream may run a round ahead). CHARM+ also holds the crossed query sets and
-/// their accumulators, so it keeps one slot of each purpose forward; backward it
-/// shares the return slot between dQ and dK/dV partials and spends what that
-/// saves on a second dQ partial slot, so that a query item can be computed while
-/// the previous one's partial is still going home (the returns carry most of the
-/// backward's bytes, and their stream is the one that must not wait).
-RmSchedule rm_schedule(Phase phase, bool crossed) {
+/// Slot counts keep the peak within 1.5x of ring's on two domains (docs/validation.md
+/// section 4); the lags were chosen by simulating the paper's workload on the h100-2x8
+/// preset and checked on other sizes, masks, domain counts and presets. RM+ keeps two
+/// KV slots (the KV stream may run a round ahead). CHARM+ also holds the crossed query
+/// sets and their accumulators, so it keeps one slot of each purpose forward; backward
+/// it shares the return slot between dQ and dK/dV partials and spends what that saves
+/// on a second dQ partial slot, so that a query item can be computed while the
+/// previous one's partial is still going home (the returns carry most of the
+/// backward's bytes, and their stream is the one that must not wait). With more than
+/// two domains the fixed part grows anyway, and a second query slot lets the next of
+/// a round's many query sets travel while one is computed.
+RmSchedule rm_schedule(Phase phase, int domains) {
   RmSchedule s;
-  if (!crossed) {
+  if (domains == 1) {
     s.kv_slots = 2;
     s.kv_lag = phase == Phase::Fwd ? 1 : 0;
   } else if (phase == Phase::Fwd) {
@@ -96,6 +98,7 @@ RmSchedule rm_schedule(Phase phase, bool crossed) {
     s.partial_slots = 2;
     s.shared_arrivals = true;
     s.kv_lag = 0;
+    if (domains > 2) s.q_slots = 2;
   }
   return s;
 }
@@ -152,9 +155,10 @@ class RmPlus {
   static int q_xor(int r) { return r + 2 * level_base(r); }            // 2^(i-1) + 2^(i-2) + t
   /// Index of query set j of round r >= 1 among all query items.
   [[nodiscard]] std::size_t item(int r, int j) const { return std::size_t((r - 1) * sets_ + j); }
-  /// The k-th query set a round exchanges: crossed sets first, so that their
-  /// results are complete early and can go home while the own set finishes.
-  [[nodiscard]] int set_at(int k) const { return sets_ - 1 - k; }
+  /// The k-th query set a round exchanges (and a KV item computes): the crossed
+  /// sets first, in the order they arrived and go home, so that their results are
+  /// complete early and can go home while the own set finishes.
+  [[nodiscard]] int set_at(int k) const { return (k + 1) % sets_; }
 
   // ---- the units and the order of each stream
   void plan_units() {
@@ -183,8 +187,11 @@ class RmPlus {
     }
     // Compute stream. The local block of the own set comes first; the crossed
     // sets' local block waits until the first round's query items are computed
-    // (the crossed sets arrive over the slow link while the first exchanges run).
-    add(compute_stream_, Kind::Local, 0, sets_ > 1 ? 0 : -1, -1);
+    // (the crossed sets arrive over the slow link while the first exchanges run),
+    // unless the run has no second round, where it would come last and hold the
+    // crossed results back from going home.
+    const bool crossed_local_later = sets_ > 1 && items > sets_;
+    add(compute_stream_, Kind::Local, 0, crossed_local_later ? 0 : -1, -1);
     std::vector<int> pending;  // returns whose folds are not placed yet
     auto fold_pending = [&] {
       for (int ret : pending) {
@@ -207,11 +214,10 @@ class RmPlus {
     int next_kv = 0;
     for (int s = 0; s < items; ++s) {
       while (next_kv < rounds_ && next_kv * sets_ + sched_.kv_lag <= s) kv_item(next_kv++);
-      if (sets_ > 1 && s == sets_) add(compute_stream_, Kind::Local, 0, 1, -1);
+      if (crossed_local_later && s == sets_) add(compute_stream_, Kind::Local, 0, 1, -1);
       q_item(s / sets_ + 1, set_at(s % sets_));
     }
     while (next_kv < rounds_) kv_item(next_kv++);
-    if (sets_ > 1 && items <= sets_) add(compute_stream_, Kind::Local, 0, 1, -1);
     fold_pending();
   }
 
@@ -365,8 +371,10 @@ class RmPlus {
             set_consumer(part, kv_return_[std::size_t(u.round)]);
           }
           // Crossed sets first: their accumulators go home at the end, the own one stays.
-          for (std::size_t j = X.queries.size(); j-- > 0;)
-            if (b_.visible(owner(X.queries[j]), owner(kv))) compute(X.queries[j], kv, X.acc[j], part);
+          for (int k = 0; k < sets_; ++k) {
+            const auto j = std::size_t(set_at(k));
+            if (j < X.queries.size() && b_.visible(owner(X.queries[j]), owner(kv))) compute(X.queries[j], kv, X.acc[j], part);
+          }
         }
         break;
       case Kind::QCompute:
@@ -464,7 +472,7 @@ void charm_pass(PlanBuilder& b, const std::vector<RankState>& st, int domains) {
   }
   // One RM+ run per domain over every query set its ranks hold: their own and
   // the crossed ones, so KV moves inside the domain once.
-  const RmSchedule schedule = rm_schedule(b.phase(), domains > 1);
+  const RmSchedule schedule = rm_schedule(b.phase(), domains);
   RmSlots slots(n, schedule);
   std::vector<std::vector<BufferId>> foreign_acc(N, std::vector<BufferId>(std::size_t(domains), kNone));
   for (int d = 0; d < domains; ++d) {
@@ -488,8 +496,12 @@ void charm_pass(PlanBuilder& b, const std::vector<RankState>& st, int domains) {
     RmPlus(b, g, slots, schedule).run();
   }
   // Foreign results go home at the end: round p, (d, l) returns (d+p, l)'s
-  // partial into a slot of its own (the run's slots may still be busy with the
-  // own set), folded before the next round lands there.
+  // partial. The first to arrive becomes the sum of all that come home; the
+  // later rounds land in one slot of their own and are merged into it on the
+  // cross stream (every transfer of a round first: a merge between a rank's
+  // receive and send would split its ncclGroup), so that the next round need
+  // not wait for the compute stream. The sum joins the accumulator at the end.
+  std::vector<BufferId> home(N, kNone);
   BufferRing cross_home(n, 1);
   for (int p = 1; p < domains; ++p) {
     std::vector<int> group(N);
@@ -499,13 +511,21 @@ void charm_pass(PlanBuilder& b, const std::vector<RankState>& st, int domains) {
       const BufferId part = foreign_acc[r][std::size_t(p)];
       if (part == kNone) continue;
       const RankId owner = b.buf(part).owner;
-      const BufferId into = b.buffer(cross_home, owner, acc_kind, b.region(part), BufInit::None);
-      arrived.emplace_back(owner, b.transfer(Stream::Cross, part, owner, group[r], group[std::size_t(owner)], {}, {}, into).dst);
+      const bool first = home[std::size_t(owner)] == kNone;
+      const BufferId into = first ? kNone : b.buffer(cross_home, owner, acc_kind, b.region(part), BufInit::None);
+      const BufferId got = b.transfer(Stream::Cross, part, owner, group[r], group[std::size_t(owner)], {}, {}, into).dst;
+      if (first) home[std::size_t(owner)] = got;
+      else arrived.emplace_back(owner, got);
     }
     for (auto [owner, partial] : arrived) {
-      if (fwd) b.merge(Stream::Compute, partial, own_acc[std::size_t(owner)]);
-      else b.accumulate(Stream::Compute, partial, own_acc[std::size_t(owner)]);
+      if (fwd) b.merge(Stream::Cross, partial, home[std::size_t(owner)]);
+      else b.accumulate(Stream::Cross, partial, home[std::size_t(owner)]);
     }
+  }
+  for (std::size_t r = 0; r < N; ++r) {
+    if (home[r] == kNone) continue;
+    if (fwd) b.merge(Stream::Compute, home[r], own_acc[r]);
+    else b.accumulate(Stream::Compute, home[r], own_acc[r]);
   }
   for (std::size_t r = 0; r < N; ++r) {
     if (fwd) {
