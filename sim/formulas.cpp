@@ -81,73 +81,80 @@ double merge_time(int n, Phase ph, const StepCosts& c) {
   return t;
 }
 
-// RM+, as the planner builds it (scheduler/planners/charm.cpp):
-//   level 1: one KV exchange (Tkv) while the local block computes;
-//   level i >= 2: m = 2^(i-2) rounds, a KV and a Q exchange each, on two
-//   streams that run back to back; round 0 waits for the previous level's
-//   computation (the Commwait of Algorithm 2);
-//   a level computes the previous level's last-round items, then its own
-//   rounds 0..m-2 as they arrive (Q item first, then KV item); the last
-//   round's items are deferred;
-//   computing a foreign Q item (bwd: also a KV item) returns a partial on the
-//   out stream, one after the other; the run ends with the tail items and the
-//   last return.
-// Bounded buffers add three waits: a KV (Q) exchange waits until the item
-// received two exchanges earlier on its stream is computed (two slots), and
-// the computation of a Q (bwd: KV) item waits until the previous such item's
-// partial has gone home (one partial slot each). With per-step costs equal on
-// every rank, this recurrence is exact; without the waits its steady state is
-// sum_i max(C_i, k_i Tc), k = 1, 1, 2^(i-1), when Tq = Tkv (docs/validation.md).
+// RM+, as the planner builds it (scheduler/planners/charm.cpp, one query set):
+//   round 0 exchanges KV only; rounds r = 1 .. n/2-1 exchange KV and Q, each on
+//   its own stream, back to back, a receive waiting for its slot: two KV slots
+//   (KV round r waits until KV item r-2 is computed), one Q slot (Q item r-1
+//   waits until Q item r-2 is computed);
+//   the compute stream runs the local block, then the items in a fixed order:
+//   KV item r just before Q item r + lag (lag 1 forward, 0 backward), the rest
+//   at the end; a Q item (backward: also a KV item) waits until the partial of
+//   the previous such item has gone home (one partial slot each);
+//   every partial goes home on the out stream in compute order, its group
+//   waiting for the fold of the previous arrival of its kind (one arrival slot
+//   each); a fold sits on the compute stream after the computation that follows
+//   the one whose partial came home, and waits for the arrival.
+// Folds are memory-bound (free on the uniform topology); with per-step costs
+// equal on every rank this recurrence is exact. Without the waits its steady
+// state is sum_i max(C_i, k_i Tc), k = 1, 1, 2^(i-1), when Tq = Tkv (docs/validation.md).
 double rmplus_time(int n, Phase ph, const StepCosts& c) {
   if (n == 1) return c.t_comp;
   const bool bwd = ph == Phase::Bwd;
-  const int L = log2i(n);
-  struct Item { bool q; double arrival; std::size_t draw; };
-  std::vector<double> kv_done, q_done;  // per received item: when its compute ends (its slot is free)
-  double cursor = c.t_comp, out = 0;    // compute and out streams free (level 1 computes the local block)
-  double q_part_free = 0, kv_part_free = 0;
-  auto run = [&](const std::vector<Item>& items) {
-    for (const Item& it : items) {
-      const double part_free = it.q ? q_part_free : bwd ? kv_part_free : 0.0;
-      cursor = std::max({cursor, it.arrival, part_free}) + c.t_comp;
-      (it.q ? q_done : kv_done)[it.draw] = cursor;
-      if (it.q) q_part_free = out = std::max(out, cursor) + c.t_out;             // partial (O, LSE) or dQ goes home
-      else if (bwd) kv_part_free = out = std::max(out, cursor) + c.t_dkv;       // dK/dV partial goes home
+  const int rounds = n / 2, items = rounds - 1, lag = bwd ? 0 : 1;
+  std::vector<double> kv_arrival(std::size_t(rounds), 0), kv_done(std::size_t(rounds), 0);
+  std::vector<double> q_arrival(std::size_t(std::max(items, 0)), 0), q_done(q_arrival);
+  double kv_free = 0, q_free = 0, out_free = 0;
+  int kv_sent = 0, q_sent = 0;  // exchanges issued so far, in stream order
+  auto kv_exchange = [&](int r) {
+    for (; kv_sent <= r; ++kv_sent) {
+      const double slot = kv_sent >= 2 ? kv_done[std::size_t(kv_sent - 2)] : 0.0;
+      kv_free = std::max(kv_free, slot) + c.t_kv;
+      kv_arrival[std::size_t(kv_sent)] = kv_free;
     }
+    return kv_arrival[std::size_t(r)];
   };
-  double barrier = 0, kv_free = 0, q_free = 0;
-  auto receive = [](std::vector<double>& done, double& stream_free, double start, double t) {
-    const std::size_t d = done.size();
-    const double slot = d >= 2 ? done[d - 2] : 0.0;
-    done.push_back(0.0);
-    stream_free = std::max({stream_free, start, slot}) + t;
-    return Item{false, stream_free, d};
-  };
-  std::vector<Item> deferred;
-  for (int i = 1; i <= L; ++i) {
-    const int m = i == 1 ? 1 : 1 << (i - 2);
-    std::vector<std::vector<Item>> rounds(static_cast<std::size_t>(m));
-    auto exchange = [&](int t) {
-      const double start = t == 0 ? barrier : 0.0;
-      auto& r = rounds[std::size_t(t)];
-      if (i >= 2) {
-        Item q = receive(q_done, q_free, start, c.t_q);
-        q.q = true;
-        r.push_back(q);
-      }
-      r.push_back(receive(kv_done, kv_free, start, c.t_kv));
-    };
-    exchange(0);
-    run(deferred);
-    for (int t = 1; t < m; ++t) {
-      exchange(t);
-      run(rounds[std::size_t(t - 1)]);
+  auto q_exchange = [&](int s) {
+    for (; q_sent <= s; ++q_sent) {
+      const double slot = q_sent >= 1 ? q_done[std::size_t(q_sent - 1)] : 0.0;
+      q_free = std::max(q_free, slot) + c.t_q;
+      q_arrival[std::size_t(q_sent)] = q_free;
     }
-    deferred = rounds.back();
-    barrier = cursor;
+    return q_arrival[std::size_t(s)];
+  };
+  // Per kind of partial (0: Q item's, 1: KV item's): when the last one is home
+  // (its slot free) and when the last arrival was folded (the arrival slot free).
+  double sent_home[2] = {0, 0}, folded[2] = {0, 0};
+  struct Return { int kind; double end; };
+  std::vector<Return> pending;  // returns whose folds come after the next computation
+  double cursor = c.t_comp;     // the local block
+  auto computed = [&](int kind, bool returns, double end) {
+    cursor = end;
+    for (const Return& r : pending) folded[r.kind] = cursor = std::max(cursor, r.end);
+    pending.clear();
+    if (!returns) return;
+    const double t = kind == 0 ? c.t_out : c.t_dkv;
+    out_free = std::max({out_free, end, folded[kind]}) + t;
+    sent_home[kind] = out_free;
+    pending.push_back({kind, out_free});
+  };
+  auto kv_item = [&](int r) {
+    const double end = std::max({cursor, kv_exchange(r), bwd ? sent_home[1] : 0.0}) + c.t_comp;
+    kv_done[std::size_t(r)] = end;
+    computed(1, bwd, end);
+  };
+  auto q_item = [&](int s) {
+    const double end = std::max({cursor, q_exchange(s), sent_home[0]}) + c.t_comp;
+    q_done[std::size_t(s)] = end;
+    computed(0, true, end);
+  };
+  int next_kv = 0;
+  for (int s = 0; s < items; ++s) {
+    while (next_kv < rounds && next_kv + lag <= s) kv_item(next_kv++);
+    q_item(s);
   }
-  run(deferred);
-  return std::max(cursor, out);
+  while (next_kv < rounds) kv_item(next_kv++);
+  for (const Return& r : pending) cursor = std::max(cursor, r.end);
+  return cursor;
 }
 
 } // namespace

@@ -72,8 +72,8 @@ TEST(SimCli, CompareAcceptance3) {
   // it in 9.6 ms, against 1.3 ms of compute per step, so ring ~ 15 x 9.6 = 146 ms fwd. CHARM+
   // alone keeps K/V inside a node (docs/algorithms.md): it crosses the link once with its queries
   // and once with their results and hides most of the intra-node traffic behind compute. The
-  // paper measured 2.35x fwd and 3.18x bwd here; the calibrated preset predicts 2.46x and 3.34x,
-  // the best row of each pass (next: tasp 1.97x fwd, rm+ 1.76x bwd). The bounds leave about 15%.
+  // paper measured 2.35x fwd and 3.18x bwd here; the calibrated preset predicts 2.44x and 3.31x,
+  // the best row of each pass (next: tasp 1.97x fwd, rm+ 1.77x bwd). The bounds leave about 15%.
   EXPECT_GE(speedup["charm/fwd"], 2.1);
   EXPECT_GE(speedup["charm/bwd"], 2.8);
   for (const auto& [key, x] : speedup) {

@@ -60,14 +60,15 @@ TEST(Validator, RejectsARemovedSend) {
 
 TEST(Validator, RejectsADuplicatedCompute) {
   Plan p = make("charm", 8, PassKind::Fwd);
-  // A compute on buffers whose storage no later buffer takes over, so that the
+  // A compute into the rank's own accumulator (only the compute stream touches
+  // it) on buffers whose storage no later buffer takes over, so that the
   // duplicate (appended last) breaks coverage only, not buffer lifetimes.
   std::vector<char> reused(p.buffers().size(), 0);
   for (const Buffer& b : p.buffers())
     if (b.reuse != kNone) reused[std::size_t(b.reuse)] = 1;
   const OpId c = find(p, [&](const Op& o) {
-    return o.kind == OpKind::Compute && o.rank == 5 && o.q_owner != o.kv_owner && !reused[std::size_t(o.buf[0])] &&
-           !reused[std::size_t(o.buf[1])] && !reused[std::size_t(o.buf[2])];
+    return o.kind == OpKind::Compute && o.rank == 5 && o.q_owner != o.kv_owner && o.buf[2] == p.results()[5].out &&
+           !reused[std::size_t(o.buf[0])] && !reused[std::size_t(o.buf[1])];
   });
   const Op dup = p.op(c);
   std::vector<OpId> deps(p.deps(c).begin(), p.deps(c).end());
@@ -203,6 +204,52 @@ TEST(Validator, RejectsReusingAnInput) {
   });
   EXPECT_EQ(first_rule(p), "structure");
   EXPECT_NE(sched::validate(p).summary(p).find("an input"), std::string::npos) << sched::validate(p).summary(p);
+}
+
+namespace {
+/// CHARM+ backward on 8 ranks in 2 domains: its dQ and dK/dV partials that come
+/// home share one slot, so some chain passes from a dK/dV buffer to a dQ one and back.
+Plan charm_backward_8x2() {
+  sched::PlanRequest req;
+  req.algo = "charm";
+  req.ranks = 8;
+  req.domains = 2;
+  req.workload.seq = 256;
+  req.workload.pass = PassKind::Bwd;
+  auto p = sched::make_plan(req);
+  EXPECT_TRUE(p.ok());
+  return std::move(p).value();
+}
+/// A buffer of `kind` that reuses a buffer of `from`.
+BufferId reuser_of(const Plan& p, BufKind kind, BufKind from) {
+  for (BufferId b = 0; b < BufferId(p.buffers().size()); ++b)
+    if (p.buffer(b).reuse != kNone && p.buffer(b).kind == kind && p.buffer(p.buffer(b).reuse).kind == from) return b;
+  return kNone;
+}
+} // namespace
+
+TEST(Validator, AChainMayHoldSmallerBuffersOfItsStorage) {
+  // The storage is the chain's first buffer: a dK/dV slot takes a dQ partial and
+  // then a dK/dV one again.
+  const Plan p = charm_backward_8x2();
+  const BufferId big_after_small = reuser_of(p, BufKind::Dkv, BufKind::Dq);
+  ASSERT_NE(big_after_small, kNone);
+  EXPECT_EQ(p.buffer(p.storage(big_after_small)).kind, BufKind::Dkv);
+  EXPECT_EQ(first_rule(p), "ok");
+}
+
+TEST(Validator, RejectsABufferLargerThanItsStorage) {
+  // Cut the chain before the dQ partial: it heads a chain of its own, too small
+  // for the dK/dV partial that takes it over next.
+  auto j = plan_to_json(charm_backward_8x2());
+  const Plan whole = charm_backward_8x2();
+  const BufferId big = reuser_of(whole, BufKind::Dkv, BufKind::Dq);
+  ASSERT_NE(big, kNone);
+  j["buffers"][std::size_t(whole.buffer(big).reuse)].erase("reuse");
+  auto p = plan_from_json(j, "edited");
+  ASSERT_TRUE(p.ok()) << p.error().message();
+  EXPECT_EQ(first_rule(*p), "structure");
+  EXPECT_NE(sched::validate(*p).summary(*p).find("in a storage smaller"), std::string::npos) << sched::validate(*p).summary(*p);
 }
 
 TEST(Validator, RejectsReusingAStillLiveBuffer) {

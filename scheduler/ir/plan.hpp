@@ -44,8 +44,11 @@
 //   first access of the later one, which writes it (a Zero buffer is zeroed
 //   as it takes the storage over, so it may be read first); a buffer is reused at most
 //   once (storage passes along a chain), and neither is a view, an Input or a
-//   result, and the later one is no larger. Peak memory counts one allocation
-//   per chain; executors may alias the storage or allocate afresh.
+//   result, and the later one is no larger than the storage, which is that of
+//   the chain's first buffer (so a chain may hold buffers of several kinds and
+//   sizes, e.g. a dK/dV slot that also takes the smaller dQ partials). Peak
+//   memory counts one allocation per chain; executors may alias the storage or
+//   allocate afresh.
 
 #include <cstdint>
 #include <span>

@@ -9,10 +9,9 @@
 //                                                            return (O, LSE))
 //
 // Ordering the partners of a level by x XOR peer makes every round a perfect
-// matching, so the paired exchanges cannot deadlock. A level's data is
-// computed as it arrives; the last round's items are deferred to the next
-// level, and level i's exchange starts once level i-1's computation is done
-// (the Commwait of Algorithm 2).
+// matching, so the paired exchanges cannot deadlock. Rounds are numbered
+// r = 0 .. R/2-1 across levels (round 0 is level 1's KV exchange, rounds
+// 2^(i-2) .. 2^(i-1)-1 are level i's).
 //
 // CHARM+ over D domains x R ranks, rank (d, l):
 //
@@ -26,14 +25,26 @@
 // Backward mirrors it with the bundle (Q, dO, LSE, D) crossing once and dQ
 // partials returning; dK/dV partials move only inside a domain.
 //
-// Buffers in flight are bounded: two slots for received KV, two per query
-// set for received queries, one per query set for the partials computed on
-// them (free once sent home) and for returned partials (folded at once), one
-// for dK/dV partials. A round's exchange is emitted after the round before the
-// previous one is computed, so a slot is written again only once its old
-// content is computed on and sent.
+// Memory. Every received or computed buffer is drawn from a slot ring of its
+// purpose (received KV, received query sets, partials computed on them,
+// partials of our own data that came home), one ring per purpose shared by all
+// query sets, so a slot is written again only once its previous content has
+// been computed on, sent home or folded. Returned partials are folded straight
+// into the accumulators on the compute stream (no separate receive
+// accumulator), and a query set is exchanged, computed and returned one set at
+// a time. The slot counts (rm_schedule) keep the peak within 1.5x of ring's.
+//
+// Order. The run is a set of units, each one step of every rank (an exchange,
+// the computation of one item, its returns, the folds of what came home), and
+// each stream takes its units in a fixed order: exchanges round by round, one
+// query set after the other; on the compute stream, the query items of each
+// round and its KV item at a fixed place among them; the returns follow their
+// computations; a fold follows the next computation after its return, so that
+// the partial has that long to come home before the compute stream waits for it.
+// Dependencies follow from the buffers (PlanBuilder) and the slots.
 
 #include <algorithm>
+#include <bit>
 
 #include "scheduler/planners/comm_list.hpp"
 #include "scheduler/planners/schedules.hpp"
@@ -44,247 +55,385 @@ using namespace charm::ir;
 
 namespace {
 
-/// Bounded in-flight buffers of the RM+ runs of one pass (shared by the pipelines).
-struct RmSlots {
-  RmSlots(int ranks, int query_sets)
-      : kv(ranks, 2), dkv_partial(ranks, 1), dkv_arrival(ranks, 1) {
-    for (int j = 0; j < query_sets; ++j) {
-      q.emplace_back(ranks, 2);
-      partial.emplace_back(ranks, 1);
-      arrival.emplace_back(ranks, 1);
-    }
+/// The bounded buffers of one RM+ pass and where its KV items go on the compute stream.
+struct RmSchedule {
+  int kv_slots = 1;           // received KV
+  int q_slots = 1;            // received query sets (Q or bundles), shared by every query set
+  int partial_slots = 1;      // partials (O or dQ) computed on received queries, until sent home
+  int arrival_slots = 1;      // partials of our queries that came home, until folded
+  int dkv_partial_slots = 1;  // backward: dK/dV partials computed on received KV, until sent home
+  int dkv_arrival_slots = 1;  // backward: dK/dV partials of our KV that came home, until folded
+  // Backward: dQ and dK/dV partials that come home share one slot (they arrive
+  // one after the other on the out stream). Its storage is that of the first
+  // arrival, so the KV item of round 0 is computed before any query item (kv_lag
+  // <= 0) and its dK/dV partial comes home first. (A rank that a mask leaves
+  // without one has a dQ arrival first; its first dK/dV arrival then starts a
+  // second chain, and its peak stays below that of the ranks that have one.)
+  bool shared_arrivals = false;
+  // The KV item of round r is computed just before query item r * sets + kv_lag
+  // (query items count over rounds 1, 2, ...; 0: after the round's own query
+  // items; negative: among them; positive: after some of the next round's).
+  int kv_lag = 0;
+};
+
+/// Slot counts keep the peak within 1.5x of ring's on two domains (docs/validation.md
+/// section 4); the lags were chosen by simulating the paper's workload on the h100-2x8
+/// preset and checked on other sizes, masks, domain counts and presets. RM+ keeps two
+/// KV slots (the KV stream may run a round ahead). CHARM+ also holds the crossed query
+/// sets and their accumulators, so it keeps one slot of each purpose forward; backward
+/// it shares the return slot between dQ and dK/dV partials and spends what that saves
+/// on a second dQ partial slot, so that a query item can be computed while the
+/// previous one's partial is still going home (the returns carry most of the
+/// backward's bytes, and their stream is the one that must not wait). With more than
+/// two domains the fixed part grows anyway, and a second query slot lets the next of
+/// a round's many query sets travel while one is computed.
+RmSchedule rm_schedule(Phase phase, int domains) {
+  RmSchedule s;
+  if (domains == 1) {
+    s.kv_slots = 2;
+    s.kv_lag = phase == Phase::Fwd ? 1 : 0;
+  } else if (phase == Phase::Fwd) {
+    s.kv_lag = -1;
+  } else {
+    s.partial_slots = 2;
+    s.shared_arrivals = true;
+    s.kv_lag = 0;
+    if (domains > 2) s.q_slots = 2;
   }
-  BufferRing kv, dkv_partial, dkv_arrival;
-  std::vector<BufferRing> q, partial, arrival;  // per query set of a run
+  return s;
+}
+
+/// Bounded in-flight buffers of the RM+ runs of one pass (one ring per purpose
+/// and rank, shared by every query set; the runs of a pass share them too).
+struct RmSlots {
+  RmSlots(int ranks, const RmSchedule& s)
+      : kv(ranks, s.kv_slots), q(ranks, s.q_slots), partial(ranks, s.partial_slots), arrival(ranks, s.arrival_slots),
+        dkv_partial(ranks, s.dkv_partial_slots), dkv_arrival_own(ranks, s.dkv_arrival_slots), shared(s.shared_arrivals) {}
+  BufferRing kv, q, partial, arrival, dkv_partial, dkv_arrival_own;
+  bool shared;
+  BufferRing& dkv_arrival() { return shared ? arrival : dkv_arrival_own; }
 };
 
 /// One rank's part of an RM+ run.
 struct RmRank {
   RankId rank = 0;
-  BufferId kv = kNone;               // the rank's own KV
-  std::vector<BufferId> queries;     // Q (fwd) or QBundle (bwd) buffers, one per query owner
-  std::vector<BufferId> acc;         // fwd: Out acc; bwd: Dq acc (compute stream), per query
-  std::vector<BufferId> racc;        // returned partials are folded here (out stream), lazily
-  BufferId dkv = kNone, rdkv = kNone;  // bwd: own dK/dV acc and its returned-partials twin
+  BufferId kv = kNone;            // the rank's own KV
+  std::vector<BufferId> queries;  // Q (fwd) or QBundle (bwd) buffers, one per query set (own first)
+  std::vector<BufferId> acc;      // fwd: Out acc; bwd: Dq acc, per query set
+  BufferId dkv = kNone;           // bwd: own dK/dV acc
 };
 
 class RmPlus {
  public:
-  RmPlus(PlanBuilder& b, std::vector<RmRank>& g, RmSlots& slots) : b_(b), g_(g), slots_(slots) {}
+  RmPlus(PlanBuilder& b, std::vector<RmRank>& g, RmSlots& slots, const RmSchedule& schedule)
+      : b_(b), g_(g), slots_(slots), sched_(schedule) {}
 
   void run() {
-    const int R = static_cast<int>(g_.size());
-    const int levels = log2_exact(R);
-    last_compute_.assign(g_.size(), kNone);
-    std::vector<Item> deferred;
-    for (int x = 0; x < R; ++x) deferred.push_back({Item::Local, x, kNone, {}, {}});
-    for (int level = 1; level <= levels; ++level) {
-      const int rounds = level == 1 ? 1 : 1 << (level - 2);
-      const auto barrier = last_compute_;
-      std::vector<std::vector<Item>> round_items(static_cast<std::size_t>(rounds));
-      auto exchange_round = [&](int t) {
-        const bool first = t == 0;
-        const int kv_xor = level == 1 ? 1 : (1 << (level - 1)) + t;
-        exchange(Item::Kv, kv_xor, first ? &barrier : nullptr, round_items[std::size_t(t)]);
-        if (level >= 2) {
-          const int q_xor = (1 << (level - 1)) + (1 << (level - 2)) + t;
-          exchange(Item::Q, q_xor, first ? &barrier : nullptr, round_items[std::size_t(t)]);
-        }
-      };
-      // Compute what the previous level left, then every round but the last.
-      // Each stream keeps the order it always had (exchanges round by round,
-      // computes item by item); emitting round t's exchange after round t-2's
-      // compute only lets round t's buffers take over round t-2's slots.
-      exchange_round(0);
-      compute(deferred);
-      for (int t = 1; t < rounds; ++t) {
-        exchange_round(t);
-        compute(round_items[std::size_t(t - 1)]);
-      }
-      deferred = std::move(round_items.back());
-    }
-    compute(deferred);
+    plan_units();
+    emit_all();
   }
 
  private:
-  struct Item {
-    enum Kind { Local, Kv, Q } kind;
-    int x;            // local index that computes
-    int peer;         // local index of the partner (Kv: KV owner; Q: query owner)
-    std::vector<BufferId> bufs;  // Kv: the received KV; Q: the received query buffers
-    std::vector<int> sets;       // Q: the query set (index in the owner's queries) of each buffer
+  enum class Kind : std::uint8_t { KvExchange, QExchange, Local, KvCompute, QCompute, KvReturn, QReturn, KvFold, QFold };
+  struct Unit {
+    Kind kind;
+    int round = 0;   // KV round r (every round r >= 1 also exchanges query sets)
+    int set = 0;     // query set (QExchange .. QFold); Local: -1 all sets, 0 own, 1 crossed
+    int after = -1;  // the unit whose output this one reads
+    bool done = false;
   };
 
   [[nodiscard]] bool fwd() const { return b_.phase() == Phase::Fwd; }
-  [[nodiscard]] RankId kv_owner(int x) const { return b_.buf(g_[std::size_t(x)].kv).owner; }
-  [[nodiscard]] bool any_visible(const std::vector<BufferId>& qs, RankId kv) const {
-    return std::any_of(qs.begin(), qs.end(), [&](BufferId q) { return b_.visible(b_.buf(q).owner, kv); });
-  }
-  static std::vector<OpId> barrier_of(const std::vector<OpId>* barrier, int x) {
-    if (barrier == nullptr || (*barrier)[std::size_t(x)] == kNone) return {};
-    return {(*barrier)[std::size_t(x)]};
-  }
+  [[nodiscard]] int size() const { return static_cast<int>(g_.size()); }
+  [[nodiscard]] RmRank& at(int x) { return g_[std::size_t(x)]; }
+  [[nodiscard]] const RmRank& at(int x) const { return g_[std::size_t(x)]; }
+  [[nodiscard]] RankId owner(BufferId b) const { return b_.buf(b).owner; }
+  [[nodiscard]] RankId kv_owner(int x) const { return owner(at(x).kv); }
+  /// 2^(i-2) for a round r >= 1 of level i.
+  static int level_base(int r) { return int(std::bit_floor(unsigned(r))); }
+  static int kv_xor(int r) { return r == 0 ? 1 : r + level_base(r); }  // 2^(i-1) + t
+  static int q_xor(int r) { return r + 2 * level_base(r); }            // 2^(i-1) + 2^(i-2) + t
+  /// Index of query set j of round r >= 1 among all query items.
+  [[nodiscard]] std::size_t item(int r, int j) const { return std::size_t((r - 1) * sets_ + j); }
+  /// The k-th query set a round exchanges (and a KV item computes): the crossed
+  /// sets first, in the order they arrived and go home, so that their results are
+  /// complete early and can go home while the own set finishes.
+  [[nodiscard]] int set_at(int k) const { return (k + 1) % sets_; }
 
-  /// What `from` sends `to` in an exchange, as indices into `from`'s data: its
-  /// KV (index 0) if some query of `to` can see it; the query sets of `from`
-  /// that the KV of `to` can serve.
-  [[nodiscard]] std::vector<int> payload(typename Item::Kind kind, const RmRank& from, const RmRank& to) const {
-    if (kind == Item::Kv) {
-      if (any_visible(to.queries, b_.buf(from.kv).owner)) return {0};
-      return {};
+  // ---- the units and the order of each stream
+  void plan_units() {
+    CHARM_ASSERT((1 << log2_exact(size())) == size(), "an RM+ run needs a power-of-two group");
+    CHARM_ASSERT(!sched_.shared_arrivals || sched_.kv_lag <= 0, "a shared return slot needs a dK/dV partial home first");
+    rounds_ = size() / 2;  // a group of one only computes its local block
+    sets_ = 0;
+    for (const auto& x : g_) sets_ = std::max(sets_, int(x.queries.size()));
+    const int items = std::max(0, rounds_ - 1) * sets_;
+    auto per_rank = [&](int n) { return std::vector<std::vector<BufferId>>(g_.size(), std::vector<BufferId>(std::size_t(n), kNone)); };
+    kv_in_ = kv_part_ = kv_home_ = per_rank(rounds_);
+    q_in_ = q_part_ = q_home_ = per_rank(items);
+    kv_compute_.assign(std::size_t(rounds_), -1);
+    kv_return_ = kv_fold_ = kv_compute_;
+    q_compute_.assign(std::size_t(items), -1);
+    q_return_ = q_fold_ = q_compute_;
+    auto add = [&](std::vector<int>& stream, Kind k, int r, int j, int after) {
+      units_.push_back({k, r, j, after});
+      stream.push_back(int(units_.size()) - 1);
+      return int(units_.size()) - 1;
+    };
+    std::vector<int> kv_exchange(static_cast<std::size_t>(rounds_), -1), q_exchange(static_cast<std::size_t>(items), -1);
+    for (int r = 0; r < rounds_; ++r) {
+      kv_exchange[std::size_t(r)] = add(kv_stream_, Kind::KvExchange, r, 0, -1);
+      for (int k = 0; r > 0 && k < sets_; ++k) q_exchange[item(r, set_at(k))] = add(q_stream_, Kind::QExchange, r, set_at(k), -1);
     }
-    std::vector<int> sets;
-    for (std::size_t j = 0; j < from.queries.size(); ++j)
-      if (b_.visible(b_.buf(from.queries[j]).owner, b_.buf(to.kv).owner)) sets.push_back(int(j));
-    return sets;
+    // Compute stream. The local block of the own set comes first; the crossed
+    // sets' local block waits until the first round's query items are computed
+    // (the crossed sets arrive over the slow link while the first exchanges run),
+    // unless the run has no second round, where it would come last and hold the
+    // crossed results back from going home.
+    const bool crossed_local_later = sets_ > 1 && items > sets_;
+    add(compute_stream_, Kind::Local, 0, crossed_local_later ? 0 : -1, -1);
+    std::vector<int> pending;  // returns whose folds are not placed yet
+    auto fold_pending = [&] {
+      for (int ret : pending) {
+        const Unit u = units_[std::size_t(ret)];
+        if (u.kind == Kind::KvReturn) kv_fold_[std::size_t(u.round)] = add(compute_stream_, Kind::KvFold, u.round, 0, ret);
+        else q_fold_[item(u.round, u.set)] = add(compute_stream_, Kind::QFold, u.round, u.set, ret);
+      }
+      pending.clear();
+    };
+    auto kv_item = [&](int r) {
+      const int c = kv_compute_[std::size_t(r)] = add(compute_stream_, Kind::KvCompute, r, 0, kv_exchange[std::size_t(r)]);
+      fold_pending();
+      if (!fwd()) pending.push_back(kv_return_[std::size_t(r)] = add(out_stream_, Kind::KvReturn, r, 0, c));
+    };
+    auto q_item = [&](int r, int j) {
+      const int c = q_compute_[item(r, j)] = add(compute_stream_, Kind::QCompute, r, j, q_exchange[item(r, j)]);
+      fold_pending();
+      pending.push_back(q_return_[item(r, j)] = add(out_stream_, Kind::QReturn, r, j, c));
+    };
+    int next_kv = 0;
+    for (int s = 0; s < items; ++s) {
+      while (next_kv < rounds_ && next_kv * sets_ + sched_.kv_lag <= s) kv_item(next_kv++);
+      if (crossed_local_later && s == sets_) add(compute_stream_, Kind::Local, 0, 1, -1);
+      q_item(s / sets_ + 1, set_at(s % sets_));
+    }
+    while (next_kv < rounds_) kv_item(next_kv++);
+    fold_pending();
   }
 
-  /// Sends `from`'s item k (its KV, or query set k) to `to` into a slot of `to`.
-  void ship(typename Item::Kind kind, const RmRank& from, const RmRank& to, int k, int gsrc, int gdst,
-            const std::vector<OpId>& es, const std::vector<OpId>& ed, Item& at_to) {
-    const BufferId src = kind == Item::Kv ? from.kv : from.queries[std::size_t(k)];
-    BufferRing& ring = kind == Item::Kv ? slots_.kv : slots_.q[std::size_t(k)];
-    const BufferId into = b_.buffer(ring, to.rank, b_.buf(src).kind, b_.region(src), BufInit::None);
-    const Stream stream = kind == Item::Kv ? Stream::Kv : Stream::Q;
-    at_to.bufs.push_back(b_.transfer(stream, src, to.rank, gsrc, gdst, es, ed, into).dst);
-    at_to.sets.push_back(k);
+  // ---- emission
+  // A unit is emitted once the unit it reads from is, and once every slot it
+  // draws from holds a buffer whose last access is emitted (the builder then
+  // makes the new buffer wait for all of them). Streams share no buffer but
+  // through those two rules, so the order in which the streams' units are
+  // interleaved here changes no dependency: the schedule is fixed by the stream
+  // orders and the slot counts alone.
+  void emit_all() {
+    std::vector<std::vector<int>*> streams{&kv_stream_, &q_stream_, &compute_stream_, &out_stream_};
+    std::vector<std::size_t> head(streams.size(), 0);
+    for (;;) {
+      bool progress = false, left = false;
+      for (std::size_t i = 0; i < streams.size(); ++i) {
+        auto& s = *streams[i];
+        while (head[i] < s.size() && try_emit(units_[std::size_t(s[head[i]])])) {
+          ++head[i];
+          progress = true;
+        }
+        left |= head[i] < s.size();
+      }
+      if (!left) return;
+      CHARM_ASSERT(progress, "an RM+ schedule whose slots cannot be filled in stream order");
+    }
   }
 
-  /// One round of paired exchanges (KV on the kv stream, Q on the q stream),
-  /// partner x ^ xor_mask, both directions one ncclGroup per side.
-  void exchange(typename Item::Kind kind, int xor_mask, const std::vector<OpId>* barrier, std::vector<Item>& items) {
-    const int R = static_cast<int>(g_.size());
-    for (int x = 0; x < R; ++x) {
-      const int y = x ^ xor_mask;
+  /// The unit that last reads buffer b (-1: none known).
+  [[nodiscard]] int consumer(BufferId b) const { return std::size_t(b) < consumer_.size() ? consumer_[std::size_t(b)] : -1; }
+  void set_consumer(BufferId b, int unit) {
+    if (consumer_.size() <= std::size_t(b)) consumer_.resize(std::size_t(b) + 1, -1);
+    consumer_[std::size_t(b)] = unit;
+  }
+  /// Whether `rank` may draw from `ring` now: the storage it would take over is done with.
+  [[nodiscard]] bool can_draw(const BufferRing& ring, RankId rank) const {
+    const BufferId old = ring.recyclable(rank);
+    const int c = old == kNone ? -1 : consumer(old);
+    return c < 0 || units_[std::size_t(c)].done;
+  }
+
+  bool try_emit(Unit& u) {
+    if (u.done || (u.after >= 0 && !units_[std::size_t(u.after)].done)) return false;
+    if (!can_draw_all(u)) return false;
+    emit(u);
+    u.done = true;
+    return true;
+  }
+
+  /// What `from` sends `to` in a KV exchange: its KV if some query of `to` can see it.
+  [[nodiscard]] bool kv_payload(int from, int to) const {
+    const auto& qs = at(to).queries;
+    return std::any_of(qs.begin(), qs.end(), [&](BufferId q) { return b_.visible(owner(q), kv_owner(from)); });
+  }
+  /// Whether `from` sends its query set j to `to` (the KV of `to` can serve it).
+  [[nodiscard]] bool q_payload(int from, int to, int j) const {
+    const auto& qs = at(from).queries;
+    return std::size_t(j) < qs.size() && b_.visible(owner(qs[std::size_t(j)]), kv_owner(to));
+  }
+
+  [[nodiscard]] bool can_draw_all(const Unit& u) {
+    auto all = [&](auto&& draws_from) {
+      for (int x = 0; x < size(); ++x)
+        if (const BufferRing* ring = draws_from(x); ring != nullptr && !can_draw(*ring, at(x).rank)) return false;
+      return true;
+    };
+    switch (u.kind) {
+      case Kind::KvExchange:
+        return all([&](int x) { return kv_payload(x ^ kv_xor(u.round), x) ? &slots_.kv : nullptr; });
+      case Kind::QExchange:
+        return all([&](int x) { return q_payload(x ^ q_xor(u.round), x, u.set) ? &slots_.q : nullptr; });
+      case Kind::KvCompute:
+        return fwd() || all([&](int x) { return kv_in(x, u.round) != kNone ? &slots_.dkv_partial : nullptr; });
+      case Kind::QCompute:
+        return all([&](int x) { return q_in(x, u.round, u.set) != kNone ? &slots_.partial : nullptr; });
+      case Kind::KvReturn:
+        return all([&](int x) {
+          return kv_part_[std::size_t(x ^ kv_xor(u.round))][std::size_t(u.round)] != kNone ? &slots_.dkv_arrival() : nullptr;
+        });
+      case Kind::QReturn:
+        return all([&](int x) {
+          return q_part_[std::size_t(x ^ q_xor(u.round))][item(u.round, u.set)] != kNone ? &slots_.arrival : nullptr;
+        });
+      default:
+        return true;
+    }
+  }
+
+  [[nodiscard]] BufferId kv_in(int x, int r) const { return kv_in_[std::size_t(x)][std::size_t(r)]; }
+  [[nodiscard]] BufferId q_in(int x, int r, int j) const { return q_in_[std::size_t(x)][item(r, j)]; }
+
+  /// Sends `src` to g_[to] into a buffer drawn from `ring` there.
+  BufferId ship(Stream stream, BufferRing& ring, BufferId src, int to, int gsrc, int gdst) {
+    const RankId dst = at(to).rank;
+    const BufferId into = b_.buffer(ring, dst, b_.buf(src).kind, b_.region(src), BufInit::None);
+    return b_.transfer(stream, src, dst, gsrc, gdst, {}, {}, into).dst;
+  }
+
+  /// Both directions between x and x ^ mask as one ncclGroup on each side; one(from, to, gsrc, gdst) sends one way.
+  template <class One>
+  void pairs(int mask, One one) {
+    for (int x = 0; x < size(); ++x) {
+      const int y = x ^ mask;
       if (y < x) continue;
-      auto& X = g_[std::size_t(x)];
-      auto& Y = g_[std::size_t(y)];
       const int gx = b_.new_group(), gy = b_.new_group();
-      const auto ex = barrier_of(barrier, x), ey = barrier_of(barrier, y);
-      Item at_y{kind, y, x, {}, {}}, at_x{kind, x, y, {}, {}};
-      for (int k : payload(kind, X, Y)) ship(kind, X, Y, k, gx, gy, ex, ey, at_y);
-      for (int k : payload(kind, Y, X)) ship(kind, Y, X, k, gy, gx, ey, ex, at_x);
-      if (!at_y.bufs.empty()) items.push_back(std::move(at_y));
-      if (!at_x.bufs.empty()) items.push_back(std::move(at_x));
+      one(x, y, gx, gy);
+      one(y, x, gy, gx);
     }
   }
 
-  void note(int x, OpId op) { last_compute_[std::size_t(x)] = op; }
+  void compute(BufferId q, BufferId kv, BufferId acc, BufferId dkv) {
+    if (fwd()) b_.compute_fwd(q, kv, acc);
+    else b_.compute_bwd(q, kv, acc, dkv);
+  }
 
-  // Computes the items of one round (or the deferred ones). Partials travel
-  // back to their owners in one group per pair and side, so returns match up
-  // in the same order on both ends.
-  void compute(std::vector<Item>& items) {
-    // Foreign queries first: their partials can travel while local work goes on.
-    std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
-      return (a.kind == Item::Q) > (b.kind == Item::Q);
-    });
-    struct Return { int from, to; std::vector<BufferId> partials; std::vector<int> sets; };
-    std::vector<Return> returns;
-    for (Item& it : items) {
-      auto& X = g_[std::size_t(it.x)];
-      switch (it.kind) {
-        case Item::Local:
-          for (std::size_t j = 0; j < X.queries.size(); ++j) {
-            if (!b_.visible(b_.buf(X.queries[j]).owner, kv_owner(it.x))) continue;
-            note(it.x, fwd() ? b_.compute_fwd(X.queries[j], X.kv, X.acc[j])
-                             : b_.compute_bwd(X.queries[j], X.kv, X.acc[j], X.dkv));
-          }
-          break;
-        case Item::Kv: {
-          const BufferId kv = it.bufs[0];
-          BufferId dkvp = fwd() ? kNone : b_.buffer(slots_.dkv_partial, X.rank, BufKind::Dkv, b_.buf(kv).owner, BufInit::Zero);
-          for (std::size_t j = 0; j < X.queries.size(); ++j) {
-            if (!b_.visible(b_.buf(X.queries[j]).owner, b_.buf(kv).owner)) continue;
-            note(it.x, fwd() ? b_.compute_fwd(X.queries[j], kv, X.acc[j])
-                             : b_.compute_bwd(X.queries[j], kv, X.acc[j], dkvp));
-          }
-          if (!fwd()) returns.push_back({it.x, it.peer, {dkvp}, {-1}});
-          break;
+  void emit(const Unit& u) {
+    switch (u.kind) {
+      case Kind::KvExchange:
+        pairs(kv_xor(u.round), [&](int from, int to, int gs, int gd) {
+          if (!kv_payload(from, to)) return;
+          const BufferId got = ship(Stream::Kv, slots_.kv, at(from).kv, to, gs, gd);
+          kv_in_[std::size_t(to)][std::size_t(u.round)] = got;
+          set_consumer(got, kv_compute_[std::size_t(u.round)]);
+        });
+        break;
+      case Kind::QExchange:
+        pairs(q_xor(u.round), [&](int from, int to, int gs, int gd) {
+          if (!q_payload(from, to, u.set)) return;
+          const BufferId got = ship(Stream::Q, slots_.q, at(from).queries[std::size_t(u.set)], to, gs, gd);
+          q_in_[std::size_t(to)][item(u.round, u.set)] = got;
+          set_consumer(got, q_compute_[item(u.round, u.set)]);
+        });
+        break;
+      case Kind::Local:
+        for (int x = 0; x < size(); ++x) {
+          auto& X = at(x);
+          for (std::size_t j = 0; j < X.queries.size(); ++j)
+            if ((u.set < 0 || (u.set == 0) == (j == 0)) && b_.visible(owner(X.queries[j]), kv_owner(x)))
+              compute(X.queries[j], X.kv, X.acc[j], X.dkv);
         }
-        case Item::Q: {
-          Return ret{it.x, it.peer, {}, {}};
-          for (std::size_t k = 0; k < it.bufs.size(); ++k) {
-            const BufferId q = it.bufs[k];
-            const RankId owner = b_.buf(q).owner;
-            BufferRing& ring = slots_.partial[std::size_t(it.sets[k])];
-            const BufferId part = b_.buffer(ring, X.rank, fwd() ? BufKind::Out : BufKind::Dq, owner, BufInit::Zero);
-            note(it.x, fwd() ? b_.compute_fwd(q, X.kv, part) : b_.compute_bwd(q, X.kv, part, X.dkv));
-            ret.partials.push_back(part);
-            ret.sets.push_back(it.sets[k]);
+        break;
+      case Kind::KvCompute:
+        for (int x = 0; x < size(); ++x) {
+          const BufferId kv = kv_in(x, u.round);
+          if (kv == kNone) continue;
+          auto& X = at(x);
+          BufferId part = kNone;
+          if (!fwd()) {
+            part = b_.buffer(slots_.dkv_partial, X.rank, BufKind::Dkv, b_.region(kv), BufInit::Zero);
+            kv_part_[std::size_t(x)][std::size_t(u.round)] = part;
+            set_consumer(part, kv_return_[std::size_t(u.round)]);
           }
-          returns.push_back(std::move(ret));
-          break;
+          // Crossed sets first: their accumulators go home at the end, the own one stays.
+          for (int k = 0; k < sets_; ++k) {
+            const auto j = std::size_t(set_at(k));
+            if (j < X.queries.size() && b_.visible(owner(X.queries[j]), owner(kv))) compute(X.queries[j], kv, X.acc[j], part);
+          }
         }
+        break;
+      case Kind::QCompute:
+        for (int x = 0; x < size(); ++x) {
+          const BufferId q = q_in(x, u.round, u.set);
+          if (q == kNone) continue;
+          auto& X = at(x);
+          const BufferId part = b_.buffer(slots_.partial, X.rank, fwd() ? BufKind::Out : BufKind::Dq, b_.region(q), BufInit::Zero);
+          q_part_[std::size_t(x)][item(u.round, u.set)] = part;
+          set_consumer(part, q_return_[item(u.round, u.set)]);
+          compute(q, X.kv, part, X.dkv);
+        }
+        break;
+      case Kind::KvReturn:
+      case Kind::QReturn: {
+        const bool kv = u.kind == Kind::KvReturn;
+        const std::size_t slot = kv ? std::size_t(u.round) : item(u.round, u.set);
+        auto& part = kv ? kv_part_ : q_part_;
+        auto& home = kv ? kv_home_ : q_home_;
+        const int fold = (kv ? kv_fold_ : q_fold_)[slot];
+        pairs(kv ? kv_xor(u.round) : q_xor(u.round), [&](int from, int to, int gs, int gd) {
+          const BufferId p = part[std::size_t(from)][slot];
+          if (p == kNone) return;
+          const BufferId got = ship(Stream::Out, kv ? slots_.dkv_arrival() : slots_.arrival, p, to, gs, gd);
+          home[std::size_t(to)][slot] = got;
+          set_consumer(got, fold);
+        });
+        break;
+      }
+      case Kind::KvFold:
+      case Kind::QFold: {
+        const bool kv = u.kind == Kind::KvFold;
+        const std::size_t slot = kv ? std::size_t(u.round) : item(u.round, u.set);
+        for (int x = 0; x < size(); ++x) {
+          const BufferId got = (kv ? kv_home_ : q_home_)[std::size_t(x)][slot];
+          if (got == kNone) continue;
+          auto& X = at(x);
+          if (kv) b_.accumulate(Stream::Compute, got, X.dkv);
+          else if (fwd()) b_.merge(Stream::Compute, got, X.acc[std::size_t(u.set)]);
+          else b_.accumulate(Stream::Compute, got, X.acc[std::size_t(u.set)]);
+        }
+        break;
       }
     }
-    send_returns(returns);
-  }
-
-  template <class Returns>
-  void send_returns(Returns& returns) {
-    // Pair up the two directions between the same ranks into one group each side.
-    std::vector<char> done(returns.size(), 0);
-    for (std::size_t i = 0; i < returns.size(); ++i) {
-      if (done[i]) continue;
-      done[i] = 1;
-      std::size_t j = returns.size();
-      for (std::size_t k = i + 1; k < returns.size(); ++k)
-        if (!done[k] && returns[k].from == returns[i].to && returns[k].to == returns[i].from) { j = k; break; }
-      const int ga = b_.new_group(), gb = b_.new_group();
-      std::vector<std::pair<BufferId, int>> arrivals;  // (received buffer, local index)
-      auto send_home = [&](auto& ret, int gsrc, int gdst) {
-        const RankId to = g_[std::size_t(ret.to)].rank;
-        for (std::size_t k = 0; k < ret.partials.size(); ++k) {
-          const BufferId p = ret.partials[k];
-          BufferRing& ring = ret.sets[k] < 0 ? slots_.dkv_arrival : slots_.arrival[std::size_t(ret.sets[k])];
-          const BufferId into = b_.buffer(ring, to, b_.buf(p).kind, b_.region(p), BufInit::None);
-          arrivals.emplace_back(b_.transfer(Stream::Out, p, to, gsrc, gdst, {}, {}, into).dst, ret.to);
-        }
-      };
-      send_home(returns[i], ga, gb);
-      if (j < returns.size()) {
-        done[j] = 1;
-        send_home(returns[j], gb, ga);
-      }
-      for (auto [buf, x] : arrivals) fold_return(x, buf);
-    }
-  }
-
-  void fold_return(int x, BufferId partial) {
-    auto& X = g_[std::size_t(x)];
-    const Buffer pb = b_.buf(partial);
-    if (pb.kind == BufKind::Dkv) {
-      if (X.rdkv == kNone) X.rdkv = b_.buffer(X.rank, BufKind::Dkv, pb.owner, BufInit::Zero);
-      b_.accumulate(Stream::Out, partial, X.rdkv);
-      return;
-    }
-    for (std::size_t j = 0; j < X.queries.size(); ++j) {
-      if (b_.buf(X.queries[j]).owner != pb.owner) continue;
-      if (X.racc[j] == kNone) X.racc[j] = b_.buffer(X.rank, pb.kind, pb.owner, BufInit::Zero);
-      if (fwd()) b_.merge(Stream::Out, partial, X.racc[j]);
-      else b_.accumulate(Stream::Out, partial, X.racc[j]);
-      return;
-    }
-    CHARM_ASSERT(false, "a returned partial has no query set to go to");
   }
 
   PlanBuilder& b_;
   std::vector<RmRank>& g_;
   RmSlots& slots_;
-  std::vector<OpId> last_compute_;
+  RmSchedule sched_;
+  int rounds_ = 0, sets_ = 0;
+  std::vector<Unit> units_;
+  std::vector<int> kv_stream_, q_stream_, compute_stream_, out_stream_;
+  std::vector<int> consumer_;  // by BufferId: the unit that last reads it
+  // Unit ids by KV round and by query item.
+  std::vector<int> kv_compute_, kv_return_, kv_fold_, q_compute_, q_return_, q_fold_;
+  // Per local rank, by KV round or query item: what arrived, the partial computed on it, what came home.
+  std::vector<std::vector<BufferId>> kv_in_, kv_part_, kv_home_, q_in_, q_part_, q_home_;
 };
-
-/// Folds the returned partials of one run into the compute-stream accumulators.
-void fold_query_partials(PlanBuilder& b, std::vector<RmRank>& g) {
-  for (auto& x : g)
-    for (std::size_t j = 0; j < x.acc.size(); ++j) {
-      if (x.racc[j] == kNone) continue;
-      if (b.phase() == Phase::Fwd) b.merge(Stream::Compute, x.racc[j], x.acc[j]);
-      else b.accumulate(Stream::Compute, x.racc[j], x.acc[j]);
-      x.racc[j] = kNone;
-    }
-}
 
 void charm_pass(PlanBuilder& b, const std::vector<RankState>& st, int domains) {
   const bool fwd = b.phase() == Phase::Fwd;
@@ -295,7 +444,7 @@ void charm_pass(PlanBuilder& b, const std::vector<RankState>& st, int domains) {
   auto acc_kind = fwd ? BufKind::Out : BufKind::Dq;
   auto query_of = [&](std::size_t r) { return fwd ? st[r].q : st[r].qbundle; };
 
-  std::vector<BufferId> own_acc(N), dkv(N, kNone), rdkv(N, kNone), cross_racc(N, kNone);
+  std::vector<BufferId> own_acc(N), dkv(N, kNone);
   for (std::size_t r = 0; r < N; ++r) {
     own_acc[r] = b.buffer(RankId(r), acc_kind, RankId(r), BufInit::Zero);
     if (!fwd) dkv[r] = b.buffer(RankId(r), BufKind::Dkv, RankId(r), BufInit::Zero);
@@ -323,7 +472,8 @@ void charm_pass(PlanBuilder& b, const std::vector<RankState>& st, int domains) {
   }
   // One RM+ run per domain over every query set its ranks hold: their own and
   // the crossed ones, so KV moves inside the domain once.
-  RmSlots slots(n, domains);
+  const RmSchedule schedule = rm_schedule(b.phase(), domains);
+  RmSlots slots(n, schedule);
   std::vector<std::vector<BufferId>> foreign_acc(N, std::vector<BufferId>(std::size_t(domains), kNone));
   for (int d = 0; d < domains; ++d) {
     std::vector<RmRank> g(static_cast<std::size_t>(R));
@@ -342,15 +492,17 @@ void charm_pass(PlanBuilder& b, const std::vector<RankState>& st, int domains) {
         foreign_acc[r][std::size_t(p)] = b.buffer(RankId(r), acc_kind, b.buf(q).owner, BufInit::Zero);
         x.acc.push_back(foreign_acc[r][std::size_t(p)]);
       }
-      x.racc.assign(x.queries.size(), kNone);
     }
-    RmPlus(b, g, slots).run();
-    fold_query_partials(b, g);
-    for (int l = 0; l < R; ++l) rdkv[std::size_t(rank_of(d, l))] = g[std::size_t(l)].rdkv;
+    RmPlus(b, g, slots, schedule).run();
   }
   // Foreign results go home at the end: round p, (d, l) returns (d+p, l)'s
-  // partial. Every transfer of a round first, then the merges: a merge between
-  // a rank's receive and send would split its ncclGroup.
+  // partial. The first to arrive becomes the sum of all that come home; the
+  // later rounds land in one slot of their own and are merged into it on the
+  // cross stream (every transfer of a round first: a merge between a rank's
+  // receive and send would split its ncclGroup), so that the next round need
+  // not wait for the compute stream. The sum joins the accumulator at the end.
+  std::vector<BufferId> home(N, kNone);
+  BufferRing cross_home(n, 1);
   for (int p = 1; p < domains; ++p) {
     std::vector<int> group(N);
     for (auto& gid : group) gid = b.new_group();
@@ -359,24 +511,26 @@ void charm_pass(PlanBuilder& b, const std::vector<RankState>& st, int domains) {
       const BufferId part = foreign_acc[r][std::size_t(p)];
       if (part == kNone) continue;
       const RankId owner = b.buf(part).owner;
-      arrived.emplace_back(owner, b.transfer(Stream::Cross, part, owner, group[r], group[std::size_t(owner)]).dst);
+      const bool first = home[std::size_t(owner)] == kNone;
+      const BufferId into = first ? kNone : b.buffer(cross_home, owner, acc_kind, b.region(part), BufInit::None);
+      const BufferId got = b.transfer(Stream::Cross, part, owner, group[r], group[std::size_t(owner)], {}, {}, into).dst;
+      if (first) home[std::size_t(owner)] = got;
+      else arrived.emplace_back(owner, got);
     }
     for (auto [owner, partial] : arrived) {
-      auto& racc = cross_racc[std::size_t(owner)];
-      if (racc == kNone) racc = b.buffer(owner, acc_kind, owner, BufInit::Zero);
-      if (fwd) b.merge(Stream::Cross, partial, racc);
-      else b.accumulate(Stream::Cross, partial, racc);
+      if (fwd) b.merge(Stream::Cross, partial, home[std::size_t(owner)]);
+      else b.accumulate(Stream::Cross, partial, home[std::size_t(owner)]);
     }
   }
   for (std::size_t r = 0; r < N; ++r) {
-    if (cross_racc[r] != kNone) {
-      if (fwd) b.merge(Stream::Compute, cross_racc[r], own_acc[r]);
-      else b.accumulate(Stream::Compute, cross_racc[r], own_acc[r]);
-    }
+    if (home[r] == kNone) continue;
+    if (fwd) b.merge(Stream::Compute, home[r], own_acc[r]);
+    else b.accumulate(Stream::Compute, home[r], own_acc[r]);
+  }
+  for (std::size_t r = 0; r < N; ++r) {
     if (fwd) {
       b.results(RankId(r)).out = own_acc[r];
     } else {
-      if (rdkv[r] != kNone) b.accumulate(Stream::Compute, rdkv[r], dkv[r]);
       b.results(RankId(r)).dq = own_acc[r];
       b.results(RankId(r)).dkv = dkv[r];
     }

@@ -43,19 +43,21 @@ BufferId PlanBuilder::buffer(RankId rank, BufKind kind, const Region& r, BufInit
   }
   if (reuse != kNone) {
     const Buffer& old = plan_.buffer(reuse);
-    CHARM_ASSERT(old.rank == rank && old.parent == kNone && old.init != BufInit::Input && old.bytes >= b.bytes &&
-                     !access_[std::size_t(reuse)].taken_over,
-                 "a buffer reuses the whole storage, no smaller, of a working buffer of its rank, once");
+    CHARM_ASSERT(old.rank == rank && old.parent == kNone && old.init != BufInit::Input &&
+                     access_[std::size_t(reuse)].storage_bytes >= b.bytes && !access_[std::size_t(reuse)].taken_over,
+                 "a buffer takes over, once, the storage of a working buffer of its rank that is no smaller");
     access_[std::size_t(reuse)].taken_over = true;
     b.reuse = reuse;
   }
-  access_.emplace_back();
+  const Bytes storage = reuse != kNone ? access_[std::size_t(reuse)].storage_bytes : b.bytes;
+  access_.emplace_back().storage_bytes = storage;
   return plan_.add_buffer(b);
 }
 
 BufferId PlanBuilder::buffer(BufferRing& ring, RankId rank, BufKind kind, const Region& r, BufInit init) {
   BufferId old = ring.recyclable(rank);
-  if (old != kNone && plan_.buffer(old).bytes < region_bytes(plan_.workload, plan_.ranks, plan_.parts, kind, r)) old = kNone;
+  if (old != kNone && access_[std::size_t(old)].storage_bytes < region_bytes(plan_.workload, plan_.ranks, plan_.parts, kind, r))
+    old = kNone;
   const BufferId b = buffer(rank, kind, r, init, old);
   ring.push(rank, b);
   return b;
@@ -87,7 +89,7 @@ BufferId PlanBuilder::view(BufferId parent, RankId owner, int owners) {
   v.bytes = p.bytes / Bytes(p.owners) * Bytes(owners);
   v.parent = parent;
   v.reuse = kNone;
-  access_.emplace_back();
+  access_.emplace_back().storage_bytes = v.bytes;
   return plan_.add_buffer(v);
 }
 

@@ -61,7 +61,7 @@ class PlanBuilder {
   /// into it lands in the parent's storage. Accesses count as accesses of the parent.
   BufferId view(BufferId parent, RankId owner, int owners = 1);
   /// A new buffer of `rank` drawn from `ring`: it reuses the storage of the buffer drawn
-  /// ring.depth() draws before (when that one is no smaller), else it is fresh.
+  /// ring.depth() draws before (when that storage is no smaller), else it is fresh.
   BufferId buffer(BufferRing& ring, RankId rank, ir::BufKind kind, const ir::Region& r, ir::BufInit init);
   BufferId buffer(BufferRing& ring, RankId rank, ir::BufKind kind, RankId owner, ir::BufInit init);
   /// Token parts per shard that regions count in (TASP); before any buffer with parts.
@@ -115,6 +115,7 @@ class PlanBuilder {
     std::int32_t readers = ir::kNone;  // head of its list in reader_nodes_
     bool taken_over = false;           // a later buffer holds this storage now: no access may follow
     bool claimed = false;              // reuse: the wait for the previous holder is in place
+    ir::Bytes storage_bytes = 0;       // the size of its storage (its reuse chain's first buffer)
   };
   struct ReaderNode {
     OpId op;

@@ -237,10 +237,16 @@ class Validator {
   }
 
   /// Storage reuse: a chain of plain-or-region root buffers of one rank, each
-  /// reused at most once, never an Input, a view or a result, never growing.
+  /// reused at most once, never an Input, a view or a result, none larger than
+  /// the storage (the chain's first buffer).
   void check_reuse_structure() {
     const auto nb = static_cast<BufferId>(p_.buffers().size());
     std::vector<char> is_result(std::size_t(nb), 0), reused(std::size_t(nb), 0);
+    std::vector<BufferId> first(static_cast<std::size_t>(nb));  // each buffer's storage: its chain's first buffer
+    for (BufferId b = 0; b < nb; ++b) {
+      const BufferId a = p_.buffer(b).reuse;
+      first[std::size_t(b)] = a >= 0 && a < b ? first[std::size_t(a)] : b;  // a bad link is reported below
+    }
     for (const auto& res : p_.results())
       for (BufferId b : {res.out, res.dq, res.dkv})
         if (b >= 0 && b < nb) is_result[std::size_t(b)] = 1;
@@ -255,7 +261,7 @@ class Validator {
                         : ab.parent != kNone || bf.parent != kNone ? "a view (only whole storage is reused)"
                         : ab.init == BufInit::Input || bf.init == BufInit::Input ? "an input (inputs live for the whole plan)"
                         : is_result[std::size_t(a)]                ? "a result (results live to the end)"
-                        : ab.bytes < bf.bytes                      ? "smaller than the buffer that reuses it"
+                        : p_.buffer(first[std::size_t(a)]).bytes < bf.bytes ? "in a storage smaller than the buffer that reuses it"
                         : reused[std::size_t(a)]                   ? "reused twice (storage passes along one chain)"
                                                                    : nullptr;
       if (why != nullptr) fail("structure", fmt::format("{} reuses {}, which is {}", label(b), label(a), why));
