@@ -81,7 +81,7 @@ TEST(Determinism, SweepOutputsAreTheSameWithAnyJobs) {
   for (int jobs : {1, 2, 5}) {
     const auto csv = dir / ("s" + std::to_string(jobs) + ".csv");
     const auto js = dir / ("s" + std::to_string(jobs) + ".json");
-    const auto r = run_charm(args + " --jobs " + std::to_string(jobs) + " --out " + csv.string() + " --json " + js.string());
+    const auto r = run_charm(args + " --jobs " + std::to_string(jobs) + " --out " + csv.string() + " --json-out " + js.string());
     ASSERT_EQ(r.code, 0) << r.out;
     if (jobs == 1) {
       csv0 = slurp(csv);
