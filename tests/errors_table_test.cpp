@@ -90,7 +90,10 @@ TEST(ErrorsTableFile, HasAtLeastFortyDistinctRows) {
   const auto rows = load_rows();
   EXPECT_GE(rows.size(), 40u);
   for (std::size_t i = 0; i < rows.size(); ++i) {
-    EXPECT_EQ(rows[i].id, int(i) + 1) << "rows are numbered 1, 2, 3, ...";
+    // Ids only ascend: a block of rows may start at a round number (200, ...),
+    // so that rows added on separate branches keep distinct ids.
+    if (i > 0) EXPECT_GT(rows[i].id, rows[i - 1].id) << "row ids ascend and are distinct";
+    else EXPECT_EQ(rows[i].id, 1) << "the first row is 1";
     EXPECT_FALSE(rows[i].args.empty()) << "row " << rows[i].id;
     EXPECT_FALSE(rows[i].message.empty()) << "row " << rows[i].id;
   }
