@@ -165,14 +165,15 @@ Expected<MeasurementSet> parse_measurements(std::string_view text, const std::st
         case Column::Seq:
         case Column::Heads:
         case Column::HeadDim: {
-          auto n = count(std::int64_t{1} << 40);
+          // The workload's own bounds (scheduler/ir/workload.hpp), so a row is refused here, by its column.
+          auto n = count(c == Column::Batch ? ir::kMaxBatch : c == Column::Seq ? std::int64_t{1} << 40 : c == Column::Heads ? ir::kMaxHeads : ir::kMaxHeadDim);
           if (!n) return n.error();
           (c == Column::Batch ? m.workload.batch : c == Column::Seq ? m.workload.seq : c == Column::Heads ? m.workload.heads : m.workload.head_dim) = *n;
           break;
         }
         case Column::KvHeads:
           if (!v.empty()) {
-            auto n = count(std::int64_t{1} << 40);
+            auto n = count(ir::kMaxHeads);
             if (!n) return n.error();
             m.workload.kv_heads = *n;
           }

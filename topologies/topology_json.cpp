@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <utility>
@@ -74,16 +75,25 @@ Ex<double> get_number(const Node& n, const char* key, bool required, double def,
   return x;
 }
 
-Ex<long> get_int(const Node& n, const char* key, bool required, long def, long min_value) {
+/// An integer in [min_value, max_value]. JSON integers have no width: one past
+/// int64 is held as unsigned and reported as written, never wrapped to a negative.
+Ex<long> int_in(const Node& v, long min_value, long max_value) {
+  if (!v.j.is_number_integer()) return v.error(fmt::format("must be an integer, got {}", v.j.dump()));
+  if (v.j.is_number_unsigned() && v.j.get<std::uint64_t>() > static_cast<std::uint64_t>(max_value))
+    return v.error(fmt::format("must be <= {}, got {}", max_value, v.j.dump()));
+  const long x = v.j.get<long>();
+  if (x < min_value) return v.error(fmt::format("must be >= {}, got {}", min_value, x));
+  if (x > max_value) return v.error(fmt::format("must be <= {}, got {}", max_value, x));
+  return x;
+}
+
+Ex<long> get_int(const Node& n, const char* key, bool required, long def, long min_value,
+                 long max_value = std::numeric_limits<long>::max()) {
   if (!n.has(key)) {
     if (required) return n.missing(key);
     return def;
   }
-  const Node v = n.at(key);
-  if (!v.j.is_number_integer()) return v.error(fmt::format("must be an integer, got {}", v.j.dump()));
-  const long x = v.j.get<long>();
-  if (x < min_value) return v.error(fmt::format("must be >= {}, got {}", min_value, x));
-  return x;
+  return int_in(n.at(key), min_value, max_value);
 }
 
 Ex<std::string> get_string(const Node& n, const char* key, bool required, const std::string& def) {
@@ -210,8 +220,7 @@ Status parse_explicit(const Node& root, Topology& t, int& num_gpus_out) {
   const Node gp = root.at("gpus");
   std::map<std::string, int> index;
   if (gp.j.is_number_integer()) {
-    TRY_ASSIGN(count, get_int(root, "gpus", true, 0, 1));
-    if (count > kMaxGpus) return gp.error(fmt::format("at most {} GPUs are supported, got {}", kMaxGpus, count));
+    TRY_ASSIGN(count, get_int(root, "gpus", true, 0, 1, kMaxGpus));
     for (long g = 0; g < count; ++g) {
       t.vertex_names.push_back(fmt::format("gpu{}", g));
       t.gpu_place.push_back(std::vector<int>(t.levels.size(), 0));
@@ -237,7 +246,8 @@ Status parse_explicit(const Node& root, Topology& t, int& num_gpus_out) {
           return p.error(fmt::format("must be an array of {} integers (one per level)", t.levels.size()));
         for (std::size_t k = 0; k < p.j.size(); ++k) {
           if (!p.j[k].is_number_integer()) return p.at(k).error("must be an integer");
-          place.push_back(p.j[k].get<int>());
+          TRY_ASSIGN(x, int_in(p.at(k), 0, std::numeric_limits<int>::max()));
+          place.push_back(static_cast<int>(x));
         }
       } else {
         if (!t.levels.empty()) return g.missing("place");
@@ -303,12 +313,12 @@ Status parse_generator(const Node& root, Topology& t, int& num_gpus_out) {
                             " in a generated topology (one with \"nodes\")");
       !s)
     return s;
-  TRY_ASSIGN(nodes, get_int(root, "nodes", true, 1, 1));
-  TRY_ASSIGN(per_node, get_int(root, "gpus_per_node", true, 1, 1));
+  TRY_ASSIGN(nodes, get_int(root, "nodes", true, 1, 1, kMaxGpus));
+  TRY_ASSIGN(per_node, get_int(root, "gpus_per_node", true, 1, 1, kMaxGpus));
   if (nodes > kMaxGpus || per_node > kMaxGpus || nodes * per_node > kMaxGpus)
     return root.at("gpus_per_node").error(
         fmt::format("nodes x gpus_per_node = {} x {}: at most {} GPUs are supported", nodes, per_node, kMaxGpus));
-  TRY_ASSIGN(numa, get_int(root, "numa_per_node", false, 1, 1));
+  TRY_ASSIGN(numa, get_int(root, "numa_per_node", false, 1, 1, kMaxGpus));
   if (per_node % numa != 0)
     return root.at("numa_per_node").error(fmt::format("must divide gpus_per_node ({}), got {}", per_node, numa));
   if (!root.has("intra")) return root.missing("intra");
@@ -485,9 +495,9 @@ Expected<Topology> parse_topology(const nlohmann::json& j, const std::string& so
     } else return n.error("must be a string or an array of strings");
   }
   if (root.has("schema")) {
-    auto s = get_int(root, "schema", true, 1, 1);
-    if (!s) return s.error();
-    if (s.value() != 1) return root.at("schema").error(fmt::format("unsupported schema version {} (expected 1)", s.value()));
+    const Node s = root.at("schema");
+    if (!s.j.is_number_integer()) return s.error(fmt::format("must be an integer, got {}", s.j.dump()));
+    if (s.j != 1) return s.error(fmt::format("unsupported schema version {} (expected 1)", s.j.dump()));
   }
   // What `charm calibrate` fitted and from what: kept with the values, not read.
   if (root.has("calibration") && !root.at("calibration").j.is_object()) return root.at("calibration").error("must be an object");
