@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <tuple>
 #include <vector>
 
 #include "sim/evaluate.hpp"
@@ -63,6 +64,15 @@ struct ClusterFlags {
       fail(Error{"--latency-us", fmt::format("must be a finite number >= 0, got {}", latency_us)});
     if (!(hbm_gbps >= 0) || !std::isfinite(hbm_gbps))
       fail(Error{"--hbm-gbps", fmt::format("must be a finite number >= 0, got {}", hbm_gbps)});
+    // The plausible ranges of topology files: past them the simulator's times leave the finite doubles.
+    const std::tuple<const char*, topo::Quantity, double> numbers[] = {{"--bw-gbps", topo::Quantity::Bandwidth, bw_gbps},
+                                                                       {"--tflops", topo::Quantity::Tflops, tflops},
+                                                                       {"--latency-us", topo::Quantity::Latency, latency_us},
+                                                                       {"--hbm-gbps", topo::Quantity::Bandwidth, hbm_gbps}};
+    for (const auto& [flag, q, x] : numbers) {
+      if (q == topo::Quantity::Bandwidth && x == 0) continue;  // --hbm-gbps 0: merges are free
+      if (const auto why = topo::implausible(q, x, flag); !why.empty()) fail(Error{flag, why});
+    }
     return topo::make_uniform(ranks, bw_gbps, tflops, latency_us, hbm_gbps);
   }
   [[nodiscard]] int domains_for(const topo::Topology& t) const {

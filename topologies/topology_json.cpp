@@ -75,6 +75,14 @@ Ex<double> get_number(const Node& n, const char* key, bool required, double def,
   return x;
 }
 
+/// A physical number (topology.hpp's plausible ranges); `zero_is_none` lets 0 stand for "no limit" or "free".
+Ex<double> get_quantity(const Node& n, const char* key, bool required, double def, Quantity q, bool zero_is_none = false) {
+  auto x = get_number(n, key, required, def, false, false);
+  if (!x || !n.has(key) || (zero_is_none && *x == 0)) return x;
+  if (const auto why = implausible(q, *x, key); !why.empty()) return n.at(key).error(why);
+  return x;
+}
+
 /// An integer in [min_value, max_value]. JSON integers have no width: one past
 /// int64 is held as unsigned and reported as written, never wrapped to a negative.
 Ex<long> int_in(const Node& v, long min_value, long max_value) {
@@ -119,21 +127,21 @@ Status parse_gpu(const Node& n, GpuSpec& g) {
   if (!n.has("tflops")) return n.missing("tflops");
   const Node tf = n.at("tflops");
   if (tf.j.is_number()) {
-    TRY_ASSIGN(x, get_number(n, "tflops", true, 0, true, false));
+    TRY_ASSIGN(x, get_quantity(n, "tflops", true, 0, Quantity::Tflops));
     g.tflops_bf16 = g.tflops_fp16 = x;
     g.tflops_fp32 = x / 2;
   } else if (tf.j.is_object()) {
     if (auto s = check_fields(tf, {"bf16", "fp16", "fp32"}); !s) return s;
-    TRY_ASSIGN(bf16, get_number(tf, "bf16", true, 0, true, false));
-    TRY_ASSIGN(fp16, get_number(tf, "fp16", false, bf16, true, false));
-    TRY_ASSIGN(fp32, get_number(tf, "fp32", false, bf16 / 2, true, false));
+    TRY_ASSIGN(bf16, get_quantity(tf, "bf16", true, 0, Quantity::Tflops));
+    TRY_ASSIGN(fp16, get_quantity(tf, "fp16", false, bf16, Quantity::Tflops));
+    TRY_ASSIGN(fp32, get_quantity(tf, "fp32", false, bf16 / 2, Quantity::Tflops));
     g.tflops_bf16 = bf16;
     g.tflops_fp16 = fp16;
     g.tflops_fp32 = fp32;
   } else {
     return tf.error("must be a number or an object {\"bf16\", \"fp16\", \"fp32\"}");
   }
-  TRY_ASSIGN(hbm, get_number(n, "hbm_gbps", false, 0, false, true));
+  TRY_ASSIGN(hbm, get_quantity(n, "hbm_gbps", false, 0, Quantity::Bandwidth, /*zero_is_none=*/true));
   g.hbm_gbps = hbm;
   if (n.has("efficiency")) {
     const Node e = n.at("efficiency");
@@ -149,12 +157,12 @@ Status parse_gpu(const Node& n, GpuSpec& g) {
     } else {
       return e.error("must be a number or an object {\"fwd\", \"bwd\"}");
     }
-    if (g.efficiency_fwd > 1) return e.error(fmt::format("must be <= 1, got {}", g.efficiency_fwd));
-    if (g.efficiency_bwd > 1) return e.error(fmt::format("must be <= 1, got {}", g.efficiency_bwd));
+    for (const double x : {g.efficiency_fwd, g.efficiency_bwd})
+      if (const auto why = implausible(Quantity::Efficiency, x, "efficiency"); !why.empty()) return e.error(why);
   }
-  TRY_ASSIGN(half, get_number(n, "half_tokens", false, 0, false, true));
+  TRY_ASSIGN(half, get_quantity(n, "half_tokens", false, 0, Quantity::HalfTokens));
   g.half_tokens = half;
-  TRY_ASSIGN(launch, get_number(n, "launch_us", false, 0, false, true));
+  TRY_ASSIGN(launch, get_quantity(n, "launch_us", false, 0, Quantity::Latency));
   g.launch_us = launch;
   TRY_ASSIGN(mem, get_number(n, "memory_gb", false, 0, false, true));
   // Nobody has a GPU with 10 TB; a number that large is bytes or MiB written where GB belong.
@@ -176,14 +184,14 @@ Status parse_link_params(const Node& n, Link& l, const char* default_sharing) {
   } else {
     if (auto s = check_fields(n, {"a", "b", "bandwidth_gbps", "latency_us", "sharing", "per_flow_gbps", "injection_gbps", "kind", "name"}); !s) return s;
   }
-  TRY_ASSIGN(bw, get_number(n, "bandwidth_gbps", true, 0, true, false));
-  TRY_ASSIGN(lat, get_number(n, "latency_us", false, 0, false, true));
+  TRY_ASSIGN(bw, get_quantity(n, "bandwidth_gbps", true, 0, Quantity::Bandwidth));
+  TRY_ASSIGN(lat, get_quantity(n, "latency_us", false, 0, Quantity::Latency));
   TRY_ASSIGN(sharing, get_string(n, "sharing", default_sharing == nullptr, default_sharing ? default_sharing : ""));
-  TRY_ASSIGN(per_flow, get_number(n, "per_flow_gbps", false, 0, false, true));
+  TRY_ASSIGN(per_flow, get_quantity(n, "per_flow_gbps", false, 0, Quantity::Bandwidth, /*zero_is_none=*/true));
   l.bandwidth_gbps = bw;
   l.latency_us = lat;
   l.per_flow_gbps = per_flow;
-  TRY_ASSIGN(injection, get_number(n, "injection_gbps", false, 0, false, true));
+  TRY_ASSIGN(injection, get_quantity(n, "injection_gbps", false, 0, Quantity::Bandwidth, /*zero_is_none=*/true));
   l.injection_gbps = injection;
   if (sharing == "shared") l.sharing = Sharing::Shared;
   else if (sharing == "dedicated") l.sharing = Sharing::Dedicated;
