@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "scheduler/ir/input_file.hpp"
 #include "scheduler/planners/planners.hpp"
 
 namespace charm::calib {
@@ -207,13 +208,7 @@ Expected<MeasurementSet> parse_measurements(std::string_view text, const std::st
 }
 
 Expected<std::string> read_text_file(const std::string& path, const char* what) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) return Error{path, fmt::format("is a folder, not {}", what)};
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Error{path, fmt::format("cannot open {}: {}", what, std::strerror(errno))};
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return ir::read_input_file(path, what, fmt::format("cannot open {}", what));
 }
 
 Expected<MeasurementSet> load_measurements(const std::string& path) {

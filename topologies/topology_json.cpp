@@ -17,6 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "scheduler/ir/input_file.hpp"
+
 namespace charm::topo {
 
 namespace {
@@ -571,13 +573,9 @@ Expected<Topology> parse_topology_text(const std::string& text, const std::strin
 }
 
 Expected<nlohmann::json> read_topology_json(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) return Error{path, "is a folder, not a topology file"};
-  std::ifstream in(path);
-  if (!in) return Error{path, fmt::format("cannot open the topology file: {}", std::strerror(errno))};
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_json_text(ss.str(), path);
+  auto text = ir::read_input_file(path, "a topology file", "cannot open the topology file");
+  if (!text) return text.error();
+  return parse_json_text(*text, path);
 }
 
 Expected<Topology> load_topology(const std::string& path) {

@@ -15,6 +15,8 @@
 #include <sstream>
 #include <tuple>
 
+#include "scheduler/ir/input_file.hpp"
+
 namespace charm::ir {
 
 using nlohmann::json;
@@ -383,13 +385,11 @@ Expected<Plan> plan_from_json(const json& j, std::string_view where) {
 }
 
 Expected<Plan> load_plan(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) return Error{path, "is a folder, not a plan file"};
-  std::ifstream in(path);
-  if (!in) return Error{path, fmt::format("cannot open for reading: {}", std::strerror(errno))};
+  auto text = read_input_file(path, "a plan file", "cannot open for reading");
+  if (!text) return text.error();
   json j;
   try {
-    j = json::parse(in);
+    j = json::parse(*text);
   } catch (const json::exception& e) {
     // parse_error, or out_of_range for a number like 1e400 (found by fuzz_topology in the
     // topology loader, which shares this parser). Keep the part after "[json.exception...] ".
