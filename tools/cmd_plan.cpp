@@ -52,9 +52,7 @@ void register_plan(CLI::App& app) {
   sub->add_option("--listing", o->listing, "also write the per-rank text listing");
   sub->add_flag("--no-validate", o->no_validate, "skip validation of the plan");
   sub->callback([o] {
-    check_output_path(o->out, "--out");
-    check_output_path(o->dot, "--dot");
-    check_output_path(o->listing, "--listing");
+    check_output_paths({{"--out", o->out}, {"--dot", o->dot}, {"--listing", o->listing}});
     auto plan = o->plan.make();
     if (!o->no_validate) {
       auto rep = sched::validate(plan);

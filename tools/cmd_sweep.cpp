@@ -331,16 +331,6 @@ bool plot(const sim::SweepSpec& spec, const sim::SweepResult& res, const std::st
   return true;
 }
 
-/// Fails now, not after an hour of simulation, when an output's folder is missing or read-only.
-void check_writable(const std::string& path, const std::string& flag) {
-  if (path.empty()) return;
-  const fs::path dir = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) fail(Error{flag, fmt::format("folder '{}' does not exist", dir.string())});
-  if (::access(dir.c_str(), W_OK) != 0) fail(Error{flag, fmt::format("folder '{}' is not writable", dir.string())});
-  if (fs::is_directory(path, ec)) fail(Error{flag, fmt::format("'{}' is a folder", path)});
-}
-
 void register_sweep(CLI::App& app) {
   struct Opts {
     std::string topologies, batch, seq, heads, kv_heads, head_dim;
@@ -450,16 +440,8 @@ void register_sweep(CLI::App& app) {
     // Outputs and jobs.
     if (!o->plot.empty() && !o->plot.ends_with(".png") && !o->plot.ends_with(".svg"))
       fail(Error{"--plot", fmt::format("'{}' must end in .png or .svg", o->plot)});
-    check_writable(o->out, "--out");
-    check_writable(o->json, "--json");
-    check_writable(o->plot, "--plot");
-    check_writable(o->plot_script, "--plot-script");
-    {
-      std::set<std::string> paths;
-      for (const auto* p : {&o->out, &o->json, &o->plot, &o->plot_script})
-        if (!p->empty() && !paths.insert(fs::weakly_canonical(*p).string()).second)
-          fail(Error{"--out", fmt::format("'{}' is named as two different outputs", *p)});
-    }
+    // Now, not after an hour of simulation.
+    check_output_paths({{"--out", o->out}, {"--json", o->json}, {"--plot", o->plot}, {"--plot-script", o->plot_script}});
     const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     const int jobs = o->jobs == -1 ? hw : o->jobs;
     if (jobs < 1 || jobs > 1024) fail(Error{"--jobs", fmt::format("must be in [1, 1024], got {}", o->jobs)});

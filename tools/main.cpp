@@ -12,6 +12,8 @@
 #include "tools/cli_common.hpp"
 
 int main(int argc, char** argv) {
+  // An interrupt removes the temporaries of the output being written (cli_common.hpp).
+  charm::cli::install_interrupt_cleanup();
   CLI::App app{"charm: plan, validate, simulate and run distributed attention (CHARM+, RM+, Ring, ...)", "charm"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "all subcommands' help");
