@@ -6,14 +6,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <climits>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 
 #include "scheduler/ir/input_file.hpp"
 
@@ -25,17 +29,79 @@ int& exit_code() {
   return code;
 }
 
+namespace {
+
+bool all_digits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+/// Decimal digits with at most one point and a digit on one side of it: "12", "1.5", ".5", "5.".
+bool decimal_mantissa(std::string_view s) {
+  const auto dot = s.find('.');
+  if (dot == std::string_view::npos) return all_digits(s);
+  const auto a = s.substr(0, dot), b = s.substr(dot + 1);
+  return (all_digits(a) || a.empty()) && (all_digits(b) || b.empty()) && !(a.empty() && b.empty());
+}
+
+} // namespace
+
+Expected<std::string> check_number(const std::string& text, NumberKind kind) {
+  const bool negative = !text.empty() && text[0] == '-';
+  const std::string_view body = std::string_view(text).substr(negative ? 1 : 0);
+  if (kind == NumberKind::Real) {
+    const auto e = body.find_first_of("eE");
+    const auto mant = body.substr(0, e);
+    auto exp = e == std::string_view::npos ? std::string_view{} : body.substr(e + 1);
+    if (!exp.empty() && (exp[0] == '+' || exp[0] == '-')) exp.remove_prefix(1);
+    const bool ok = decimal_mantissa(mant) && (e == std::string_view::npos || all_digits(exp));
+    if (!ok) return Error{"", fmt::format("expected a decimal number like 2.5 or 1e-3, got '{}'", text)};
+    if (!std::isfinite(std::strtod(text.c_str(), nullptr))) return Error{"", fmt::format("'{}' is too large", text)};
+    return text;
+  }
+  if (!all_digits(body)) return Error{"", fmt::format("expected a decimal whole number like 8, got '{}'", text)};
+  if (negative && kind == NumberKind::Unsigned) return Error{"", fmt::format("must be >= 0, got {}", text)};
+  // Exact for any length: digits past 20 are too large for every flag.
+  const auto first = body.find_first_not_of('0');
+  const std::string_view digits = first == std::string_view::npos ? std::string_view("0") : body.substr(first);
+  std::uint64_t v = 0;
+  const auto r = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+  const bool fits = r.ec == std::errc{} &&
+                    (kind == NumberKind::Unsigned ? true
+                     : negative                   ? v <= std::uint64_t{1} << 31
+                                                  : v <= std::uint64_t(std::numeric_limits<std::int32_t>::max()));
+  if (!fits)
+    return Error{"", kind == NumberKind::Unsigned ? fmt::format("must be <= {}, got {}", std::numeric_limits<std::uint64_t>::max(), text)
+                     : negative ? fmt::format("must be >= {}, got {}", std::numeric_limits<std::int32_t>::min(), text)
+                                : fmt::format("must be <= {}, got {}", std::numeric_limits<std::int32_t>::max(), text)};
+  return (negative && v != 0 ? "-" : "") + std::string(digits);
+}
+
+void apply_number_grammar(CLI::App& app) {
+  for (CLI::Option* opt : app.get_options()) {
+    std::string type = opt->get_type_name();
+    type = type.substr(0, type.find(':'));
+    const NumberKind kind = type == "INT" ? NumberKind::Integer : type == "UINT" ? NumberKind::Unsigned : NumberKind::Real;
+    if (type != "INT" && type != "UINT" && type != "FLOAT") continue;
+    opt->transform(CLI::Validator(
+        [kind](std::string& value) {
+          auto checked = check_number(value, kind);
+          if (!checked) return checked.error().what;
+          value = std::move(*checked);
+          return std::string{};
+        },
+        ""));
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) apply_number_grammar(*sub);
+}
+
 Expected<std::int64_t> parse_size(const std::string& text, const std::string& flag) {
   if (text.empty()) return Error{flag, "expected a number, got nothing"};
   std::size_t i = 0;
   while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
-  if (i == 0) return Error{flag, fmt::format("expected a number like 4096 or 128k, got '{}'", text)};
-  double v = 0;
-  try {
-    v = std::stod(text.substr(0, i));
-  } catch (...) {
+  // The grammar of every number: decimal digits, one point at most ("1.5.0k" is no size).
+  if (i == 0 || !decimal_mantissa(std::string_view(text).substr(0, i)))
     return Error{flag, fmt::format("expected a number like 4096 or 128k, got '{}'", text)};
-  }
+  const double v = std::strtod(text.substr(0, i).c_str(), nullptr);
   std::string suffix = text.substr(i);
   double mult = 1;
   if (suffix == "k" || suffix == "K") mult = 1024;

@@ -42,6 +42,22 @@ inline void unwrap(const Status& s) {
 /// "4096", "128k", "1M", "2g" (powers of 1024) -> value; errors name the flag.
 [[nodiscard]] Expected<std::int64_t> parse_size(const std::string& text, const std::string& flag);
 
+/// The one grammar of numbers on the command line, for every numeric flag.
+/// Decimal only: CLI11 alone reads `--ranks 010` as octal 8 and accepts 0x10,
+/// while sizes read 010 as 10. Whole numbers are digits with an optional '-';
+/// reals add one decimal point and an exponent (2.5, 1e-3); no inf, no nan.
+enum class NumberKind : std::uint8_t {
+  Integer,   // a signed whole number that fits 32 bits (every int flag)
+  Unsigned,  // a whole number >= 0 that fits 64 bits (--seed, --path-limit)
+  Real,      // a finite decimal number
+};
+/// `text` checked against the grammar of `kind`: the text to convert (leading
+/// zeros dropped, so nothing downstream can read 010 as octal), or why not.
+[[nodiscard]] Expected<std::string> check_number(const std::string& text, NumberKind kind);
+/// Puts check_number on every numeric option of `app` and its subcommands, by
+/// the type each option converts to, so that no flag can escape the grammar.
+void apply_number_grammar(CLI::App& app);
+
 /// "a, b,,c" -> {"a", "b", "c"}: comma-separated items, spaces and empty items dropped.
 [[nodiscard]] std::vector<std::string> split_list(const std::string& s);
 

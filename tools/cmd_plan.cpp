@@ -99,9 +99,10 @@ void register_show(CLI::App& app) {
   auto* sub = app.add_subcommand("show", "print a plan's per-rank listing");
   sub->add_option("plan", o->file, "plan JSON file")->required();
   sub->add_option("--rank", o->rank, "only this rank");
-  sub->callback([o] {
+  sub->callback([o, sub] {
     auto plan = unwrap(ir::load_plan(o->file));
-    if (o->rank < -1 || o->rank >= plan.ranks)
+    // -1 stands for "every rank" inside; given, it names a rank.
+    if ((sub->count("--rank") > 0 && o->rank < 0) || o->rank >= plan.ranks)
       fail(Error{"--rank", fmt::format("must be in [0, {}) for this plan, got {}", plan.ranks, o->rank)});
     ir::write_listing(plan, std::cout, o->rank);
   });

@@ -113,10 +113,9 @@ Expected<SetFlag> parse_set(const std::string& text) {
     return Error{"--set", fmt::format("expected FIELD=LIST like inter.bandwidth_gbps=25,50,100, got '{}'", text)};
   SetFlag s{text.substr(0, eq), {}};
   auto number = [&](const std::string& item) -> Expected<double> {
-    char* end = nullptr;
-    const double v = std::strtod(item.c_str(), &end);
-    if (item.empty() || end != item.c_str() + item.size() || !std::isfinite(v)) return bad(fmt::format("expected a number, got '{}'", item));
-    return v;
+    // The flags' own grammar: decimal, no hex, no inf or nan.
+    if (!check_number(item, NumberKind::Real)) return bad(fmt::format("expected a number, got '{}'", item));
+    return std::strtod(item.c_str(), nullptr);
   };
   auto push = [&](double v) -> Status {
     if (std::find(s.values.begin(), s.values.end(), v) == s.values.end()) s.values.push_back(v);
@@ -338,7 +337,7 @@ void register_sweep(CLI::App& app) {
     bool causal = false;
     std::vector<std::string> sets;
     std::string out, json, plot, plot_script;
-    int jobs = -1;  // -1: every core
+    int jobs = 0;  // omitted: every core
     double reserved_gb = 0;
   };
   auto o = std::make_shared<Opts>();
@@ -376,7 +375,7 @@ void register_sweep(CLI::App& app) {
                   "GB per GPU the rest of the model holds, added to the attention buffers for the fits column")
       ->capture_default_str();
 
-  sub->callback([o] {
+  sub->callback([o, sub] {
     sim::SweepSpec spec;
     // Topologies, and their hardware points when numbers are --set.
     std::vector<SetFlag> sets;
@@ -443,7 +442,8 @@ void register_sweep(CLI::App& app) {
     // Now, not after an hour of simulation.
     check_output_paths({{"--out", o->out}, {"--json", o->json}, {"--plot", o->plot}, {"--plot-script", o->plot_script}});
     const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    const int jobs = o->jobs == -1 ? hw : o->jobs;
+    // Omitted: every core. Given, it is a count (no value stands for "every core").
+    const int jobs = sub->count("--jobs") == 0 ? hw : o->jobs;
     if (jobs < 1 || jobs > 1024) fail(Error{"--jobs", fmt::format("must be in [1, 1024], got {}", o->jobs)});
     const std::size_t configs = spec.num_configs();
     if (configs > kMaxConfigs)

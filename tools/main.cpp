@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "all subcommands' help");
   for (auto& reg : charm::cli::registry()) reg(app);
+  charm::cli::apply_number_grammar(app);
   // CLI11 would say only "A subcommand is required" for a mistyped one.
   const auto subs = app.get_subcommands([](const CLI::App*) { return true; });
   if (argc > 1 && argv[1][0] != '-' &&

@@ -1,6 +1,8 @@
 #pragma once
 // Flags that choose an algorithm and a cluster shape, shared by plan, simulate and run.
 
+#include <fmt/format.h>
+
 #include "scheduler/ir/plan.hpp"
 #include "scheduler/planners/planners.hpp"
 #include "tools/cli_common.hpp"
@@ -21,6 +23,7 @@ struct PlanFlags {
     workload.add(app);
   }
   [[nodiscard]] sched::PlanRequest request() const {
+    if (domains < 1) fail(Error{"--domains", fmt::format("must be >= 1, got {}", domains)});
     sched::PlanRequest r;
     r.algo = algo;
     r.ranks = ranks;
