@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <iostream>
+#include <limits>
 #include <sstream>
 
 #include "scheduler/ir/plan_io.hpp"
@@ -82,7 +83,9 @@ void register_validate(CLI::App& app) {
   sub->add_flag("--all", o->all, "list every violation found, not just the first");
   sub->callback([o] {
     auto plan = unwrap(ir::load_plan(o->file));
-    auto rep = sched::validate(plan);
+    sched::ValidateOptions opt;
+    if (o->all) opt.max_violations = std::numeric_limits<std::size_t>::max();  // every one, as the flag says
+    auto rep = sched::validate(plan, opt);
     std::cout << rep.summary(plan) << "\n";
     if (!rep.ok()) {
       if (o->all)
