@@ -78,10 +78,11 @@ Expected<std::string> check_number(const std::string& text, NumberKind kind) {
 
 void apply_number_grammar(CLI::App& app) {
   for (CLI::Option* opt : app.get_options()) {
+    // CLI11 names the type an option converts to: INT, UINT, FLOAT (TEXT, ... for the rest).
     std::string type = opt->get_type_name();
     type = type.substr(0, type.find(':'));
-    const NumberKind kind = type == "INT" ? NumberKind::Integer : type == "UINT" ? NumberKind::Unsigned : NumberKind::Real;
     if (type != "INT" && type != "UINT" && type != "FLOAT") continue;
+    const NumberKind kind = type == "INT" ? NumberKind::Integer : type == "UINT" ? NumberKind::Unsigned : NumberKind::Real;
     opt->transform(CLI::Validator(
         [kind](std::string& value) {
           auto checked = check_number(value, kind);
@@ -200,7 +201,8 @@ fs::path folder_of(const std::string& path) {
 /// Errors of open(O_TMPFILE) that only say the file system (or kernel) has no unnamed files.
 bool no_unnamed_files(int err) { return err == EOPNOTSUPP || err == EISDIR || err == EINVAL; }
 
-int g_temp_counter = 0;
+std::atomic<int> g_temp_counter{0};
+/// A name beside `target` no other writer uses: this process's id and a count.
 std::string temp_name(const std::string& target) { return fmt::format("{}.tmp.{}.{}", target, ::getpid(), g_temp_counter++); }
 
 /// Why a file cannot be created in `dir`, or nothing. An unnamed file tries it
