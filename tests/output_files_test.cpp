@@ -102,7 +102,7 @@ TEST_F(OutputFiles, NeverReplacesAFifoAFolderOrADanglingLink) {
   EXPECT_EQ(entries(), (std::vector<std::string>{"dangling.json", "fifo", "folder"}));
   // And the check before any work says the same.
   EXPECT_NE(usage_error([&] { cli::check_output_path(at("fifo"), "--out"); }).find("--out: "), std::string::npos);
-  EXPECT_NE(usage_error([&] { cli::check_output_path("/dev/null", "--out"); }).find("it is a character device"), std::string::npos);
+  EXPECT_NE(usage_error([&] { cli::check_output_path("/dev/zero", "--out"); }).find("it is a character device"), std::string::npos);
 }
 
 TEST_F(OutputFiles, TwoOutputsNamingOneFileAreRefused) {
