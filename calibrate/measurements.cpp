@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "scheduler/ir/input_file.hpp"
 #include "scheduler/planners/planners.hpp"
 
 namespace charm::calib {
@@ -165,14 +166,15 @@ Expected<MeasurementSet> parse_measurements(std::string_view text, const std::st
         case Column::Seq:
         case Column::Heads:
         case Column::HeadDim: {
-          auto n = count(std::int64_t{1} << 40);
+          // The workload's own bounds (scheduler/ir/workload.hpp), so a row is refused here, by its column.
+          auto n = count(c == Column::Batch ? ir::kMaxBatch : c == Column::Seq ? std::int64_t{1} << 40 : c == Column::Heads ? ir::kMaxHeads : ir::kMaxHeadDim);
           if (!n) return n.error();
           (c == Column::Batch ? m.workload.batch : c == Column::Seq ? m.workload.seq : c == Column::Heads ? m.workload.heads : m.workload.head_dim) = *n;
           break;
         }
         case Column::KvHeads:
           if (!v.empty()) {
-            auto n = count(std::int64_t{1} << 40);
+            auto n = count(ir::kMaxHeads);
             if (!n) return n.error();
             m.workload.kv_heads = *n;
           }
@@ -206,13 +208,7 @@ Expected<MeasurementSet> parse_measurements(std::string_view text, const std::st
 }
 
 Expected<std::string> read_text_file(const std::string& path, const char* what) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) return Error{path, fmt::format("is a folder, not {}", what)};
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Error{path, fmt::format("cannot open {}: {}", what, std::strerror(errno))};
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return ir::read_input_file(path, what, fmt::format("cannot open {}", what));
 }
 
 Expected<MeasurementSet> load_measurements(const std::string& path) {

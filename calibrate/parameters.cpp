@@ -6,6 +6,8 @@
 #include <cctype>
 #include <functional>
 
+#include "topologies/topology.hpp"
+
 namespace charm::calib {
 
 namespace {
@@ -44,7 +46,8 @@ const std::vector<Rule>& registry() {
   static const std::vector<Rule> rules{
       // A measured bandwidth is what the hardware attains, at most the base file's nominal rate.
       {[](const std::string& p) { return ends_with(last_key(p), "_gbps"); },
-       [](double base) { return Bounds{base / 20, base, Scale::Log, "bandwidth: [base/20, base]", true}; }},
+       // Never below the topology's plausible range (topology.hpp), which the fitted file must pass.
+       [](double base) { return Bounds{std::max(base / 20, topo::kMinGbps), base, Scale::Log, "bandwidth: [base/20, base]", true}; }},
       {[](const std::string& p) { return has_component(p, "efficiency"); },
        [](double) { return Bounds{1e-3, 1.0, Scale::Log, "efficiency: (0, 1]", true}; }},
       {[](const std::string& p) { return ends_with(last_key(p), "latency_us"); },

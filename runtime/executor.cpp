@@ -100,12 +100,13 @@ Status drive(std::span<RankExecutor* const> execs, const ir::Plan& plan, const R
   bool deferred = false;
   Status result;
   for (;;) {
-    bool all_done = true;
+    bool all_done = true, running = false;
     std::uint64_t progress = 0;
     std::optional<Error> err;
     for (auto* e : execs) {
       all_done = all_done && e->done();
       progress += e->progress();
+      running = running || e->running();
       if (auto x = e->error(); x && !err) err = std::move(x);
     }
     if (err) {
@@ -114,7 +115,9 @@ Status drive(std::span<RankExecutor* const> execs, const ir::Plan& plan, const R
     }
     if (all_done) break;
     const auto now = Clock::now();
-    if (progress != last) {
+    // A stall is time in which no op completed, none ran, and some op waits. One
+    // compute may take longer than the timeout; while it runs, nothing stalls.
+    if (progress != last || running) {
       last = progress;
       last_change = now;
     } else if (opt.timeout_s > 0 && std::chrono::duration<double>(now - last_change).count() > opt.timeout_s) {
@@ -122,6 +125,10 @@ Status drive(std::span<RankExecutor* const> execs, const ir::Plan& plan, const R
       for (auto* e : execs) {
         auto b = e->blocked();
         blocked.insert(blocked.end(), b.begin(), b.end());
+      }
+      if (blocked.empty()) {  // between two ops, not waiting on anything: look again
+        last_change = now;
+        continue;
       }
       bool orphan = false;
       (void)root_cause(plan, blocked, orphan);

@@ -361,6 +361,10 @@ Status RankExecutor::run_local(OpId id) {
   return Error{where(), "not a local op"};
 }
 
+bool RankExecutor::running() const {
+  return std::any_of(workers_.begin(), workers_.end(), [](const auto& w) { return State(w->state.load()) == State::Running; });
+}
+
 std::vector<BlockedOp> RankExecutor::blocked() const {
   std::vector<BlockedOp> out;
   std::lock_guard lk(mu_);

@@ -63,6 +63,9 @@ class RankExecutor {
   [[nodiscard]] ir::RankId rank() const { return rank_; }
   [[nodiscard]] bool done() const { return finished_workers_.load() == workers_.size(); }
   [[nodiscard]] std::uint64_t progress() const { return completed_.load(); }
+  /// Whether some worker is inside a local op (a compute, a merge, ...): that is
+  /// progress too, however long one op takes, so the watchdog waits for it.
+  [[nodiscard]] bool running() const;
   [[nodiscard]] std::optional<Error> error() const;
   [[nodiscard]] std::vector<BlockedOp> blocked() const;
   [[nodiscard]] std::size_t peak_bytes() const { return store_.peak_bytes(); }

@@ -140,37 +140,60 @@ void FairShareNetwork::solve(double now_s) {
   std::size_t left = comp_flows_.size();
   double level = 0;
   constexpr double kEps = 1e-12;
+  auto freeze = [&](int id) {
+    Flow& f = flows_[std::size_t(id)];
+    frozen_[std::size_t(id)] = 1;
+    --left;
+    for (int k = 0; k < f.hops; ++k) {
+      const auto c = std::size_t(f.route[k]);
+      if (ch_[c].shared) --ch_count_[c];
+    }
+    const double r = std::min(level, f.cap);
+    if (r != f.rate) {
+      settle(f, now_s);
+      f.rate = r;
+      ++f.version;
+      changed_.push_back(id);
+    }
+  };
   while (left > 0) {
+    // The tightest constraint: a shared channel's fair share, or a flow's own cap.
     double d = kInf;
+    int tight_ch = -1, tight_flow = -1;
     for (int c : comp_ch_)
-      if (ch_count_[std::size_t(c)] > 0) d = std::min(d, ch_rem_[std::size_t(c)] / ch_count_[std::size_t(c)]);
+      if (ch_count_[std::size_t(c)] > 0 && ch_rem_[std::size_t(c)] / ch_count_[std::size_t(c)] < d) {
+        d = ch_rem_[std::size_t(c)] / ch_count_[std::size_t(c)];
+        tight_ch = c;
+      }
     for (int id : comp_flows_)
-      if (!frozen_[std::size_t(id)]) d = std::min(d, flows_[std::size_t(id)].cap - level);
-    if (!(d < kInf)) d = 0;  // no constraint at all: cannot happen for a routed flow
+      if (!frozen_[std::size_t(id)] && flows_[std::size_t(id)].cap - level < d) {
+        d = flows_[std::size_t(id)].cap - level;
+        tight_ch = -1;
+        tight_flow = id;
+      }
+    if (!(d < kInf)) d = 0;  // no constraint at all: cannot happen for a routed flow of finite capacity
     level += d;
     for (int c : comp_ch_) ch_rem_[std::size_t(c)] -= d * ch_count_[std::size_t(c)];
+    const std::size_t left_before = left;
     for (int id : comp_flows_) {
       if (frozen_[std::size_t(id)]) continue;
-      Flow& f = flows_[std::size_t(id)];
+      const Flow& f = flows_[std::size_t(id)];
       bool stop = f.cap < kInf && f.cap - level <= kEps * f.cap;
       for (int k = 0; k < f.hops && !stop; ++k) {
         const auto c = std::size_t(f.route[k]);
         stop = ch_[c].shared && ch_rem_[c] <= kEps * ch_[c].capacity_bytes_per_s;
       }
-      if (!stop) continue;
-      frozen_[std::size_t(id)] = 1;
-      --left;
-      for (int k = 0; k < f.hops; ++k) {
-        const auto c = std::size_t(f.route[k]);
-        if (ch_[c].shared) --ch_count_[c];
-      }
-      const double r = std::min(level, f.cap);
-      if (r != f.rate) {
-        settle(f, now_s);
-        f.rate = r;
-        ++f.version;
-        changed_.push_back(id);
-      }
+      if (stop) freeze(id);
+    }
+    if (left < left_before) continue;
+    // Each round must freeze a flow, or the loop never ends. When rounding (or a
+    // capacity past the doubles) leaves every test above short, the flows of the
+    // tightest constraint freeze at this level; with no constraint at all, all do.
+    for (int id : comp_flows_) {
+      if (frozen_[std::size_t(id)]) continue;
+      const Flow& f = flows_[std::size_t(id)];
+      const bool on_tight = tight_ch >= 0 && std::find(f.route, f.route + f.hops, tight_ch) != f.route + f.hops;
+      if (id == tight_flow || on_tight || (tight_ch < 0 && tight_flow < 0)) freeze(id);
     }
   }
 }

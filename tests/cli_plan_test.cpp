@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 
 #include "scheduler/ir/plan_io.hpp"
@@ -62,14 +63,16 @@ TEST(CliValidate, BrokenPlanExitsOneAndNamesTheRule) {
 
 TEST(CliErrors, BadInputExitsTwoWithOneLine) {
   struct Case { std::string args, expect; };
+  // Each case fails before writing; the output path is a regular file's (devices such as /dev/null are refused).
+  const std::string out = charm::test::temp_path("never-written.json");
   const std::vector<Case> cases = {
-      {"plan --algo ring --ranks 4 --out /dev/null --frobnicate", "--frobnicate"},
-      {"plan --algo merge --ranks 6 --seq 6k --out /dev/null", "--ranks: merge needs a power-of-two rank count, got 6"},
-      {"plan --algo ring --ranks 8 --seq 1000 --layout zigzag --out /dev/null", "--seq: sequence length 1000 cannot be split"},
-      {"plan --algo ring --ranks 4 --heads 6 --kv-heads 4 --out /dev/null", "--kv-heads"},
-      {"plan --algo ring --ranks 4 --dtype fp8 --out /dev/null", "--dtype: unknown dtype 'fp8'"},
-      {"plan --algo bogus --ranks 4 --out /dev/null", "--algo: unknown algorithm 'bogus'"},
-      {"plan --algo ring --ranks 4 --seq 12q --out /dev/null", "--seq: unknown size suffix"},
+      {"plan --algo ring --ranks 4 --out " + out + " --frobnicate", "--frobnicate"},
+      {"plan --algo merge --ranks 6 --seq 6k --out " + out, "--ranks: merge needs a power-of-two rank count, got 6"},
+      {"plan --algo ring --ranks 8 --seq 1000 --layout zigzag --out " + out, "--seq: sequence length 1000 cannot be split"},
+      {"plan --algo ring --ranks 4 --heads 6 --kv-heads 4 --out " + out, "--kv-heads"},
+      {"plan --algo ring --ranks 4 --dtype fp8 --out " + out, "--dtype: unknown dtype 'fp8'"},
+      {"plan --algo bogus --ranks 4 --out " + out, "--algo: unknown algorithm 'bogus'"},
+      {"plan --algo ring --ranks 4 --seq 12q --out " + out, "--seq: unknown size suffix"},
       {"plan --algo ring --ranks 4 --out /nonexistent-dir/plan.json", "/nonexistent-dir/plan.json: cannot open for writing"},
       {"validate /nonexistent/plan.json", "/nonexistent/plan.json: cannot open for reading"},
       {"commlist --ranks 6", "--ranks: GenerateCommList needs a power-of-two"},
@@ -80,6 +83,7 @@ TEST(CliErrors, BadInputExitsTwoWithOneLine) {
     EXPECT_NE(r.out.find(c.expect), std::string::npos) << c.args << "\n" << r.out;
     EXPECT_EQ(r.out.rfind("charm: error: ", 0), 0u) << r.out;
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+    EXPECT_FALSE(std::filesystem::exists(out)) << c.args;
   }
 }
 

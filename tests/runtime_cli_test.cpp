@@ -164,6 +164,15 @@ TEST(CliRun, InjectedStallExitsThreeNamingRankAndOp) {
   EXPECT_NE(r.out.find("recv"), std::string::npos) << r.out;
 }
 
+TEST(CliRun, OneComputeLongerThanTheTimeoutIsNoStall) {
+  // Each block here computes for a few hundred ms, far past --timeout-s: a running
+  // op is progress, and the run must finish and check, not end as a stall.
+  const auto r = run("run --backend threads --algo ring --ranks 2 --seq 8k --heads 1 --head-dim 16 --dtype fp32 "
+                     "--timeout-s 0.02 --check --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(nlohmann::json::parse(r.out).at("ok").get<bool>()) << r.out;
+}
+
 TEST(CliRun, WrongNumbersExitOne) {
   const auto r = run(kSmall + " --algo rm+ --ranks 4 --pass both --check --inject-drop-compute --json");
   EXPECT_EQ(r.code, 1) << r.out;

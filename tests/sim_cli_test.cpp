@@ -173,6 +173,26 @@ TEST(SimCli, APlanFileSimulatesAsTheSamePlanBuiltFromFlags) {
   std::remove(file.c_str());
 }
 
+TEST(SimCli, NoInfOrNanAtTheEdgesOfThePlausibleRanges) {
+  // Inside the ranges of topology.hpp every simulated time is finite; the
+  // corners are where a unit slip would have produced inf or nan.
+  for (const char* bw : {"1e-3", "1e7"})
+    for (const char* tflops : {"1e-3", "1e7"})
+      for (const char* lat : {"0", "1e6"}) {
+        const std::string cluster = std::string("--uniform --ranks 8 --bw-gbps ") + bw + " --tflops " + tflops + " --latency-us " + lat +
+                                    " --hbm-gbps " + bw + " --seq 64M --causal";
+        for (const std::string cmd : {"simulate --algo charm --layout zigzag --pass both --links", "compare"}) {
+          const auto o = run(cmd + " " + cluster);
+          ASSERT_EQ(o.code, 0) << cmd << " " << cluster << "\n" << o.text;
+          for (const char* bad : {"inf", "nan"})
+            EXPECT_EQ(o.text.find(bad), std::string::npos) << cmd << " " << cluster << "\n" << o.text;
+          const auto j = run(cmd + " " + cluster + " --json");
+          ASSERT_EQ(j.code, 0) << j.text;
+          EXPECT_EQ(j.text.find("null"), std::string::npos) << cmd << " " << cluster << "\n" << j.text;  // how JSON shows inf/nan
+        }
+      }
+}
+
 TEST(SimCli, TraceStructure) {
   const std::string path = std::string(::testing::TempDir()) + "/charm_trace.json";
   auto o = run("simulate --algo charm --topology " + topo("h20-2x8.json") + " --seq 16k --pass both --trace " + path);

@@ -2,15 +2,24 @@
 
 #include <fmt/format.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <charconv>
+#include <climits>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <unistd.h>
+#include <limits>
+
+#include "scheduler/ir/input_file.hpp"
 
 #include "scheduler/planners/planners.hpp"
 
@@ -22,17 +31,80 @@ int& exit_code() {
   return code;
 }
 
+namespace {
+
+bool all_digits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+/// Decimal digits with at most one point and a digit on one side of it: "12", "1.5", ".5", "5.".
+bool decimal_mantissa(std::string_view s) {
+  const auto dot = s.find('.');
+  if (dot == std::string_view::npos) return all_digits(s);
+  const auto a = s.substr(0, dot), b = s.substr(dot + 1);
+  return (all_digits(a) || a.empty()) && (all_digits(b) || b.empty()) && !(a.empty() && b.empty());
+}
+
+} // namespace
+
+Expected<std::string> check_number(const std::string& text, NumberKind kind) {
+  const bool negative = !text.empty() && text[0] == '-';
+  const std::string_view body = std::string_view(text).substr(negative ? 1 : 0);
+  if (kind == NumberKind::Real) {
+    const auto e = body.find_first_of("eE");
+    const auto mant = body.substr(0, e);
+    auto exp = e == std::string_view::npos ? std::string_view{} : body.substr(e + 1);
+    if (!exp.empty() && (exp[0] == '+' || exp[0] == '-')) exp.remove_prefix(1);
+    const bool ok = decimal_mantissa(mant) && (e == std::string_view::npos || all_digits(exp));
+    if (!ok) return Error{"", fmt::format("expected a decimal number like 2.5 or 1e-3, got '{}'", text)};
+    if (!std::isfinite(std::strtod(text.c_str(), nullptr))) return Error{"", fmt::format("'{}' is too large", text)};
+    return text;
+  }
+  if (!all_digits(body)) return Error{"", fmt::format("expected a decimal whole number like 8, got '{}'", text)};
+  if (negative && kind == NumberKind::Unsigned) return Error{"", fmt::format("must be >= 0, got {}", text)};
+  // Exact for any length: digits past 20 are too large for every flag.
+  const auto first = body.find_first_not_of('0');
+  const std::string_view digits = first == std::string_view::npos ? std::string_view("0") : body.substr(first);
+  std::uint64_t v = 0;
+  const auto r = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+  const bool fits = r.ec == std::errc{} &&
+                    (kind == NumberKind::Unsigned ? true
+                     : negative                   ? v <= std::uint64_t{1} << 31
+                                                  : v <= std::uint64_t(std::numeric_limits<std::int32_t>::max()));
+  if (!fits)
+    return Error{"", kind == NumberKind::Unsigned ? fmt::format("must be <= {}, got {}", std::numeric_limits<std::uint64_t>::max(), text)
+                     : negative ? fmt::format("must be >= {}, got {}", std::numeric_limits<std::int32_t>::min(), text)
+                                : fmt::format("must be <= {}, got {}", std::numeric_limits<std::int32_t>::max(), text)};
+  return (negative && v != 0 ? "-" : "") + std::string(digits);
+}
+
+void apply_number_grammar(CLI::App& app) {
+  for (CLI::Option* opt : app.get_options()) {
+    // CLI11 names the type an option converts to: INT, UINT, FLOAT (TEXT, ... for the rest).
+    std::string type = opt->get_type_name();
+    type = type.substr(0, type.find(':'));
+    if (type != "INT" && type != "UINT" && type != "FLOAT") continue;
+    const NumberKind kind = type == "INT" ? NumberKind::Integer : type == "UINT" ? NumberKind::Unsigned : NumberKind::Real;
+    opt->transform(CLI::Validator(
+        [kind](std::string& value) {
+          auto checked = check_number(value, kind);
+          if (!checked) return checked.error().what;
+          value = std::move(*checked);
+          return std::string{};
+        },
+        ""));
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) apply_number_grammar(*sub);
+}
+
 Expected<std::int64_t> parse_size(const std::string& text, const std::string& flag) {
   if (text.empty()) return Error{flag, "expected a number, got nothing"};
   std::size_t i = 0;
   while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
-  if (i == 0) return Error{flag, fmt::format("expected a number like 4096 or 128k, got '{}'", text)};
-  double v = 0;
-  try {
-    v = std::stod(text.substr(0, i));
-  } catch (...) {
+  // The grammar of every number: decimal digits, one point at most ("1.5.0k" is no size).
+  if (i == 0 || !decimal_mantissa(std::string_view(text).substr(0, i)))
     return Error{flag, fmt::format("expected a number like 4096 or 128k, got '{}'", text)};
-  }
+  const double v = std::strtod(text.substr(0, i).c_str(), nullptr);
   std::string suffix = text.substr(i);
   double mult = 1;
   if (suffix == "k" || suffix == "K") mult = 1024;
@@ -89,33 +161,272 @@ ir::Workload WorkloadFlags::get() const {
   return w;
 }
 
-void check_output_path(const std::string& path, const std::string& flag) {
-  namespace fs = std::filesystem;
-  if (path.empty()) return;
-  const fs::path dir = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) fail(Error{flag, fmt::format("{}: cannot open for writing: folder '{}' does not exist", path, dir.string())});
-  if (::access(dir.c_str(), W_OK) != 0) fail(Error{flag, fmt::format("{}: cannot open for writing: folder '{}' is not writable", path, dir.string())});
-  if (fs::is_directory(path, ec)) fail(Error{flag, fmt::format("{}: cannot open for writing: it is a folder", path)});
+// ---- outputs ----
+
+namespace {
+
+namespace fs = std::filesystem;
+
+/// The table an interrupt walks: fixed storage and atomic states, since a signal
+/// handler may neither allocate nor lock.
+struct TempSlot {
+  std::atomic<int> state{0};  // 0 free, 1 being filled in, 2 armed
+  bool folder = false;
+  char path[PATH_MAX] = {};
+};
+constexpr int kTempSlots = 64;
+TempSlot g_temps[kTempSlots];
+static_assert(std::atomic<int>::is_always_lock_free, "the signal handler reads the slot states");
+
+extern "C" void remove_temps_and_reraise(int sig) {
+  // Files first, then the folders they were in (rmdir only removes an empty one).
+  for (const bool folders : {false, true})
+    for (auto& t : g_temps)
+      if (t.state.load() == 2 && t.folder == folders) (void)(folders ? ::rmdir(t.path) : ::unlink(t.path));
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);  // delivered when the handler returns: the process ends by the signal, as it would have
 }
 
-void write_file_atomic(const std::string& path, const std::string& content) {
-  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) fail(Error{path, fmt::format("cannot open for writing: {}", std::strerror(errno))});
-    out << content;
-    out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      fail(Error{path, "write failed"});
-    }
+/// What an output path writes to: the path itself, or where its symbolic links lead.
+std::string output_target(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_symlink(path, ec)) return path;
+  const fs::path t = fs::weakly_canonical(path, ec);
+  return ec ? path : t.string();
+}
+
+fs::path folder_of(const std::string& path) {
+  const fs::path dir = fs::path(path).parent_path();
+  return dir.empty() ? fs::path(".") : dir;
+}
+
+/// Errors of open(O_TMPFILE) that only say the file system (or kernel) has no unnamed files.
+bool no_unnamed_files(int err) { return err == EOPNOTSUPP || err == EISDIR || err == EINVAL; }
+
+std::atomic<int> g_temp_counter{0};
+/// A name beside `target` no other writer uses: this process's id and a count.
+std::string temp_name(const std::string& target) { return fmt::format("{}.tmp.{}.{}", target, ::getpid(), g_temp_counter++); }
+
+/// Why a file cannot be created in `dir`, or nothing. An unnamed file tries it
+/// for real (root passes access() even where nothing can be created); where the
+/// file system has none, a named probe is created and removed at once.
+std::string cannot_create_in(const fs::path& dir) {
+  if (::access(dir.c_str(), W_OK) != 0) return std::strerror(errno);
+#ifdef O_TMPFILE
+  int fd = ::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+  if (fd >= 0) {
+    ::close(fd);
+    return {};
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (!no_unnamed_files(errno)) return std::strerror(errno);
+#else
+  int fd = -1;
+#endif
+  const std::string probe = (dir / fmt::format(".charm-probe.{}", ::getpid())).string();
+  RemoveOnInterrupt guard(probe);
+  fd = ::open(probe.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
+  if (fd < 0) {
     const int err = errno;
-    std::remove(tmp.c_str());
-    fail(Error{path, fmt::format("cannot write: {}", std::strerror(err))});
+    guard.release();
+    return err == EEXIST ? std::string{} : std::strerror(err);
   }
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return {};
+}
+
+/// Why `target` may not be replaced, or nothing: only a regular file (or nothing) may.
+std::string not_replaceable(const std::string& target) {
+  struct stat st{};
+  if (::lstat(target.c_str(), &st) != 0) return {};
+  if (S_ISDIR(st.st_mode)) return "it is a folder";
+  if (S_ISLNK(st.st_mode)) return "it is a symbolic link to a missing file";
+  if (!S_ISREG(st.st_mode)) return fmt::format("it is {} (outputs are regular files)", ir::file_kind(st.st_mode));
+  return {};
+}
+
+/// Writes all of `content` to `fd`; the errno of the failure, or 0.
+int write_all(int fd, const std::string& content) {
+  std::size_t done = 0;
+  while (done < content.size()) {
+    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    done += std::size_t(n);
+  }
+  return 0;
+}
+
+/// Gives the unnamed file `fd` the name `name`: 0, or the errno (EEXIST: the name is taken).
+int link_unnamed(int fd, const std::string& name) {
+  const std::string proc = fmt::format("/proc/self/fd/{}", fd);
+  if (::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW) == 0) return 0;
+  const int err = errno;
+  if (err == EEXIST) return err;
+  // Without /proc, AT_EMPTY_PATH does the same where the process may use it.
+  if (::linkat(fd, "", AT_FDCWD, name.c_str(), AT_EMPTY_PATH) == 0) return 0;
+  return errno == EEXIST ? EEXIST : err;
+}
+
+[[noreturn]] void write_failed(const std::string& path, const char* what, int err) {
+  fail(Error{path, fmt::format("{}: {}", what, std::strerror(err))});
+}
+
+/// Replaces `target` by the file at `tmp` (which an interrupt removes meanwhile).
+void rename_over(const std::string& tmp, const std::string& target, const std::string& path) {
+  if (const auto why = not_replaceable(target); !why.empty()) {
+    ::unlink(tmp.c_str());
+    fail(Error{path, "cannot open for writing: " + why});
+  }
+  if (::rename(tmp.c_str(), target.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    write_failed(path, "cannot write", err);
+  }
+}
+
+/// The unnamed-file way; false where the system has no unnamed files or cannot link one.
+bool write_unnamed(const std::string& path, const std::string& target, const std::string& content) {
+#ifndef O_TMPFILE
+  (void)path, (void)target, (void)content;
+  return false;  // no unnamed files on this platform
+#else
+  const int fd = ::open(folder_of(target).c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    if (no_unnamed_files(errno)) return false;
+    write_failed(path, "cannot open for writing", errno);
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  if (const int err = write_all(fd, content); err != 0) write_failed(path, "cannot write", err);
+  // A new file appears under its name with all its bytes at once.
+  int err = link_unnamed(fd, target);
+  if (err == 0) return true;
+  if (err != EEXIST) return false;
+  // An older file: link under a temporary name, then rename over it (atomic). An
+  // interrupt between the two removes the temporary; only SIGKILL in that window
+  // of microseconds could leave it.
+  const std::string tmp = temp_name(target);
+  RemoveOnInterrupt guard(tmp);
+  err = link_unnamed(fd, tmp);
+  if (err != 0) {
+    guard.release();
+    if (err == EEXIST) write_failed(path, "cannot write", err);
+    return false;
+  }
+  rename_over(tmp, target, path);
+  return true;
+#endif
+}
+
+/// The named-temporary way: a file beside the target, removed on failure and on interrupt.
+void write_named(const std::string& path, const std::string& target, const std::string& content) {
+  const std::string tmp = temp_name(target);
+  RemoveOnInterrupt guard(tmp);
+  const int fd = ::open(tmp.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    const int err = errno;
+    guard.release();  // not ours to remove, if it exists
+    write_failed(path, "cannot open for writing", err);
+  }
+  int err = write_all(fd, content);
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err != 0) {
+    ::unlink(tmp.c_str());
+    write_failed(path, "cannot write", err);
+  }
+  rename_over(tmp, target, path);
+}
+
+} // namespace
+
+RemoveOnInterrupt::RemoveOnInterrupt(const std::string& path, bool folder) {
+  if (path.size() >= PATH_MAX) return;
+  for (int i = 0; i < kTempSlots; ++i) {
+    int free = 0;
+    if (!g_temps[i].state.compare_exchange_strong(free, 1)) continue;
+    std::memcpy(g_temps[i].path, path.c_str(), path.size() + 1);
+    g_temps[i].folder = folder;
+    g_temps[i].state.store(2);
+    slot_ = i;
+    return;
+  }
+}
+
+void RemoveOnInterrupt::release() {
+  if (slot_ >= 0) g_temps[slot_].state.store(0);
+  slot_ = -1;
+}
+
+void install_interrupt_cleanup() {
+  for (const int sig : {SIGINT, SIGTERM}) {
+    struct sigaction old{};
+    sigaction(sig, nullptr, &old);
+    if (old.sa_handler == SIG_IGN) continue;  // e.g. under nohup: the parent's choice stands
+    struct sigaction sa{};
+    sa.sa_handler = remove_temps_and_reraise;
+    sigemptyset(&sa.sa_mask);
+    sigaction(sig, &sa, nullptr);
+  }
+}
+
+void check_output_path(const std::string& path, const std::string& flag) {
+  if (path.empty()) return;
+  const std::string target = output_target(path);
+  const fs::path dir = folder_of(target);
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) fail(Error{flag, fmt::format("{}: cannot open for writing: folder '{}' does not exist", path, dir.string())});
+  if (const auto why = not_replaceable(target); !why.empty()) fail(Error{flag, fmt::format("{}: cannot open for writing: {}", path, why)});
+  if (const auto why = cannot_create_in(dir); !why.empty())
+    fail(Error{flag, fmt::format("{}: cannot open for writing: folder '{}' is not writable: {}", path, dir.string(), why)});
+}
+
+void check_output_paths(const std::vector<std::pair<std::string, std::string>>& outputs) {
+  struct Seen {
+    std::string flag, path, canonical;
+    bool exists;
+    struct stat st;
+  };
+  std::vector<Seen> seen;
+  for (const auto& [flag, path] : outputs) {
+    if (path.empty()) continue;
+    check_output_path(path, flag);
+    std::error_code ec;
+    Seen s{flag, path, fs::weakly_canonical(fs::absolute(output_target(path), ec), ec).string(), false, {}};
+    if (ec) s.canonical = path;
+    s.exists = ::stat(path.c_str(), &s.st) == 0;
+    for (const auto& e : seen)
+      if (e.canonical == s.canonical || (e.exists && s.exists && e.st.st_dev == s.st.st_dev && e.st.st_ino == s.st.st_ino))
+        fail(Error{flag, fmt::format("{}: is also the {} output ({}); give each output its own file", path, e.flag, e.path)});
+    seen.push_back(std::move(s));
+  }
+}
+
+void check_output_dir(const std::string& dir, const std::string& flag) {
+  if (dir.empty()) return;
+  std::error_code ec;
+  fs::path p = dir;
+  struct stat st{};
+  if (::stat(p.c_str(), &st) == 0) {
+    if (!S_ISDIR(st.st_mode)) fail(Error{flag, fmt::format("cannot create {}: {}", dir, std::strerror(ENOTDIR))});
+  } else {
+    // The nearest folder that exists is where the missing ones will be made.
+    p = fs::absolute(p, ec).lexically_normal();
+    while (p.has_parent_path() && p != p.parent_path() && ::stat(p.c_str(), &st) != 0) p = p.parent_path();
+    if (!S_ISDIR(st.st_mode)) fail(Error{flag, fmt::format("cannot create {}: {} is not a folder", dir, p.string())});
+  }
+  if (const auto why = cannot_create_in(p); !why.empty())
+    fail(Error{flag, fmt::format("cannot write into {}: folder '{}' is not writable: {}", dir, p.string(), why)});
+}
+
+void write_file_atomic(const std::string& path, const std::string& content, Temporary how) {
+  const std::string target = output_target(path);
+  if (const auto why = not_replaceable(target); !why.empty()) fail(Error{path, "cannot open for writing: " + why});
+  if (how == Temporary::Named || !write_unnamed(path, target, content)) write_named(path, target, content);
 }
 
 std::vector<Register>& registry() {

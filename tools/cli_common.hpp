@@ -4,9 +4,11 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "scheduler/ir/expected.hpp"
@@ -67,6 +69,22 @@ void check_plan_budget(const sched::PlanRequest& req, double extra_bytes_per_op,
 /// --algos: each name resolved as by algorithm_name(); an empty list is an error of `flag`.
 [[nodiscard]] std::vector<std::string> algorithm_list(const std::string& text, const std::string& flag = "--algos");
 
+/// The one grammar of numbers on the command line, for every numeric flag.
+/// Decimal only: CLI11 alone reads `--ranks 010` as octal 8 and accepts 0x10,
+/// while sizes read 010 as 10. Whole numbers are digits with an optional '-';
+/// reals add one decimal point and an exponent (2.5, 1e-3); no inf, no nan.
+enum class NumberKind : std::uint8_t {
+  Integer,   // a signed whole number that fits 32 bits (every int flag)
+  Unsigned,  // a whole number >= 0 that fits 64 bits (--seed, --path-limit)
+  Real,      // a finite decimal number
+};
+/// `text` checked against the grammar of `kind`: the text to convert (leading
+/// zeros dropped, so nothing downstream can read 010 as octal), or why not.
+[[nodiscard]] Expected<std::string> check_number(const std::string& text, NumberKind kind);
+/// Puts check_number on every numeric option of `app` and its subcommands, by
+/// the type each option converts to, so that no flag can escape the grammar.
+void apply_number_grammar(CLI::App& app);
+
 /// "a, b,,c" -> {"a", "b", "c"}: comma-separated items, spaces and empty items dropped.
 [[nodiscard]] std::vector<std::string> split_list(const std::string& s);
 
@@ -80,12 +98,54 @@ struct WorkloadFlags {
 };
 
 /// Fails now, before any work or any other output, when `path` cannot be written:
-/// its folder is missing or read-only, or it is itself a folder. `flag` names the option.
+/// its folder is missing or not writable, or the path names anything but a
+/// regular file (a folder, a device like /dev/full, a FIFO). A symbolic link is
+/// judged by what it points to, which is what gets written. `flag` names the option.
 void check_output_path(const std::string& path, const std::string& flag);
 
-/// Writes `content` to `path` through a temporary file and a rename, so a
-/// failed or interrupted run leaves the old file or none.
-void write_file_atomic(const std::string& path, const std::string& content);
+/// check_output_path for each (flag, path) with a path, and then that no two name
+/// one file (the same path, through a symbolic link, or as hard links): the
+/// second write would silently replace the first.
+void check_output_paths(const std::vector<std::pair<std::string, std::string>>& outputs);
+
+/// Fails now when `dir` cannot become a folder of outputs: it exists and is not a
+/// folder, or it (or, when missing, the nearest folder above it) is not writable.
+/// Creates nothing.
+void check_output_dir(const std::string& dir, const std::string& flag);
+
+/// Writes `content` to `path` (a regular file, or a symbolic link to where one may
+/// be) so that it appears whole or not at all: the bytes go to an unnamed file
+/// (O_TMPFILE) that is linked in place once complete, so even SIGKILL leaves
+/// nothing behind; an older file is replaced by a rename. Where the file system
+/// has no unnamed files, a named temporary is used, and SIGINT or SIGTERM
+/// removes it (install_interrupt_cleanup). Messages carry the errno text.
+enum class Temporary : std::uint8_t {
+  Auto,   // unnamed where the file system has unnamed files, else named
+  Named,  // always named (the fallback, chosen by tests)
+};
+void write_file_atomic(const std::string& path, const std::string& content, Temporary how = Temporary::Auto);
+
+/// SIGINT and SIGTERM remove the temporaries this process has registered
+/// (RemoveOnInterrupt), then end it by the same signal. Called once, from main;
+/// a signal the parent set to be ignored stays ignored.
+void install_interrupt_cleanup();
+
+/// While alive, an interrupt (see install_interrupt_cleanup) removes `path`: a
+/// temporary file, a file of an unfinished set of outputs, or (folder) an empty
+/// folder made for them. Best effort: past 64 at once, or for paths longer
+/// than PATH_MAX, nothing is registered.
+class RemoveOnInterrupt {
+ public:
+  explicit RemoveOnInterrupt(const std::string& path, bool folder = false);
+  ~RemoveOnInterrupt() { release(); }
+  RemoveOnInterrupt(const RemoveOnInterrupt&) = delete;
+  RemoveOnInterrupt& operator=(const RemoveOnInterrupt&) = delete;
+  /// Keeps the path from now on (it is finished, or already gone).
+  void release();
+
+ private:
+  int slot_ = -1;
+};
 
 /// Subcommands register themselves here (one file each under tools/).
 using Register = std::function<void(CLI::App&)>;

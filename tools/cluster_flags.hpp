@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <tuple>
 #include <vector>
 
 #include "sim/evaluate.hpp"
@@ -24,6 +25,7 @@ struct ClusterFlags {
   double reserved_gb = 0;  // memory the rest of the model holds on each GPU
 
   std::vector<CLI::Option*> uniform_only;  // flags that describe the --uniform cluster and nothing else
+  CLI::Option* domains_opt = nullptr;
 
   void add(CLI::App& app) {
     app.add_option("--topology,-t", topology, "topology JSON file (see docs/topology.md, presets in topologies/)");
@@ -34,7 +36,7 @@ struct ClusterFlags {
         app.add_option("--tflops", tflops, "--uniform: peak TFLOP/s per GPU"),
         app.add_option("--latency-us", latency_us, "--uniform: per-message latency in us")->capture_default_str(),
         app.add_option("--hbm-gbps", hbm_gbps, "--uniform: HBM bandwidth for merges (default: merges are free)")};
-    app.add_option("--domains,-d", domains, "domains for charm (default: from the topology's hierarchy; 1 for --uniform)");
+    domains_opt = app.add_option("--domains,-d", domains, "domains for charm (default: from the topology's hierarchy; 1 for --uniform)");
     app.add_option("--reserved-gb", reserved_gb,
                    "GB per GPU the rest of the model already holds (weights, optimizer state, other activations), "
                    "added to the attention buffers for the fits verdict")
@@ -43,7 +45,9 @@ struct ClusterFlags {
   }
   [[nodiscard]] topo::Topology get() const {
     if (uniform == !topology.empty()) fail(Error{"--topology", "give exactly one of --topology FILE and --uniform"});
-    if (domains < 0) fail(Error{"--domains", fmt::format("must be >= 1 (or omitted: from the topology), got {}", domains)});
+    // 0 stands for "omitted" inside; given, it is a count like any other.
+    if (domains < 0 || (domains == 0 && domains_opt != nullptr && domains_opt->count() > 0))
+      fail(Error{"--domains", fmt::format("must be >= 1 (or omitted: from the topology), got {}", domains)});
     // A what-if flag that the topology file would silently override is refused:
     // the answer would be the file's, not the one asked for.
     if (!uniform)
@@ -64,6 +68,15 @@ struct ClusterFlags {
       fail(Error{"--latency-us", fmt::format("must be a finite number >= 0, got {}", latency_us)});
     if (!(hbm_gbps >= 0) || !std::isfinite(hbm_gbps))
       fail(Error{"--hbm-gbps", fmt::format("must be a finite number >= 0, got {}", hbm_gbps)});
+    // The plausible ranges of topology files: past them the simulator's times leave the finite doubles.
+    const std::tuple<const char*, topo::Quantity, double> numbers[] = {{"--bw-gbps", topo::Quantity::Bandwidth, bw_gbps},
+                                                                       {"--tflops", topo::Quantity::Tflops, tflops},
+                                                                       {"--latency-us", topo::Quantity::Latency, latency_us},
+                                                                       {"--hbm-gbps", topo::Quantity::Bandwidth, hbm_gbps}};
+    for (const auto& [flag, q, x] : numbers) {
+      if (q == topo::Quantity::Bandwidth && x == 0) continue;  // --hbm-gbps 0: merges are free
+      if (const auto why = topo::implausible(q, x, flag); !why.empty()) fail(Error{flag, why});
+    }
     // The route table holds a route per GPU pair (about 12 bytes each).
     check_budget(12.0 * double(ranks) * double(ranks), fmt::format("the route table of a {}-GPU --uniform cluster", ranks), "--ranks");
     return topo::make_uniform(ranks, bw_gbps, tflops, latency_us, hbm_gbps);

@@ -91,7 +91,7 @@ void register_calibrate(CLI::App& app) {
   struct Opts {
     std::string topology, measurements, nccl, fit, out;
     bool json_out = false, no_loo = false;
-    int jobs = -1, restarts = 3;
+    int jobs = 0, restarts = 3;  // jobs omitted: every core
   };
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("calibrate", "fit topology parameters (bandwidths, efficiencies, overheads) to measured run times");
@@ -105,10 +105,11 @@ void register_calibrate(CLI::App& app) {
   sub->add_option("--jobs,-j", o->jobs, "threads that simulate rows in parallel (default: all cores)");
   sub->add_option("--restarts", o->restarts, "optimizer starts besides the base values")->capture_default_str();
   sub->add_flag("--no-loo", o->no_loo, "skip the leave-one-out refits");
-  sub->callback([o] {
+  sub->callback([o, sub] {
     check_output_path(o->out, "--out");
     const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    const int jobs = o->jobs == -1 ? hw : o->jobs;
+    // Omitted: every core. Given, it is a count (no value stands for "every core").
+    const int jobs = sub->count("--jobs") == 0 ? hw : o->jobs;
     if (jobs < 1 || jobs > 1024) fail(Error{"--jobs", fmt::format("must be in [1, 1024], got {}", o->jobs)});
     if (o->restarts < 0 || o->restarts > 100) fail(Error{"--restarts", fmt::format("must be in [0, 100], got {}", o->restarts)});
     // The topology is checked by its loader first (its errors name the JSON path), then kept as a document to edit.

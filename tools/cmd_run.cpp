@@ -10,6 +10,8 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <unistd.h>
+#include <vector>
 
 #include "runtime/check.hpp"
 #include "runtime/executor.hpp"
@@ -76,11 +78,63 @@ nlohmann::json err_json(const rt::CheckReport& r, double rt::TensorError::*field
   return j;
 }
 
+/// Writes the dump as a whole or not at all: a failure (or an interrupt) takes away
+/// the files written so far and the folders made for them, since a partial dump
+/// would read as a complete one with tensors missing.
+class DumpWriter {
+ public:
+  explicit DumpWriter(const std::string& dir) : dir_(dir) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    std::vector<fs::path> missing;
+    for (fs::path p = fs::absolute(dir, ec).lexically_normal(); !p.empty() && !fs::exists(p, ec) && p != p.parent_path(); p = p.parent_path())
+      missing.push_back(p);
+    for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+      if (!fs::create_directory(*it, ec) && ec) {
+        rollback();
+        fail(Error{"--dump", fmt::format("cannot create {}: {}", dir, ec.message())});
+      }
+      made_.push_back(it->string());
+      guards_.push_back(std::make_unique<RemoveOnInterrupt>(it->string(), /*folder=*/true));
+    }
+  }
+  void write(const std::string& name, const std::string& bytes) {
+    const std::string path = (std::filesystem::path(dir_) / name).string();
+    try {
+      write_file_atomic(path, bytes);
+    } catch (...) {
+      rollback();
+      throw;
+    }
+    written_.push_back(path);
+    guards_.push_back(std::make_unique<RemoveOnInterrupt>(path));
+  }
+  /// The dump is complete: keep it.
+  void commit() {
+    for (auto& g : guards_) g->release();
+    written_.clear();
+    made_.clear();
+  }
+  ~DumpWriter() { rollback(); }
+  DumpWriter(const DumpWriter&) = delete;
+  DumpWriter& operator=(const DumpWriter&) = delete;
+
+ private:
+  void rollback() {
+    for (const auto& f : written_) ::unlink(f.c_str());
+    for (auto it = made_.rbegin(); it != made_.rend(); ++it) ::rmdir(it->c_str());
+    written_.clear();
+    made_.clear();
+    guards_.clear();
+  }
+  std::string dir_;
+  std::vector<std::string> written_, made_;
+  std::vector<std::unique_ptr<RemoveOnInterrupt>> guards_;
+};
+
 void dump_tensors(const std::string& dir, const ir::Plan& plan, const RunOpts& o, const rt::GlobalTensors& in,
                   const rt::GlobalTensors& res) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) fail(Error{"--dump", fmt::format("cannot create {}: {}", dir, ec.message())});
+  DumpWriter dump(dir);
   const auto& w = plan.workload;
   const std::vector<std::int64_t> qshape{w.batch, w.seq, w.heads, w.head_dim};
   const std::vector<std::int64_t> kvshape{w.batch, w.seq, w.kv_heads, w.head_dim};
@@ -88,7 +142,7 @@ void dump_tensors(const std::string& dir, const ir::Plan& plan, const RunOpts& o
   nlohmann::json files = nlohmann::json::array();
   auto put = [&](const char* name, const std::vector<float>& t, const std::vector<std::int64_t>& shape) {
     if (t.empty()) return;
-    write_file_atomic((std::filesystem::path(dir) / (std::string(name) + ".npy")).string(), rt::npy_bytes(t, shape));
+    dump.write(std::string(name) + ".npy", rt::npy_bytes(t, shape));
     files.push_back(std::string(name) + ".npy");
   };
   put("q", in.q, qshape);
@@ -112,7 +166,8 @@ void dump_tensors(const std::string& dir, const ir::Plan& plan, const RunOpts& o
                             {"head_dim", w.head_dim}, {"pass", std::string(ir::to_string(w.pass))},
                             {"algo", plan.algo}, {"ranks", plan.ranks}, {"domains", plan.domains},
                             {"backend", o.backend}, {"seed", o.seed}, {"files", files}};
-  write_file_atomic((std::filesystem::path(dir) / "meta.json").string(), meta.dump(1) + "\n");
+  dump.write("meta.json", meta.dump(1) + "\n");
+  dump.commit();
 }
 
 /// Rank 0's part after a successful run: check, print, dump. Returns the exit code.
@@ -208,6 +263,8 @@ void register_run(CLI::App& app) {
                                             job->size, o->backend, o->backend == "cuda-local" ? " or cuda" : "")});
       if (sub->count("--ranks") == 0 && !o->plan.from_file()) o->plan.ranks = job->size;
     }
+    // Before the run, not after minutes of compute: where the dump goes must take files.
+    check_output_dir(o->dump, "--dump");
     for (const auto& b : run_backends())
       if (std::find(b.names.begin(), b.names.end(), o->backend) != b.names.end()) {
         RunRequest req{&o->plan, o->backend, o->seed, o->check, o->json, o->inject_stall, o->timeout_s, o->trace, {}};

@@ -72,6 +72,7 @@ int run_cuda(const RunRequest& req, const CudaFlags& f) {
   if (f.warmup < 0) fail(Error{"--warmup", "must be >= 0"});
   const auto budget = unwrap(parse_size(f.tile_budget, "--tile-budget"));
   if (budget < (1 << 20)) fail(Error{"--tile-budget", "must be at least 1M"});
+  check_output_path(req.trace, "--trace");
   const rt::cuda::CudaRunOptions opt{req.timeout_s, f.warmup, f.device, std::size_t(budget)};
   auto plan = req.plan->make();
   if (auto s = rt::cuda::supports(plan); !s) fail(Error{"--backend " + req.backend, s.error().what});

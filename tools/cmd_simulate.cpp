@@ -358,7 +358,8 @@ void register_advise(CLI::App& app) {
     const auto topo = o->cluster.get();
     ir::Workload w = o->workload.get();
     if (sub->count("--pass") == 0) w.pass = ir::PassKind::Both;
-    if (o->jobs < 0 || o->jobs > 1024) fail(Error{"--jobs", fmt::format("must be in [1, 1024] (or omitted), got {}", o->jobs)});
+    if (sub->count("--jobs") > 0 && (o->jobs < 1 || o->jobs > 1024))
+      fail(Error{"--jobs", fmt::format("must be in [1, 1024] (or omitted), got {}", o->jobs)});
     if (o->top < 0) fail(Error{"--top", fmt::format("must be >= 1 (or 0 or omitted: all), got {}", o->top)});
     sim::AdviseOptions opt;
     if (!o->algos.empty()) opt.algos = algorithm_list(o->algos);
@@ -451,15 +452,10 @@ void register_advise(CLI::App& app) {
 int gpu_arg(const topo::Topology& t, const std::string& s, const std::string& pair) {
   for (int g = 0; g < t.num_gpus(); ++g)
     if (t.vertex_names[std::size_t(g)] == s) return g;
-  std::size_t used = 0;
-  int g = -1;
-  try {
-    g = std::stoi(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != s.size())
-    fail(Error{"--route", fmt::format("'{}': '{}' is neither a GPU index nor a GPU name", pair, s)});
+  // A GPU index in the flags' grammar: decimal digits only.
+  const auto index = check_number(s, NumberKind::Integer);
+  if (!index) fail(Error{"--route", fmt::format("'{}': '{}' is neither a GPU index nor a GPU name", pair, s)});
+  const int g = std::stoi(*index);
   if (g < 0 || g >= t.num_gpus()) fail(Error{"--route", fmt::format("'{}': GPU {} is not in [0, {})", pair, g, t.num_gpus())});
   return g;
 }

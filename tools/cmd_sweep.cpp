@@ -113,10 +113,9 @@ Expected<SetFlag> parse_set(const std::string& text) {
     return Error{"--set", fmt::format("expected FIELD=LIST like inter.bandwidth_gbps=25,50,100, got '{}'", text)};
   SetFlag s{text.substr(0, eq), {}};
   auto number = [&](const std::string& item) -> Expected<double> {
-    char* end = nullptr;
-    const double v = std::strtod(item.c_str(), &end);
-    if (item.empty() || end != item.c_str() + item.size() || !std::isfinite(v)) return bad(fmt::format("expected a number, got '{}'", item));
-    return v;
+    // The flags' own grammar: decimal, no hex, no inf or nan.
+    if (!check_number(item, NumberKind::Real)) return bad(fmt::format("expected a number, got '{}'", item));
+    return std::strtod(item.c_str(), nullptr);
   };
   auto push = [&](double v) -> Status {
     if (std::find(s.values.begin(), s.values.end(), v) == s.values.end()) s.values.push_back(v);
@@ -331,16 +330,6 @@ bool plot(const sim::SweepSpec& spec, const sim::SweepResult& res, const std::st
   return true;
 }
 
-/// Fails now, not after an hour of simulation, when an output's folder is missing or read-only.
-void check_writable(const std::string& path, const std::string& flag) {
-  if (path.empty()) return;
-  const fs::path dir = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) fail(Error{flag, fmt::format("folder '{}' does not exist", dir.string())});
-  if (::access(dir.c_str(), W_OK) != 0) fail(Error{flag, fmt::format("folder '{}' is not writable", dir.string())});
-  if (fs::is_directory(path, ec)) fail(Error{flag, fmt::format("'{}' is a folder", path)});
-}
-
 void register_sweep(CLI::App& app) {
   struct Opts {
     std::string topologies, batch, seq, heads, kv_heads, head_dim;
@@ -349,7 +338,7 @@ void register_sweep(CLI::App& app) {
     std::vector<std::string> sets;
     std::string out, json, plot, plot_script;
     bool json_stdout = false;
-    int jobs = -1;  // -1: every core
+    int jobs = 0;  // omitted: every core
     double reserved_gb = 0;
   };
   auto o = std::make_shared<Opts>();
@@ -388,7 +377,7 @@ void register_sweep(CLI::App& app) {
                   "GB per GPU the rest of the model holds, added to the attention buffers for the fits column")
       ->capture_default_str();
 
-  sub->callback([o] {
+  sub->callback([o, sub] {
     sim::SweepSpec spec;
     // Topologies, and their hardware points when numbers are --set.
     std::vector<SetFlag> sets;
@@ -448,18 +437,11 @@ void register_sweep(CLI::App& app) {
       fail(Error{"--plot", fmt::format("'{}' must end in .png or .svg", o->plot)});
     if (o->out.empty() && o->json.empty() && !o->json_stdout)
       fail(Error{"--out", "give --out FILE (CSV), --json-out FILE, or --json (JSON on stdout)"});
-    check_writable(o->out, "--out");
-    check_writable(o->json, "--json-out");
-    check_writable(o->plot, "--plot");
-    check_writable(o->plot_script, "--plot-script");
-    {
-      std::set<std::string> paths;
-      for (const auto* p : {&o->out, &o->json, &o->plot, &o->plot_script})
-        if (!p->empty() && !paths.insert(fs::weakly_canonical(*p).string()).second)
-          fail(Error{"--out", fmt::format("'{}' is named as two different outputs", *p)});
-    }
+    // Now, not after an hour of simulation.
+    check_output_paths({{"--out", o->out}, {"--json-out", o->json}, {"--plot", o->plot}, {"--plot-script", o->plot_script}});
     const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    const int jobs = o->jobs == -1 ? hw : o->jobs;
+    // Omitted: every core. Given, it is a count (no value stands for "every core").
+    const int jobs = sub->count("--jobs") == 0 ? hw : o->jobs;
     if (jobs < 1 || jobs > 1024) fail(Error{"--jobs", fmt::format("must be in [1, 1024], got {}", o->jobs)});
     const std::size_t configs = spec.num_configs();
     if (configs > kMaxConfigs)

@@ -4,10 +4,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 
+#include "scheduler/ir/input_file.hpp"
 #include "scheduler/ir/json_text.hpp"
 #include "scheduler/trace/diff.hpp"
 #include "tools/cli_common.hpp"
@@ -15,12 +14,9 @@
 namespace charm::cli {
 namespace {
 
-nlohmann::json read_trace(const std::string& path, const std::string& flag) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) fail(Error{flag, fmt::format("{}: not a regular file", path)});
-  std::ifstream in(path);
-  if (!in) fail(Error{flag, fmt::format("{}: cannot open for reading", path)});
-  return unwrap(parse_json_strict(in, path));
+nlohmann::json read_trace(const std::string& path) {
+  const auto text = unwrap(ir::read_input_file(path, "a trace file", "cannot open for reading"));
+  return unwrap(parse_json_strict(text, path));
 }
 
 std::string ratio(double measured, double predicted) {
@@ -42,7 +38,7 @@ void register_trace_diff(CLI::App& app) {
   sub->add_flag("--json", o->json_out, "JSON output");
   sub->callback([o] {
     if (o->top < 0) fail(Error{"--top", fmt::format("must be >= 0, got {}", o->top)});
-    const auto d = unwrap(trace::diff_traces(read_trace(o->predicted, "predicted"), read_trace(o->measured, "measured"),
+    const auto d = unwrap(trace::diff_traces(read_trace(o->predicted), read_trace(o->measured),
                                              o->predicted, o->measured));
     const std::size_t top = std::min<std::size_t>(std::size_t(o->top), d.ops.size());
     if (o->json_out) {

@@ -58,6 +58,8 @@ std::string version_text() {
 } // namespace
 
 int main(int argc, char** argv) {
+  // An interrupt removes the temporaries of the output being written (cli_common.hpp).
+  charm::cli::install_interrupt_cleanup();
   CLI::App app{"charm: plan, validate, simulate and run distributed attention (CHARM+, RM+, Ring, ...)", "charm"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "all subcommands' help");
@@ -67,6 +69,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   for (auto& reg : charm::cli::registry()) reg(app);
+  charm::cli::apply_number_grammar(app);
   // CLI11 would say only "A subcommand is required" for a mistyped one.
   const auto subs = app.get_subcommands([](const CLI::App*) { return true; });
   if (argc > 1 && argv[1][0] != '-' &&

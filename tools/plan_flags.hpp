@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <fmt/format.h>
+
 #include "scheduler/ir/plan.hpp"
 #include "scheduler/ir/plan_io.hpp"
 #include "scheduler/planners/planners.hpp"
@@ -34,6 +36,7 @@ struct PlanFlags {
   }
   [[nodiscard]] bool from_file() const { return !plan_file.empty(); }
   [[nodiscard]] sched::PlanRequest request() const {
+    if (domains < 1) fail(Error{"--domains", fmt::format("must be >= 1, got {}", domains)});
     sched::PlanRequest r;
     r.algo = algo;
     r.ranks = ranks;

@@ -245,6 +245,41 @@ Status Topology::finalize(int num_gpus, const std::string& where) {
   return {};
 }
 
+std::string implausible(Quantity q, double x, std::string_view field) {
+  if (!std::isfinite(x)) return fmt::format("must be a finite number, got {}", x);
+  switch (q) {
+    case Quantity::Bandwidth:
+      if (!(x > 0)) return fmt::format("must be > 0, got {}", x);
+      if (x < kMinGbps) return fmt::format("must be >= {:g} GB/s (1 MB/s), got {}", kMinGbps, x);
+      if (x > kMaxGbps)
+        return fmt::format("must be <= {:g} GB/s, got {}: {} is in GB/s (1e9 bytes/s), not bytes/s or bits/s", kMaxGbps, x, field);
+      return {};
+    case Quantity::Tflops:
+      if (!(x > 0)) return fmt::format("must be > 0, got {}", x);
+      if (x < kMinTflops) return fmt::format("must be >= {:g} TFLOP/s (1 GFLOP/s), got {}", kMinTflops, x);
+      // Up to 1e19 the number is most likely a peak in FLOP/s.
+      if (x > kMaxTflops)
+        return x <= kMaxTflops * 1e12
+                   ? fmt::format("must be <= {:g} TFLOP/s, got {}: {} looks like FLOP/s; {} is in TFLOP/s (1e12 FLOP/s)", kMaxTflops, x, x, field)
+                   : fmt::format("must be <= {:g} TFLOP/s, got {}: {} is in TFLOP/s (1e12 FLOP/s)", kMaxTflops, x, field);
+      return {};
+    case Quantity::Latency:
+      if (!(x >= 0)) return fmt::format("must be >= 0, got {}", x);
+      if (x > kMaxLatencyUs) return fmt::format("must be <= {:g} us (one second), got {}: {} is in microseconds", kMaxLatencyUs, x, field);
+      return {};
+    case Quantity::Efficiency:
+      if (!(x > 0)) return fmt::format("must be > 0, got {}", x);
+      if (x > 1) return fmt::format("must be <= 1, got {}", x);
+      if (x < kMinEfficiency) return fmt::format("must be >= {:g} (a fraction of peak), got {}", kMinEfficiency, x);
+      return {};
+    case Quantity::HalfTokens:
+      if (!(x >= 0)) return fmt::format("must be >= 0, got {}", x);
+      if (x > kMaxHalfTokens) return fmt::format("must be <= {:g} tokens, got {}", kMaxHalfTokens, x);
+      return {};
+  }
+  return {};
+}
+
 Topology make_uniform(int gpus, GBps bw_gbps, double tflops, double latency_us, GBps hbm_gbps) {
   Topology t;
   t.name = fmt::format("uniform-{}x{}GBps", gpus, bw_gbps);

@@ -142,6 +142,29 @@ class Topology {
   std::vector<std::uint8_t> route_override_;  // per (src, dst): 1 when from route_overrides
 };
 
+/// Plausible ranges of a cluster's physical numbers. Beyond them a number is a
+/// unit mistake (bytes/s written where GB/s belong, FLOP/s for TFLOP/s), and
+/// the simulator's arithmetic leaves the finite doubles: 1e300 GB/s is an
+/// infinite byte rate, 1e-30 GB/s a transfer time no clock can hold. Topology
+/// files (and `charm sweep --set`) and the `--uniform` flags are held to them.
+inline constexpr double kMinGbps = 1e-3, kMaxGbps = 1e7;      // 1 MB/s .. 10 PB/s
+inline constexpr double kMinTflops = 1e-3, kMaxTflops = 1e7;  // 1 GFLOP/s .. 10 EFLOP/s
+inline constexpr double kMaxLatencyUs = 1e6;                  // one second per message or launch
+inline constexpr double kMinEfficiency = 1e-3;                // of peak
+inline constexpr double kMaxHalfTokens = 1e9;
+
+enum class Quantity : std::uint8_t {
+  Bandwidth,   // GB/s, > 0
+  Tflops,      // TFLOP/s, > 0
+  Latency,     // us, >= 0
+  Efficiency,  // fraction of peak, (0, 1]
+  HalfTokens,  // tokens, >= 0
+};
+/// Empty when `x` is a plausible `q`; else why not, in the words of `field`, naming
+/// the likely unit mistake ("312000000000000 looks like FLOP/s; tflops is in TFLOP/s").
+/// Zero, where a field allows it for "none" (hbm_gbps, per_flow_gbps), is the caller's to allow.
+[[nodiscard]] std::string implausible(Quantity q, double x, std::string_view field);
+
 /// A contention-free, fully connected cluster: each GPU hangs off one ideal
 /// switch by a dedicated link of `bw_gbps`, so every pair gets the full rate
 /// and a GPU may talk to any number of peers at once. Latency is split over the two hops.

@@ -13,10 +13,13 @@
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <utility>
 #include <vector>
+
+#include "scheduler/ir/input_file.hpp"
 
 namespace charm::topo {
 
@@ -76,16 +79,33 @@ Ex<double> get_number(const Node& n, const char* key, bool required, double def,
   return x;
 }
 
-Ex<long> get_int(const Node& n, const char* key, bool required, long def, long min_value) {
+/// A physical number (topology.hpp's plausible ranges); `zero_is_none` lets 0 stand for "no limit" or "free".
+Ex<double> get_quantity(const Node& n, const char* key, bool required, double def, Quantity q, bool zero_is_none = false) {
+  auto x = get_number(n, key, required, def, false, false);
+  if (!x || !n.has(key) || (zero_is_none && *x == 0)) return x;
+  if (const auto why = implausible(q, *x, key); !why.empty()) return n.at(key).error(why);
+  return x;
+}
+
+/// An integer in [min_value, max_value]. JSON integers have no width: one past
+/// int64 is held as unsigned and reported as written, never wrapped to a negative.
+Ex<long> int_in(const Node& v, long min_value, long max_value) {
+  if (!v.j.is_number_integer()) return v.error(fmt::format("must be an integer, got {}", v.j.dump()));
+  if (v.j.is_number_unsigned() && v.j.get<std::uint64_t>() > static_cast<std::uint64_t>(max_value))
+    return v.error(fmt::format("must be <= {}, got {}", max_value, v.j.dump()));
+  const long x = v.j.get<long>();
+  if (x < min_value) return v.error(fmt::format("must be >= {}, got {}", min_value, x));
+  if (x > max_value) return v.error(fmt::format("must be <= {}, got {}", max_value, x));
+  return x;
+}
+
+Ex<long> get_int(const Node& n, const char* key, bool required, long def, long min_value,
+                 long max_value = std::numeric_limits<long>::max()) {
   if (!n.has(key)) {
     if (required) return n.missing(key);
     return def;
   }
-  const Node v = n.at(key);
-  if (!v.j.is_number_integer()) return v.error(fmt::format("must be an integer, got {}", v.j.dump()));
-  const long x = v.j.get<long>();
-  if (x < min_value) return v.error(fmt::format("must be >= {}, got {}", min_value, x));
-  return x;
+  return int_in(n.at(key), min_value, max_value);
 }
 
 Ex<std::string> get_string(const Node& n, const char* key, bool required, const std::string& def) {
@@ -111,21 +131,21 @@ Status parse_gpu(const Node& n, GpuSpec& g) {
   if (!n.has("tflops")) return n.missing("tflops");
   const Node tf = n.at("tflops");
   if (tf.j.is_number()) {
-    TRY_ASSIGN(x, get_number(n, "tflops", true, 0, true, false));
+    TRY_ASSIGN(x, get_quantity(n, "tflops", true, 0, Quantity::Tflops));
     g.tflops_bf16 = g.tflops_fp16 = x;
     g.tflops_fp32 = x / 2;
   } else if (tf.j.is_object()) {
     if (auto s = check_fields(tf, {"bf16", "fp16", "fp32"}); !s) return s;
-    TRY_ASSIGN(bf16, get_number(tf, "bf16", true, 0, true, false));
-    TRY_ASSIGN(fp16, get_number(tf, "fp16", false, bf16, true, false));
-    TRY_ASSIGN(fp32, get_number(tf, "fp32", false, bf16 / 2, true, false));
+    TRY_ASSIGN(bf16, get_quantity(tf, "bf16", true, 0, Quantity::Tflops));
+    TRY_ASSIGN(fp16, get_quantity(tf, "fp16", false, bf16, Quantity::Tflops));
+    TRY_ASSIGN(fp32, get_quantity(tf, "fp32", false, bf16 / 2, Quantity::Tflops));
     g.tflops_bf16 = bf16;
     g.tflops_fp16 = fp16;
     g.tflops_fp32 = fp32;
   } else {
     return tf.error("must be a number or an object {\"bf16\", \"fp16\", \"fp32\"}");
   }
-  TRY_ASSIGN(hbm, get_number(n, "hbm_gbps", false, 0, false, true));
+  TRY_ASSIGN(hbm, get_quantity(n, "hbm_gbps", false, 0, Quantity::Bandwidth, /*zero_is_none=*/true));
   g.hbm_gbps = hbm;
   if (n.has("efficiency")) {
     const Node e = n.at("efficiency");
@@ -141,12 +161,12 @@ Status parse_gpu(const Node& n, GpuSpec& g) {
     } else {
       return e.error("must be a number or an object {\"fwd\", \"bwd\"}");
     }
-    if (g.efficiency_fwd > 1) return e.error(fmt::format("must be <= 1, got {}", g.efficiency_fwd));
-    if (g.efficiency_bwd > 1) return e.error(fmt::format("must be <= 1, got {}", g.efficiency_bwd));
+    for (const double x : {g.efficiency_fwd, g.efficiency_bwd})
+      if (const auto why = implausible(Quantity::Efficiency, x, "efficiency"); !why.empty()) return e.error(why);
   }
-  TRY_ASSIGN(half, get_number(n, "half_tokens", false, 0, false, true));
+  TRY_ASSIGN(half, get_quantity(n, "half_tokens", false, 0, Quantity::HalfTokens));
   g.half_tokens = half;
-  TRY_ASSIGN(launch, get_number(n, "launch_us", false, 0, false, true));
+  TRY_ASSIGN(launch, get_quantity(n, "launch_us", false, 0, Quantity::Latency));
   g.launch_us = launch;
   TRY_ASSIGN(mem, get_number(n, "memory_gb", false, 0, false, true));
   // Nobody has a GPU with 10 TB; a number that large is bytes or MiB written where GB belong.
@@ -171,14 +191,14 @@ Status parse_link_params(const Node& n, Link& l, const char* default_sharing) {
   } else {
     if (auto s = check_fields(n, {"a", "b", "bandwidth_gbps", "latency_us", "sharing", "per_flow_gbps", "injection_gbps", "kind", "name"}); !s) return s;
   }
-  TRY_ASSIGN(bw, get_number(n, "bandwidth_gbps", true, 0, true, false));
-  TRY_ASSIGN(lat, get_number(n, "latency_us", false, 0, false, true));
+  TRY_ASSIGN(bw, get_quantity(n, "bandwidth_gbps", true, 0, Quantity::Bandwidth));
+  TRY_ASSIGN(lat, get_quantity(n, "latency_us", false, 0, Quantity::Latency));
   TRY_ASSIGN(sharing, get_string(n, "sharing", default_sharing == nullptr, default_sharing ? default_sharing : ""));
-  TRY_ASSIGN(per_flow, get_number(n, "per_flow_gbps", false, 0, false, true));
+  TRY_ASSIGN(per_flow, get_quantity(n, "per_flow_gbps", false, 0, Quantity::Bandwidth, /*zero_is_none=*/true));
   l.bandwidth_gbps = bw;
   l.latency_us = lat;
   l.per_flow_gbps = per_flow;
-  TRY_ASSIGN(injection, get_number(n, "injection_gbps", false, 0, false, true));
+  TRY_ASSIGN(injection, get_quantity(n, "injection_gbps", false, 0, Quantity::Bandwidth, /*zero_is_none=*/true));
   l.injection_gbps = injection;
   if (sharing == "shared") l.sharing = Sharing::Shared;
   else if (sharing == "dedicated") l.sharing = Sharing::Dedicated;
@@ -215,8 +235,7 @@ Status parse_explicit(const Node& root, Topology& t, int& num_gpus_out) {
   const Node gp = root.at("gpus");
   std::map<std::string, int> index;
   if (gp.j.is_number_integer()) {
-    TRY_ASSIGN(count, get_int(root, "gpus", true, 0, 1));
-    if (count > kMaxGpus) return gp.error(fmt::format("at most {} GPUs are supported, got {}", kMaxGpus, count));
+    TRY_ASSIGN(count, get_int(root, "gpus", true, 0, 1, kMaxGpus));
     for (long g = 0; g < count; ++g) {
       t.vertex_names.push_back(fmt::format("gpu{}", g));
       t.gpu_place.push_back(std::vector<int>(t.levels.size(), 0));
@@ -242,7 +261,8 @@ Status parse_explicit(const Node& root, Topology& t, int& num_gpus_out) {
           return p.error(fmt::format("must be an array of {} integers (one per level)", t.levels.size()));
         for (std::size_t k = 0; k < p.j.size(); ++k) {
           if (!p.j[k].is_number_integer()) return p.at(k).error("must be an integer");
-          place.push_back(p.j[k].get<int>());
+          TRY_ASSIGN(x, int_in(p.at(k), 0, std::numeric_limits<int>::max()));
+          place.push_back(static_cast<int>(x));
         }
       } else {
         if (!t.levels.empty()) return g.missing("place");
@@ -308,12 +328,12 @@ Status parse_generator(const Node& root, Topology& t, int& num_gpus_out) {
                             " in a generated topology (one with \"nodes\")");
       !s)
     return s;
-  TRY_ASSIGN(nodes, get_int(root, "nodes", true, 1, 1));
-  TRY_ASSIGN(per_node, get_int(root, "gpus_per_node", true, 1, 1));
+  TRY_ASSIGN(nodes, get_int(root, "nodes", true, 1, 1, kMaxGpus));
+  TRY_ASSIGN(per_node, get_int(root, "gpus_per_node", true, 1, 1, kMaxGpus));
   if (nodes > kMaxGpus || per_node > kMaxGpus || nodes * per_node > kMaxGpus)
     return root.at("gpus_per_node").error(
         fmt::format("nodes x gpus_per_node = {} x {}: at most {} GPUs are supported", nodes, per_node, kMaxGpus));
-  TRY_ASSIGN(numa, get_int(root, "numa_per_node", false, 1, 1));
+  TRY_ASSIGN(numa, get_int(root, "numa_per_node", false, 1, 1, kMaxGpus));
   if (per_node % numa != 0)
     return root.at("numa_per_node").error(fmt::format("must divide gpus_per_node ({}), got {}", per_node, numa));
   if (!root.has("intra")) return root.missing("intra");
@@ -520,9 +540,9 @@ Expected<Topology> parse_topology(const nlohmann::json& j, const std::string& so
     } else return n.error("must be a string or an array of strings");
   }
   if (root.has("schema")) {
-    auto s = get_int(root, "schema", true, 1, 1);
-    if (!s) return s.error();
-    if (s.value() != 1) return root.at("schema").error(fmt::format("unsupported schema version {} (expected 1)", s.value()));
+    const Node s = root.at("schema");
+    if (!s.j.is_number_integer()) return s.error(fmt::format("must be an integer, got {}", s.j.dump()));
+    if (s.j != 1) return s.error(fmt::format("unsupported schema version {} (expected 1)", s.j.dump()));
   }
   // What `charm calibrate` fitted and from what: kept with the values, not read.
   if (root.has("calibration") && !root.at("calibration").j.is_object()) return root.at("calibration").error("must be an object");
@@ -580,13 +600,9 @@ Expected<Topology> parse_topology_text(const std::string& text, const std::strin
 }
 
 Expected<nlohmann::json> read_topology_json(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) return Error{path, "is a folder, not a topology file"};
-  std::ifstream in(path);
-  if (!in) return Error{path, fmt::format("cannot open the topology file: {}", std::strerror(errno))};
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_json_text(ss.str(), path);
+  auto text = ir::read_input_file(path, "a topology file", "cannot open the topology file");
+  if (!text) return text.error();
+  return parse_json_text(*text, path);
 }
 
 Expected<Topology> load_topology(const std::string& path) {

@@ -10,10 +10,14 @@
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
+#include <limits>
+#include <optional>
 #include <ostream>
 #include <map>
 #include <sstream>
 #include <tuple>
+
+#include "scheduler/ir/input_file.hpp"
 
 namespace charm::ir {
 
@@ -28,6 +32,22 @@ json workload_to_json(const Workload& w) {
 }
 
 namespace {
+
+/// A JSON integer as int64, if it has one. JSON integers have no width: one past
+/// int64 is held as unsigned, and is reported as written rather than wrapped.
+std::optional<std::int64_t> as_int64(const json& v) {
+  if (v.is_number_unsigned() && v.get<std::uint64_t>() > std::uint64_t(std::numeric_limits<std::int64_t>::max())) return std::nullopt;
+  return v.get<std::int64_t>();
+}
+
+/// v (an integer) in [lo, hi], or the error naming `path` and the number as written.
+Expected<std::int64_t> int_in(const json& v, std::int64_t lo, std::int64_t hi, const std::string& path, bool half_open = false) {
+  const auto x = as_int64(v);
+  const bool ok = x && *x >= lo && (half_open ? *x < hi : *x <= hi);
+  if (!ok) return Error{path, half_open ? fmt::format("must be in [{}, {}), got {}", lo, hi, v.dump())
+                                        : fmt::format("must be in [{}, {}], got {}", lo, hi, v.dump())};
+  return *x;
+}
 
 // A small reader that names the JSON path of every problem.
 class Reader {
@@ -65,9 +85,7 @@ class Reader {
     if (*f == nullptr) return dflt;
     const json& v = **f;
     if (!v.is_number_integer()) return Error{path_ + "." + key, "must be an integer"};
-    const auto x = v.get<std::int64_t>();
-    if (x < lo || x > hi) return Error{path_ + "." + key, fmt::format("must be in [{}, {}], got {}", lo, hi, x)};
-    return x;
+    return int_in(v, lo, hi, path_ + "." + key);
   }
   Expected<double> number(const char* key, bool required = true) const {
     auto f = field(key, required);
@@ -113,12 +131,14 @@ Expected<Workload> workload_from_json(const json& j, std::string_view where) {
   if (auto s = r.known_fields({"batch", "seq", "heads", "kv_heads", "head_dim", "dtype", "causal", "layout", "pass"}); !s)
     return s.error();
   Workload w;
-  constexpr std::int64_t kMax = std::int64_t{1} << 40;
-  CHARM_TRY_ASSIGN(w.batch, r.integer("batch", 1, kMax));
-  CHARM_TRY_ASSIGN(w.seq, r.integer("seq", 1, kMax));
-  CHARM_TRY_ASSIGN(w.heads, r.integer("heads", 1, kMax));
-  CHARM_TRY_ASSIGN(w.kv_heads, r.integer("kv_heads", 1, kMax));
-  CHARM_TRY_ASSIGN(w.head_dim, r.integer("head_dim", 1, kMax));
+  CHARM_TRY_ASSIGN(w.batch, r.integer("batch", 1, kMaxBatch));
+  CHARM_TRY_ASSIGN(w.seq, r.integer("seq", 1, kMaxElements));
+  CHARM_TRY_ASSIGN(w.heads, r.integer("heads", 1, kMaxHeads));
+  CHARM_TRY_ASSIGN(w.kv_heads, r.integer("kv_heads", 1, kMaxHeads));
+  CHARM_TRY_ASSIGN(w.head_dim, r.integer("head_dim", 1, kMaxHeadDim));
+  // The same bound on the product as Workload::check: every byte count stays exact.
+  if (const double elems = double(w.batch) * double(w.seq) * double(w.heads) * double(w.head_dim); elems > double(kMaxElements))
+    return Error{std::string(where), fmt::format("batch*seq*heads*head_dim = {:.3g} elements is too large (at most 2^50)", elems)};
   CHARM_TRY_ASSIGN(w.dtype, r.enumeration<DType>("dtype", parse_dtype));
   CHARM_TRY_ASSIGN(w.layout, r.enumeration<Layout>("layout", parse_layout));
   CHARM_TRY_ASSIGN(w.pass, r.enumeration<PassKind>("pass", parse_pass));
@@ -215,10 +235,7 @@ Expected<Plan> plan_from_json(const json& j, std::string_view where) {
     if (!wf) return wf.error();
     CHARM_TRY_ASSIGN(plan.workload, workload_from_json(**wf, w + ".workload"));
   }
-  auto in_range = [&](std::int64_t v, std::int64_t n, const std::string& path) -> Status {
-    if (v < 0 || v >= n) return Error{path, fmt::format("must be in [0, {}), got {}", n, v)};
-    return {};
-  };
+  auto in_range = [&](const json& v, std::int64_t n, const std::string& path) { return int_in(v, 0, n, path, /*half_open=*/true); };
   // Buffers.
   auto bf = top.field("buffers");
   if (!bf) return bf.error();
@@ -243,9 +260,9 @@ Expected<Plan> plan_from_json(const json& j, std::string_view where) {
     // Region fields: ranges are checked against the plan by the validator (rule structure).
     CHARM_TRY_ASSIGN(v, r.integer("owners", 1, ranks, false, 1));
     b.owners = static_cast<std::int32_t>(v);
-    CHARM_TRY_ASSIGN(v, r.integer("head_begin", 0, 1 << 20, false, 0));
+    CHARM_TRY_ASSIGN(v, r.integer("head_begin", 0, kMaxHeads, false, 0));
     b.head_begin = static_cast<std::int32_t>(v);
-    CHARM_TRY_ASSIGN(v, r.integer("heads", 0, 1 << 20, false, 0));
+    CHARM_TRY_ASSIGN(v, r.integer("heads", 0, kMaxHeads, false, 0));
     b.heads = static_cast<std::int32_t>(v);
     CHARM_TRY_ASSIGN(v, r.integer("part_begin", 0, 1 << 16, false, 0));
     b.part_begin = static_cast<std::int32_t>(v);
@@ -320,9 +337,9 @@ Expected<Plan> plan_from_json(const json& j, std::string_view where) {
     std::size_t di = 0;
     for (const json& d : **df) {
       if (!d.is_number_integer()) return Error{fmt::format("{}.deps[{}]", path, di), "must be an integer"};
-      const auto x = d.get<std::int64_t>();
-      if (auto s = in_range(x, nops, fmt::format("{}.deps[{}]", path, di)); !s) return s.error();
-      deps.push_back(static_cast<OpId>(x));
+      const auto x = in_range(d, nops, fmt::format("{}.deps[{}]", path, di));
+      if (!x) return x.error();
+      deps.push_back(static_cast<OpId>(*x));
       ++di;
     }
     auto bfield = r.field("bufs", false);
@@ -333,9 +350,9 @@ Expected<Plan> plan_from_json(const json& j, std::string_view where) {
         const json& b = (**bfield)[k];
         if (b.is_null()) continue;
         if (!b.is_number_integer()) return Error{fmt::format("{}.bufs[{}]", path, k), "must be an integer or null"};
-        const auto x = b.get<std::int64_t>();
-        if (auto s = in_range(x, nbuf, fmt::format("{}.bufs[{}]", path, k)); !s) return s.error();
-        op.buf[k] = static_cast<BufferId>(x);
+        const auto x = in_range(b, nbuf, fmt::format("{}.bufs[{}]", path, k));
+        if (!x) return x.error();
+        op.buf[k] = static_cast<BufferId>(*x);
       }
     }
     switch (op.kind) {
@@ -370,11 +387,9 @@ Expected<Plan> plan_from_json(const json& j, std::string_view where) {
 }
 
 Expected<Plan> load_plan(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) return Error{path, "is a folder, not a plan file"};
-  std::ifstream in(path);
-  if (!in) return Error{path, fmt::format("cannot open for reading: {}", std::strerror(errno))};
-  auto j = parse_json_strict(in, path);
+  auto text = read_input_file(path, "a plan file", "cannot open for reading");
+  if (!text) return text.error();
+  auto j = parse_json_strict(*text, path);
   if (!j) return j.error();
   auto plan = plan_from_json(*j, path);
   if (plan) return plan;

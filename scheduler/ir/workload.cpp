@@ -84,6 +84,14 @@ Status Workload::check(int ranks) const {
   if (auto s = positive(heads, "--heads"); !s) return s;
   if (auto s = positive(kv_heads, "--kv-heads"); !s) return s;
   if (auto s = positive(head_dim, "--head-dim"); !s) return s;
+  auto at_most = [](std::int64_t v, std::int64_t max, const char* name) -> Status {
+    if (v > max) return Error{name, fmt::format("must be <= {}, got {}", max, v)};
+    return {};
+  };
+  if (auto s = at_most(batch, kMaxBatch, "--batch"); !s) return s;
+  if (auto s = at_most(heads, kMaxHeads, "--heads"); !s) return s;
+  if (auto s = at_most(kv_heads, kMaxHeads, "--kv-heads"); !s) return s;
+  if (auto s = at_most(head_dim, kMaxHeadDim, "--head-dim"); !s) return s;
   if (ranks <= 0) return Error{"--ranks", fmt::format("must be > 0, got {}", ranks)};
   if (kv_heads > heads || heads % kv_heads != 0)
     return Error{"--kv-heads", fmt::format("{} query heads cannot be grouped over {} kv heads (must divide)",
@@ -92,9 +100,9 @@ Status Workload::check(int ranks) const {
   if (seq % c != 0)
     return Error{"--seq", fmt::format("sequence length {} cannot be split into {} {} chunks for {} ranks", seq,
                                       c, to_string(layout), ranks)};
-  // Keep byte counts far from overflow: 2^50 elements per tensor is beyond any GPU.
+  // Keep byte counts far from overflow.
   const double elems = double(batch) * double(seq) * double(heads) * double(head_dim);
-  if (elems > double(std::int64_t{1} << 50))
+  if (elems > double(kMaxElements))
     return Error{"workload", fmt::format("batch*seq*heads*head_dim = {:.3g} elements is too large", elems)};
   return {};
 }

@@ -47,6 +47,15 @@ enum class MaskPiece : std::uint8_t {
 [[nodiscard]] std::string_view to_string(MaskPiece m);
 [[nodiscard]] Expected<MaskPiece> parse_mask_piece(std::string_view s);
 
+/// Bounds of a workload's counts. Regions and plan buffers hold head ranges in
+/// 32-bit fields, and byte counts multiply the counts together; within these
+/// every such field and product is exact (2^20 heads is far beyond any model).
+inline constexpr std::int64_t kMaxBatch = std::int64_t{1} << 20;
+inline constexpr std::int64_t kMaxHeads = std::int64_t{1} << 20;  // query and kv heads
+inline constexpr std::int64_t kMaxHeadDim = std::int64_t{1} << 20;
+/// batch * seq * heads * head_dim: 2^50 elements of one tensor is beyond any GPU.
+inline constexpr std::int64_t kMaxElements = std::int64_t{1} << 50;
+
 struct Workload {
   std::int64_t batch = 1;
   std::int64_t seq = 4096;   // global sequence length S

@@ -42,6 +42,7 @@ class Validator {
   void fail(const char* rule, std::string msg, std::vector<OpId> ops = {}) {
     if (full()) return;
     report_.violations.push_back({rule, std::move(msg), std::move(ops)});
+    report_.capped = full();
   }
   std::string name(OpId id) const { return fmt::format("op {} (rank {}, {}: {})", id, p_.op(id).rank, to_string(p_.op(id).stream), op_label(p_, id)); }
   std::size_t queue_of(OpId id) const { return std::size_t(p_.op(id).rank) * kNumStreams + std::size_t(p_.op(id).stream); }
@@ -1069,8 +1070,12 @@ class Validator {
 std::string ValidationReport::summary(const Plan& plan) const {
   if (!ok()) {
     const auto& v = violations.front();
-    return fmt::format("invalid: [{}] {}{}", v.rule, v.message,
-                       violations.size() > 1 ? fmt::format(" (and {} more)", violations.size() - 1) : "");
+    const std::string more = !capped               ? fmt::format(" (and {} more)", violations.size() - 1)
+                             : violations.size() > 1 ? fmt::format(" (and {} more before the validator stopped looking; "
+                                                                   "charm validate --all lists every one)",
+                                                                   violations.size() - 1)
+                                                     : " (the validator stopped looking; charm validate --all lists every one)";
+    return fmt::format("invalid: [{}] {}{}", v.rule, v.message, violations.size() > 1 || capped ? more : "");
   }
   return fmt::format("valid: {} {} {} ranks x {} domain(s), {} ops ({} compute, {} messages, {:.3g} GB moved, {:.3g} TFLOP)",
                      plan.algo, to_string(plan.workload.pass), plan.ranks, plan.domains, ops, computes, messages,

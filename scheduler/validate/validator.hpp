@@ -37,6 +37,8 @@ struct Violation {
 
 struct ValidationReport {
   std::vector<Violation> violations;
+  /// The validator stopped at ValidateOptions::max_violations: there may be more.
+  bool capped = false;
   std::size_t ops = 0, computes = 0, messages = 0;
   double bytes_moved = 0, flops = 0;
   [[nodiscard]] bool ok() const { return violations.empty(); }
@@ -45,6 +47,8 @@ struct ValidationReport {
 };
 
 struct ValidateOptions {
+  /// Where the validator stops looking (a broken plan can break every op);
+  /// `charm validate --all` lifts it.
   std::size_t max_violations = 16;
 };
 
