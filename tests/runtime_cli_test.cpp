@@ -124,14 +124,15 @@ TEST(CliRun, TraceHasOneSlicePerOpInTheSimulatorsSchema) {
   };
   const auto [measured, meta] = slices(dir + "charm_measured.json");
   const auto [predicted, pmeta] = slices(dir + "charm_predicted.json");
-  EXPECT_EQ(measured.size(), 116u);  // every op of the plan once
-  EXPECT_EQ(measured, predicted);    // the same ids and names as the prediction
+  ASSERT_GT(measured.size(), 50u);
+  EXPECT_EQ(measured.rbegin()->first + 1, int(measured.size()));  // every op of the plan once: ids 0 .. n-1
+  EXPECT_EQ(measured, predicted);                                  // the same ids and names as the prediction
   EXPECT_TRUE(meta.at("measured").get<bool>());
   EXPECT_EQ(meta.at("backend"), "threads");
   // And the two side by side.
   r = run("trace-diff " + dir + "charm_predicted.json " + dir + "charm_measured.json --top 3");
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("# charm trace-diff: 116 ops"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("# charm trace-diff: " + std::to_string(measured.size()) + " ops"), std::string::npos) << r.out;
 }
 
 TEST(CliRun, DumpIsInNaturalOrderWhateverTheLayout) {
