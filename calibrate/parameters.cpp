@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "topologies/topology.hpp"
+#include "topologies/topology_json.hpp"
 
 namespace charm::calib {
 
@@ -79,31 +80,7 @@ const std::vector<std::string>& default_fit_parameters() {
   return params;
 }
 
-Expected<nlohmann::json::json_pointer> parameter_pointer(const std::string& path) {
-  std::string ptr;
-  std::size_t i = 0;
-  auto bad = [&](const std::string& why) { return Error{path, fmt::format("not a parameter path ({}); write it like inter.bandwidth_gbps or links[3].latency_us", why)}; };
-  if (path.empty()) return bad("empty");
-  while (i < path.size()) {
-    std::size_t j = i;
-    while (j < path.size() && (std::isalnum(static_cast<unsigned char>(path[j])) || path[j] == '_')) ++j;
-    if (j == i) return bad(fmt::format("expected a field name at character {}", i + 1));
-    ptr.append(1, '/').append(path, i, j - i);
-    while (j < path.size() && path[j] == '[') {
-      std::size_t k = j + 1;
-      while (k < path.size() && std::isdigit(static_cast<unsigned char>(path[k]))) ++k;
-      if (k == j + 1 || k >= path.size() || path[k] != ']') return bad(fmt::format("expected [index] at character {}", j + 1));
-      ptr.append(1, '/').append(path, j + 1, k - j - 1);
-      j = k + 1;
-    }
-    if (j < path.size()) {
-      if (path[j] != '.' || j + 1 == path.size()) return bad(fmt::format("unexpected '{}' at character {}", path[j], j + 1));
-      ++j;
-    }
-    i = j;
-  }
-  return nlohmann::json::json_pointer(ptr);
-}
+Expected<nlohmann::json::json_pointer> parameter_pointer(const std::string& path) { return topo::field_pointer(path, "parameter"); }
 
 Expected<double> parameter_value(const nlohmann::json& doc, const std::string& path, const std::string& source) {
   auto ptr = parameter_pointer(path);

@@ -562,10 +562,12 @@ Expected<nlohmann::json> parse_json_text(const std::string& text, const std::str
   return parse_json_strict(text, source);
 }
 
-/// "gpu.efficiency.fwd" -> "/gpu/efficiency/fwd", "links[3].latency_us" -> "/links/3/latency_us".
-Expected<nlohmann::json::json_pointer> field_pointer(const std::string& path) {
+
+} // namespace
+
+Expected<nlohmann::json::json_pointer> field_pointer(const std::string& path, std::string_view noun) {
   auto bad = [&](const std::string& why) {
-    return Error{path, fmt::format("not a field path ({}); write it like inter.bandwidth_gbps or links[3].latency_us", why)};
+    return Error{path, fmt::format("not a {} path ({}); write it like inter.bandwidth_gbps or links[3].latency_us", noun, why)};
   };
   if (path.empty()) return bad("empty");
   std::string ptr;
@@ -590,8 +592,6 @@ Expected<nlohmann::json::json_pointer> field_pointer(const std::string& path) {
   }
   return nlohmann::json::json_pointer(ptr);
 }
-
-} // namespace
 
 Expected<Topology> parse_topology_text(const std::string& text, const std::string& source) {
   auto j = parse_json_text(text, source);
