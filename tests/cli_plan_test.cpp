@@ -101,8 +101,19 @@ TEST(CliConventions, VersionAndNamesInAnyCase) {
   EXPECT_EQ(v.out.rfind("charm 0.", 0), 0u) << v.out;
   EXPECT_NE(v.out.find("commit "), std::string::npos) << v.out;
   // "Ring" is ring: the plan is the same one.
-  auto a = run_charm("plan --algo Ring --ranks 4 --seq 4k --out /dev/stdout");
-  auto b = run_charm("plan --algo ring --ranks 4 --seq 4k --out /dev/stdout");
+  const std::string dir = ::testing::TempDir();
+  auto a = run_charm("plan --algo Ring --ranks 4 --seq 4k --out " + dir + "charm_Ring.json");
+  auto b = run_charm("plan --algo ring --ranks 4 --seq 4k --out " + dir + "charm_ring.json");
   ASSERT_EQ(a.code, 0) << a.out;
-  EXPECT_EQ(a.out, b.out);
+  ASSERT_EQ(b.code, 0) << b.out;
+  auto slurp = [](const std::string& p) {
+    std::ifstream in(p);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_EQ(slurp(dir + "charm_Ring.json"), slurp(dir + "charm_ring.json"));
+  // An output through a link that leads to no file (stdout is a pipe here) is refused, and the
+  // link is left as it was: it once replaced /dev/stdout with a regular file.
+  auto c = run_charm("plan --algo ring --ranks 4 --seq 4k --out /dev/stdout");
+  EXPECT_EQ(c.code, 2) << c.out;
+  EXPECT_TRUE(std::filesystem::is_symlink("/dev/stdout"));
 }

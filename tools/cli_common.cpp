@@ -191,8 +191,12 @@ extern "C" void remove_temps_and_reraise(int sig) {
 std::string output_target(const std::string& path) {
   std::error_code ec;
   if (!fs::is_symlink(path, ec)) return path;
-  const fs::path t = fs::weakly_canonical(path, ec);
-  return ec ? path : t.string();
+  // Through a link, the file it leads to is the output, never the link itself: a link that
+  // leads nowhere a file can be (/dev/stdout when stdout is a pipe: /proc/self/fd/1 ->
+  // "pipe:[N]") is refused, or the rename would replace the link with a regular file.
+  const fs::path t = fs::canonical(path, ec);
+  if (ec) fail(Error{path, "cannot open for writing: it is a link that leads to no file (outputs are regular files)"});
+  return t.string();
 }
 
 fs::path folder_of(const std::string& path) {
