@@ -195,7 +195,7 @@ std::string output_target(const std::string& path) {
   // leads nowhere a file can be (/dev/stdout when stdout is a pipe: /proc/self/fd/1 ->
   // "pipe:[N]") is refused, or the rename would replace the link with a regular file.
   const fs::path t = fs::canonical(path, ec);
-  if (ec) fail(Error{path, "cannot open for writing: it is a link that leads to no file (outputs are regular files)"});
+  if (ec) fail(Error{path, "cannot open for writing: it is a symbolic link to a missing file (outputs are regular files)"});
   return t.string();
 }
 
