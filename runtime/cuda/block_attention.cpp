@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <climits>
 
+#include "runtime/cuda/cublas_loader.hpp"
 #include "runtime/cuda/cuda_check.hpp"
 
 namespace charm::rt::cuda {
@@ -76,8 +77,9 @@ Expected<std::unique_ptr<BlockAttention>> BlockAttention::create(ir::DType dtype
   const std::size_t o_dkh = take(kv_elems * 4), o_dvh = take(kv_elems * 4);
   a->ws_bytes_ = off;
 
-  CHARM_CUBLAS_TRY(cublasCreate(&a->blas_));
-  CHARM_CUBLAS_TRY(cublasSetStream(a->blas_, stream));
+  CHARM_TRY(blas::load());
+  CHARM_CUBLAS_TRY(blas::create(&a->blas_));
+  CHARM_CUBLAS_TRY(blas::set_stream(a->blas_, stream));
   CHARM_CUDA_TRY(cudaMalloc(&a->ws_, a->ws_bytes_));
   char* base = static_cast<char*>(a->ws_);
   a->qh_ = base + o_qh;
@@ -99,7 +101,7 @@ BlockAttention::~BlockAttention() {
   // Teardown errors cannot be reported from a destructor; the stream's owner
   // synchronises (and checks) before the object goes.
   if (ws_ != nullptr) (void)cudaFree(ws_);
-  if (blas_ != nullptr) (void)cublasDestroy(blas_);
+  if (blas_ != nullptr) (void)blas::destroy(blas_);
 }
 
 Status BlockAttention::gemm(cublasOperation_t ta, cublasOperation_t tb, std::int64_t m, std::int64_t n, std::int64_t k,
@@ -107,9 +109,9 @@ Status BlockAttention::gemm(cublasOperation_t ta, cublasOperation_t tb, std::int
                             std::int64_t ldb, long long stride_b, float beta, float* c, std::int64_t ldc,
                             long long stride_c, std::int64_t batch) {
   const cudaDataType_t t = blas_type(dtype_);
-  CHARM_CUBLAS_TRY(cublasGemmStridedBatchedEx(blas_, ta, tb, int(m), int(n), int(k), &alpha, a, t, int(lda), stride_a, b,
-                                              t, int(ldb), stride_b, &beta, c, CUDA_R_32F, int(ldc), stride_c, int(batch),
-                                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  CHARM_CUBLAS_TRY(blas::gemm_strided_batched(blas_, ta, tb, int(m), int(n), int(k), &alpha, a, t, int(lda), stride_a, b,
+                                               t, int(ldb), stride_b, &beta, c, CUDA_R_32F, int(ldc), stride_c,
+                                               int(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   return {};
 }
 

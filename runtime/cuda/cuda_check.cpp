@@ -1,5 +1,7 @@
 #include "runtime/cuda/cuda_check.hpp"
 
+#include "runtime/cuda/cublas_loader.hpp"
+
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -33,7 +35,7 @@ Error cuda_error(cudaError_t e, const char* call, const char* file, int line) {
 }
 
 Error cublas_error(cublasStatus_t e, const char* call, const char* file, int line) {
-  return Error{where(file, line), fmt::format("{} failed: {} ({})", call, cublasGetStatusString(e), int(e))};
+  return Error{where(file, line), fmt::format("{} failed: {} ({})", call, blas::status_string(e), int(e))};
 }
 
 Error nccl_error(int result, const char* what, const char* call, const char* file, int line) {
