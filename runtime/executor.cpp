@@ -209,11 +209,13 @@ DriveOutcome drive_job(std::span<RankExecutor* const> execs, const ir::Plan& pla
       }
       bool orphan = false;
       (void)root_cause(plan, blocked, orphan);
-      // A rank that only waits behind another gives that rank's watchdog a head start,
-      // so the root cause is what gets reported.
+      // A rank that only waits behind another gives the rank whose op has no peer a short
+      // head start (every watchdog of the job sees the same rounds), so the root cause is
+      // what gets reported first.
       if (!orphan && !deferred) {
         deferred = true;
-        last_change = now + std::chrono::milliseconds(static_cast<long>(1000 * std::min(opt.timeout_s, 2.0)));
+        const double head_start = std::min(opt.timeout_s / 4, 0.5);
+        last_change = now - std::chrono::milliseconds(static_cast<long>(1000 * (opt.timeout_s - head_start)));
         continue;
       }
       std::string msg = blocked.empty()

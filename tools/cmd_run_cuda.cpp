@@ -102,6 +102,20 @@ int run_cuda(const RunRequest& req, const CudaFlags& f) {
     }
   }
   if (req.inject_stall) drop_first_send(plan);
+  // The same work on every process, or one line from rank 0 and exit 2 on all.
+  {
+    const auto same = ctx->same_work({{"--seed", std::to_string(req.seed)},
+                                      {"--check", req.check ? "on" : "off"},
+                                      {"--warmup", std::to_string(f.warmup)},
+                                      {"--inject-stall", req.inject_stall ? "on" : "off"},
+                                      {"plan", fmt::format("{:016x}", rt::plan_fingerprint(plan))}},
+                                     req.timeout_s);
+    if (!same) {
+      std::fprintf(stderr, "charm: error: %s\n", same.error().message().c_str());
+      ctx->abort(kExitRuntime);
+    }
+    if (!*same) throw UsageError{same->error()};
+  }
   const auto in = rt::plan_inputs(plan.workload, req.seed);
   auto res = rt::cuda::run_cuda_nccl(plan, in, opt);
   if (!res) {
