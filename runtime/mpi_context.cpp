@@ -15,9 +15,11 @@
 
 namespace charm::rt {
 
+struct MpiContext::Comms {
+  MPI_Comm comm = MPI_COMM_NULL, hb = MPI_COMM_NULL;
+};
+
 namespace {
-MPI_Comm as_comm(void* c) { return reinterpret_cast<MPI_Comm>(c); }
-void* as_handle(MPI_Comm c) { return reinterpret_cast<void*>(c); }
 
 using Clock = std::chrono::steady_clock;
 
@@ -72,12 +74,12 @@ Expected<std::unique_ptr<MpiContext>> MpiContext::init() {
   c->multiple_ = provided >= MPI_THREAD_MULTIPLE;
   // Failures come back as codes from here on (the default handler would abort without a word).
   CHARM_MPI_TRY(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
-  MPI_Comm dup = MPI_COMM_NULL, hb = MPI_COMM_NULL;
+  c->comms_ = std::make_unique<Comms>();
+  MPI_Comm& dup = c->comms_->comm;
+  MPI_Comm& hb = c->comms_->hb;
   CHARM_MPI_TRY(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
-  c->comm_ = as_handle(dup);
   CHARM_MPI_TRY(MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN));
   CHARM_MPI_TRY(MPI_Comm_dup(MPI_COMM_WORLD, &hb));
-  c->hb_comm_ = as_handle(hb);
   CHARM_MPI_TRY(MPI_Comm_set_errhandler(hb, MPI_ERRORS_RETURN));
   CHARM_MPI_TRY(MPI_Comm_rank(dup, &c->rank_));
   CHARM_MPI_TRY(MPI_Comm_size(dup, &c->size_));
@@ -89,10 +91,9 @@ Expected<std::unique_ptr<MpiContext>> MpiContext::init() {
 }
 
 MpiContext::~MpiContext() {
-  for (void* h : {comm_, hb_comm_}) {
-    MPI_Comm c = as_comm(h);
-    if (h != nullptr && c != MPI_COMM_NULL) (void)MPI_Comm_free(&c);
-  }
+  if (comms_)
+    for (MPI_Comm* c : {&comms_->comm, &comms_->hb})
+      if (*c != MPI_COMM_NULL) (void)MPI_Comm_free(c);
   (void)MPI_Finalize();
 }
 
@@ -104,13 +105,13 @@ void MpiContext::abort(int code) {
 }
 
 Expected<MpiContext::Agreement> MpiContext::agree(const Status& mine, int code, double timeout_s, const std::string& what) {
-  auto a = mpi_agree(as_comm(comm_), mine, code, timeout_s, what);
+  auto a = mpi_agree(comms_->comm, mine, code, timeout_s, what);
   if (!a) return a.error();
   return Agreement{a->status, a->code};
 }
 
 Expected<Status> MpiContext::same_work(const WorkFields& fields, double timeout_s) {
-  MPI_Comm comm = as_comm(comm_);
+  MPI_Comm comm = comms_->comm;
   std::string text;
   for (const auto& [k, v] : fields) text += k + '\x1f' + v + '\x1e';
   std::uint64_t h = 1469598103934665603ull;
@@ -168,14 +169,14 @@ Expected<RunResult> MpiContext::run(const ir::Plan& plan, const GlobalTensors& i
   agreed_ = false;
   if (plan.ranks != size_)
     return Error{"--ranks", fmt::format("the plan has {} ranks but mpirun started {} processes", plan.ranks, size_)};
-  MPI_Comm comm = as_comm(comm_);
+  MPI_Comm comm = comms_->comm;
   std::mutex* mu = multiple_ ? nullptr : &mu_;
   const double tmo = opt_in.timeout_s;
-  MpiTransport transport(comm_, mu, tag_ub_);
+  MpiTransport transport(&comms_->comm, mu, tag_ub_);
   if (opt_in.inject_short_recv && rank_ == 1) transport.inject_short_recv();
   RankExecutor exec(plan, rank_, transport, input_filler(plan, in));
   RankExecutor* ptr = &exec;
-  MpiMonitor monitor(as_comm(hb_comm_), size_, mu);
+  MpiMonitor monitor(comms_->hb, size_, mu);
   RunOptions opt = opt_in;
   opt.monitor = &monitor;
   trace::Timeline measured;
@@ -191,7 +192,7 @@ Expected<RunResult> MpiContext::run(const ir::Plan& plan, const GlobalTensors& i
   if (!d.status) {
     if (!d.agreed) return d.status.error();
     // Every process left in the same round: the lowest failing rank's error reaches all.
-    auto a = mpi_agree(as_comm(hb_comm_), d.status.error().what == "another rank failed" ? Status{} : d.status, 3, tmo,
+    auto a = mpi_agree(comms_->hb, d.status.error().what == "another rank failed" ? Status{} : d.status, 3, tmo,
                        "the failure");
     if (!a) return d.status.error();  // no agreement after all: the caller aborts with our own error
     agreed_ = !a->status.ok();
@@ -296,7 +297,7 @@ Expected<int> MpiContext::rank0_decides(const std::function<int()>& work, const 
     else worker = std::thread(body);
   }
   // Heartbeat rounds until rank 0 is done: its ticks are progress, its silence a stall.
-  MpiMonitor monitor(as_comm(hb_comm_), size_, mu);
+  MpiMonitor monitor(comms_->hb, size_, mu);
   std::uint64_t ticks = 0, last = ~0ull;
   auto last_change = Clock::now();
   Status st;
@@ -329,7 +330,7 @@ Expected<int> MpiContext::rank0_decides(const std::function<int()>& work, const 
   // Rank 0's code to everyone.
   int c = code;
   MPI_Request req = MPI_REQUEST_NULL;
-  CHARM_MPI_TRY(MPI_Ibcast(&c, 1, MPI_INT, 0, as_comm(comm_), &req));
+  CHARM_MPI_TRY(MPI_Ibcast(&c, 1, MPI_INT, 0, comms_->comm, &req));
   if (auto s = mpi_wait(req, timeout_s, "rank 0's exit code", mu); !s) return s.error();
   if (thrown) std::rethrow_exception(thrown);
   return c;

@@ -74,8 +74,10 @@ class MpiContext {
   int rank_ = 0, size_ = 1;
   bool multiple_ = false, agreed_ = false;
   long tag_ub_ = 32767;
-  void* comm_ = nullptr;     // MPI_Comm (a dup of MPI_COMM_WORLD): the plan's messages and the collectives
-  void* hb_comm_ = nullptr;  // MPI_Comm (another dup): the heartbeat
+  // MPI_Comm handles (pointers in Open MPI, integers in MPICH) live in the .cpp: a dup of
+  // MPI_COMM_WORLD for the plan's messages and the collectives, another for the heartbeat.
+  struct Comms;
+  std::unique_ptr<Comms> comms_;
   std::mutex mu_;            // held around MPI calls when the library is only MPI_THREAD_SERIALIZED
 };
 

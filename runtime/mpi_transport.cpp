@@ -12,7 +12,7 @@
 namespace charm::rt {
 
 namespace {
-MPI_Comm as_comm(void* c) { return reinterpret_cast<MPI_Comm>(c); }
+MPI_Comm as_comm(const void* c) { return *static_cast<const MPI_Comm*>(c); }
 } // namespace
 
 struct MpiTransport::Req final : Request {
@@ -31,7 +31,7 @@ struct MpiTransport::Req final : Request {
   }
 };
 
-MpiTransport::MpiTransport(void* comm, std::mutex* mu, long tag_ub) : comm_(comm), mu_(mu), tag_ub_(tag_ub) {}
+MpiTransport::MpiTransport(const void* comm, std::mutex* mu, long tag_ub) : comm_(comm), mu_(mu), tag_ub_(tag_ub) {}
 
 std::unique_lock<std::mutex> MpiTransport::lock() {
   return mu_ != nullptr ? std::unique_lock<std::mutex>(*mu_) : std::unique_lock<std::mutex>();

@@ -19,8 +19,9 @@ namespace charm::rt {
 
 class MpiTransport final : public Transport {
  public:
-  /// `comm` is an MPI_Comm passed as its handle value (keeps mpi.h out of this header).
-  MpiTransport(void* comm, std::mutex* mu, long tag_ub);
+  /// `comm` points at an MPI_Comm, which must outlive the transport (keeps mpi.h out of this
+  /// header: the handle is a pointer in Open MPI, an integer in MPICH).
+  MpiTransport(const void* comm, std::mutex* mu, long tag_ub);
   [[nodiscard]] Expected<RequestPtr> post_send(const MessageKey& key, std::span<const float> data) override;
   [[nodiscard]] Expected<RequestPtr> post_recv(const MessageKey& key, std::span<float> data) override;
   [[nodiscard]] Expected<bool> wait_all(std::span<const RequestPtr> reqs, const StopFn& stop) override;
@@ -32,7 +33,7 @@ class MpiTransport final : public Transport {
   Expected<int> mpi_tag(const MessageKey& key) const;
   std::unique_lock<std::mutex> lock();
 
-  void* comm_;
+  const void* comm_;
   std::mutex* mu_;
   long tag_ub_;
   bool short_recv_ = false;
