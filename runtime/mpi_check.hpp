@@ -29,6 +29,11 @@ namespace charm::rt {
 /// running other work)". `mu`, when given, is held around each MPI call (MPI_THREAD_SERIALIZED).
 [[nodiscard]] Status mpi_wait(MPI_Request& req, double timeout_s, const std::string& what, std::mutex* mu = nullptr);
 
+/// The timeout of a wait outside the plan's run (agreements, the start barrier): a peer may
+/// be validating the plan or generating inputs there, local work no heartbeat reports, so
+/// such waits give it at least 30 s (0 stays "never").
+[[nodiscard]] inline double setup_timeout(double timeout_s) { return timeout_s > 0 ? (timeout_s < 30 ? 30 : timeout_s) : 0; }
+
 /// Agreement before a collective: every rank passes its own status; all get back the
 /// failure of the lowest failing rank (its message, word for word), or ok when none
 /// failed. `code` travels with the message (the exit code the failing rank chose).

@@ -105,12 +105,13 @@ void MpiContext::abort(int code) {
 }
 
 Expected<MpiContext::Agreement> MpiContext::agree(const Status& mine, int code, double timeout_s, const std::string& what) {
-  auto a = mpi_agree(comms_->comm, mine, code, timeout_s, what);
+  auto a = mpi_agree(comms_->comm, mine, code, setup_timeout(timeout_s), what);
   if (!a) return a.error();
   return Agreement{a->status, a->code};
 }
 
-Expected<Status> MpiContext::same_work(const WorkFields& fields, double timeout_s) {
+Expected<Status> MpiContext::same_work(const WorkFields& fields, double timeout_in) {
+  const double timeout_s = setup_timeout(timeout_in);
   MPI_Comm comm = comms_->comm;
   std::string text;
   for (const auto& [k, v] : fields) text += k + '\x1f' + v + '\x1e';
@@ -182,7 +183,7 @@ Expected<RunResult> MpiContext::run(const ir::Plan& plan, const GlobalTensors& i
   trace::Timeline measured;
   MPI_Request req = MPI_REQUEST_NULL;
   CHARM_MPI_TRY(MPI_Ibarrier(comm, &req));
-  if (auto s = mpi_wait(req, tmo, "the other ranks to start the plan", mu); !s) return s.error();
+  if (auto s = mpi_wait(req, setup_timeout(tmo), "the other ranks to start the plan", mu); !s) return s.error();
   const auto t0 = std::chrono::steady_clock::now();  // every rank's clock starts at the barrier
   if (opt.timeline) {
     measured = trace::Timeline::zeros(plan);

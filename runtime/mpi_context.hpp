@@ -40,8 +40,8 @@ class MpiContext {
 
   /// Agreement before a collective: each process hands in its status and the exit code it
   /// would end with; every process gets the lowest failing rank's error and code, or ok.
-  /// An error of the Expected itself (MPI failed, or a peer never came within `timeout_s`)
-  /// means agreement was impossible: print it and abort().
+  /// An error of the Expected itself (MPI failed, or a peer never came within `timeout_s`,
+  /// at least 30 s: see setup_timeout) means agreement was impossible: print it and abort().
   struct Agreement {
     Status status;
     int code = 0;

@@ -86,7 +86,7 @@ Expected<CudaRunResult> run_cuda_nccl(const ir::Plan& plan, const GlobalTensors&
   // Every failure before a collective is agreed on first: a rank that fails alone must not
   // leave the others blocked in the collective (the lowest failing rank's error reaches all).
   auto agreed = [&](Status mine, const char* what) -> Status {
-    auto a = mpi_agree(MPI_COMM_WORLD, mine, 3, tmo, what);
+    auto a = mpi_agree(MPI_COMM_WORLD, mine, 3, setup_timeout(tmo), what);
     if (!a) return a.error();
     return a->status;
   };
@@ -128,7 +128,7 @@ Expected<CudaRunResult> run_cuda_nccl(const ir::Plan& plan, const GlobalTensors&
   {
     MPI_Request req = MPI_REQUEST_NULL;
     CHARM_MPI_TRY(MPI_Ibcast(ids.data(), int(sizeof(ids)), MPI_BYTE, 0, MPI_COMM_WORLD, &req));
-    CHARM_TRY(mpi_wait(req, tmo, "rank 0's NCCL ids"));
+    CHARM_TRY(mpi_wait(req, setup_timeout(tmo), "rank 0's NCCL ids"));
   }
   Comms comms;
   auto init_comms = [&]() -> Status {
@@ -184,7 +184,7 @@ Expected<CudaRunResult> run_cuda_nccl(const ir::Plan& plan, const GlobalTensors&
     CHARM_TRY(agreed(pr.init_buffers(in), "the buffers"));
     MPI_Request req = MPI_REQUEST_NULL;
     CHARM_MPI_TRY(MPI_Ibarrier(MPI_COMM_WORLD, &req));
-    CHARM_TRY(mpi_wait(req, tmo, "the other ranks to start the plan"));
+    CHARM_TRY(mpi_wait(req, setup_timeout(tmo), "the other ranks to start the plan"));
     CHARM_TRY(pr.run());  // a failure here ends the job (MPI_Abort): a peer may be stuck in NCCL
   }
   // A collective of the results, watched like every other wait.
