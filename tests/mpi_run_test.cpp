@@ -155,7 +155,7 @@ TEST(MpiRun, RanksStartedWithDifferentWorkAreRefusedOnce) {
 
 TEST(MpiWatchdog, AStoppedPeerIsAStallOnTheOthers) {
   if (!have_mpirun()) GTEST_SKIP() << "mpirun not found";
-  // A run of about 20 s; one rank is stopped (SIGSTOP) 3 s after it started, wherever it is
+  // A run of about 20 s; one rank is stopped (SIGSTOP) 5 s after it started, wherever it is
   // then (computing, in a transfer, in a collective: not inside MPI_Init, which no watchdog of
   // ours covers). The other must give up within the timeout (plus the watchdog's short head
   // start), exit 3, and leave no process behind.
@@ -164,7 +164,7 @@ TEST(MpiWatchdog, AStoppedPeerIsAStallOnTheOthers) {
                           "--timeout-s 1";
   const std::string script =
       cmd + " & m=$!; c=; for i in $(seq 100); do c=$(pgrep -P $m | head -n 1); [ -n \"$c\" ] && break; sleep 0.05; done; "
-      "sleep 3; kill -STOP $c; t0=$(date +%s%N); wait $m; rc=$?; t1=$(date +%s%N); "
+      "sleep 5; kill -STOP $c; t0=$(date +%s%N); wait $m; rc=$?; t1=$(date +%s%N); "
       "kill -CONT $c 2>&1; kill -KILL $c 2>&1; echo \"rc=$rc ms=$(( (t1 - t0) / 1000000 ))\"";
   const auto r = shell("timeout 120 bash -c '" + script + "'");
   const auto at = r.out.rfind("rc=");
@@ -172,7 +172,10 @@ TEST(MpiWatchdog, AStoppedPeerIsAStallOnTheOthers) {
   int rc = -1, ms = -1;
   ASSERT_EQ(std::sscanf(r.out.c_str() + at, "rc=%d ms=%d", &rc, &ms), 2) << r.out;
   EXPECT_EQ(rc, 3) << r.out;
-  EXPECT_LT(ms, 4000) << r.out;
+  // Inside the plan: the timeout plus the head start. On a loaded machine the stop may still
+  // land in the setup (inputs, agreements), whose waits give a peer at least 30 s.
+  if (r.out.find("to start the plan") == std::string::npos) EXPECT_LT(ms, 4000) << r.out;
+  else EXPECT_LT(ms, 34000) << r.out;
   EXPECT_NE(r.out.find("stall"), std::string::npos) << r.out;
 }
 
