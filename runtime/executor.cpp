@@ -5,6 +5,7 @@
 #include <chrono>
 #include <memory>
 #include <thread>
+#include <type_traits>
 
 #include "runtime/reference.hpp"
 #include "runtime/thread_transport.hpp"
@@ -147,6 +148,140 @@ Status drive(std::span<RankExecutor* const> execs, const ir::Plan& plan, const R
   for (auto* e : execs) e->stop();
   for (auto* e : execs) e->join();
   return result;
+}
+
+DriveOutcome drive_job(std::span<RankExecutor* const> execs, const ir::Plan& plan, const RunOptions& opt) {
+  CHARM_ASSERT(opt.monitor != nullptr, "drive_job needs a JobMonitor");
+  JobMonitor& mon = *opt.monitor;
+  for (auto* e : execs) e->start();
+  std::optional<Error> local;        // this process's first failure
+  std::uint64_t ticks = 0, last_local = ~0ull, last_job = ~0ull;
+  auto last_change = Clock::now();
+  bool deferred = false;
+  DriveOutcome out;
+  for (;;) {
+    bool all_done = true, running = false;
+    std::uint64_t progress = 0;
+    for (auto* e : execs) {
+      all_done = all_done && e->done();
+      progress += e->progress();
+      running = running || e->running();
+      if (auto x = e->error(); x && !local) {
+        local = std::move(x);
+        for (auto* f : execs) f->stop();  // the job learns of it at the next round
+      }
+    }
+    if (running) ++ticks;
+    const auto now = Clock::now();
+    if (progress != last_local || running) {
+      last_local = progress;
+      last_change = now;
+    }
+    const JobState mine{progress + ticks, (all_done || local) ? 1u : 0u, local ? 1u : 0u};
+    auto job = mon.poll(mine);
+    if (!job) {  // MPI itself failed: no agreement possible
+      out.status = job.error();
+      break;
+    }
+    if (*job) {
+      const JobState& j = **job;
+      if (j.failed > 0) {  // every process sees this round: all leave here
+        out.agreed = true;
+        out.status = local ? *local : Error{"", "another rank failed"};
+        break;
+      }
+      if (j.done >= mon.processes()) break;
+      if (j.progress != last_job) {
+        last_job = j.progress;
+        last_change = now;
+      }
+    }
+    if (opt.timeout_s > 0 && std::chrono::duration<double>(now - last_change).count() > opt.timeout_s) {
+      std::vector<BlockedOp> blocked;
+      for (auto* e : execs) {
+        auto b = e->blocked();
+        blocked.insert(blocked.end(), b.begin(), b.end());
+      }
+      const double silent = mon.waiting_s();
+      if (blocked.empty() && !all_done && !local) {  // between two ops: look again
+        last_change = now;
+        continue;
+      }
+      bool orphan = false;
+      (void)root_cause(plan, blocked, orphan);
+      // A rank that only waits behind another gives the rank whose op has no peer a short
+      // head start (every watchdog of the job sees the same rounds), so the root cause is
+      // what gets reported first.
+      if (!orphan && !deferred) {
+        deferred = true;
+        const double head_start = std::min(opt.timeout_s / 4, 0.5);
+        last_change = now - std::chrono::milliseconds(static_cast<long>(1000 * (opt.timeout_s - head_start)));
+        continue;
+      }
+      std::string msg = blocked.empty()
+                            ? fmt::format("stall: no progress for {:.1f} s: rank {} finished its ops and waits for the others",
+                                          opt.timeout_s, execs.empty() ? -1 : execs.front()->rank())
+                            : stall_message(plan, blocked, opt.timeout_s);
+      if (silent > opt.timeout_s)
+        msg += fmt::format("; the other ranks have not answered for {:.1f} s (a peer is stopped, dead or stuck outside the plan)",
+                           silent);
+      out.status = Error{"", msg};
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  for (auto* e : execs) e->stop();
+  for (auto* e : execs) e->join();
+  return out;
+}
+
+namespace {
+struct Fnv {
+  std::uint64_t h = 1469598103934665603ull;
+  void bytes(const void* p, std::size_t n) {
+    const auto* c = static_cast<const unsigned char*>(p);
+    for (std::size_t i = 0; i < n; ++i) h = (h ^ c[i]) * 1099511628211ull;
+  }
+  template <class T>
+  void add(T v) {
+    static_assert(std::is_arithmetic_v<T> || std::is_enum_v<T>);
+    bytes(&v, sizeof v);
+  }
+  void add(const std::string& s) {
+    add(s.size());
+    bytes(s.data(), s.size());
+  }
+};
+} // namespace
+
+std::uint64_t plan_fingerprint(const ir::Plan& plan) {
+  Fnv f;
+  f.add(plan.algo);
+  for (auto v : {std::int64_t(plan.ranks), std::int64_t(plan.domains), std::int64_t(plan.parts)}) f.add(v);
+  const auto& w = plan.workload;
+  for (auto v : {w.batch, w.seq, w.heads, w.kv_heads, w.head_dim}) f.add(v);
+  f.add(w.dtype);
+  f.add(w.causal);
+  f.add(w.layout);
+  f.add(w.pass);
+  f.add(plan.size());
+  for (ir::OpId id = 0; id < static_cast<ir::OpId>(plan.size()); ++id) {
+    const auto& o = plan.op(id);  // field by field: the struct's padding is not data
+    f.add(o.rank), f.add(o.stream), f.add(o.kind), f.add(o.phase), f.add(o.mask), f.add(o.q_owner), f.add(o.kv_owner);
+    f.add(o.peer), f.add(o.tag), f.add(o.group);
+    for (auto b : o.buf) f.add(b);
+    f.add(o.bytes);
+    const auto d = plan.deps(id);
+    f.add(d.size());
+    for (auto x : d) f.add(x);
+  }
+  f.add(plan.buffers().size());
+  for (const auto& b : plan.buffers()) {
+    f.add(b.rank), f.add(b.kind), f.add(b.owner), f.add(b.init), f.add(b.bytes), f.add(b.owners);
+    f.add(b.head_begin), f.add(b.heads), f.add(b.part_begin), f.add(b.parts), f.add(b.parent), f.add(b.reuse);
+  }
+  for (const auto& r : plan.results()) f.add(r.out), f.add(r.dq), f.add(r.dkv);
+  return f.h;
 }
 
 void assemble(const ir::Plan& plan, ir::RankId rank, const RankOutputs& shard, GlobalTensors& g) {

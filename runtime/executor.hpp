@@ -3,6 +3,8 @@
 // input feeding from the global tensors, result assembly, and the threads
 // backend (every rank in this process over a ThreadTransport).
 
+#include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -12,9 +14,32 @@
 
 namespace charm::rt {
 
+/// The state of a job of several processes, summed over them (backend mpi's heartbeat).
+struct JobState {
+  std::uint64_t progress = 0;  // ops completed, plus watchdog ticks spent inside a running op
+  std::uint64_t done = 0;      // processes with every op finished (or failed)
+  std::uint64_t failed = 0;    // processes with a failed op
+};
+
+/// How drive() hears about the other processes of a job.
+class JobMonitor {
+ public:
+  virtual ~JobMonitor() = default;
+  /// Never blocks: hands in this process's state; returns the job's once a round of the
+  /// exchange completed (nullopt while one is in flight). A round is never left in flight
+  /// by a result that ends the run (every process done, or one failed).
+  [[nodiscard]] virtual Expected<std::optional<JobState>> poll(const JobState& mine) = 0;
+  /// The number of processes (JobState::done reaches it when every one is done).
+  [[nodiscard]] virtual std::uint64_t processes() const = 0;
+  /// Seconds the round in flight has waited for the others (0 when none is in flight).
+  [[nodiscard]] virtual double waiting_s() const = 0;
+};
+
 struct RunOptions {
   double timeout_s = 0;  // watchdog: give up after this long without progress; 0 = never
   bool timeline = false; // record every op's start and end (RunResult::timeline)
+  bool inject_short_recv = false;  // testing (backend mpi): rank 1 posts its first receive one float short
+  JobMonitor* monitor = nullptr;   // set by backend mpi: progress anywhere in the job is progress
 };
 
 struct RunResult {
@@ -31,6 +56,20 @@ struct RunResult {
 /// progresses for opt.timeout_s. A stall is an error whose message names the
 /// rank and the op it waits on; every worker has stopped when this returns.
 [[nodiscard]] Status drive(std::span<RankExecutor* const> execs, const ir::Plan& plan, const RunOptions& opt);
+
+/// Outcome of drive() with a JobMonitor: whether every process of the job saw the failure
+/// (some process reported failed, and every one left the run in the same round).
+struct DriveOutcome {
+  Status status;
+  bool agreed = false;
+};
+/// drive() for one process of a job: ends when the job is done or failed, a stall being
+/// no progress anywhere in the job for opt.timeout_s (opt.monitor must be set).
+[[nodiscard]] DriveOutcome drive_job(std::span<RankExecutor* const> execs, const ir::Plan& plan, const RunOptions& opt);
+
+/// A digest of everything in the plan that the executors read (workload, ops, deps,
+/// buffers, results): processes of one job compare it before they run.
+[[nodiscard]] std::uint64_t plan_fingerprint(const ir::Plan& plan);
 
 /// Writes a rank's shard results into the global tensors (sized here on first use).
 void assemble(const ir::Plan& plan, ir::RankId rank, const RankOutputs& shard, GlobalTensors& global);

@@ -3,79 +3,230 @@
 #include <fmt/format.h>
 #include <mpi.h>
 
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <climits>
+#include <cstdio>
+#include <thread>
 
+#include "runtime/mpi_check.hpp"
 #include "runtime/mpi_transport.hpp"
 
 namespace charm::rt {
 
+struct MpiContext::Comms {
+  MPI_Comm comm = MPI_COMM_NULL, hb = MPI_COMM_NULL;
+};
+
 namespace {
-MPI_Comm as_comm(void* c) { return reinterpret_cast<MPI_Comm>(c); }
+
+using Clock = std::chrono::steady_clock;
+
+/// The heartbeat: one MPI_Iallreduce (sum) of JobState at a time on its own communicator.
+class MpiMonitor final : public JobMonitor {
+ public:
+  MpiMonitor(MPI_Comm comm, int size, std::mutex* mu) : comm_(comm), size_(size), mu_(mu) {}
+  ~MpiMonitor() override = default;  // a round in flight is left only on the way to MPI_Abort
+
+  Expected<std::optional<JobState>> poll(const JobState& mine) override {
+    std::unique_lock<std::mutex> lk = mu_ != nullptr ? std::unique_lock<std::mutex>(*mu_) : std::unique_lock<std::mutex>();
+    const auto now = Clock::now();
+    if (inflight_) {
+      int flag = 0;
+      CHARM_MPI_TRY(MPI_Test(&req_, &flag, MPI_STATUS_IGNORE));
+      if (!flag) return std::optional<JobState>();
+      inflight_ = false;
+      return std::optional<JobState>(JobState{recv_[0], recv_[1], recv_[2]});
+    }
+    if (now - posted_ < std::chrono::milliseconds(10)) return std::optional<JobState>();
+    send_ = {mine.progress, mine.done, mine.failed};
+    CHARM_MPI_TRY(MPI_Iallreduce(send_.data(), recv_.data(), 3, MPI_UINT64_T, MPI_SUM, comm_, &req_));
+    inflight_ = true;
+    posted_ = now;
+    return std::optional<JobState>();
+  }
+  [[nodiscard]] std::uint64_t processes() const override { return std::uint64_t(size_); }
+  [[nodiscard]] double waiting_s() const override {
+    return inflight_ ? std::chrono::duration<double>(Clock::now() - posted_).count() : 0.0;
+  }
+
+ private:
+  MPI_Comm comm_;
+  int size_;
+  std::mutex* mu_;
+  MPI_Request req_ = MPI_REQUEST_NULL;
+  std::array<std::uint64_t, 3> send_{}, recv_{};
+  bool inflight_ = false;
+  Clock::time_point posted_{};
+};
 } // namespace
 
 Expected<std::unique_ptr<MpiContext>> MpiContext::init() {
   int provided = 0;
-  if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
-    return Error{"mpi", "MPI_Init_thread failed"};
+  if (int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided); rc != MPI_SUCCESS)
+    return Error{"mpi", fmt::format("MPI_Init_thread failed (error code {})", rc)};
   if (provided < MPI_THREAD_SERIALIZED) {
     MPI_Finalize();
     return Error{"mpi", "the MPI library supports neither MPI_THREAD_MULTIPLE nor MPI_THREAD_SERIALIZED"};
   }
   std::unique_ptr<MpiContext> c(new MpiContext());
   c->multiple_ = provided >= MPI_THREAD_MULTIPLE;
-  MPI_Comm dup;
-  MPI_Comm_dup(MPI_COMM_WORLD, &dup);
-  MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
-  c->comm_ = reinterpret_cast<void*>(dup);
-  MPI_Comm_rank(dup, &c->rank_);
-  MPI_Comm_size(dup, &c->size_);
+  // Failures come back as codes from here on (the default handler would abort without a word).
+  CHARM_MPI_TRY(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  c->comms_ = std::make_unique<Comms>();
+  MPI_Comm& dup = c->comms_->comm;
+  MPI_Comm& hb = c->comms_->hb;
+  CHARM_MPI_TRY(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
+  CHARM_MPI_TRY(MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN));
+  CHARM_MPI_TRY(MPI_Comm_dup(MPI_COMM_WORLD, &hb));
+  CHARM_MPI_TRY(MPI_Comm_set_errhandler(hb, MPI_ERRORS_RETURN));
+  CHARM_MPI_TRY(MPI_Comm_rank(dup, &c->rank_));
+  CHARM_MPI_TRY(MPI_Comm_size(dup, &c->size_));
   void* ub = nullptr;
   int flag = 0;
-  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+  CHARM_MPI_TRY(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag));
   if (flag) c->tag_ub_ = *static_cast<int*>(ub);
   return c;
 }
 
 MpiContext::~MpiContext() {
-  MPI_Comm c = as_comm(comm_);
-  if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
-  MPI_Finalize();
-}
-
-int MpiContext::broadcast(int value) {
-  MPI_Bcast(&value, 1, MPI_INT, 0, as_comm(comm_));
-  return value;
+  if (comms_)
+    for (MPI_Comm* c : {&comms_->comm, &comms_->hb})
+      if (*c != MPI_COMM_NULL) (void)MPI_Comm_free(c);
+  (void)MPI_Finalize();
 }
 
 void MpiContext::abort(int code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
   MPI_Abort(MPI_COMM_WORLD, code);
   std::abort();  // MPI_Abort does not return; keep the compiler sure of it
 }
 
-Expected<RunResult> MpiContext::run(const ir::Plan& plan, const GlobalTensors& in, const RunOptions& opt) {
+Expected<MpiContext::Agreement> MpiContext::agree(const Status& mine, int code, double timeout_s, const std::string& what) {
+  auto a = mpi_agree(comms_->comm, mine, code, setup_timeout(timeout_s), what);
+  if (!a) return a.error();
+  return Agreement{a->status, a->code};
+}
+
+Expected<Status> MpiContext::same_work(const WorkFields& fields, double timeout_in) {
+  const double timeout_s = setup_timeout(timeout_in);
+  MPI_Comm comm = comms_->comm;
+  std::string text;
+  for (const auto& [k, v] : fields) text += k + '\x1f' + v + '\x1e';
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : text) h = (h ^ ch) * 1099511628211ull;
+  std::vector<std::uint64_t> all(std::size_t(size_), 0);
+  MPI_Request req = MPI_REQUEST_NULL;
+  CHARM_MPI_TRY(MPI_Iallgather(&h, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, comm, &req));
+  if (auto s = mpi_wait(req, timeout_s, "the other ranks to compare their work"); !s) return s.error();
+  int other = -1;
+  for (int r = 1; r < size_ && other < 0; ++r)
+    if (all[std::size_t(r)] != all[0]) other = r;
+  if (other < 0) return Status{};
+  // Rank `other` differs from rank 0: both send their fields to everyone, so every
+  // process reports the same difference.
+  auto fetch = [&](int root) -> Expected<WorkFields> {
+    long long n = root == rank_ ? (long long)text.size() : 0;
+    CHARM_MPI_TRY(MPI_Ibcast(&n, 1, MPI_LONG_LONG, root, comm, &req));
+    if (auto s = mpi_wait(req, timeout_s, "the work of rank " + std::to_string(root)); !s) return s.error();
+    if (n < 0 || n > INT_MAX) return Error{"mpi", fmt::format("rank {} described its work in {} bytes", root, n)};
+    std::string t = root == rank_ ? text : std::string(std::size_t(n), '\0');
+    if (n > 0) {
+      CHARM_MPI_TRY(MPI_Ibcast(t.data(), int(n), MPI_CHAR, root, comm, &req));
+      if (auto s = mpi_wait(req, timeout_s, "the work of rank " + std::to_string(root)); !s) return s.error();
+    }
+    WorkFields f;
+    for (std::size_t p = 0; p < t.size();) {
+      const auto us = t.find('\x1f', p), rs = t.find('\x1e', p);
+      if (us == std::string::npos || rs == std::string::npos || us > rs) break;
+      f.emplace_back(t.substr(p, us - p), t.substr(us + 1, rs - us - 1));
+      p = rs + 1;
+    }
+    return f;
+  };
+  auto f0 = fetch(0);
+  if (!f0) return f0.error();
+  auto fo = fetch(other);
+  if (!fo) return fo.error();
+  std::string diff;
+  for (std::size_t i = 0; i < std::max(f0->size(), fo->size()); ++i) {
+    const auto a = i < f0->size() ? (*f0)[i] : std::pair<std::string, std::string>{"?", ""};
+    const auto b = i < fo->size() ? (*fo)[i] : std::pair<std::string, std::string>{"?", ""};
+    if (a == b) continue;
+    diff = a.first == "plan" ? fmt::format("rank {} runs another plan than rank 0 (its digest is {}, rank 0's {})", other,
+                                           b.second, a.second)
+                             : fmt::format("rank {} has {} {}, rank 0 has {} {}", other, b.first, b.second, a.first, a.second);
+    break;
+  }
+  if (diff.empty()) diff = fmt::format("rank {} describes its work differently from rank 0", other);
+  return Status{Error{"mpirun", fmt::format("the ranks were started with different work: {} (every process must run the "
+                                            "same command)",
+                                            diff)}};
+}
+
+Expected<RunResult> MpiContext::run(const ir::Plan& plan, const GlobalTensors& in, const RunOptions& opt_in) {
+  agreed_ = false;
   if (plan.ranks != size_)
     return Error{"--ranks", fmt::format("the plan has {} ranks but mpirun started {} processes", plan.ranks, size_)};
-  MpiTransport transport(comm_, !multiple_, tag_ub_);
+  MPI_Comm comm = comms_->comm;
+  std::mutex* mu = multiple_ ? nullptr : &mu_;
+  const double tmo = opt_in.timeout_s;
+  MpiTransport transport(&comms_->comm, mu, tag_ub_);
+  if (opt_in.inject_short_recv && rank_ == 1) transport.inject_short_recv();
   RankExecutor exec(plan, rank_, transport, input_filler(plan, in));
   RankExecutor* ptr = &exec;
+  MpiMonitor monitor(comms_->hb, size_, mu);
+  RunOptions opt = opt_in;
+  opt.monitor = &monitor;
   trace::Timeline measured;
-  MPI_Barrier(as_comm(comm_));
+  MPI_Request req = MPI_REQUEST_NULL;
+  CHARM_MPI_TRY(MPI_Ibarrier(comm, &req));
+  if (auto s = mpi_wait(req, setup_timeout(tmo), "the other ranks to start the plan", mu); !s) return s.error();
   const auto t0 = std::chrono::steady_clock::now();  // every rank's clock starts at the barrier
   if (opt.timeline) {
     measured = trace::Timeline::zeros(plan);
     exec.record_times(&measured, t0);
   }
-  if (auto s = drive(std::span<RankExecutor* const>(&ptr, 1), plan, opt); !s) return s.error();
+  const DriveOutcome d = drive_job(std::span<RankExecutor* const>(&ptr, 1), plan, opt);
+  if (!d.status) {
+    if (!d.agreed) return d.status.error();
+    // Every process left in the same round: the lowest failing rank's error reaches all.
+    auto a = mpi_agree(comms_->hb, d.status.error().what == "another rank failed" ? Status{} : d.status, 3, tmo,
+                       "the failure");
+    if (!a) return d.status.error();  // no agreement after all: the caller aborts with our own error
+    agreed_ = !a->status.ok();
+    return a->status.ok() ? d.status.error() : a->status.error();
+  }
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  // The results; a failure here (a plan naming no result) is agreed on before the collectives.
   auto shard = exec.outputs();
-  if (!shard) return shard.error();
+  {
+    auto a = mpi_agree(comm, shard ? Status{} : Status{shard.error()}, 3, tmo, "the results");
+    if (!a) return a.error();
+    if (!a->status) {
+      agreed_ = true;
+      return a->status.error();
+    }
+  }
+  auto collective = [&](const std::string& what, auto&& post) -> Status {
+    MPI_Request r = MPI_REQUEST_NULL;
+    if (int rc = post(&r); rc != MPI_SUCCESS) return mpi_error(rc, what.c_str());
+    return mpi_wait(r, tmo, what, mu);
+  };
   RunResult res;
   double slowest = 0;
-  MPI_Reduce(&ms, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, as_comm(comm_));
+  if (auto s = collective("MPI_Ireduce (the time)", [&](MPI_Request* r) {
+        return MPI_Ireduce(&ms, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, comm, r);
+      }); !s)
+    return s.error();
   res.time_ms = slowest;
   unsigned long peak = exec.peak_bytes(), max_peak = 0;
-  MPI_Reduce(&peak, &max_peak, 1, MPI_UNSIGNED_LONG, MPI_MAX, 0, as_comm(comm_));
+  if (auto s = collective("MPI_Ireduce (the peak memory)", [&](MPI_Request* r) {
+        return MPI_Ireduce(&peak, &max_peak, 1, MPI_UNSIGNED_LONG, MPI_MAX, 0, comm, r);
+      }); !s)
+    return s.error();
   res.peak_bytes = max_peak;
   if (opt.timeline) {
     // Each op's times are set on its own rank only (zero elsewhere, and times are >= 0): the
@@ -83,27 +234,107 @@ Expected<RunResult> MpiContext::run(const ir::Plan& plan, const GlobalTensors& i
     if (plan.size() > std::size_t(INT_MAX)) return Error{"mpi", "the plan has too many ops to gather a timeline"};
     res.timeline = trace::Timeline::zeros(plan);
     for (auto [src, dst] : {std::pair{&measured.start_s, &res.timeline.start_s}, std::pair{&measured.end_s, &res.timeline.end_s}})
-      if (MPI_Reduce(src->data(), dst->data(), int(plan.size()), MPI_DOUBLE, MPI_MAX, 0, as_comm(comm_)) != MPI_SUCCESS)
-        return Error{"mpi", "MPI_Reduce of the timeline failed"};
+      if (auto s = collective("MPI_Ireduce (the timeline)", [&](MPI_Request* r) {
+            return MPI_Ireduce(src->data(), dst->data(), int(plan.size()), MPI_DOUBLE, MPI_MAX, 0, comm, r);
+          }); !s)
+        return s.error();
     res.timeline.flow_start_s = res.timeline.start_s;
     res.timeline.makespan_s = slowest * 1e-3;
   }
-  // Every shard of a tensor has the same size, so a plain gather collects them in rank order.
+  // Every shard of a tensor has the same size, so a plain gather collects them in rank order;
+  // the sizes are compared first, so that no rank's shard can overrun rank 0's buffer.
+  const std::array fields{&RankOutputs::out, &RankOutputs::lse, &RankOutputs::dq, &RankOutputs::dk, &RankOutputs::dv};
+  constexpr std::array names{"out", "lse", "dq", "dk", "dv"};
+  std::array<long long, 5> mine{};
+  for (std::size_t i = 0; i < fields.size(); ++i) mine[i] = (long long)((*shard).*fields[i]).size();
+  std::vector<long long> sizes(std::size_t(size_) * mine.size());
+  if (auto s = collective("MPI_Iallgather (the result sizes)", [&](MPI_Request* r) {
+        return MPI_Iallgather(mine.data(), int(mine.size()), MPI_LONG_LONG, sizes.data(), int(mine.size()), MPI_LONG_LONG,
+                              comm, r);
+      }); !s)
+    return s.error();
+  for (int r = 1; r < size_; ++r)
+    for (std::size_t i = 0; i < mine.size(); ++i)
+      if (sizes[std::size_t(r) * mine.size() + i] != sizes[i]) {
+        agreed_ = true;  // every process read the same sizes
+        return Error{"mpi", fmt::format("rank {}'s {} result holds {} floats, rank 0's {}: refused before gathering", r,
+                                        names[i], sizes[std::size_t(r) * mine.size() + i], sizes[i])};
+      }
   std::vector<RankOutputs> all(rank_ == 0 ? std::size_t(size_) : 0);
-  auto gather = [&](std::vector<float> RankOutputs::*field) -> Status {
-    const std::vector<float>& mine = (*shard).*field;
-    const auto n = mine.size();
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    const std::vector<float>& v = (*shard).*fields[i];
+    const auto n = v.size();
     if (n > std::size_t(INT_MAX)) return Error{"mpi", "a result shard is too large to gather"};
     std::vector<float> buf(rank_ == 0 ? n * std::size_t(size_) : 0);
-    const int rc = MPI_Gather(mine.data(), int(n), MPI_FLOAT, buf.data(), int(n), MPI_FLOAT, 0, as_comm(comm_));
-    if (rc != MPI_SUCCESS) return Error{"mpi", "MPI_Gather of the results failed"};
-    for (std::size_t r = 0; r < all.size(); ++r) (all[r].*field).assign(buf.begin() + long(r * n), buf.begin() + long((r + 1) * n));
-    return {};
-  };
-  for (auto f : {&RankOutputs::out, &RankOutputs::lse, &RankOutputs::dq, &RankOutputs::dk, &RankOutputs::dv})
-    if (auto s = gather(f); !s) return s.error();
+    if (auto s = collective(fmt::format("MPI_Igather (the {} results)", names[i]), [&](MPI_Request* r) {
+          return MPI_Igather(v.data(), int(n), MPI_FLOAT, buf.data(), int(n), MPI_FLOAT, 0, comm, r);
+        }); !s)
+      return s.error();
+    for (std::size_t r = 0; r < all.size(); ++r)
+      (all[r].*fields[i]).assign(buf.begin() + long(r * n), buf.begin() + long((r + 1) * n));
+  }
   for (std::size_t r = 0; r < all.size(); ++r) assemble(plan, ir::RankId(r), all[r], res.out);
   return res;
+}
+
+Expected<int> MpiContext::rank0_decides(const std::function<int()>& work, const std::function<int(std::exception_ptr)>& code_of,
+                                        double timeout_s) {
+  std::mutex* mu = multiple_ ? nullptr : &mu_;
+  std::atomic<bool> finished{size_ > 1 ? false : true};
+  std::exception_ptr thrown;
+  int code = 0;
+  std::thread worker;
+  auto body = [&] {
+    try {
+      code = work();
+    } catch (...) {
+      thrown = std::current_exception();
+      code = code_of(thrown);
+    }
+    finished.store(true);
+  };
+  if (rank_ == 0) {
+    if (size_ == 1) body();
+    else worker = std::thread(body);
+  }
+  // Heartbeat rounds until rank 0 is done: its ticks are progress, its silence a stall.
+  MpiMonitor monitor(comms_->hb, size_, mu);
+  std::uint64_t ticks = 0, last = ~0ull;
+  auto last_change = Clock::now();
+  Status st;
+  while (size_ > 1) {
+    const bool me_done = rank_ != 0 || finished.load();
+    if (!me_done) ++ticks;
+    auto job = monitor.poll(JobState{ticks, me_done ? 1u : 0u, 0});
+    if (!job) {
+      st = job.error();
+      break;
+    }
+    const auto now = Clock::now();
+    if (*job) {
+      if ((*job)->done >= std::uint64_t(size_)) break;
+      if ((*job)->progress != last) {
+        last = (*job)->progress;
+        last_change = now;
+      }
+    }
+    if (timeout_s > 0 && std::chrono::duration<double>(now - last_change).count() > timeout_s) {
+      st = Error{"", fmt::format("stall: rank {} waited {:.1f} s for rank 0 to check and report the results: rank 0 does "
+                                 "not answer (stopped or dead)",
+                                 rank_, timeout_s)};
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (worker.joinable()) worker.join();  // rank 0 leaves the loop only once `work` ended
+  if (!st) return st.error();
+  // Rank 0's code to everyone.
+  int c = code;
+  MPI_Request req = MPI_REQUEST_NULL;
+  CHARM_MPI_TRY(MPI_Ibcast(&c, 1, MPI_INT, 0, comms_->comm, &req));
+  if (auto s = mpi_wait(req, timeout_s, "rank 0's exit code", mu); !s) return s.error();
+  if (thrown) std::rethrow_exception(thrown);
+  return c;
 }
 
 } // namespace charm::rt

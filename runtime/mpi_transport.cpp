@@ -7,28 +7,34 @@
 #include <climits>
 #include <thread>
 
+#include "runtime/mpi_check.hpp"
+
 namespace charm::rt {
 
-struct MpiTransport::Req final : Request {
-  MPI_Request r = MPI_REQUEST_NULL;
-  bool done = false;
-};
-
 namespace {
-MPI_Comm as_comm(void* c) { return reinterpret_cast<MPI_Comm>(c); }  // OpenMPI handles are pointers
-
-Error mpi_error(int code, const std::string& what) {
-  char msg[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(code, msg, &len);
-  return Error{"mpi", fmt::format("{}: {}", what, std::string(msg, std::size_t(len)))};
-}
+MPI_Comm as_comm(const void* c) { return *static_cast<const MPI_Comm*>(c); }
 } // namespace
 
-MpiTransport::MpiTransport(void* comm, bool serialize, long tag_ub) : comm_(comm), serialize_(serialize), tag_ub_(tag_ub) {}
+struct MpiTransport::Req final : Request {
+  MpiTransport* owner = nullptr;
+  MPI_Request r = MPI_REQUEST_NULL;
+  bool done = false;
+  bool recv = false, matched = false;  // a receive is matched (probed) before it is posted
+  MessageKey key;
+  int tag = 0;
+  std::span<float> dst;
+  ~Req() override {
+    if (done || r == MPI_REQUEST_NULL) return;
+    auto lk = owner->lock();
+    (void)MPI_Cancel(&r);
+    (void)MPI_Request_free(&r);
+  }
+};
+
+MpiTransport::MpiTransport(const void* comm, std::mutex* mu, long tag_ub) : comm_(comm), mu_(mu), tag_ub_(tag_ub) {}
 
 std::unique_lock<std::mutex> MpiTransport::lock() {
-  return serialize_ ? std::unique_lock<std::mutex>(mu_) : std::unique_lock<std::mutex>();
+  return mu_ != nullptr ? std::unique_lock<std::mutex>(*mu_) : std::unique_lock<std::mutex>();
 }
 
 Expected<int> MpiTransport::mpi_tag(const MessageKey& key) const {
@@ -45,9 +51,10 @@ Expected<RequestPtr> MpiTransport::post_send(const MessageKey& key, std::span<co
   auto tag = mpi_tag(key);
   if (!tag) return tag.error();
   auto req = std::make_shared<Req>();
+  req->owner = this;
+  req->key = key;
   auto lk = lock();
-  const int rc = MPI_Isend(data.data(), static_cast<int>(data.size()), MPI_FLOAT, key.dst, *tag, as_comm(comm_), &req->r);
-  if (rc != MPI_SUCCESS) return mpi_error(rc, fmt::format("MPI_Isend to rank {}", key.dst));
+  CHARM_MPI_TRY(MPI_Isend(data.data(), static_cast<int>(data.size()), MPI_FLOAT, key.dst, *tag, as_comm(comm_), &req->r));
   return RequestPtr{req};
 }
 
@@ -57,9 +64,15 @@ Expected<RequestPtr> MpiTransport::post_recv(const MessageKey& key, std::span<fl
   auto tag = mpi_tag(key);
   if (!tag) return tag.error();
   auto req = std::make_shared<Req>();
-  auto lk = lock();
-  const int rc = MPI_Irecv(data.data(), static_cast<int>(data.size()), MPI_FLOAT, key.src, *tag, as_comm(comm_), &req->r);
-  if (rc != MPI_SUCCESS) return mpi_error(rc, fmt::format("MPI_Irecv from rank {}", key.src));
+  req->owner = this;
+  req->key = key;
+  req->recv = true;
+  req->tag = *tag;
+  req->dst = data;
+  if (short_recv_ && !data.empty()) {
+    short_recv_ = false;
+    req->dst = data.first(data.size() - 1);
+  }
   return RequestPtr{req};
 }
 
@@ -72,10 +85,35 @@ Expected<bool> MpiTransport::wait_all(std::span<const RequestPtr> reqs, const St
       for (const auto& p : reqs) {
         auto& q = static_cast<Req&>(*p);
         if (q.done) continue;
+        if (q.recv && !q.matched) {
+          // Match the message first; its size must be the posted one before a byte lands.
+          int flag = 0;
+          MPI_Message msg = MPI_MESSAGE_NULL;
+          MPI_Status st;
+          CHARM_MPI_TRY(MPI_Improbe(q.key.src, q.tag, as_comm(comm_), &flag, &msg, &st));
+          if (!flag) {
+            all = false;
+            continue;
+          }
+          int count = 0;
+          CHARM_MPI_TRY(MPI_Get_count(&st, MPI_FLOAT, &count));
+          if (count == MPI_UNDEFINED || std::size_t(count) != q.dst.size()) {
+            // Refused unreceived: the run fails on every rank (the sender's request is cancelled).
+            return Error{q.label, fmt::format("the message from rank {} holds {} floats ({} bytes), but the plan's receive "
+                                              "expects {} floats ({} bytes): refused before any byte landed",
+                                              q.key.src, count, std::int64_t(count) * 4, q.dst.size(), q.dst.size() * 4)};
+          }
+          CHARM_MPI_TRY(MPI_Imrecv(q.dst.data(), count, MPI_FLOAT, &msg, &q.r));
+          q.matched = true;
+        }
         int flag = 0;
         MPI_Status st;
         const int rc = MPI_Test(&q.r, &flag, &st);
-        if (rc != MPI_SUCCESS) return mpi_error(rc, "MPI_Test");
+        if (rc != MPI_SUCCESS) {
+          Error e = mpi_error(rc, "MPI_Test");
+          if (!q.label.empty()) e.where = q.label;
+          return e;
+        }
         if (flag) {
           q.done = true;
         } else {

@@ -197,9 +197,11 @@ Status RankExecutor::run_comm(std::span<const OpId> ops, bool& stopped) {
                                  ? transport_.post_send({op.stream, rank_, op.peer, op.tag}, payload)
                                  : transport_.post_recv({op.stream, op.peer, rank_, op.tag}, payload);
     if (!r) return Error{where(), r.error().message()};
+    (*r)->label = where();
     reqs.push_back(std::move(*r));
   }
   auto done = transport_.wait_all(reqs, [this] { return stop_.load(); });
+  if (!done && !done.error().where.empty() && done.error().where.rfind("rank ", 0) == 0) return done.error();  // names its op
   if (!done) return Error{fmt::format("rank {} op {} ({})", rank_, ops[0], ir::op_label(plan_, ops[0])), done.error().message()};
   stopped = !*done;
   return {};

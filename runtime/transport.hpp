@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 
 #include "scheduler/ir/plan.hpp"
 
@@ -25,6 +26,7 @@ struct MessageKey {
 class Request {
  public:
   virtual ~Request() = default;
+  std::string label;  // the op it serves, as errors name it ("rank 1 op 5 (recv kv0 <- 0 #0)"); set by the executor
 };
 using RequestPtr = std::shared_ptr<Request>;
 

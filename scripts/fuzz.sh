@@ -10,11 +10,17 @@ targets=("$@")
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCHARM_FUZZ=ON \
   -DCHARM_SANITIZE=address,undefined -DCHARM_BUILD_TESTS=OFF -DCHARM_BUILD_BENCH=OFF -DCHARM_BUILD_RUNTIME=OFF \
   -DCHARM_WITH_CUDA=OFF >/dev/null
-cmake --build build-fuzz -j"$(nproc)" --target "${targets[@]}" 2>&1 | tail -1 || true
+# A target that does not build is a failure, not a skip: CI would otherwise pass without fuzzing.
+if ! cmake --build build-fuzz -j"$(nproc)" --target "${targets[@]}" > build-fuzz/build.log 2>&1; then
+  tail -30 build-fuzz/build.log
+  echo "fuzz: the build failed (build-fuzz/build.log)" >&2
+  exit 1
+fi
+tail -1 build-fuzz/build.log
 mkdir -p build-fuzz/artifacts
 rm -f build-fuzz/artifacts/crash-* build-fuzz/artifacts/timeout-* build-fuzz/artifacts/leak-* build-fuzz/artifacts/oom-*
 for t in "${targets[@]}"; do
-  [ -x "build-fuzz/tests/fuzz/$t" ] || { echo "fuzz: $t not built, skipped" >&2; continue; }
+  [ -x "build-fuzz/tests/fuzz/$t" ] || { echo "fuzz: $t is not a fuzz target (tests/fuzz/CMakeLists.txt)" >&2; exit 1; }
   name=${t#fuzz_}
   mkdir -p "build-fuzz/corpus/$name"
   cp -n tests/fuzz/corpus/"$name"/* "build-fuzz/corpus/$name/" 2>/dev/null || true

@@ -20,7 +20,12 @@ export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 
 if [[ $stage == asan || $stage == all ]]; then
   t0=$SECONDS
-  cmake -S . -B build-asan "${common[@]}" -DCHARM_SANITIZE=address,undefined >/dev/null
+  # clang: instrumenting for ASan + UBSan, it compiles this tree in about 30% less time than GCC
+  # (validator.cpp 15 s against 23 s, routes_test.cpp 17 s against 29 s, at -O1 -g1), and it is
+  # installed anyway for the fuzz stage. GCC is used when clang is not there.
+  asan_cc=()
+  command -v clang++ >/dev/null && asan_cc=(-DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++)
+  cmake -S . -B build-asan "${common[@]}" "${asan_cc[@]}" -DCHARM_SANITIZE=address,undefined >/dev/null
   cmake --build build-asan -j"$jobs" | tail -1
   echo "sanitize: asan build $((SECONDS - t0)) s" >&2
   t0=$SECONDS

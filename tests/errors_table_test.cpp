@@ -3,6 +3,10 @@
 // `charm: error: <where>: <what>` (exit 2 and 3), with no stack trace and no
 // second line. Exit-1 rows (a plan that loads but fails validation) print the
 // validator's verdict instead; for those only the message is checked.
+// Rows whose command starts with `mpirun` run under the mpirun CMake found
+// (suite Mpi, its own CTest entry with the mpi label; skipped without one):
+// every `charm` word of the command is this build's binary, and `mpirun -q`
+// keeps mpirun's own notices out of the output.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -85,6 +89,15 @@ std::vector<Row> load_rows() {
 /// Test names show the command, not the bytes of the row.
 void PrintTo(const Row& r, std::ostream* os) { *os << "charm " << r.args; }
 
+bool is_mpi(const Row& r) { return r.args.rfind("mpirun ", 0) == 0; }
+
+std::vector<Row> rows_where(bool mpi) {
+  std::vector<Row> out;
+  for (auto& r : load_rows())
+    if (is_mpi(r) == mpi) out.push_back(r);
+  return out;
+}
+
 class ErrorsTable : public ::testing::TestWithParam<Row> {};
 
 TEST(ErrorsTableFile, HasAtLeastFortyDistinctRows) {
@@ -124,7 +137,21 @@ TEST_P(ErrorsTable, Row) {
     replace("$HUGE", (fixtures / "huge.json").string());
   }
   replace("$TMP", tmp.string());
-  const auto res = run_cmd("cd '" + std::string(CHARM_SOURCE_DIR) + "' && '" + std::string(CHARM_BIN) + "' " + args);
+  std::string cmd = "'" + std::string(CHARM_BIN) + "' " + args;
+  if (is_mpi(r)) {
+    const std::string mpirun = CHARM_MPIRUN;
+    if (mpirun.empty() || !fs::exists(mpirun)) GTEST_SKIP() << "mpirun not found";
+    // As in mpi_run_test: root in CI, 2 cores, no ptrace rights for CMA.
+    ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    ::setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
+    ::setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1);
+    std::string words = " " + args.substr(7) + " ";
+    for (std::size_t p; (p = words.find(" charm ")) != std::string::npos;)
+      words.replace(p, 7, " '" + std::string(CHARM_BIN) + "' ");
+    cmd = "timeout 120 '" + mpirun + "' --oversubscribe" + words;
+  }
+  const auto res = run_cmd("cd '" + std::string(CHARM_SOURCE_DIR) + "' && " + cmd);
   EXPECT_EQ(res.code, r.exit) << "charm " << args << "\n" << res.out;
   EXPECT_NE(res.out.find(r.message), std::string::npos) << "charm " << args << "\nexpected: " << r.message << "\ngot: " << res.out;
   if (r.exit == 2 || r.exit == 3) {
@@ -139,7 +166,9 @@ TEST_P(ErrorsTable, Row) {
   fs::remove_all(fixtures);
 }
 
-INSTANTIATE_TEST_SUITE_P(Docs, ErrorsTable, ::testing::ValuesIn(load_rows()),
+INSTANTIATE_TEST_SUITE_P(Docs, ErrorsTable, ::testing::ValuesIn(rows_where(false)),
+                         [](const ::testing::TestParamInfo<Row>& p) { return "row" + std::to_string(p.param.id); });
+INSTANTIATE_TEST_SUITE_P(Mpi, ErrorsTable, ::testing::ValuesIn(rows_where(true)),
                          [](const ::testing::TestParamInfo<Row>& p) { return "row" + std::to_string(p.param.id); });
 
 } // namespace

@@ -1,5 +1,7 @@
 // `mpirun -np N charm run --backend mpi ... --check`,
-// and the watchdog under MPI: exit 3, the stalled rank named, no process left.
+// and the watchdog under MPI: exit 3, the stalled rank named, no process left;
+// a peer stopped mid-run, a long computation on one rank (progress, not a
+// stall), processes started with different work (MPMD, exit 2).
 // CI runs as root on 2 cores: run-as-root and oversubscription are enabled
 // through OpenMPI's environment variables, and CMA single-copy is off (it
 // needs ptrace rights that containers usually lack).
@@ -24,13 +26,19 @@ struct Result {
 
 bool have_mpirun() { return std::string(CHARM_MPIRUN).size() > 0 && std::filesystem::exists(CHARM_MPIRUN); }
 
+Result shell(const std::string& cmd);
+
 Result mpirun(int np, const std::string& args) {
+  return shell(std::string("timeout 240 ") + CHARM_MPIRUN + " --oversubscribe -np " + std::to_string(np) + " " +
+               CHARM_BIN + " " + args);
+}
+
+Result shell(const std::string& command) {
   ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
   ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
   ::setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
   ::setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1);
-  const std::string cmd = std::string("timeout 240 ") + CHARM_MPIRUN + " --oversubscribe -np " + std::to_string(np) +
-                          " " + CHARM_BIN + " " + args + " 2>&1";
+  const std::string cmd = command + " 2>&1";
   Result r;
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return r;
@@ -132,6 +140,58 @@ TEST(MpiRun, TraceGathersEveryRanksOpsOnRankZero) {
   EXPECT_EQ(ranks.size(), 4u);       // measured times from every rank reached rank 0
   EXPECT_EQ(j.at("otherData").at("backend"), "mpi");
   std::remove(file.c_str());
+}
+
+TEST(MpiRun, RanksStartedWithDifferentWorkAreRefusedOnce) {
+  if (!have_mpirun()) GTEST_SKIP() << "mpirun not found";
+  // MPMD: rank 1 with twice the sequence. It used to corrupt rank 0's heap in the result gather.
+  const std::string run = std::string(CHARM_BIN) + " run --backend mpi --algo ring --ranks 2 --heads 2 --head-dim 16";
+  const auto r = shell(std::string("timeout 240 ") + CHARM_MPIRUN + " -q --oversubscribe -np 1 " + run + " --seq 256 : -np 1 " +
+                       run + " --seq 512");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out, "charm: error: mpirun: the ranks were started with different work: rank 1 has --seq 512, rank 0 has "
+                   "--seq 256 (every process must run the same command)\n");
+}
+
+TEST(MpiWatchdog, AStoppedPeerIsAStallOnTheOthers) {
+  if (!have_mpirun()) GTEST_SKIP() << "mpirun not found";
+  // A run of about 20 s; one rank is stopped (SIGSTOP) 5 s after it started, wherever it is
+  // then (computing, in a transfer, in a collective: not inside MPI_Init, which no watchdog of
+  // ours covers). The other must give up within the timeout (plus the watchdog's short head
+  // start), exit 3, and leave no process behind.
+  const std::string cmd = std::string(CHARM_MPIRUN) + " -q --oversubscribe -np 2 " + CHARM_BIN +
+                          " run --backend mpi --algo ring --ranks 2 --heads 4 --head-dim 64 --seq 16k --dtype fp32 "
+                          "--timeout-s 1";
+  const std::string script =
+      cmd + " & m=$!; c=; for i in $(seq 100); do c=$(pgrep -P $m | head -n 1); [ -n \"$c\" ] && break; sleep 0.05; done; "
+      "sleep 5; kill -STOP $c; t0=$(date +%s%N); wait $m; rc=$?; t1=$(date +%s%N); "
+      "kill -CONT $c 2>&1; kill -KILL $c 2>&1; echo \"rc=$rc ms=$(( (t1 - t0) / 1000000 ))\"";
+  const auto r = shell("timeout 120 bash -c '" + script + "'");
+  const auto at = r.out.rfind("rc=");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  int rc = -1, ms = -1;
+  ASSERT_EQ(std::sscanf(r.out.c_str() + at, "rc=%d ms=%d", &rc, &ms), 2) << r.out;
+  EXPECT_EQ(rc, 3) << r.out;
+  // Inside the plan: the timeout plus the head start after the survivor's last progress. On a
+  // loaded machine the survivor may still compute its last block for seconds after the stop (a
+  // compute is progress), and then reports that it finished its ops; or the stop may land in the
+  // setup (inputs, agreements), whose waits give a peer at least 30 s.
+  if (r.out.find("to start the plan") != std::string::npos) EXPECT_LT(ms, 34000) << r.out;
+  else if (r.out.find("finished its ops") == std::string::npos) EXPECT_LT(ms, 4000) << r.out;
+  else EXPECT_NE(r.out.find("have not answered"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("stall"), std::string::npos) << r.out;
+}
+
+TEST(MpiWatchdog, ALongComputationOnAPeerIsProgress) {
+  if (!have_mpirun()) GTEST_SKIP() << "mpirun not found";
+  // Causal ring on 2 ranks: rank 1 computes a whole off-diagonal block (hundreds of ms) while
+  // rank 0, done, waits for it; a timeout far shorter than that block must not fire.
+  const auto r = mpirun(2, "run --backend mpi --algo ring --ranks 2 --heads 4 --head-dim 64 --seq 2048 --causal "
+                           "--dtype fp32 --timeout-s 0.1 --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = json_of(r.out);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_GT(j.at("time_ms").get<double>(), 100.0) << "the block must outlast the timeout";
 }
 
 } // namespace

@@ -1,5 +1,20 @@
 # Robustness: every bad input of docs/errors.md through the CLI, determinism, atomic outputs.
 charm_add_test(errors_table_test SOURCES errors_table_test.cpp LABELS integration TIMEOUT 900 SHARDS 2)
+# The rows run under mpirun (suite Mpi/) are one more entry, labelled mpi; the shards leave them out.
+foreach(i 0 1)
+  set_property(TEST errors_table_test/${i} APPEND PROPERTY ENVIRONMENT "GTEST_FILTER=-Mpi/*")
+endforeach()
+set(_charm_errors_mpirun "")
+if(CHARM_HAVE_MPI)
+  set(_charm_errors_mpirun "${MPIEXEC_EXECUTABLE}")
+  if(NOT _charm_errors_mpirun)
+    find_program(_charm_errors_mpirun NAMES mpirun mpiexec)
+  endif()
+  add_test(NAME errors_table_test/mpi COMMAND errors_table_test --gtest_filter=Mpi/*)
+  math(EXPR _charm_errors_mpi_timeout "300 * ${CHARM_TEST_TIMEOUT_SCALE}")
+  set_tests_properties(errors_table_test/mpi PROPERTIES LABELS mpi TIMEOUT ${_charm_errors_mpi_timeout} COST 60)
+endif()
+target_compile_definitions(errors_table_test PRIVATE CHARM_MPIRUN="${_charm_errors_mpirun}")
 # The rows are discovered from docs/errors.md at build time: editing the table rebuilds the test.
 set_property(SOURCE errors_table_test.cpp APPEND PROPERTY OBJECT_DEPENDS ${PROJECT_SOURCE_DIR}/docs/errors.md)
 charm_add_test(determinism_test SOURCES determinism_test.cpp LABELS integration TIMEOUT 600)

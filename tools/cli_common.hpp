@@ -30,6 +30,10 @@ struct UsageError {
 struct RuntimeFailure {
   std::string message;
 };
+/// Ends the command with `code`, its message already printed (or left to another rank of an mpirun job).
+struct QuietExit {
+  int code = 0;
+};
 /// The exit code a subcommand leaves for main (0 unless set).
 int& exit_code();
 template <class T>

@@ -33,7 +33,7 @@ struct RunOpts {
   PlanFlags plan;
   std::string backend = "threads";
   std::uint64_t seed = 0;
-  bool check = false, json = false, inject_stall = false, inject_drop_compute = false;
+  bool check = false, json = false, inject_stall = false, inject_drop_compute = false, inject_short_recv = false;
   std::string dump, trace;
   double timeout_s = 300;
 };
@@ -236,6 +236,119 @@ void write_measured_trace(const std::string& path, const ir::Plan& plan, const r
   write_file_atomic(path, trace::chrome_trace(plan, res.timeline, {{"measured", true}, {"backend", backend}}).dump() + "\n");
 }
 
+#ifdef CHARM_RT_HAVE_MPI
+/// What every process of an mpirun job must agree on before it runs: the plan (its digest)
+/// and each flag that changes the work or its verdict.
+rt::WorkFields work_fields(const ir::Plan& plan, const RunOpts& o) {
+  const auto& w = plan.workload;
+  return {{"--algo", plan.algo},
+          {"--ranks", std::to_string(plan.ranks)},
+          {"--domains", std::to_string(plan.domains)},
+          {"--batch", std::to_string(w.batch)},
+          {"--seq", std::to_string(w.seq)},
+          {"--heads", std::to_string(w.heads)},
+          {"--kv-heads", std::to_string(w.kv_heads)},
+          {"--head-dim", std::to_string(w.head_dim)},
+          {"--dtype", std::string(ir::to_string(w.dtype))},
+          {"--causal", w.causal ? "on" : "off"},
+          {"--layout", std::string(ir::to_string(w.layout))},
+          {"--pass", std::string(ir::to_string(w.pass))},
+          {"--seed", std::to_string(o.seed)},
+          {"--check", o.check ? "on" : "off"},
+          {"--timeout-s", fmt::format("{}", o.timeout_s)},
+          {"--inject-stall", o.inject_stall ? "on" : "off"},
+          {"--inject-drop-compute", o.inject_drop_compute ? "on" : "off"},
+          {"--inject-short-recv", o.inject_short_recv ? "on" : "off"},
+          {"plan", fmt::format("{:016x}", rt::plan_fingerprint(plan))}};
+}
+
+/// Where the processes cannot agree (MPI failed, a peer never came): this process's own
+/// line, then MPI_Abort ends the job with exit 3.
+[[noreturn]] void abort_job(rt::MpiContext& ctx, const Error& e) {
+  std::fprintf(stderr, "charm: error: %s\n", e.message().c_str());
+  ctx.abort(kExitRuntime);
+}
+
+/// An agreed failure: the same error on every process; rank 0 says it, every process exits
+/// with `code` (through main's handlers, so MPI_Finalize runs on the way out).
+[[noreturn]] void agreed_failure(const rt::MpiContext::Agreement& a) {
+  if (a.code == kExitUsage) throw UsageError{a.status.error()};
+  if (!quiet_rank()) std::fprintf(stderr, "charm: error: %s\n", a.status.error().message().c_str());
+  std::fflush(stderr);
+  throw QuietExit{a.code};
+}
+
+void run_mpi(const RunOpts& o, rt::RunOptions ropt) {
+  auto ctx_e = rt::MpiContext::init();
+  if (!ctx_e) throw RuntimeFailure{ctx_e.error().message()};
+  auto ctx = std::move(*ctx_e);
+  const double tmo = o.timeout_s;
+  // Each process builds its plan; a bad flag on one of them reaches every one (the processes
+  // of an MPMD job may have been given different flags), before any other collective.
+  std::optional<ir::Plan> plan;
+  Status made;
+  int made_code = 0;
+  try {
+    plan.emplace(o.plan.make());
+    check_run_memory(*plan, o.check, false);
+    if (plan->ranks != ctx->size())
+      fail(Error{o.plan.from_file() ? "--plan" : "--ranks",
+                 fmt::format("{} ranks {}, but mpirun started {} processes", plan->ranks,
+                             o.plan.from_file() ? "in the plan" : "asked for", ctx->size())});
+  } catch (const UsageError& e) {
+    made = e.error;
+    made_code = kExitUsage;
+  } catch (const RuntimeFailure& e) {
+    made = Error{"", e.message};
+    made_code = kExitRuntime;
+  } catch (const std::bad_alloc&) {
+    made = Error{"", "out of memory"};
+    made_code = kExitRuntime;
+  }
+  auto a = ctx->agree(made, made_code, tmo, "the plan");
+  if (!a) abort_job(*ctx, a.error());
+  if (!a->status) agreed_failure(*a);
+  Status valid;
+  if (ctx->rank() == 0 && !o.plan.from_file())
+    if (auto rep = sched::validate(*plan); !rep.ok())
+      valid = Error{"", "internal: the planner produced an invalid plan: " + rep.summary(*plan)};
+  inject_faults(*plan, o);
+  // The same work on every process, or one line from rank 0 and exit 2 on all: a rank with
+  // another sequence length would receive into buffers of the wrong size.
+  auto same = ctx->same_work(work_fields(*plan, o), tmo);
+  if (!same) abort_job(*ctx, same.error());
+  if (!*same) agreed_failure({*same, kExitUsage});
+  a = ctx->agree(valid, kExitRuntime, tmo, "the plan's validation");
+  if (!a) abort_job(*ctx, a.error());
+  if (!a->status) agreed_failure(*a);
+  const auto in = rt::plan_inputs(plan->workload, o.seed);
+  ropt.inject_short_recv = o.inject_short_recv;
+  auto res = ctx->run(*plan, in, ropt);
+  if (!res) {
+    if (ctx->failure_agreed()) agreed_failure({res.error(), kExitRuntime});
+    abort_job(*ctx, res.error());
+  }
+  // Rank 0 checks and reports while the others wait for its verdict (exit code).
+  auto code = ctx->rank0_decides(
+      [&] {
+        write_measured_trace(o.trace, *plan, *res, "mpi");
+        return report(*plan, o, in, *res);
+      },
+      [](std::exception_ptr e) {
+        try {
+          std::rethrow_exception(e);
+        } catch (const UsageError&) {
+          return kExitUsage;
+        } catch (...) {
+          return kExitRuntime;
+        }
+      },
+      tmo);
+  if (!code) abort_job(*ctx, code.error());
+  exit_code() = *code;
+}
+#endif
+
 void register_run(CLI::App& app) {
   auto o = std::make_shared<RunOpts>();
   auto* sub = app.add_subcommand("run", "execute a plan on the CPU (threads or MPI) with real attention math");
@@ -251,6 +364,8 @@ void register_run(CLI::App& app) {
       ->capture_default_str();
   sub->add_flag("--inject-stall", o->inject_stall, "testing: drop the plan's first send")->group("");
   sub->add_flag("--inject-drop-compute", o->inject_drop_compute, "testing: drop one block computation")->group("");
+  sub->add_flag("--inject-short-recv", o->inject_short_recv, "testing (mpi): rank 1 posts its first receive one float short")
+      ->group("");
   for (auto& b : run_backends()) b.add_flags(*sub);
   sub->callback([o, sub] {
     // Under mpirun the job is the processes: --ranks defaults to their number, and a
@@ -308,36 +423,7 @@ void register_run(CLI::App& app) {
       return;
     }
 #ifdef CHARM_RT_HAVE_MPI
-    auto ctx_e = rt::MpiContext::init();
-    if (!ctx_e) throw RuntimeFailure{ctx_e.error().message()};
-    auto ctx = std::move(*ctx_e);
-    auto plan = o->plan.make();
-    check_run_memory(plan, o->check, false);
-    if (plan.ranks != ctx->size())
-      fail(Error{o->plan.from_file() ? "--plan" : "--ranks",
-                 fmt::format("{} ranks {}, but mpirun started {} processes", plan.ranks,
-                             o->plan.from_file() ? "in the plan" : "asked for", ctx->size())});
-    if (ctx->rank() == 0 && !o->plan.from_file()) {
-      auto rep = sched::validate(plan);
-      if (!rep.ok()) {
-        std::fprintf(stderr, "charm: error: internal: the planner produced an invalid plan: %s\n", rep.summary(plan).c_str());
-        ctx->abort(kExitRuntime);
-      }
-    }
-    inject_faults(plan, *o);
-    const auto in = rt::plan_inputs(plan.workload, o->seed);
-    auto res = ctx->run(plan, in, ropt);
-    if (!res) {
-      std::fprintf(stderr, "charm: error: %s\n", res.error().message().c_str());
-      std::fflush(stderr);
-      ctx->abort(kExitRuntime);
-    }
-    int code = 0;
-    if (ctx->rank() == 0) {
-      write_measured_trace(o->trace, plan, *res, "mpi");
-      code = report(plan, *o, in, *res);
-    }
-    exit_code() = ctx->broadcast(code);
+    run_mpi(*o, ropt);
 #else
     fail(Error{"--backend", "this charm was built without MPI (install libopenmpi-dev and rebuild)"});
 #endif

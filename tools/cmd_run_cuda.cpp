@@ -102,6 +102,20 @@ int run_cuda(const RunRequest& req, const CudaFlags& f) {
     }
   }
   if (req.inject_stall) drop_first_send(plan);
+  // The same work on every process, or one line from rank 0 and exit 2 on all.
+  {
+    const auto same = ctx->same_work({{"--seed", std::to_string(req.seed)},
+                                      {"--check", req.check ? "on" : "off"},
+                                      {"--warmup", std::to_string(f.warmup)},
+                                      {"--inject-stall", req.inject_stall ? "on" : "off"},
+                                      {"plan", fmt::format("{:016x}", rt::plan_fingerprint(plan))}},
+                                     req.timeout_s);
+    if (!same) {
+      std::fprintf(stderr, "charm: error: %s\n", same.error().message().c_str());
+      ctx->abort(kExitRuntime);
+    }
+    if (!*same) throw UsageError{same->error()};
+  }
   const auto in = rt::plan_inputs(plan.workload, req.seed);
   auto res = rt::cuda::run_cuda_nccl(plan, in, opt);
   if (!res) {
@@ -110,16 +124,31 @@ int run_cuda(const RunRequest& req, const CudaFlags& f) {
     std::fflush(stderr);
     ctx->abort(kExitRuntime);
   }
-  int code = 0;
-  if (ctx->rank() == 0) {
-    int dev = 0;
-    (void)cudaGetDevice(&dev);
-    const auto desc = rt::cuda::device_description(dev);
-    const auto [extra, text] = timing(plan, *res, desc ? *desc : "unknown");
-    if (!req.trace.empty()) write_trace(req.trace, plan, *res);
-    code = req.report(plan, in, res->run, extra, text);
+  // Rank 0 checks and reports while the others wait for its verdict (exit code), watched.
+  auto code = ctx->rank0_decides(
+      [&] {
+        int dev = 0;
+        (void)cudaGetDevice(&dev);
+        const auto desc = rt::cuda::device_description(dev);
+        const auto [extra, text] = timing(plan, *res, desc ? *desc : "unknown");
+        if (!req.trace.empty()) write_trace(req.trace, plan, *res);
+        return req.report(plan, in, res->run, extra, text);
+      },
+      [](std::exception_ptr e) {
+        try {
+          std::rethrow_exception(e);
+        } catch (const UsageError&) {
+          return kExitUsage;
+        } catch (...) {
+          return kExitRuntime;
+        }
+      },
+      req.timeout_s);
+  if (!code) {
+    std::fprintf(stderr, "charm: error: %s\n", code.error().message().c_str());
+    ctx->abort(kExitRuntime);
   }
-  return ctx->broadcast(code);
+  return *code;
 #else
   fail(Error{"--backend", "this charm was built without NCCL or MPI: only cuda-local is available"});
 #endif

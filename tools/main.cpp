@@ -97,6 +97,8 @@ int main(int argc, char** argv) {
     // Bad input is the same on every rank of an mpirun job: rank 0 says it, once.
     if (!charm::cli::quiet_rank()) std::fprintf(stderr, "charm: error: %s\n", e.error.message().c_str());
     return charm::cli::kExitUsage;
+  } catch (const charm::cli::QuietExit& e) {
+    return e.code;
   } catch (const charm::cli::RuntimeFailure& e) {
     std::fprintf(stderr, "charm: error: %s\n", e.message.c_str());
     return charm::cli::kExitRuntime;

@@ -80,8 +80,8 @@ Expected<std::unique_ptr<BlockAttention>> BlockAttention::create(ir::DType dtype
   CHARM_TRY(blas::load());
   CHARM_CUBLAS_TRY(blas::create(&a->blas_));
   CHARM_CUBLAS_TRY(blas::set_stream(a->blas_, stream));
-  CHARM_CUDA_TRY(cudaMalloc(&a->ws_, a->ws_bytes_));
-  char* base = static_cast<char*>(a->ws_);
+  CHARM_CUDA_TRY(cudaMalloc(a->ws_.out(), a->ws_bytes_));
+  char* base = a->ws_.get();
   a->qh_ = base + o_qh;
   a->doh_ = base + o_doh;
   a->kh_ = base + o_kh;
@@ -100,7 +100,6 @@ Expected<std::unique_ptr<BlockAttention>> BlockAttention::create(ir::DType dtype
 BlockAttention::~BlockAttention() {
   // Teardown errors cannot be reported from a destructor; the stream's owner
   // synchronises (and checks) before the object goes.
-  if (ws_ != nullptr) (void)cudaFree(ws_);
   if (blas_ != nullptr) (void)blas::destroy(blas_);
 }
 

@@ -26,6 +26,7 @@
 #include <memory>
 #include <vector>
 
+#include "runtime/cuda/cuda_raii.hpp"
 #include "runtime/cuda/kernels.hpp"
 
 namespace charm::rt::cuda {
@@ -73,7 +74,7 @@ class BlockAttention {
   std::vector<ChunkRows> chunks_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
-  void* ws_ = nullptr;
+  DeviceMem<char> ws_;
   std::size_t ws_bytes_ = 0;
   // Views into ws_.
   void *qh_ = nullptr, *doh_ = nullptr, *kh_ = nullptr, *vh_ = nullptr, *p_ = nullptr, *ds_ = nullptr;

@@ -6,11 +6,15 @@
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 
 namespace charm::rt::cuda {
 
 namespace {
-thread_local int g_rank = -1;
+// The process's rank (backend cuda: the MPI rank), seen by every thread; a scope's rank
+// (cuda-local: the plan rank whose op this thread is working on) overrides it.
+std::atomic<int> g_rank{-1};
+thread_local int t_scope_rank = -1;
 
 std::string where(const char* file, int line) {
   const std::string rank = error_rank() >= 0 ? fmt::format("rank {} ", error_rank()) : std::string();
@@ -18,8 +22,11 @@ std::string where(const char* file, int line) {
 }
 } // namespace
 
-void set_error_rank(int rank) { g_rank = rank; }
-int error_rank() { return g_rank; }
+void set_error_rank(int rank) { g_rank.store(rank); }
+int error_rank() { return t_scope_rank >= 0 ? t_scope_rank : g_rank.load(); }
+
+ErrorRankScope::ErrorRankScope(int rank) : saved_(t_scope_rank) { t_scope_rank = rank; }
+ErrorRankScope::~ErrorRankScope() { t_scope_rank = saved_; }
 
 const std::string& host_name() {
   static const std::string name = [] {

@@ -13,9 +13,22 @@
 
 namespace charm::rt::cuda {
 
-/// The rank named in error messages of this thread (-1: none, e.g. a test).
+/// The rank named in error messages: this process's (set_error_rank: every thread sees it;
+/// -1: none, e.g. a test), unless an ErrorRankScope of this thread names another.
 void set_error_rank(int rank);
 [[nodiscard]] int error_rank();
+/// While it lives, this thread's errors name `rank` (cuda-local runs every rank in one
+/// process: the rank is the one whose op the thread is working on).
+class ErrorRankScope {
+ public:
+  explicit ErrorRankScope(int rank);
+  ~ErrorRankScope();
+  ErrorRankScope(const ErrorRankScope&) = delete;
+  ErrorRankScope& operator=(const ErrorRankScope&) = delete;
+
+ private:
+  int saved_;
+};
 /// This machine's host name (cached).
 [[nodiscard]] const std::string& host_name();
 

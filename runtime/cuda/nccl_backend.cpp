@@ -10,6 +10,8 @@
 #include <set>
 #include <thread>
 
+#include "runtime/cuda/cuda_raii.hpp"
+#include "runtime/mpi_check.hpp"
 #include "runtime/cuda/nccl_check.hpp"
 #include "runtime/cuda/plan_runner.hpp"
 
@@ -75,24 +77,36 @@ Status wait_stream(cudaStream_t stream, Comms& comms, double timeout_s, const ch
 Expected<CudaRunResult> run_cuda_nccl(const ir::Plan& plan, const GlobalTensors& in, const CudaRunOptions& opt) {
   CHARM_TRY(supports(plan));  // every process refuses alike, before any collective
   int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  CHARM_MPI_TRY(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  CHARM_MPI_TRY(MPI_Comm_size(MPI_COMM_WORLD, &size));
   set_error_rank(rank);
+  const double tmo = opt.timeout_s;
   if (size != plan.ranks)
     return Error{"--ranks", fmt::format("the plan has {} ranks but mpirun started {} processes", plan.ranks, size)};
-  auto count = device_count();
-  if (!count) return count.error();
-  MPI_Comm node = MPI_COMM_NULL;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
-  int local = 0, local_size = 1;
-  MPI_Comm_rank(node, &local);
-  MPI_Comm_size(node, &local_size);
-  MPI_Comm_free(&node);
-  if (local_size > *count)
-    return Error{"cuda", fmt::format("{} ranks on host {} but only {} GPU(s): NCCL needs one GPU per rank "
-                                     "(use --backend cuda-local to run every rank on one GPU)",
-                                     local_size, host_name(), *count)};
-  CHARM_CUDA_TRY(cudaSetDevice(local));
+  // Every failure before a collective is agreed on first: a rank that fails alone must not
+  // leave the others blocked in the collective (the lowest failing rank's error reaches all).
+  auto agreed = [&](Status mine, const char* what) -> Status {
+    auto a = mpi_agree(MPI_COMM_WORLD, mine, 3, setup_timeout(tmo), what);
+    if (!a) return a.error();
+    return a->status;
+  };
+  auto device = [&]() -> Status {
+    auto count = device_count();
+    if (!count) return count.error();
+    MPI_Comm node = MPI_COMM_NULL;
+    CHARM_MPI_TRY(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
+    int local = 0, local_size = 1;
+    CHARM_MPI_TRY(MPI_Comm_rank(node, &local));
+    CHARM_MPI_TRY(MPI_Comm_size(node, &local_size));
+    CHARM_MPI_TRY(MPI_Comm_free(&node));
+    if (local_size > *count)
+      return Error{"cuda", fmt::format("{} ranks on host {} but only {} GPU(s): NCCL needs one GPU per rank "
+                                       "(use --backend cuda-local to run every rank on one GPU)",
+                                       local_size, host_name(), *count)};
+    CHARM_CUDA_TRY(cudaSetDevice(local));
+    return {};
+  };
+  CHARM_TRY(agreed(device(), "the GPUs"));
 
   // Which plan streams carry transfers, and with which peers (the same on every rank).
   std::array<bool, ir::kNumStreams> used{};
@@ -103,21 +117,34 @@ Expected<CudaRunResult> run_cuda_nccl(const ir::Plan& plan, const GlobalTensors&
     if (op.rank == rank) peers[std::size_t(op.stream)].insert(op.peer);
   }
   std::array<ncclUniqueId, ir::kNumStreams> ids{};
-  if (rank == 0)
-    for (int s = 0; s < ir::kNumStreams; ++s)
-      if (used[std::size_t(s)]) CHARM_NCCL_TRY(ncclGetUniqueId(&ids[std::size_t(s)]));
-  MPI_Bcast(ids.data(), int(sizeof(ids)), MPI_BYTE, 0, MPI_COMM_WORLD);
+  auto make_ids = [&]() -> Status {
+    if (rank == 0)
+      for (int s = 0; s < ir::kNumStreams; ++s)
+        if (used[std::size_t(s)]) CHARM_NCCL_TRY(ncclGetUniqueId(&ids[std::size_t(s)]));
+    return {};
+  };
+  // ncclGetUniqueId failing on rank 0 must not leave the others in the broadcast.
+  CHARM_TRY(agreed(make_ids(), "the NCCL ids"));
+  {
+    MPI_Request req = MPI_REQUEST_NULL;
+    CHARM_MPI_TRY(MPI_Ibcast(ids.data(), int(sizeof(ids)), MPI_BYTE, 0, MPI_COMM_WORLD, &req));
+    CHARM_TRY(mpi_wait(req, setup_timeout(tmo), "rank 0's NCCL ids"));
+  }
   Comms comms;
-  for (int s = 0; s < ir::kNumStreams; ++s)
-    if (used[std::size_t(s)])
-      CHARM_NCCL_TRY(ncclCommInitRank(&comms.comm[std::size_t(s)], size, ids[std::size_t(s)], rank));
+  auto init_comms = [&]() -> Status {
+    for (int s = 0; s < ir::kNumStreams; ++s)
+      if (used[std::size_t(s)])
+        CHARM_NCCL_TRY(ncclCommInitRank(&comms.comm[std::size_t(s)], size, ids[std::size_t(s)], rank));
+    return {};
+  };
+  CHARM_TRY(agreed(init_comms(), "the NCCL communicators"));
 
   // Connection warm-up: one float each way with every peer, per communicator, grouped.
   {
-    cudaStream_t ws = nullptr;
-    CHARM_CUDA_TRY(cudaStreamCreateWithFlags(&ws, cudaStreamNonBlocking));
-    float* scratch = nullptr;
-    CHARM_CUDA_TRY(cudaMalloc(&scratch, sizeof(float) * std::size_t(2 * size)));
+    Stream ws;
+    CHARM_CUDA_TRY(cudaStreamCreateWithFlags(ws.out(), cudaStreamNonBlocking));
+    DeviceMem<float> scratch;
+    CHARM_CUDA_TRY(cudaMalloc(scratch.out(), sizeof(float) * std::size_t(2 * size)));
     CHARM_CUDA_TRY(cudaMemset(scratch, 0, sizeof(float) * std::size_t(2 * size)));
     for (int s = 0; s < ir::kNumStreams; ++s) {
       if (!used[std::size_t(s)] || peers[std::size_t(s)].empty()) continue;
@@ -129,8 +156,7 @@ Expected<CudaRunResult> run_cuda_nccl(const ir::Plan& plan, const GlobalTensors&
       CHARM_NCCL_TRY(ncclGroupEnd());
     }
     CHARM_TRY(wait_stream(ws, comms, opt.timeout_s, "the NCCL connection warm-up"));
-    CHARM_CUDA_TRY(cudaFree(scratch));
-    CHARM_CUDA_TRY(cudaStreamDestroy(ws));
+    // The scratch and the stream free themselves here (the warm-up completed: nothing waits).
   }
 
   PlanRunner* runner_ptr = nullptr;
@@ -155,36 +181,55 @@ Expected<CudaRunResult> run_cuda_nccl(const ir::Plan& plan, const GlobalTensors&
   auto& pr = **runner;
   runner_ptr = &pr;
   for (int i = 0; i <= std::max(0, opt.warmup); ++i) {
-    CHARM_TRY(pr.init_buffers(in));
-    MPI_Barrier(MPI_COMM_WORLD);
-    CHARM_TRY(pr.run());
+    CHARM_TRY(agreed(pr.init_buffers(in), "the buffers"));
+    MPI_Request req = MPI_REQUEST_NULL;
+    CHARM_MPI_TRY(MPI_Ibarrier(MPI_COMM_WORLD, &req));
+    CHARM_TRY(mpi_wait(req, setup_timeout(tmo), "the other ranks to start the plan"));
+    CHARM_TRY(pr.run());  // a failure here ends the job (MPI_Abort): a peer may be stuck in NCCL
   }
+  // A collective of the results, watched like every other wait.
+  auto watched = [&](const std::string& what, auto&& post) -> Status {
+    MPI_Request req = MPI_REQUEST_NULL;
+    if (const int rc = post(&req); rc != MPI_SUCCESS) return mpi_error(rc, what.c_str());
+    return mpi_wait(req, tmo, what);
+  };
 
   CudaRunResult res;
   double mk = pr.makespan_ms(), enq = pr.enqueue_ms();
   unsigned long bytes = pr.rank_bytes(rank), max_bytes = 0;
-  MPI_Reduce(&mk, &res.run.time_ms, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-  MPI_Reduce(&enq, &res.enqueue_ms, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-  MPI_Reduce(&bytes, &max_bytes, 1, MPI_UNSIGNED_LONG, MPI_MAX, 0, MPI_COMM_WORLD);
+  CHARM_TRY(watched("MPI_Ireduce (the time)", [&](MPI_Request* r) {
+    return MPI_Ireduce(&mk, &res.run.time_ms, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD, r);
+  }));
+  CHARM_TRY(watched("MPI_Ireduce (the enqueue time)", [&](MPI_Request* r) {
+    return MPI_Ireduce(&enq, &res.enqueue_ms, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD, r);
+  }));
+  CHARM_TRY(watched("MPI_Ireduce (the peak memory)", [&](MPI_Request* r) {
+    return MPI_Ireduce(&bytes, &max_bytes, 1, MPI_UNSIGNED_LONG, MPI_MAX, 0, MPI_COMM_WORLD, r);
+  }));
   res.run.peak_bytes = max_bytes;
   // Op times: each op belongs to one rank, so a sum of (own times, zero elsewhere) collects them.
-  auto collect = [&](const std::vector<double>& mine, std::vector<double>& all) {
+  auto collect = [&](const std::vector<double>& mine, std::vector<double>& all) -> Status {
     std::vector<double> v(mine.size());
     for (std::size_t i = 0; i < v.size(); ++i) v[i] = std::isnan(mine[i]) ? 0.0 : mine[i];
     all.assign(v.size(), 0.0);
-    MPI_Reduce(v.data(), all.data(), int(v.size()), MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+    return watched("MPI_Ireduce (the op times)", [&](MPI_Request* r) {
+      return MPI_Ireduce(v.data(), all.data(), int(v.size()), MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD, r);
+    });
   };
-  collect(pr.start_ms(), res.start_ms);
-  collect(pr.end_ms(), res.end_ms);
+  CHARM_TRY(collect(pr.start_ms(), res.start_ms));
+  CHARM_TRY(collect(pr.end_ms(), res.end_ms));
 
   auto shard = pr.outputs(rank);
-  if (!shard) return shard.error();
+  CHARM_TRY(agreed(shard ? Status{} : Status{shard.error()}, "the results"));
   std::vector<RankOutputs> all(rank == 0 ? std::size_t(size) : 0);
   for (auto f : {&RankOutputs::out, &RankOutputs::lse, &RankOutputs::dq, &RankOutputs::dk, &RankOutputs::dv}) {
     const std::vector<float>& mine = (*shard).*f;
     if (mine.size() > std::size_t(INT_MAX)) return Error{"mpi", "a result shard is too large to gather"};
     std::vector<float> buf(rank == 0 ? mine.size() * std::size_t(size) : 0);
-    MPI_Gather(mine.data(), int(mine.size()), MPI_FLOAT, buf.data(), int(mine.size()), MPI_FLOAT, 0, MPI_COMM_WORLD);
+    CHARM_TRY(watched("MPI_Igather (the results)", [&](MPI_Request* r) {
+      return MPI_Igather(mine.data(), int(mine.size()), MPI_FLOAT, buf.data(), int(mine.size()), MPI_FLOAT, 0,
+                         MPI_COMM_WORLD, r);
+    }));
     for (std::size_t r = 0; r < all.size(); ++r)
       (all[r].*f).assign(buf.begin() + long(r * mine.size()), buf.begin() + long((r + 1) * mine.size()));
   }

@@ -43,9 +43,9 @@ Expected<std::unique_ptr<PlanRunner>> PlanRunner::create(const ir::Plan& plan, s
     p->local_[std::size_t(r)] = 1;
   }
   const std::size_t nops = plan.size();
-  p->start_ev_.assign(nops, nullptr);
-  p->end_ev_.assign(nops, nullptr);
-  p->copy_ev_.assign(nops, nullptr);
+  p->start_ev_.resize(nops);
+  p->end_ev_.resize(nops);
+  p->copy_ev_.resize(nops);
   p->enqueued_.assign(nops, 0);
   p->opened_.assign(nops, 0);
   p->copied_.assign(nops, 0);
@@ -91,7 +91,7 @@ Expected<std::unique_ptr<PlanRunner>> PlanRunner::create(const ir::Plan& plan, s
   for (auto& l : p->lanes_) {
     // Transfers get the higher priority so that they overlap with attention instead of queueing behind it.
     const int prio = l.stream == ir::Stream::Compute ? least : greatest;
-    CHARM_CUDA_TRY(cudaStreamCreateWithPriority(&l.cs, cudaStreamNonBlocking, prio));
+    CHARM_CUDA_TRY(cudaStreamCreateWithPriority(l.cs.out(), cudaStreamNonBlocking, prio));
     bool has_compute = false;
     for (OpId id : l.ops) has_compute = has_compute || plan.op(id).kind == OpKind::Compute;
     if (has_compute) {
@@ -100,31 +100,31 @@ Expected<std::unique_ptr<PlanRunner>> PlanRunner::create(const ir::Plan& plan, s
       l.attn = std::move(*a);
     }
     for (OpId id : l.ops) {
-      CHARM_CUDA_TRY(cudaEventCreate(&p->start_ev_[std::size_t(id)]));
-      CHARM_CUDA_TRY(cudaEventCreate(&p->end_ev_[std::size_t(id)]));
+      CHARM_CUDA_TRY(cudaEventCreate(p->start_ev_[std::size_t(id)].out()));
+      CHARM_CUDA_TRY(cudaEventCreate(p->end_ev_[std::size_t(id)].out()));
       if (plan.op(id).kind == OpKind::Recv && !p->hooks_.issue_group)
-        CHARM_CUDA_TRY(cudaEventCreateWithFlags(&p->copy_ev_[std::size_t(id)], cudaEventDisableTiming));
+        CHARM_CUDA_TRY(cudaEventCreateWithFlags(p->copy_ev_[std::size_t(id)].out(), cudaEventDisableTiming));
     }
   }
-  CHARM_CUDA_TRY(cudaEventCreate(&p->t0_));
+  CHARM_CUDA_TRY(cudaEventCreate(p->t0_.out()));
 
   // Buffers of the local ranks, all allocated up front (allocation is not timed).
-  p->buffers_.assign(plan.buffers().size(), nullptr);
+  p->buffers_.resize(plan.buffers().size());
   p->host_inputs_.resize(plan.buffers().size());
   for (std::size_t b = 0; b < plan.buffers().size(); ++b) {
     const auto& buf = plan.buffers()[b];
     if (!p->local_[std::size_t(buf.rank)]) continue;
     const auto& lay = p->layouts_[int(buf.kind)];
-    CHARM_CUDA_TRY(cudaMalloc(&p->buffers_[b], lay.bytes));
+    CHARM_CUDA_TRY(cudaMalloc(p->buffers_[b].out(), lay.bytes));
     p->rank_bytes_[std::size_t(buf.rank)] += lay.bytes;
     p->staging_elems_ = std::max(p->staging_elems_, std::size_t(lay.host_elems()));
   }
-  if (p->staging_elems_ > 0) CHARM_CUDA_TRY(cudaMalloc(&p->staging_, p->staging_elems_ * sizeof(float)));
+  if (p->staging_elems_ > 0) CHARM_CUDA_TRY(cudaMalloc(p->staging_.out(), p->staging_elems_ * sizeof(float)));
 
   // Visible key counts per (q owner, kv owner) of the local Compute ops.
   const std::int64_t T = p->shape_.tokens;
   const std::size_t n = std::size_t(plan.ranks);
-  CHARM_CUDA_TRY(cudaMalloc(&p->vis_, n * n * std::size_t(T) * sizeof(int)));
+  CHARM_CUDA_TRY(cudaMalloc(p->vis_.out(), n * n * std::size_t(T) * sizeof(int)));
   p->vis_ready_.assign(n * n, 0);
   std::vector<std::vector<std::int64_t>> pos;
   for (int r = 0; r < plan.ranks; ++r) pos.push_back(token_positions(w, r, plan.ranks));
@@ -149,20 +149,24 @@ Expected<std::unique_ptr<PlanRunner>> PlanRunner::create(const ir::Plan& plan, s
 }
 
 PlanRunner::~PlanRunner() {
-  if (poisoned_) return;  // freeing would wait for work that never ends; the process is going down
+  if (poisoned_) {
+    // Freeing would wait for work that never ends; the process is going down: give every
+    // handle up instead of letting its owner free it.
+    for (auto& l : lanes_) {
+      (void)l.attn.release();
+      (void)l.cs.release();
+    }
+    for (auto* v : {&start_ev_, &end_ev_, &copy_ev_})
+      for (auto& e : *v) (void)e.release();
+    (void)t0_.release();
+    for (auto& b : buffers_) (void)b.release();
+    (void)staging_.release();
+    (void)vis_.release();
+    return;
+  }
   // Errors cannot leave a destructor; run() and init_buffers() synchronised and checked already.
+  // The members free themselves: events, device memory, then each lane's kernels and stream.
   (void)cudaDeviceSynchronize();
-  for (auto& l : lanes_) l.attn.reset();
-  for (auto* v : {&start_ev_, &end_ev_, &copy_ev_})
-    for (auto e : *v)
-      if (e != nullptr) (void)cudaEventDestroy(e);
-  if (t0_ != nullptr) (void)cudaEventDestroy(t0_);
-  for (auto& l : lanes_)
-    if (l.cs != nullptr) (void)cudaStreamDestroy(l.cs);
-  for (void* b : buffers_)
-    if (b != nullptr) (void)cudaFree(b);
-  if (staging_ != nullptr) (void)cudaFree(staging_);
-  if (vis_ != nullptr) (void)cudaFree(vis_);
 }
 
 char* PlanRunner::section(ir::BufferId b, int i) const {
@@ -229,6 +233,7 @@ Status PlanRunner::wait_deps(const Lane& l, OpId id) {
 }
 
 Expected<bool> PlanRunner::step(Lane& l) {
+  const ErrorRankScope named(l.rank);  // an error of this lane's op names its rank
   const OpId id = l.ops[l.next];
   const auto& op = plan_.op(id);
   if (!is_comm(op)) {
@@ -493,6 +498,7 @@ Status PlanRunner::wait_all() {
     std::size_t done = 0;
     bool all = true;
     for (auto& l : lanes_) {
+      const ErrorRankScope named(l.rank);
       while (l.done < l.ops.size()) {
         const cudaError_t q = cudaEventQuery(end_ev_[std::size_t(l.ops[l.done])]);
         if (q == cudaErrorNotReady) break;

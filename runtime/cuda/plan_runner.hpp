@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "runtime/cuda/block_attention.hpp"
+#include "runtime/cuda/cuda_raii.hpp"
 #include "runtime/cuda/cuda_executor.hpp"
 #include "runtime/cuda/device_layout.hpp"
 
@@ -75,7 +76,7 @@ class PlanRunner {
   struct Lane {
     ir::RankId rank = 0;
     ir::Stream stream = ir::Stream::Compute;
-    cudaStream_t cs = nullptr;
+    Stream cs;
     std::vector<ir::OpId> ops;
     std::size_t next = 0;      // first op not yet enqueued
     bool open = false;         // local mode: the group at `next` is open
@@ -100,14 +101,14 @@ class PlanRunner {
   DeviceLayout layouts_[7];
   std::vector<char> local_;              // by rank
   std::vector<Lane> lanes_;
-  std::vector<void*> buffers_;           // by BufferId; null for other processes' buffers
+  std::vector<DeviceMem<char>> buffers_; // by BufferId; null for other processes' buffers
   std::vector<std::vector<float>> host_inputs_;  // by BufferId, cached fp32 inputs
-  float* staging_ = nullptr;             // fp32 upload area
+  DeviceMem<float> staging_;             // fp32 upload area
   std::size_t staging_elems_ = 0;
-  int* vis_ = nullptr;                   // visible key counts, [q owner][kv owner][tokens]
+  DeviceMem<int> vis_;                   // visible key counts, [q owner][kv owner][tokens]
   std::vector<char> vis_ready_;
-  std::vector<cudaEvent_t> start_ev_, end_ev_, copy_ev_;  // by OpId (null where unused)
-  cudaEvent_t t0_ = nullptr;
+  std::vector<Event> start_ev_, end_ev_, copy_ev_;  // by OpId (null where unused)
+  Event t0_;
   std::vector<ir::OpId> peer_;           // local mode: the matching Send/Recv, kNone when none
   std::vector<char> enqueued_, opened_, copied_;
   std::vector<double> start_ms_, end_ms_;
