@@ -43,7 +43,7 @@ void simulate_on(const charm::topo::Topology& t) {
   const auto model = charm::sim::ComputeModel::from_gpu(t.gpu, w.dtype);
   for (const char* algo : {"ring", "charm"}) {
     charm::sched::PlanRequest req{algo, w, n, 1};
-    if (std::string(algo) == "charm") req.domains = static_cast<int>(t.domains().size());
+    if (std::string(algo) == "charm") req.domains = t.domains();
     auto plan = charm::sched::make_plan(req);
     if (!plan) continue;  // e.g. charm on a domain count it cannot split
     auto r = charm::sim::simulate(*plan, t, model);
