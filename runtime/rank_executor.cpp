@@ -16,13 +16,12 @@ namespace charm::rt {
 
 using ir::BufKind;
 using ir::OpId;
+using ir::is_comm;
 using ir::OpKind;
 
 namespace {
 
 constexpr auto kPoll = std::chrono::milliseconds(20);
-
-bool is_comm(const ir::Op& op) { return op.kind == OpKind::Send || op.kind == OpKind::Recv; }
 
 std::vector<float>& partial_scratch() {
   thread_local std::vector<float> v;

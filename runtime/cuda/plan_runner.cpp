@@ -17,12 +17,11 @@ namespace charm::rt::cuda {
 
 using ir::BufKind;
 using ir::OpId;
+using ir::is_comm;
 using ir::OpKind;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-bool is_comm(const ir::Op& op) { return op.kind == OpKind::Send || op.kind == OpKind::Recv; }
 
 std::string op_where(const ir::Plan& plan, OpId id) {
   return fmt::format("rank {} op {} ({})", plan.op(id).rank, id, ir::op_label(plan, id));
