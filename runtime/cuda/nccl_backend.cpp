@@ -139,8 +139,11 @@ Expected<CudaRunResult> run_cuda_nccl(const ir::Plan& plan, const GlobalTensors&
     CHARM_NCCL_TRY(ncclGroupStart());
     for (ir::OpId id : group) {
       const auto& op = plan.op(id);
-      void* buf = runner_ptr->section(op.buf[0], 0);
-      const std::size_t bytes = runner_ptr->layout(plan.buffer(op.buf[0]).kind).bytes;
+      auto a = ir::decode(plan, id);
+      if (!a) return Error{fmt::format("rank {} op {} ({})", op.rank, id, ir::op_label(plan, id)), a.error().what};
+      const ir::BufferId b = op.kind == ir::OpKind::Send ? std::get<ir::SendArgs>(*a).src : std::get<ir::RecvArgs>(*a).dst;
+      void* buf = runner_ptr->section(b, 0);
+      const std::size_t bytes = runner_ptr->layout(plan.buffer(b).kind).bytes;
       ncclComm_t c = comms.comm[std::size_t(op.stream)];
       if (op.kind == ir::OpKind::Send) CHARM_NCCL_TRY(ncclSend(buf, bytes, ncclUint8, op.peer, c, stream));
       else CHARM_NCCL_TRY(ncclRecv(buf, bytes, ncclUint8, op.peer, c, stream));
