@@ -7,6 +7,8 @@
 #include <cmath>
 #include <map>
 
+#include "scheduler/ir/op_args.hpp"
+
 namespace charm::sim {
 
 using namespace charm::ir;
@@ -28,8 +30,9 @@ std::vector<KindTraffic> channel_traffic(const Plan& plan, const topo::Topology&
     if (o.kind != OpKind::Send) continue;
     const auto route = t.route(o.rank, o.peer);
     if (std::find(route.begin(), route.end(), channel) == route.end()) continue;
-    auto& k = by_kind[plan.buffer(o.buf[0]).kind];
-    k.kind = plan.buffer(o.buf[0]).kind;
+    const BufKind kind = plan.buffer(std::get<SendArgs>(args(o)).src).kind;
+    auto& k = by_kind[kind];
+    k.kind = kind;
     ++k.messages;
     k.bytes += double(o.bytes);
   }

@@ -13,11 +13,10 @@
 #include <limits>
 #include <optional>
 #include <ostream>
-#include <map>
 #include <sstream>
-#include <tuple>
 
 #include "scheduler/ir/input_file.hpp"
+#include "scheduler/ir/plan_index.hpp"
 
 namespace charm::ir {
 
@@ -417,17 +416,10 @@ void write_dot(const Plan& plan, std::ostream& os) {
   for (OpId id = 0; id < static_cast<OpId>(plan.size()); ++id)
     for (OpId d : plan.deps(id)) os << fmt::format("  op{} -> op{};\n", d, id);
   // Matched messages as dashed edges.
-  std::map<std::tuple<int, int, int, int>, OpId> sends;
-  for (OpId id = 0; id < static_cast<OpId>(plan.size()); ++id) {
-    const Op& op = plan.op(id);
-    if (op.kind == OpKind::Send) sends[{int(op.stream), op.rank, op.peer, op.tag}] = id;
-  }
-  for (OpId id = 0; id < static_cast<OpId>(plan.size()); ++id) {
-    const Op& op = plan.op(id);
-    if (op.kind != OpKind::Recv) continue;
-    auto it = sends.find({int(op.stream), op.peer, op.rank, op.tag});
-    if (it != sends.end()) os << fmt::format("  op{} -> op{} [style=dashed, color=red];\n", it->second, id);
-  }
+  const PlanIndex idx(plan);
+  for (OpId id = 0; id < static_cast<OpId>(plan.size()); ++id)
+    if (plan.op(id).kind == OpKind::Recv && idx.partner(id) != kNone)
+      os << fmt::format("  op{} -> op{} [style=dashed, color=red];\n", idx.partner(id), id);
   os << "}\n";
 }
 
