@@ -358,11 +358,12 @@ class Validator {
         if (i + 1 < sends.size() && key(sends[i + 1]) == key(sends[i])) fail("matching", fmt::format("{} and {} use the same tag", name(s), name(sends[i + 1].id)), {s, sends[i + 1].id});
         if (j + 1 < recvs.size() && key(recvs[j + 1]) == key(recvs[j])) fail("matching", fmt::format("{} and {} use the same tag", name(r), name(recvs[j + 1].id)), {r, recvs[j + 1].id});
         const Op &so = p_.op(s), &ro = p_.op(r);
-        const Buffer &sb = p_.buffer(so.buf[0]), &rb = p_.buffer(ro.buf[0]);
+        const BufferId sbuf = std::get<SendArgs>(args(so)).src, rbuf = std::get<RecvArgs>(args(ro)).dst;
+        const Buffer &sb = p_.buffer(sbuf), &rb = p_.buffer(rbuf);
         if (so.bytes != ro.bytes) fail("matching", fmt::format("{} sends {} bytes but {} expects {}", name(s), so.bytes, name(r), ro.bytes), {s, r});
         else if (so.bytes != sb.bytes) fail("matching", fmt::format("{} sends {} bytes of a {}-byte buffer", name(s), so.bytes, sb.bytes), {s});
-        if (sb.kind != rb.kind || sb.bytes != rb.bytes || !same_region(so.buf[0], ro.buf[0]))
-          fail("matching", fmt::format("{} sends {} into {} at {}", name(s), buffer_label(p_, so.buf[0]), buffer_label(p_, ro.buf[0]), name(r)), {s, r});
+        if (sb.kind != rb.kind || sb.bytes != rb.bytes || !same_region(sbuf, rbuf))
+          fail("matching", fmt::format("{} sends {} into {} at {}", name(s), buffer_label(p_, sbuf), buffer_label(p_, rbuf), name(r)), {s, r});
         ++i, ++j;
       }
     }
