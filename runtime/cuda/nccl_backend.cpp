@@ -70,16 +70,8 @@ Status wait_stream(cudaStream_t stream, Comms& comms, double timeout_s, const ch
   }
 }
 
-} // namespace
-
-Expected<CudaRunResult> run_cuda_nccl(const ir::Plan& plan, const GlobalTensors& in, const CudaRunOptions& opt) {
-  CHARM_TRY(supports(plan));  // every process refuses alike, before any collective
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  set_error_rank(rank);
-  if (size != plan.ranks)
-    return Error{"--ranks", fmt::format("the plan has {} ranks but mpirun started {} processes", plan.ranks, size)};
+/// Picks this process's GPU: its index among the processes of its host (one GPU each).
+Status select_device(int rank) {
   auto count = device_count();
   if (!count) return count.error();
   MPI_Comm node = MPI_COMM_NULL;
@@ -93,47 +85,62 @@ Expected<CudaRunResult> run_cuda_nccl(const ir::Plan& plan, const GlobalTensors&
                                      "(use --backend cuda-local to run every rank on one GPU)",
                                      local_size, host_name(), *count)};
   CHARM_CUDA_TRY(cudaSetDevice(local));
+  return {};
+}
 
-  // Which plan streams carry transfers, and with which peers (the same on every rank).
+/// Plan streams that carry transfers (the same on every rank) and this rank's peers on each.
+struct CommStreams {
   std::array<bool, ir::kNumStreams> used{};
   std::array<std::set<ir::RankId>, ir::kNumStreams> peers;
+};
+
+CommStreams comm_streams(const ir::Plan& plan, int rank) {
+  CommStreams cs;
   for (const auto& op : plan.ops()) {
-    if (op.kind != ir::OpKind::Send && op.kind != ir::OpKind::Recv) continue;
-    used[std::size_t(op.stream)] = true;
-    if (op.rank == rank) peers[std::size_t(op.stream)].insert(op.peer);
+    if (!ir::is_comm(op)) continue;
+    cs.used[std::size_t(op.stream)] = true;
+    if (op.rank == rank) cs.peers[std::size_t(op.stream)].insert(op.peer);
   }
+  return cs;
+}
+
+/// One communicator per used stream, ids broadcast from rank 0.
+Status init_comms(const CommStreams& cs, int rank, int size, Comms& comms) {
   std::array<ncclUniqueId, ir::kNumStreams> ids{};
   if (rank == 0)
     for (int s = 0; s < ir::kNumStreams; ++s)
-      if (used[std::size_t(s)]) CHARM_NCCL_TRY(ncclGetUniqueId(&ids[std::size_t(s)]));
+      if (cs.used[std::size_t(s)]) CHARM_NCCL_TRY(ncclGetUniqueId(&ids[std::size_t(s)]));
   MPI_Bcast(ids.data(), int(sizeof(ids)), MPI_BYTE, 0, MPI_COMM_WORLD);
-  Comms comms;
   for (int s = 0; s < ir::kNumStreams; ++s)
-    if (used[std::size_t(s)])
+    if (cs.used[std::size_t(s)])
       CHARM_NCCL_TRY(ncclCommInitRank(&comms.comm[std::size_t(s)], size, ids[std::size_t(s)], rank));
+  return {};
+}
 
-  // Connection warm-up: one float each way with every peer, per communicator, grouped.
-  {
-    cudaStream_t ws = nullptr;
-    CHARM_CUDA_TRY(cudaStreamCreateWithFlags(&ws, cudaStreamNonBlocking));
-    float* scratch = nullptr;
-    CHARM_CUDA_TRY(cudaMalloc(&scratch, sizeof(float) * std::size_t(2 * size)));
-    CHARM_CUDA_TRY(cudaMemset(scratch, 0, sizeof(float) * std::size_t(2 * size)));
-    for (int s = 0; s < ir::kNumStreams; ++s) {
-      if (!used[std::size_t(s)] || peers[std::size_t(s)].empty()) continue;
-      CHARM_NCCL_TRY(ncclGroupStart());
-      for (ir::RankId p : peers[std::size_t(s)]) {
-        CHARM_NCCL_TRY(ncclSend(scratch + 2 * p, 1, ncclFloat, p, comms.comm[std::size_t(s)], ws));
-        CHARM_NCCL_TRY(ncclRecv(scratch + 2 * p + 1, 1, ncclFloat, p, comms.comm[std::size_t(s)], ws));
-      }
-      CHARM_NCCL_TRY(ncclGroupEnd());
+/// Connection warm-up: one float each way with every peer, per communicator, grouped.
+Status warm_up(const CommStreams& cs, int size, Comms& comms, double timeout_s) {
+  cudaStream_t ws = nullptr;
+  CHARM_CUDA_TRY(cudaStreamCreateWithFlags(&ws, cudaStreamNonBlocking));
+  float* scratch = nullptr;
+  CHARM_CUDA_TRY(cudaMalloc(&scratch, sizeof(float) * std::size_t(2 * size)));
+  CHARM_CUDA_TRY(cudaMemset(scratch, 0, sizeof(float) * std::size_t(2 * size)));
+  for (int s = 0; s < ir::kNumStreams; ++s) {
+    if (!cs.used[std::size_t(s)] || cs.peers[std::size_t(s)].empty()) continue;
+    CHARM_NCCL_TRY(ncclGroupStart());
+    for (ir::RankId p : cs.peers[std::size_t(s)]) {
+      CHARM_NCCL_TRY(ncclSend(scratch + 2 * p, 1, ncclFloat, p, comms.comm[std::size_t(s)], ws));
+      CHARM_NCCL_TRY(ncclRecv(scratch + 2 * p + 1, 1, ncclFloat, p, comms.comm[std::size_t(s)], ws));
     }
-    CHARM_TRY(wait_stream(ws, comms, opt.timeout_s, "the NCCL connection warm-up"));
-    CHARM_CUDA_TRY(cudaFree(scratch));
-    CHARM_CUDA_TRY(cudaStreamDestroy(ws));
+    CHARM_NCCL_TRY(ncclGroupEnd());
   }
+  CHARM_TRY(wait_stream(ws, comms, timeout_s, "the NCCL connection warm-up"));
+  CHARM_CUDA_TRY(cudaFree(scratch));
+  CHARM_CUDA_TRY(cudaStreamDestroy(ws));
+  return {};
+}
 
-  PlanRunner* runner_ptr = nullptr;
+/// The runner's hooks: each Send/Recv group is one ncclGroup on its stream's communicator.
+PlanRunner::Hooks nccl_hooks(const ir::Plan& plan, Comms& comms, PlanRunner*& runner_ptr) {
   PlanRunner::Hooks hooks;
   hooks.issue_group = [&plan, &comms, &runner_ptr](std::span<const ir::OpId> group, cudaStream_t stream) -> Status {
     CHARM_NCCL_TRY(ncclGroupStart());
@@ -153,16 +160,11 @@ Expected<CudaRunResult> run_cuda_nccl(const ir::Plan& plan, const GlobalTensors&
   };
   hooks.poll = [&comms] { return comms.async_errors(); };
   hooks.abort = [&comms] { comms.abort_all(); };
-  auto runner = PlanRunner::create(plan, {rank}, opt, hooks);
-  if (!runner) return runner.error();
-  auto& pr = **runner;
-  runner_ptr = &pr;
-  for (int i = 0; i <= std::max(0, opt.warmup); ++i) {
-    CHARM_TRY(pr.init_buffers(in));
-    MPI_Barrier(MPI_COMM_WORLD);
-    CHARM_TRY(pr.run());
-  }
+  return hooks;
+}
 
+/// Times, peak bytes and result shards of every rank, reduced and gathered on rank 0.
+Expected<CudaRunResult> gather_results(const ir::Plan& plan, PlanRunner& pr, int rank, int size) {
   CudaRunResult res;
   double mk = pr.makespan_ms(), enq = pr.enqueue_ms();
   unsigned long bytes = pr.rank_bytes(rank), max_bytes = 0;
@@ -193,6 +195,34 @@ Expected<CudaRunResult> run_cuda_nccl(const ir::Plan& plan, const GlobalTensors&
   }
   for (std::size_t r = 0; r < all.size(); ++r) assemble(plan, ir::RankId(r), all[r], res.run.out);
   return res;
+}
+
+} // namespace
+
+Expected<CudaRunResult> run_cuda_nccl(const ir::Plan& plan, const GlobalTensors& in, const CudaRunOptions& opt) {
+  CHARM_TRY(supports(plan));  // every process refuses alike, before any collective
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  set_error_rank(rank);
+  if (size != plan.ranks)
+    return Error{"--ranks", fmt::format("the plan has {} ranks but mpirun started {} processes", plan.ranks, size)};
+  CHARM_TRY(select_device(rank));
+  const CommStreams cs = comm_streams(plan, rank);
+  Comms comms;
+  CHARM_TRY(init_comms(cs, rank, size, comms));
+  CHARM_TRY(warm_up(cs, size, comms, opt.timeout_s));
+  PlanRunner* runner_ptr = nullptr;
+  auto runner = PlanRunner::create(plan, {rank}, opt, nccl_hooks(plan, comms, runner_ptr));
+  if (!runner) return runner.error();
+  auto& pr = **runner;
+  runner_ptr = &pr;
+  for (int i = 0; i <= std::max(0, opt.warmup); ++i) {
+    CHARM_TRY(pr.init_buffers(in));
+    MPI_Barrier(MPI_COMM_WORLD);
+    CHARM_TRY(pr.run());
+  }
+  return gather_results(plan, pr, rank, size);
 }
 
 } // namespace charm::rt::cuda
