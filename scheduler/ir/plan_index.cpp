@@ -56,7 +56,6 @@ MessageOrder sort_messages(const Plan& plan) {
 
 PlanIndex::PlanIndex(const Plan& plan, MessageOrder* messages) : plan_(&plan) {
   build_lanes();
-  build_groups();
   build_partners(messages);
   build_dependents();
 }
@@ -72,24 +71,23 @@ void PlanIndex::build_lanes() {
   order_.assign(n, 0);
   pos_.assign(n, 0);
   lane_of_.resize(n);
+  group_begin_.resize(n);
+  // Stream order is id order, so one pass in id order places every op and, from
+  // the op before it in its lane, finds where its group begins.
   auto fill = lane_begin_;
+  std::vector<OpId> prev(lanes, kNone);
   for (OpId id = 0; id < OpId(n); ++id) {
-    lane_of_[std::size_t(id)] = std::uint32_t(lane(plan_->op(id).rank, plan_->op(id).stream));
-    const std::uint32_t k = fill[lane_of(id)]++;
+    const Op& o = plan_->op(id);
+    const std::size_t l = lane(o.rank, o.stream);
+    lane_of_[std::size_t(id)] = std::uint32_t(l);
+    const std::uint32_t k = fill[l]++;
     order_[k] = id;
     pos_[std::size_t(id)] = k;
+    const OpId p = prev[l];
+    const bool joins = p != kNone && is_comm(o) && o.group != kNone && is_comm(plan_->op(p)) && plan_->op(p).group == o.group;
+    group_begin_[std::size_t(id)] = joins ? group_begin_[std::size_t(p)] : k;
+    prev[l] = id;
   }
-}
-
-void PlanIndex::build_groups() {
-  group_begin_.assign(plan_->size(), 0);
-  for (std::size_t l = 0; l + 1 < lane_begin_.size(); ++l)
-    for (std::uint32_t k = lane_begin_[l]; k < lane_begin_[l + 1]; ++k) {
-      const Op& o = plan_->op(order_[k]);
-      const Op* prev = k > lane_begin_[l] ? &plan_->op(order_[k - 1]) : nullptr;
-      const bool joins = prev != nullptr && is_comm(o) && o.group != kNone && is_comm(*prev) && prev->group == o.group;
-      group_begin_[std::size_t(order_[k])] = joins ? group_begin_[std::size_t(order_[k - 1])] : k;
-    }
 }
 
 void PlanIndex::build_partners(MessageOrder* keep) {

@@ -84,8 +84,7 @@ class PlanIndex {
 
  private:
   [[nodiscard]] std::span<const OpId> span(std::uint32_t b, std::uint32_t e) const { return {order_.data() + b, order_.data() + e}; }
-  void build_lanes();
-  void build_groups();
+  void build_lanes();  // and the groups
   void build_partners(MessageOrder* keep);
   void build_dependents();
 
