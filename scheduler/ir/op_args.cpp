@@ -2,52 +2,52 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <initializer_list>
 
 namespace charm::ir {
 
-OpArgs args(const Op& o) {
-  const auto* b = o.buf;
-  switch (o.kind) {
-    case OpKind::Compute:
-      if (o.phase == Phase::Fwd) return ComputeFwdArgs{b[0], b[1], b[2]};
-      return ComputeBwdArgs{b[0], b[1], b[2], b[3]};
-    case OpKind::Send: return SendArgs{b[0]};
-    case OpKind::Recv: return RecvArgs{b[0]};
-    case OpKind::Merge: return MergeArgs{b[0], b[1]};
-    case OpKind::Accumulate: return AccumulateArgs{b[0], b[1]};
-    case OpKind::Copy:
-      if (is_pack(o)) return PackArgs{b[0], b[1], b[2], b[3]};
-      return CopyArgs{b[0], b[1]};
-  }
-  CHARM_ASSERT(false, "unknown op kind");
-}
-
 namespace {
 
+// Slot checks run for every op of every plan a consumer decodes: they return
+// a plain fault code, and only a fault is turned into a message.
+enum class Fault : std::uint8_t { None, Empty, Missing, OtherRank, Kind, UnknownOp };
+
+struct SlotFault {
+  Fault fault = Fault::None;
+  int slot = 0;
+  std::array<BufKind, 2> kinds{};  // what the slot takes (Kind)
+  std::size_t nkinds = 0;
+};
+
 /// Slot `slot` of op `o` names a buffer of o's rank whose kind is one of `kinds` (any kind if empty).
-Status check_slot(const Plan& plan, const Op& o, int slot, std::initializer_list<BufKind> kinds) {
+SlotFault check_slot(const Plan& plan, const Op& o, int slot, std::initializer_list<BufKind> kinds) {
   const BufferId b = o.buf[slot];
-  if (b == kNone) return Error{"", fmt::format("buffer slot {} is empty", slot)};
-  if (b < 0 || std::size_t(b) >= plan.buffers().size())
-    return Error{"", fmt::format("buffer slot {} names buffer {}, which does not exist", slot, b)};
+  if (b == kNone) return {Fault::Empty, slot};
+  if (b < 0 || std::size_t(b) >= plan.buffers().size()) return {Fault::Missing, slot};
   const Buffer& bf = plan.buffer(b);
-  if (bf.rank != o.rank)
-    return Error{"", fmt::format("buffer slot {} names buffer {} of rank {} (buffers are rank-local)", slot, b, bf.rank)};
+  if (bf.rank != o.rank) return {Fault::OtherRank, slot};
+  if (kinds.size() == 0) return {};
   for (BufKind k : kinds)
     if (bf.kind == k) return {};
-  if (kinds.size() == 0) return {};
-  std::string want;
-  for (BufKind k : kinds) want += fmt::format("{}{}", want.empty() ? "" : " or ", to_string(k));
-  return Error{"", fmt::format("buffer slot {} holds {}, expected {}", slot, to_string(bf.kind), want)};
+  SlotFault f{Fault::Kind, slot};
+  for (BufKind k : kinds)
+    if (f.nkinds < f.kinds.size()) f.kinds[f.nkinds++] = k;
+  return f;
 }
 
-Status check_slots(const Plan& plan, const Op& o) {
-  auto slots = [&](std::initializer_list<std::initializer_list<BufKind>> per_slot) -> Status {
+/// The first slot of `o` that fails, in slot order.
+SlotFault check_slots(const Plan& plan, const Op& o) {
+  auto slots = [&](std::initializer_list<std::initializer_list<BufKind>> per_slot) -> SlotFault {
     int s = 0;
     for (auto kinds : per_slot)
-      if (auto st = check_slot(plan, o, s++, kinds); !st) return st;
+      if (SlotFault f = check_slot(plan, o, s++, kinds); f.fault != Fault::None) return f;
     return {};
+  };
+  // Accumulate and plain Copy: slot 1 holds the kind slot 0 holds.
+  auto same_kind = [&](std::initializer_list<BufKind> first) -> SlotFault {
+    if (SlotFault f = check_slot(plan, o, 0, first); f.fault != Fault::None) return f;
+    return check_slot(plan, o, 1, {plan.buffer(o.buf[0]).kind});
   };
   switch (o.kind) {
     case OpKind::Compute:
@@ -56,14 +56,27 @@ Status check_slots(const Plan& plan, const Op& o) {
     case OpKind::Send:
     case OpKind::Recv: return slots({{}});
     case OpKind::Merge: return slots({{BufKind::Out}, {BufKind::Out}});
-    case OpKind::Accumulate: {
-      if (auto st = check_slot(plan, o, 0, {BufKind::Dq, BufKind::Dkv}); !st) return st;
-      return check_slot(plan, o, 1, {plan.buffer(o.buf[0]).kind});
-    }
-    case OpKind::Copy: {
+    case OpKind::Accumulate: return same_kind({BufKind::Dq, BufKind::Dkv});
+    case OpKind::Copy:
       if (is_pack(o)) return slots({{BufKind::Q}, {BufKind::Dout}, {BufKind::Out}, {BufKind::QBundle}});
-      if (auto st = check_slot(plan, o, 0, {}); !st) return st;
-      return check_slot(plan, o, 1, {plan.buffer(o.buf[0]).kind});
+      return same_kind({});
+  }
+  return {Fault::UnknownOp, 0};
+}
+
+Error fault_message(const Plan& plan, const Op& o, const SlotFault& f) {
+  const BufferId b = o.buf[f.slot];
+  switch (f.fault) {
+    case Fault::None:
+    case Fault::UnknownOp: break;
+    case Fault::Empty: return Error{"", fmt::format("buffer slot {} is empty", f.slot)};
+    case Fault::Missing: return Error{"", fmt::format("buffer slot {} names buffer {}, which does not exist", f.slot, b)};
+    case Fault::OtherRank:
+      return Error{"", fmt::format("buffer slot {} names buffer {} of rank {} (buffers are rank-local)", f.slot, b, plan.buffer(b).rank)};
+    case Fault::Kind: {
+      std::string want;
+      for (std::size_t k = 0; k < f.nkinds; ++k) want += fmt::format("{}{}", want.empty() ? "" : " or ", to_string(f.kinds[k]));
+      return Error{"", fmt::format("buffer slot {} holds {}, expected {}", f.slot, to_string(plan.buffer(b).kind), want)};
     }
   }
   return Error{"", fmt::format("unknown op kind {}", int(o.kind))};
@@ -73,7 +86,7 @@ Status check_slots(const Plan& plan, const Op& o) {
 
 Expected<OpArgs> decode(const Plan& plan, OpId id) {
   const Op& o = plan.op(id);
-  if (auto s = check_slots(plan, o); !s) return s.error();
+  if (const SlotFault f = check_slots(plan, o); f.fault != Fault::None) return fault_message(plan, o, f);
   return args(o);
 }
 

@@ -50,7 +50,21 @@ using OpArgs = std::variant<ComputeFwdArgs, ComputeBwdArgs, SendArgs, RecvArgs, 
 [[nodiscard]] constexpr bool is_pack(const Op& o) { return o.kind == OpKind::Copy && o.buf[3] != kNone; }
 
 /// The slots of `o` by name, unchecked: for ops of a plan that passed validation.
-[[nodiscard]] OpArgs args(const Op& o);
+[[nodiscard]] inline OpArgs args(const Op& o) {
+  const auto* b = o.buf;
+  switch (o.kind) {
+    case OpKind::Compute:
+      if (o.phase == Phase::Fwd) return ComputeFwdArgs{b[0], b[1], b[2]};
+      return ComputeBwdArgs{b[0], b[1], b[2], b[3]};
+    case OpKind::Send: return SendArgs{b[0]};
+    case OpKind::Recv: return RecvArgs{b[0]};
+    case OpKind::Merge: return MergeArgs{b[0], b[1]};
+    case OpKind::Accumulate: return AccumulateArgs{b[0], b[1]};
+    case OpKind::Copy: break;
+  }
+  if (is_pack(o)) return PackArgs{b[0], b[1], b[2], b[3]};
+  return CopyArgs{b[0], b[1]};
+}
 
 /// The slots of op `id` by name, checked against the plan: an error names the
 /// first slot that is empty, names no buffer, a buffer of another rank, or a

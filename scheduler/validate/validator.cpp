@@ -792,7 +792,7 @@ class Validator {
     bool any = false, bundle_ok = true, twice = false;
     const RootCells qc = root_cells(q), ac = root_cells(acc);
     const auto P = p_.parts;
-    for_visible_pairs(rq, rk, false, [&](RankId x, RankId y, std::int32_t p, std::int32_t pk) {
+    for_visible_pairs<false>(rq, rk, [&](RankId x, RankId y, std::int32_t p, std::int32_t pk) {
       any = true;
       for (std::int32_t g = rq.head_begin; g < head_end(rq); ++g) {
         bundle_ok &= cells_[qc(x, g, p)].bundle_ok;
@@ -807,7 +807,7 @@ class Validator {
     if (bwd && !bundle_ok) fail("coverage", fmt::format("{} uses a backward bundle packed from an incomplete output", name(id)), {id});
     if (!bwd) return;
     const RootCells kc = root_cells(dkv);
-    for_visible_pairs(rq, rk, true, [&](RankId x, RankId y, std::int32_t p, std::int32_t pk) {
+    for_visible_pairs<true>(rq, rk, [&](RankId x, RankId y, std::int32_t p, std::int32_t pk) {
       for (std::int32_t g = rk.head_begin; g < head_end(rk); ++g)
         if (!cells_.add(cells_[kc(y, g, pk)], x * P + p) && !twice) {
           twice = true;
@@ -826,9 +826,9 @@ class Validator {
       fail("coverage", fmt::format("dK/dV pair (Q{}, KV{}) is accumulated twice (again by {})", o.q_owner, o.kv_owner, name(id)), {id});
   }
   /// fn(x, y, p, pk) for every (query owner x part p, kv owner y part pk) pair of regions
-  /// rq x rk the mask leaves visible: query side outer, or kv side outer (`kv_outer`).
-  template <class Fn>
-  void for_visible_pairs(const Region& rq, const Region& rk, bool kv_outer, Fn&& fn) {
+  /// rq x rk the mask leaves visible: query side outer, or kv side outer (`kv_outer`, fixed per call site).
+  template <bool kv_outer, class Fn>
+  void for_visible_pairs(const Region& rq, const Region& rk, Fn&& fn) {
     const Region &ra = kv_outer ? rk : rq, &rb = kv_outer ? rq : rk;
     for (std::int32_t a = ra.owner_begin; a < ra.owner_end; ++a)
       for (std::int32_t b = rb.owner_begin; b < rb.owner_end; ++b) {
