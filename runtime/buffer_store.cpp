@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "scheduler/ir/op_args.hpp"
+
 namespace charm::rt {
 
 BufferStore::BufferStore(const ir::Plan& plan, ir::RankId rank, FillInput fill)
@@ -76,11 +78,11 @@ Status BufferStore::check(ir::BufferId id, const Slot* parent) const {
 
 int BufferStore::roots_of(const ir::Op& op, ir::BufferId (&out)[4]) const {
   int n = 0;
-  for (ir::BufferId b : op.buf) {
-    if (b < 0 || std::size_t(b) >= slots_.size() || !slots_[std::size_t(b)]) continue;
+  ir::for_each_access(op, [&](ir::BufferId b, int, bool) {
+    if (b < 0 || std::size_t(b) >= slots_.size() || !slots_[std::size_t(b)]) return;
     const ir::BufferId r = slots_[std::size_t(b)]->root;
     if (std::find(out, out + n, r) == out + n) out[n++] = r;
-  }
+  });
   return n;
 }
 

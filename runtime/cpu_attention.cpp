@@ -77,6 +77,64 @@ void pack_kv(const float* x, std::int64_t b, std::int64_t t, std::int64_t kv_hea
   }
 }
 
+/// One tile of the backward pass: s := P = exp(S * scale - lse), dp := dS = P * (dP - delta) for
+/// its rows (lse, delta: the first row's), zero past each row's visible keys up to nmax.
+void probabilities_and_ds(const AttnShape& a, Scratch& sc, const float* lse, const float* delta, std::int64_t i0, std::int64_t rows,
+                          std::int64_t tk, std::int64_t nmax) {
+  for (std::int64_t r = 0; r < kTile; ++r) {
+    float* s = sc.s.data() + r * tk;
+    float* dp = sc.dp.data() + r * tk;
+    std::int64_t n = 0;
+    float l = kNegInf, dl = 0;
+    if (r < rows) {
+      l = lse[r];
+      dl = delta[r];
+      n = l == kNegInf ? 0 : sc.vis[std::size_t(i0 + r)];
+    }
+    for (std::int64_t j = 0; j < n; ++j) {
+      const float p = std::exp(s[j] * a.scale - l);
+      s[j] = p;
+      dp[j] = p * (dp[j] - dl);
+    }
+    for (std::int64_t j = n; j < nmax; ++j) s[j] = dp[j] = 0.0f;
+  }
+}
+
+/// One tile's gradients, its kTile (= 4) rows at once: dqt = dS K, and dkl += dS^T Q, dvl += P^T dO.
+void tile_gradients(Scratch& sc, std::int64_t tk, std::int64_t nmax, std::int64_t D) {
+  float* __restrict g0 = sc.dqt.data();
+  float* __restrict g1 = g0 + D;
+  float* __restrict g2 = g0 + 2 * D;
+  float* __restrict g3 = g0 + 3 * D;
+  std::fill(g0, g0 + kTile * D, 0.0f);
+  const float* __restrict q0 = sc.qt.data();
+  const float* __restrict q1 = q0 + D;
+  const float* __restrict q2 = q0 + 2 * D;
+  const float* __restrict q3 = q0 + 3 * D;
+  const float* __restrict e0 = sc.dot.data();
+  const float* __restrict e1 = e0 + D;
+  const float* __restrict e2 = e0 + 2 * D;
+  const float* __restrict e3 = e0 + 3 * D;
+  const float* s = sc.s.data();
+  const float* ds = sc.dp.data();
+  for (std::int64_t j = 0; j < nmax; ++j) {
+    const float d0 = ds[j], d1 = ds[tk + j], d2 = ds[2 * tk + j], d3 = ds[3 * tk + j];
+    const float p0 = s[j], p1 = s[tk + j], p2 = s[2 * tk + j], p3 = s[3 * tk + j];
+    const float* __restrict kr = sc.kp.data() + j * D;
+    float* __restrict dkr = sc.dkl.data() + j * D;
+    float* __restrict dvr = sc.dvl.data() + j * D;
+    for (std::int64_t d = 0; d < D; ++d) {
+      const float kd = kr[d];
+      g0[d] += d0 * kd;
+      g1[d] += d1 * kd;
+      g2[d] += d2 * kd;
+      g3[d] += d3 * kd;
+      dkr[d] += (d0 * q0[d] + d1 * q1[d]) + (d2 * q2[d] + d3 * q3[d]);
+      dvr[d] += (p0 * e0[d] + p1 * e1[d]) + (p2 * e2[d] + p3 * e3[d]);
+    }
+  }
+}
+
 } // namespace
 
 void attention_fwd_block(const AttnShape& a, const float* q, Positions qpos, const float* k, const float* v,
@@ -223,55 +281,8 @@ void attention_bwd_block(const AttnShape& a, const float* q, const float* dout, 
           scores_tile(sc.qt.data(), sc.kt.data(), tk, nmax, D, sc.s.data());   // S
           scores_tile(sc.dot.data(), sc.vt.data(), tk, nmax, D, sc.dp.data()); // dP = dO V^T
           // s := P, dp := dS = P * (dP - delta).
-          for (std::int64_t r = 0; r < kTile; ++r) {
-            float* s = sc.s.data() + r * tk;
-            float* dp = sc.dp.data() + r * tk;
-            std::int64_t n = 0;
-            float l = kNegInf, dl = 0;
-            if (r < rows) {
-              const std::int64_t li = (b * H + h) * tq + i0 + r;
-              l = lse[li];
-              dl = delta[li];
-              n = l == kNegInf ? 0 : sc.vis[std::size_t(i0 + r)];
-            }
-            for (std::int64_t j = 0; j < n; ++j) {
-              const float p = std::exp(s[j] * a.scale - l);
-              s[j] = p;
-              dp[j] = p * (dp[j] - dl);
-            }
-            for (std::int64_t j = n; j < nmax; ++j) s[j] = dp[j] = 0.0f;
-          }
-          float* __restrict g0 = sc.dqt.data();
-          float* __restrict g1 = g0 + D;
-          float* __restrict g2 = g0 + 2 * D;
-          float* __restrict g3 = g0 + 3 * D;
-          std::fill(g0, g0 + kTile * D, 0.0f);
-          const float* __restrict q0 = sc.qt.data();
-          const float* __restrict q1 = q0 + D;
-          const float* __restrict q2 = q0 + 2 * D;
-          const float* __restrict q3 = q0 + 3 * D;
-          const float* __restrict e0 = sc.dot.data();
-          const float* __restrict e1 = e0 + D;
-          const float* __restrict e2 = e0 + 2 * D;
-          const float* __restrict e3 = e0 + 3 * D;
-          const float* s = sc.s.data();
-          const float* ds = sc.dp.data();
-          for (std::int64_t j = 0; j < nmax; ++j) {
-            const float d0 = ds[j], d1 = ds[tk + j], d2 = ds[2 * tk + j], d3 = ds[3 * tk + j];
-            const float p0 = s[j], p1 = s[tk + j], p2 = s[2 * tk + j], p3 = s[3 * tk + j];
-            const float* __restrict kr = sc.kp.data() + j * D;
-            float* __restrict dkr = sc.dkl.data() + j * D;
-            float* __restrict dvr = sc.dvl.data() + j * D;
-            for (std::int64_t d = 0; d < D; ++d) {
-              const float kd = kr[d];
-              g0[d] += d0 * kd;
-              g1[d] += d1 * kd;
-              g2[d] += d2 * kd;
-              g3[d] += d3 * kd;
-              dkr[d] += (d0 * q0[d] + d1 * q1[d]) + (d2 * q2[d] + d3 * q3[d]);
-              dvr[d] += (p0 * e0[d] + p1 * e1[d]) + (p2 * e2[d] + p3 * e3[d]);
-            }
-          }
+          probabilities_and_ds(a, sc, lse + (b * H + h) * tq + i0, delta + (b * H + h) * tq + i0, i0, rows, tk, nmax);
+          tile_gradients(sc, tk, nmax, D);
           for (std::int64_t r = 0; r < rows; ++r) {
             float* dst = dq + ((b * tq + i0 + r) * H + h) * D;
             const float* src = sc.dqt.data() + r * D;

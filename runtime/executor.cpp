@@ -306,11 +306,12 @@ void assemble(const ir::Plan& plan, ir::RankId rank, const RankOutputs& shard, G
 
 Expected<RunResult> run_threads(const ir::Plan& plan, const GlobalTensors& in, const RunOptions& opt) {
   ThreadTransport transport;
+  const ir::PlanIndex index(plan);  // one for every rank; outlives the executors (declared before them)
   std::vector<std::unique_ptr<RankExecutor>> execs;
   std::vector<RankExecutor*> ptrs;
   const auto fill = input_filler(plan, in);
   for (int r = 0; r < plan.ranks; ++r) {
-    execs.push_back(std::make_unique<RankExecutor>(plan, r, transport, fill));
+    execs.push_back(std::make_unique<RankExecutor>(plan, index, r, transport, fill));
     ptrs.push_back(execs.back().get());
   }
   RunResult res;

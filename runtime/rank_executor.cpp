@@ -6,8 +6,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <map>
-#include <tuple>
 
 #include "runtime/global_tensors.hpp"
 #include "runtime/region_copy.hpp"
@@ -16,13 +14,12 @@ namespace charm::rt {
 
 using ir::BufKind;
 using ir::OpId;
+using ir::is_comm;
 using ir::OpKind;
 
 namespace {
 
 constexpr auto kPoll = std::chrono::milliseconds(20);
-
-bool is_comm(const ir::Op& op) { return op.kind == OpKind::Send || op.kind == OpKind::Recv; }
 
 std::vector<float>& partial_scratch() {
   thread_local std::vector<float> v;
@@ -32,44 +29,48 @@ std::vector<float>& partial_scratch() {
 } // namespace
 
 RankExecutor::RankExecutor(const ir::Plan& plan, ir::RankId rank, Transport& transport, BufferStore::FillInput fill)
-    : plan_(plan), rank_(rank), transport_(transport), store_(plan, rank, std::move(fill)) {
+    : RankExecutor(plan, std::make_unique<ir::PlanIndex>(plan), rank, transport, std::move(fill)) {}
+
+RankExecutor::RankExecutor(const ir::Plan& plan, const ir::PlanIndex& index, ir::RankId rank, Transport& transport,
+                           BufferStore::FillInput fill)
+    : RankExecutor(plan, nullptr, rank, transport, std::move(fill), &index) {}
+
+RankExecutor::RankExecutor(const ir::Plan& plan, std::unique_ptr<ir::PlanIndex> own, ir::RankId rank, Transport& transport,
+                           BufferStore::FillInput fill, const ir::PlanIndex* index)
+    : own_index_(std::move(own)), plan_(plan), idx_(index != nullptr ? index : own_index_.get()), rank_(rank),
+      transport_(transport), store_(plan, rank, std::move(fill)) {
   const auto& w = plan.workload;
   shape_ = AttnShape{w.batch, w.heads, w.kv_heads, w.head_dim, static_cast<float>(1.0 / std::sqrt(double(w.head_dim))),
                      w.causal};
   for (int r = 0; r < plan.ranks; ++r) positions_.push_back(token_positions(w, r, plan.ranks));
   op_done_.assign(plan.size(), 0);
-  std::unique_ptr<Worker> by_stream[ir::kNumStreams];
-  for (OpId id = 0; id < static_cast<OpId>(plan.size()); ++id) {
-    const auto& op = plan.op(id);
-    if (op.rank != rank) continue;
-    auto& w_ = by_stream[int(op.stream)];
-    if (!w_) {
-      w_ = std::make_unique<Worker>();
-      w_->stream = op.stream;
-    }
-    w_->ops.push_back(id);
+  if (rank < 0 || rank >= plan.ranks) return;  // no ops: outputs() reports it
+  for (int s = 0; s < ir::kNumStreams; ++s) {
+    const auto ops = idx_->ops_of(rank, ir::Stream(s));
+    if (ops.empty()) continue;
+    workers_.push_back(std::make_unique<Worker>());
+    workers_.back()->stream = ir::Stream(s);
+    workers_.back()->ops = ops;
   }
-  for (auto& w_ : by_stream)
-    if (w_) workers_.push_back(std::move(w_));
+  check_pairs();
+}
+
+void RankExecutor::check_pairs() {
   // A transfer moves a whole buffer: each receive's sender must hold the same kind over the same region.
-  std::map<std::tuple<int, ir::RankId, std::int32_t>, OpId> sends;  // sends to this rank by (stream, src, tag)
-  for (OpId id = 0; id < static_cast<OpId>(plan.size()); ++id) {
-    const auto& op = plan.op(id);
-    if (op.kind == OpKind::Send && op.peer == rank) sends.emplace(std::make_tuple(int(op.stream), op.rank, op.tag), id);
-  }
-  auto valid = [&](ir::BufferId b) { return b >= 0 && std::size_t(b) < plan.buffers().size(); };
-  for (OpId id = 0; id < static_cast<OpId>(plan.size()); ++id) {
-    const auto& op = plan.op(id);
-    if (op.kind != OpKind::Recv || op.rank != rank) continue;
-    auto it = sends.find(std::make_tuple(int(op.stream), op.peer, op.tag));
-    if (it == sends.end()) continue;  // no sender: the watchdog reports it
-    const ir::BufferId src = plan.op(it->second).buf[0], dst = op.buf[0];
-    if (!valid(src) || !valid(dst)) continue;  // the buffer store reports it
-    if (plan.buffer(src).kind != plan.buffer(dst).kind || plan.region(src) != plan.region(dst))
-      pair_errors_.emplace(id, fmt::format("receives {} (op {} of rank {}) into {}: a transfer needs the same kind and "
-                                           "region on both sides",
-                                           ir::buffer_label(plan, src), it->second, op.peer, ir::buffer_label(plan, dst)));
-  }
+  auto valid = [&](ir::BufferId b) { return b >= 0 && std::size_t(b) < plan_.buffers().size(); };
+  for (const auto& w : workers_)
+    for (OpId id : w->ops) {
+      if (plan_.op(id).kind != OpKind::Recv) continue;
+      const OpId send = idx_->partner(id);
+      if (send == ir::kNone) continue;  // no sender: the watchdog reports it
+      const ir::BufferId src = std::get<ir::SendArgs>(ir::args(plan_.op(send))).src;
+      const ir::BufferId dst = std::get<ir::RecvArgs>(ir::args(plan_.op(id))).dst;
+      if (!valid(src) || !valid(dst)) continue;  // decode reports it
+      if (plan_.buffer(src).kind != plan_.buffer(dst).kind || plan_.region(src) != plan_.region(dst))
+        pair_errors_.emplace(id, fmt::format("receives {} (op {} of rank {}) into {}: a transfer needs the same kind and "
+                                             "region on both sides",
+                                             ir::buffer_label(plan_, src), send, plan_.op(id).peer, ir::buffer_label(plan_, dst)));
+    }
 }
 
 RankExecutor::~RankExecutor() {
@@ -133,10 +134,8 @@ void RankExecutor::work(Worker& w) {
     while (i < w.ops.size()) {
       if (stop_.load()) return;
       const auto& first = plan_.op(w.ops[i]);
-      std::size_t j = i + 1;
-      if (is_comm(first) && first.group != ir::kNone)
-        while (j < w.ops.size() && is_comm(plan_.op(w.ops[j])) && plan_.op(w.ops[j]).group == first.group) ++j;
-      const std::span<const OpId> members(w.ops.data() + i, j - i);
+      const std::span<const OpId> members = idx_->group(w.ops[i]);
+      const std::size_t j = i + members.size();
       w.at.store(w.ops[i]);
       w.state.store(int(State::WaitingDeps));
       if (!wait_deps(members)) return;
@@ -180,13 +179,15 @@ Status RankExecutor::run_comm(std::span<const OpId> ops, bool& stopped) {
   const ir::DType dtype = plan_.workload.dtype;
   for (OpId id : ops) {
     const auto& op = plan_.op(id);
-    auto where = [&] { return fmt::format("rank {} op {} ({})", rank_, id, ir::op_label(plan_, id)); };
-    if (auto e = pair_errors_.find(id); e != pair_errors_.end()) return Error{where(), e->second};
-    auto data = store_.get(op.buf[0]);
-    if (!data) return Error{where(), data.error().message()};
+    if (auto e = pair_errors_.find(id); e != pair_errors_.end()) return Error{where(id), e->second};
+    auto a = ir::decode(plan_, id);
+    if (!a) return Error{where(id), a.error().what};
+    const ir::BufferId b = op.kind == OpKind::Send ? std::get<ir::SendArgs>(*a).src : std::get<ir::RecvArgs>(*a).dst;
+    auto data = store_.get(b);
+    if (!data) return Error{where(id), data.error().message()};
     std::span<float> payload = *data;
-    if (op.kind == OpKind::Send && dtype != ir::DType::FP32 && plan_.buffer(op.buf[0]).kind == BufKind::Out) {
-      const RegionLayout& l = store_.layout(op.buf[0]);
+    if (op.kind == OpKind::Send && dtype != ir::DType::FP32 && plan_.buffer(b).kind == BufKind::Out) {
+      const RegionLayout& l = store_.layout(b);
       auto& copy = staged.emplace_back(payload.begin(), payload.end());
       const std::int64_t q = l.block.q_elems();
       for (std::int64_t k = 0; k < l.region.owners(); ++k)
@@ -196,171 +197,182 @@ Status RankExecutor::run_comm(std::span<const OpId> ops, bool& stopped) {
     Expected<RequestPtr> r = op.kind == OpKind::Send
                                  ? transport_.post_send({op.stream, rank_, op.peer, op.tag}, payload)
                                  : transport_.post_recv({op.stream, op.peer, rank_, op.tag}, payload);
-    if (!r) return Error{where(), r.error().message()};
-    (*r)->label = where();
+    if (!r) return Error{where(id), r.error().message()};
+    (*r)->label = where(id);
     reqs.push_back(std::move(*r));
   }
   auto done = transport_.wait_all(reqs, [this] { return stop_.load(); });
   if (!done && !done.error().where.empty() && done.error().where.rfind("rank ", 0) == 0) return done.error();  // names its op
-  if (!done) return Error{fmt::format("rank {} op {} ({})", rank_, ops[0], ir::op_label(plan_, ops[0])), done.error().message()};
+  if (!done) return Error{where(ops[0]), done.error().message()};
   stopped = !*done;
   return {};
 }
 
-Status RankExecutor::run_local(OpId id) {
-  const ir::Op& op = plan_.op(id);
-  auto where = [&] { return fmt::format("rank {} op {} ({})", rank_, id, ir::op_label(plan_, id)); };
-  auto label = [&](int i) { return ir::buffer_label(plan_, op.buf[i]); };
-  // The buffer in slot i, checked to be of kind `k`, with its region layout.
-  struct Arg {
-    float* data = nullptr;
-    std::int64_t size = 0;
-    const RegionLayout* l = nullptr;
-    [[nodiscard]] const ir::Region& region() const { return l->region; }
-    [[nodiscard]] const ShardShape& block() const { return l->block; }
-    /// Owner x's block.
-    [[nodiscard]] float* at(ir::RankId x) const { return data + std::int64_t(x - l->region.owner_begin) * l->block_elems; }
-  };
-  auto arg = [&](int i, BufKind k) -> Expected<Arg> {
-    const ir::BufferId b = op.buf[i];
-    if (b == ir::kNone) return Error{where(), fmt::format("buffer slot {} is empty", i)};
-    if (b < 0 || std::size_t(b) >= plan_.buffers().size())
-      return Error{where(), fmt::format("buffer slot {} names buffer {}, which does not exist", i, b)};
-    if (plan_.buffer(b).kind != k)
-      return Error{where(), fmt::format("buffer slot {} holds {}, expected {}", i, ir::to_string(plan_.buffer(b).kind),
-                                        ir::to_string(k))};
-    auto data = store_.get(b);
-    if (!data) return Error{where(), data.error().message()};
-    return Arg{data->data(), std::int64_t(data->size()), &store_.layout(b)};
-  };
-  auto same_region = [&](const Arg& a, int i, const Arg& b, int j, const char* what) -> Status {
-    if (a.region() == b.region()) return {};
-    return Error{where(), fmt::format("{}: {} and {} hold different regions", what, label(i), label(j))};
-  };
-  auto same_heads = [&](const Arg& a, int i, const Arg& b, int j) -> Status {
-    if (a.region().head_begin == b.region().head_begin && a.region().head_end == b.region().head_end) return {};
-    return Error{where(), fmt::format("{} and {} hold different kv heads", label(i), label(j))};
-  };
-  // The global positions of owner x's tokens in region r (its parts of x's shard).
-  const std::int64_t tp = plan_.workload.seq / plan_.ranks / plan_.parts;
-  auto positions = [&](ir::RankId x, const ir::Region& r) {
-    return Positions(positions_[std::size_t(x)]).subspan(std::size_t(tp * r.part_begin), std::size_t(tp * r.parts()));
-  };
-  // Positions ascend, so a causal block has a visible pair iff its first key is not after its last query.
-  auto visible = [&](Positions qp, Positions kp) {
-    return !qp.empty() && !kp.empty() && (!shape_.causal || kp.front() <= qp.back());
-  };
-  auto attn = [&](const ShardShape& b) {
-    AttnShape a = shape_;
-    a.heads = b.heads;
-    a.kv_heads = b.kv_heads;
-    return a;
-  };
-#define CHARM_RT_ARG(var, i, kind)      \
-  auto var##_e = arg(i, kind);          \
-  if (!var##_e) return var##_e.error(); \
-  const Arg& var = *var##_e
-#define CHARM_RT_CHECK(expr) \
-  if (auto s_ = (expr); !s_) return s_
+std::string RankExecutor::where(OpId id) const { return fmt::format("rank {} op {} ({})", rank_, id, ir::op_label(plan_, id)); }
 
-  switch (op.kind) {
-    case OpKind::Compute: {
-      const bool fwd = op.phase == ir::Phase::Fwd;
-      CHARM_RT_ARG(q, 0, fwd ? BufKind::Q : BufKind::QBundle);
-      CHARM_RT_ARG(kv, 1, BufKind::Kv);
-      CHARM_RT_ARG(acc, 2, fwd ? BufKind::Out : BufKind::Dq);
-      const ir::Region &rq = q.region(), &rk = kv.region();
-      if (rq.owner_begin != op.q_owner || rk.owner_begin != op.kv_owner)
-        return Error{where(), fmt::format("op names Q{}*KV{} but its buffers hold Q{}, KV{}", op.q_owner, op.kv_owner,
-                                          rq.owner_begin, rk.owner_begin)};
-      CHARM_RT_CHECK(same_heads(q, 0, kv, 1));
-      CHARM_RT_CHECK(same_region(q, 0, acc, 2, fwd ? "accumulates into another output" : "dQ goes to another region"));
-      const AttnShape a = attn(q.block());
-      const auto nq = q.block().q_elems(), nl = q.block().lse_elems(), nkv = kv.block().kv_elems();
-      if (fwd) {
-        auto& part = partial_scratch();
-        part.resize(std::size_t(nq + nl));
-        for (ir::RankId x = rq.owner_begin; x < rq.owner_end; ++x)
-          for (ir::RankId y = rk.owner_begin; y < rk.owner_end; ++y) {
-            const Positions qp = positions(x, rq), kp = positions(y, rk);
-            if (!visible(qp, kp)) continue;  // an empty partial would change nothing
-            attention_fwd_block(a, q.at(x), qp, kv.at(y), kv.at(y) + nkv, kp, part.data(), part.data() + nq);
-            merge_out(a, q.block().tokens, part.data(), part.data() + nq, acc.at(x), acc.at(x) + nq);
-          }
-        return {};
-      }
-      CHARM_RT_ARG(dkv, 3, BufKind::Dkv);
-      CHARM_RT_CHECK(same_region(kv, 1, dkv, 3, "dKV goes to another region"));
-      for (ir::RankId x = rq.owner_begin; x < rq.owner_end; ++x)
-        for (ir::RankId y = rk.owner_begin; y < rk.owner_end; ++y) {
-          const Positions qp = positions(x, rq), kp = positions(y, rk);
-          if (!visible(qp, kp)) continue;  // all-zero gradients
-          const float* qb = q.at(x);
-          attention_bwd_block(a, qb, qb + nq, qb + 2 * nq, qb + 2 * nq + nl, qp, kv.at(y), kv.at(y) + nkv, kp,
-                              acc.at(x), dkv.at(y), dkv.at(y) + nkv);
-        }
-      return {};
-    }
-    case OpKind::Merge: {
-      CHARM_RT_ARG(part, 0, BufKind::Out);
-      CHARM_RT_ARG(acc, 1, BufKind::Out);
-      CHARM_RT_CHECK(same_region(part, 0, acc, 1, "merges a partial into another output"));
-      const AttnShape a = attn(acc.block());
-      const auto nq = acc.block().q_elems();
-      for (ir::RankId x = acc.region().owner_begin; x < acc.region().owner_end; ++x)
-        merge_out(a, acc.block().tokens, part.at(x), part.at(x) + nq, acc.at(x), acc.at(x) + nq);
-      return {};
-    }
-    case OpKind::Accumulate: {
-      if (op.buf[0] < 0 || std::size_t(op.buf[0]) >= plan_.buffers().size()) return Error{where(), "buffer slot 0 is empty"};
-      const BufKind k = plan_.buffer(op.buf[0]).kind;
-      if (k != BufKind::Dq && k != BufKind::Dkv) return Error{where(), "accumulates a buffer that is not a gradient"};
-      CHARM_RT_ARG(part, 0, k);
-      CHARM_RT_ARG(acc, 1, k);
-      CHARM_RT_CHECK(same_region(part, 0, acc, 1, "adds a gradient to another region"));
-      for (std::int64_t i = 0; i < acc.size; ++i) acc.data[i] += part.data[i];
-      return {};
-    }
-    case OpKind::Copy: {
-      if (op.buf[3] != ir::kNone) {
-        CHARM_RT_ARG(q, 0, BufKind::Q);
-        CHARM_RT_ARG(dout, 1, BufKind::Dout);
-        CHARM_RT_ARG(out, 2, BufKind::Out);
-        CHARM_RT_ARG(qb, 3, BufKind::QBundle);
-        for (int i = 0; i < 3; ++i) {
-          const Arg& x = i == 0 ? q : i == 1 ? dout : out;
-          CHARM_RT_CHECK(same_region(x, i, qb, 3, "packs tensors of another region into the bundle"));
-        }
-        const ShardShape& bs = qb.block();
-        const AttnShape a = attn(bs);
-        const auto nq = bs.q_elems(), nl = bs.lse_elems();
-        for (ir::RankId x = qb.region().owner_begin; x < qb.region().owner_end; ++x) {
-          float* b = qb.at(x);
-          std::memcpy(b, q.at(x), sizeof(float) * std::size_t(nq));
-          std::memcpy(b + nq, dout.at(x), sizeof(float) * std::size_t(nq));
-          std::memcpy(b + 2 * nq, out.at(x) + nq, sizeof(float) * std::size_t(nl));
-          bundle_delta(a, bs.tokens, dout.at(x), out.at(x), b + 2 * nq + nl);
-        }
-        return {};
-      }
-      if (op.buf[0] < 0 || std::size_t(op.buf[0]) >= plan_.buffers().size()) return Error{where(), "buffer slot 0 is empty"};
-      const BufKind k = plan_.buffer(op.buf[0]).kind;
-      CHARM_RT_ARG(src, 0, k);
-      CHARM_RT_ARG(dst, 1, k);
-      if (!src.region().contains(dst.region()) && !dst.region().contains(src.region()))
-        return Error{where(), fmt::format("copies between {} and {}, where neither region contains the other", label(0),
-                                          label(1))};
-      auto s = copy_region(plan_.workload, plan_.ranks, plan_.parts, k, src.region(),
-                           {src.data, std::size_t(src.size)}, dst.region(), {dst.data, std::size_t(dst.size)});
-      if (!s) return Error{where(), s.error().message()};
-      return {};
-    }
-    case OpKind::Send:
-    case OpKind::Recv: break;
+Positions RankExecutor::positions(ir::RankId x, const ir::Region& r) const {
+  const std::int64_t tp = plan_.workload.seq / plan_.ranks / plan_.parts;
+  return Positions(positions_[std::size_t(x)]).subspan(std::size_t(tp * r.part_begin), std::size_t(tp * r.parts()));
+}
+
+bool RankExecutor::visible(Positions qp, Positions kp) const {
+  // Positions ascend, so a causal block has a visible pair iff its first key is not after its last query.
+  return !qp.empty() && !kp.empty() && (!shape_.causal || kp.front() <= qp.back());
+}
+
+AttnShape RankExecutor::attn(const ShardShape& b) const {
+  AttnShape a = shape_;
+  a.heads = b.heads;
+  a.kv_heads = b.kv_heads;
+  return a;
+}
+
+Expected<RankExecutor::Arg> RankExecutor::arg(OpId id, ir::BufferId b) {
+  auto data = store_.get(b);
+  if (!data) return Error{where(id), data.error().message()};
+  return Arg{data->data(), std::int64_t(data->size()), &store_.layout(b), b};
+}
+
+Status RankExecutor::same_region(OpId id, const Arg& a, const Arg& b, const char* what) const {
+  if (a.region() == b.region()) return {};
+  return Error{where(id), fmt::format("{}: {} and {} hold different regions", what, ir::buffer_label(plan_, a.id),
+                                      ir::buffer_label(plan_, b.id))};
+}
+
+Status RankExecutor::run_local(OpId id) {
+  auto a = ir::decode(plan_, id);
+  if (!a) return Error{where(id), a.error().what};
+  return std::visit(ir::Overloaded{
+                        [&](const ir::ComputeFwdArgs& c) { return compute_fwd(id, c); },
+                        [&](const ir::ComputeBwdArgs& c) { return compute_bwd(id, c); },
+                        [&](const ir::MergeArgs& m) { return merge(id, m); },
+                        [&](const ir::AccumulateArgs& m) { return accumulate(id, m); },
+                        [&](const ir::PackArgs& k) { return pack(id, k); },
+                        [&](const ir::CopyArgs& c) { return copy(id, c); },
+                        [&](const ir::SendArgs&) { return Status(Error{where(id), "not a local op"}); },
+                        [&](const ir::RecvArgs&) { return Status(Error{where(id), "not a local op"}); },
+                    },
+                    *a);
+}
+
+Expected<RankExecutor::ComputeArgs> RankExecutor::compute_args(OpId id, ir::BufferId q, ir::BufferId kv, ir::BufferId acc,
+                                                               bool fwd) {
+  const ir::Op& op = plan_.op(id);
+  ComputeArgs c;
+  for (auto [b, out] : {std::pair{q, &c.q}, std::pair{kv, &c.kv}, std::pair{acc, &c.acc}}) {
+    auto x = arg(id, b);
+    if (!x) return x.error();
+    *out = *x;
   }
-#undef CHARM_RT_CHECK
-#undef CHARM_RT_ARG
-  return Error{where(), "not a local op"};
+  const ir::Region &rq = c.q.region(), &rk = c.kv.region();
+  if (rq.owner_begin != op.q_owner || rk.owner_begin != op.kv_owner)
+    return Error{where(id), fmt::format("op names Q{}*KV{} but its buffers hold Q{}, KV{}", op.q_owner, op.kv_owner,
+                                        rq.owner_begin, rk.owner_begin)};
+  if (rq.head_begin != rk.head_begin || rq.head_end != rk.head_end)
+    return Error{where(id), fmt::format("{} and {} hold different kv heads", ir::buffer_label(plan_, q), ir::buffer_label(plan_, kv))};
+  if (auto s = same_region(id, c.q, c.acc, fwd ? "accumulates into another output" : "dQ goes to another region"); !s)
+    return s.error();
+  return c;
+}
+
+Status RankExecutor::compute_fwd(OpId id, const ir::ComputeFwdArgs& args) {
+  auto c = compute_args(id, args.q, args.kv, args.out, true);
+  if (!c) return c.error();
+  const Arg &q = c->q, &kv = c->kv, &acc = c->acc;
+  const ir::Region &rq = q.region(), &rk = kv.region();
+  const AttnShape a = attn(q.block());
+  const auto nq = q.block().q_elems(), nl = q.block().lse_elems(), nkv = kv.block().kv_elems();
+  auto& part = partial_scratch();
+  part.resize(std::size_t(nq + nl));
+  for (ir::RankId x = rq.owner_begin; x < rq.owner_end; ++x)
+    for (ir::RankId y = rk.owner_begin; y < rk.owner_end; ++y) {
+      const Positions qp = positions(x, rq), kp = positions(y, rk);
+      if (!visible(qp, kp)) continue;  // an empty partial would change nothing
+      attention_fwd_block(a, q.at(x), qp, kv.at(y), kv.at(y) + nkv, kp, part.data(), part.data() + nq);
+      merge_out(a, q.block().tokens, part.data(), part.data() + nq, acc.at(x), acc.at(x) + nq);
+    }
+  return {};
+}
+
+Status RankExecutor::compute_bwd(OpId id, const ir::ComputeBwdArgs& args) {
+  auto c = compute_args(id, args.qbundle, args.kv, args.dq, false);
+  if (!c) return c.error();
+  auto dkv_arg = arg(id, args.dkv);
+  if (!dkv_arg) return dkv_arg.error();
+  const Arg &q = c->q, &kv = c->kv, &acc = c->acc, &dkv = *dkv_arg;
+  if (auto s = same_region(id, kv, dkv, "dKV goes to another region"); !s) return s;
+  const ir::Region &rq = q.region(), &rk = kv.region();
+  const AttnShape a = attn(q.block());
+  const auto nq = q.block().q_elems(), nl = q.block().lse_elems(), nkv = kv.block().kv_elems();
+  for (ir::RankId x = rq.owner_begin; x < rq.owner_end; ++x)
+    for (ir::RankId y = rk.owner_begin; y < rk.owner_end; ++y) {
+      const Positions qp = positions(x, rq), kp = positions(y, rk);
+      if (!visible(qp, kp)) continue;  // all-zero gradients
+      const float* qb = q.at(x);
+      attention_bwd_block(a, qb, qb + nq, qb + 2 * nq, qb + 2 * nq + nl, qp, kv.at(y), kv.at(y) + nkv, kp, acc.at(x),
+                          dkv.at(y), dkv.at(y) + nkv);
+    }
+  return {};
+}
+
+Status RankExecutor::merge(OpId id, const ir::MergeArgs& args) {
+  auto part = arg(id, args.partial), acc = arg(id, args.acc);
+  if (!part) return part.error();
+  if (!acc) return acc.error();
+  if (auto s = same_region(id, *part, *acc, "merges a partial into another output"); !s) return s;
+  const AttnShape a = attn(acc->block());
+  const auto nq = acc->block().q_elems();
+  for (ir::RankId x = acc->region().owner_begin; x < acc->region().owner_end; ++x)
+    merge_out(a, acc->block().tokens, part->at(x), part->at(x) + nq, acc->at(x), acc->at(x) + nq);
+  return {};
+}
+
+Status RankExecutor::accumulate(OpId id, const ir::AccumulateArgs& args) {
+  auto part = arg(id, args.partial), acc = arg(id, args.acc);
+  if (!part) return part.error();
+  if (!acc) return acc.error();
+  if (auto s = same_region(id, *part, *acc, "adds a gradient to another region"); !s) return s;
+  for (std::int64_t i = 0; i < acc->size; ++i) acc->data[i] += part->data[i];
+  return {};
+}
+
+Status RankExecutor::pack(OpId id, const ir::PackArgs& args) {
+  Arg in[3];
+  int k = 0;
+  for (ir::BufferId b : {args.q, args.dout, args.out}) {
+    auto x = arg(id, b);
+    if (!x) return x.error();
+    in[k++] = *x;
+  }
+  auto qb_arg = arg(id, args.qbundle);
+  if (!qb_arg) return qb_arg.error();
+  const Arg &q = in[0], &dout = in[1], &out = in[2], &qb = *qb_arg;
+  for (const Arg& x : in)
+    if (auto s = same_region(id, x, qb, "packs tensors of another region into the bundle"); !s) return s;
+  const ShardShape& bs = qb.block();
+  const AttnShape a = attn(bs);
+  const auto nq = bs.q_elems(), nl = bs.lse_elems();
+  for (ir::RankId x = qb.region().owner_begin; x < qb.region().owner_end; ++x) {
+    float* b = qb.at(x);
+    std::memcpy(b, q.at(x), sizeof(float) * std::size_t(nq));
+    std::memcpy(b + nq, dout.at(x), sizeof(float) * std::size_t(nq));
+    std::memcpy(b + 2 * nq, out.at(x) + nq, sizeof(float) * std::size_t(nl));
+    bundle_delta(a, bs.tokens, dout.at(x), out.at(x), b + 2 * nq + nl);
+  }
+  return {};
+}
+
+Status RankExecutor::copy(OpId id, const ir::CopyArgs& args) {
+  auto src = arg(id, args.src), dst = arg(id, args.dst);
+  if (!src) return src.error();
+  if (!dst) return dst.error();
+  if (!src->region().contains(dst->region()) && !dst->region().contains(src->region()))
+    return Error{where(id), fmt::format("copies between {} and {}, where neither region contains the other",
+                                        ir::buffer_label(plan_, args.src), ir::buffer_label(plan_, args.dst))};
+  auto s = copy_region(plan_.workload, plan_.ranks, plan_.parts, plan_.buffer(args.src).kind, src->region(),
+                       {src->data, std::size_t(src->size)}, dst->region(), {dst->data, std::size_t(dst->size)});
+  if (!s) return Error{where(id), s.error().message()};
+  return {};
 }
 
 bool RankExecutor::running() const {
@@ -378,14 +390,9 @@ std::vector<BlockedOp> RankExecutor::blocked() const {
     BlockedOp b{rank_, w->stream, at, at, state == State::InTransport};
     if (state == State::WaitingDeps) {
       // The group starting at `at`: its members' first missing dependency.
-      auto it = std::find(w->ops.begin(), w->ops.end(), at);
-      const auto& first = plan_.op(at);
-      for (; it != w->ops.end(); ++it) {
-        const auto& op = plan_.op(*it);
-        if (*it != at && !(is_comm(first) && first.group != ir::kNone && is_comm(op) && op.group == first.group)) break;
-        for (OpId d : plan_.deps(*it))
+      for (OpId m : idx_->group(at))
+        for (OpId d : plan_.deps(m))
           if (op_done_[std::size_t(d)] == 0 && b.waits_on == at) b.waits_on = d;
-      }
     }
     out.push_back(b);
   }

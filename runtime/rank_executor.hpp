@@ -23,13 +23,17 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <memory>
 #include <optional>
+#include <span>
 #include <thread>
 #include <vector>
 
 #include "runtime/buffer_store.hpp"
 #include "runtime/cpu_attention.hpp"
 #include "runtime/transport.hpp"
+#include "scheduler/ir/op_args.hpp"
+#include "scheduler/ir/plan_index.hpp"
 #include "scheduler/trace/trace.hpp"
 
 namespace charm::rt {
@@ -50,6 +54,9 @@ struct BlockedOp {
 
 class RankExecutor {
  public:
+  /// `index` is the plan's (one index serves every rank of a process); it outlives the executor.
+  RankExecutor(const ir::Plan& plan, const ir::PlanIndex& index, ir::RankId rank, Transport& transport, BufferStore::FillInput fill);
+  /// Builds the plan's index itself.
   RankExecutor(const ir::Plan& plan, ir::RankId rank, Transport& transport, BufferStore::FillInput fill);
   ~RankExecutor();
   RankExecutor(const RankExecutor&) = delete;
@@ -82,7 +89,7 @@ class RankExecutor {
   enum class State : int { Idle, WaitingDeps, InTransport, Running, Finished };
   struct Worker {
     ir::Stream stream = ir::Stream::Compute;
-    std::vector<ir::OpId> ops;
+    std::span<const ir::OpId> ops;  // its lane of the index
     std::atomic<ir::OpId> at{ir::kNone};
     std::atomic<int> state{int(State::Idle)};
   };
@@ -93,8 +100,46 @@ class RankExecutor {
   Status run_comm(std::span<const ir::OpId> ops, bool& stopped);
   Status run_local(ir::OpId id);
   void fail(Error e);
+  void check_pairs();
+  RankExecutor(const ir::Plan& plan, std::unique_ptr<ir::PlanIndex> own, ir::RankId rank, Transport& transport,
+               BufferStore::FillInput fill, const ir::PlanIndex* index = nullptr);
 
+  // One function per local op kind (ir::decode has checked the slots' buffers and kinds).
+  /// A buffer of this rank with its storage and region layout.
+  struct Arg {
+    float* data = nullptr;
+    std::int64_t size = 0;
+    const RegionLayout* l = nullptr;
+    ir::BufferId id = ir::kNone;
+    [[nodiscard]] const ir::Region& region() const { return l->region; }
+    [[nodiscard]] const ShardShape& block() const { return l->block; }
+    /// Owner x's block.
+    [[nodiscard]] float* at(ir::RankId x) const { return data + std::int64_t(x - l->region.owner_begin) * l->block_elems; }
+  };
+  struct ComputeArgs {
+    Arg q, kv, acc;
+  };
+  Status compute_fwd(ir::OpId id, const ir::ComputeFwdArgs& a);
+  Status compute_bwd(ir::OpId id, const ir::ComputeBwdArgs& a);
+  Status merge(ir::OpId id, const ir::MergeArgs& a);
+  Status accumulate(ir::OpId id, const ir::AccumulateArgs& a);
+  Status pack(ir::OpId id, const ir::PackArgs& a);
+  Status copy(ir::OpId id, const ir::CopyArgs& a);
+  [[nodiscard]] Expected<Arg> arg(ir::OpId id, ir::BufferId b);
+  /// q, kv and the accumulator of a compute, checked against the op's blocks, heads and regions.
+  [[nodiscard]] Expected<ComputeArgs> compute_args(ir::OpId id, ir::BufferId q, ir::BufferId kv, ir::BufferId acc, bool fwd);
+  [[nodiscard]] Status same_region(ir::OpId id, const Arg& a, const Arg& b, const char* what) const;
+  [[nodiscard]] std::string where(ir::OpId id) const;
+  /// The global positions of owner x's tokens in region r (its parts of x's shard).
+  [[nodiscard]] Positions positions(ir::RankId x, const ir::Region& r) const;
+  /// Whether a (query block, key block) has a visible pair.
+  [[nodiscard]] bool visible(Positions qp, Positions kp) const;
+  /// The attention shape of a block (its heads).
+  [[nodiscard]] AttnShape attn(const ShardShape& b) const;
+
+  std::unique_ptr<ir::PlanIndex> own_index_;  // when the caller gave none
   const ir::Plan& plan_;
+  const ir::PlanIndex* idx_;
   ir::RankId rank_;
   Transport& transport_;
   BufferStore store_;

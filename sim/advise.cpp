@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <optional>
 #include <set>
 #include <thread>
 #include <tuple>
@@ -32,40 +33,56 @@ struct Job {
   std::string error;
 };
 
-} // namespace
+/// The layouts to try: the forced one, else both when a causal mask makes them differ.
+std::vector<Layout> layouts_to_try(const Workload& w, const AdviseOptions& opt) {
+  if (opt.layout) return {*opt.layout};
+  if (w.causal) return {Layout::Contiguous, Layout::Zigzag};
+  return {Layout::Contiguous};
+}
 
-Expected<Advice> advise(const Workload& w, const topo::Topology& t, const AdviseOptions& opt) {
-  const auto t0 = std::chrono::steady_clock::now();
-  Advice adv;
-  adv.ranks = opt.ranks > 0 ? opt.ranks : t.num_gpus();
-  adv.pass = w.pass;
-  if (adv.ranks > t.num_gpus())
-    return Error{"--ranks", fmt::format("the topology has {} GPUs, asked for {}", t.num_gpus(), adv.ranks)};
-  const auto& names = sched::algorithm_names();
-  std::vector<std::string> algos = opt.algos.empty() ? names : opt.algos;
-  for (const auto& a : algos)
-    if (std::find(names.begin(), names.end(), a) == names.end())
-      return Error{"--algos", fmt::format("unknown algorithm '{}'", a)};
+/// Domain counts for algorithms that use them: the forced one, else every proper divisor > 1 of ranks.
+std::vector<int> domain_split(int ranks, const AdviseOptions& opt) {
+  if (opt.domains) return {*opt.domains};
+  std::vector<int> split;
+  for (int d = 2; d < ranks; ++d)
+    if (ranks % d == 0) split.push_back(d);
+  if (split.empty()) split = {1};
+  return split;
+}
 
-  std::vector<Layout> layouts;
-  if (opt.layout) layouts = {*opt.layout};
-  else if (w.causal) layouts = {Layout::Contiguous, Layout::Zigzag};
-  else layouts = {Layout::Contiguous};
-  std::vector<int> split;  // domain counts for algorithms that use them
-  if (opt.domains) {
-    split = {*opt.domains};
-  } else {
-    for (int d = 2; d < adv.ranks; ++d)
-      if (adv.ranks % d == 0) split.push_back(d);
-    if (split.empty()) split = {1};
+/// The passes a workload runs.
+std::vector<Phase> phases_of(PassKind pass) {
+  std::vector<Phase> phases;
+  if (pass != PassKind::Bwd) phases.push_back(Phase::Fwd);
+  if (pass != PassKind::Fwd) phases.push_back(Phase::Bwd);
+  return phases;
+}
+
+/// Why a candidate cannot run (the memory budget, or a planner refusing a pass), or nothing.
+std::optional<std::string> refusal(const sched::PlanRequest& req, PassKind pass, const AdviseOptions& opt) {
+  if (opt.max_plan_bytes > 0) {
+    sched::PlanRequest rp = req;
+    rp.workload.pass = pass;
+    const auto e = sched::estimate_plan(rp);
+    if (e.plan_bytes + 60 * e.ops > opt.max_plan_bytes)  // the simulator's state, as for charm simulate
+      return fmt::format("would need about {:.3g} GB for {:.2g} ops, over the memory budget", (e.plan_bytes + 60 * e.ops) / 1e9, e.ops);
   }
+  for (Phase ph : phases_of(pass)) {
+    sched::PlanRequest rp = req;
+    rp.workload.pass = ph == Phase::Fwd ? PassKind::Fwd : PassKind::Bwd;
+    if (auto st = sched::check_request(rp); !st) return st.error().message();
+  }
+  return std::nullopt;
+}
 
-  // Candidates, each once: a forced layout or an unused domain count collapses to one.
-  std::vector<Candidate> cands;
+/// Candidates, each once (a forced layout or an unused domain count collapses to one), and a job per pass.
+void plan_candidates(const Workload& w, const std::vector<std::string>& algos, const AdviseOptions& opt, Advice& adv,
+                     std::vector<Candidate>& cands, std::vector<Job>& jobs) {
+  const std::vector<Layout> layouts = layouts_to_try(w, opt);
+  const std::vector<int> split = domain_split(adv.ranks, opt);
   std::set<std::tuple<std::string, Layout, int>> seen;
-  std::vector<Job> jobs;
-  for (const auto& a : algos) {
-    for (Layout l : layouts) {
+  for (const auto& a : algos)
+    for (Layout l : layouts)
       for (int d : sched::uses_domains(a) ? split : std::vector<int>{1}) {
         Workload wl = w;
         wl.layout = l;
@@ -82,31 +99,11 @@ Expected<Advice> advise(const Workload& w, const topo::Topology& t, const Advise
         c.algo = a;
         c.layout = req.workload.layout;
         c.domains = d;
-        std::vector<Phase> phases;
-        if (w.pass != PassKind::Bwd) phases.push_back(Phase::Fwd);
-        if (w.pass != PassKind::Fwd) phases.push_back(Phase::Bwd);
-        bool refused = false;
-        if (opt.max_plan_bytes > 0) {
-          sched::PlanRequest rp = req;
-          rp.workload.pass = w.pass;
-          const auto e = sched::estimate_plan(rp);
-          if (e.plan_bytes + 60 * e.ops > opt.max_plan_bytes) {  // the simulator's state, as for charm simulate
-            adv.refused.push_back({c.label(), fmt::format("would need about {:.3g} GB for {:.2g} ops, over the memory budget",
-                                                          (e.plan_bytes + 60 * e.ops) / 1e9, e.ops)});
-            continue;
-          }
+        if (auto why = refusal(req, w.pass, opt)) {
+          adv.refused.push_back({c.label(), *why});
+          continue;
         }
-        for (Phase ph : phases) {
-          sched::PlanRequest rp = req;
-          rp.workload.pass = ph == Phase::Fwd ? PassKind::Fwd : PassKind::Bwd;
-          if (auto st = sched::check_request(rp); !st) {
-            adv.refused.push_back({c.label(), st.error().message()});
-            refused = true;
-            break;
-          }
-        }
-        if (refused) continue;
-        for (Phase ph : phases) {
+        for (Phase ph : phases_of(w.pass)) {
           Job j;
           j.candidate = cands.size();
           j.phase = ph;
@@ -116,10 +113,10 @@ Expected<Advice> advise(const Workload& w, const topo::Topology& t, const Advise
         }
         cands.push_back(std::move(c));
       }
-    }
-  }
+}
 
-  // Independent simulations: a pool of workers takes the next one.
+/// Independent simulations: a pool of `threads` workers takes the next one.
+void run_jobs(std::vector<Job>& jobs, const topo::Topology& t, int threads) {
   std::atomic<std::size_t> next{0};
   auto worker = [&] {
     for (;;) {
@@ -136,17 +133,13 @@ Expected<Advice> advise(const Workload& w, const topo::Topology& t, const Advise
                           path_shares_text(ex.path, ev->result.makespan_s)};
     }
   };
-  {
-    const int n = std::clamp(opt.jobs, 1, std::max(1, int(jobs.size())));
-    std::vector<std::jthread> pool;
-    for (int k = 0; k < n; ++k) pool.emplace_back(worker);
-  }
-  adv.simulations = jobs.size();
-  for (auto& j : jobs) {
-    if (!j.error.empty())
-      return Error{"simulate", fmt::format("{} {}: {}", cands[j.candidate].label(), to_string(j.phase), j.error)};
-    (j.phase == Phase::Fwd ? cands[j.candidate].fwd : cands[j.candidate].bwd) = std::move(j.out);
-  }
+  const int n = std::clamp(threads, 1, std::max(1, int(jobs.size())));
+  std::vector<std::jthread> pool;
+  for (int k = 0; k < n; ++k) pool.emplace_back(worker);
+}
+
+/// Totals, peak memory, verdict and the slower pass's bottleneck of each candidate.
+void summarise(std::vector<Candidate>& cands, const AdviseOptions& opt, const topo::Topology& t) {
   for (auto& c : cands) {
     const PassOutcome* slower = nullptr;
     for (const auto* p : {c.fwd ? &*c.fwd : nullptr, c.bwd ? &*c.bwd : nullptr}) {
@@ -158,6 +151,33 @@ Expected<Advice> advise(const Workload& w, const topo::Topology& t, const Advise
     c.memory = memory_verdict(c.peak_mem_bytes, opt.reserved_gb, t.gpu);
     if (slower) c.bottleneck = fmt::format("{}: {}", slower == (c.fwd ? &*c.fwd : nullptr) ? "fwd" : "bwd", slower->bottleneck.line());
   }
+}
+
+} // namespace
+
+Expected<Advice> advise(const Workload& w, const topo::Topology& t, const AdviseOptions& opt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Advice adv;
+  adv.ranks = opt.ranks > 0 ? opt.ranks : t.num_gpus();
+  adv.pass = w.pass;
+  if (adv.ranks > t.num_gpus())
+    return Error{"--ranks", fmt::format("the topology has {} GPUs, asked for {}", t.num_gpus(), adv.ranks)};
+  const auto& names = sched::algorithm_names();
+  std::vector<std::string> algos = opt.algos.empty() ? names : opt.algos;
+  for (const auto& a : algos)
+    if (std::find(names.begin(), names.end(), a) == names.end())
+      return Error{"--algos", fmt::format("unknown algorithm '{}'", a)};
+  std::vector<Candidate> cands;
+  std::vector<Job> jobs;
+  plan_candidates(w, algos, opt, adv, cands, jobs);
+  run_jobs(jobs, t, opt.jobs);
+  adv.simulations = jobs.size();
+  for (auto& j : jobs) {
+    if (!j.error.empty())
+      return Error{"simulate", fmt::format("{} {}: {}", cands[j.candidate].label(), to_string(j.phase), j.error)};
+    (j.phase == Phase::Fwd ? cands[j.candidate].fwd : cands[j.candidate].bwd) = std::move(j.out);
+  }
+  summarise(cands, opt, t);
   // Fastest first; among equal times the smaller memory, then the input order (stable).
   std::stable_sort(cands.begin(), cands.end(), [](const Candidate& a, const Candidate& b) {
     if (a.total_ms != b.total_ms) return a.total_ms < b.total_ms;

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <map>
 
+#include "scheduler/ir/op_args.hpp"
+
 namespace charm::sim {
 
 using namespace charm::ir;
@@ -28,8 +30,9 @@ std::vector<KindTraffic> channel_traffic(const Plan& plan, const topo::Topology&
     if (o.kind != OpKind::Send) continue;
     const auto route = t.route(o.rank, o.peer);
     if (std::find(route.begin(), route.end(), channel) == route.end()) continue;
-    auto& k = by_kind[plan.buffer(o.buf[0]).kind];
-    k.kind = plan.buffer(o.buf[0]).kind;
+    const BufKind kind = plan.buffer(std::get<SendArgs>(args(o)).src).kind;
+    auto& k = by_kind[kind];
+    k.kind = kind;
     ++k.messages;
     k.bytes += double(o.bytes);
   }
@@ -86,13 +89,10 @@ std::string Bottleneck::brief() const {
   return saturated ? s : fmt::format("latency ({})", s);
 }
 
-Explanation explain(const Plan& plan, const SimResult& r, const topo::Topology& t) {
-  Explanation e;
-  const Seconds span = r.makespan_s;
-  if (span <= 0) {
-    e.bottleneck = {"none", "none", 0, 0, false, {}, "nothing ran"};
-    return e;
-  }
+namespace {
+
+/// The busier of the ranks' compute kernels and memory-bound ops (the busiest rank of each).
+Bottleneck rank_bottleneck(const Plan& plan, const SimResult& r, Seconds span) {
   // Per-rank busy time and work of the compute kernels and of the memory-bound ops.
   std::vector<Seconds> compute_s(std::size_t(plan.ranks), 0), memory_s(std::size_t(plan.ranks), 0);
   std::vector<double> flops(std::size_t(plan.ranks), 0), mem_bytes(std::size_t(plan.ranks), 0);
@@ -116,14 +116,17 @@ Explanation explain(const Plan& plan, const SimResult& r, const topo::Topology& 
             fmt::format("{:.3g} TFLOP of attention in {:.3f} ms on rank {} ({:.0f} TFLOP/s attained)", flops[std::size_t(rk)] / 1e12,
                         compute_s[std::size_t(rk)] * 1e3, rk, eff / 1e12)};
   }
-  {
-    const int rk = busiest_rank(memory_s);
-    const double u = memory_s[std::size_t(rk)] / span;
-    if (u > best.utilisation)
-      best = {"memory", "memory", u, rk, false, {},
-              fmt::format("merges, accumulates and copies move {} in {:.3f} ms on rank {}", human_bytes(mem_bytes[std::size_t(rk)]),
-                          memory_s[std::size_t(rk)] * 1e3, rk)};
-  }
+  const int rk = busiest_rank(memory_s);
+  const double u = memory_s[std::size_t(rk)] / span;
+  if (u > best.utilisation)
+    best = {"memory", "memory", u, rk, false, {},
+            fmt::format("merges, accumulates and copies move {} in {:.3f} ms on rank {}", human_bytes(mem_bytes[std::size_t(rk)]),
+                        memory_s[std::size_t(rk)] * 1e3, rk)};
+  return best;
+}
+
+/// The busiest link channel if it is busier than `best` (ties to the slower link), with its traffic.
+void channel_bottleneck(const Plan& plan, const SimResult& r, const topo::Topology& t, Seconds span, Bottleneck& best) {
   int best_channel = -1;
   for (std::size_t c = 0; c < r.channels.size(); ++c) {
     const auto& ch = r.channels[c];
@@ -152,9 +155,10 @@ Explanation explain(const Plan& plan, const SimResult& r, const topo::Topology& 
     best.traffic = channel_traffic(plan, t, best_channel);
     best.figure = traffic_text(best.traffic, plan.workload) + "; " + best.figure;
   }
-  best.saturated = best.utilisation >= kSaturated;
-  e.bottleneck = std::move(best);
+}
 
+/// The critical path's time by class, largest first.
+void path_shares(const Plan& plan, const SimResult& r, const topo::Topology& t, Seconds span, Explanation& e) {
   // The critical path, op by op: transfers by the transport of their route, the
   // time before a transfer's rendezvous and gaps between ops as waiting.
   std::map<std::string, Seconds> share;
@@ -179,6 +183,22 @@ Explanation explain(const Plan& plan, const SimResult& r, const topo::Topology& 
   for (auto& [what, s] : share)
     if (s > 0) e.path.push_back({what, s});
   std::sort(e.path.begin(), e.path.end(), [](const PathShare& a, const PathShare& b) { return a.seconds > b.seconds; });
+}
+
+} // namespace
+
+Explanation explain(const Plan& plan, const SimResult& r, const topo::Topology& t) {
+  Explanation e;
+  const Seconds span = r.makespan_s;
+  if (span <= 0) {
+    e.bottleneck = {"none", "none", 0, 0, false, {}, "nothing ran"};
+    return e;
+  }
+  Bottleneck best = rank_bottleneck(plan, r, span);
+  channel_bottleneck(plan, r, t, span, best);
+  best.saturated = best.utilisation >= kSaturated;
+  e.bottleneck = std::move(best);
+  path_shares(plan, r, t, span, e);
   if (!r.critical_path.empty()) {
     e.first_op = r.critical_path.front();
     e.last_op = r.critical_path.back();

@@ -100,9 +100,7 @@ double FairShareNetwork::time_left_s(int id) const {
   return f.remaining / f.rate;
 }
 
-void FairShareNetwork::solve(double now_s) {
-  changed_.clear();
-  if (!dirty()) return;
+void FairShareNetwork::collect_component() {
   ++epoch_;
   comp_flows_.clear();
   comp_ch_.clear();
@@ -130,6 +128,12 @@ void FairShareNetwork::solve(double now_s) {
     for (; ci < comp_ch_.size(); ++ci)
       for (int id : on_ch_[std::size_t(comp_ch_[ci])]) visit_flow(id);
   }
+}
+
+void FairShareNetwork::solve(double now_s) {
+  changed_.clear();
+  if (!dirty()) return;
+  collect_component();
   // Progressive filling: every unfrozen flow rises at the same level until a
   // shared channel saturates or the flow reaches its dedicated cap.
   for (int c : comp_ch_) {

@@ -68,6 +68,8 @@ class FairShareNetwork {
     int max_flows = 0;
   };
   void solve(double now_s);
+  /// The flows and shared channels connected to the changes since the last solve, into comp_flows_ and comp_ch_.
+  void collect_component();
   void settle(Flow& f, double now_s);
 
   std::vector<Channel> ch_;

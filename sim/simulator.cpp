@@ -3,7 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <tuple>
+#include <optional>
+
+#include "scheduler/ir/op_args.hpp"
+#include "scheduler/ir/plan_index.hpp"
 
 #include "sim/event_queue.hpp"
 #include "sim/fair_share_network.hpp"
@@ -15,8 +18,6 @@ using namespace charm::ir;
 namespace {
 
 enum EventKind : std::uint32_t { kOpDone, kFlowDrained, kFlowDone };
-
-bool is_comm(OpKind k) { return k == OpKind::Send || k == OpKind::Recv; }
 
 class Engine {
  public:
@@ -44,18 +45,15 @@ class Engine {
   double now_ = 0;
   SimResult res_;
 
+  // Lanes (rank, stream) in stream order, groups, partners, dependents (built by build()).
+  std::optional<PlanIndex> idx_;
   // Per op (compact arrays, no per-op allocation while running).
-  std::vector<std::int32_t> deps_left_, stream_of_, partner_;
-  std::vector<std::uint32_t> dependents_begin_;
-  std::vector<OpId> dependents_;
+  std::vector<std::int32_t> deps_left_;
   std::vector<char> issued_;
-  // Per (rank, stream): its ops in order (CSR) and the issue cursor.
-  std::vector<std::uint32_t> stream_begin_;
-  std::vector<OpId> stream_ops_;
+  // Per lane: the issue cursor, places in idx_->stream_order().
   std::vector<std::uint32_t> head_, group_end_;  // group_end_: end of the group at the head
   std::vector<std::int32_t> outstanding_;        // ops of the head group issued and not done
   std::vector<std::int32_t> waiting_;            // ops of the head group whose dependencies are not done
-  std::vector<std::uint32_t> pos_;               // per op: its index in stream_ops_
   // Per flow id of the network: the pair it carries and its latency.
   std::vector<OpId> flow_send_;
   std::vector<double> flow_latency_s_;
@@ -68,105 +66,29 @@ class Engine {
 
 Status Engine::build() {
   const std::size_t n = plan_.size();
-  const int ranks = plan_.ranks;
+  idx_.emplace(plan_);
   deps_left_.assign(n, 0);
   issued_.assign(n, 0);
-  partner_.assign(n, kNone);
-  stream_of_.assign(n, 0);
-  // Dependents (reverse edges) in CSR form.
-  dependents_begin_.assign(n + 1, 0);
-  for (std::size_t i = 0; i < n; ++i) {
-    deps_left_[i] = static_cast<std::int32_t>(plan_.deps(OpId(i)).size());
-    for (OpId d : plan_.deps(OpId(i))) ++dependents_begin_[std::size_t(d) + 1];
-  }
-  for (std::size_t i = 0; i < n; ++i) dependents_begin_[i + 1] += dependents_begin_[i];
-  dependents_.assign(dependents_begin_[n], 0);
-  {
-    std::vector<std::uint32_t> fill(dependents_begin_.begin(), dependents_begin_.end() - 1);
-    for (std::size_t i = 0; i < n; ++i)
-      for (OpId d : plan_.deps(OpId(i))) dependents_[fill[std::size_t(d)]++] = OpId(i);
-  }
-  // Streams: ops of each (rank, stream) in id order.
-  const std::size_t S = std::size_t(ranks) * kNumStreams;
-  stream_begin_.assign(S + 1, 0);
-  for (std::size_t i = 0; i < n; ++i) {
-    const Op& o = plan_.op(OpId(i));
-    const int s = o.rank * kNumStreams + int(o.stream);
-    stream_of_[i] = s;
-    ++stream_begin_[std::size_t(s) + 1];
-  }
-  for (std::size_t s = 0; s < S; ++s) stream_begin_[s + 1] += stream_begin_[s];
-  stream_ops_.assign(n, 0);
-  {
-    std::vector<std::uint32_t> fill(stream_begin_.begin(), stream_begin_.end() - 1);
-    for (std::size_t i = 0; i < n; ++i) stream_ops_[fill[std::size_t(stream_of_[i])]++] = OpId(i);
-  }
-  head_.assign(stream_begin_.begin(), stream_begin_.end() - 1);
+  for (std::size_t i = 0; i < n; ++i) deps_left_[i] = static_cast<std::int32_t>(plan_.deps(OpId(i)).size());
+  const std::size_t S = idx_->lanes();
+  head_.resize(S);
+  for (std::size_t s = 0; s < S; ++s) head_[s] = idx_->lane_begin(s);
   group_end_ = head_;
   outstanding_.assign(S, 0);
   waiting_.assign(S, 0);
-  pos_.assign(n, 0);
-  for (std::size_t k = 0; k < n; ++k) pos_[std::size_t(stream_ops_[k])] = std::uint32_t(k);
   for (std::size_t s = 0; s < S; ++s) advance_head(static_cast<int>(s));
-  // Match Send/Recv by (stream, src, dst, tag): both sides sorted by that key
-  // (then id) with a stable counting sort on (stream, src) and a sort of each
-  // bucket, skipped when the planner already issued it in order.
-  struct Msg {
-    int stream, src, dst, tag;
-    OpId id;
-    [[nodiscard]] auto key() const { return std::tie(stream, src, dst, tag); }
-  };
-  std::vector<Msg> sends, recvs;
-  for (std::size_t i = 0; i < n; ++i) {
-    const Op& o = plan_.op(OpId(i));
-    if (o.kind == OpKind::Send) sends.push_back({int(o.stream), o.rank, o.peer, o.tag, OpId(i)});
-    else if (o.kind == OpKind::Recv) recvs.push_back({int(o.stream), o.peer, o.rank, o.tag, OpId(i)});
-  }
-  auto sort_msgs = [&](std::vector<Msg>& v) {
-    auto bucket = [&](const Msg& m) { return std::size_t(m.stream) * std::size_t(ranks) + std::size_t(m.src); };
-    auto less = [](const Msg& a, const Msg& b) { return a.key() < b.key() || (a.key() == b.key() && a.id < b.id); };
-    std::vector<std::uint32_t> b(S + 1, 0);
-    for (const Msg& m : v) {
-      if (m.src < 0 || m.src >= ranks) {  // a peer out of range: the general sort copes
-        std::sort(v.begin(), v.end(), less);
-        return;
-      }
-      ++b[bucket(m) + 1];
-    }
-    for (std::size_t k = 0; k < S; ++k) b[k + 1] += b[k];
-    std::vector<Msg> out(v.size());
-    {
-      auto fill = b;
-      for (const Msg& m : v) out[fill[bucket(m)]++] = m;
-    }
-    for (std::size_t k = 0; k < S; ++k) {
-      auto first = out.begin() + std::ptrdiff_t(b[k]), last = out.begin() + std::ptrdiff_t(b[k + 1]);
-      if (!std::is_sorted(first, last, less)) std::sort(first, last, less);
-    }
-    v = std::move(out);
-  };
-  sort_msgs(sends);
-  sort_msgs(recvs);
-  std::size_t j = 0;
-  for (const auto& s : sends) {
-    while (j < recvs.size() && recvs[j].key() < s.key()) ++j;
-    if (j < recvs.size() && recvs[j].key() == s.key()) {
-      partner_[std::size_t(s.id)] = recvs[j].id;
-      partner_[std::size_t(recvs[j].id)] = s.id;
-      ++j;
-    }
-  }
   for (std::size_t i = 0; i < n; ++i)
-    if (is_comm(plan_.op(OpId(i)).kind) && partner_[i] == kNone)
+    if (is_comm(plan_.op(OpId(i))) && idx_->partner(OpId(i)) == kNone)
       return Error{"plan", fmt::format("op {} ({}) has no matching {}", i, op_label(plan_, OpId(i)),
                                        plan_.op(OpId(i)).kind == OpKind::Send ? "receive" : "send")};
+  const auto ranks = std::size_t(plan_.ranks);
   res_.start_s.assign(n, 0);
   res_.end_s.assign(n, 0);
   res_.flow_start_s.assign(n, 0);
-  res_.ranks.assign(std::size_t(ranks), RankStats{});
-  rank_last_s_.assign(std::size_t(ranks), 0);
-  comm_out_.assign(std::size_t(ranks), 0);
-  compute_busy_.assign(std::size_t(ranks), 0);
+  res_.ranks.assign(ranks, RankStats{});
+  rank_last_s_.assign(ranks, 0);
+  comm_out_.assign(ranks, 0);
+  compute_busy_.assign(ranks, 0);
   q_.reserve(1024);
   return {};
 }
@@ -186,20 +108,12 @@ void Engine::advance_head(int s) {
   // there, so a stream of g-op groups costs O(g) in all, not per dependency.
   const auto S = std::size_t(s);
   const std::uint32_t p = head_[S];
-  const std::uint32_t end = stream_begin_[S + 1];
   group_end_[S] = p;
   waiting_[S] = 0;
-  if (p >= end) return;
-  const Op& first = plan_.op(stream_ops_[p]);
-  std::uint32_t e = p + 1;
-  if (is_comm(first.kind) && first.group != kNone)
-    while (e < end) {
-      const Op& o = plan_.op(stream_ops_[e]);
-      if (!is_comm(o.kind) || o.group != first.group) break;
-      ++e;
-    }
+  if (p >= idx_->lane_end(S)) return;
+  const std::uint32_t e = idx_->group_end_at(p);
   group_end_[S] = e;
-  for (std::uint32_t k = p; k < e; ++k) waiting_[S] += deps_left_[std::size_t(stream_ops_[k])] > 0;
+  for (std::uint32_t k = p; k < e; ++k) waiting_[S] += deps_left_[std::size_t(idx_->at(k))] > 0;
 }
 
 void Engine::try_issue(int s) {
@@ -208,17 +122,17 @@ void Engine::try_issue(int s) {
   const std::uint32_t p = head_[S], e = group_end_[S];
   if (p >= e) return;
   outstanding_[S] = static_cast<std::int32_t>(e - p);
-  for (std::uint32_t k = p; k < e; ++k) issue(stream_ops_[k]);
+  for (std::uint32_t k = p; k < e; ++k) issue(idx_->at(k));
 }
 
 void Engine::issue(OpId id) {
   const Op& o = plan_.op(id);
   res_.start_s[std::size_t(id)] = now_;
   touch(o.rank);
-  if (is_comm(o.kind)) {
+  if (is_comm(o)) {
     issued_[std::size_t(id)] = 1;
     ++comm_out_[std::size_t(o.rank)];
-    const OpId p = partner_[std::size_t(id)];
+    const OpId p = idx_->partner(id);
     if (issued_[std::size_t(p)]) {
       if (o.kind == OpKind::Send) start_flow(id, p);
       else start_flow(p, id);
@@ -252,17 +166,17 @@ void Engine::complete(OpId id) {
   res_.end_s[std::size_t(id)] = now_;
   touch(o.rank);
   ++done_;
-  if (is_comm(o.kind)) --comm_out_[std::size_t(o.rank)];
+  if (is_comm(o)) --comm_out_[std::size_t(o.rank)];
   else if (o.stream == Stream::Compute) compute_busy_[std::size_t(o.rank)] = 0;
   auto& rs = res_.ranks[std::size_t(o.rank)];
   rs.end_s = std::max(rs.end_s, now_);
-  const auto S = std::size_t(stream_of_[std::size_t(id)]);
-  for (std::uint32_t k = dependents_begin_[std::size_t(id)]; k < dependents_begin_[std::size_t(id) + 1]; ++k) {
-    const OpId d = dependents_[k];
+  const std::size_t S = PlanIndex::lane(o.rank, o.stream);
+  for (const OpId d : idx_->dependents(id)) {
     if (--deps_left_[std::size_t(d)] == 0) {
-      const auto ds = std::size_t(stream_of_[std::size_t(d)]);
+      const std::size_t ds = idx_->lane_of(d);
+      const std::uint32_t dp = idx_->pos(d);
       // Only an op of the head group that is not issued yet was counted as waiting.
-      if (outstanding_[ds] == 0 && pos_[std::size_t(d)] >= head_[ds] && pos_[std::size_t(d)] < group_end_[ds]) --waiting_[ds];
+      if (outstanding_[ds] == 0 && dp >= head_[ds] && dp < group_end_[ds]) --waiting_[ds];
       try_issue(static_cast<int>(ds));
     }
   }
@@ -278,7 +192,7 @@ Expected<SimResult> Engine::run() {
     return Error{"--topology", fmt::format("the plan has {} ranks but topology '{}' has only {} GPUs", plan_.ranks, topo_.name,
                                            topo_.num_gpus())};
   if (auto st = build(); !st) return st.error();
-  for (std::size_t s = 0; s + 1 < stream_begin_.size(); ++s) try_issue(static_cast<int>(s));
+  for (std::size_t s = 0; s < idx_->lanes(); ++s) try_issue(static_cast<int>(s));
   auto on_change = [&](int f) {
     const double left = net_.time_left_s(f);
     if (left < FairShareNetwork::kInf) q_.push(now_ + left, kFlowDrained, f, net_.version(f));
@@ -300,7 +214,7 @@ Expected<SimResult> Engine::run() {
         break;
       }
       case kFlowDone: {
-        const OpId s = e.id, r = partner_[std::size_t(e.id)];
+        const OpId s = e.id, r = idx_->partner(e.id);
         complete(s);
         complete(r);
         break;
@@ -310,13 +224,13 @@ Expected<SimResult> Engine::run() {
   }
   if (done_ != plan_.size()) {
     OpId stuck = kNone;
-    for (std::size_t s = 0; s + 1 < stream_begin_.size() && stuck == kNone; ++s)
-      if (head_[s] < stream_begin_[s + 1]) stuck = stream_ops_[head_[s]];
+    for (std::size_t s = 0; s < idx_->lanes() && stuck == kNone; ++s)
+      if (head_[s] < idx_->lane_end(s)) stuck = idx_->at(head_[s]);
     std::string what = "?";
     if (stuck != kNone) {
       const Op& so = plan_.op(stuck);
       what = fmt::format("rank {} stream {} {}", so.rank, to_string(so.stream), to_string(so.kind));
-      if (is_comm(so.kind)) what += fmt::format(" peer {} tag {}", so.peer, so.tag);
+      if (is_comm(so)) what += fmt::format(" peer {} tag {}", so.peer, so.tag);
     }
     return Error{"simulate", fmt::format("the plan deadlocks: {} of {} ops completed; stuck at op {} ({})", done_, plan_.size(), stuck, what)};
   }
@@ -348,13 +262,11 @@ void Engine::critical_path() {
   for (std::size_t i = 0; i < n; ++i)
     if (res_.end_s[i] > res_.end_s[std::size_t(cur)]) cur = OpId(i);
   std::vector<OpId> path;
-  const auto& pos = pos_;
   constexpr double kTol = 1e-12;
   while (cur != kNone && path.size() < n) {
     path.push_back(cur);
-    const Op& o = plan_.op(cur);
-    if (is_comm(o.kind)) {
-      const OpId p = partner_[std::size_t(cur)];
+    if (is_comm(plan_.op(cur))) {
+      const OpId p = idx_->partner(cur);
       if (res_.start_s[std::size_t(p)] > res_.start_s[std::size_t(cur)] + kTol) {
         cur = p;
         path.push_back(cur);
@@ -367,17 +279,11 @@ void Engine::critical_path() {
       const double e = res_.end_s[std::size_t(c)];
       if (e <= start + kTol && e > best_end) { best_end = e; best = c; }
     };
-    // The issue group of cur: its stream neighbours with the same group id.
-    const Op& co = plan_.op(cur);
-    const auto S = std::size_t(stream_of_[std::size_t(cur)]);
-    std::uint32_t gb = pos[std::size_t(cur)], ge = gb + 1;
-    if (is_comm(co.kind) && co.group != kNone) {
-      while (gb > stream_begin_[S] && plan_.op(stream_ops_[gb - 1]).group == co.group && is_comm(plan_.op(stream_ops_[gb - 1]).kind)) --gb;
-      while (ge < stream_begin_[S + 1] && plan_.op(stream_ops_[ge]).group == co.group && is_comm(plan_.op(stream_ops_[ge]).kind)) ++ge;
-    }
-    for (std::uint32_t k = gb; k < ge; ++k)
-      for (OpId d : plan_.deps(stream_ops_[k])) consider(d);
-    if (gb > stream_begin_[S]) consider(stream_ops_[gb - 1]);
+    // The issue group of cur, then the op before the group on its stream.
+    const std::uint32_t gb = idx_->group_begin(cur);
+    for (OpId m : idx_->group(cur))
+      for (OpId d : plan_.deps(m)) consider(d);
+    if (gb > idx_->lane_begin(idx_->lane_of(cur))) consider(idx_->at(gb - 1));
     if (start <= kTol && best_end <= kTol) break;
     cur = best;
   }
@@ -390,13 +296,12 @@ void Engine::peak_memory() {
   const std::size_t B = bufs.size();
   std::vector<double> first(B, -1), last(B, -1);
   for (std::size_t i = 0; i < plan_.size(); ++i) {
-    const Op& o = plan_.op(OpId(i));
-    for (BufferId b : o.buf) {
-      if (b == kNone) continue;
+    for_each_access(plan_.op(OpId(i)), [&](BufferId b, int, bool) {
+      if (b == kNone) return;  // hand-built plans (tests) may leave slots empty
       const auto k = std::size_t(plan_.storage(b));  // a view lives in its root's storage, a reuse in its chain's
       if (first[k] < 0 || res_.start_s[i] < first[k]) first[k] = res_.start_s[i];
       last[k] = std::max(last[k], res_.end_s[i]);
-    }
+    });
   }
   for (const auto& rr : plan_.results())
     for (BufferId b : {rr.out, rr.dq, rr.dkv})

@@ -2,8 +2,12 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include <algorithm>
 #include <sstream>
+#include <variant>
 
+#include "scheduler/ir/op_args.hpp"
+#include "scheduler/ir/plan_index.hpp"
 #include "scheduler/ir/plan_io.hpp"
 #include "scheduler/ir/suggest.hpp"
 #include "scheduler/planners/planners.hpp"
@@ -164,4 +168,87 @@ TEST(Suggest, NearestNameForATypo) {
   EXPECT_EQ(charm::closest_name("ringzigzag", names), "ring-zigzag");
   EXPECT_FALSE(charm::closest_name("bogus", names).has_value());  // far from everything: no guess
   EXPECT_FALSE(charm::closest_name("x", names).has_value());
+}
+
+TEST(PlanIndex, LanesGroupsPartnersAndDependents) {
+  const Plan p = small_plan("charm");
+  const PlanIndex idx(p);
+  std::size_t seen = 0;
+  for (std::size_t l = 0; l < idx.lanes(); ++l) {
+    OpId prev = kNone;
+    for (OpId id : idx.lane_ops(l)) {
+      EXPECT_EQ(idx.lane_of(id), l);
+      EXPECT_EQ(idx.at(idx.pos(id)), id);
+      EXPECT_GT(id, prev);  // stream order is id order
+      prev = id;
+      ++seen;
+      // A group is consecutive comm ops of one group id (or one op alone), and contains the op.
+      const auto g = idx.group(id);
+      EXPECT_NE(std::find(g.begin(), g.end(), id), g.end());
+      for (OpId m : g) {
+        EXPECT_EQ(idx.lane_of(m), l);
+        if (g.size() > 1) {
+          EXPECT_TRUE(is_comm(p.op(m)) && p.op(m).group == p.op(id).group);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(seen, p.size());
+  std::size_t deps = 0;
+  for (OpId id = 0; id < OpId(p.size()); ++id) {
+    const Op& o = p.op(id);
+    if (is_comm(o)) {
+      const OpId m = idx.partner(id);
+      ASSERT_NE(m, kNone) << op_label(p, id);
+      EXPECT_EQ(idx.partner(m), id);
+      EXPECT_EQ(p.op(m).rank, o.peer);
+      EXPECT_EQ(p.op(m).tag, o.tag);
+      EXPECT_EQ(p.op(m).stream, o.stream);
+      EXPECT_NE(p.op(m).kind, o.kind);
+    } else {
+      EXPECT_EQ(idx.partner(id), kNone);
+    }
+    for (OpId d : p.deps(id)) {
+      const auto rd = idx.dependents(d);
+      EXPECT_NE(std::find(rd.begin(), rd.end(), id), rd.end());
+      ++deps;
+    }
+  }
+  std::size_t rdeps = 0;
+  for (OpId id = 0; id < OpId(p.size()); ++id) rdeps += idx.dependents(id).size();
+  EXPECT_EQ(rdeps, deps);
+}
+
+TEST(OpArgs, DecodeNamesSlotsAndRefusesBadOnes) {
+  Plan p = small_plan("ring", PassKind::Both);
+  std::size_t kinds[std::variant_size_v<OpArgs>] = {};
+  for (OpId id = 0; id < OpId(p.size()); ++id) {
+    auto a = decode(p, id);
+    ASSERT_TRUE(a.ok()) << op_label(p, id) << ": " << a.error().what;
+    ++kinds[a->index()];
+    EXPECT_EQ(a->index(), args(p.op(id)).index());
+  }
+  for (const OpArgs& k : {OpArgs(ComputeFwdArgs{}), OpArgs(ComputeBwdArgs{}), OpArgs(SendArgs{}), OpArgs(RecvArgs{}), OpArgs(PackArgs{})})
+    EXPECT_GT(kinds[k.index()], 0u) << "kind " << k.index();
+  // A forward compute: q, kv, out in slots 0..2.
+  OpId c = 0;
+  while (p.op(c).kind != OpKind::Compute || p.op(c).phase != Phase::Fwd) ++c;
+  const auto f = std::get<ComputeFwdArgs>(*decode(p, c));
+  EXPECT_EQ(p.buffer(f.q).kind, BufKind::Q);
+  EXPECT_EQ(p.buffer(f.kv).kind, BufKind::Kv);
+  EXPECT_EQ(p.buffer(f.out).kind, BufKind::Out);
+  Op& o = p.op(c);
+  std::swap(o.buf[0], o.buf[1]);
+  auto bad = decode(p, c);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().what, "buffer slot 0 holds kv, expected q");
+  o.buf[0] = kNone;
+  EXPECT_EQ(decode(p, c).error().what, "buffer slot 0 is empty");
+  o.buf[0] = BufferId(p.buffers().size());
+  EXPECT_NE(decode(p, c).error().what.find("which does not exist"), std::string::npos);
+  // A buffer of another rank.
+  BufferId other = 0;
+  while (p.buffer(other).rank == o.rank || p.buffer(other).kind != BufKind::Q) ++other;
+  o.buf[0] = other;
+  EXPECT_NE(decode(p, c).error().what.find("rank-local"), std::string::npos) << decode(p, c).error().what;
 }

@@ -6,9 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
-#include <map>
 #include <thread>
-#include <tuple>
 
 #include "runtime/cuda/cuda_check.hpp"
 #include "runtime/cuda/kernels.hpp"
@@ -17,12 +15,11 @@ namespace charm::rt::cuda {
 
 using ir::BufKind;
 using ir::OpId;
+using ir::is_comm;
 using ir::OpKind;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-bool is_comm(const ir::Op& op) { return op.kind == OpKind::Send || op.kind == OpKind::Recv; }
 
 std::string op_where(const ir::Plan& plan, OpId id) {
   return fmt::format("rank {} op {} ({})", plan.op(id).rank, id, ir::op_label(plan, id));
@@ -34,14 +31,9 @@ Expected<std::unique_ptr<PlanRunner>> PlanRunner::create(const ir::Plan& plan, s
                                                           const CudaRunOptions& opt, Hooks hooks) {
   std::unique_ptr<PlanRunner> p(new PlanRunner(plan, std::move(hooks)));
   p->opt_ = opt;
-  const auto& w = plan.workload;
-  p->shape_ = ShardShape::of(w, plan.ranks);
-  for (int k = 0; k < 7; ++k) p->layouts_[k] = DeviceLayout::of(BufKind(k), p->shape_, w.dtype);
-  p->local_.assign(std::size_t(plan.ranks), 0);
-  for (auto r : local_ranks) {
-    if (r < 0 || r >= plan.ranks) return Error{"cuda", fmt::format("rank {} is not in the plan", r)};
-    p->local_[std::size_t(r)] = 1;
-  }
+  p->shape_ = ShardShape::of(plan.workload, plan.ranks);
+  for (int k = 0; k < ir::kNumBufKinds; ++k) p->layouts_[k] = DeviceLayout::of(BufKind(k), p->shape_, plan.workload.dtype);
+  CHARM_TRY(p->set_local_ranks(local_ranks));
   const std::size_t nops = plan.size();
   p->start_ev_.resize(nops);
   p->end_ev_.resize(nops);
@@ -49,103 +41,112 @@ Expected<std::unique_ptr<PlanRunner>> PlanRunner::create(const ir::Plan& plan, s
   p->enqueued_.assign(nops, 0);
   p->opened_.assign(nops, 0);
   p->copied_.assign(nops, 0);
-  p->peer_.assign(nops, ir::kNone);
   p->start_ms_.assign(nops, std::nan(""));
   p->end_ms_.assign(nops, std::nan(""));
   p->rank_bytes_.assign(std::size_t(plan.ranks), 0);
+  p->build_lanes();
+  CHARM_TRY(p->create_streams(opt));
+  CHARM_TRY(p->allocate_buffers());
+  CHARM_TRY(p->upload_masks());
+  return p;
+}
 
-  // Lanes: one per (local rank, stream) with ops, ops in id order.
-  std::map<std::pair<int, int>, std::size_t> lane_of;
-  for (OpId id = 0; id < OpId(nops); ++id) {
-    const auto& op = plan.op(id);
-    if (!p->local_[std::size_t(op.rank)]) continue;
-    auto [it, fresh] = lane_of.try_emplace({op.rank, int(op.stream)}, p->lanes_.size());
-    if (fresh) {
-      p->lanes_.emplace_back();
-      p->lanes_.back().rank = op.rank;
-      p->lanes_.back().stream = op.stream;
-    }
-    p->lanes_[it->second].ops.push_back(id);
+Status PlanRunner::set_local_ranks(const std::vector<ir::RankId>& local_ranks) {
+  local_.assign(std::size_t(plan_.ranks), 0);
+  for (auto r : local_ranks) {
+    if (r < 0 || r >= plan_.ranks) return Error{"cuda", fmt::format("rank {} is not in the plan", r)};
+    local_[std::size_t(r)] = 1;
   }
-  // Local mode: match every Send with its Recv by (stream, src, dst, tag).
-  if (!p->hooks_.issue_group) {
-    std::map<std::tuple<int, int, int, int>, OpId> sends;
-    for (OpId id = 0; id < OpId(nops); ++id) {
-      const auto& op = plan.op(id);
-      if (op.kind == OpKind::Send) sends[{int(op.stream), op.rank, op.peer, op.tag}] = id;
-    }
-    for (OpId id = 0; id < OpId(nops); ++id) {
-      const auto& op = plan.op(id);
-      if (op.kind != OpKind::Recv) continue;
-      auto it = sends.find({int(op.stream), op.peer, op.rank, op.tag});
-      if (it == sends.end()) continue;
-      p->peer_[std::size_t(id)] = it->second;
-      p->peer_[std::size_t(it->second)] = id;
-    }
-  }
+  return {};
+}
 
+void PlanRunner::build_lanes() {
+  // One lane per (local rank, stream) with ops, in the order of their first ops.
+  for (ir::RankId r = 0; r < plan_.ranks; ++r) {
+    if (!local_[std::size_t(r)]) continue;
+    for (int s = 0; s < ir::kNumStreams; ++s) {
+      const auto ops = idx_.ops_of(r, ir::Stream(s));
+      if (ops.empty()) continue;
+      lanes_.emplace_back();
+      lanes_.back().rank = r;
+      lanes_.back().stream = ir::Stream(s);
+      lanes_.back().ops = ops;
+    }
+  }
+  std::sort(lanes_.begin(), lanes_.end(), [](const Lane& a, const Lane& b) { return a.ops.front() < b.ops.front(); });
+}
+
+Status PlanRunner::create_streams(const CudaRunOptions& opt) {
+  const auto& w = plan_.workload;
   int least = 0, greatest = 0;
   CHARM_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-  const BlockDims dims{w.batch, w.heads, w.kv_heads, w.head_dim, p->shape_.tokens, p->shape_.tokens,
+  const BlockDims dims{w.batch, w.heads, w.kv_heads, w.head_dim, shape_.tokens, shape_.tokens,
                        float(1.0 / std::sqrt(double(w.head_dim)))};
-  for (auto& l : p->lanes_) {
+  for (auto& l : lanes_) {
     // Transfers get the higher priority so that they overlap with attention instead of queueing behind it.
     const int prio = l.stream == ir::Stream::Compute ? least : greatest;
     CHARM_CUDA_TRY(cudaStreamCreateWithPriority(l.cs.out(), cudaStreamNonBlocking, prio));
     bool has_compute = false;
-    for (OpId id : l.ops) has_compute = has_compute || plan.op(id).kind == OpKind::Compute;
+    for (OpId id : l.ops) has_compute = has_compute || plan_.op(id).kind == OpKind::Compute;
     if (has_compute) {
       auto a = BlockAttention::create(w.dtype, dims, l.cs, opt.tile_budget_bytes);
       if (!a) return a.error();
       l.attn = std::move(*a);
     }
     for (OpId id : l.ops) {
-      CHARM_CUDA_TRY(cudaEventCreate(p->start_ev_[std::size_t(id)].out()));
-      CHARM_CUDA_TRY(cudaEventCreate(p->end_ev_[std::size_t(id)].out()));
-      if (plan.op(id).kind == OpKind::Recv && !p->hooks_.issue_group)
-        CHARM_CUDA_TRY(cudaEventCreateWithFlags(p->copy_ev_[std::size_t(id)].out(), cudaEventDisableTiming));
+      CHARM_CUDA_TRY(cudaEventCreate(start_ev_[std::size_t(id)].out()));
+      CHARM_CUDA_TRY(cudaEventCreate(end_ev_[std::size_t(id)].out()));
+      if (plan_.op(id).kind == OpKind::Recv && !hooks_.issue_group)
+        CHARM_CUDA_TRY(cudaEventCreateWithFlags(copy_ev_[std::size_t(id)].out(), cudaEventDisableTiming));
     }
   }
-  CHARM_CUDA_TRY(cudaEventCreate(p->t0_.out()));
+  CHARM_CUDA_TRY(cudaEventCreate(t0_.out()));
+  return {};
+}
 
+Status PlanRunner::allocate_buffers() {
   // Buffers of the local ranks, all allocated up front (allocation is not timed).
-  p->buffers_.resize(plan.buffers().size());
-  p->host_inputs_.resize(plan.buffers().size());
-  for (std::size_t b = 0; b < plan.buffers().size(); ++b) {
-    const auto& buf = plan.buffers()[b];
-    if (!p->local_[std::size_t(buf.rank)]) continue;
-    const auto& lay = p->layouts_[int(buf.kind)];
-    CHARM_CUDA_TRY(cudaMalloc(p->buffers_[b].out(), lay.bytes));
-    p->rank_bytes_[std::size_t(buf.rank)] += lay.bytes;
-    p->staging_elems_ = std::max(p->staging_elems_, std::size_t(lay.host_elems()));
+  buffers_.resize(plan_.buffers().size());
+  host_inputs_.resize(plan_.buffers().size());
+  for (std::size_t b = 0; b < plan_.buffers().size(); ++b) {
+    const auto& buf = plan_.buffers()[b];
+    if (!local_[std::size_t(buf.rank)]) continue;
+    const auto& lay = layouts_[int(buf.kind)];
+    CHARM_CUDA_TRY(cudaMalloc(buffers_[b].out(), lay.bytes));
+    rank_bytes_[std::size_t(buf.rank)] += lay.bytes;
+    staging_elems_ = std::max(staging_elems_, std::size_t(lay.host_elems()));
   }
-  if (p->staging_elems_ > 0) CHARM_CUDA_TRY(cudaMalloc(p->staging_.out(), p->staging_elems_ * sizeof(float)));
+  if (staging_elems_ > 0) CHARM_CUDA_TRY(cudaMalloc(staging_.out(), staging_elems_ * sizeof(float)));
+  return {};
+}
 
+Status PlanRunner::upload_masks() {
   // Visible key counts per (q owner, kv owner) of the local Compute ops.
-  const std::int64_t T = p->shape_.tokens;
-  const std::size_t n = std::size_t(plan.ranks);
-  CHARM_CUDA_TRY(cudaMalloc(p->vis_.out(), n * n * std::size_t(T) * sizeof(int)));
-  p->vis_ready_.assign(n * n, 0);
+  const auto& w = plan_.workload;
+  const std::int64_t T = shape_.tokens;
+  const std::size_t n = std::size_t(plan_.ranks);
+  CHARM_CUDA_TRY(cudaMalloc(vis_.out(), n * n * std::size_t(T) * sizeof(int)));
+  vis_ready_.assign(n * n, 0);
   std::vector<std::vector<std::int64_t>> pos;
-  for (int r = 0; r < plan.ranks; ++r) pos.push_back(token_positions(w, r, plan.ranks));
+  for (int r = 0; r < plan_.ranks; ++r) pos.push_back(token_positions(w, r, plan_.ranks));
   std::vector<int> counts(static_cast<std::size_t>(T));
-  for (const auto& l : p->lanes_)
+  for (const auto& l : lanes_)
     for (OpId id : l.ops) {
-      const auto& op = plan.op(id);
-      if (op.kind != OpKind::Compute || op.q_owner < 0 || op.kv_owner < 0 || op.q_owner >= plan.ranks ||
-          op.kv_owner >= plan.ranks)
+      const auto& op = plan_.op(id);
+      if (op.kind != OpKind::Compute || op.q_owner < 0 || op.kv_owner < 0 || op.q_owner >= plan_.ranks ||
+          op.kv_owner >= plan_.ranks)
         continue;
       const std::size_t pair = std::size_t(op.q_owner) * n + std::size_t(op.kv_owner);
-      if (p->vis_ready_[pair]) continue;
+      if (vis_ready_[pair]) continue;
       const auto& qp = pos[std::size_t(op.q_owner)];
       const auto& kp = pos[std::size_t(op.kv_owner)];
       for (std::size_t i = 0; i < std::size_t(T); ++i)
         counts[i] = w.causal ? int(std::upper_bound(kp.begin(), kp.end(), qp[i]) - kp.begin()) : int(T);
-      CHARM_CUDA_TRY(cudaMemcpy(p->vis_ + pair * std::size_t(T), counts.data(), sizeof(int) * std::size_t(T),
+      CHARM_CUDA_TRY(cudaMemcpy(vis_ + pair * std::size_t(T), counts.data(), sizeof(int) * std::size_t(T),
                                 cudaMemcpyHostToDevice));
-      p->vis_ready_[pair] = 1;
+      vis_ready_[pair] = 1;
     }
-  return p;
+  return {};
 }
 
 PlanRunner::~PlanRunner() {
@@ -212,13 +213,7 @@ Status PlanRunner::init_buffers(const GlobalTensors& in) {
   return {};
 }
 
-std::size_t PlanRunner::group_end(const Lane& l) const {
-  const auto& first = plan_.op(l.ops[l.next]);
-  std::size_t j = l.next + 1;
-  if (is_comm(first) && first.group != ir::kNone)
-    while (j < l.ops.size() && is_comm(plan_.op(l.ops[j])) && plan_.op(l.ops[j]).group == first.group) ++j;
-  return j;
-}
+std::size_t PlanRunner::group_end(const Lane& l) const { return l.next + idx_.group(l.ops[l.next]).size(); }
 
 bool PlanRunner::deps_enqueued(OpId id) const {
   for (OpId d : plan_.deps(id))
@@ -281,7 +276,7 @@ Expected<bool> PlanRunner::step_local_group(Lane& l, std::size_t end) {
   bool complete = true;
   for (std::size_t i = l.next; i < end; ++i) {
     const OpId id = l.ops[i];
-    const OpId peer = peer_[std::size_t(id)];
+    const OpId peer = idx_.partner(id);
     const auto& op = plan_.op(id);
     if (op.kind == OpKind::Send) {
       complete = complete && peer != ir::kNone && copied_[std::size_t(peer)];
@@ -293,13 +288,19 @@ Expected<bool> PlanRunner::step_local_group(Lane& l, std::size_t end) {
       continue;
     }
     // The sender has reached its send: copy its source into our destination.
-    const auto& src = plan_.buffer(plan_.op(peer).buf[0]);
-    const auto& dst = plan_.buffer(op.buf[0]);
+    auto sa = ir::decode(plan_, peer);
+    if (!sa) return Error{op_where(plan_, peer), sa.error().what};
+    auto ra = ir::decode(plan_, id);
+    if (!ra) return Error{op_where(plan_, id), ra.error().what};
+    const ir::BufferId sb = std::get<ir::SendArgs>(*sa).src, rb = std::get<ir::RecvArgs>(*ra).dst;
+    CHARM_TRY(local_buffers(id, {sb, rb}));
+    const auto& src = plan_.buffer(sb);
+    const auto& dst = plan_.buffer(rb);
     if (src.kind != dst.kind)
       return Error{op_where(plan_, id), fmt::format("receives a {} buffer into a {} buffer", ir::to_string(src.kind),
                                                     ir::to_string(dst.kind))};
     CHARM_CUDA_TRY(cudaStreamWaitEvent(l.cs, start_ev_[std::size_t(peer)], 0));
-    CHARM_CUDA_TRY(cudaMemcpyAsync(buffers_[std::size_t(op.buf[0])], buffers_[std::size_t(plan_.op(peer).buf[0])],
+    CHARM_CUDA_TRY(cudaMemcpyAsync(buffers_[std::size_t(rb)], buffers_[std::size_t(sb)],
                                    layouts_[int(dst.kind)].bytes, cudaMemcpyDeviceToDevice, l.cs));
     CHARM_CUDA_TRY(cudaEventRecord(copy_ev_[std::size_t(id)], l.cs));
     copied_[std::size_t(id)] = 1;
@@ -309,7 +310,7 @@ Expected<bool> PlanRunner::step_local_group(Lane& l, std::size_t end) {
   for (std::size_t i = l.next; i < end; ++i) {
     const OpId id = l.ops[i];
     if (plan_.op(id).kind == OpKind::Send)
-      CHARM_CUDA_TRY(cudaStreamWaitEvent(l.cs, copy_ev_[std::size_t(peer_[std::size_t(id)])], 0));
+      CHARM_CUDA_TRY(cudaStreamWaitEvent(l.cs, copy_ev_[std::size_t(idx_.partner(id))], 0));
   }
   for (std::size_t i = l.next; i < end; ++i) {
     CHARM_CUDA_TRY(cudaEventRecord(end_ev_[std::size_t(l.ops[i])], l.cs));
@@ -321,94 +322,97 @@ Expected<bool> PlanRunner::step_local_group(Lane& l, std::size_t end) {
 }
 
 Status PlanRunner::run_local(Lane& l, OpId id) {
-  const ir::Op& op = plan_.op(id);
-  const auto& w = plan_.workload;
-  const auto dtype = w.dtype;
-  const ShardShape& ss = shape_;
-  auto where = [&] { return op_where(plan_, id); };
-  // Checks slot i holds a local buffer of kind k (the CPU executor's checks, same wording).
-  auto check = [&](int i, BufKind k) -> Status {
-    const ir::BufferId b = op.buf[i];
-    if (b == ir::kNone) return Error{where(), fmt::format("buffer slot {} is empty", i)};
-    if (plan_.buffer(b).kind != k)
-      return Error{where(), fmt::format("buffer slot {} holds {}, expected {}", i, ir::to_string(plan_.buffer(b).kind),
-                                        ir::to_string(k))};
-    if (buffers_[std::size_t(b)] == nullptr) return Error{where(), fmt::format("buffer {} is not on this rank", b)};
-    return {};
-  };
-  auto owner = [&](int i) { return plan_.buffer(op.buf[i]).owner; };
-  auto f32 = [&](int slot, int sec) { return reinterpret_cast<float*>(section(op.buf[slot], sec)); };
-  auto dat = [&](int slot, int sec) { return static_cast<void*>(section(op.buf[slot], sec)); };
-  const std::size_t data_bytes = std::size_t(ss.q_elems()) * ir::dtype_size(dtype);
+  auto a = ir::decode(plan_, id);
+  if (!a) return Error{op_where(plan_, id), a.error().what};
+  return std::visit(ir::Overloaded{
+                        [&](const ir::ComputeFwdArgs& c) { return compute_fwd(l, id, c); },
+                        [&](const ir::ComputeBwdArgs& c) { return compute_bwd(l, id, c); },
+                        [&](const ir::MergeArgs& m) { return merge(l, id, m); },
+                        [&](const ir::AccumulateArgs& m) { return accumulate(l, id, m); },
+                        [&](const ir::PackArgs& k) { return pack(l, id, k); },
+                        [&](const ir::CopyArgs& c) { return copy(l, id, c); },
+                        [&](const ir::SendArgs&) { return Status(Error{op_where(plan_, id), "not a local op"}); },
+                        [&](const ir::RecvArgs&) { return Status(Error{op_where(plan_, id), "not a local op"}); },
+                    },
+                    *a);
+}
 
-  switch (op.kind) {
-    case OpKind::Compute: {
-      if (l.attn == nullptr) return Error{where(), "internal: no attention kernels on this stream"};
-      const bool fwd = op.phase == ir::Phase::Fwd;
-      CHARM_TRY(check(0, fwd ? BufKind::Q : BufKind::QBundle));
-      CHARM_TRY(check(1, BufKind::Kv));
-      CHARM_TRY(check(2, fwd ? BufKind::Out : BufKind::Dq));
-      if (!fwd) CHARM_TRY(check(3, BufKind::Dkv));
-      const ir::RankId qo = owner(0), ko = owner(1);
-      if (qo != op.q_owner || ko != op.kv_owner)
-        return Error{where(), fmt::format("op names Q{}*KV{} but its buffers hold Q{}, KV{}", op.q_owner, op.kv_owner, qo, ko)};
-      const std::size_t pair = std::size_t(qo) * std::size_t(plan_.ranks) + std::size_t(ko);
-      if (!vis_ready_[pair]) return Error{where(), "internal: no mask for this block"};
-      const int* vis = vis_ + pair * std::size_t(ss.tokens);
-      if (fwd) {
-        if (owner(2) != qo) return Error{where(), fmt::format("accumulates into the output of rank {}", owner(2))};
-        return l.attn->fwd(dat(0, 0), dat(1, 0), dat(1, 1), vis, f32(2, 0), f32(2, 1));
-      }
-      if (owner(2) != qo || owner(3) != ko)
-        return Error{where(), fmt::format("gradients go to dQ{} and dKV{}", owner(2), owner(3))};
-      return l.attn->bwd(dat(0, 0), dat(0, 1), f32(0, 2), f32(0, 3), dat(1, 0), dat(1, 1), vis, f32(2, 0), f32(3, 0),
-                         f32(3, 1));
-    }
-    case OpKind::Merge: {
-      CHARM_TRY(check(0, BufKind::Out));
-      CHARM_TRY(check(1, BufKind::Out));
-      if (owner(0) != owner(1)) return Error{where(), fmt::format("merges O{} into O{}", owner(0), owner(1))};
-      return merge_out(f32(0, 0), f32(0, 1), false, f32(1, 0), f32(1, 1), ss.batch, ss.tokens, ss.heads, ss.head_dim,
-                       l.cs);
-    }
-    case OpKind::Accumulate: {
-      if (op.buf[0] == ir::kNone) return Error{where(), "buffer slot 0 is empty"};
-      const BufKind k = plan_.buffer(op.buf[0]).kind;
-      if (k != BufKind::Dq && k != BufKind::Dkv) return Error{where(), "accumulates a buffer that is not a gradient"};
-      CHARM_TRY(check(0, k));
-      CHARM_TRY(check(1, k));
-      if (owner(0) != owner(1)) return Error{where(), fmt::format("adds a gradient of {} to one of {}", owner(0), owner(1))};
-      const auto& lay = layouts_[int(k)];
-      for (std::size_t s = 0; s < lay.sections.size(); ++s)
-        CHARM_TRY(add_f32(f32(0, int(s)), f32(1, int(s)), lay.sections[s].elems, l.cs));
-      return {};
-    }
-    case OpKind::Copy: {
-      if (op.buf[3] != ir::kNone) {
-        CHARM_TRY(check(0, BufKind::Q));
-        CHARM_TRY(check(1, BufKind::Dout));
-        CHARM_TRY(check(2, BufKind::Out));
-        CHARM_TRY(check(3, BufKind::QBundle));
-        if (owner(0) != owner(3) || owner(1) != owner(3) || owner(2) != owner(3))
-          return Error{where(), "packs tensors of different owners into one bundle"};
-        CHARM_CUDA_TRY(cudaMemcpyAsync(dat(3, 0), dat(0, 0), data_bytes, cudaMemcpyDeviceToDevice, l.cs));
-        CHARM_CUDA_TRY(cudaMemcpyAsync(dat(3, 1), dat(1, 0), data_bytes, cudaMemcpyDeviceToDevice, l.cs));
-        CHARM_CUDA_TRY(cudaMemcpyAsync(dat(3, 2), dat(2, 1), std::size_t(ss.lse_elems()) * sizeof(float),
-                                       cudaMemcpyDeviceToDevice, l.cs));
-        return bundle_delta(dtype, dat(1, 0), f32(2, 0), f32(3, 3), ss.batch, ss.tokens, ss.heads, ss.head_dim, l.cs);
-      }
-      if (op.buf[0] == ir::kNone) return Error{where(), "buffer slot 0 is empty"};
-      const BufKind k = plan_.buffer(op.buf[0]).kind;
-      CHARM_TRY(check(0, k));
-      CHARM_TRY(check(1, k));
-      CHARM_CUDA_TRY(cudaMemcpyAsync(buffers_[std::size_t(op.buf[1])], buffers_[std::size_t(op.buf[0])],
-                                     layouts_[int(k)].bytes, cudaMemcpyDeviceToDevice, l.cs));
-      return {};
-    }
-    case OpKind::Send:
-    case OpKind::Recv: break;
-  }
-  return Error{where(), "not a local op"};
+Status PlanRunner::local_buffers(OpId id, std::initializer_list<ir::BufferId> bufs) const {
+  for (ir::BufferId b : bufs)
+    if (buffers_[std::size_t(b)] == nullptr) return Error{op_where(plan_, id), fmt::format("buffer {} is not on this rank", b)};
+  return {};
+}
+
+Expected<const int*> PlanRunner::compute_mask(Lane& l, OpId id, ir::BufferId q, ir::BufferId kv) const {
+  const ir::Op& op = plan_.op(id);
+  if (l.attn == nullptr) return Error{op_where(plan_, id), "internal: no attention kernels on this stream"};
+  const ir::RankId qo = plan_.buffer(q).owner, ko = plan_.buffer(kv).owner;
+  if (qo != op.q_owner || ko != op.kv_owner)
+    return Error{op_where(plan_, id), fmt::format("op names Q{}*KV{} but its buffers hold Q{}, KV{}", op.q_owner, op.kv_owner, qo, ko)};
+  const std::size_t pair = std::size_t(qo) * std::size_t(plan_.ranks) + std::size_t(ko);
+  if (!vis_ready_[pair]) return Error{op_where(plan_, id), "internal: no mask for this block"};
+  return static_cast<const int*>(vis_ + pair * std::size_t(shape_.tokens));
+}
+
+Status PlanRunner::compute_fwd(Lane& l, OpId id, const ir::ComputeFwdArgs& a) {
+  CHARM_TRY(local_buffers(id, {a.q, a.kv, a.out}));
+  auto vis = compute_mask(l, id, a.q, a.kv);
+  if (!vis) return vis.error();
+  if (plan_.buffer(a.out).owner != plan_.buffer(a.q).owner)
+    return Error{op_where(plan_, id), fmt::format("accumulates into the output of rank {}", plan_.buffer(a.out).owner)};
+  return l.attn->fwd(dat(a.q, 0), dat(a.kv, 0), dat(a.kv, 1), *vis, f32(a.out, 0), f32(a.out, 1));
+}
+
+Status PlanRunner::compute_bwd(Lane& l, OpId id, const ir::ComputeBwdArgs& a) {
+  CHARM_TRY(local_buffers(id, {a.qbundle, a.kv, a.dq, a.dkv}));
+  auto vis = compute_mask(l, id, a.qbundle, a.kv);
+  if (!vis) return vis.error();
+  const ir::RankId dqo = plan_.buffer(a.dq).owner, dkvo = plan_.buffer(a.dkv).owner;
+  if (dqo != plan_.buffer(a.qbundle).owner || dkvo != plan_.buffer(a.kv).owner)
+    return Error{op_where(plan_, id), fmt::format("gradients go to dQ{} and dKV{}", dqo, dkvo)};
+  return l.attn->bwd(dat(a.qbundle, 0), dat(a.qbundle, 1), f32(a.qbundle, 2), f32(a.qbundle, 3), dat(a.kv, 0), dat(a.kv, 1), *vis,
+                     f32(a.dq, 0), f32(a.dkv, 0), f32(a.dkv, 1));
+}
+
+Status PlanRunner::merge(Lane& l, OpId id, const ir::MergeArgs& a) {
+  CHARM_TRY(local_buffers(id, {a.partial, a.acc}));
+  const ir::RankId po = plan_.buffer(a.partial).owner, ao = plan_.buffer(a.acc).owner;
+  if (po != ao) return Error{op_where(plan_, id), fmt::format("merges O{} into O{}", po, ao)};
+  const ShardShape& ss = shape_;
+  return merge_out(f32(a.partial, 0), f32(a.partial, 1), false, f32(a.acc, 0), f32(a.acc, 1), ss.batch, ss.tokens, ss.heads,
+                   ss.head_dim, l.cs);
+}
+
+Status PlanRunner::accumulate(Lane& l, OpId id, const ir::AccumulateArgs& a) {
+  CHARM_TRY(local_buffers(id, {a.partial, a.acc}));
+  const ir::RankId po = plan_.buffer(a.partial).owner, ao = plan_.buffer(a.acc).owner;
+  if (po != ao) return Error{op_where(plan_, id), fmt::format("adds a gradient of {} to one of {}", po, ao)};
+  const auto& lay = layouts_[int(plan_.buffer(a.acc).kind)];
+  for (std::size_t s = 0; s < lay.sections.size(); ++s)
+    CHARM_TRY(add_f32(f32(a.partial, int(s)), f32(a.acc, int(s)), lay.sections[s].elems, l.cs));
+  return {};
+}
+
+Status PlanRunner::pack(Lane& l, OpId id, const ir::PackArgs& a) {
+  CHARM_TRY(local_buffers(id, {a.q, a.dout, a.out, a.qbundle}));
+  const ir::RankId o = plan_.buffer(a.qbundle).owner;
+  if (plan_.buffer(a.q).owner != o || plan_.buffer(a.dout).owner != o || plan_.buffer(a.out).owner != o)
+    return Error{op_where(plan_, id), "packs tensors of different owners into one bundle"};
+  const ShardShape& ss = shape_;
+  const auto dtype = plan_.workload.dtype;
+  const std::size_t data_bytes = std::size_t(ss.q_elems()) * ir::dtype_size(dtype);
+  CHARM_CUDA_TRY(cudaMemcpyAsync(dat(a.qbundle, 0), dat(a.q, 0), data_bytes, cudaMemcpyDeviceToDevice, l.cs));
+  CHARM_CUDA_TRY(cudaMemcpyAsync(dat(a.qbundle, 1), dat(a.dout, 0), data_bytes, cudaMemcpyDeviceToDevice, l.cs));
+  CHARM_CUDA_TRY(cudaMemcpyAsync(dat(a.qbundle, 2), dat(a.out, 1), std::size_t(ss.lse_elems()) * sizeof(float),
+                                 cudaMemcpyDeviceToDevice, l.cs));
+  return bundle_delta(dtype, dat(a.dout, 0), f32(a.out, 0), f32(a.qbundle, 3), ss.batch, ss.tokens, ss.heads, ss.head_dim, l.cs);
+}
+
+Status PlanRunner::copy(Lane& l, OpId id, const ir::CopyArgs& a) {
+  CHARM_TRY(local_buffers(id, {a.src, a.dst}));
+  CHARM_CUDA_TRY(cudaMemcpyAsync(buffers_[std::size_t(a.dst)], buffers_[std::size_t(a.src)],
+                                 layouts_[int(plan_.buffer(a.src).kind)].bytes, cudaMemcpyDeviceToDevice, l.cs));
+  return {};
 }
 
 std::string PlanRunner::stuck_message(bool enqueue) const {
@@ -420,7 +424,7 @@ std::string PlanRunner::stuck_message(bool enqueue) const {
     if (at >= l.ops.size()) continue;
     const OpId id = l.ops[at];
     const bool comm = is_comm(plan_.op(id));
-    const bool lone = comm && !hooks_.issue_group && peer_[std::size_t(id)] == ir::kNone;
+    const bool lone = comm && !hooks_.issue_group && idx_.partner(id) == ir::kNone;
     if (lone && !orphan) {
       pick = &l;
       orphan = true;

@@ -34,6 +34,8 @@
 #include "runtime/cuda/cuda_raii.hpp"
 #include "runtime/cuda/cuda_executor.hpp"
 #include "runtime/cuda/device_layout.hpp"
+#include "scheduler/ir/op_args.hpp"
+#include "scheduler/ir/plan_index.hpp"
 
 namespace charm::rt::cuda {
 
@@ -77,14 +79,32 @@ class PlanRunner {
     ir::RankId rank = 0;
     ir::Stream stream = ir::Stream::Compute;
     Stream cs;
-    std::vector<ir::OpId> ops;
+    std::span<const ir::OpId> ops;  // its lane of the index, in stream order
     std::size_t next = 0;      // first op not yet enqueued
     bool open = false;         // local mode: the group at `next` is open
     std::size_t done = 0;      // wait(): ops whose end event completed
     std::unique_ptr<BlockAttention> attn;  // lanes that run Compute ops
   };
 
-  PlanRunner(const ir::Plan& plan, Hooks hooks) : plan_(plan), hooks_(std::move(hooks)) {}
+  PlanRunner(const ir::Plan& plan, Hooks hooks) : plan_(plan), idx_(plan), hooks_(std::move(hooks)) {}
+  // create(), step by step.
+  [[nodiscard]] Status set_local_ranks(const std::vector<ir::RankId>& local_ranks);
+  void build_lanes();
+  [[nodiscard]] Status create_streams(const CudaRunOptions& opt);
+  [[nodiscard]] Status allocate_buffers();
+  [[nodiscard]] Status upload_masks();
+  // One function per local op kind (ir::decode has checked the slots' buffers and kinds).
+  [[nodiscard]] Status compute_fwd(Lane& l, ir::OpId id, const ir::ComputeFwdArgs& a);
+  [[nodiscard]] Status compute_bwd(Lane& l, ir::OpId id, const ir::ComputeBwdArgs& a);
+  [[nodiscard]] Status merge(Lane& l, ir::OpId id, const ir::MergeArgs& a);
+  [[nodiscard]] Status accumulate(Lane& l, ir::OpId id, const ir::AccumulateArgs& a);
+  [[nodiscard]] Status pack(Lane& l, ir::OpId id, const ir::PackArgs& a);
+  [[nodiscard]] Status copy(Lane& l, ir::OpId id, const ir::CopyArgs& a);
+  /// Checks every buffer is on this process; the mask of the compute's (q, kv) blocks.
+  [[nodiscard]] Status local_buffers(ir::OpId id, std::initializer_list<ir::BufferId> bufs) const;
+  [[nodiscard]] Expected<const int*> compute_mask(Lane& l, ir::OpId id, ir::BufferId q, ir::BufferId kv) const;
+  [[nodiscard]] float* f32(ir::BufferId b, int sec) const { return reinterpret_cast<float*>(section(b, sec)); }
+  [[nodiscard]] void* dat(ir::BufferId b, int sec) const { return static_cast<void*>(section(b, sec)); }
   [[nodiscard]] std::size_t group_end(const Lane& l) const;
   [[nodiscard]] bool deps_enqueued(ir::OpId id) const;
   [[nodiscard]] Status wait_deps(const Lane& l, ir::OpId id);
@@ -95,10 +115,11 @@ class PlanRunner {
   [[nodiscard]] std::string stuck_message(bool enqueue) const;
 
   const ir::Plan& plan_;
+  ir::PlanIndex idx_;
   Hooks hooks_;
   CudaRunOptions opt_;
   ShardShape shape_;
-  DeviceLayout layouts_[7];
+  DeviceLayout layouts_[ir::kNumBufKinds];
   std::vector<char> local_;              // by rank
   std::vector<Lane> lanes_;
   std::vector<DeviceMem<char>> buffers_; // by BufferId; null for other processes' buffers
@@ -109,7 +130,6 @@ class PlanRunner {
   std::vector<char> vis_ready_;
   std::vector<Event> start_ev_, end_ev_, copy_ev_;  // by OpId (null where unused)
   Event t0_;
-  std::vector<ir::OpId> peer_;           // local mode: the matching Send/Recv, kNone when none
   std::vector<char> enqueued_, opened_, copied_;
   std::vector<double> start_ms_, end_ms_;
   std::vector<std::size_t> rank_bytes_;

@@ -19,6 +19,7 @@ Expected<E> parse_enum(std::string_view s, const std::array<E, N>& all, const ch
 constexpr std::array kOpKinds{OpKind::Compute, OpKind::Send, OpKind::Recv, OpKind::Merge, OpKind::Accumulate, OpKind::Copy};
 constexpr std::array kStreams{Stream::Compute, Stream::Kv, Stream::Q, Stream::Out, Stream::Cross, Stream::Dkv};
 constexpr std::array kBufKinds{BufKind::Q, BufKind::Kv, BufKind::Out, BufKind::Dout, BufKind::QBundle, BufKind::Dq, BufKind::Dkv};
+static_assert(kBufKinds.size() == kNumBufKinds);
 constexpr std::array kBufInits{BufInit::None, BufInit::Input, BufInit::Zero};
 } // namespace
 

@@ -15,7 +15,8 @@
 //   are issued together (ncclGroupStart/End), progress in any order, and
 //   complete as a whole: an op that depends on the group's last member may use
 //   what any member received (PlanBuilder relies on this).
-// - Buffers are rank-local. Op::buf holds, per kind:
+// - Buffers are rank-local. Op::buf holds, per kind (op_args.hpp names the
+//   slots: ir::decode checks them and returns one struct per kind):
 //     Compute (fwd)  [q, kv, out-acc, -]        out-acc is read and written
 //     Compute (bwd)  [qbundle, kv, dq-acc, dkv-acc]  both accs read and written
 //     Send           [src, -, -, -]
@@ -68,6 +69,9 @@ inline constexpr std::int32_t kNone = -1;
 
 enum class OpKind : std::uint8_t { Compute, Send, Recv, Merge, Accumulate, Copy };
 
+/// Send and Recv: the ops that meet a peer (the rest are local to their rank).
+[[nodiscard]] constexpr bool is_comm(OpKind k) { return k == OpKind::Send || k == OpKind::Recv; }
+
 /// Streams of one rank. Comm streams map to one communicator each on NCCL.
 enum class Stream : std::uint8_t { Compute, Kv, Q, Out, Cross, Dkv };
 inline constexpr int kNumStreams = 6;
@@ -81,6 +85,7 @@ enum class BufKind : std::uint8_t {
   Dq,       // dQ of `owner`: accumulator or partial
   Dkv,      // dK, dV of `owner`: accumulator or partial
 };
+inline constexpr int kNumBufKinds = 7;  // BufKind values are 0 .. kNumBufKinds - 1
 
 /// What a buffer holds before the plan runs.
 enum class BufInit : std::uint8_t {
@@ -130,6 +135,9 @@ struct Op {
   Bytes bytes = 0;                   // Send/Recv: payload; Merge/Accumulate/Copy: bytes touched
   Flops flops = 0;                   // Compute
 };
+static_assert(sizeof(Op) == 64, "an Op is one cache line: plans of millions of ops stay compact");
+
+[[nodiscard]] constexpr bool is_comm(const Op& o) { return is_comm(o.kind); }
 
 /// Which buffers of a rank hold its final results.
 struct RankResults {

@@ -13,11 +13,10 @@
 #include <limits>
 #include <optional>
 #include <ostream>
-#include <map>
 #include <sstream>
-#include <tuple>
 
 #include "scheduler/ir/input_file.hpp"
+#include "scheduler/ir/plan_index.hpp"
 
 namespace charm::ir {
 
@@ -212,6 +211,169 @@ json plan_to_json(const Plan& plan) {
   return out;
 }
 
+namespace {
+
+Expected<std::int64_t> index_in(const json& v, std::int64_t n, const std::string& path) { return int_in(v, 0, n, path, /*half_open=*/true); }
+
+/// Buffer `index` of a plan of `ranks` ranks that holds `earlier` buffers so far.
+Expected<Buffer> buffer_from_json(const json& jb, const std::string& w, std::size_t index, std::int64_t ranks, std::size_t earlier) {
+  Reader r(jb, fmt::format("{}.buffers[{}]", w, index));
+  if (auto s = r.known_fields({"rank", "kind", "owner", "init", "bytes", "owners", "head_begin", "heads", "part_begin", "parts",
+                               "parent", "reuse"});
+      !s)
+    return s.error();
+  Buffer b;
+  std::int64_t v = 0;
+  CHARM_TRY_ASSIGN(v, r.integer("rank", 0, ranks - 1));
+  b.rank = static_cast<RankId>(v);
+  CHARM_TRY_ASSIGN(v, r.integer("owner", 0, ranks - 1));
+  b.owner = static_cast<RankId>(v);
+  CHARM_TRY_ASSIGN(b.kind, r.enumeration<BufKind>("kind", parse_buf_kind));
+  CHARM_TRY_ASSIGN(b.init, r.enumeration<BufInit>("init", parse_buf_init));
+  CHARM_TRY_ASSIGN(v, r.integer("bytes", 0, std::int64_t{1} << 50));
+  b.bytes = static_cast<Bytes>(v);
+  // Region fields: ranges are checked against the plan by the validator (rule structure).
+  CHARM_TRY_ASSIGN(v, r.integer("owners", 1, ranks, false, 1));
+  b.owners = static_cast<std::int32_t>(v);
+  CHARM_TRY_ASSIGN(v, r.integer("head_begin", 0, kMaxHeads, false, 0));
+  b.head_begin = static_cast<std::int32_t>(v);
+  CHARM_TRY_ASSIGN(v, r.integer("heads", 0, kMaxHeads, false, 0));
+  b.heads = static_cast<std::int32_t>(v);
+  CHARM_TRY_ASSIGN(v, r.integer("part_begin", 0, 1 << 16, false, 0));
+  b.part_begin = static_cast<std::int32_t>(v);
+  CHARM_TRY_ASSIGN(v, r.integer("parts", 0, 1 << 16, false, 0));
+  b.parts = static_cast<std::int32_t>(v);
+  CHARM_TRY_ASSIGN(v, r.integer("parent", -1, std::int64_t{1} << 30, false, -1));
+  b.parent = static_cast<BufferId>(v);
+  if (b.parent >= static_cast<std::int64_t>(earlier))
+    return Error{fmt::format("{}.buffers[{}].parent", w, index), fmt::format("must name an earlier buffer, got {}", b.parent)};
+  CHARM_TRY_ASSIGN(v, r.integer("reuse", -1, std::int64_t{1} << 30, false, -1));
+  b.reuse = static_cast<BufferId>(v);
+  if (b.reuse >= static_cast<std::int64_t>(earlier))
+    return Error{fmt::format("{}.buffers[{}].reuse", w, index), fmt::format("must name an earlier buffer, got {}", b.reuse)};
+  return b;
+}
+
+/// The "results" array into plan.results() (one entry per rank, defaults kNone).
+Status results_from_json(const json& jr_all, const std::string& w, Plan& plan) {
+  if (!jr_all.is_array()) return Error{w + ".results", "must be an array"};
+  const std::int64_t ranks = plan.ranks, nbuf = static_cast<std::int64_t>(plan.buffers().size());
+  plan.results().assign(static_cast<std::size_t>(ranks), RankResults{});
+  std::size_t ri = 0;
+  for (const json& jr : jr_all) {
+    Reader r(jr, fmt::format("{}.results[{}]", w, ri++));
+    if (auto s = r.known_fields({"rank", "out", "dq", "dkv"}); !s) return s.error();
+    std::int64_t rank = 0;
+    CHARM_TRY_ASSIGN(rank, r.integer("rank", 0, ranks - 1));
+    auto& res = plan.results()[static_cast<std::size_t>(rank)];
+    std::int64_t v = 0;
+    CHARM_TRY_ASSIGN(v, r.integer("out", -1, nbuf - 1, false, -1));
+    res.out = static_cast<BufferId>(v);
+    CHARM_TRY_ASSIGN(v, r.integer("dq", -1, nbuf - 1, false, -1));
+    res.dq = static_cast<BufferId>(v);
+    CHARM_TRY_ASSIGN(v, r.integer("dkv", -1, nbuf - 1, false, -1));
+    res.dkv = static_cast<BufferId>(v);
+  }
+  return {};
+}
+
+/// An op's "deps" (ids below nops) into `deps`.
+Status deps_from_json(Reader& r, const std::string& path, std::int64_t nops, std::vector<OpId>& deps) {
+  auto df = r.field("deps");
+  if (!df) return df.error();
+  if (!(*df)->is_array()) return Error{path + ".deps", "must be an array"};
+  deps.clear();
+  std::size_t di = 0;
+  for (const json& d : **df) {
+    if (!d.is_number_integer()) return Error{fmt::format("{}.deps[{}]", path, di), "must be an integer"};
+    const auto x = index_in(d, nops, fmt::format("{}.deps[{}]", path, di));
+    if (!x) return x.error();
+    deps.push_back(static_cast<OpId>(*x));
+    ++di;
+  }
+  return {};
+}
+
+/// An op's "bufs" (at most 4 buffer ids or nulls) into op.buf.
+Status bufs_from_json(Reader& r, const std::string& path, std::int64_t nbuf, Op& op) {
+  auto bfield = r.field("bufs", false);
+  if (!bfield) return bfield.error();
+  if (*bfield == nullptr) return {};
+  if (!(*bfield)->is_array() || (*bfield)->size() > 4) return Error{path + ".bufs", "must be an array of at most 4 buffer ids"};
+  for (std::size_t k = 0; k < (*bfield)->size(); ++k) {
+    const json& b = (**bfield)[k];
+    if (b.is_null()) continue;
+    if (!b.is_number_integer()) return Error{fmt::format("{}.bufs[{}]", path, k), "must be an integer or null"};
+    const auto x = index_in(b, nbuf, fmt::format("{}.bufs[{}]", path, k));
+    if (!x) return x.error();
+    op.buf[k] = static_cast<BufferId>(*x);
+  }
+  return {};
+}
+
+/// The fields of op.kind: blocks, mask and FLOPs of a compute; peer, tag, bytes and group of a transfer; bytes else.
+Status kind_fields_from_json(Reader& r, std::int64_t ranks, Op& op) {
+  std::int64_t v = 0;
+  switch (op.kind) {
+    case OpKind::Compute:
+      CHARM_TRY_ASSIGN(v, r.integer("q_block", 0, ranks - 1));
+      op.q_owner = static_cast<RankId>(v);
+      CHARM_TRY_ASSIGN(v, r.integer("kv_block", 0, ranks - 1));
+      op.kv_owner = static_cast<RankId>(v);
+      CHARM_TRY_ASSIGN(op.mask, r.enumeration<MaskPiece>("mask", parse_mask_piece));
+      CHARM_TRY_ASSIGN(op.flops, r.number("flops"));
+      break;
+    case OpKind::Send:
+    case OpKind::Recv:
+      CHARM_TRY_ASSIGN(v, r.integer("peer", 0, ranks - 1));
+      op.peer = static_cast<RankId>(v);
+      CHARM_TRY_ASSIGN(v, r.integer("tag", 0, std::int64_t{1} << 30));
+      op.tag = static_cast<std::int32_t>(v);
+      CHARM_TRY_ASSIGN(v, r.integer("bytes", 0, std::int64_t{1} << 50));
+      op.bytes = static_cast<Bytes>(v);
+      CHARM_TRY_ASSIGN(v, r.integer("group", -1, std::int64_t{1} << 30, false, -1));
+      op.group = static_cast<std::int32_t>(v);
+      break;
+    default:
+      CHARM_TRY_ASSIGN(v, r.integer("bytes", 0, std::int64_t{1} << 50, false, 0));
+      op.bytes = static_cast<Bytes>(v);
+      break;
+  }
+  return {};
+}
+
+/// Op `index` of `nops`; its dependencies go to `deps`.
+Expected<Op> op_from_json(const json& jo, const std::string& w, std::int64_t index, std::int64_t nops, const Plan& plan,
+                          std::vector<OpId>& deps) {
+  const std::string path = fmt::format("{}.ops[{}]", w, index);
+  Reader r(jo, path);
+  if (auto s = r.known_fields({"id", "rank", "stream", "kind", "deps", "bufs", "pass", "q_block", "kv_block", "mask", "flops",
+                               "peer", "tag", "bytes", "group"});
+      !s)
+    return s.error();
+  Op op;
+  std::int64_t v = 0;
+  CHARM_TRY_ASSIGN(v, r.integer("id", 0, nops - 1));
+  if (v != index) return Error{path + ".id", fmt::format("ids must be 0, 1, 2, ... in order; expected {}, got {}", index, v)};
+  CHARM_TRY_ASSIGN(v, r.integer("rank", 0, plan.ranks - 1));
+  op.rank = static_cast<RankId>(v);
+  CHARM_TRY_ASSIGN(op.stream, r.enumeration<Stream>("stream", parse_stream));
+  CHARM_TRY_ASSIGN(op.kind, r.enumeration<OpKind>("kind", parse_op_kind));
+  auto p = r.string("pass", false);
+  if (!p) return p.error();
+  if (!p->empty()) {
+    if (*p == "fwd") op.phase = Phase::Fwd;
+    else if (*p == "bwd") op.phase = Phase::Bwd;
+    else return Error{path + ".pass", fmt::format("must be fwd or bwd, got '{}'", *p)};
+  }
+  if (auto s = deps_from_json(r, path, nops, deps); !s) return s.error();
+  if (auto s = bufs_from_json(r, path, static_cast<std::int64_t>(plan.buffers().size()), op); !s) return s.error();
+  if (auto s = kind_fields_from_json(r, plan.ranks, op); !s) return s.error();
+  return op;
+}
+
+} // namespace
+
 Expected<Plan> plan_from_json(const json& j, std::string_view where) {
   const std::string w(where);
   Reader top(j, w);
@@ -230,76 +392,21 @@ Expected<Plan> plan_from_json(const json& j, std::string_view where) {
   std::int64_t parts = 1;
   CHARM_TRY_ASSIGN(parts, top.integer("parts", 1, 1 << 16, false, 1));
   plan.parts = static_cast<int>(parts);
-  {
-    auto wf = top.field("workload");
-    if (!wf) return wf.error();
-    CHARM_TRY_ASSIGN(plan.workload, workload_from_json(**wf, w + ".workload"));
-  }
-  auto in_range = [&](const json& v, std::int64_t n, const std::string& path) { return int_in(v, 0, n, path, /*half_open=*/true); };
-  // Buffers.
+  auto wf = top.field("workload");
+  if (!wf) return wf.error();
+  CHARM_TRY_ASSIGN(plan.workload, workload_from_json(**wf, w + ".workload"));
   auto bf = top.field("buffers");
   if (!bf) return bf.error();
   if (!(*bf)->is_array()) return Error{w + ".buffers", "must be an array"};
   std::size_t bi = 0;
   for (const json& jb : **bf) {
-    Reader r(jb, fmt::format("{}.buffers[{}]", w, bi++));
-    if (auto s = r.known_fields({"rank", "kind", "owner", "init", "bytes", "owners", "head_begin", "heads", "part_begin",
-                                 "parts", "parent", "reuse"});
-        !s)
-      return s.error();
-    Buffer b;
-    std::int64_t v = 0;
-    CHARM_TRY_ASSIGN(v, r.integer("rank", 0, ranks - 1));
-    b.rank = static_cast<RankId>(v);
-    CHARM_TRY_ASSIGN(v, r.integer("owner", 0, ranks - 1));
-    b.owner = static_cast<RankId>(v);
-    CHARM_TRY_ASSIGN(b.kind, r.enumeration<BufKind>("kind", parse_buf_kind));
-    CHARM_TRY_ASSIGN(b.init, r.enumeration<BufInit>("init", parse_buf_init));
-    CHARM_TRY_ASSIGN(v, r.integer("bytes", 0, std::int64_t{1} << 50));
-    b.bytes = static_cast<Bytes>(v);
-    // Region fields: ranges are checked against the plan by the validator (rule structure).
-    CHARM_TRY_ASSIGN(v, r.integer("owners", 1, ranks, false, 1));
-    b.owners = static_cast<std::int32_t>(v);
-    CHARM_TRY_ASSIGN(v, r.integer("head_begin", 0, kMaxHeads, false, 0));
-    b.head_begin = static_cast<std::int32_t>(v);
-    CHARM_TRY_ASSIGN(v, r.integer("heads", 0, kMaxHeads, false, 0));
-    b.heads = static_cast<std::int32_t>(v);
-    CHARM_TRY_ASSIGN(v, r.integer("part_begin", 0, 1 << 16, false, 0));
-    b.part_begin = static_cast<std::int32_t>(v);
-    CHARM_TRY_ASSIGN(v, r.integer("parts", 0, 1 << 16, false, 0));
-    b.parts = static_cast<std::int32_t>(v);
-    CHARM_TRY_ASSIGN(v, r.integer("parent", -1, std::int64_t{1} << 30, false, -1));
-    b.parent = static_cast<BufferId>(v);
-    if (b.parent >= static_cast<std::int64_t>(plan.buffers().size()))
-      return Error{fmt::format("{}.buffers[{}].parent", w, bi - 1), fmt::format("must name an earlier buffer, got {}", b.parent)};
-    CHARM_TRY_ASSIGN(v, r.integer("reuse", -1, std::int64_t{1} << 30, false, -1));
-    b.reuse = static_cast<BufferId>(v);
-    if (b.reuse >= static_cast<std::int64_t>(plan.buffers().size()))
-      return Error{fmt::format("{}.buffers[{}].reuse", w, bi - 1), fmt::format("must name an earlier buffer, got {}", b.reuse)};
-    (void)plan.add_buffer(b);
+    auto b = buffer_from_json(jb, w, bi++, ranks, plan.buffers().size());
+    if (!b) return b.error();
+    (void)plan.add_buffer(*b);
   }
-  const auto nbuf = static_cast<std::int64_t>(plan.buffers().size());
-  // Results.
   auto rf = top.field("results");
   if (!rf) return rf.error();
-  if (!(*rf)->is_array()) return Error{w + ".results", "must be an array"};
-  plan.results().assign(static_cast<std::size_t>(ranks), RankResults{});
-  std::size_t ri = 0;
-  for (const json& jr : **rf) {
-    Reader r(jr, fmt::format("{}.results[{}]", w, ri++));
-    if (auto s = r.known_fields({"rank", "out", "dq", "dkv"}); !s) return s.error();
-    std::int64_t rank = 0;
-    CHARM_TRY_ASSIGN(rank, r.integer("rank", 0, ranks - 1));
-    auto& res = plan.results()[static_cast<std::size_t>(rank)];
-    std::int64_t v = 0;
-    CHARM_TRY_ASSIGN(v, r.integer("out", -1, nbuf - 1, false, -1));
-    res.out = static_cast<BufferId>(v);
-    CHARM_TRY_ASSIGN(v, r.integer("dq", -1, nbuf - 1, false, -1));
-    res.dq = static_cast<BufferId>(v);
-    CHARM_TRY_ASSIGN(v, r.integer("dkv", -1, nbuf - 1, false, -1));
-    res.dkv = static_cast<BufferId>(v);
-  }
-  // Ops.
+  if (auto s = results_from_json(**rf, w, plan); !s) return s.error();
   auto of = top.field("ops");
   if (!of) return of.error();
   if (!(*of)->is_array()) return Error{w + ".ops", "must be an array"};
@@ -307,81 +414,9 @@ Expected<Plan> plan_from_json(const json& j, std::string_view where) {
   std::vector<OpId> deps;
   std::int64_t index = 0;
   for (const json& jo : **of) {
-    const std::string path = fmt::format("{}.ops[{}]", w, index);
-    Reader r(jo, path);
-    if (auto s = r.known_fields({"id", "rank", "stream", "kind", "deps", "bufs", "pass", "q_block", "kv_block", "mask", "flops",
-                                 "peer", "tag", "bytes", "group"});
-        !s)
-      return s.error();
-    Op op;
-    std::int64_t v = 0;
-    CHARM_TRY_ASSIGN(v, r.integer("id", 0, nops - 1));
-    if (v != index) return Error{path + ".id", fmt::format("ids must be 0, 1, 2, ... in order; expected {}, got {}", index, v)};
-    CHARM_TRY_ASSIGN(v, r.integer("rank", 0, ranks - 1));
-    op.rank = static_cast<RankId>(v);
-    CHARM_TRY_ASSIGN(op.stream, r.enumeration<Stream>("stream", parse_stream));
-    CHARM_TRY_ASSIGN(op.kind, r.enumeration<OpKind>("kind", parse_op_kind));
-    {
-      auto p = r.string("pass", false);
-      if (!p) return p.error();
-      if (!p->empty()) {
-        if (*p == "fwd") op.phase = Phase::Fwd;
-        else if (*p == "bwd") op.phase = Phase::Bwd;
-        else return Error{path + ".pass", fmt::format("must be fwd or bwd, got '{}'", *p)};
-      }
-    }
-    auto df = r.field("deps");
-    if (!df) return df.error();
-    if (!(*df)->is_array()) return Error{path + ".deps", "must be an array"};
-    deps.clear();
-    std::size_t di = 0;
-    for (const json& d : **df) {
-      if (!d.is_number_integer()) return Error{fmt::format("{}.deps[{}]", path, di), "must be an integer"};
-      const auto x = in_range(d, nops, fmt::format("{}.deps[{}]", path, di));
-      if (!x) return x.error();
-      deps.push_back(static_cast<OpId>(*x));
-      ++di;
-    }
-    auto bfield = r.field("bufs", false);
-    if (!bfield) return bfield.error();
-    if (*bfield != nullptr) {
-      if (!(*bfield)->is_array() || (*bfield)->size() > 4) return Error{path + ".bufs", "must be an array of at most 4 buffer ids"};
-      for (std::size_t k = 0; k < (*bfield)->size(); ++k) {
-        const json& b = (**bfield)[k];
-        if (b.is_null()) continue;
-        if (!b.is_number_integer()) return Error{fmt::format("{}.bufs[{}]", path, k), "must be an integer or null"};
-        const auto x = in_range(b, nbuf, fmt::format("{}.bufs[{}]", path, k));
-        if (!x) return x.error();
-        op.buf[k] = static_cast<BufferId>(*x);
-      }
-    }
-    switch (op.kind) {
-      case OpKind::Compute:
-        CHARM_TRY_ASSIGN(v, r.integer("q_block", 0, ranks - 1));
-        op.q_owner = static_cast<RankId>(v);
-        CHARM_TRY_ASSIGN(v, r.integer("kv_block", 0, ranks - 1));
-        op.kv_owner = static_cast<RankId>(v);
-        CHARM_TRY_ASSIGN(op.mask, r.enumeration<MaskPiece>("mask", parse_mask_piece));
-        CHARM_TRY_ASSIGN(op.flops, r.number("flops"));
-        break;
-      case OpKind::Send:
-      case OpKind::Recv:
-        CHARM_TRY_ASSIGN(v, r.integer("peer", 0, ranks - 1));
-        op.peer = static_cast<RankId>(v);
-        CHARM_TRY_ASSIGN(v, r.integer("tag", 0, std::int64_t{1} << 30));
-        op.tag = static_cast<std::int32_t>(v);
-        CHARM_TRY_ASSIGN(v, r.integer("bytes", 0, std::int64_t{1} << 50));
-        op.bytes = static_cast<Bytes>(v);
-        CHARM_TRY_ASSIGN(v, r.integer("group", -1, std::int64_t{1} << 30, false, -1));
-        op.group = static_cast<std::int32_t>(v);
-        break;
-      default:
-        CHARM_TRY_ASSIGN(v, r.integer("bytes", 0, std::int64_t{1} << 50, false, 0));
-        op.bytes = static_cast<Bytes>(v);
-        break;
-    }
-    (void)plan.add_op(op, deps);
-    ++index;
+    auto op = op_from_json(jo, w, index++, nops, plan, deps);
+    if (!op) return op.error();
+    (void)plan.add_op(*op, deps);
   }
   return plan;
 }
@@ -417,17 +452,10 @@ void write_dot(const Plan& plan, std::ostream& os) {
   for (OpId id = 0; id < static_cast<OpId>(plan.size()); ++id)
     for (OpId d : plan.deps(id)) os << fmt::format("  op{} -> op{};\n", d, id);
   // Matched messages as dashed edges.
-  std::map<std::tuple<int, int, int, int>, OpId> sends;
-  for (OpId id = 0; id < static_cast<OpId>(plan.size()); ++id) {
-    const Op& op = plan.op(id);
-    if (op.kind == OpKind::Send) sends[{int(op.stream), op.rank, op.peer, op.tag}] = id;
-  }
-  for (OpId id = 0; id < static_cast<OpId>(plan.size()); ++id) {
-    const Op& op = plan.op(id);
-    if (op.kind != OpKind::Recv) continue;
-    auto it = sends.find({int(op.stream), op.peer, op.rank, op.tag});
-    if (it != sends.end()) os << fmt::format("  op{} -> op{} [style=dashed, color=red];\n", it->second, id);
-  }
+  const PlanIndex idx(plan);
+  for (OpId id = 0; id < static_cast<OpId>(plan.size()); ++id)
+    if (plan.op(id).kind == OpKind::Recv && idx.partner(id) != kNone)
+      os << fmt::format("  op{} -> op{} [style=dashed, color=red];\n", idx.partner(id), id);
   os << "}\n";
 }
 

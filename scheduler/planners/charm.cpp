@@ -335,89 +335,94 @@ class RmPlus {
 
   void emit(const Unit& u) {
     switch (u.kind) {
-      case Kind::KvExchange:
-        pairs(kv_xor(u.round), [&](int from, int to, int gs, int gd) {
-          if (!kv_payload(from, to)) return;
-          const BufferId got = ship(Stream::Kv, slots_.kv, at(from).kv, to, gs, gd);
-          kv_in_[std::size_t(to)][std::size_t(u.round)] = got;
-          set_consumer(got, kv_compute_[std::size_t(u.round)]);
-        });
-        break;
-      case Kind::QExchange:
-        pairs(q_xor(u.round), [&](int from, int to, int gs, int gd) {
-          if (!q_payload(from, to, u.set)) return;
-          const BufferId got = ship(Stream::Q, slots_.q, at(from).queries[std::size_t(u.set)], to, gs, gd);
-          q_in_[std::size_t(to)][item(u.round, u.set)] = got;
-          set_consumer(got, q_compute_[item(u.round, u.set)]);
-        });
-        break;
-      case Kind::Local:
-        for (int x = 0; x < size(); ++x) {
-          auto& X = at(x);
-          for (std::size_t j = 0; j < X.queries.size(); ++j)
-            if ((u.set < 0 || (u.set == 0) == (j == 0)) && b_.visible(owner(X.queries[j]), kv_owner(x)))
-              compute(X.queries[j], X.kv, X.acc[j], X.dkv);
-        }
-        break;
-      case Kind::KvCompute:
-        for (int x = 0; x < size(); ++x) {
-          const BufferId kv = kv_in(x, u.round);
-          if (kv == kNone) continue;
-          auto& X = at(x);
-          BufferId part = kNone;
-          if (!fwd()) {
-            part = b_.buffer(slots_.dkv_partial, X.rank, BufKind::Dkv, b_.region(kv), BufInit::Zero);
-            kv_part_[std::size_t(x)][std::size_t(u.round)] = part;
-            set_consumer(part, kv_return_[std::size_t(u.round)]);
-          }
-          // Crossed sets first: their accumulators go home at the end, the own one stays.
-          for (int k = 0; k < sets_; ++k) {
-            const auto j = std::size_t(set_at(k));
-            if (j < X.queries.size() && b_.visible(owner(X.queries[j]), owner(kv))) compute(X.queries[j], kv, X.acc[j], part);
-          }
-        }
-        break;
-      case Kind::QCompute:
-        for (int x = 0; x < size(); ++x) {
-          const BufferId q = q_in(x, u.round, u.set);
-          if (q == kNone) continue;
-          auto& X = at(x);
-          const BufferId part = b_.buffer(slots_.partial, X.rank, fwd() ? BufKind::Out : BufKind::Dq, b_.region(q), BufInit::Zero);
-          q_part_[std::size_t(x)][item(u.round, u.set)] = part;
-          set_consumer(part, q_return_[item(u.round, u.set)]);
-          compute(q, X.kv, part, X.dkv);
-        }
-        break;
+      case Kind::KvExchange: emit_kv_exchange(u); break;
+      case Kind::QExchange: emit_q_exchange(u); break;
+      case Kind::Local: emit_local(u); break;
+      case Kind::KvCompute: emit_kv_compute(u); break;
+      case Kind::QCompute: emit_q_compute(u); break;
       case Kind::KvReturn:
-      case Kind::QReturn: {
-        const bool kv = u.kind == Kind::KvReturn;
-        const std::size_t slot = kv ? std::size_t(u.round) : item(u.round, u.set);
-        auto& part = kv ? kv_part_ : q_part_;
-        auto& home = kv ? kv_home_ : q_home_;
-        const int fold = (kv ? kv_fold_ : q_fold_)[slot];
-        pairs(kv ? kv_xor(u.round) : q_xor(u.round), [&](int from, int to, int gs, int gd) {
-          const BufferId p = part[std::size_t(from)][slot];
-          if (p == kNone) return;
-          const BufferId got = ship(Stream::Out, kv ? slots_.dkv_arrival() : slots_.arrival, p, to, gs, gd);
-          home[std::size_t(to)][slot] = got;
-          set_consumer(got, fold);
-        });
-        break;
-      }
+      case Kind::QReturn: emit_return(u); break;
       case Kind::KvFold:
-      case Kind::QFold: {
-        const bool kv = u.kind == Kind::KvFold;
-        const std::size_t slot = kv ? std::size_t(u.round) : item(u.round, u.set);
-        for (int x = 0; x < size(); ++x) {
-          const BufferId got = (kv ? kv_home_ : q_home_)[std::size_t(x)][slot];
-          if (got == kNone) continue;
-          auto& X = at(x);
-          if (kv) b_.accumulate(Stream::Compute, got, X.dkv);
-          else if (fwd()) b_.merge(Stream::Compute, got, X.acc[std::size_t(u.set)]);
-          else b_.accumulate(Stream::Compute, got, X.acc[std::size_t(u.set)]);
-        }
-        break;
+      case Kind::QFold: emit_fold(u); break;
+    }
+  }
+  void emit_kv_exchange(const Unit& u) {
+    pairs(kv_xor(u.round), [&](int from, int to, int gs, int gd) {
+      if (!kv_payload(from, to)) return;
+      const BufferId got = ship(Stream::Kv, slots_.kv, at(from).kv, to, gs, gd);
+      kv_in_[std::size_t(to)][std::size_t(u.round)] = got;
+      set_consumer(got, kv_compute_[std::size_t(u.round)]);
+    });
+  }
+  void emit_q_exchange(const Unit& u) {
+    pairs(q_xor(u.round), [&](int from, int to, int gs, int gd) {
+      if (!q_payload(from, to, u.set)) return;
+      const BufferId got = ship(Stream::Q, slots_.q, at(from).queries[std::size_t(u.set)], to, gs, gd);
+      q_in_[std::size_t(to)][item(u.round, u.set)] = got;
+      set_consumer(got, q_compute_[item(u.round, u.set)]);
+    });
+  }
+  void emit_local(const Unit& u) {
+    for (int x = 0; x < size(); ++x) {
+      auto& X = at(x);
+      for (std::size_t j = 0; j < X.queries.size(); ++j)
+        if ((u.set < 0 || (u.set == 0) == (j == 0)) && b_.visible(owner(X.queries[j]), kv_owner(x)))
+          compute(X.queries[j], X.kv, X.acc[j], X.dkv);
+    }
+  }
+  void emit_kv_compute(const Unit& u) {
+    for (int x = 0; x < size(); ++x) {
+      const BufferId kv = kv_in(x, u.round);
+      if (kv == kNone) continue;
+      auto& X = at(x);
+      BufferId part = kNone;
+      if (!fwd()) {
+        part = b_.buffer(slots_.dkv_partial, X.rank, BufKind::Dkv, b_.region(kv), BufInit::Zero);
+        kv_part_[std::size_t(x)][std::size_t(u.round)] = part;
+        set_consumer(part, kv_return_[std::size_t(u.round)]);
       }
+      // Crossed sets first: their accumulators go home at the end, the own one stays.
+      for (int k = 0; k < sets_; ++k) {
+        const auto j = std::size_t(set_at(k));
+        if (j < X.queries.size() && b_.visible(owner(X.queries[j]), owner(kv))) compute(X.queries[j], kv, X.acc[j], part);
+      }
+    }
+  }
+  void emit_q_compute(const Unit& u) {
+    for (int x = 0; x < size(); ++x) {
+      const BufferId q = q_in(x, u.round, u.set);
+      if (q == kNone) continue;
+      auto& X = at(x);
+      const BufferId part = b_.buffer(slots_.partial, X.rank, fwd() ? BufKind::Out : BufKind::Dq, b_.region(q), BufInit::Zero);
+      q_part_[std::size_t(x)][item(u.round, u.set)] = part;
+      set_consumer(part, q_return_[item(u.round, u.set)]);
+      compute(q, X.kv, part, X.dkv);
+    }
+  }
+  void emit_return(const Unit& u) {
+    const bool kv = u.kind == Kind::KvReturn;
+    const std::size_t slot = kv ? std::size_t(u.round) : item(u.round, u.set);
+    auto& part = kv ? kv_part_ : q_part_;
+    auto& home = kv ? kv_home_ : q_home_;
+    const int fold = (kv ? kv_fold_ : q_fold_)[slot];
+    pairs(kv ? kv_xor(u.round) : q_xor(u.round), [&](int from, int to, int gs, int gd) {
+      const BufferId p = part[std::size_t(from)][slot];
+      if (p == kNone) return;
+      const BufferId got = ship(Stream::Out, kv ? slots_.dkv_arrival() : slots_.arrival, p, to, gs, gd);
+      home[std::size_t(to)][slot] = got;
+      set_consumer(got, fold);
+    });
+  }
+  void emit_fold(const Unit& u) {
+    const bool kv = u.kind == Kind::KvFold;
+    const std::size_t slot = kv ? std::size_t(u.round) : item(u.round, u.set);
+    for (int x = 0; x < size(); ++x) {
+      const BufferId got = (kv ? kv_home_ : q_home_)[std::size_t(x)][slot];
+      if (got == kNone) continue;
+      auto& X = at(x);
+      if (kv) b_.accumulate(Stream::Compute, got, X.dkv);
+      else if (fwd()) b_.merge(Stream::Compute, got, X.acc[std::size_t(u.set)]);
+      else b_.accumulate(Stream::Compute, got, X.acc[std::size_t(u.set)]);
     }
   }
 
@@ -435,107 +440,137 @@ class RmPlus {
   std::vector<std::vector<BufferId>> kv_in_, kv_part_, kv_home_, q_in_, q_part_, q_home_;
 };
 
-void charm_pass(PlanBuilder& b, const std::vector<RankState>& st, int domains) {
-  const bool fwd = b.phase() == Phase::Fwd;
-  const int n = b.ranks();
-  const int R = n / domains;
-  const auto N = std::size_t(n);
-  auto rank_of = [&](int d, int l) { return RankId(((d % domains + domains) % domains) * R + l); };
-  auto acc_kind = fwd ? BufKind::Out : BufKind::Dq;
-  auto query_of = [&](std::size_t r) { return fwd ? st[r].q : st[r].qbundle; };
+/// CHARM+ over `domains` domains of R ranks each: queries cross between domains
+/// first, one RM+ run per domain, the foreign results go home at the end.
+class CharmPass {
+ public:
+  CharmPass(PlanBuilder& b, const std::vector<RankState>& st, int domains)
+      : b_(b), st_(st), domains_(domains), fwd_(b.phase() == Phase::Fwd), n_(b.ranks()), R_(n_ / domains),
+        N_(std::size_t(n_)), acc_kind_(fwd_ ? BufKind::Out : BufKind::Dq) {}
 
-  std::vector<BufferId> own_acc(N), dkv(N, kNone);
-  for (std::size_t r = 0; r < N; ++r) {
-    own_acc[r] = b.buffer(RankId(r), acc_kind, RankId(r), BufInit::Zero);
-    if (!fwd) dkv[r] = b.buffer(RankId(r), BufKind::Dkv, RankId(r), BufInit::Zero);
+  void run() {
+    std::vector<BufferId> own_acc(N_), dkv(N_, kNone);
+    for (std::size_t r = 0; r < N_; ++r) {
+      own_acc[r] = b_.buffer(RankId(r), acc_kind_, RankId(r), BufInit::Zero);
+      if (!fwd_) dkv[r] = b_.buffer(RankId(r), BufKind::Dkv, RankId(r), BufInit::Zero);
+    }
+    const auto crossed = cross_queries();
+    const auto foreign_acc = run_domains(crossed, own_acc, dkv);
+    return_home(foreign_acc, own_acc);
+    for (std::size_t r = 0; r < N_; ++r) {
+      if (fwd_) {
+        b_.results(RankId(r)).out = own_acc[r];
+      } else {
+        b_.results(RankId(r)).dq = own_acc[r];
+        b_.results(RankId(r)).dkv = dkv[r];
+      }
+    }
   }
+
+ private:
+  RankId rank_of(int d, int l) const { return RankId(((d % domains_ + domains_) % domains_) * R_ + l); }
+  BufferId query_of(std::size_t r) const { return fwd_ ? st_[r].q : st_[r].qbundle; }
   // A query set crosses only if some key of the destination domain can see it.
-  auto domain_needs = [&](RankId q_owner, int d) {
-    for (int l = 0; l < R; ++l)
-      if (b.visible(q_owner, rank_of(d, l))) return true;
+  bool domain_needs(RankId q_owner, int d) const {
+    for (int l = 0; l < R_; ++l)
+      if (b_.visible(q_owner, rank_of(d, l))) return true;
     return false;
-  };
+  }
+
   // Cross round p (1 .. D-1): (d, l) sends its queries to (d-p, l) and receives
   // (d+p, l)'s. All rounds go at the start, back to back, and the run computes
   // a crossed query set once it has arrived (Algorithm 2's q_cross).
-  std::vector<std::vector<BufferId>> crossed(N, std::vector<BufferId>(std::size_t(domains), kNone));
-  for (int p = 1; p < domains; ++p) {
-    std::vector<int> group(N);
-    for (auto& gid : group) gid = b.new_group();
-    for (int d = 0; d < domains; ++d)
-      for (int l = 0; l < R; ++l) {
-        const RankId src = rank_of(d, l), dst = rank_of(d - p, l);
-        if (!domain_needs(src, (d - p + domains) % domains)) continue;
-        auto t = b.transfer(Stream::Cross, query_of(std::size_t(src)), dst, group[std::size_t(src)], group[std::size_t(dst)]);
-        crossed[std::size_t(dst)][std::size_t(p)] = t.dst;
-      }
-  }
-  // One RM+ run per domain over every query set its ranks hold: their own and
-  // the crossed ones, so KV moves inside the domain once.
-  const RmSchedule schedule = rm_schedule(b.phase(), domains);
-  RmSlots slots(n, schedule);
-  std::vector<std::vector<BufferId>> foreign_acc(N, std::vector<BufferId>(std::size_t(domains), kNone));
-  for (int d = 0; d < domains; ++d) {
-    std::vector<RmRank> g(static_cast<std::size_t>(R));
-    for (int l = 0; l < R; ++l) {
-      const auto r = std::size_t(rank_of(d, l));
-      RmRank& x = g[std::size_t(l)];
-      x.rank = RankId(r);
-      x.kv = st[r].kv;
-      x.dkv = dkv[r];
-      x.queries.push_back(query_of(r));
-      x.acc.push_back(own_acc[r]);
-      for (int p = 1; p < domains; ++p) {
-        const BufferId q = crossed[r][std::size_t(p)];
-        if (q == kNone) continue;
-        x.queries.push_back(q);
-        foreign_acc[r][std::size_t(p)] = b.buffer(RankId(r), acc_kind, b.buf(q).owner, BufInit::Zero);
-        x.acc.push_back(foreign_acc[r][std::size_t(p)]);
-      }
+  std::vector<std::vector<BufferId>> cross_queries() {
+    std::vector<std::vector<BufferId>> crossed(N_, std::vector<BufferId>(std::size_t(domains_), kNone));
+    for (int p = 1; p < domains_; ++p) {
+      std::vector<int> group(N_);
+      for (auto& gid : group) gid = b_.new_group();
+      for (int d = 0; d < domains_; ++d)
+        for (int l = 0; l < R_; ++l) {
+          const RankId src = rank_of(d, l), dst = rank_of(d - p, l);
+          if (!domain_needs(src, (d - p + domains_) % domains_)) continue;
+          auto t = b_.transfer(Stream::Cross, query_of(std::size_t(src)), dst, group[std::size_t(src)], group[std::size_t(dst)]);
+          crossed[std::size_t(dst)][std::size_t(p)] = t.dst;
+        }
     }
-    RmPlus(b, g, slots, schedule).run();
+    return crossed;
   }
+
+  // One RM+ run per domain over every query set its ranks hold: their own and
+  // the crossed ones, so KV moves inside the domain once. Returns the crossed sets' accumulators.
+  std::vector<std::vector<BufferId>> run_domains(const std::vector<std::vector<BufferId>>& crossed,
+                                                 const std::vector<BufferId>& own_acc, const std::vector<BufferId>& dkv) {
+    const RmSchedule schedule = rm_schedule(b_.phase(), domains_);
+    RmSlots slots(n_, schedule);
+    std::vector<std::vector<BufferId>> foreign_acc(N_, std::vector<BufferId>(std::size_t(domains_), kNone));
+    for (int d = 0; d < domains_; ++d) {
+      std::vector<RmRank> g(static_cast<std::size_t>(R_));
+      for (int l = 0; l < R_; ++l) {
+        const auto r = std::size_t(rank_of(d, l));
+        RmRank& x = g[std::size_t(l)];
+        x.rank = RankId(r);
+        x.kv = st_[r].kv;
+        x.dkv = dkv[r];
+        x.queries.push_back(query_of(r));
+        x.acc.push_back(own_acc[r]);
+        for (int p = 1; p < domains_; ++p) {
+          const BufferId q = crossed[r][std::size_t(p)];
+          if (q == kNone) continue;
+          x.queries.push_back(q);
+          foreign_acc[r][std::size_t(p)] = b_.buffer(RankId(r), acc_kind_, b_.buf(q).owner, BufInit::Zero);
+          x.acc.push_back(foreign_acc[r][std::size_t(p)]);
+        }
+      }
+      RmPlus(b_, g, slots, schedule).run();
+    }
+    return foreign_acc;
+  }
+
   // Foreign results go home at the end: round p, (d, l) returns (d+p, l)'s
   // partial. The first to arrive becomes the sum of all that come home; the
   // later rounds land in one slot of their own and are merged into it on the
   // cross stream (every transfer of a round first: a merge between a rank's
   // receive and send would split its ncclGroup), so that the next round need
   // not wait for the compute stream. The sum joins the accumulator at the end.
-  std::vector<BufferId> home(N, kNone);
-  BufferRing cross_home(n, 1);
-  for (int p = 1; p < domains; ++p) {
-    std::vector<int> group(N);
-    for (auto& gid : group) gid = b.new_group();
-    std::vector<std::pair<RankId, BufferId>> arrived;
-    for (std::size_t r = 0; r < N; ++r) {
-      const BufferId part = foreign_acc[r][std::size_t(p)];
-      if (part == kNone) continue;
-      const RankId owner = b.buf(part).owner;
-      const bool first = home[std::size_t(owner)] == kNone;
-      const BufferId into = first ? kNone : b.buffer(cross_home, owner, acc_kind, b.region(part), BufInit::None);
-      const BufferId got = b.transfer(Stream::Cross, part, owner, group[r], group[std::size_t(owner)], {}, {}, into).dst;
-      if (first) home[std::size_t(owner)] = got;
-      else arrived.emplace_back(owner, got);
+  void return_home(const std::vector<std::vector<BufferId>>& foreign_acc, const std::vector<BufferId>& own_acc) {
+    std::vector<BufferId> home(N_, kNone);
+    BufferRing cross_home(n_, 1);
+    for (int p = 1; p < domains_; ++p) {
+      std::vector<int> group(N_);
+      for (auto& gid : group) gid = b_.new_group();
+      std::vector<std::pair<RankId, BufferId>> arrived;
+      for (std::size_t r = 0; r < N_; ++r) {
+        const BufferId part = foreign_acc[r][std::size_t(p)];
+        if (part == kNone) continue;
+        const RankId owner = b_.buf(part).owner;
+        const bool first = home[std::size_t(owner)] == kNone;
+        const BufferId into = first ? kNone : b_.buffer(cross_home, owner, acc_kind_, b_.region(part), BufInit::None);
+        const BufferId got = b_.transfer(Stream::Cross, part, owner, group[r], group[std::size_t(owner)], {}, {}, into).dst;
+        if (first) home[std::size_t(owner)] = got;
+        else arrived.emplace_back(owner, got);
+      }
+      for (auto [owner, partial] : arrived) {
+        if (fwd_) b_.merge(Stream::Cross, partial, home[std::size_t(owner)]);
+        else b_.accumulate(Stream::Cross, partial, home[std::size_t(owner)]);
+      }
     }
-    for (auto [owner, partial] : arrived) {
-      if (fwd) b.merge(Stream::Cross, partial, home[std::size_t(owner)]);
-      else b.accumulate(Stream::Cross, partial, home[std::size_t(owner)]);
-    }
-  }
-  for (std::size_t r = 0; r < N; ++r) {
-    if (home[r] == kNone) continue;
-    if (fwd) b.merge(Stream::Compute, home[r], own_acc[r]);
-    else b.accumulate(Stream::Compute, home[r], own_acc[r]);
-  }
-  for (std::size_t r = 0; r < N; ++r) {
-    if (fwd) {
-      b.results(RankId(r)).out = own_acc[r];
-    } else {
-      b.results(RankId(r)).dq = own_acc[r];
-      b.results(RankId(r)).dkv = dkv[r];
+    for (std::size_t r = 0; r < N_; ++r) {
+      if (home[r] == kNone) continue;
+      if (fwd_) b_.merge(Stream::Compute, home[r], own_acc[r]);
+      else b_.accumulate(Stream::Compute, home[r], own_acc[r]);
     }
   }
-}
+
+  PlanBuilder& b_;
+  const std::vector<RankState>& st_;
+  int domains_;
+  bool fwd_;
+  int n_, R_;
+  std::size_t N_;
+  BufKind acc_kind_;
+};
+
+void charm_pass(PlanBuilder& b, const std::vector<RankState>& st, int domains) { CharmPass(b, st, domains).run(); }
 
 } // namespace
 

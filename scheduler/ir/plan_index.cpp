@@ -1,0 +1,126 @@
+#include "scheduler/ir/plan_index.hpp"
+
+#include <algorithm>
+
+namespace charm::ir {
+
+namespace {
+
+bool message_less(const Message& a, const Message& b) { return a.key() < b.key() || (a.key() == b.key() && a.id < b.id); }
+
+/// Sorts by (stream, src, dst, tag, id): a stable counting sort on (stream, src)
+/// and a sort of each small bucket by the rest, skipped when the bucket is
+/// already in order (planners issue tags in id order). An endpoint out of range
+/// (a broken plan) falls back to one general sort: the order is the same.
+void sort_by_key(std::vector<Message>& v, std::size_t ranks) {
+  const std::size_t buckets = kNumStreams * ranks;
+  auto bucket = [&](const Message& m) { return std::size_t(m.stream) * ranks + std::size_t(m.src); };
+  std::vector<std::uint32_t> b(buckets + 1, 0);
+  for (const Message& m : v) {
+    if (m.src < 0 || std::size_t(m.src) >= ranks) {
+      std::sort(v.begin(), v.end(), message_less);
+      return;
+    }
+    ++b[bucket(m) + 1];
+  }
+  for (std::size_t k = 0; k < buckets; ++k) b[k + 1] += b[k];
+  std::vector<Message> out(v.size());
+  {
+    auto fill = b;
+    for (const Message& m : v) out[fill[bucket(m)]++] = m;
+  }
+  for (std::size_t k = 0; k < buckets; ++k) {
+    auto first = out.begin() + std::ptrdiff_t(b[k]), last = out.begin() + std::ptrdiff_t(b[k + 1]);
+    if (!std::is_sorted(first, last, message_less)) std::sort(first, last, message_less);
+  }
+  v = std::move(out);
+}
+
+} // namespace
+
+MessageOrder sort_messages(const Plan& plan) {
+  MessageOrder m;
+  std::size_t sends = 0;
+  for (const Op& o : plan.ops()) sends += o.kind == OpKind::Send;
+  m.sends.reserve(sends);
+  m.recvs.reserve(sends);  // as many in a matched plan
+  for (OpId id = 0; id < OpId(plan.size()); ++id) {
+    const Op& o = plan.op(id);
+    if (o.kind == OpKind::Send) m.sends.push_back({int(o.stream), o.rank, o.peer, o.tag, id});
+    else if (o.kind == OpKind::Recv) m.recvs.push_back({int(o.stream), o.peer, o.rank, o.tag, id});
+  }
+  sort_by_key(m.sends, std::size_t(plan.ranks));
+  sort_by_key(m.recvs, std::size_t(plan.ranks));
+  return m;
+}
+
+PlanIndex::PlanIndex(const Plan& plan, MessageOrder* messages) : plan_(&plan) {
+  build_lanes();
+  build_partners(messages);
+  build_dependents();
+}
+
+void PlanIndex::build_lanes() {
+  const std::size_t n = plan_->size(), lanes = std::size_t(plan_->ranks) * kNumStreams;
+  lane_begin_.assign(lanes + 1, 0);
+  for (const Op& o : plan_->ops()) {
+    CHARM_ASSERT(o.rank >= 0 && o.rank < plan_->ranks, "an op's rank lies inside the plan");
+    ++lane_begin_[lane(o.rank, o.stream) + 1];
+  }
+  for (std::size_t l = 0; l < lanes; ++l) lane_begin_[l + 1] += lane_begin_[l];
+  order_.assign(n, 0);
+  pos_.assign(n, 0);
+  lane_of_.resize(n);
+  group_begin_.resize(n);
+  // Stream order is id order, so one pass in id order places every op and, from
+  // the op before it in its lane, finds where its group begins.
+  auto fill = lane_begin_;
+  std::vector<OpId> prev(lanes, kNone);
+  for (OpId id = 0; id < OpId(n); ++id) {
+    const Op& o = plan_->op(id);
+    const std::size_t l = lane(o.rank, o.stream);
+    lane_of_[std::size_t(id)] = std::uint32_t(l);
+    const std::uint32_t k = fill[l]++;
+    order_[k] = id;
+    pos_[std::size_t(id)] = k;
+    const OpId p = prev[l];
+    const bool joins = p != kNone && is_comm(o) && o.group != kNone && is_comm(plan_->op(p)) && plan_->op(p).group == o.group;
+    group_begin_[std::size_t(id)] = joins ? group_begin_[std::size_t(p)] : k;
+    prev[l] = id;
+  }
+}
+
+void PlanIndex::build_partners(MessageOrder* keep) {
+  partner_.assign(plan_->size(), kNone);
+  MessageOrder m = sort_messages(*plan_);
+  // Both lists in key order: each send takes the first receive of its key not taken yet.
+  std::size_t j = 0;
+  for (const Message& s : m.sends) {
+    while (j < m.recvs.size() && m.recvs[j].key() < s.key()) ++j;
+    if (j < m.recvs.size() && m.recvs[j].key() == s.key()) {
+      partner_[std::size_t(s.id)] = m.recvs[j].id;
+      partner_[std::size_t(m.recvs[j].id)] = s.id;
+      ++j;
+    }
+  }
+  if (keep != nullptr) *keep = std::move(m);
+}
+
+void PlanIndex::build_dependents() {
+  const std::size_t n = plan_->size();
+  dependents_begin_.assign(n + 1, 0);
+  for (OpId id = 0; id < OpId(n); ++id)
+    for (OpId d : plan_->deps(id)) ++dependents_begin_[std::size_t(d) + 1];
+  for (std::size_t i = 0; i < n; ++i) dependents_begin_[i + 1] += dependents_begin_[i];
+  dependents_.assign(dependents_begin_[n], 0);
+  std::vector<std::uint32_t> fill(dependents_begin_.begin(), dependents_begin_.end() - 1);
+  for (OpId id = 0; id < OpId(n); ++id)
+    for (OpId d : plan_->deps(id)) dependents_[fill[std::size_t(d)]++] = id;
+}
+
+std::size_t PlanIndex::memory_bytes() const {
+  return (lane_begin_.capacity() + lane_of_.capacity() + pos_.capacity() + group_begin_.capacity() + dependents_begin_.capacity()) * sizeof(std::uint32_t) +
+         (order_.capacity() + partner_.capacity() + dependents_.capacity()) * sizeof(OpId);
+}
+
+} // namespace charm::ir
