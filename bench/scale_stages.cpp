@@ -143,5 +143,5 @@ int main(int argc, char** argv) {
     out["events"] = r->events;
   }
   std::cout << out.dump() << "\n";
-  return 0;
+  return out.value("valid", true) ? 0 : 1;
 }
