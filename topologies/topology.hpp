@@ -98,7 +98,8 @@ struct RouteOverride {
 /// Hard limit on route length, so a flow's route fits in a fixed-size slot.
 inline constexpr int kMaxHops = 8;
 
-/// The channels of one route, in order, held by value (at most kMaxHops).
+/// The channels of one route, in order, held by value (at most kMaxHops). It converts
+/// to a span for the duration of a call; keep the Route itself, not a span of a temporary.
 class Route {
  public:
   Route() = default;
