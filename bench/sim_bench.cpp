@@ -68,7 +68,28 @@ void end_to_end_case(benchmark::State& state, sched::PlanRequest req) {
   state.counters["peak_B/op"] = bench::max_rss_bytes() / double(ops);
 }
 
+/// Loading a generated cluster of n GPUs (n/8 nodes): parse, build, choose every route.
+void topology_case(benchmark::State& state, int n) {
+  const std::string text = fmt::format(R"({{"gpu": {{"tflops": 989.0}}, "nodes": {}, "gpus_per_node": 8,
+    "intra": {{"bandwidth_gbps": 365.1, "latency_us": 3, "sharing": "dedicated"}},
+    "inter": {{"bandwidth_gbps": 42.5, "latency_us": 8, "sharing": "shared", "nic": "per_gpu"}}}})",
+                                       n / 8);
+  double hops = 0;
+  for (auto _ : state) {
+    auto t = topo::parse_topology_text(text, "bench");
+    if (!t) bench::die(t.error().message());
+    hops = double(t->route(0, n - 1).size());
+  }
+  state.counters["gpus"] = n;
+  state.counters["hops_0_to_last"] = hops;
+  state.counters["rss_MB"] = bench::max_rss_bytes() / 1e6;
+}
+
 const bool registered = [] {
+  for (int n : {8, 64, 256, 1024, 4096})
+    benchmark::RegisterBenchmark(fmt::format("topology/generated/n:{}", n).c_str(), topology_case, n)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
   for (const char* what : {"simulate", "plan+validate+simulate"})
     for (const char* algo : bench::kAlgos)
       for (auto pass : bench::kPasses)

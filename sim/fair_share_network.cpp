@@ -41,7 +41,8 @@ int FairShareNetwork::add_flow(std::span<const std::int32_t> route, double bytes
     frozen_.push_back(0);
   }
   Flow& f = flows_[std::size_t(id)];
-  f.route = route.data();
+  CHARM_ASSERT(route.size() <= std::size_t(topo::kMaxHops), "a route has at most kMaxHops channels");
+  std::copy(route.begin(), route.end(), f.route);
   f.hops = static_cast<std::uint8_t>(route.size());
   f.active = true;
   ++f.version;

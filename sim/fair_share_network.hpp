@@ -31,7 +31,7 @@ class FairShareNetwork {
   /// The channels of a topology, in its channel numbering.
   [[nodiscard]] static std::vector<Channel> channels_of(const topo::Topology& t);
 
-  /// Starts a flow of `bytes` over `route` (the span must outlive the flow). Returns its id.
+  /// Starts a flow of `bytes` over `route` (copied: at most topo::kMaxHops channels). Returns its id.
   int add_flow(std::span<const std::int32_t> route, double bytes, double now_s);
   /// Ends a flow (its bytes are counted on each channel of its route).
   void remove_flow(int id, double now_s);
@@ -56,7 +56,7 @@ class FairShareNetwork {
 
  private:
   struct Flow {
-    const std::int32_t* route = nullptr;
+    std::int32_t route[topo::kMaxHops] = {};
     std::int32_t pos[topo::kMaxHops] = {};  // index of this flow in each channel's list
     std::uint8_t hops = 0;
     bool active = false;

@@ -295,10 +295,23 @@ void Engine::peak_memory() {
   const auto& bufs = plan_.buffers();
   const std::size_t B = bufs.size();
   std::vector<double> first(B, -1), last(B, -1);
+  // Plan::storage(b) for every buffer, in one pass: parents and reused buffers come
+  // before the buffers that name them, so each answer extends an earlier one
+  // (walking a reuse chain per access costs its length, which grows with the ranks).
+  std::vector<BufferId> storage(B);
+  {
+    std::vector<BufferId> chain_end(B), root(B);  // end of b's reuse chain; b's root
+    for (std::size_t k = 0; k < B; ++k) {
+      const Buffer& b = bufs[k];
+      chain_end[k] = b.reuse == kNone ? BufferId(k) : chain_end[std::size_t(b.reuse)];
+      root[k] = b.parent == kNone ? BufferId(k) : root[std::size_t(b.parent)];
+      storage[k] = chain_end[std::size_t(root[k])];
+    }
+  }
   for (std::size_t i = 0; i < plan_.size(); ++i) {
     for_each_access(plan_.op(OpId(i)), [&](BufferId b, int, bool) {
       if (b == kNone) return;  // hand-built plans (tests) may leave slots empty
-      const auto k = std::size_t(plan_.storage(b));  // a view lives in its root's storage, a reuse in its chain's
+      const auto k = std::size_t(storage[std::size_t(b)]);  // a view lives in its root's storage, a reuse in its chain's
       if (first[k] < 0 || res_.start_s[i] < first[k]) first[k] = res_.start_s[i];
       last[k] = std::max(last[k], res_.end_s[i]);
     });

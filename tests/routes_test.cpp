@@ -52,7 +52,10 @@ std::string path(const Topology& t, int s, int d) {
 std::vector<std::vector<std::int32_t>> table(const Topology& t) {
   std::vector<std::vector<std::int32_t>> out;
   for (int s = 0; s < t.num_gpus(); ++s)
-    for (int d = 0; d < t.num_gpus(); ++d) out.emplace_back(t.route(s, d).begin(), t.route(s, d).end());
+    for (int d = 0; d < t.num_gpus(); ++d) {
+      const auto r = t.route(s, d);
+      out.emplace_back(r.begin(), r.end());
+    }
   return out;
 }
 
@@ -381,6 +384,97 @@ TEST(Routes, TopoCliShowsRoutes) {
     EXPECT_NE(o.text.find(msg), std::string::npos) << o.text;
     EXPECT_EQ(std::count(o.text.begin(), o.text.end(), '\n'), 1) << o.text;
   }
+}
+
+// Generated clusters and --uniform ones keep no GPU-by-GPU table: a route is the
+// one between their first two nodes moved to the pair's nodes. Every route must be
+// the one the search over the whole cluster picks (the table, kept when `blocks` is cleared).
+TEST(Routes, RoutesByNodeAreTheSearchedRoutes) {
+  const std::vector<json> inters = {
+      json::parse(R"({"bandwidth_gbps": 40, "latency_us": 8, "sharing": "shared", "nic": "per_gpu"})"),
+      json::parse(R"({"bandwidth_gbps": 40, "sharing": "shared", "nic": "per_node"})"),
+      json::parse(R"({"bandwidth_gbps": 40, "sharing": "shared", "gpus_per_nic": 2})"),
+      json::parse(R"({"bandwidth_gbps": 40, "sharing": "shared", "gpus_per_nic": 4, "pcie_gbps": 32})")};
+  const std::vector<json> intras = {json::parse(R"({"bandwidth_gbps": 300, "sharing": "dedicated"})"),
+                                    json::parse(R"({"bandwidth_gbps": 30, "sharing": "shared", "kind": "pcie"})")};
+  int cases = 0;
+  for (const int nodes : {2, 3, 5})
+    for (const int per_node : {1, 2, 4, 8})
+      for (const int numa : {1, 2, 4})
+        for (std::size_t i = 0; i < inters.size(); ++i)
+          for (const auto& intra : intras) {
+            if (per_node % numa != 0) continue;
+            if (inters[i].contains("gpus_per_nic") && per_node % inters[i]["gpus_per_nic"].get<int>() != 0) continue;
+            json j = {{"gpu", {{"tflops", 100}}}, {"nodes", nodes}, {"gpus_per_node", per_node}, {"numa_per_node", numa},
+                      {"intra", intra}, {"inter", inters[i]}};
+            if (numa > 1) j["numa"] = {{"bandwidth_gbps", 20}, {"sharing", "shared"}};
+            const Topology t = parse_json(j);
+            ASSERT_TRUE(t.routes_by_block()) << j.dump();
+            Topology full = t;
+            full.blocks = {};
+            ASSERT_TRUE(full.finalize(full.num_gpus(), "table").ok());
+            ASSERT_FALSE(full.routes_by_block());
+            EXPECT_EQ(table(t), table(full)) << j.dump();
+            ++cases;
+          }
+  EXPECT_GT(cases, 100);
+  // A fixed route applies to its pair alone, by block as in the table.
+  json j = load_json(preset("h100-2x8.json"));
+  j["nodes"] = 3;
+  j["routes"] = json::parse(R"([{"src": "n2.gpu1", "dst": "n0.gpu3", "via": ["n2.switch", "n2.gpu0"]}])");
+  EXPECT_NE(err(j.dump()).find("is a GPU"), std::string::npos);
+  j["routes"] = json::parse(R"([{"src": "n2.gpu1", "dst": "n2.gpu3", "via": ["fabric"]}])");
+  const Topology t = parse_json(j);
+  ASSERT_TRUE(t.routes_by_block());
+  EXPECT_TRUE(t.route_overridden(17, 19) && t.route_overridden(19, 17) && !t.route_overridden(1, 3));
+  EXPECT_EQ(path(t, 17, 19), "n2.gpu1 fabric n2.gpu3");
+  EXPECT_EQ(path(t, 1, 3), "n0.gpu1 n0.switch n0.gpu3");
+  Topology full = t;
+  full.blocks = {};
+  ASSERT_TRUE(full.finalize(full.num_gpus(), "table").ok());
+  EXPECT_EQ(table(t), table(full));
+  // --uniform: GPU -> switch -> GPU.
+  for (const int n : {2, 3, 7}) {
+    const Topology u = make_uniform(n, 100, 100, 2);
+    ASSERT_TRUE(u.routes_by_block());
+    Topology uf = u;
+    uf.blocks = {};
+    ASSERT_TRUE(uf.finalize(n, "table").ok());
+    EXPECT_EQ(table(u), table(uf));
+    EXPECT_EQ(path(u, n - 1, 0), fmt::format("gpu{} fabric gpu0", n - 1));
+  }
+}
+
+// A claimed block structure that does not hold (a link that is no copy of the first
+// node's) is not believed: routes come from the table.
+TEST(Routes, AWrongBlockClaimFallsBackToTheTable) {
+  json j = load_json(preset("h100-2x8.json"));
+  j["nodes"] = 3;
+  Topology t = parse_json(j);
+  ASSERT_TRUE(t.routes_by_block());
+  const auto expected = table(t);
+  t.blocks.links -= 1;  // no longer a whole node
+  ASSERT_TRUE(t.finalize(t.num_gpus(), "claim").ok());
+  EXPECT_FALSE(t.routes_by_block());
+  EXPECT_EQ(table(t), expected);
+  Topology u = parse_json(j);
+  std::swap(u.links[0].kind, u.links[u.links.size() - 1].kind);  // node 0's first link differs from the others'
+  ASSERT_TRUE(u.finalize(u.num_gpus(), "claim").ok());
+  EXPECT_FALSE(u.routes_by_block());
+}
+
+// A generated cluster is no longer held to 4096 GPUs; an explicit one is.
+TEST(Routes, LargeGeneratedClustersLoad) {
+  json j = load_json(preset("h100-2x8.json"));
+  j["nodes"] = 1024;  // 8,192 GPUs
+  const Topology t = parse_json(j);
+  ASSERT_EQ(t.num_gpus(), 8192);
+  EXPECT_TRUE(t.routes_by_block());
+  EXPECT_EQ(path(t, 8191, 5), "n1023.gpu7 fabric n0.gpu5");
+  EXPECT_EQ(path(t, 8190, 8185), "n1023.gpu6 n1023.switch n1023.gpu1");
+  EXPECT_EQ(t.route_kind(0, 8191), LinkKind::Nic);
+  j["nodes"] = 8193;
+  EXPECT_NE(err(j.dump()).find("at most 65536 GPUs are supported"), std::string::npos);
 }
 
 } // namespace

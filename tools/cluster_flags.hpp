@@ -77,8 +77,6 @@ struct ClusterFlags {
       if (q == topo::Quantity::Bandwidth && x == 0) continue;  // --hbm-gbps 0: merges are free
       if (const auto why = topo::implausible(q, x, flag); !why.empty()) fail(Error{flag, why});
     }
-    // The route table holds a route per GPU pair (about 12 bytes each).
-    check_budget(12.0 * double(ranks) * double(ranks), fmt::format("the route table of a {}-GPU --uniform cluster", ranks), "--ranks");
     return topo::make_uniform(ranks, bw_gbps, tflops, latency_us, hbm_gbps);
   }
   [[nodiscard]] int domains_for(const topo::Topology& t) const {

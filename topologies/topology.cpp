@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <utility>
 
 namespace charm::topo {
 
@@ -181,7 +182,7 @@ Status Topology::finalize(int num_gpus, const std::string& where) {
     out[std::size_t(links[i].b)].push_back(std::int32_t(2 * i + 1));
   }
   // Overrides: checked here too, for topologies built in code rather than read from a file.
-  std::vector<int> override_of(n * n, -1);
+  std::vector<std::pair<std::uint64_t, std::size_t>> overrides;
   for (std::size_t k = 0; k < route_overrides.size(); ++k) {
     const RouteOverride& o = route_overrides[k];
     const auto bad = [&](const std::string& what) { return Error{where, fmt::format("route override {}: {}", k, what)}; };
@@ -196,25 +197,37 @@ Status Topology::finalize(int num_gpus, const std::string& where) {
       if (at != o.dst && std::size_t(at) < n) return bad(fmt::format("passes through GPU {}", vertex_names[std::size_t(at)]));
     }
     if (at != o.dst) return bad("its channels do not end at its destination");
-    override_of[std::size_t(o.src) * n + std::size_t(o.dst)] = int(k);
+    overrides.emplace_back(std::uint64_t(o.src) * n + std::uint64_t(o.dst), k);
   }
-  route_begin_.assign(n * n + 1, 0);
+  // A later override of the same pair replaces an earlier one.
+  std::stable_sort(overrides.begin(), overrides.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  override_key_.clear();
+  override_route_.clear();
+  for (std::size_t i = 0; i < overrides.size(); ++i) {
+    if (i + 1 < overrides.size() && overrides[i + 1].first == overrides[i].first) continue;
+    override_key_.push_back(overrides[i].first);
+    override_route_.emplace_back(route_overrides[overrides[i].second].channels);
+  }
+  route_begin_.clear();
   route_ch_.clear();
-  route_override_.assign(n * n, 0);
+  // Searches from source s; path[d] is the chosen route to d for every d < dests
+  // (routed[d] = 0: unreachable). Pairs that `skip` names are not searched for.
   Labels lb;
-  std::vector<std::vector<std::int32_t>> path(n);
-  std::vector<char> routed(n);
-  for (std::size_t s = 0; s < n; ++s) {
+  std::vector<std::vector<std::int32_t>> path;
+  std::vector<char> routed;
+  auto search_from = [&](std::size_t s, std::size_t dests, auto&& skip) {
+    path.resize(dests);
+    routed.assign(dests, 0);
     std::size_t left = 0;
-    for (std::size_t d = 0; d < n; ++d) {
-      routed[d] = d == s || override_of[s * n + d] >= 0;
+    for (std::size_t d = 0; d < dests; ++d) {
+      routed[d] = d == s || skip(s, d);
       left += routed[d] ? 0 : 1;
       path[d].clear();
     }
     for (const int c : classes) {
       if (left == 0) break;
       search(*this, out, link_class, tie, int(s), c, lb);
-      for (std::size_t d = 0; d < n; ++d) {
+      for (std::size_t d = 0; d < dests; ++d) {
         if (routed[d] || lb.hops[d] < 0) continue;
         for (auto v = d; v != s; v = std::size_t(channel_from(lb.via[v]))) path[d].push_back(lb.via[v]);
         std::reverse(path[d].begin(), path[d].end());
@@ -222,27 +235,130 @@ Status Topology::finalize(int num_gpus, const std::string& where) {
         --left;
       }
     }
+  };
+  // By block: the routes from the first block to the first two stand for all. A
+  // pair they cannot route (none in the clusters the builders make) falls back
+  // to the table, whose errors name the pair.
+  by_block_ = false;
+  if (check_blocks(link_class, tie)) {
+    layout_ = blocks;
+    const auto g = std::size_t(blocks.gpus), dests = 2 * g;
+    route_begin_.assign(g * dests + 1, 0);
+    bool ok = true;
+    for (std::size_t s = 0; s < g && ok; ++s) {
+      search_from(s, dests, [](std::size_t, std::size_t) { return false; });
+      for (std::size_t d = 0; d < dests; ++d) {
+        if (d != s) {
+          if (!routed[d] || path[d].size() > std::size_t(kMaxHops)) ok = false;
+          else route_ch_.insert(route_ch_.end(), path[d].begin(), path[d].end());
+        }
+        route_begin_[s * dests + d + 1] = static_cast<std::uint32_t>(route_ch_.size());
+      }
+    }
+    by_block_ = ok;
+    if (ok) return {};
+    route_begin_.clear();
+    route_ch_.clear();
+  }
+  // The table holds a route per GPU pair: beyond 4096 GPUs that alone is gigabytes.
+  if (n > 4096)
+    return Error{where, fmt::format("{} GPUs: routes without a block structure are a table of every GPU pair, kept to 4096 GPUs", n)};
+  route_begin_.assign(n * n + 1, 0);
+  for (std::size_t s = 0; s < n; ++s) {
+    search_from(s, n, [&](std::size_t a, std::size_t b) { return override_index(int(a), int(b)) >= 0; });
     for (std::size_t d = 0; d < n; ++d) {
       const std::size_t idx = s * n + d;
-      if (d != s) {
-        if (const int k = override_of[idx]; k >= 0) {
-          const auto& chs = route_overrides[std::size_t(k)].channels;
-          route_ch_.insert(route_ch_.end(), chs.begin(), chs.end());
-          route_override_[idx] = 1;
-        } else {
-          if (!routed[d])
-            return Error{where, fmt::format("no route from GPU {} ({}) to GPU {} ({}): GPU {} is unreachable",
-                                            s, vertex_names[s], d, vertex_names[d], vertex_names[d])};
-          if (path[d].size() > std::size_t(kMaxHops))
-            return Error{where, fmt::format("route from {} to {} has {} hops, more than the {} supported",
-                                            vertex_names[s], vertex_names[d], path[d].size(), kMaxHops)};
-          route_ch_.insert(route_ch_.end(), path[d].begin(), path[d].end());
-        }
+      if (d != s && override_index(int(s), int(d)) < 0) {
+        if (!routed[d])
+          return Error{where, fmt::format("no route from GPU {} ({}) to GPU {} ({}): GPU {} is unreachable",
+                                          s, vertex_names[s], d, vertex_names[d], vertex_names[d])};
+        if (path[d].size() > std::size_t(kMaxHops))
+          return Error{where, fmt::format("route from {} to {} has {} hops, more than the {} supported",
+                                          vertex_names[s], vertex_names[d], path[d].size(), kMaxHops)};
+        route_ch_.insert(route_ch_.end(), path[d].begin(), path[d].end());
       }
       route_begin_[idx + 1] = static_cast<std::uint32_t>(route_ch_.size());
     }
   }
   return {};
+}
+
+int Topology::override_index(int src, int dst) const {
+  if (override_key_.empty()) return -1;
+  const std::uint64_t key = std::uint64_t(src) * std::uint64_t(num_gpus_) + std::uint64_t(dst);
+  const auto it = std::lower_bound(override_key_.begin(), override_key_.end(), key);
+  return it != override_key_.end() && *it == key ? int(it - override_key_.begin()) : -1;
+}
+
+Route Topology::route(int src, int dst) const {
+  if (const int k = override_index(src, dst); k >= 0) return override_route_[std::size_t(k)];
+  Route r;
+  if (!by_block_) {
+    const auto i = std::size_t(src) * std::size_t(num_gpus_) + std::size_t(dst);
+    for (auto k = route_begin_[i]; k < route_begin_[i + 1]; ++k) r.push_back(route_ch_[k]);
+    return r;
+  }
+  // The route between blocks 0 and 1 (or within block 0), moved to the blocks of src and dst.
+  const int g = layout_.gpus, a = src / g, b = dst / g;
+  const auto i = std::size_t(src - a * g) * std::size_t(2 * g) + std::size_t(a == b ? dst - b * g : g + dst - b * g);
+  const std::int32_t L = layout_.links;
+  const std::int32_t shift[2] = {2 * a * L, 2 * (b - 1) * L};
+  for (auto k = route_begin_[i]; k < route_begin_[i + 1]; ++k) {
+    const std::int32_t ch = route_ch_[k];
+    r.push_back(ch + shift[ch / 2 >= L ? 1 : 0]);
+  }
+  return r;
+}
+
+bool Topology::check_blocks(const std::vector<int>& link_class, const std::vector<double>& tie) const {
+  const BlockLayout& B = blocks;
+  const long G = num_gpus_, V = num_vertices();
+  if (B.count < 2 || B.gpus < 1 || B.links < 1 || B.vertices < 0) return false;
+  if (long(B.count) * B.gpus != G || long(B.count) * B.links != long(links.size())) return false;
+  if (B.first_vertex < G || long(B.first_vertex) + long(B.count) * B.vertices > V) return false;
+  // The block of a vertex (-1: shared), and a vertex of block 0 moved to block b.
+  const auto block_of = [&](long v) -> long {
+    if (v < G) return v / B.gpus;
+    if (v >= B.first_vertex && v < long(B.first_vertex) + long(B.count) * B.vertices) return (v - B.first_vertex) / B.vertices;
+    return -1;
+  };
+  const auto moved = [&](long v, long b) -> long {
+    if (v < G) return v + b * B.gpus;
+    if (block_of(v) >= 0) return v + b * B.vertices;
+    return v;
+  };
+  for (std::size_t i = 0; i < links.size(); ++i) {
+    const long b = long(i) / B.links;
+    const Link& l = links[i];
+    const Link& l0 = links[i - std::size_t(b * B.links)];
+    const long ba = block_of(l.a), bb = block_of(l.b);
+    // A link joins its block to itself or to a shared vertex, never two shared vertices...
+    if ((ba != b && ba != -1) || (bb != b && bb != -1) || (ba == -1 && bb == -1)) return false;
+    // ... and is a copy of the first block's link at its place.
+    if (moved(l0.a, b) != l.a || moved(l0.b, b) != l.b) return false;
+    if (link_class[i] != link_class[i - std::size_t(b * B.links)] || tie[i] != tie[i - std::size_t(b * B.links)]) return false;
+  }
+  // No route passes through a third block: within the first block, the switches
+  // joined to each other (not through a GPU, which never forwards) reach shared
+  // vertices by one link at most.
+  std::vector<long> comp(std::size_t(B.vertices));
+  for (long k = 0; k < B.vertices; ++k) comp[std::size_t(k)] = k;
+  const auto find = [&](long k) {
+    while (comp[std::size_t(k)] != k) k = comp[std::size_t(k)] = comp[std::size_t(comp[std::size_t(k)])];
+    return k;
+  };
+  const auto is_switch0 = [&](long v) { return v >= G && block_of(v) == 0; };
+  for (long i = 0; i < B.links; ++i) {
+    const Link& l = links[std::size_t(i)];
+    if (is_switch0(l.a) && is_switch0(l.b)) comp[std::size_t(find(l.a - B.first_vertex))] = find(l.b - B.first_vertex);
+  }
+  std::vector<int> ports(std::size_t(B.vertices), 0);
+  for (long i = 0; i < B.links; ++i) {
+    const Link& l = links[std::size_t(i)];
+    for (const auto& [x, y] : {std::pair{l.a, l.b}, std::pair{l.b, l.a}})
+      if (is_switch0(x) && block_of(y) == -1 && ++ports[std::size_t(find(x - B.first_vertex))] > 1) return false;
+  }
+  return true;
 }
 
 std::string implausible(Quantity q, double x, std::string_view field) {
@@ -295,6 +411,8 @@ Topology make_uniform(int gpus, GBps bw_gbps, double tflops, double latency_us, 
   t.vertex_names.push_back("fabric");
   for (int g = 0; g < gpus; ++g)
     t.links.push_back(Link{g, gpus, bw_gbps, latency_us / 2, Sharing::Dedicated, 0, 0, {}, LinkKind::Unspecified});
+  // Each GPU with its link is a block; the switch is shared.
+  t.blocks = {gpus, 1, 1, gpus + 1, 0};
   auto s = t.finalize(gpus, "uniform");
   CHARM_ASSERT(s.ok(), "a uniform topology always routes");
   return t;

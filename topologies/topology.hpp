@@ -15,7 +15,16 @@
 // fewest hops, then the one with the lowest channel ids. Bandwidth and latency
 // do not enter, so a calibration that refits them cannot move traffic onto
 // another path. A file may also fix routes itself (`route_overrides`).
+//
+// A cluster of identical blocks (the nodes of the generator form, the GPUs of
+// a --uniform cluster) keeps no GPU-by-GPU table: finalize checks that the
+// blocks are copies of one another joined only through shared vertices (the
+// fabric), searches from the GPUs of the first block only, and a route between
+// any two blocks is the route between the first two with its channels moved to
+// theirs. Other topologies keep a table of every pair.
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -89,6 +98,47 @@ struct RouteOverride {
 /// Hard limit on route length, so a flow's route fits in a fixed-size slot.
 inline constexpr int kMaxHops = 8;
 
+/// The channels of one route, in order, held by value (at most kMaxHops). It converts
+/// to a span for the duration of a call; keep the Route itself, not a span of a temporary.
+class Route {
+ public:
+  Route() = default;
+  explicit Route(std::span<const std::int32_t> chs) {
+    for (const auto c : chs) push_back(c);
+  }
+  void push_back(std::int32_t ch) { ch_[n_++] = ch; }
+  [[nodiscard]] const std::int32_t* begin() const { return ch_.data(); }
+  [[nodiscard]] const std::int32_t* end() const { return ch_.data() + n_; }
+  [[nodiscard]] const std::int32_t* data() const { return ch_.data(); }
+  [[nodiscard]] std::size_t size() const { return n_; }
+  [[nodiscard]] bool empty() const { return n_ == 0; }
+  [[nodiscard]] std::int32_t front() const { return ch_[0]; }
+  [[nodiscard]] std::int32_t back() const { return ch_[n_ - 1]; }
+  [[nodiscard]] std::int32_t operator[](std::size_t i) const { return ch_[i]; }
+  // NOLINTNEXTLINE(google-explicit-constructor): a route is read wherever a span of channels is
+  operator std::span<const std::int32_t>() const { return {ch_.data(), n_}; }
+  friend bool operator==(const Route& a, const Route& b) {
+    return a.n_ == b.n_ && std::equal(a.begin(), a.end(), b.begin());
+  }
+
+ private:
+  std::array<std::int32_t, kMaxHops> ch_{};
+  std::size_t n_ = 0;
+};
+
+/// How a cluster of identical blocks is numbered, for routes without a
+/// GPU-by-GPU table. Block b holds GPUs [b * gpus, (b + 1) * gpus), links
+/// [b * links, (b + 1) * links) and the switches [first_vertex + b * vertices,
+/// first_vertex + (b + 1) * vertices); every other vertex is shared. A claim:
+/// finalize checks it and keeps a table when it does not hold.
+struct BlockLayout {
+  int count = 0;  // blocks; fewer than 2: no block structure
+  int gpus = 0;
+  int links = 0;
+  int first_vertex = 0;
+  int vertices = 0;
+};
+
 class Topology {
  public:
   std::string name;
@@ -103,6 +153,8 @@ class Topology {
   int domain_level = -1;
   /// Routes that replace the chosen ones (finalize installs them).
   std::vector<RouteOverride> route_overrides;
+  /// The block structure the builder claims (generator form, --uniform); see BlockLayout.
+  BlockLayout blocks;
 
   [[nodiscard]] int num_gpus() const { return num_gpus_; }
   [[nodiscard]] int num_vertices() const { return static_cast<int>(vertex_names.size()); }
@@ -110,19 +162,16 @@ class Topology {
   [[nodiscard]] const Link& channel_link(int ch) const { return links[static_cast<std::size_t>(ch / 2)]; }
   [[nodiscard]] std::string channel_name(int ch) const;
   /// Channels from GPU src to GPU dst, in order.
-  [[nodiscard]] std::span<const std::int32_t> route(int src, int dst) const {
-    const auto i = static_cast<std::size_t>(src) * static_cast<std::size_t>(num_gpus_) + static_cast<std::size_t>(dst);
-    return {route_ch_.data() + route_begin_[i], route_ch_.data() + route_begin_[i + 1]};
-  }
+  [[nodiscard]] Route route(int src, int dst) const;
   [[nodiscard]] double route_latency_us(int src, int dst) const;
   /// Bandwidth a lone flow gets from src to dst (the narrowest channel).
   [[nodiscard]] GBps route_bandwidth_gbps(int src, int dst) const;
   /// The least preferred link kind on the route (its transport).
   [[nodiscard]] LinkKind route_kind(int src, int dst) const;
   /// Whether the route of (src, dst) comes from `route_overrides`.
-  [[nodiscard]] bool route_overridden(int src, int dst) const {
-    return route_override_[static_cast<std::size_t>(src) * static_cast<std::size_t>(num_gpus_) + static_cast<std::size_t>(dst)] != 0;
-  }
+  [[nodiscard]] bool route_overridden(int src, int dst) const { return override_index(src, dst) >= 0; }
+  /// Whether routes come from the block structure (no GPU-by-GPU table).
+  [[nodiscard]] bool routes_by_block() const { return by_block_; }
   /// The vertex a channel leaves and the one it enters.
   [[nodiscard]] int channel_from(int ch) const { return ch % 2 == 0 ? channel_link(ch).a : channel_link(ch).b; }
   [[nodiscard]] int channel_to(int ch) const { return ch % 2 == 0 ? channel_link(ch).b : channel_link(ch).a; }
@@ -136,10 +185,19 @@ class Topology {
   [[nodiscard]] Status finalize(int num_gpus, const std::string& where);
 
  private:
+  [[nodiscard]] int override_index(int src, int dst) const;
+  [[nodiscard]] bool check_blocks(const std::vector<int>& link_class, const std::vector<double>& tie) const;
+
   int num_gpus_ = 0;
+  // Table: the route of (s, d) at [s * n + d]. By block: the routes from the
+  // first block's GPUs to the first two blocks' GPUs, at [s * 2 * gpus + d].
+  bool by_block_ = false;
+  BlockLayout layout_;
   std::vector<std::uint32_t> route_begin_;
   std::vector<std::int32_t> route_ch_;
-  std::vector<std::uint8_t> route_override_;  // per (src, dst): 1 when from route_overrides
+  // Installed overrides, sorted by (src, dst).
+  std::vector<std::uint64_t> override_key_;
+  std::vector<Route> override_route_;
 };
 
 /// Plausible ranges of a cluster's physical numbers. Beyond them a number is a

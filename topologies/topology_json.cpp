@@ -61,8 +61,12 @@ Status check_fields(const Node& n, std::initializer_list<const char*> known, con
   return {};
 }
 
-/// Routes are a GPU-by-GPU table; beyond this the table alone is gigabytes.
+/// An explicit topology's routes are a GPU-by-GPU table; beyond this the table alone is gigabytes.
 constexpr long kMaxGpus = 4096;
+/// A generated cluster's routes come from its nodes (topology.hpp, BlockLayout): the
+/// table is one node's GPUs by two nodes', so the bound is a node's size and the
+/// largest --uniform cluster.
+constexpr long kMaxGeneratedGpus = 1L << 16;
 
 Ex<double> get_number(const Node& n, const char* key, bool required, double def, bool positive, bool non_negative) {
   if (!n.has(key)) {
@@ -328,11 +332,11 @@ Status parse_generator(const Node& root, Topology& t, int& num_gpus_out) {
                             " in a generated topology (one with \"nodes\")");
       !s)
     return s;
-  TRY_ASSIGN(nodes, get_int(root, "nodes", true, 1, 1, kMaxGpus));
+  TRY_ASSIGN(nodes, get_int(root, "nodes", true, 1, 1, kMaxGeneratedGpus));
   TRY_ASSIGN(per_node, get_int(root, "gpus_per_node", true, 1, 1, kMaxGpus));
-  if (nodes > kMaxGpus || per_node > kMaxGpus || nodes * per_node > kMaxGpus)
+  if (nodes * per_node > kMaxGeneratedGpus)
     return root.at("gpus_per_node").error(
-        fmt::format("nodes x gpus_per_node = {} x {}: at most {} GPUs are supported", nodes, per_node, kMaxGpus));
+        fmt::format("nodes x gpus_per_node = {} x {}: at most {} GPUs are supported", nodes, per_node, kMaxGeneratedGpus));
   TRY_ASSIGN(numa, get_int(root, "numa_per_node", false, 1, 1, kMaxGpus));
   if (per_node % numa != 0)
     return root.at("numa_per_node").error(fmt::format("must divide gpus_per_node ({}), got {}", per_node, numa));
@@ -434,6 +438,12 @@ Status parse_generator(const Node& root, Topology& t, int& num_gpus_out) {
         t.links.push_back(l);
       }
     }
+  }
+  // Nodes are copies of one another joined by the fabric: their vertices and
+  // links were added node by node above, after the GPUs and the fabric.
+  if (nodes > 1) {
+    const auto per_node_vertices = (t.vertex_names.size() - std::size_t(G) - 1) / std::size_t(nodes);
+    t.blocks = {int(nodes), int(per_node), int(t.links.size() / std::size_t(nodes)), G + 1, int(per_node_vertices)};
   }
   std::string dflt = nodes > 1 ? "node" : numa > 1 ? "numa" : "none";
   TRY_ASSIGN(domain, get_string(root, "domain", false, dflt));

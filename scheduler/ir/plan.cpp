@@ -70,6 +70,13 @@ Expected<Stream> parse_stream(std::string_view s) { return parse_enum(s, kStream
 Expected<BufKind> parse_buf_kind(std::string_view s) { return parse_enum(s, kBufKinds, "buffer kind"); }
 Expected<BufInit> parse_buf_init(std::string_view s) { return parse_enum(s, kBufInits, "buffer init"); }
 
+void Plan::reserve(std::size_t ops, std::size_t deps, std::size_t buffers) {
+  ops_.reserve(ops);
+  dep_begin_.reserve(ops + 1);
+  dep_ids_.reserve(deps);
+  buffers_.reserve(buffers);
+}
+
 OpId Plan::add_op(const Op& op, std::span<const OpId> deps) {
   const auto id = static_cast<OpId>(ops_.size());
   ops_.push_back(op);

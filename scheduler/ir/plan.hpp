@@ -175,6 +175,9 @@ class Plan {
   [[nodiscard]] std::vector<RankResults>& results() { return results_; }
   [[nodiscard]] const std::vector<RankResults>& results() const { return results_; }
 
+  /// Room for this many ops, dependencies and buffers (a planner's estimate): no
+  /// copy of the arrays as they grow, and pages reserved but never written cost nothing.
+  void reserve(std::size_t ops, std::size_t deps, std::size_t buffers);
   /// Appends an op; returns its id. Deps must already exist or be added before use.
   OpId add_op(const Op& op, std::span<const OpId> deps);
   BufferId add_buffer(const Buffer& b);

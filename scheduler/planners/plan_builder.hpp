@@ -66,6 +66,8 @@ class PlanBuilder {
   BufferId buffer(BufferRing& ring, RankId rank, ir::BufKind kind, RankId owner, ir::BufInit init);
   /// Token parts per shard that regions count in (TASP); before any buffer with parts.
   void set_parts(int parts) { plan_.parts = parts; }
+  /// Room for about this many ops (Plan::reserve, with the dependencies and buffers planners make per op).
+  void reserve(std::size_t ops);
   [[nodiscard]] int parts() const { return plan_.parts; }
   /// Copies the overlap of src's and dst's regions (one must contain the other): slicing
   /// heads or parts out of a shard, or placing a slice into a whole shard.

@@ -106,6 +106,9 @@ Expected<Plan> make_plan(const PlanRequest& req_in) {
   const bool tasp = a == "tasp" || a == "tasp-zigzag", ulysses = a == "ulysses" || a == "usp";
   const int usp_domains = a == "usp" ? req.domains : 1;
   PlanBuilder b(req.algo, req.workload, n, req.domains);
+  // Large plans get a little over the estimate up front: growing past it would copy every
+  // op (half the planner's time at 512 ranks); small ones grow as they go.
+  if (const double ops = estimate_plan(req).ops; ops >= 65536) b.reserve(std::size_t(ops * 1.1));
   if (tasp) b.set_parts(std::max<int>(1, int(detail::tasp_cycle_steps(n).size())));
   std::vector<detail::RankState> st(N);
   for (std::size_t r = 0; r < N; ++r) {

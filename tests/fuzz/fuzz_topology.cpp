@@ -17,7 +17,8 @@
 
 namespace {
 
-/// Routing searches from every GPU (once per link kind); keep one input cheap (the loader's own cap is 4096 GPUs).
+/// Routing searches from every GPU of an explicit file (once per link kind); keep one input cheap (the loader's own
+/// caps are 4096 GPUs for an explicit file, 65536 for a generated one).
 bool too_big(const nlohmann::json& j) {
   if (!j.is_object()) return false;
   auto count = [&](const char* key) -> std::int64_t {

@@ -1,0 +1,147 @@
+// The pipeline stage by stage at one cluster size (bench/RESULTS.md, "Scaling by stage"):
+// topology (the generated H100-like cluster, N/8 nodes of 8, or --uniform), plan, validate,
+// simulate, each timed once (wall) with the process's resident-set high-water mark over that
+// stage alone (VmHWM reset before each stage where the kernel allows it).
+//
+//   scale_stages N [ALGO] [PASS] [SEQ] [--uniform] [--stages topology,plan,validate,simulate]
+//
+// One line of JSON per run, for scripts/scale-table.sh to tabulate.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <string>
+
+#include "scheduler/planners/planners.hpp"
+#include "scheduler/validate/validator.hpp"
+#include "sim/evaluate.hpp"
+#include "sim/simulator.hpp"
+#include "topologies/topology_json.hpp"
+
+namespace {
+
+using namespace charm;
+using Clock = std::chrono::steady_clock;
+
+/// A field of /proc/self/status in bytes (VmRSS, VmHWM); 0 where there is none.
+double status_bytes(const std::string& field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(field + ":", 0) == 0) return std::atof(line.c_str() + field.size() + 1) * 1024.0;
+  return 0;
+}
+
+/// Resets the high-water mark to the current resident set (Linux: clear_refs 5); false if not allowed.
+bool reset_hwm() {
+  std::ofstream out("/proc/self/clear_refs");
+  out << "5";
+  return bool(out.flush());
+}
+
+[[noreturn]] void die(const std::string& what) {
+  std::fprintf(stderr, "scale_stages: %s\n", what.c_str());
+  std::exit(2);
+}
+
+struct Stage {
+  double rss0 = 0;
+  bool reset = false;
+  Clock::time_point t0;
+  Stage() : rss0(status_bytes("VmRSS")), reset(reset_hwm()), t0(Clock::now()) {}
+  nlohmann::json done() const {
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    const double hwm = status_bytes("VmHWM");
+    return {{"s", s}, {"peak_rss_bytes", hwm}, {"stage_bytes", hwm - rss0}, {"hwm_reset", reset}};
+  }
+};
+
+} // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) die("usage: scale_stages N [ALGO] [PASS] [SEQ] [--uniform] [--stages LIST]");
+  const int n = std::atoi(argv[1]);
+  std::string algo = "charm", pass = "both", stages = "topology,plan,validate,simulate";
+  long long seq = 1LL << 20;
+  bool uniform = false;
+  int pos = 0;
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--uniform") uniform = true;
+    else if (a == "--stages" && i + 1 < argc) stages = argv[++i];
+    else if (pos == 0) { algo = a; ++pos; }
+    else if (pos == 1) { pass = a; ++pos; }
+    else if (pos == 2) { seq = std::atoll(a.c_str()); ++pos; }
+    else die("unexpected argument " + a);
+  }
+  const auto want = [&](const char* s) { return stages.find(s) != std::string::npos; };
+  if (n < 8 || n % 8 != 0) die("N must be a multiple of 8");
+  nlohmann::json out = {{"n", n}, {"algo", algo}, {"pass", pass}, {"seq", seq}, {"uniform", uniform}};
+
+  // Topology: the h100 preset's numbers (NVLink 365.1 GB/s, 42.5 GB/s NIC per GPU), N/8 nodes.
+  std::optional<topo::Topology> t;
+  {
+    Stage st;
+    if (uniform) {
+      t = topo::make_uniform(n, 50, 300);
+    } else {
+      nlohmann::json j = {{"name", fmt::format("h100-{}x8", n / 8)},
+                          {"gpu", {{"model", "H100"}, {"tflops", 989.0}, {"hbm_gbps", 3350}, {"efficiency", {{"fwd", 0.35}, {"bwd", 0.28}}},
+                                   {"half_tokens", 128}, {"launch_us", 10}, {"memory_gb", 80}}},
+                          {"nodes", n / 8},
+                          {"gpus_per_node", 8},
+                          {"intra", {{"bandwidth_gbps", 365.1}, {"latency_us", 3}, {"sharing", "dedicated"}}},
+                          {"inter", {{"bandwidth_gbps", 42.5}, {"latency_us", 8}, {"sharing", "shared"}, {"nic", "per_gpu"}}}};
+      auto r = topo::parse_topology(j, "generated");
+      if (!r) die(r.error().message());
+      t = std::move(r).value();
+    }
+    out["topology"] = st.done();
+  }
+  if (!want("plan")) {
+    std::cout << out.dump() << "\n";
+    return 0;
+  }
+  sched::PlanRequest req;
+  req.algo = algo;
+  req.ranks = n;
+  req.domains = algo == "charm" || algo == "usp" ? (uniform ? 1 : n / 8) : 1;
+  req.workload.seq = seq;
+  req.workload.heads = req.workload.kv_heads = 12;
+  req.workload.head_dim = 192;
+  req.workload.pass = pass == "fwd" ? ir::PassKind::Fwd : pass == "bwd" ? ir::PassKind::Bwd : ir::PassKind::Both;
+  std::optional<ir::Plan> plan;
+  {
+    Stage st;
+    auto p = sched::make_plan(sim::normalised_request(req));
+    if (!p) die(p.error().message());
+    plan = std::move(p).value();
+    out["plan"] = st.done();
+    out["ops"] = plan->size();
+    out["deps"] = plan->num_deps();
+    out["buffers"] = plan->buffers().size();
+    out["plan_bytes"] = plan->memory_bytes();
+  }
+  if (want("validate")) {
+    Stage st;
+    const auto rep = sched::validate(*plan);
+    out["validate"] = st.done();
+    out["valid"] = rep.ok();
+  }
+  if (want("simulate")) {
+    Stage st;
+    const auto model = sim::compute_model_for(*t, plan->workload);
+    auto r = sim::simulate(*plan, *t, model);
+    if (!r) die(r.error().message());
+    out["simulate"] = st.done();
+    out["time_ms"] = r->makespan_s * 1e3;
+    out["events"] = r->events;
+  }
+  std::cout << out.dump() << "\n";
+  return out.value("valid", true) ? 0 : 1;
+}
