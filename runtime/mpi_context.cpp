@@ -233,9 +233,10 @@ Expected<RunResult> MpiContext::run(const ir::Plan& plan, const GlobalTensors& i
     // maximum over ranks collects them on rank 0.
     if (plan.size() > std::size_t(INT_MAX)) return Error{"mpi", "the plan has too many ops to gather a timeline"};
     res.timeline = trace::Timeline::zeros(plan);
-    for (auto [src, dst] : {std::pair{&measured.start_s, &res.timeline.start_s}, std::pair{&measured.end_s, &res.timeline.end_s}})
+    // A pair, not a structured binding: clang before 16 cannot capture bindings in a lambda.
+    for (const auto& io : {std::pair{&measured.start_s, &res.timeline.start_s}, std::pair{&measured.end_s, &res.timeline.end_s}})
       if (auto s = collective("MPI_Ireduce (the timeline)", [&](MPI_Request* r) {
-            return MPI_Ireduce(src->data(), dst->data(), int(plan.size()), MPI_DOUBLE, MPI_MAX, 0, comm, r);
+            return MPI_Ireduce(io.first->data(), io.second->data(), int(plan.size()), MPI_DOUBLE, MPI_MAX, 0, comm, r);
           }); !s)
         return s.error();
     res.timeline.flow_start_s = res.timeline.start_s;

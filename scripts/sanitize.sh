@@ -26,7 +26,9 @@ if [[ $stage == asan || $stage == all ]]; then
   asan_cc=()
   command -v clang++ >/dev/null && asan_cc=(-DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++)
   cmake -S . -B build-asan "${common[@]}" "${asan_cc[@]}" -DCHARM_SANITIZE=address,undefined >/dev/null
-  cmake --build build-asan -j"$jobs" | tail -1
+  # The log in full only when the build fails (the last line alone hid which file broke).
+  cmake --build build-asan -j"$jobs" > build-asan/build.log 2>&1 || { grep -E -A5 "FAILED|error" build-asan/build.log | head -60; exit 1; }
+  tail -1 build-asan/build.log
   echo "sanitize: asan build $((SECONDS - t0)) s" >&2
   t0=$SECONDS
   # mpirun refuses to run as root without these (CI containers run as root).
@@ -46,7 +48,9 @@ fi
 if [[ $stage == tsan || $stage == all ]]; then
   t0=$SECONDS
   cmake -S . -B build-tsan "${common[@]}" -DCHARM_SANITIZE=thread -DCHARM_WITH_MPI=OFF >/dev/null
-  cmake --build build-tsan -j"$jobs" --target charm runtime_kernels_test runtime_grid_test runtime_cli_test | tail -1
+  cmake --build build-tsan -j"$jobs" --target charm runtime_kernels_test runtime_grid_test runtime_cli_test > build-tsan/build.log 2>&1 ||
+    { grep -E -A5 "FAILED|error" build-tsan/build.log | head -60; exit 1; }
+  tail -1 build-tsan/build.log
   echo "sanitize: tsan build $((SECONDS - t0)) s" >&2
   t0=$SECONDS
   # The test binaries directly (ctest would list the suites this build skipped), two shards at a time.
