@@ -334,15 +334,7 @@ void run_mpi(const RunOpts& o, rt::RunOptions ropt) {
         write_measured_trace(o.trace, *plan, *res, "mpi");
         return report(*plan, o, in, *res);
       },
-      [](std::exception_ptr e) {
-        try {
-          std::rethrow_exception(e);
-        } catch (const UsageError&) {
-          return kExitUsage;
-        } catch (...) {
-          return kExitRuntime;
-        }
-      },
+      exit_code_of,
       tmo);
   if (!code) abort_job(*ctx, code.error());
   exit_code() = *code;

@@ -134,15 +134,7 @@ int run_cuda(const RunRequest& req, const CudaFlags& f) {
         if (!req.trace.empty()) write_trace(req.trace, plan, *res);
         return req.report(plan, in, res->run, extra, text);
       },
-      [](std::exception_ptr e) {
-        try {
-          std::rethrow_exception(e);
-        } catch (const UsageError&) {
-          return kExitUsage;
-        } catch (...) {
-          return kExitRuntime;
-        }
-      },
+      exit_code_of,
       req.timeout_s);
   if (!code) {
     std::fprintf(stderr, "charm: error: %s\n", code.error().message().c_str());

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <CLI/CLI.hpp>
+#include <exception>
 #include <functional>
 #include <string>
 #include <vector>
@@ -35,6 +36,17 @@ struct RunBackend {
   std::function<void(CLI::App& run)> add_flags;
   std::function<int(const RunRequest&)> run;  // the exit code; throws UsageError / RuntimeFailure like the rest
 };
+
+/// The exit code of what rank 0's report threw (the others learn it from rank 0).
+inline int exit_code_of(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const UsageError&) {
+    return kExitUsage;
+  } catch (...) {
+    return kExitRuntime;
+  }
+}
 
 inline std::vector<RunBackend>& run_backends() {
   static std::vector<RunBackend> b;
