@@ -39,7 +39,11 @@ if [[ $stage == asan || $stage == all ]]; then
   ctest --test-dir build-asan --output-on-failure -j"$jobs" --timeout 900 -LE mpi
   # Under mpirun, Open MPI's own allocations (8 KiB blocks from its transport setup) show up
   # as direct leaks in every rank; the MPI tests keep ASan and UBSan but not LeakSanitizer.
+  # The stopped-peer case is a timing test (it runs in stage 1): under ASan a process can still be
+  # inside MPI_Init when the test stops it 5 s in, and a peer stopped there, before any code of ours
+  # runs, hangs the job (no watchdog can cover MPI_Init).
   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ASAN_OPTIONS=${ASAN_OPTIONS/detect_leaks=1/detect_leaks=0} \
+    GTEST_FILTER=-MpiWatchdog.AStoppedPeerIsAStallOnTheOthers \
     ctest --test-dir build-asan --output-on-failure -j"$jobs" --timeout 900 -L mpi
   unset GTEST_FILTER
   echo "sanitize: asan tests $((SECONDS - t0)) s" >&2
