@@ -26,7 +26,7 @@ double bf16_peak_tflops(const std::string& name) {
     double tflops;
   };
   const Entry table[] = {{"H200", 989.4}, {"H100 PCIe", 756.0}, {"H100", 989.4}, {"GH200", 989.4},
-                         {"A100", 312.0}, {"L40S", 362.1},       {"L4", 121.0}};
+                         {"A100", 312.0}, {"L40S", 362.1},      {"L4", 121.0}};
   for (const auto& e : table)
     if (name.find(e.key) != std::string::npos) return e.tflops;
   return 0;
@@ -82,8 +82,8 @@ void block(benchmark::State& st, bool fwd, bool causal) {
     if (fwd) {
       // Re-empty the accumulator so every iteration does the same work (lse -inf: plain copy in the merge).
       if (!charm::rt::cuda::fill_f32(static_cast<float*>(lse.p), B * H * T, -INFINITY, s)) return false;
-      return bool((*attn)->fwd(q.p, k.p, v.p, static_cast<int*>(vis.p), static_cast<float*>(o.p),
-                               static_cast<float*>(lse.p)));
+      return bool(
+          (*attn)->fwd(q.p, k.p, v.p, static_cast<int*>(vis.p), static_cast<float*>(o.p), static_cast<float*>(lse.p)));
     }
     return bool((*attn)->bwd(q.p, dout.p, static_cast<float*>(lse.p), static_cast<float*>(delta.p), k.p, v.p,
                              static_cast<int*>(vis.p), static_cast<float*>(dq.p), static_cast<float*>(dk.p),
@@ -132,6 +132,6 @@ BENCHMARK_CAPTURE(block, fwd_causal, true, true)->Apply(shapes);
 BENCHMARK_CAPTURE(block, bwd_full, false, false)->Apply(shapes);
 BENCHMARK_CAPTURE(block, bwd_causal, false, true)->Apply(shapes);
 
-} // namespace
+}  // namespace
 
 BENCHMARK_MAIN();

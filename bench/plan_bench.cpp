@@ -41,14 +41,15 @@ const bool registered = [] {
       for (auto pass : bench::kPasses)
         for (int n : bench::kSizes) {
           auto req = bench::request(algo, pass, n);
-          auto* b = std::string_view(what) == "plan"
-                        ? benchmark::RegisterBenchmark(bench::case_name(what, algo, pass, n).c_str(), plan_case, req)
-                        : benchmark::RegisterBenchmark(bench::case_name(what, algo, pass, n).c_str(), validate_case, req);
+          auto* b =
+              std::string_view(what) == "plan"
+                  ? benchmark::RegisterBenchmark(bench::case_name(what, algo, pass, n).c_str(), plan_case, req)
+                  : benchmark::RegisterBenchmark(bench::case_name(what, algo, pass, n).c_str(), validate_case, req);
           bench::shape(b, n);
         }
   return true;
 }();
 
-} // namespace
+}  // namespace
 
 BENCHMARK_MAIN();

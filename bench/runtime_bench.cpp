@@ -83,10 +83,20 @@ void BM_Merge(benchmark::State& st) {
 }
 
 // Args: tokens per shard, kv heads (8 = MHA, 2 = GQA), causal.
-BENCHMARK(BM_FwdBlock)->Args({256, 8, 0})->Args({512, 8, 0})->Args({512, 8, 1})->Args({512, 2, 0})->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_BwdBlock)->Args({256, 8, 0})->Args({512, 8, 0})->Args({512, 8, 1})->Args({512, 2, 0})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_FwdBlock)
+    ->Args({256, 8, 0})
+    ->Args({512, 8, 0})
+    ->Args({512, 8, 1})
+    ->Args({512, 2, 0})
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_BwdBlock)
+    ->Args({256, 8, 0})
+    ->Args({512, 8, 0})
+    ->Args({512, 8, 1})
+    ->Args({512, 2, 0})
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Merge)->Arg(512)->Arg(4096)->Unit(benchmark::kMicrosecond);
 
-} // namespace
+}  // namespace
 
 BENCHMARK_MAIN();

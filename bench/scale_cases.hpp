@@ -62,4 +62,4 @@ inline void shape(benchmark::internal::Benchmark* b, int n) {
   if (n >= 256) b->Iterations(1);
 }
 
-} // namespace charm::bench
+}  // namespace charm::bench

@@ -61,7 +61,7 @@ struct Stage {
   }
 };
 
-} // namespace
+}  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) die("usage: scale_stages N [ALGO] [PASS] [SEQ] [--uniform] [--stages LIST]");
@@ -72,12 +72,21 @@ int main(int argc, char** argv) {
   int pos = 0;
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--uniform") uniform = true;
-    else if (a == "--stages" && i + 1 < argc) stages = argv[++i];
-    else if (pos == 0) { algo = a; ++pos; }
-    else if (pos == 1) { pass = a; ++pos; }
-    else if (pos == 2) { seq = std::atoll(a.c_str()); ++pos; }
-    else die("unexpected argument " + a);
+    if (a == "--uniform")
+      uniform = true;
+    else if (a == "--stages" && i + 1 < argc)
+      stages = argv[++i];
+    else if (pos == 0) {
+      algo = a;
+      ++pos;
+    } else if (pos == 1) {
+      pass = a;
+      ++pos;
+    } else if (pos == 2) {
+      seq = std::atoll(a.c_str());
+      ++pos;
+    } else
+      die("unexpected argument " + a);
   }
   const auto want = [&](const char* s) { return stages.find(s) != std::string::npos; };
   if (n < 8 || n % 8 != 0) die("N must be a multiple of 8");
@@ -90,13 +99,20 @@ int main(int argc, char** argv) {
     if (uniform) {
       t = topo::make_uniform(n, 50, 300);
     } else {
-      nlohmann::json j = {{"name", fmt::format("h100-{}x8", n / 8)},
-                          {"gpu", {{"model", "H100"}, {"tflops", 989.0}, {"hbm_gbps", 3350}, {"efficiency", {{"fwd", 0.35}, {"bwd", 0.28}}},
-                                   {"half_tokens", 128}, {"launch_us", 10}, {"memory_gb", 80}}},
-                          {"nodes", n / 8},
-                          {"gpus_per_node", 8},
-                          {"intra", {{"bandwidth_gbps", 365.1}, {"latency_us", 3}, {"sharing", "dedicated"}}},
-                          {"inter", {{"bandwidth_gbps", 42.5}, {"latency_us", 8}, {"sharing", "shared"}, {"nic", "per_gpu"}}}};
+      nlohmann::json j = {
+          {"name", fmt::format("h100-{}x8", n / 8)},
+          {"gpu",
+           {{"model", "H100"},
+            {"tflops", 989.0},
+            {"hbm_gbps", 3350},
+            {"efficiency", {{"fwd", 0.35}, {"bwd", 0.28}}},
+            {"half_tokens", 128},
+            {"launch_us", 10},
+            {"memory_gb", 80}}},
+          {"nodes", n / 8},
+          {"gpus_per_node", 8},
+          {"intra", {{"bandwidth_gbps", 365.1}, {"latency_us", 3}, {"sharing", "dedicated"}}},
+          {"inter", {{"bandwidth_gbps", 42.5}, {"latency_us", 8}, {"sharing", "shared"}, {"nic", "per_gpu"}}}};
       auto r = topo::parse_topology(j, "generated");
       if (!r) die(r.error().message());
       t = std::move(r).value();

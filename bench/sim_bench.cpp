@@ -95,14 +95,15 @@ const bool registered = [] {
       for (auto pass : bench::kPasses)
         for (int n : bench::kSizes) {
           auto req = bench::request(algo, pass, n);
-          auto* b = std::string_view(what) == "simulate"
-                        ? benchmark::RegisterBenchmark(bench::case_name(what, algo, pass, n).c_str(), simulate_case, req)
-                        : benchmark::RegisterBenchmark(bench::case_name(what, algo, pass, n).c_str(), end_to_end_case, req);
+          auto* b =
+              std::string_view(what) == "simulate"
+                  ? benchmark::RegisterBenchmark(bench::case_name(what, algo, pass, n).c_str(), simulate_case, req)
+                  : benchmark::RegisterBenchmark(bench::case_name(what, algo, pass, n).c_str(), end_to_end_case, req);
           bench::shape(b, n);
         }
   return true;
 }();
 
-} // namespace
+}  // namespace
 
 BENCHMARK_MAIN();

@@ -61,7 +61,8 @@ struct Model {
   }
 
   /// Predicted times (ms) of the rows with use[i]; NaN for the others.
-  [[nodiscard]] Expected<std::vector<double>> predict(const std::vector<double>& values, const std::vector<char>& use) const {
+  [[nodiscard]] Expected<std::vector<double>> predict(const std::vector<double>& values,
+                                                      const std::vector<char>& use) const {
     auto topos = topologies(document(values));
     if (!topos) return topos.error();
     std::vector<std::size_t> todo;
@@ -99,13 +100,15 @@ struct Model {
 double value_of(const FitParameter& p, double u) {
   u = std::clamp(u, 0.0, 1.0);
   const auto& b = p.bounds;
-  const double x = b.scale == Scale::Log ? std::exp(std::log(b.lo) + u * (std::log(b.hi) - std::log(b.lo))) : b.lo + u * (b.hi - b.lo);
+  const double x = b.scale == Scale::Log ? std::exp(std::log(b.lo) + u * (std::log(b.hi) - std::log(b.lo)))
+                                         : b.lo + u * (b.hi - b.lo);
   return std::clamp(x, b.lo, b.hi);  // exp(log(hi)) may overshoot hi by an ulp, and efficiency must stay <= 1
 }
 double unit_of(const FitParameter& p, double x) {
   const auto& b = p.bounds;
   if (b.hi == b.lo) return 0;
-  const double u = b.scale == Scale::Log ? (std::log(x) - std::log(b.lo)) / (std::log(b.hi) - std::log(b.lo)) : (x - b.lo) / (b.hi - b.lo);
+  const double u = b.scale == Scale::Log ? (std::log(x) - std::log(b.lo)) / (std::log(b.hi) - std::log(b.lo))
+                                         : (x - b.lo) / (b.hi - b.lo);
   return std::clamp(u, 0.0, 1.0);
 }
 std::vector<double> values_of(const std::vector<FitParameter>& ps, const std::vector<double>& u) {
@@ -226,8 +229,8 @@ double mean_abs_pct(const std::vector<double>& ratios) {
 
 std::string row_key(const Measurement& m, int ranks) {
   const auto& w = m.workload;
-  return fmt::format("{}/{}/{}/{}/{}/{}/{}/{}/{}/{}", to_string(w.pass), w.batch, w.seq, w.heads, w.kv_heads, w.head_dim,
-                     to_string(w.dtype), w.causal, to_string(w.layout), ranks);
+  return fmt::format("{}/{}/{}/{}/{}/{}/{}/{}/{}/{}", to_string(w.pass), w.batch, w.seq, w.heads, w.kv_heads,
+                     w.head_dim, to_string(w.dtype), w.causal, to_string(w.layout), ranks);
 }
 
 /// Builds the model: checks every row against the base (its GPUs, domains, the planner, the
@@ -246,13 +249,15 @@ Status build_rows(Model& model, const MeasurementSet& data, std::vector<double>&
     row.ranks = m.ranks > 0 ? m.ranks : base_gpus;
     if (row.ranks > base_gpus) {
       if (!model.base.contains("nodes"))
-        return Error{at_ranks, fmt::format("ranks {}: {} has only {} GPUs, and only a generated topology (one with \"nodes\") can be "
-                                           "re-generated larger",
-                                           row.ranks, model.source, base_gpus)};
+        return Error{
+            at_ranks,
+            fmt::format("ranks {}: {} has only {} GPUs, and only a generated topology (one with \"nodes\") can be "
+                        "re-generated larger",
+                        row.ranks, model.source, base_gpus)};
       const long per_node = model.base.value("gpus_per_node", 1L);
       if (per_node < 1 || row.ranks % per_node != 0)
-        return Error{at_ranks, fmt::format("ranks {}: more GPUs than {} has ({}), and not whole nodes of {} GPUs", row.ranks, model.source,
-                                           base_gpus, per_node)};
+        return Error{at_ranks, fmt::format("ranks {}: more GPUs than {} has ({}), and not whole nodes of {} GPUs",
+                                           row.ranks, model.source, base_gpus, per_node)};
       const long nodes = row.ranks / per_node;
       if (auto it = variant_of.find(nodes); it != variant_of.end()) {
         row.variant = it->second;
@@ -260,7 +265,9 @@ Status build_rows(Model& model, const MeasurementSet& data, std::vector<double>&
         json d = model.base;
         d["nodes"] = nodes;
         auto t = topo::parse_topology(d, model.source);
-        if (!t) return Error{at_ranks, fmt::format("ranks {} needs {} re-generated with {} nodes: {}", row.ranks, model.source, nodes, t.error().message())};
+        if (!t)
+          return Error{at_ranks, fmt::format("ranks {} needs {} re-generated with {} nodes: {}", row.ranks,
+                                             model.source, nodes, t.error().message())};
         row.variant = model.variant_nodes.size();
         variant_of[nodes] = row.variant;
         model.variant_nodes.push_back(nodes);
@@ -278,13 +285,16 @@ Status build_rows(Model& model, const MeasurementSet& data, std::vector<double>&
       if (std::any_of(sizes.begin(), sizes.end(), [&](int s) { return s != sizes.front(); })) {
         std::string list;
         for (int s : sizes) list += fmt::format("{}{}", list.empty() ? "" : " + ", s);
-        return Error{at_ranks, fmt::format("the first {} GPUs of {} span {} domains of unequal size ({}); give the domains column or "
-                                           "ranks that fill whole domains",
-                                           row.ranks, t.name, row.domains, list)};
+        return Error{
+            at_ranks,
+            fmt::format("the first {} GPUs of {} span {} domains of unequal size ({}); give the domains column or "
+                        "ranks that fill whole domains",
+                        row.ranks, t.name, row.domains, list)};
       }
     }
     const sched::PlanRequest req = sim::normalised_request({m.algo, m.workload, row.ranks, row.domains});
-    if (auto st = sched::check_request(req); !st) return Error{data.where(m, column_of_flag(st.error().where)), st.error().what};
+    if (auto st = sched::check_request(req); !st)
+      return Error{data.where(m, column_of_flag(st.error().where)), st.error().what};
     auto plan = sched::make_plan(req);
     if (!plan) return Error{data.where(m, column_of_flag(plan.error().where)), plan.error().what};
     auto e = sim::evaluate_plan(*plan, t);
@@ -298,8 +308,11 @@ Status build_rows(Model& model, const MeasurementSet& data, std::vector<double>&
 
 /// The parameters to fit, with their bounds; errors name the path.
 Expected<std::vector<FitParameter>> choose_parameters(const Model& model, const std::vector<std::string>& requested,
-                                                      const std::vector<FixedParameter>& fixed, std::vector<std::string>& notes) {
-  auto is_fixed = [&](const std::string& p) { return std::any_of(fixed.begin(), fixed.end(), [&](const auto& f) { return f.path == p; }); };
+                                                      const std::vector<FixedParameter>& fixed,
+                                                      std::vector<std::string>& notes) {
+  auto is_fixed = [&](const std::string& p) {
+    return std::any_of(fixed.begin(), fixed.end(), [&](const auto& f) { return f.path == p; });
+  };
   std::vector<FitParameter> out;
   auto add = [&](const std::string& path) -> Status {
     auto v = parameter_value(model.base, path, model.source);
@@ -330,7 +343,8 @@ Expected<std::vector<FitParameter>> choose_parameters(const Model& model, const 
   std::vector<std::string> defaults = default_fit_parameters();
   // On a shared GPU link (PCIe) the link rate itself is what runs short; on a
   // dedicated one (NVLink) it is the injection limit, already in the list.
-  if (model.base.contains("intra") && model.base["intra"].value("sharing", "") == "shared") defaults.push_back("intra.bandwidth_gbps");
+  if (model.base.contains("intra") && model.base["intra"].value("sharing", "") == "shared")
+    defaults.push_back("intra.bandwidth_gbps");
   for (const auto& path : defaults) {
     if (is_fixed(path) || !parameter_value(model.base, path, model.source)) continue;
     if (auto st = add(path); !st) return Error{"--fit", st.error().message()};
@@ -340,16 +354,20 @@ Expected<std::vector<FitParameter>> choose_parameters(const Model& model, const 
   return out;
 }
 
-} // namespace
+}  // namespace
 
 bool is_link_class(const std::string& cls) { return cls == "intra" || cls == "numa" || cls == "inter"; }
 
-Expected<std::vector<FixedParameter>> fixed_from_nccl_tests(const json& base, const std::string& base_source, const std::string& cls,
-                                                            const NcclLog& log) {
+Expected<std::vector<FixedParameter>> fixed_from_nccl_tests(const json& base, const std::string& base_source,
+                                                            const std::string& cls, const NcclLog& log) {
   const std::string where = "--nccl-tests";
-  if (!is_link_class(cls)) return Error{where, fmt::format("unknown link class '{}' (expected intra, numa or inter)", cls)};
-  if (!base.contains("nodes")) return Error{where, fmt::format("{} is an explicit topology; link classes belong to the generator form", base_source)};
-  if (!base.contains(cls) || !base[cls].is_object()) return Error{where, fmt::format("{} has no '{}' block", base_source, cls)};
+  if (!is_link_class(cls))
+    return Error{where, fmt::format("unknown link class '{}' (expected intra, numa or inter)", cls)};
+  if (!base.contains("nodes"))
+    return Error{where,
+                 fmt::format("{} is an explicit topology; link classes belong to the generator form", base_source)};
+  if (!base.contains(cls) || !base[cls].is_object())
+    return Error{where, fmt::format("{} has no '{}' block", base_source, cls)};
   auto ab = fit_alpha_beta(log);
   if (!ab) return ab.error();
   // A pair of GPUs whose route crosses the class: GPU 0 and its neighbour in the same NUMA
@@ -358,7 +376,8 @@ Expected<std::vector<FixedParameter>> fixed_from_nccl_tests(const json& base, co
   const long per_node = base.value("gpus_per_node", 1L), numa = base.value("numa_per_node", 1L);
   int dst = 1;
   if (cls == "numa") {
-    if (numa < 2) return Error{where, fmt::format("{} has one NUMA node per node: no numa link to measure", base_source)};
+    if (numa < 2)
+      return Error{where, fmt::format("{} has one NUMA node per node: no numa link to measure", base_source)};
     dst = int(per_node / numa);
   } else if (cls == "inter") {
     if (base.value("nodes", 1L) < 2) probe["nodes"] = 2;
@@ -377,11 +396,18 @@ Expected<std::vector<FixedParameter>> fixed_from_nccl_tests(const json& base, co
   const double k = lat[1] - lat[0], others = lat[0];
   if (!(k > 0)) return Error{where, fmt::format("no route of {} crosses a '{}' link", base_source, cls)};
   const double latency = std::max(0.0, (ab->alpha_us - others) / k);
-  const json detail = {{"alpha_us", ab->alpha_us},       {"beta_gbps", ab->beta_gbps},        {"bus_factor", ab->bus_factor},
-                       {"busbw_gbps", ab->busbw_gbps},   {"peak_busbw_gbps", ab->peak_busbw_gbps}, {"rows", ab->rows},
-                       {"links_on_route", k},            {"other_latency_us", others}};
+  const json detail = {{"alpha_us", ab->alpha_us},
+                       {"beta_gbps", ab->beta_gbps},
+                       {"bus_factor", ab->bus_factor},
+                       {"busbw_gbps", ab->busbw_gbps},
+                       {"peak_busbw_gbps", ab->peak_busbw_gbps},
+                       {"rows", ab->rows},
+                       {"links_on_route", k},
+                       {"other_latency_us", others}};
   std::vector<FixedParameter> out;
-  auto base_of = [&](const char* key, double dflt) { return base[cls].contains(key) && base[cls][key].is_number() ? base[cls][key].get<double>() : dflt; };
+  auto base_of = [&](const char* key, double dflt) {
+    return base[cls].contains(key) && base[cls][key].is_number() ? base[cls][key].get<double>() : dflt;
+  };
   out.push_back({cls + ".bandwidth_gbps", ab->busbw_gbps, base_of("bandwidth_gbps", kNaN), log.source, detail});
   out.push_back({cls + ".latency_us", latency, base_of("latency_us", 0), log.source, detail});
   return out;
@@ -408,8 +434,9 @@ Expected<Calibration> calibrate(const json& base, const std::string& base_source
   if (auto st = build_rows(model, data, base_ms); !st) return st.error();
   const std::size_t n = model.rows.size();
   for (std::size_t v = 1; v < model.variant_nodes.size(); ++v)
-    c.notes.push_back(fmt::format("rows with {} GPUs: {} re-generated with nodes = {}", model.variant_nodes[v] * base.value("gpus_per_node", 1L),
-                                  base_source, model.variant_nodes[v]));
+    c.notes.push_back(fmt::format("rows with {} GPUs: {} re-generated with nodes = {}",
+                                  model.variant_nodes[v] * base.value("gpus_per_node", 1L), base_source,
+                                  model.variant_nodes[v]));
   const std::size_t p = model.params.size();
   const std::vector<char> all(n, 1);
 
@@ -422,14 +449,17 @@ Expected<Calibration> calibrate(const json& base, const std::string& base_source
     for (std::size_t k = 0; k < p; ++k) {
       auto moved = values;
       const auto& q = model.params[k];
-      moved[k] = q.bounds.scale == Scale::Log ? std::sqrt(q.bounds.lo * q.bounds.hi) : 0.5 * (q.bounds.lo + q.bounds.hi);
+      moved[k] =
+          q.bounds.scale == Scale::Log ? std::sqrt(q.bounds.lo * q.bounds.hi) : 0.5 * (q.bounds.lo + q.bounds.hi);
       if (moved[k] == values[k]) moved[k] = q.bounds.lo;
       auto pred = model.predict(moved, all);
       if (!pred) return pred.error();
       bool moves = false;
       for (std::size_t i = 0; i < n; ++i) moves = moves || std::abs((*pred)[i] / base_ms[i] - 1) > 1e-9;
-      if (moves) kept.push_back(q);
-      else c.notes.push_back(fmt::format("{}: not fitted, no row depends on it", q.path));
+      if (moves)
+        kept.push_back(q);
+      else
+        c.notes.push_back(fmt::format("{}: not fitted, no row depends on it", q.path));
     }
     if (kept.empty()) return Error{"--fit", "no row depends on any of the default parameters; name some with --fit"};
     model.params = std::move(kept);
@@ -472,7 +502,8 @@ Expected<Calibration> calibrate(const json& base, const std::string& base_source
       const auto& q = model.params[k];
       const bool log_scale = q.bounds.scale == Scale::Log;
       const double theta = log_scale ? std::log(best[k]) : best[k];
-      const double lo = log_scale ? std::log(q.bounds.lo) : q.bounds.lo, hi = log_scale ? std::log(q.bounds.hi) : q.bounds.hi;
+      const double lo = log_scale ? std::log(q.bounds.lo) : q.bounds.lo,
+                   hi = log_scale ? std::log(q.bounds.hi) : q.bounds.hi;
       const double h = log_scale ? 1e-3 : 1e-3 * (q.bounds.hi - q.bounds.lo);
       const double up = std::min(theta + h, hi), down = std::max(theta - h, lo);
       if (!(up > down)) continue;
@@ -518,8 +549,9 @@ Expected<Calibration> calibrate(const json& base, const std::string& base_source
         }
       }
       if (!dof && q.note.empty()) q.note = "no uncertainty: as many parameters as rows";
-      if (q.at_bound) q.note += fmt::format("{}at its {} bound (the uncertainty is one-sided there)", q.note.empty() ? "" : "; ",
-                                            best_u[k] < 0.5 ? "lower" : "upper");
+      if (q.at_bound)
+        q.note += fmt::format("{}at its {} bound (the uncertainty is one-sided there)", q.note.empty() ? "" : "; ",
+                              best_u[k] < 0.5 ? "lower" : "upper");
     }
   }
 
@@ -555,7 +587,8 @@ Expected<Calibration> calibrate(const json& base, const std::string& base_source
       if (data.rows[i].algo == "ring") ring_of.emplace(row_key(data.rows[i], c.rows[i].ranks), i);
     for (std::size_t i = 0; i < n; ++i) {
       if (data.rows[i].algo == "ring") continue;
-      if (auto it = ring_of.find(row_key(data.rows[i], c.rows[i].ranks)); it != ring_of.end()) c.pairs.push_back({it->second, i});
+      if (auto it = ring_of.find(row_key(data.rows[i], c.rows[i].ranks)); it != ring_of.end())
+        c.pairs.push_back({it->second, i});
     }
   }
   {
@@ -582,15 +615,18 @@ Expected<Calibration> calibrate(const json& base, const std::string& base_source
 
   // The output document: the base with every value written in, and where they came from.
   c.document = model.document(best);
-  if (c.document.contains("name") && c.document["name"].is_string()) c.document["name"] = c.document["name"].get<std::string>() + "-calibrated";
+  if (c.document.contains("name") && c.document["name"].is_string())
+    c.document["name"] = c.document["name"].get<std::string>() + "-calibrated";
   {
     // The base's notes describe its own values; say which ones are no longer those.
     std::string what;
     for (const auto& q : c.parameters) what += fmt::format("{}{}", what.empty() ? "" : ", ", q.path);
     for (const auto& f : c.fixed) what += fmt::format("{}{} (nccl-tests)", what.empty() ? "" : ", ", f.path);
     json notes = json::array();
-    if (c.document.contains("notes")) notes = c.document["notes"].is_array() ? c.document["notes"] : json::array({c.document["notes"]});
-    notes.push_back(fmt::format("charm calibrate set {} from {} ({} rows); see \"calibration\".", what, data.source, n));
+    if (c.document.contains("notes"))
+      notes = c.document["notes"].is_array() ? c.document["notes"] : json::array({c.document["notes"]});
+    notes.push_back(
+        fmt::format("charm calibrate set {} from {} ({} rows); see \"calibration\".", what, data.source, n));
     c.document["notes"] = notes;
   }
   auto num = [](double x) { return std::isnan(x) ? json(nullptr) : json(x); };
@@ -609,20 +645,27 @@ Expected<Calibration> calibrate(const json& base, const std::string& base_source
   }
   json fixed_j = json::array();
   for (const auto& f : c.fixed)
-    fixed_j.push_back({{"path", f.path}, {"value", f.value}, {"base", num(f.base)}, {"source", f.source}, {"nccl_tests", f.detail}});
-  c.document["calibration"] = {
-      {"tool", "charm calibrate"},
-      {"base", base_source},
-      {"measurements", {{"file", data.source}, {"rows", n}}},
-      {"objective", "sum over rows of log(predicted / measured)^2"},
-      {"objective_value", {{"base", c.base_objective}, {"fitted", c.objective}}},
-      {"fitted", fitted},
-      {"fixed", fixed_j},
-      {"mape_percent",
-       {{"time", {{"base", num(c.time.base)}, {"in_sample", num(c.time.in_sample)}, {"leave_one_out", num(c.time.loo)}, {"rows", n}}},
-        {"speedup",
-         {{"base", num(c.speedup.base)}, {"in_sample", num(c.speedup.in_sample)}, {"leave_one_out", num(c.speedup.loo)}, {"pairs", c.pairs.size()}}}}},
-      {"notes", c.notes}};
+    fixed_j.push_back(
+        {{"path", f.path}, {"value", f.value}, {"base", num(f.base)}, {"source", f.source}, {"nccl_tests", f.detail}});
+  c.document["calibration"] = {{"tool", "charm calibrate"},
+                               {"base", base_source},
+                               {"measurements", {{"file", data.source}, {"rows", n}}},
+                               {"objective", "sum over rows of log(predicted / measured)^2"},
+                               {"objective_value", {{"base", c.base_objective}, {"fitted", c.objective}}},
+                               {"fitted", fitted},
+                               {"fixed", fixed_j},
+                               {"mape_percent",
+                                {{"time",
+                                  {{"base", num(c.time.base)},
+                                   {"in_sample", num(c.time.in_sample)},
+                                   {"leave_one_out", num(c.time.loo)},
+                                   {"rows", n}}},
+                                 {"speedup",
+                                  {{"base", num(c.speedup.base)},
+                                   {"in_sample", num(c.speedup.in_sample)},
+                                   {"leave_one_out", num(c.speedup.loo)},
+                                   {"pairs", c.pairs.size()}}}}},
+                               {"notes", c.notes}};
   return c;
 }
 
@@ -680,4 +723,4 @@ json report_json(const Calibration& c, const MeasurementSet& data) {
           {"notes", c.notes}};
 }
 
-} // namespace charm::calib
+}  // namespace charm::calib

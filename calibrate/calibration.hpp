@@ -35,8 +35,8 @@ inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 struct FixedParameter {
   std::string path;
   double value = 0, base = 0;
-  std::string source;      // the log file
-  nlohmann::json detail;   // the alpha-beta fit behind the value
+  std::string source;     // the log file
+  nlohmann::json detail;  // the alpha-beta fit behind the value
 };
 
 /// The link classes an nccl-tests log can describe (generator form): intra, numa, inter.
@@ -46,15 +46,16 @@ struct FixedParameter {
 /// The latency is the fitted start-up time less the route's other links, divided by the
 /// number of `cls` links a message crosses (two: GPU -> switch -> GPU), so that the
 /// simulated route latency equals the measured one. Errors name `where` (the flag).
-[[nodiscard]] Expected<std::vector<FixedParameter>> fixed_from_nccl_tests(const nlohmann::json& base, const std::string& base_source,
-                                                                         const std::string& cls, const NcclLog& log);
+[[nodiscard]] Expected<std::vector<FixedParameter>> fixed_from_nccl_tests(const nlohmann::json& base,
+                                                                          const std::string& base_source,
+                                                                          const std::string& cls, const NcclLog& log);
 
 struct FitParameter {
   std::string path;
-  double base = 0;           // the value in the base document
+  double base = 0;  // the value in the base document
   Bounds bounds;
-  double value = 0;          // fitted
-  double sigma = kNaN;       // 1-sigma in the field's units (Gauss-Newton); NaN: not estimated
+  double value = 0;     // fitted
+  double sigma = kNaN;  // 1-sigma in the field's units (Gauss-Newton); NaN: not estimated
   double relative_sigma = kNaN;
   bool at_bound = false;
   std::string note;
@@ -87,7 +88,7 @@ struct CalibrationOptions {
   int restarts = 3;              // starts besides the base values
   int jobs = 1;                  // threads that simulate rows in parallel
   bool leave_one_out = true;
-  int max_evaluations = 0;       // per start; 0: 150 x (parameters + 1)
+  int max_evaluations = 0;                           // per start; 0: 150 x (parameters + 1)
   std::function<void(const FitProgress&)> progress;  // called on the calling thread after every evaluation
 };
 
@@ -106,10 +107,11 @@ struct Calibration {
 };
 
 /// Fits; errors in a row name its file, line and column; errors in a parameter name its path.
-[[nodiscard]] Expected<Calibration> calibrate(const nlohmann::json& base, const std::string& base_source, const MeasurementSet& data,
-                                              const std::vector<FixedParameter>& fixed, const CalibrationOptions& options);
+[[nodiscard]] Expected<Calibration> calibrate(const nlohmann::json& base, const std::string& base_source,
+                                              const MeasurementSet& data, const std::vector<FixedParameter>& fixed,
+                                              const CalibrationOptions& options);
 
 /// The report `charm calibrate --json` prints: rows, parameters, speedups, MAPEs.
 [[nodiscard]] nlohmann::json report_json(const Calibration& c, const MeasurementSet& data);
 
-} // namespace charm::calib
+}  // namespace charm::calib

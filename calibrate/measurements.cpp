@@ -18,8 +18,9 @@ namespace charm::calib {
 
 namespace {
 
-constexpr std::array<std::string_view, kNumColumns> kNames{"algo",     "pass",   "batch",  "seq",     "heads", "kv_heads", "head_dim",
-                                                           "dtype",    "causal", "layout", "time_ms", "ranks", "domains"};
+constexpr std::array<std::string_view, kNumColumns> kNames{"algo",     "pass",     "batch",  "seq",    "heads",
+                                                           "kv_heads", "head_dim", "dtype",  "causal", "layout",
+                                                           "time_ms",  "ranks",    "domains"};
 
 bool optional_column(Column c) { return c == Column::Ranks || c == Column::Domains; }
 
@@ -57,7 +58,7 @@ Expected<std::int64_t> parse_count(std::string_view s, std::int64_t max) {
   return v;
 }
 
-} // namespace
+}  // namespace
 
 std::string_view column_name(Column c) { return kNames[static_cast<std::size_t>(c)]; }
 
@@ -108,13 +109,15 @@ Expected<MeasurementSet> parse_measurements(std::string_view text, const std::st
       }
       for (std::size_t c = 0; c < kNumColumns; ++c)
         if (set.column_index[c] == 0 && !optional_column(Column(c)))
-          return at(fields.size(), fmt::format("missing column '{}' (the header needs: {}; ranks and domains are optional)", kNames[c],
-                                               expected_list()));
+          return at(fields.size(),
+                    fmt::format("missing column '{}' (the header needs: {}; ranks and domains are optional)", kNames[c],
+                                expected_list()));
       continue;
     }
     if (fields.size() != order.size())
       return at(std::min(fields.size(), order.size()),
-                fmt::format("expected {} fields as in the header (line {}), got {}", order.size(), header_line, fields.size()));
+                fmt::format("expected {} fields as in the header (line {}), got {}", order.size(), header_line,
+                            fields.size()));
     Measurement m;
     m.line = line_no;
     std::string kv_heads;
@@ -130,73 +133,80 @@ Expected<MeasurementSet> parse_measurements(std::string_view text, const std::st
         return n;
       };
       switch (c) {
-        case Column::Algo: {
-          const auto& names = sched::algorithm_names();
-          if (std::find(names.begin(), names.end(), v) == names.end()) {
-            std::string list;
-            for (const auto& n : names) list += fmt::format("{}{}", list.empty() ? "" : ", ", n);
-            return bad(fmt::format("unknown algorithm '{}' (expected one of: {})", v, list));
-          }
-          m.algo = std::string(v);
-          break;
+      case Column::Algo: {
+        const auto& names = sched::algorithm_names();
+        if (std::find(names.begin(), names.end(), v) == names.end()) {
+          std::string list;
+          for (const auto& n : names) list += fmt::format("{}{}", list.empty() ? "" : ", ", n);
+          return bad(fmt::format("unknown algorithm '{}' (expected one of: {})", v, list));
         }
-        case Column::Pass: {
-          auto p = ir::parse_pass(v);
-          if (!p) return bad(p.error().what);
-          m.workload.pass = *p;
-          break;
-        }
-        case Column::DType: {
-          auto d = ir::parse_dtype(v);
-          if (!d) return bad(d.error().what);
-          m.workload.dtype = *d;
-          break;
-        }
-        case Column::Layout: {
-          auto l = ir::parse_layout(v);
-          if (!l) return bad(l.error().what);
-          m.workload.layout = *l;
-          break;
-        }
-        case Column::Causal:
-          if (v != "0" && v != "1") return bad(fmt::format("must be 0 or 1, got '{}'", v));
-          m.workload.causal = v == "1";
-          break;
-        case Column::Batch:
-        case Column::Seq:
-        case Column::Heads:
-        case Column::HeadDim: {
-          // The workload's own bounds (scheduler/ir/workload.hpp), so a row is refused here, by its column.
-          auto n = count(c == Column::Batch ? ir::kMaxBatch : c == Column::Seq ? std::int64_t{1} << 40 : c == Column::Heads ? ir::kMaxHeads : ir::kMaxHeadDim);
+        m.algo = std::string(v);
+        break;
+      }
+      case Column::Pass: {
+        auto p = ir::parse_pass(v);
+        if (!p) return bad(p.error().what);
+        m.workload.pass = *p;
+        break;
+      }
+      case Column::DType: {
+        auto d = ir::parse_dtype(v);
+        if (!d) return bad(d.error().what);
+        m.workload.dtype = *d;
+        break;
+      }
+      case Column::Layout: {
+        auto l = ir::parse_layout(v);
+        if (!l) return bad(l.error().what);
+        m.workload.layout = *l;
+        break;
+      }
+      case Column::Causal:
+        if (v != "0" && v != "1") return bad(fmt::format("must be 0 or 1, got '{}'", v));
+        m.workload.causal = v == "1";
+        break;
+      case Column::Batch:
+      case Column::Seq:
+      case Column::Heads:
+      case Column::HeadDim: {
+        // The workload's own bounds (scheduler/ir/workload.hpp), so a row is refused here, by its column.
+        auto n = count(c == Column::Batch   ? ir::kMaxBatch
+                       : c == Column::Seq   ? std::int64_t{1} << 40
+                       : c == Column::Heads ? ir::kMaxHeads
+                                            : ir::kMaxHeadDim);
+        if (!n) return n.error();
+        (c == Column::Batch   ? m.workload.batch
+         : c == Column::Seq   ? m.workload.seq
+         : c == Column::Heads ? m.workload.heads
+                              : m.workload.head_dim) = *n;
+        break;
+      }
+      case Column::KvHeads:
+        if (!v.empty()) {
+          auto n = count(ir::kMaxHeads);
           if (!n) return n.error();
-          (c == Column::Batch ? m.workload.batch : c == Column::Seq ? m.workload.seq : c == Column::Heads ? m.workload.heads : m.workload.head_dim) = *n;
-          break;
+          m.workload.kv_heads = *n;
         }
-        case Column::KvHeads:
-          if (!v.empty()) {
-            auto n = count(ir::kMaxHeads);
-            if (!n) return n.error();
-            m.workload.kv_heads = *n;
-          }
-          kv_heads = std::string(v);
-          break;
-        case Column::Ranks:
-        case Column::Domains:
-          if (!v.empty()) {
-            auto n = count(4096);
-            if (!n) return n.error();
-            (c == Column::Ranks ? m.ranks : m.domains) = int(*n);
-          }
-          break;
-        case Column::TimeMs: {
-          double t = 0;
-          const auto* end = v.data() + v.size();
-          const auto r = std::from_chars(v.data(), end, t);
-          if (r.ec != std::errc{} || r.ptr != end || !std::isfinite(t)) return bad(fmt::format("must be a number of milliseconds, got '{}'", v));
-          if (!(t > 0)) return bad(fmt::format("must be > 0, got {}", v));
-          m.time_ms = t;
-          break;
+        kv_heads = std::string(v);
+        break;
+      case Column::Ranks:
+      case Column::Domains:
+        if (!v.empty()) {
+          auto n = count(4096);
+          if (!n) return n.error();
+          (c == Column::Ranks ? m.ranks : m.domains) = int(*n);
         }
+        break;
+      case Column::TimeMs: {
+        double t = 0;
+        const auto* end = v.data() + v.size();
+        const auto r = std::from_chars(v.data(), end, t);
+        if (r.ec != std::errc{} || r.ptr != end || !std::isfinite(t))
+          return bad(fmt::format("must be a number of milliseconds, got '{}'", v));
+        if (!(t > 0)) return bad(fmt::format("must be > 0, got {}", v));
+        m.time_ms = t;
+        break;
+      }
       }
     }
     if (kv_heads.empty()) m.workload.kv_heads = m.workload.heads;
@@ -217,4 +227,4 @@ Expected<MeasurementSet> load_measurements(const std::string& path) {
   return parse_measurements(*text, path);
 }
 
-} // namespace charm::calib
+}  // namespace charm::calib

@@ -20,7 +20,21 @@
 
 namespace charm::calib {
 
-enum class Column : std::uint8_t { Algo, Pass, Batch, Seq, Heads, KvHeads, HeadDim, DType, Causal, Layout, TimeMs, Ranks, Domains };
+enum class Column : std::uint8_t {
+  Algo,
+  Pass,
+  Batch,
+  Seq,
+  Heads,
+  KvHeads,
+  HeadDim,
+  DType,
+  Causal,
+  Layout,
+  TimeMs,
+  Ranks,
+  Domains
+};
 inline constexpr std::size_t kNumColumns = 13;
 
 /// The header name of a column ("kv_heads").
@@ -55,4 +69,4 @@ struct MeasurementSet {
 /// Reads a whole text file; errors name the path (shared with the nccl-tests reader).
 [[nodiscard]] Expected<std::string> read_text_file(const std::string& path, const char* what);
 
-} // namespace charm::calib
+}  // namespace charm::calib

@@ -32,7 +32,7 @@ struct Layout {
   std::size_t time = 0, algbw = 0, busbw = 0;
 };
 
-} // namespace
+}  // namespace
 
 Expected<NcclLog> parse_nccl_tests(std::string_view text, const std::string& source) {
   NcclLog log;
@@ -47,15 +47,18 @@ Expected<NcclLog> parse_nccl_tests(std::string_view text, const std::string& sou
     ++line_no;
     // mpirun --tag-output: "[1,0]<stdout>:" before every line.
     if (!line.empty() && line.front() == '[')
-      if (const auto p = line.find(">:"); p != std::string_view::npos && line.substr(0, p).find("<std") != std::string_view::npos)
+      if (const auto p = line.find(">:");
+          p != std::string_view::npos && line.substr(0, p).find("<std") != std::string_view::npos)
         line.remove_prefix(p + 2);
     auto tok = tokens(line);
     if (tok.empty()) continue;
     auto at = [&](const std::string& what) { return Error{fmt::format("{}:{}", source, line_no), what}; };
     if (tok.front().front() == '#') {
       // The column header: "# size count type redop [root] time algbw busbw #wrong time ...".
-      if (tok.front() == "#") tok.erase(tok.begin());
-      else tok.front().erase(0, 1);
+      if (tok.front() == "#")
+        tok.erase(tok.begin());
+      else
+        tok.front().erase(0, 1);
       if (tok.size() < 8 || tok[0] != "size" || tok[1] != "count") continue;
       Layout l;
       l.header_line = line_no;
@@ -75,9 +78,11 @@ Expected<NcclLog> parse_nccl_tests(std::string_view text, const std::string& sou
     }
     // Not a table row: NCCL's own lines ("NCCL version 2.19.3", "host:123 [0] NCCL INFO ...").
     if (!std::isdigit(static_cast<unsigned char>(tok.front().front()))) continue;
-    if (layout.header_line == 0) return at("a table row before the nccl-tests header (# size count type ... time algbw busbw ...)");
+    if (layout.header_line == 0)
+      return at("a table row before the nccl-tests header (# size count type ... time algbw busbw ...)");
     if (tok.size() != layout.fields)
-      return at(fmt::format("expected {} fields as in the header (line {}), got {}", layout.fields, layout.header_line, tok.size()));
+      return at(fmt::format("expected {} fields as in the header (line {}), got {}", layout.fields, layout.header_line,
+                            tok.size()));
     NcclSample s;
     s.line = line_no;
     double bytes = 0;
@@ -92,7 +97,8 @@ Expected<NcclLog> parse_nccl_tests(std::string_view text, const std::string& sou
       return at(fmt::format("busbw: must be a number >= 0, got '{}'", tok[layout.busbw]));
     log.samples.push_back(s);
   }
-  if (log.samples.empty()) return Error{source, "no nccl-tests table rows (expected the output of sendrecv_perf, alltoall_perf, ...)"};
+  if (log.samples.empty())
+    return Error{source, "no nccl-tests table rows (expected the output of sendrecv_perf, alltoall_perf, ...)"};
   return log;
 }
 
@@ -119,7 +125,9 @@ Expected<AlphaBeta> fit_alpha_beta(const NcclLog& log) {
     ab_fit.peak_busbw_gbps = std::max(ab_fit.peak_busbw_gbps, s.busbw_gbps);
   }
   if (min_bytes == max_bytes)
-    return Error{log.source, fmt::format("every row has the same size ({} B): a latency and a bandwidth need at least two sizes", min_bytes)};
+    return Error{log.source,
+                 fmt::format("every row has the same size ({} B): a latency and a bandwidth need at least two sizes",
+                             min_bytes)};
   double alpha = 0, g = 0;
   const double det = aa * bb - ab * ab;
   if (det > 0) {
@@ -142,4 +150,4 @@ Expected<AlphaBeta> fit_alpha_beta(const NcclLog& log) {
   return ab_fit;
 }
 
-} // namespace charm::calib
+}  // namespace charm::calib

@@ -4,8 +4,8 @@
 // class's bandwidth and latency.
 //
 // The table nccl-tests prints (one row per message size, out-of-place then in-place):
-//   #       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
-//   #        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+//   #       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw
+//   #wrong #        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s) (GB/s)
 //      33554432       8388608     float     sum      -1   1402.3   23.93   23.93      0   1399.8   23.97   23.97      0
 // Older versions print no `root` column and `error` for `#wrong`; the header line says
 // which, so the columns are located by name. `#` lines are comments; lines that do not
@@ -51,4 +51,4 @@ struct AlphaBeta {
 /// small messages set alpha and large ones beta; alpha is kept >= 0.
 [[nodiscard]] Expected<AlphaBeta> fit_alpha_beta(const NcclLog& log);
 
-} // namespace charm::calib
+}  // namespace charm::calib

@@ -48,15 +48,25 @@ const std::vector<Rule>& registry() {
       // A measured bandwidth is what the hardware attains, at most the base file's nominal rate.
       {[](const std::string& p) { return ends_with(last_key(p), "_gbps"); },
        // Never below the topology's plausible range (topology.hpp), which the fitted file must pass.
-       [](double base) { return Bounds{std::max(base / 20, topo::kMinGbps), base, Scale::Log, "bandwidth: [base/20, base]", true}; }},
+       [](double base) {
+         return Bounds{std::max(base / 20, topo::kMinGbps), base, Scale::Log, "bandwidth: [base/20, base]", true};
+       }},
       {[](const std::string& p) { return has_component(p, "efficiency"); },
-       [](double) { return Bounds{1e-3, 1.0, Scale::Log, "efficiency: (0, 1]", true}; }},
+       [](double) {
+         return Bounds{1e-3, 1.0, Scale::Log, "efficiency: (0, 1]", true};
+       }},
       {[](const std::string& p) { return ends_with(last_key(p), "latency_us"); },
-       [](double) { return Bounds{0, 1000, Scale::Linear, "latency: [0, 1000] us", true}; }},
+       [](double) {
+         return Bounds{0, 1000, Scale::Linear, "latency: [0, 1000] us", true};
+       }},
       {[](const std::string& p) { return last_key(p) == "launch_us"; },
-       [](double) { return Bounds{0, 1000, Scale::Linear, "launch overhead: [0, 1000] us", true}; }},
+       [](double) {
+         return Bounds{0, 1000, Scale::Linear, "launch overhead: [0, 1000] us", true};
+       }},
       {[](const std::string& p) { return last_key(p) == "half_tokens"; },
-       [](double) { return Bounds{0, 4096, Scale::Linear, "half-efficiency block side: [0, 4096] tokens", true}; }},
+       [](double) {
+         return Bounds{0, 4096, Scale::Linear, "half-efficiency block side: [0, 4096] tokens", true};
+       }},
   };
   return rules;
 }
@@ -67,7 +77,7 @@ bool structural(const std::string& key) {
   return std::find(keys.begin(), keys.end(), key) != keys.end();
 }
 
-} // namespace
+}  // namespace
 
 const std::vector<std::string>& default_fit_parameters() {
   // The few physical rates that real runs fall short of and that the paper's
@@ -80,19 +90,23 @@ const std::vector<std::string>& default_fit_parameters() {
   return params;
 }
 
-Expected<nlohmann::json::json_pointer> parameter_pointer(const std::string& path) { return topo::field_pointer(path, "parameter"); }
+Expected<nlohmann::json::json_pointer> parameter_pointer(const std::string& path) {
+  return topo::field_pointer(path, "parameter");
+}
 
 Expected<double> parameter_value(const nlohmann::json& doc, const std::string& path, const std::string& source) {
   auto ptr = parameter_pointer(path);
   if (!ptr) return ptr.error();
-  if (structural(last_key(path))) return Error{path, "shapes the cluster (a count), it is not a hardware parameter to fit"};
+  if (structural(last_key(path)))
+    return Error{path, "shapes the cluster (a count), it is not a hardware parameter to fit"};
   if (!doc.contains(*ptr)) return Error{path, fmt::format("no such field in {}", source)};
   const auto& v = doc.at(*ptr);
   if (v.is_object()) {
     std::string keys;
     for (const auto& item : v.items())
       if (item.value().is_number()) keys += fmt::format("{}{}.{}", keys.empty() ? "" : ", ", path, item.key());
-    return Error{path, fmt::format("is an object in {}; fit its numbers{}", source, keys.empty() ? "" : " (" + keys + ")")};
+    return Error{path,
+                 fmt::format("is an object in {}; fit its numbers{}", source, keys.empty() ? "" : " (" + keys + ")")};
   }
   if (!v.is_number()) return Error{path, fmt::format("is not a number in {} (it is {})", source, v.dump())};
   return v.get<double>();
@@ -110,12 +124,16 @@ Expected<Bounds> bounds_for(const std::string& path, double base) {
     // A base value outside the physical range still has to be reachable by the fit.
     b.lo = std::min(b.lo, base);
     b.hi = std::max(b.hi, base);
-    if (b.scale == Scale::Log && !(b.lo > 0)) return Error{path, fmt::format("base value {} is not > 0; it cannot be fitted in log space", base)};
+    if (b.scale == Scale::Log && !(b.lo > 0))
+      return Error{path, fmt::format("base value {} is not > 0; it cannot be fitted in log space", base)};
     return b;
   }
   if (!(base > 0))
-    return Error{path, fmt::format("base value {} gives no range: fields outside the bounds registry are fitted in [base/10, base*10]", base)};
+    return Error{
+        path,
+        fmt::format("base value {} gives no range: fields outside the bounds registry are fitted in [base/10, base*10]",
+                    base)};
   return Bounds{base / 10, base * 10, Scale::Log, "not in the bounds registry: [base/10, base*10]", false};
 }
 
-} // namespace charm::calib
+}  // namespace charm::calib

@@ -22,8 +22,8 @@ enum class Scale : std::uint8_t { Log, Linear };
 struct Bounds {
   double lo = 0, hi = 0;
   Scale scale = Scale::Log;
-  std::string rule;    // why these bounds, for the report ("bandwidth: [base/20, base]")
-  bool known = true;   // false: the field is not in the registry (generic bounds, with a note)
+  std::string rule;   // why these bounds, for the report ("bandwidth: [base/20, base]")
+  bool known = true;  // false: the field is not in the registry (generic bounds, with a note)
 };
 
 /// The parameters fitted when --fit is not given, in one place: those of this list that the
@@ -34,11 +34,12 @@ struct Bounds {
 [[nodiscard]] Expected<nlohmann::json::json_pointer> parameter_pointer(const std::string& path);
 
 /// The number at `path` in `doc`; errors say why it cannot be fitted. `source` names the document.
-[[nodiscard]] Expected<double> parameter_value(const nlohmann::json& doc, const std::string& path, const std::string& source);
+[[nodiscard]] Expected<double> parameter_value(const nlohmann::json& doc, const std::string& path,
+                                               const std::string& source);
 /// Writes `value` at `path` (which parameter_value accepted).
 void set_parameter(nlohmann::json& doc, const std::string& path, double value);
 
 /// Physical bounds of the field at `path` with value `base` in the base document.
 [[nodiscard]] Expected<Bounds> bounds_for(const std::string& path, double base);
 
-} // namespace charm::calib
+}  // namespace charm::calib

@@ -48,7 +48,8 @@ Status BufferStore::check(ir::BufferId id, const Slot* parent) const {
     return Error{fmt::format("rank {} buffer {} ({})", rank_, id, ir::buffer_label(plan_, id)), std::move(what)};
   };
   if (plan_.parts < 1 || (w.seq / plan_.ranks) % plan_.parts != 0)
-    return bad(fmt::format("the plan's {} token parts do not divide a shard's {} tokens", plan_.parts, w.seq / plan_.ranks));
+    return bad(
+        fmt::format("the plan's {} token parts do not divide a shard's {} tokens", plan_.parts, w.seq / plan_.ranks));
   const ir::Region r = plan_.region(id);
   if (r.empty() || r.owner_begin < 0 || r.owner_end > plan_.ranks || r.head_begin < 0 || r.head_end > w.kv_heads ||
       r.part_begin < 0 || r.part_end > plan_.parts)
@@ -134,4 +135,4 @@ void BufferStore::release(const ir::Op& op) {
   }
 }
 
-} // namespace charm::rt
+}  // namespace charm::rt

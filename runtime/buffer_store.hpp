@@ -41,17 +41,17 @@ class BufferStore {
 
  private:
   struct Slot {
-    ir::BufferId root = ir::kNone;     // the buffer whose storage this one is (itself unless a view)
+    ir::BufferId root = ir::kNone;       // the buffer whose storage this one is (itself unless a view)
     std::int64_t offset = 0, count = 0;  // this buffer's span of the root's storage
     RegionLayout layout;
-    Status valid;                      // the buffer's own rule violations, reported by get()
+    Status valid;  // the buffer's own rule violations, reported by get()
     // Storage, used on roots only.
     std::once_flag once;
     std::vector<float> data;
     Status init;
     std::atomic<int> uses{0};
     bool keep = false;
-    std::size_t counted = 0;           // bytes this storage adds to the peak (the plan's, in the workload dtype)
+    std::size_t counted = 0;  // bytes this storage adds to the peak (the plan's, in the workload dtype)
   };
   Status init(ir::BufferId b, Slot& s);
   [[nodiscard]] Status check(ir::BufferId b, const Slot* parent) const;
@@ -65,4 +65,4 @@ class BufferStore {
   std::atomic<std::size_t> live_{0}, peak_{0};
 };
 
-} // namespace charm::rt
+}  // namespace charm::rt

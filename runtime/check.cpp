@@ -8,9 +8,12 @@ namespace charm::rt {
 
 double tolerance(ir::DType t) {
   switch (t) {
-    case ir::DType::FP32: return 1e-5;
-    case ir::DType::FP16: return 2e-3;
-    case ir::DType::BF16: return 1e-2;
+  case ir::DType::FP32:
+    return 1e-5;
+  case ir::DType::FP16:
+    return 2e-3;
+  case ir::DType::BF16:
+    return 1e-2;
   }
   return 1e-5;
 }
@@ -26,9 +29,12 @@ TensorError compare(const std::vector<float>& run, const std::vector<double>& re
     const double a = run[i], b = ref[i];
     if (std::isfinite(b)) mag = std::max(mag, std::fabs(b));
     double d;
-    if (a == b) d = 0;  // includes -inf == -inf
-    else if (std::isnan(a) || !std::isfinite(a) || !std::isfinite(b)) d = std::numeric_limits<double>::infinity();
-    else d = std::fabs(a - b);
+    if (a == b)
+      d = 0;  // includes -inf == -inf
+    else if (std::isnan(a) || !std::isfinite(a) || !std::isfinite(b))
+      d = std::numeric_limits<double>::infinity();
+    else
+      d = std::fabs(a - b);
     e.max_abs = std::max(e.max_abs, d);
   }
   e.max_rel = e.max_abs / std::max(mag, 1e-30);
@@ -56,4 +62,4 @@ std::string CheckReport::worst() const {
 
 bool CheckReport::ok() const { return worst().empty(); }
 
-} // namespace charm::rt
+}  // namespace charm::rt

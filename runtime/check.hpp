@@ -42,4 +42,4 @@ struct CheckReport {
 /// Compares whichever of out, lse, dq, dk, dv `run` holds (non-empty) with `ref`.
 [[nodiscard]] CheckReport check_against(const GlobalTensors& run, const Reference& ref, ir::DType dtype);
 
-} // namespace charm::rt
+}  // namespace charm::rt

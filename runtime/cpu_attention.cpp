@@ -79,8 +79,8 @@ void pack_kv(const float* x, std::int64_t b, std::int64_t t, std::int64_t kv_hea
 
 /// One tile of the backward pass: s := P = exp(S * scale - lse), dp := dS = P * (dP - delta) for
 /// its rows (lse, delta: the first row's), zero past each row's visible keys up to nmax.
-void probabilities_and_ds(const AttnShape& a, Scratch& sc, const float* lse, const float* delta, std::int64_t i0, std::int64_t rows,
-                          std::int64_t tk, std::int64_t nmax) {
+void probabilities_and_ds(const AttnShape& a, Scratch& sc, const float* lse, const float* delta, std::int64_t i0,
+                          std::int64_t rows, std::int64_t tk, std::int64_t nmax) {
   for (std::int64_t r = 0; r < kTile; ++r) {
     float* s = sc.s.data() + r * tk;
     float* dp = sc.dp.data() + r * tk;
@@ -135,7 +135,7 @@ void tile_gradients(Scratch& sc, std::int64_t tk, std::int64_t nmax, std::int64_
   }
 }
 
-} // namespace
+}  // namespace
 
 void attention_fwd_block(const AttnShape& a, const float* q, Positions qpos, const float* k, const float* v,
                          Positions kpos, float* out, float* lse) {
@@ -278,8 +278,8 @@ void attention_bwd_block(const AttnShape& a, const float* q, const float* dout, 
           kmax = std::max(kmax, nmax);
           load_rows(q, b, i0, rows, tq, H, h, D, sc.qt.data());
           load_rows(dout, b, i0, rows, tq, H, h, D, sc.dot.data());
-          scores_tile(sc.qt.data(), sc.kt.data(), tk, nmax, D, sc.s.data());   // S
-          scores_tile(sc.dot.data(), sc.vt.data(), tk, nmax, D, sc.dp.data()); // dP = dO V^T
+          scores_tile(sc.qt.data(), sc.kt.data(), tk, nmax, D, sc.s.data());    // S
+          scores_tile(sc.dot.data(), sc.vt.data(), tk, nmax, D, sc.dp.data());  // dP = dO V^T
           // s := P, dp := dS = P * (dP - delta).
           probabilities_and_ds(a, sc, lse + (b * H + h) * tq + i0, delta + (b * H + h) * tq + i0, i0, rows, tk, nmax);
           tile_gradients(sc, tk, nmax, D);
@@ -304,4 +304,4 @@ void attention_bwd_block(const AttnShape& a, const float* q, const float* dout, 
   }
 }
 
-} // namespace charm::rt
+}  // namespace charm::rt

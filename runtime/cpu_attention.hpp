@@ -39,4 +39,4 @@ void attention_bwd_block(const AttnShape& a, const float* q, const float* dout, 
                          Positions qpos, const float* k, const float* v, Positions kpos, float* dq, float* dk,
                          float* dv);
 
-} // namespace charm::rt
+}  // namespace charm::rt

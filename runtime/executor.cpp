@@ -24,27 +24,27 @@ BufferStore::FillInput input_filler(const ir::Plan& plan, const GlobalTensors& i
       return {};
     };
     switch (b.kind) {
-      case ir::BufKind::Q:
-        if (auto s = need(in.q, "Q"); !s) return s;
-        gather_tokens(w, pos, w.heads, in.q, dst);
-        return {};
-      case ir::BufKind::Kv:
-        if (auto s = need(in.k, "K"); !s) return s;
-        gather_tokens(w, pos, w.kv_heads, in.k, dst.first(std::size_t(ss.kv_elems())));
-        gather_tokens(w, pos, w.kv_heads, in.v, dst.subspan(std::size_t(ss.kv_elems())));
-        return {};
-      case ir::BufKind::Dout:
-        if (auto s = need(in.dout, "dO"); !s) return s;
-        gather_tokens(w, pos, w.heads, in.dout, dst);
-        return {};
-      case ir::BufKind::Out:
-        if (auto s = need(in.out, "O"); !s) return s;
-        if (auto s = need(in.lse, "LSE"); !s) return s;
-        gather_tokens(w, pos, w.heads, in.out, dst.first(std::size_t(ss.q_elems())));
-        gather_lse(w, pos, in.lse, dst.subspan(std::size_t(ss.q_elems())));
-        return {};
-      default:
-        return Error{"plan", fmt::format("a {} buffer cannot be an input", ir::to_string(b.kind))};
+    case ir::BufKind::Q:
+      if (auto s = need(in.q, "Q"); !s) return s;
+      gather_tokens(w, pos, w.heads, in.q, dst);
+      return {};
+    case ir::BufKind::Kv:
+      if (auto s = need(in.k, "K"); !s) return s;
+      gather_tokens(w, pos, w.kv_heads, in.k, dst.first(std::size_t(ss.kv_elems())));
+      gather_tokens(w, pos, w.kv_heads, in.v, dst.subspan(std::size_t(ss.kv_elems())));
+      return {};
+    case ir::BufKind::Dout:
+      if (auto s = need(in.dout, "dO"); !s) return s;
+      gather_tokens(w, pos, w.heads, in.dout, dst);
+      return {};
+    case ir::BufKind::Out:
+      if (auto s = need(in.out, "O"); !s) return s;
+      if (auto s = need(in.lse, "LSE"); !s) return s;
+      gather_tokens(w, pos, w.heads, in.out, dst.first(std::size_t(ss.q_elems())));
+      gather_lse(w, pos, in.lse, dst.subspan(std::size_t(ss.q_elems())));
+      return {};
+    default:
+      return Error{"plan", fmt::format("a {} buffer cannot be an input", ir::to_string(b.kind))};
     }
   };
 }
@@ -56,7 +56,8 @@ bool has_counterpart(const ir::Plan& plan, ir::OpId id) {
   const auto& op = plan.op(id);
   const auto want = op.kind == ir::OpKind::Send ? ir::OpKind::Recv : ir::OpKind::Send;
   for (const auto& o : plan.ops())
-    if (o.kind == want && o.rank == op.peer && o.peer == op.rank && o.stream == op.stream && o.tag == op.tag) return true;
+    if (o.kind == want && o.rank == op.peer && o.peer == op.rank && o.stream == op.stream && o.tag == op.tag)
+      return true;
   return false;
 }
 
@@ -92,7 +93,7 @@ std::string stall_message(const ir::Plan& plan, const std::vector<BlockedOp>& bl
                      pick->rank, ir::to_string(pick->stream), what, blocked.size());
 }
 
-} // namespace
+}  // namespace
 
 Status drive(std::span<RankExecutor* const> execs, const ir::Plan& plan, const RunOptions& opt) {
   for (auto* e : execs) e->start();
@@ -154,7 +155,7 @@ DriveOutcome drive_job(std::span<RankExecutor* const> execs, const ir::Plan& pla
   CHARM_ASSERT(opt.monitor != nullptr, "drive_job needs a JobMonitor");
   JobMonitor& mon = *opt.monitor;
   for (auto* e : execs) e->start();
-  std::optional<Error> local;        // this process's first failure
+  std::optional<Error> local;  // this process's first failure
   std::uint64_t ticks = 0, last_local = ~0ull, last_job = ~0ull;
   auto last_change = Clock::now();
   bool deferred = false;
@@ -218,13 +219,15 @@ DriveOutcome drive_job(std::span<RankExecutor* const> execs, const ir::Plan& pla
         last_change = now - std::chrono::milliseconds(static_cast<long>(1000 * (opt.timeout_s - head_start)));
         continue;
       }
-      std::string msg = blocked.empty()
-                            ? fmt::format("stall: no progress for {:.1f} s: rank {} finished its ops and waits for the others",
-                                          opt.timeout_s, execs.empty() ? -1 : execs.front()->rank())
-                            : stall_message(plan, blocked, opt.timeout_s);
+      std::string msg =
+          blocked.empty()
+              ? fmt::format("stall: no progress for {:.1f} s: rank {} finished its ops and waits for the others",
+                            opt.timeout_s, execs.empty() ? -1 : execs.front()->rank())
+              : stall_message(plan, blocked, opt.timeout_s);
       if (silent > opt.timeout_s)
-        msg += fmt::format("; the other ranks have not answered for {:.1f} s (a peer is stopped, dead or stuck outside the plan)",
-                           silent);
+        msg += fmt::format(
+            "; the other ranks have not answered for {:.1f} s (a peer is stopped, dead or stuck outside the plan)",
+            silent);
       out.status = Error{"", msg};
       break;
     }
@@ -252,7 +255,7 @@ struct Fnv {
     bytes(s.data(), s.size());
   }
 };
-} // namespace
+}  // namespace
 
 std::uint64_t plan_fingerprint(const ir::Plan& plan) {
   Fnv f;
@@ -342,4 +345,4 @@ GlobalTensors plan_inputs(const ir::Workload& w, std::uint64_t seed) {
   return g;
 }
 
-} // namespace charm::rt
+}  // namespace charm::rt

@@ -36,15 +36,15 @@ class JobMonitor {
 };
 
 struct RunOptions {
-  double timeout_s = 0;  // watchdog: give up after this long without progress; 0 = never
-  bool timeline = false; // record every op's start and end (RunResult::timeline)
+  double timeout_s = 0;            // watchdog: give up after this long without progress; 0 = never
+  bool timeline = false;           // record every op's start and end (RunResult::timeline)
   bool inject_short_recv = false;  // testing (backend mpi): rank 1 posts its first receive one float short
   JobMonitor* monitor = nullptr;   // set by backend mpi: progress anywhere in the job is progress
 };
 
 struct RunResult {
-  GlobalTensors out;         // out/lse and/or dq/dk/dv, as the pass produces them
-  double time_ms = 0;        // wall time of the plan itself
+  GlobalTensors out;           // out/lse and/or dq/dk/dv, as the pass produces them
+  double time_ms = 0;          // wall time of the plan itself
   std::size_t peak_bytes = 0;  // largest per-rank buffer high-water mark
   trace::Timeline timeline;    // with RunOptions::timeline: measured, seconds from the plan's start (MPI: on rank 0)
 };
@@ -81,4 +81,4 @@ void assemble(const ir::Plan& plan, ir::RankId rank, const RankOutputs& shard, G
 /// fp64 reference when the plan is backward-only (it expects the forward results as inputs).
 [[nodiscard]] GlobalTensors plan_inputs(const ir::Workload& w, std::uint64_t seed);
 
-} // namespace charm::rt
+}  // namespace charm::rt

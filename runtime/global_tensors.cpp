@@ -29,7 +29,7 @@ void fill(std::vector<float>& t, std::size_t n, const ir::Workload& w, std::uint
   for (std::size_t i = 0; i < n; ++i) t[i] = round_to(w.dtype, normal(seed, stream, i));
 }
 
-} // namespace
+}  // namespace
 
 void round_all(ir::DType t, std::span<float> xs) {
   if (t == ir::DType::FP32) return;
@@ -85,14 +85,16 @@ void gather_lse(const ir::Workload& w, std::span<const std::int64_t> positions, 
                 std::span<float> shard) {
   const auto t = static_cast<std::int64_t>(positions.size());
   for (std::int64_t bh = 0; bh < w.batch * w.heads; ++bh)
-    for (std::int64_t i = 0; i < t; ++i) shard[std::size_t(bh * t + i)] = global[std::size_t(bh * w.seq + positions[std::size_t(i)])];
+    for (std::int64_t i = 0; i < t; ++i)
+      shard[std::size_t(bh * t + i)] = global[std::size_t(bh * w.seq + positions[std::size_t(i)])];
 }
 
 void scatter_lse(const ir::Workload& w, std::span<const std::int64_t> positions, std::span<const float> shard,
                  std::span<float> global) {
   const auto t = static_cast<std::int64_t>(positions.size());
   for (std::int64_t bh = 0; bh < w.batch * w.heads; ++bh)
-    for (std::int64_t i = 0; i < t; ++i) global[std::size_t(bh * w.seq + positions[std::size_t(i)])] = shard[std::size_t(bh * t + i)];
+    for (std::int64_t i = 0; i < t; ++i)
+      global[std::size_t(bh * w.seq + positions[std::size_t(i)])] = shard[std::size_t(bh * t + i)];
 }
 
-} // namespace charm::rt
+}  // namespace charm::rt

@@ -43,4 +43,4 @@ void gather_lse(const ir::Workload& w, std::span<const std::int64_t> positions, 
 void scatter_lse(const ir::Workload& w, std::span<const std::int64_t> positions, std::span<const float> shard,
                  std::span<float> global);
 
-} // namespace charm::rt
+}  // namespace charm::rt

@@ -25,7 +25,8 @@ const std::string& mpi_host() {
   static const std::string name = [] {
     std::array<char, MPI_MAX_PROCESSOR_NAME + 1> buf{};
     int len = 0;
-    if (MPI_Get_processor_name(buf.data(), &len) == MPI_SUCCESS && len > 0) return std::string(buf.data(), std::size_t(len));
+    if (MPI_Get_processor_name(buf.data(), &len) == MPI_SUCCESS && len > 0)
+      return std::string(buf.data(), std::size_t(len));
     std::array<char, 256> h{};
     if (gethostname(h.data(), h.size() - 1) == 0) return std::string(h.data());
     return std::string("unknown-host");
@@ -50,7 +51,8 @@ Status mpi_wait(MPI_Request& req, double timeout_s, const std::string& what, std
   for (;;) {
     int flag = 0, rc = 0;
     {
-      std::unique_lock<std::mutex> lk = mu != nullptr ? std::unique_lock<std::mutex>(*mu) : std::unique_lock<std::mutex>();
+      std::unique_lock<std::mutex> lk =
+          mu != nullptr ? std::unique_lock<std::mutex>(*mu) : std::unique_lock<std::mutex>();
       rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
     }
     if (rc != MPI_SUCCESS) {
@@ -89,11 +91,12 @@ Expected<Agreed> mpi_agree(MPI_Comm comm, const Status& mine, int code, double t
   text.resize(std::size_t(head[1]) + std::size_t(head[2]));
   if (!text.empty()) {
     CHARM_MPI_TRY(MPI_Ibcast(text.data(), int(text.size()), MPI_CHAR, lowest, comm, &req));
-    if (auto s = mpi_wait(req, timeout_s, "the message of failing rank " + std::to_string(lowest)); !s) return s.error();
+    if (auto s = mpi_wait(req, timeout_s, "the message of failing rank " + std::to_string(lowest)); !s)
+      return s.error();
   }
   out.code = head[0];
   out.status = Error{text.substr(0, std::size_t(head[1])), text.substr(std::size_t(head[1]))};
   return out;
 }
 
-} // namespace charm::rt
+}  // namespace charm::rt

@@ -32,7 +32,9 @@ namespace charm::rt {
 /// The timeout of a wait outside the plan's run (agreements, the start barrier): a peer may
 /// be validating the plan or generating inputs there, local work no heartbeat reports, so
 /// such waits give it at least 30 s (0 stays "never").
-[[nodiscard]] inline double setup_timeout(double timeout_s) { return timeout_s > 0 ? (timeout_s < 30 ? 30 : timeout_s) : 0; }
+[[nodiscard]] inline double setup_timeout(double timeout_s) {
+  return timeout_s > 0 ? (timeout_s < 30 ? 30 : timeout_s) : 0;
+}
 
 /// Agreement before a collective: every rank passes its own status; all get back the
 /// failure of the lowest failing rank (its message, word for word), or ok when none
@@ -41,13 +43,14 @@ struct Agreed {
   Status status;
   int code = 0;
 };
-[[nodiscard]] Expected<Agreed> mpi_agree(MPI_Comm comm, const Status& mine, int code, double timeout_s, const std::string& what);
+[[nodiscard]] Expected<Agreed> mpi_agree(MPI_Comm comm, const Status& mine, int code, double timeout_s,
+                                         const std::string& what);
 
-} // namespace charm::rt
+}  // namespace charm::rt
 
 /// Returns mpi_error(...) from the enclosing function (Status or Expected<T>) when `call` fails.
-#define CHARM_MPI_TRY(call)                                                  \
-  do {                                                                       \
-    const int charm_mpi_rc_ = (call);                                        \
-    if (charm_mpi_rc_ != MPI_SUCCESS) return ::charm::rt::mpi_error(charm_mpi_rc_, #call); \
+#define CHARM_MPI_TRY(call)                                                                                            \
+  do {                                                                                                                 \
+    const int charm_mpi_rc_ = (call);                                                                                  \
+    if (charm_mpi_rc_ != MPI_SUCCESS) return ::charm::rt::mpi_error(charm_mpi_rc_, #call);                             \
   } while (0)

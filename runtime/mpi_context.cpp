@@ -30,7 +30,8 @@ class MpiMonitor final : public JobMonitor {
   ~MpiMonitor() override = default;  // a round in flight is left only on the way to MPI_Abort
 
   Expected<std::optional<JobState>> poll(const JobState& mine) override {
-    std::unique_lock<std::mutex> lk = mu_ != nullptr ? std::unique_lock<std::mutex>(*mu_) : std::unique_lock<std::mutex>();
+    std::unique_lock<std::mutex> lk =
+        mu_ != nullptr ? std::unique_lock<std::mutex>(*mu_) : std::unique_lock<std::mutex>();
     const auto now = Clock::now();
     if (inflight_) {
       int flag = 0;
@@ -60,7 +61,7 @@ class MpiMonitor final : public JobMonitor {
   bool inflight_ = false;
   Clock::time_point posted_{};
 };
-} // namespace
+}  // namespace
 
 Expected<std::unique_ptr<MpiContext>> MpiContext::init() {
   int provided = 0;
@@ -104,7 +105,8 @@ void MpiContext::abort(int code) {
   std::abort();  // MPI_Abort does not return; keep the compiler sure of it
 }
 
-Expected<MpiContext::Agreement> MpiContext::agree(const Status& mine, int code, double timeout_s, const std::string& what) {
+Expected<MpiContext::Agreement> MpiContext::agree(const Status& mine, int code, double timeout_s,
+                                                  const std::string& what) {
   auto a = mpi_agree(comms_->comm, mine, code, setup_timeout(timeout_s), what);
   if (!a) return a.error();
   return Agreement{a->status, a->code};
@@ -155,15 +157,17 @@ Expected<Status> MpiContext::same_work(const WorkFields& fields, double timeout_
     const auto a = i < f0->size() ? (*f0)[i] : std::pair<std::string, std::string>{"?", ""};
     const auto b = i < fo->size() ? (*fo)[i] : std::pair<std::string, std::string>{"?", ""};
     if (a == b) continue;
-    diff = a.first == "plan" ? fmt::format("rank {} runs another plan than rank 0 (its digest is {}, rank 0's {})", other,
-                                           b.second, a.second)
-                             : fmt::format("rank {} has {} {}, rank 0 has {} {}", other, b.first, b.second, a.first, a.second);
+    diff = a.first == "plan"
+               ? fmt::format("rank {} runs another plan than rank 0 (its digest is {}, rank 0's {})", other, b.second,
+                             a.second)
+               : fmt::format("rank {} has {} {}, rank 0 has {} {}", other, b.first, b.second, a.first, a.second);
     break;
   }
   if (diff.empty()) diff = fmt::format("rank {} describes its work differently from rank 0", other);
-  return Status{Error{"mpirun", fmt::format("the ranks were started with different work: {} (every process must run the "
-                                            "same command)",
-                                            diff)}};
+  return Status{
+      Error{"mpirun", fmt::format("the ranks were started with different work: {} (every process must run the "
+                                  "same command)",
+                                  diff)}};
 }
 
 Expected<RunResult> MpiContext::run(const ir::Plan& plan, const GlobalTensors& in, const RunOptions& opt_in) {
@@ -217,15 +221,17 @@ Expected<RunResult> MpiContext::run(const ir::Plan& plan, const GlobalTensors& i
   };
   RunResult res;
   double slowest = 0;
-  if (auto s = collective("MPI_Ireduce (the time)", [&](MPI_Request* r) {
-        return MPI_Ireduce(&ms, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, comm, r);
-      }); !s)
+  if (auto s =
+          collective("MPI_Ireduce (the time)",
+                     [&](MPI_Request* r) { return MPI_Ireduce(&ms, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, comm, r); });
+      !s)
     return s.error();
   res.time_ms = slowest;
   unsigned long peak = exec.peak_bytes(), max_peak = 0;
-  if (auto s = collective("MPI_Ireduce (the peak memory)", [&](MPI_Request* r) {
-        return MPI_Ireduce(&peak, &max_peak, 1, MPI_UNSIGNED_LONG, MPI_MAX, 0, comm, r);
-      }); !s)
+  if (auto s = collective(
+          "MPI_Ireduce (the peak memory)",
+          [&](MPI_Request* r) { return MPI_Ireduce(&peak, &max_peak, 1, MPI_UNSIGNED_LONG, MPI_MAX, 0, comm, r); });
+      !s)
     return s.error();
   res.peak_bytes = max_peak;
   if (opt.timeline) {
@@ -234,10 +240,14 @@ Expected<RunResult> MpiContext::run(const ir::Plan& plan, const GlobalTensors& i
     if (plan.size() > std::size_t(INT_MAX)) return Error{"mpi", "the plan has too many ops to gather a timeline"};
     res.timeline = trace::Timeline::zeros(plan);
     // A pair, not a structured binding: clang before 16 cannot capture bindings in a lambda.
-    for (const auto& io : {std::pair{&measured.start_s, &res.timeline.start_s}, std::pair{&measured.end_s, &res.timeline.end_s}})
-      if (auto s = collective("MPI_Ireduce (the timeline)", [&](MPI_Request* r) {
-            return MPI_Ireduce(io.first->data(), io.second->data(), int(plan.size()), MPI_DOUBLE, MPI_MAX, 0, comm, r);
-          }); !s)
+    for (const auto& io :
+         {std::pair{&measured.start_s, &res.timeline.start_s}, std::pair{&measured.end_s, &res.timeline.end_s}})
+      if (auto s = collective("MPI_Ireduce (the timeline)",
+                              [&](MPI_Request* r) {
+                                return MPI_Ireduce(io.first->data(), io.second->data(), int(plan.size()), MPI_DOUBLE,
+                                                   MPI_MAX, 0, comm, r);
+                              });
+          !s)
         return s.error();
     res.timeline.flow_start_s = res.timeline.start_s;
     res.timeline.makespan_s = slowest * 1e-3;
@@ -249,10 +259,12 @@ Expected<RunResult> MpiContext::run(const ir::Plan& plan, const GlobalTensors& i
   std::array<long long, 5> mine{};
   for (std::size_t i = 0; i < fields.size(); ++i) mine[i] = (long long)((*shard).*fields[i]).size();
   std::vector<long long> sizes(std::size_t(size_) * mine.size());
-  if (auto s = collective("MPI_Iallgather (the result sizes)", [&](MPI_Request* r) {
-        return MPI_Iallgather(mine.data(), int(mine.size()), MPI_LONG_LONG, sizes.data(), int(mine.size()), MPI_LONG_LONG,
-                              comm, r);
-      }); !s)
+  if (auto s = collective("MPI_Iallgather (the result sizes)",
+                          [&](MPI_Request* r) {
+                            return MPI_Iallgather(mine.data(), int(mine.size()), MPI_LONG_LONG, sizes.data(),
+                                                  int(mine.size()), MPI_LONG_LONG, comm, r);
+                          });
+      !s)
     return s.error();
   for (int r = 1; r < size_; ++r)
     for (std::size_t i = 0; i < mine.size(); ++i)
@@ -267,9 +279,12 @@ Expected<RunResult> MpiContext::run(const ir::Plan& plan, const GlobalTensors& i
     const auto n = v.size();
     if (n > std::size_t(INT_MAX)) return Error{"mpi", "a result shard is too large to gather"};
     std::vector<float> buf(rank_ == 0 ? n * std::size_t(size_) : 0);
-    if (auto s = collective(fmt::format("MPI_Igather (the {} results)", names[i]), [&](MPI_Request* r) {
-          return MPI_Igather(v.data(), int(n), MPI_FLOAT, buf.data(), int(n), MPI_FLOAT, 0, comm, r);
-        }); !s)
+    if (auto s = collective(fmt::format("MPI_Igather (the {} results)", names[i]),
+                            [&](MPI_Request* r) {
+                              return MPI_Igather(v.data(), int(n), MPI_FLOAT, buf.data(), int(n), MPI_FLOAT, 0, comm,
+                                                 r);
+                            });
+        !s)
       return s.error();
     for (std::size_t r = 0; r < all.size(); ++r)
       (all[r].*fields[i]).assign(buf.begin() + long(r * n), buf.begin() + long((r + 1) * n));
@@ -278,8 +293,8 @@ Expected<RunResult> MpiContext::run(const ir::Plan& plan, const GlobalTensors& i
   return res;
 }
 
-Expected<int> MpiContext::rank0_decides(const std::function<int()>& work, const std::function<int(std::exception_ptr)>& code_of,
-                                        double timeout_s) {
+Expected<int> MpiContext::rank0_decides(const std::function<int()>& work,
+                                        const std::function<int(std::exception_ptr)>& code_of, double timeout_s) {
   std::mutex* mu = multiple_ ? nullptr : &mu_;
   std::atomic<bool> finished{size_ > 1 ? false : true};
   std::exception_ptr thrown;
@@ -295,8 +310,10 @@ Expected<int> MpiContext::rank0_decides(const std::function<int()>& work, const 
     finished.store(true);
   };
   if (rank_ == 0) {
-    if (size_ == 1) body();
-    else worker = std::thread(body);
+    if (size_ == 1)
+      body();
+    else
+      worker = std::thread(body);
   }
   // Heartbeat rounds until rank 0 is done: its ticks are progress, its silence a stall.
   MpiMonitor monitor(comms_->hb, size_, mu);
@@ -320,9 +337,10 @@ Expected<int> MpiContext::rank0_decides(const std::function<int()>& work, const 
       }
     }
     if (timeout_s > 0 && std::chrono::duration<double>(now - last_change).count() > timeout_s) {
-      st = Error{"", fmt::format("stall: rank {} waited {:.1f} s for rank 0 to check and report the results: rank 0 does "
-                                 "not answer (stopped or dead)",
-                                 rank_, timeout_s)};
+      st = Error{"",
+                 fmt::format("stall: rank {} waited {:.1f} s for rank 0 to check and report the results: rank 0 does "
+                             "not answer (stopped or dead)",
+                             rank_, timeout_s)};
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -338,4 +356,4 @@ Expected<int> MpiContext::rank0_decides(const std::function<int()>& work, const 
   return c;
 }
 
-} // namespace charm::rt
+}  // namespace charm::rt

@@ -63,8 +63,8 @@ class MpiContext {
   /// the heartbeat going on meanwhile, so a rank 0 that stops is a stall after `timeout_s`
   /// and a long `work` is not. Every process gets the code; an exception of `work`
   /// propagates on rank 0 (the others get kExitRuntime, or 2 for a usage error: `usage`).
-  [[nodiscard]] Expected<int> rank0_decides(const std::function<int()>& work, const std::function<int(std::exception_ptr)>& code_of,
-                                            double timeout_s);
+  [[nodiscard]] Expected<int> rank0_decides(const std::function<int()>& work,
+                                            const std::function<int(std::exception_ptr)>& code_of, double timeout_s);
 
   /// Ends every process of the job with `code` (where agreement is impossible).
   [[noreturn]] void abort(int code);
@@ -78,7 +78,7 @@ class MpiContext {
   // MPI_COMM_WORLD for the plan's messages and the collectives, another for the heartbeat.
   struct Comms;
   std::unique_ptr<Comms> comms_;
-  std::mutex mu_;            // held around MPI calls when the library is only MPI_THREAD_SERIALIZED
+  std::mutex mu_;  // held around MPI calls when the library is only MPI_THREAD_SERIALIZED
 };
 
-} // namespace charm::rt
+}  // namespace charm::rt

@@ -13,7 +13,7 @@ namespace charm::rt {
 
 namespace {
 MPI_Comm as_comm(const void* c) { return *static_cast<const MPI_Comm*>(c); }
-} // namespace
+}  // namespace
 
 struct MpiTransport::Req final : Request {
   MpiTransport* owner = nullptr;
@@ -47,20 +47,23 @@ Expected<int> MpiTransport::mpi_tag(const MessageKey& key) const {
 
 Expected<RequestPtr> MpiTransport::post_send(const MessageKey& key, std::span<const float> data) {
   if (data.size() > std::size_t(INT_MAX))
-    return Error{"mpi", fmt::format("message of {} floats exceeds the 2^31-1 element limit of one MPI message", data.size())};
+    return Error{"mpi",
+                 fmt::format("message of {} floats exceeds the 2^31-1 element limit of one MPI message", data.size())};
   auto tag = mpi_tag(key);
   if (!tag) return tag.error();
   auto req = std::make_shared<Req>();
   req->owner = this;
   req->key = key;
   auto lk = lock();
-  CHARM_MPI_TRY(MPI_Isend(data.data(), static_cast<int>(data.size()), MPI_FLOAT, key.dst, *tag, as_comm(comm_), &req->r));
+  CHARM_MPI_TRY(
+      MPI_Isend(data.data(), static_cast<int>(data.size()), MPI_FLOAT, key.dst, *tag, as_comm(comm_), &req->r));
   return RequestPtr{req};
 }
 
 Expected<RequestPtr> MpiTransport::post_recv(const MessageKey& key, std::span<float> data) {
   if (data.size() > std::size_t(INT_MAX))
-    return Error{"mpi", fmt::format("message of {} floats exceeds the 2^31-1 element limit of one MPI message", data.size())};
+    return Error{"mpi",
+                 fmt::format("message of {} floats exceeds the 2^31-1 element limit of one MPI message", data.size())};
   auto tag = mpi_tag(key);
   if (!tag) return tag.error();
   auto req = std::make_shared<Req>();
@@ -99,9 +102,10 @@ Expected<bool> MpiTransport::wait_all(std::span<const RequestPtr> reqs, const St
           CHARM_MPI_TRY(MPI_Get_count(&st, MPI_FLOAT, &count));
           if (count == MPI_UNDEFINED || std::size_t(count) != q.dst.size()) {
             // Refused unreceived: the run fails on every rank (the sender's request is cancelled).
-            return Error{q.label, fmt::format("the message from rank {} holds {} floats ({} bytes), but the plan's receive "
-                                              "expects {} floats ({} bytes): refused before any byte landed",
-                                              q.key.src, count, std::int64_t(count) * 4, q.dst.size(), q.dst.size() * 4)};
+            return Error{q.label,
+                         fmt::format("the message from rank {} holds {} floats ({} bytes), but the plan's receive "
+                                     "expects {} floats ({} bytes): refused before any byte landed",
+                                     q.key.src, count, std::int64_t(count) * 4, q.dst.size(), q.dst.size() * 4)};
           }
           CHARM_MPI_TRY(MPI_Imrecv(q.dst.data(), count, MPI_FLOAT, &msg, &q.r));
           q.matched = true;
@@ -128,4 +132,4 @@ Expected<bool> MpiTransport::wait_all(std::span<const RequestPtr> reqs, const St
   }
 }
 
-} // namespace charm::rt
+}  // namespace charm::rt

@@ -39,4 +39,4 @@ class MpiTransport final : public Transport {
   bool short_recv_ = false;
 };
 
-} // namespace charm::rt
+}  // namespace charm::rt

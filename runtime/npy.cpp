@@ -28,4 +28,4 @@ std::string npy_bytes(std::span<const float> data, const std::vector<std::int64_
   return out;
 }
 
-} // namespace charm::rt
+}  // namespace charm::rt

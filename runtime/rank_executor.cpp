@@ -13,8 +13,8 @@
 namespace charm::rt {
 
 using ir::BufKind;
-using ir::OpId;
 using ir::is_comm;
+using ir::OpId;
 using ir::OpKind;
 
 namespace {
@@ -26,7 +26,7 @@ std::vector<float>& partial_scratch() {
   return v;
 }
 
-} // namespace
+}  // namespace
 
 RankExecutor::RankExecutor(const ir::Plan& plan, ir::RankId rank, Transport& transport, BufferStore::FillInput fill)
     : RankExecutor(plan, std::make_unique<ir::PlanIndex>(plan), rank, transport, std::move(fill)) {}
@@ -35,8 +35,8 @@ RankExecutor::RankExecutor(const ir::Plan& plan, const ir::PlanIndex& index, ir:
                            BufferStore::FillInput fill)
     : RankExecutor(plan, nullptr, rank, transport, std::move(fill), &index) {}
 
-RankExecutor::RankExecutor(const ir::Plan& plan, std::unique_ptr<ir::PlanIndex> own, ir::RankId rank, Transport& transport,
-                           BufferStore::FillInput fill, const ir::PlanIndex* index)
+RankExecutor::RankExecutor(const ir::Plan& plan, std::unique_ptr<ir::PlanIndex> own, ir::RankId rank,
+                           Transport& transport, BufferStore::FillInput fill, const ir::PlanIndex* index)
     : own_index_(std::move(own)), plan_(plan), idx_(index != nullptr ? index : own_index_.get()), rank_(rank),
       transport_(transport), store_(plan, rank, std::move(fill)) {
   const auto& w = plan.workload;
@@ -67,9 +67,10 @@ void RankExecutor::check_pairs() {
       const ir::BufferId dst = std::get<ir::RecvArgs>(ir::args(plan_.op(id))).dst;
       if (!valid(src) || !valid(dst)) continue;  // decode reports it
       if (plan_.buffer(src).kind != plan_.buffer(dst).kind || plan_.region(src) != plan_.region(dst))
-        pair_errors_.emplace(id, fmt::format("receives {} (op {} of rank {}) into {}: a transfer needs the same kind and "
-                                             "region on both sides",
-                                             ir::buffer_label(plan_, src), send, plan_.op(id).peer, ir::buffer_label(plan_, dst)));
+        pair_errors_.emplace(
+            id, fmt::format("receives {} (op {} of rank {}) into {}: a transfer needs the same kind and "
+                            "region on both sides",
+                            ir::buffer_label(plan_, src), send, plan_.op(id).peer, ir::buffer_label(plan_, dst)));
     }
 }
 
@@ -139,7 +140,9 @@ void RankExecutor::work(Worker& w) {
       w.at.store(w.ops[i]);
       w.state.store(int(State::WaitingDeps));
       if (!wait_deps(members)) return;
-      const auto since_t0 = [this] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); };
+      const auto since_t0 = [this] {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+      };
       const double began = timeline_ != nullptr ? since_t0() : 0;
       Status s;
       if (is_comm(first)) {
@@ -202,13 +205,16 @@ Status RankExecutor::run_comm(std::span<const OpId> ops, bool& stopped) {
     reqs.push_back(std::move(*r));
   }
   auto done = transport_.wait_all(reqs, [this] { return stop_.load(); });
-  if (!done && !done.error().where.empty() && done.error().where.rfind("rank ", 0) == 0) return done.error();  // names its op
+  if (!done && !done.error().where.empty() && done.error().where.rfind("rank ", 0) == 0)
+    return done.error();  // names its op
   if (!done) return Error{where(ops[0]), done.error().message()};
   stopped = !*done;
   return {};
 }
 
-std::string RankExecutor::where(OpId id) const { return fmt::format("rank {} op {} ({})", rank_, id, ir::op_label(plan_, id)); }
+std::string RankExecutor::where(OpId id) const {
+  return fmt::format("rank {} op {} ({})", rank_, id, ir::op_label(plan_, id));
+}
 
 Positions RankExecutor::positions(ir::RankId x, const ir::Region& r) const {
   const std::int64_t tp = plan_.workload.seq / plan_.ranks / plan_.parts;
@@ -249,14 +255,18 @@ Status RankExecutor::run_local(OpId id) {
                         [&](const ir::AccumulateArgs& m) { return accumulate(id, m); },
                         [&](const ir::PackArgs& k) { return pack(id, k); },
                         [&](const ir::CopyArgs& c) { return copy(id, c); },
-                        [&](const ir::SendArgs&) { return Status(Error{where(id), "not a local op"}); },
-                        [&](const ir::RecvArgs&) { return Status(Error{where(id), "not a local op"}); },
+                        [&](const ir::SendArgs&) {
+                          return Status(Error{where(id), "not a local op"});
+                        },
+                        [&](const ir::RecvArgs&) {
+                          return Status(Error{where(id), "not a local op"});
+                        },
                     },
                     *a);
 }
 
-Expected<RankExecutor::ComputeArgs> RankExecutor::compute_args(OpId id, ir::BufferId q, ir::BufferId kv, ir::BufferId acc,
-                                                               bool fwd) {
+Expected<RankExecutor::ComputeArgs> RankExecutor::compute_args(OpId id, ir::BufferId q, ir::BufferId kv,
+                                                               ir::BufferId acc, bool fwd) {
   const ir::Op& op = plan_.op(id);
   ComputeArgs c;
   for (auto [b, out] : {std::pair{q, &c.q}, std::pair{kv, &c.kv}, std::pair{acc, &c.acc}}) {
@@ -269,7 +279,8 @@ Expected<RankExecutor::ComputeArgs> RankExecutor::compute_args(OpId id, ir::Buff
     return Error{where(id), fmt::format("op names Q{}*KV{} but its buffers hold Q{}, KV{}", op.q_owner, op.kv_owner,
                                         rq.owner_begin, rk.owner_begin)};
   if (rq.head_begin != rk.head_begin || rq.head_end != rk.head_end)
-    return Error{where(id), fmt::format("{} and {} hold different kv heads", ir::buffer_label(plan_, q), ir::buffer_label(plan_, kv))};
+    return Error{where(id), fmt::format("{} and {} hold different kv heads", ir::buffer_label(plan_, q),
+                                        ir::buffer_label(plan_, kv))};
   if (auto s = same_region(id, c.q, c.acc, fwd ? "accumulates into another output" : "dQ goes to another region"); !s)
     return s.error();
   return c;
@@ -376,7 +387,8 @@ Status RankExecutor::copy(OpId id, const ir::CopyArgs& args) {
 }
 
 bool RankExecutor::running() const {
-  return std::any_of(workers_.begin(), workers_.end(), [](const auto& w) { return State(w->state.load()) == State::Running; });
+  return std::any_of(workers_.begin(), workers_.end(),
+                     [](const auto& w) { return State(w->state.load()) == State::Running; });
 }
 
 std::vector<BlockedOp> RankExecutor::blocked() const {
@@ -405,9 +417,12 @@ Expected<RankOutputs> RankExecutor::outputs() {
   const auto& res = plan_.results()[std::size_t(rank_)];
   const auto pass = plan_.workload.pass;
   auto take = [&](ir::BufferId b, BufKind k, std::int64_t offset, std::int64_t n, std::vector<float>& dst) -> Status {
-    if (b == ir::kNone) return Error{fmt::format("rank {}", rank_), fmt::format("the plan names no {} result", ir::to_string(k))};
-    if (b < 0 || std::size_t(b) >= plan_.buffers().size() || plan_.buffer(b).kind != k || plan_.buffer(b).owner != rank_)
-      return Error{fmt::format("rank {}", rank_), fmt::format("result buffer {} is not this rank's {}", b, ir::to_string(k))};
+    if (b == ir::kNone)
+      return Error{fmt::format("rank {}", rank_), fmt::format("the plan names no {} result", ir::to_string(k))};
+    if (b < 0 || std::size_t(b) >= plan_.buffers().size() || plan_.buffer(b).kind != k ||
+        plan_.buffer(b).owner != rank_)
+      return Error{fmt::format("rank {}", rank_),
+                   fmt::format("result buffer {} is not this rank's {}", b, ir::to_string(k))};
     if (plan_.buffer(b).parent != ir::kNone || plan_.region(b) != ir::shard_region(rank_, plan_.workload, plan_.parts))
       return Error{fmt::format("rank {}", rank_),
                    fmt::format("result buffer {} ({}) is not one whole shard", b, ir::buffer_label(plan_, b))};
@@ -431,4 +446,4 @@ Expected<RankOutputs> RankExecutor::outputs() {
   return o;
 }
 
-} // namespace charm::rt
+}  // namespace charm::rt

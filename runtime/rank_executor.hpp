@@ -21,11 +21,11 @@
 #include <chrono>
 #include <condition_variable>
 #include <map>
-#include <mutex>
-#include <string>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -47,15 +47,16 @@ struct RankOutputs {
 struct BlockedOp {
   ir::RankId rank = 0;
   ir::Stream stream = ir::Stream::Compute;
-  ir::OpId op = ir::kNone;       // the op the worker is at
-  ir::OpId waits_on = ir::kNone; // the op it waits for (== op when waiting on the transport)
+  ir::OpId op = ir::kNone;        // the op the worker is at
+  ir::OpId waits_on = ir::kNone;  // the op it waits for (== op when waiting on the transport)
   bool in_transport = false;
 };
 
 class RankExecutor {
  public:
   /// `index` is the plan's (one index serves every rank of a process); it outlives the executor.
-  RankExecutor(const ir::Plan& plan, const ir::PlanIndex& index, ir::RankId rank, Transport& transport, BufferStore::FillInput fill);
+  RankExecutor(const ir::Plan& plan, const ir::PlanIndex& index, ir::RankId rank, Transport& transport,
+               BufferStore::FillInput fill);
   /// Builds the plan's index itself.
   RankExecutor(const ir::Plan& plan, ir::RankId rank, Transport& transport, BufferStore::FillInput fill);
   ~RankExecutor();
@@ -114,7 +115,9 @@ class RankExecutor {
     [[nodiscard]] const ir::Region& region() const { return l->region; }
     [[nodiscard]] const ShardShape& block() const { return l->block; }
     /// Owner x's block.
-    [[nodiscard]] float* at(ir::RankId x) const { return data + std::int64_t(x - l->region.owner_begin) * l->block_elems; }
+    [[nodiscard]] float* at(ir::RankId x) const {
+      return data + std::int64_t(x - l->region.owner_begin) * l->block_elems;
+    }
   };
   struct ComputeArgs {
     Arg q, kv, acc;
@@ -127,7 +130,8 @@ class RankExecutor {
   Status copy(ir::OpId id, const ir::CopyArgs& a);
   [[nodiscard]] Expected<Arg> arg(ir::OpId id, ir::BufferId b);
   /// q, kv and the accumulator of a compute, checked against the op's blocks, heads and regions.
-  [[nodiscard]] Expected<ComputeArgs> compute_args(ir::OpId id, ir::BufferId q, ir::BufferId kv, ir::BufferId acc, bool fwd);
+  [[nodiscard]] Expected<ComputeArgs> compute_args(ir::OpId id, ir::BufferId q, ir::BufferId kv, ir::BufferId acc,
+                                                   bool fwd);
   [[nodiscard]] Status same_region(ir::OpId id, const Arg& a, const Arg& b, const char* what) const;
   [[nodiscard]] std::string where(ir::OpId id) const;
   /// The global positions of owner x's tokens in region r (its parts of x's shard).
@@ -151,7 +155,7 @@ class RankExecutor {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<char> op_done_;  // by OpId, guarded by mu_
+  std::vector<char> op_done_;   // by OpId, guarded by mu_
   std::optional<Error> error_;  // guarded by mu_
   std::atomic<bool> stop_{false};
   trace::Timeline* timeline_ = nullptr;
@@ -160,4 +164,4 @@ class RankExecutor {
   std::atomic<std::size_t> finished_workers_{0};
 };
 
-} // namespace charm::rt
+}  // namespace charm::rt

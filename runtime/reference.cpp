@@ -25,9 +25,11 @@ Reference reference_attention(const ir::Workload& w, const GlobalTensors& in, bo
     for (std::int64_t s = 0; s < S; ++s)
       for (std::int64_t d = 0; d < D; ++d) xt[std::size_t(d * S + s)] = x[std::size_t(s * D + d)];
   };
-  auto load = [&](const std::vector<float>& src, std::int64_t b, std::int64_t heads, std::int64_t h, std::vector<double>& dst) {
+  auto load = [&](const std::vector<float>& src, std::int64_t b, std::int64_t heads, std::int64_t h,
+                  std::vector<double>& dst) {
     for (std::int64_t s = 0; s < S; ++s)
-      for (std::int64_t d = 0; d < D; ++d) dst[std::size_t(s * D + d)] = src[std::size_t(((b * S + s) * heads + h) * D + d)];
+      for (std::int64_t d = 0; d < D; ++d)
+        dst[std::size_t(s * D + d)] = src[std::size_t(((b * S + s) * heads + h) * D + d)];
   };
   for (std::int64_t b = 0; b < B; ++b)
     for (std::int64_t h = 0; h < H; ++h) {
@@ -84,4 +86,4 @@ Reference reference_attention(const ir::Workload& w, const GlobalTensors& in, bo
   return ref;
 }
 
-} // namespace charm::rt
+}  // namespace charm::rt

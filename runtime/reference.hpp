@@ -7,11 +7,11 @@
 namespace charm::rt {
 
 struct Reference {
-  std::vector<double> out, lse;  // [B, S, H, D], [B, H, S]
-  std::vector<double> dq, dk, dv; // filled when backward was asked for
+  std::vector<double> out, lse;    // [B, S, H, D], [B, H, S]
+  std::vector<double> dq, dk, dv;  // filled when backward was asked for
 };
 
 /// Forward always; backward (from in.dout and the fp64 forward) when `backward`.
 [[nodiscard]] Reference reference_attention(const ir::Workload& w, const GlobalTensors& in, bool backward);
 
-} // namespace charm::rt
+}  // namespace charm::rt

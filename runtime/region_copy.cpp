@@ -16,26 +16,37 @@ struct Component {
 
 int components(ir::BufKind k, std::int64_t g, Component* out) {
   switch (k) {
-    case ir::BufKind::Q:
-    case ir::BufKind::Dout:
-    case ir::BufKind::Dq: out[0] = {false, g}; return 1;
-    case ir::BufKind::Kv:
-    case ir::BufKind::Dkv: out[0] = out[1] = {false, 1}; return 2;
-    case ir::BufKind::Out: out[0] = {false, g}; out[1] = {true, g}; return 2;
-    case ir::BufKind::QBundle: out[0] = out[1] = {false, g}; out[2] = out[3] = {true, g}; return 4;
+  case ir::BufKind::Q:
+  case ir::BufKind::Dout:
+  case ir::BufKind::Dq:
+    out[0] = {false, g};
+    return 1;
+  case ir::BufKind::Kv:
+  case ir::BufKind::Dkv:
+    out[0] = out[1] = {false, 1};
+    return 2;
+  case ir::BufKind::Out:
+    out[0] = {false, g};
+    out[1] = {true, g};
+    return 2;
+  case ir::BufKind::QBundle:
+    out[0] = out[1] = {false, g};
+    out[2] = out[3] = {true, g};
+    return 4;
   }
   return 0;
 }
 
-} // namespace
+}  // namespace
 
 Status copy_region(const ir::Workload& w, int ranks, int parts, ir::BufKind kind, const ir::Region& rs,
                    std::span<const float> src, const ir::Region& rd, std::span<float> dst) {
   const ShardShape ss = ShardShape::of_region(w, ranks, parts, rs), sd = ShardShape::of_region(w, ranks, parts, rd);
   const std::int64_t bs = ss.elems(kind), bd = sd.elems(kind);
   if (std::int64_t(src.size()) != bs * rs.owners() || std::int64_t(dst.size()) != bd * rd.owners())
-    return Error{"copy", fmt::format("{} region copy: source of {} floats (expected {}), destination of {} (expected {})",
-                                     ir::to_string(kind), src.size(), bs * rs.owners(), dst.size(), bd * rd.owners())};
+    return Error{"copy",
+                 fmt::format("{} region copy: source of {} floats (expected {}), destination of {} (expected {})",
+                             ir::to_string(kind), src.size(), bs * rs.owners(), dst.size(), bd * rd.owners())};
   const ir::Region ov = rs.intersect(rd);
   if (ov.empty()) return {};
   const std::int64_t B = w.batch, D = w.head_dim, g = w.heads / w.kv_heads, tp = w.seq / ranks / parts;
@@ -70,4 +81,4 @@ Status copy_region(const ir::Workload& w, int ranks, int parts, ir::BufKind kind
   return {};
 }
 
-} // namespace charm::rt
+}  // namespace charm::rt

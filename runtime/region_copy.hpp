@@ -21,4 +21,4 @@ namespace charm::rt {
 [[nodiscard]] Status copy_region(const ir::Workload& w, int ranks, int parts, ir::BufKind kind, const ir::Region& rs,
                                  std::span<const float> src, const ir::Region& rd, std::span<float> dst);
 
-} // namespace charm::rt
+}  // namespace charm::rt

@@ -18,4 +18,4 @@ RegionLayout region_layout(const ir::Plan& plan, ir::BufferId b) {
   return l;
 }
 
-} // namespace charm::rt
+}  // namespace charm::rt

@@ -38,13 +38,17 @@ struct ShardShape {
   /// fp32 elements of a plan buffer of this kind.
   [[nodiscard]] std::int64_t elems(ir::BufKind k) const {
     switch (k) {
-      case ir::BufKind::Q:
-      case ir::BufKind::Dout:
-      case ir::BufKind::Dq: return q_elems();
-      case ir::BufKind::Kv:
-      case ir::BufKind::Dkv: return 2 * kv_elems();
-      case ir::BufKind::Out: return q_elems() + lse_elems();
-      case ir::BufKind::QBundle: return 2 * q_elems() + 2 * lse_elems();
+    case ir::BufKind::Q:
+    case ir::BufKind::Dout:
+    case ir::BufKind::Dq:
+      return q_elems();
+    case ir::BufKind::Kv:
+    case ir::BufKind::Dkv:
+      return 2 * kv_elems();
+    case ir::BufKind::Out:
+      return q_elems() + lse_elems();
+    case ir::BufKind::QBundle:
+      return 2 * q_elems() + 2 * lse_elems();
     }
     return 0;
   }
@@ -56,10 +60,10 @@ struct ShardShape {
 /// Where plan buffer `b` lives and what shape its blocks have.
 struct RegionLayout {
   ir::Region region;
-  ShardShape block;                // the shape of one owner's block
-  std::int64_t block_elems = 0;    // fp32 elements of one block
+  ShardShape block;              // the shape of one owner's block
+  std::int64_t block_elems = 0;  // fp32 elements of one block
   [[nodiscard]] std::int64_t elems() const { return block_elems * region.owners(); }
 };
 [[nodiscard]] RegionLayout region_layout(const ir::Plan& plan, ir::BufferId b);
 
-} // namespace charm::rt
+}  // namespace charm::rt

@@ -17,7 +17,7 @@ namespace {
 std::string describe(const MessageKey& k) {
   return fmt::format("stream {} {}->{} tag {}", ir::to_string(k.stream), k.src, k.dst, k.tag);
 }
-} // namespace
+}  // namespace
 
 void ThreadTransport::complete(const MessageKey& key, Slot slot) {
   std::string error;
@@ -72,8 +72,10 @@ Expected<bool> ThreadTransport::wait_all(std::span<const RequestPtr> reqs, const
     bool all = true;
     for (const auto& r : reqs) {
       const auto& q = static_cast<const Req&>(*r);
-      if (!q.done) all = false;
-      else if (!q.error.empty()) return Error{"transport", q.error};
+      if (!q.done)
+        all = false;
+      else if (!q.error.empty())
+        return Error{"transport", q.error};
     }
     if (all) return true;
     if (stop && stop()) return false;
@@ -81,4 +83,4 @@ Expected<bool> ThreadTransport::wait_all(std::span<const RequestPtr> reqs, const
   }
 }
 
-} // namespace charm::rt
+}  // namespace charm::rt

@@ -33,4 +33,4 @@ class ThreadTransport final : public Transport {
   std::map<MessageKey, Slot> slots_;
 };
 
-} // namespace charm::rt
+}  // namespace charm::rt

@@ -44,4 +44,4 @@ class Transport {
   [[nodiscard]] virtual Expected<bool> wait_all(std::span<const RequestPtr> reqs, const StopFn& stop) = 0;
 };
 
-} // namespace charm::rt
+}  // namespace charm::rt

@@ -65,7 +65,8 @@ std::optional<std::string> refusal(const sched::PlanRequest& req, PassKind pass,
     rp.workload.pass = pass;
     const auto e = sched::estimate_plan(rp);
     if (e.plan_bytes + 60 * e.ops > opt.max_plan_bytes)  // the simulator's state, as for charm simulate
-      return fmt::format("would need about {:.3g} GB for {:.2g} ops, over the memory budget", (e.plan_bytes + 60 * e.ops) / 1e9, e.ops);
+      return fmt::format("would need about {:.3g} GB for {:.2g} ops, over the memory budget",
+                         (e.plan_bytes + 60 * e.ops) / 1e9, e.ops);
   }
   for (Phase ph : phases_of(pass)) {
     sched::PlanRequest rp = req;
@@ -89,7 +90,8 @@ void plan_candidates(const Workload& w, const std::vector<std::string>& algos, c
         sched::PlanRequest req = normalised_request({a, wl, adv.ranks, d});
         // "ring-zigzag" is ring on the zigzag layout (tasp-zigzag likewise): one candidate, not two.
         std::string base = a;
-        if (const auto k = base.rfind("-zigzag"); k != std::string::npos && k + 7 == base.size() &&
+        if (const auto k = base.rfind("-zigzag");
+            k != std::string::npos && k + 7 == base.size() &&
             std::find(algos.begin(), algos.end(), base.substr(0, k)) != algos.end() &&
             (!w.causal || std::find(layouts.begin(), layouts.end(), Layout::Zigzag) != layouts.end()))
           base = base.substr(0, k);
@@ -149,11 +151,13 @@ void summarise(std::vector<Candidate>& cands, const AdviseOptions& opt, const to
       if (!slower || p->time_ms > slower->time_ms) slower = p;
     }
     c.memory = memory_verdict(c.peak_mem_bytes, opt.reserved_gb, t.gpu);
-    if (slower) c.bottleneck = fmt::format("{}: {}", slower == (c.fwd ? &*c.fwd : nullptr) ? "fwd" : "bwd", slower->bottleneck.line());
+    if (slower)
+      c.bottleneck =
+          fmt::format("{}: {}", slower == (c.fwd ? &*c.fwd : nullptr) ? "fwd" : "bwd", slower->bottleneck.line());
   }
 }
 
-} // namespace
+}  // namespace
 
 Expected<Advice> advise(const Workload& w, const topo::Topology& t, const AdviseOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -188,4 +192,4 @@ Expected<Advice> advise(const Workload& w, const topo::Topology& t, const Advise
   return adv;
 }
 
-} // namespace charm::sim
+}  // namespace charm::sim

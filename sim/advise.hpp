@@ -50,10 +50,10 @@ struct Candidate {
   ir::Layout layout = ir::Layout::Contiguous;
   int domains = 1;
   std::optional<PassOutcome> fwd, bwd;
-  double total_ms = 0;               // the passes asked for, added
-  ir::Bytes peak_mem_bytes = 0;      // the larger of the passes' peaks
+  double total_ms = 0;           // the passes asked for, added
+  ir::Bytes peak_mem_bytes = 0;  // the larger of the passes' peaks
   MemoryVerdict memory;
-  std::string bottleneck;            // of the slower pass, with the pass named: "bwd: nic link ..."
+  std::string bottleneck;  // of the slower pass, with the pass named: "bwd: nic link ..."
   /// A name for tables: "charm d=2 [zigzag]".
   [[nodiscard]] std::string label() const;
 };
@@ -76,4 +76,4 @@ struct Advice {
 /// a simulator failure (a bug, not a refusal).
 [[nodiscard]] Expected<Advice> advise(const ir::Workload& w, const topo::Topology& t, const AdviseOptions& opt);
 
-} // namespace charm::sim
+}  // namespace charm::sim

@@ -30,15 +30,17 @@ Seconds ComputeModel::compute_seconds(ir::Flops flops, ir::Phase phase, const ir
 
 Seconds ComputeModel::op_seconds(const ir::Op& op, const ir::Workload& w) const {
   switch (op.kind) {
-    case ir::OpKind::Compute: return compute_seconds(op.flops, op.phase, w);
-    case ir::OpKind::Merge:
-    case ir::OpKind::Accumulate:
-    case ir::OpKind::Copy:
-      return (hbm_bytes_per_s > 0 ? double(op.bytes) / hbm_bytes_per_s : 0.0) + launch_s;
-    case ir::OpKind::Send:
-    case ir::OpKind::Recv: break;
+  case ir::OpKind::Compute:
+    return compute_seconds(op.flops, op.phase, w);
+  case ir::OpKind::Merge:
+  case ir::OpKind::Accumulate:
+  case ir::OpKind::Copy:
+    return (hbm_bytes_per_s > 0 ? double(op.bytes) / hbm_bytes_per_s : 0.0) + launch_s;
+  case ir::OpKind::Send:
+  case ir::OpKind::Recv:
+    break;
   }
   return 0;
 }
 
-} // namespace charm::sim
+}  // namespace charm::sim

@@ -28,4 +28,4 @@ struct ComputeModel {
   [[nodiscard]] Seconds compute_seconds(ir::Flops flops, ir::Phase phase, const ir::Workload& w) const;
 };
 
-} // namespace charm::sim
+}  // namespace charm::sim

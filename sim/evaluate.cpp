@@ -14,7 +14,9 @@ int default_domains(const topo::Topology& t, int ranks) {
 
 sched::PlanRequest normalised_request(sched::PlanRequest req) { return sched::normalised(std::move(req)); }
 
-ComputeModel compute_model_for(const topo::Topology& t, const ir::Workload& w) { return ComputeModel::from_gpu(t.gpu, w.dtype); }
+ComputeModel compute_model_for(const topo::Topology& t, const ir::Workload& w) {
+  return ComputeModel::from_gpu(t.gpu, w.dtype);
+}
 
 ClosedForm closed_form_on(const std::string& algo, const topo::Topology& t, int ranks, const ir::Workload& w,
                           const ComputeModel& model) {
@@ -44,7 +46,8 @@ ClosedForm closed_form_on(const std::string& algo, const topo::Topology& t, int 
     total.why_not = "the closed forms count every block unmasked; the causal mask skips and shrinks blocks";
   } else if (t.gpu.model != "uniform") {
     total.applies = false;
-    total.why_not = "a uniform link stands in for the slowest ring hop; contention, the other links and the GPU's efficiency curve are not in the form";
+    total.why_not = "a uniform link stands in for the slowest ring hop; contention, the other links and the GPU's "
+                    "efficiency curve are not in the form";
   }
   return total;
 }
@@ -65,4 +68,4 @@ Expected<Evaluation> evaluate(const sched::PlanRequest& req, const topo::Topolog
   return evaluate_plan(std::move(plan).value(), t);
 }
 
-} // namespace charm::sim
+}  // namespace charm::sim

@@ -39,8 +39,8 @@ struct Evaluation {
 /// Closed forms: exact on a uniform topology; on any other, evaluated with the
 /// slowest ring hop (rank r -> r+1) as the uniform link. Pass Both adds the two
 /// passes' times; ccr is the forward one's then.
-[[nodiscard]] ClosedForm closed_form_on(const std::string& algo, const topo::Topology& t, int ranks, const ir::Workload& w,
-                                        const ComputeModel& model);
+[[nodiscard]] ClosedForm closed_form_on(const std::string& algo, const topo::Topology& t, int ranks,
+                                        const ir::Workload& w, const ComputeModel& model);
 
 /// Simulates an already built plan on `t`. Errors are the simulator's (a plan
 /// that needs more GPUs than `t` has, a deadlock): not the user's request.
@@ -51,4 +51,4 @@ struct Evaluation {
 /// sched::check_request first (as `charm compare` and `charm sweep` do).
 [[nodiscard]] Expected<Evaluation> evaluate(const sched::PlanRequest& req, const topo::Topology& t);
 
-} // namespace charm::sim
+}  // namespace charm::sim

@@ -35,7 +35,9 @@ class EventQueue {
   void reserve(std::size_t n) { heap_.reserve(n); }
 
  private:
-  static bool less(const Event& a, const Event& b) { return a.time_s < b.time_s || (a.time_s == b.time_s && a.seq < b.seq); }
+  static bool less(const Event& a, const Event& b) {
+    return a.time_s < b.time_s || (a.time_s == b.time_s && a.seq < b.seq);
+  }
   void sift_up(std::size_t i) {
     const Event e = heap_[i];
     while (i > 0) {
@@ -64,4 +66,4 @@ class EventQueue {
   std::uint64_t next_seq_ = 0;
 };
 
-} // namespace charm::sim
+}  // namespace charm::sim

@@ -60,7 +60,7 @@ std::string traffic_text(const std::vector<KindTraffic>& traffic, const Workload
   return s;
 }
 
-} // namespace
+}  // namespace
 
 std::string human_bytes(double bytes) {
   static constexpr std::array<const char*, 6> units = {"B", "kB", "MB", "GB", "TB", "PB"};
@@ -76,10 +76,11 @@ std::string human_bytes(double bytes) {
 std::string Bottleneck::line() const {
   std::string who = resource_class == "compute" || resource_class == "memory"
                         ? fmt::format("{} (rank {})", resource_class, rank)
-                        : resource_class == "link" ? fmt::format("link {}", resource)
-                                                   : fmt::format("{} link {}", resource_class, resource);
+                    : resource_class == "link" ? fmt::format("link {}", resource)
+                                               : fmt::format("{} link {}", resource_class, resource);
   if (!saturated)
-    return fmt::format("latency/dependency bound: no resource saturated (busiest: {} at {}); {}", who, percent(utilisation), figure);
+    return fmt::format("latency/dependency bound: no resource saturated (busiest: {} at {}); {}", who,
+                       percent(utilisation), figure);
   return fmt::format("{} {} busy: {}", who, percent(utilisation), figure);
 }
 
@@ -108,20 +109,32 @@ Bottleneck rank_bottleneck(const Plan& plan, const SimResult& r, Seconds span) {
     }
   }
   Bottleneck best;
-  auto busiest_rank = [](const std::vector<Seconds>& v) { return int(std::max_element(v.begin(), v.end()) - v.begin()); };
+  auto busiest_rank = [](const std::vector<Seconds>& v) {
+    return int(std::max_element(v.begin(), v.end()) - v.begin());
+  };
   {
     const int rk = busiest_rank(compute_s);
     const double eff = compute_s[std::size_t(rk)] > 0 ? flops[std::size_t(rk)] / compute_s[std::size_t(rk)] : 0;
-    best = {"compute", "compute", compute_s[std::size_t(rk)] / span, rk, false, {},
-            fmt::format("{:.3g} TFLOP of attention in {:.3f} ms on rank {} ({:.0f} TFLOP/s attained)", flops[std::size_t(rk)] / 1e12,
-                        compute_s[std::size_t(rk)] * 1e3, rk, eff / 1e12)};
+    best = {"compute",
+            "compute",
+            compute_s[std::size_t(rk)] / span,
+            rk,
+            false,
+            {},
+            fmt::format("{:.3g} TFLOP of attention in {:.3f} ms on rank {} ({:.0f} TFLOP/s attained)",
+                        flops[std::size_t(rk)] / 1e12, compute_s[std::size_t(rk)] * 1e3, rk, eff / 1e12)};
   }
   const int rk = busiest_rank(memory_s);
   const double u = memory_s[std::size_t(rk)] / span;
   if (u > best.utilisation)
-    best = {"memory", "memory", u, rk, false, {},
-            fmt::format("merges, accumulates and copies move {} in {:.3f} ms on rank {}", human_bytes(mem_bytes[std::size_t(rk)]),
-                        memory_s[std::size_t(rk)] * 1e3, rk)};
+    best = {"memory",
+            "memory",
+            u,
+            rk,
+            false,
+            {},
+            fmt::format("merges, accumulates and copies move {} in {:.3f} ms on rank {}",
+                        human_bytes(mem_bytes[std::size_t(rk)]), memory_s[std::size_t(rk)] * 1e3, rk)};
   return best;
 }
 
@@ -143,11 +156,13 @@ void channel_bottleneck(const Plan& plan, const SimResult& r, const topo::Topolo
       // dedicated one gives each flow its per-flow rate, up to the GPU's injection limit.
       const double avg = ch.bytes / std::max(ch.busy_s, 1e-30) / 1e9;
       if (l.sharing == topo::Sharing::Shared) {
-        best.figure = fmt::format("{:.1f} GB/s while busy, of {:.1f} GB/s shared by up to {} flows", avg, l.bandwidth_gbps, ch.max_flows);
+        best.figure = fmt::format("{:.1f} GB/s while busy, of {:.1f} GB/s shared by up to {} flows", avg,
+                                  l.bandwidth_gbps, ch.max_flows);
       } else {
         const double per_flow = l.per_flow_gbps > 0 ? std::min(l.per_flow_gbps, l.bandwidth_gbps) : l.bandwidth_gbps;
-        best.figure = fmt::format("{:.1f} GB/s while busy, {:.1f} GB/s per flow, up to {} flows{}", avg, per_flow, ch.max_flows,
-                                  l.injection_gbps > 0 ? fmt::format(", {:.1f} GB/s injection limit", l.injection_gbps) : "");
+        best.figure =
+            fmt::format("{:.1f} GB/s while busy, {:.1f} GB/s per flow, up to {} flows{}", avg, per_flow, ch.max_flows,
+                        l.injection_gbps > 0 ? fmt::format(", {:.1f} GB/s injection limit", l.injection_gbps) : "");
       }
     }
   }
@@ -185,7 +200,7 @@ void path_shares(const Plan& plan, const SimResult& r, const topo::Topology& t, 
   std::sort(e.path.begin(), e.path.end(), [](const PathShare& a, const PathShare& b) { return a.seconds > b.seconds; });
 }
 
-} // namespace
+}  // namespace
 
 Explanation explain(const Plan& plan, const SimResult& r, const topo::Topology& t) {
   Explanation e;
@@ -228,9 +243,10 @@ MemoryVerdict memory_verdict(Bytes peak_bytes, double reserved_gb, const topo::G
 
 std::string MemoryVerdict::line() const {
   if (!known) return "unknown: the topology gives no gpu.memory_gb";
-  const std::string need = reserved_gb > 0 ? fmt::format("{:.2f} GB of attention buffers + {:g} GB reserved", buffers_gb, reserved_gb)
-                                            : fmt::format("{:.2f} GB of attention buffers", buffers_gb);
+  const std::string need =
+      reserved_gb > 0 ? fmt::format("{:.2f} GB of attention buffers + {:g} GB reserved", buffers_gb, reserved_gb)
+                      : fmt::format("{:.2f} GB of attention buffers", buffers_gb);
   return fmt::format("{}: {} of {:g} GB per GPU", fits ? "fits" : "DOES NOT FIT", need, have_gb);
 }
 
-} // namespace charm::sim
+}  // namespace charm::sim

@@ -30,13 +30,14 @@ struct KindTraffic {
 };
 
 struct Bottleneck {
-  std::string resource;        // "compute", "memory", or a channel's name ("gpu0->nvswitch0")
-  std::string resource_class;  // "compute", "memory", or the link kind ("nvlink", "pcie", "host", "nic", "fabric", "link")
-  double utilisation = 0;      // busy fraction of the makespan
-  int rank = 0;                // compute/memory: the busiest rank
-  bool saturated = false;      // utilisation >= kSaturated
+  std::string resource;  // "compute", "memory", or a channel's name ("gpu0->nvswitch0")
+  std::string
+      resource_class;      // "compute", "memory", or the link kind ("nvlink", "pcie", "host", "nic", "fabric", "link")
+  double utilisation = 0;  // busy fraction of the makespan
+  int rank = 0;            // compute/memory: the busiest rank
+  bool saturated = false;  // utilisation >= kSaturated
   std::vector<KindTraffic> traffic;  // a channel: what it carries, largest first
-  std::string figure;          // the byte or FLOP figure behind it, one clause
+  std::string figure;                // the byte or FLOP figure behind it, one clause
   /// One line: "fabric nic0->fabric 97% busy: carries Q 16 x 67.1 MB vs KV 32 x 16.8 MB (GQA 8:1)".
   [[nodiscard]] std::string line() const;
   /// A table cell: "nic 97% Q", "compute 88%", "latency (nic 41%)".
@@ -72,4 +73,4 @@ struct MemoryVerdict {
 /// "67.1 MB", "1.07 GB", "512 B": decimal units, three significant digits.
 [[nodiscard]] std::string human_bytes(double bytes);
 
-} // namespace charm::sim
+}  // namespace charm::sim

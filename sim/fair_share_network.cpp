@@ -77,7 +77,10 @@ void FairShareNetwork::remove_flow(int id, double now_s) {
     if (moved != id) {
       Flow& m = flows_[std::size_t(moved)];
       for (int h = 0; h < m.hops; ++h)
-        if (m.route[h] == f.route[k]) { m.pos[h] = static_cast<std::int32_t>(p); break; }
+        if (m.route[h] == f.route[k]) {
+          m.pos[h] = static_cast<std::int32_t>(p);
+          break;
+        }
     }
     stats_[c].bytes += f.bytes;
     if (list.empty()) stats_[c].busy_s += now_s - stats_[c].busy_since_s;
@@ -203,4 +206,4 @@ void FairShareNetwork::solve(double now_s) {
   }
 }
 
-} // namespace charm::sim
+}  // namespace charm::sim

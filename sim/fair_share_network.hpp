@@ -86,4 +86,4 @@ class FairShareNetwork {
   std::uint32_t epoch_ = 0;
 };
 
-} // namespace charm::sim
+}  // namespace charm::sim

@@ -124,7 +124,10 @@ double rmplus_time(int n, Phase ph, const StepCosts& c) {
   // Per kind of partial (0: Q item's, 1: KV item's): when the last one is home
   // (its slot free) and when the last arrival was folded (the arrival slot free).
   double sent_home[2] = {0, 0}, folded[2] = {0, 0};
-  struct Return { int kind; double end; };
+  struct Return {
+    int kind;
+    double end;
+  };
   std::vector<Return> pending;  // returns whose folds come after the next computation
   double cursor = c.t_comp;     // the local block
   auto computed = [&](int kind, bool returns, double end) {
@@ -157,7 +160,7 @@ double rmplus_time(int n, Phase ph, const StepCosts& c) {
   return cursor;
 }
 
-} // namespace
+}  // namespace
 
 ClosedForm closed_form(const std::string& algo, int n, Phase ph, const StepCosts& c) {
   ClosedForm f;
@@ -186,4 +189,4 @@ ClosedForm closed_form(const std::string& algo, int n, Phase ph, const StepCosts
   return f;
 }
 
-} // namespace charm::sim
+}  // namespace charm::sim

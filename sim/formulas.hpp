@@ -43,4 +43,4 @@ struct ClosedForm {
 /// Closed forms for ring / ring-zigzag, merge and rm+ (others: available = false).
 [[nodiscard]] ClosedForm closed_form(const std::string& algo, int ranks, ir::Phase phase, const StepCosts& c);
 
-} // namespace charm::sim
+}  // namespace charm::sim

@@ -39,15 +39,18 @@ nlohmann::json critical_path_json(const Plan& plan, const SimResult& r, std::siz
       return r.end_s[std::size_t(x)] - r.start_s[std::size_t(x)] > r.end_s[std::size_t(y)] - r.start_s[std::size_t(y)];
     });
     by_len.resize(limit);
-    std::sort(by_len.begin(), by_len.end(), [&](OpId x, OpId y) {
-      return std::find(p.begin(), p.end(), x) < std::find(p.begin(), p.end(), y);
-    });
+    std::sort(by_len.begin(), by_len.end(),
+              [&](OpId x, OpId y) { return std::find(p.begin(), p.end(), x) < std::find(p.begin(), p.end(), y); });
     keep = by_len;
   }
   for (OpId id : keep) {
     const Op& o = plan.op(id);
-    a.push_back({{"op", id}, {"rank", o.rank}, {"stream", std::string(to_string(o.stream))}, {"label", op_label(plan, id)},
-                 {"start_ms", r.start_s[std::size_t(id)] * 1e3}, {"end_ms", r.end_s[std::size_t(id)] * 1e3}});
+    a.push_back({{"op", id},
+                 {"rank", o.rank},
+                 {"stream", std::string(to_string(o.stream))},
+                 {"label", op_label(plan, id)},
+                 {"start_ms", r.start_s[std::size_t(id)] * 1e3},
+                 {"end_ms", r.end_s[std::size_t(id)] * 1e3}});
   }
   return a;
 }
@@ -76,4 +79,4 @@ nlohmann::json chrome_trace(const Plan& plan, const SimResult& r) {
   return trace::chrome_trace(plan, r.start_s, r.end_s, r.flow_start_s, r.makespan_s);
 }
 
-} // namespace charm::sim
+}  // namespace charm::sim

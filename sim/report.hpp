@@ -12,11 +12,11 @@ namespace charm::sim {
 
 struct Summary {
   Seconds time_s = 0;
-  Seconds exposed_comm_s = 0;       // of the rank that finishes last
+  Seconds exposed_comm_s = 0;  // of the rank that finishes last
   Seconds exposed_comm_mean_s = 0, exposed_comm_max_s = 0;
   Seconds idle_mean_s = 0, idle_max_s = 0;
   Seconds busy_mean_s = 0;
-  ir::Bytes peak_mem_bytes = 0;     // max over ranks
+  ir::Bytes peak_mem_bytes = 0;  // max over ranks
 };
 [[nodiscard]] Summary summarize(const SimResult& r);
 
@@ -27,4 +27,4 @@ struct Summary {
 /// Chrome trace: pid = rank, tid = stream, "X" slices in microseconds, "s"/"f" flow arrows send -> recv.
 [[nodiscard]] nlohmann::json chrome_trace(const ir::Plan& plan, const SimResult& r);
 
-} // namespace charm::sim
+}  // namespace charm::sim

@@ -97,8 +97,10 @@ void Engine::touch(RankId r) {
   const auto R = std::size_t(r);
   const double dt = now_ - rank_last_s_[R];
   if (dt > 0) {
-    if (compute_busy_[R]) res_.ranks[R].compute_busy_s += dt;
-    else if (comm_out_[R] > 0) res_.ranks[R].exposed_comm_s += dt;
+    if (compute_busy_[R])
+      res_.ranks[R].compute_busy_s += dt;
+    else if (comm_out_[R] > 0)
+      res_.ranks[R].exposed_comm_s += dt;
   }
   rank_last_s_[R] = now_;
 }
@@ -134,8 +136,10 @@ void Engine::issue(OpId id) {
     ++comm_out_[std::size_t(o.rank)];
     const OpId p = idx_->partner(id);
     if (issued_[std::size_t(p)]) {
-      if (o.kind == OpKind::Send) start_flow(id, p);
-      else start_flow(p, id);
+      if (o.kind == OpKind::Send)
+        start_flow(id, p);
+      else
+        start_flow(p, id);
     }
     return;
   }
@@ -166,8 +170,10 @@ void Engine::complete(OpId id) {
   res_.end_s[std::size_t(id)] = now_;
   touch(o.rank);
   ++done_;
-  if (is_comm(o)) --comm_out_[std::size_t(o.rank)];
-  else if (o.stream == Stream::Compute) compute_busy_[std::size_t(o.rank)] = 0;
+  if (is_comm(o))
+    --comm_out_[std::size_t(o.rank)];
+  else if (o.stream == Stream::Compute)
+    compute_busy_[std::size_t(o.rank)] = 0;
   auto& rs = res_.ranks[std::size_t(o.rank)];
   rs.end_s = std::max(rs.end_s, now_);
   const std::size_t S = PlanIndex::lane(o.rank, o.stream);
@@ -189,8 +195,8 @@ void Engine::complete(OpId id) {
 
 Expected<SimResult> Engine::run() {
   if (topo_.num_gpus() < plan_.ranks)
-    return Error{"--topology", fmt::format("the plan has {} ranks but topology '{}' has only {} GPUs", plan_.ranks, topo_.name,
-                                           topo_.num_gpus())};
+    return Error{"--topology", fmt::format("the plan has {} ranks but topology '{}' has only {} GPUs", plan_.ranks,
+                                           topo_.name, topo_.num_gpus())};
   if (auto st = build(); !st) return st.error();
   for (std::size_t s = 0; s < idx_->lanes(); ++s) try_issue(static_cast<int>(s));
   auto on_change = [&](int f) {
@@ -207,19 +213,22 @@ Expected<SimResult> Engine::run() {
     ++res_.events;
     now_ = e.time_s;
     switch (e.kind) {
-      case kOpDone: complete(e.id); break;
-      case kFlowDrained: {
-        net_.remove_flow(e.id, now_);  // the slot may be reused at once: the done event names the send
-        q_.push(now_ + flow_latency_s_[std::size_t(e.id)], kFlowDone, flow_send_[std::size_t(e.id)]);
-        break;
-      }
-      case kFlowDone: {
-        const OpId s = e.id, r = idx_->partner(e.id);
-        complete(s);
-        complete(r);
-        break;
-      }
-      default: break;
+    case kOpDone:
+      complete(e.id);
+      break;
+    case kFlowDrained: {
+      net_.remove_flow(e.id, now_);  // the slot may be reused at once: the done event names the send
+      q_.push(now_ + flow_latency_s_[std::size_t(e.id)], kFlowDone, flow_send_[std::size_t(e.id)]);
+      break;
+    }
+    case kFlowDone: {
+      const OpId s = e.id, r = idx_->partner(e.id);
+      complete(s);
+      complete(r);
+      break;
+    }
+    default:
+      break;
     }
   }
   if (done_ != plan_.size()) {
@@ -232,7 +241,8 @@ Expected<SimResult> Engine::run() {
       what = fmt::format("rank {} stream {} {}", so.rank, to_string(so.stream), to_string(so.kind));
       if (is_comm(so)) what += fmt::format(" peer {} tag {}", so.peer, so.tag);
     }
-    return Error{"simulate", fmt::format("the plan deadlocks: {} of {} ops completed; stuck at op {} ({})", done_, plan_.size(), stuck, what)};
+    return Error{"simulate", fmt::format("the plan deadlocks: {} of {} ops completed; stuck at op {} ({})", done_,
+                                         plan_.size(), stuck, what)};
   }
   res_.makespan_s = now_;
   int last = 0;
@@ -277,7 +287,10 @@ void Engine::critical_path() {
     double best_end = -1;
     auto consider = [&](OpId c) {
       const double e = res_.end_s[std::size_t(c)];
-      if (e <= start + kTol && e > best_end) { best_end = e; best = c; }
+      if (e <= start + kTol && e > best_end) {
+        best_end = e;
+        best = c;
+      }
     };
     // The issue group of cur, then the op before the group on its stream.
     const std::uint32_t gb = idx_->group_begin(cur);
@@ -311,7 +324,8 @@ void Engine::peak_memory() {
   for (std::size_t i = 0; i < plan_.size(); ++i) {
     for_each_access(plan_.op(OpId(i)), [&](BufferId b, int, bool) {
       if (b == kNone) return;  // hand-built plans (tests) may leave slots empty
-      const auto k = std::size_t(storage[std::size_t(b)]);  // a view lives in its root's storage, a reuse in its chain's
+      const auto k =
+          std::size_t(storage[std::size_t(b)]);  // a view lives in its root's storage, a reuse in its chain's
       if (first[k] < 0 || res_.start_s[i] < first[k]) first[k] = res_.start_s[i];
       last[k] = std::max(last[k], res_.end_s[i]);
     });
@@ -332,7 +346,9 @@ void Engine::peak_memory() {
   for (std::size_t r = 0; r < ev.size(); ++r) {
     auto& e = ev[r];
     // At equal times, allocate before freeing (a buffer read by the op that fills the next is still live).
-    std::sort(e.begin(), e.end(), [](const auto& a, const auto& b) { return a.first < b.first || (a.first == b.first && a.second > b.second); });
+    std::sort(e.begin(), e.end(), [](const auto& a, const auto& b) {
+      return a.first < b.first || (a.first == b.first && a.second > b.second);
+    });
     std::int64_t cur = 0, peak = 0;
     for (const auto& [t, d] : e) {
       cur += d;
@@ -342,11 +358,11 @@ void Engine::peak_memory() {
   }
 }
 
-} // namespace
+}  // namespace
 
 Expected<SimResult> simulate(const Plan& plan, const topo::Topology& topology, const ComputeModel& model) {
   Engine e(plan, topology, model);
   return e.run();
 }
 
-} // namespace charm::sim
+}  // namespace charm::sim

@@ -21,11 +21,11 @@
 namespace charm::sim {
 
 struct RankStats {
-  Seconds compute_busy_s = 0;   // the compute stream runs an op
-  Seconds exposed_comm_s = 0;   // the compute stream is idle while a send/recv of this rank is outstanding
-  Seconds idle_s = 0;           // makespan - compute_busy
-  Seconds end_s = 0;            // when the rank's last op completed
-  ir::Bytes peak_mem_bytes = 0; // high-water mark of live buffers (a buffer lives from first to last access)
+  Seconds compute_busy_s = 0;    // the compute stream runs an op
+  Seconds exposed_comm_s = 0;    // the compute stream is idle while a send/recv of this rank is outstanding
+  Seconds idle_s = 0;            // makespan - compute_busy
+  Seconds end_s = 0;             // when the rank's last op completed
+  ir::Bytes peak_mem_bytes = 0;  // high-water mark of live buffers (a buffer lives from first to last access)
 };
 
 struct ChannelStats {
@@ -36,10 +36,10 @@ struct ChannelStats {
 
 struct SimResult {
   Seconds makespan_s = 0;
-  int last_rank = 0;                 // the rank that finishes last
-  std::vector<Seconds> start_s;      // per op: issue time
-  std::vector<Seconds> end_s;        // per op: completion time
-  std::vector<Seconds> flow_start_s; // per Send/Recv: when both sides were issued (else = start)
+  int last_rank = 0;                  // the rank that finishes last
+  std::vector<Seconds> start_s;       // per op: issue time
+  std::vector<Seconds> end_s;         // per op: completion time
+  std::vector<Seconds> flow_start_s;  // per Send/Recv: when both sides were issued (else = start)
   std::vector<RankStats> ranks;
   std::vector<ChannelStats> channels;
   std::vector<ir::OpId> critical_path;  // first op first
@@ -48,6 +48,7 @@ struct SimResult {
 
 /// Simulates `plan` on the first plan.ranks GPUs of `topology` (rank r on GPU r).
 /// Errors: too few GPUs, a plan that deadlocks (ops left unfinished).
-[[nodiscard]] Expected<SimResult> simulate(const ir::Plan& plan, const topo::Topology& topology, const ComputeModel& model);
+[[nodiscard]] Expected<SimResult> simulate(const ir::Plan& plan, const topo::Topology& topology,
+                                           const ComputeModel& model);
 
-} // namespace charm::sim
+}  // namespace charm::sim

@@ -60,8 +60,8 @@ TaskOut run_task(const SweepSpec& spec, std::size_t config, ir::Phase phase) {
     ++out.simulations;
     auto e = evaluate(req, t);
     if (!e) {
-      out.failures.push_back(fmt::format("{} on {} (B={} S={} H={}/{} D={} {}): {}", algo, t.name, w.batch, w.seq, w.heads,
-                                         w.kv_heads, w.head_dim, to_string(phase), e.error().message()));
+      out.failures.push_back(fmt::format("{} on {} (B={} S={} H={}/{} D={} {}): {}", algo, t.name, w.batch, w.seq,
+                                         w.heads, w.kv_heads, w.head_dim, to_string(phase), e.error().message()));
       return {};
     }
     return {true, false, e->summary};
@@ -85,7 +85,8 @@ TaskOut run_task(const SweepSpec& spec, std::size_t config, ir::Phase phase) {
     r.topology = c.topology;
     r.ranks = ranks;
     r.domains = domains;
-    r.workload = normalised_request({algo, w, ranks, domains}).workload;  // ring-zigzag reports the zigzag layout it ran on
+    r.workload =
+        normalised_request({algo, w, ranks, domains}).workload;  // ring-zigzag reports the zigzag layout it ran on
     r.algo = algo;
     r.pass = phase;
     r.ccr = ccr;
@@ -100,11 +101,11 @@ TaskOut run_task(const SweepSpec& spec, std::size_t config, ir::Phase phase) {
   return out;
 }
 
-} // namespace
+}  // namespace
 
 std::size_t SweepSpec::num_configs() const {
-  return topologies.size() * batch.size() * seq.size() * heads.size() * kv_count(*this) * head_dim.size() * dtypes.size() *
-         causal.size() * layouts.size();
+  return topologies.size() * batch.size() * seq.size() * heads.size() * kv_count(*this) * head_dim.size() *
+         dtypes.size() * causal.size() * layouts.size();
 }
 
 SweepConfig sweep_config(const SweepSpec& s, std::size_t i) {
@@ -130,8 +131,10 @@ SweepConfig sweep_config(const SweepSpec& s, std::size_t i) {
 }
 
 SweepResult run_sweep(const SweepSpec& spec, const SweepControl& control) {
-  CHARM_ASSERT(spec.set_fields.empty() || spec.points.size() == spec.topologies.size(), "one hardware point per topology");
-  for (const auto& p : spec.points) CHARM_ASSERT(p.values.size() == spec.set_fields.size(), "one value per swept field");
+  CHARM_ASSERT(spec.set_fields.empty() || spec.points.size() == spec.topologies.size(),
+               "one hardware point per topology");
+  for (const auto& p : spec.points)
+    CHARM_ASSERT(p.values.size() == spec.set_fields.size(), "one value per swept field");
   CHARM_ASSERT(!spec.layouts.empty(), "at least one layout");
   const auto t0 = std::chrono::steady_clock::now();
   SweepResult res;
@@ -194,10 +197,10 @@ SweepResult run_sweep(const SweepSpec& spec, const SweepControl& control) {
 }
 
 std::vector<std::string> sweep_columns(const SweepSpec& spec) {
-  std::vector<std::string> cols{"topology", "ranks",  "domains", "batch",  "seq",  "heads",
-                                "kv_heads", "head_dim", "dtype", "causal", "layout", "algo",
-                                "pass",     "ccr",    "time_ms", "exposed_comm_ms", "idle_ms", "speedup_vs_ring",
-                                "fits", "peak_mem_bytes"};
+  std::vector<std::string> cols{"topology", "ranks",         "domains", "batch",           "seq",     "heads",
+                                "kv_heads", "head_dim",      "dtype",   "causal",          "layout",  "algo",
+                                "pass",     "ccr",           "time_ms", "exposed_comm_ms", "idle_ms", "speedup_vs_ring",
+                                "fits",     "peak_mem_bytes"};
   cols.insert(cols.begin() + 1, spec.set_fields.begin(), spec.set_fields.end());
   return cols;
 }
@@ -210,10 +213,10 @@ std::string sweep_csv(const SweepSpec& spec, const SweepResult& result) {
     out += spec.topologies[r.topology].name;
     // {} prints the shortest text that reads back to the same double: exact and deterministic.
     if (!spec.set_fields.empty()) out += fmt::format(",{}", fmt::join(spec.points[r.topology].values, ","));
-    out += fmt::format(",{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", r.ranks, r.domains, w.batch, w.seq, w.heads,
-                       w.kv_heads, w.head_dim, to_string(w.dtype), w.causal ? 1 : 0, to_string(w.layout), r.algo,
-                       to_string(r.pass), r.ccr, r.time_ms, r.exposed_comm_ms, r.idle_ms, r.speedup_vs_ring,
-                       r.fits < 0 ? std::string() : std::to_string(r.fits), r.peak_mem_bytes);
+    out += fmt::format(",{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", r.ranks, r.domains, w.batch,
+                       w.seq, w.heads, w.kv_heads, w.head_dim, to_string(w.dtype), w.causal ? 1 : 0,
+                       to_string(w.layout), r.algo, to_string(r.pass), r.ccr, r.time_ms, r.exposed_comm_ms, r.idle_ms,
+                       r.speedup_vs_ring, r.fits < 0 ? std::string() : std::to_string(r.fits), r.peak_mem_bytes);
   }
   return out;
 }
@@ -234,12 +237,25 @@ nlohmann::json sweep_json(const SweepSpec& spec, const SweepResult& result) {
   json rows = json::array();
   for (const auto& r : result.rows) {
     const auto& w = r.workload;
-    json row{{"topology", spec.topologies[r.topology].name}, {"ranks", r.ranks}, {"domains", r.domains},
-             {"batch", w.batch}, {"seq", w.seq}, {"heads", w.heads}, {"kv_heads", w.kv_heads}, {"head_dim", w.head_dim},
-             {"dtype", std::string(to_string(w.dtype))}, {"causal", w.causal},
-             {"layout", std::string(to_string(w.layout))}, {"algo", r.algo}, {"pass", std::string(to_string(r.pass))},
-             {"ccr", r.ccr}, {"time_ms", r.time_ms}, {"exposed_comm_ms", r.exposed_comm_ms}, {"idle_ms", r.idle_ms},
-             {"speedup_vs_ring", r.speedup_vs_ring}, {"peak_mem_bytes", r.peak_mem_bytes},
+    json row{{"topology", spec.topologies[r.topology].name},
+             {"ranks", r.ranks},
+             {"domains", r.domains},
+             {"batch", w.batch},
+             {"seq", w.seq},
+             {"heads", w.heads},
+             {"kv_heads", w.kv_heads},
+             {"head_dim", w.head_dim},
+             {"dtype", std::string(to_string(w.dtype))},
+             {"causal", w.causal},
+             {"layout", std::string(to_string(w.layout))},
+             {"algo", r.algo},
+             {"pass", std::string(to_string(r.pass))},
+             {"ccr", r.ccr},
+             {"time_ms", r.time_ms},
+             {"exposed_comm_ms", r.exposed_comm_ms},
+             {"idle_ms", r.idle_ms},
+             {"speedup_vs_ring", r.speedup_vs_ring},
+             {"peak_mem_bytes", r.peak_mem_bytes},
              {"fits", r.fits < 0 ? json(nullptr) : json(r.fits == 1)}};
     set_values(r.topology, row);
     rows.push_back(std::move(row));
@@ -261,4 +277,4 @@ nlohmann::json sweep_json(const SweepSpec& spec, const SweepResult& result) {
           {"rows", rows}};
 }
 
-} // namespace charm::sim
+}  // namespace charm::sim

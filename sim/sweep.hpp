@@ -32,9 +32,9 @@ struct SweepSpec {
   std::vector<ir::DType> dtypes{ir::DType::BF16};
   std::vector<bool> causal{false};
   std::vector<ir::Layout> layouts{ir::Layout::Contiguous};
-  std::vector<std::string> algos;      // in report order
+  std::vector<std::string> algos;  // in report order
   std::vector<ir::Phase> passes{ir::Phase::Fwd};
-  double reserved_gb = 0;              // memory the rest of the model holds per GPU, for `fits`
+  double reserved_gb = 0;  // memory the rest of the model holds per GPU, for `fits`
 
   /// A hardware sweep: numbers of the topology JSON by dotted path ("inter.bandwidth_gbps"), each a
   /// column of the output. With fields, `points[t]` says where topology t came from.
@@ -62,23 +62,23 @@ struct SweepConfig {
 struct SweepRow {
   std::size_t topology = 0;  // index into SweepSpec::topologies
   int ranks = 0, domains = 0;
-  ir::Workload workload;     // as configured; pass = this row's phase
+  ir::Workload workload;  // as configured; pass = this row's phase
   std::string algo;
   ir::Phase pass = ir::Phase::Fwd;
-  double ccr = 0;            // Eq. 7 for this configuration and pass (algorithm independent)
+  double ccr = 0;  // Eq. 7 for this configuration and pass (algorithm independent)
   double time_ms = 0, exposed_comm_ms = 0;
-  double idle_ms = 0;        // compute-stream idle time, mean over ranks
-  double speedup_vs_ring = 0;  // ring time / this time; 0 when ring could not run
+  double idle_ms = 0;            // compute-stream idle time, mean over ranks
+  double speedup_vs_ring = 0;    // ring time / this time; 0 when ring could not run
   ir::Bytes peak_mem_bytes = 0;  // peak attention buffers per GPU (max over ranks)
-  int fits = -1;               // 1/0: peak + SweepSpec::reserved_gb within gpu.memory_gb; -1: memory unknown
+  int fits = -1;                 // 1/0: peak + SweepSpec::reserved_gb within gpu.memory_gb; -1: memory unknown
 };
 
 struct SweepResult {
-  std::vector<SweepRow> rows;     // configuration, then pass, then algorithm order
-  std::size_t configs = 0;        // configurations in the spec
-  std::size_t tasks_done = 0;     // (configuration, pass) pairs evaluated
-  std::size_t simulations = 0;    // simulator runs (ring included when only the baseline)
-  std::size_t skipped = 0;        // (configuration, algorithm, pass) the planner refused
+  std::vector<SweepRow> rows;                       // configuration, then pass, then algorithm order
+  std::size_t configs = 0;                          // configurations in the spec
+  std::size_t tasks_done = 0;                       // (configuration, pass) pairs evaluated
+  std::size_t simulations = 0;                      // simulator runs (ring included when only the baseline)
+  std::size_t skipped = 0;                          // (configuration, algorithm, pass) the planner refused
   std::map<std::string, std::size_t> skip_reasons;  // the planner's message -> how many times
   std::vector<std::string> failures;                // simulator failures (a bug, not a refusal)
   bool cancelled = false;
@@ -103,4 +103,4 @@ struct SweepControl {
 /// {"schema": 1, "columns": [...], "rows": [{...}], "configs", "skipped", "skip_reasons", ...}.
 [[nodiscard]] nlohmann::json sweep_json(const SweepSpec& spec, const SweepResult& result);
 
-} // namespace charm::sim
+}  // namespace charm::sim

@@ -26,10 +26,10 @@ namespace charm::sim {
 enum class PlotFormat { Png, Svg };
 
 /// A complete gnuplot script writing the figure to `output_path`.
-[[nodiscard]] std::string sweep_gnuplot_script(const SweepSpec& spec, const SweepResult& result, const std::string& output_path,
-                                               PlotFormat format);
+[[nodiscard]] std::string sweep_gnuplot_script(const SweepSpec& spec, const SweepResult& result,
+                                               const std::string& output_path, PlotFormat format);
 
 /// The figure's title: topologies and the workload ranges.
 [[nodiscard]] std::string sweep_title(const SweepSpec& spec);
 
-} // namespace charm::sim
+}  // namespace charm::sim

@@ -20,7 +20,9 @@ using nlohmann::json;
 std::string src(const std::string& rel) { return std::string(CHARM_SOURCE_DIR) + "/" + rel; }
 
 /// Runs charm with stderr (progress) dropped, for output that must parse.
-CmdResult run_quiet(const std::string& args) { return run_cmd("(" + std::string(CHARM_BIN) + " " + args + " 2>/dev/null)"); }
+CmdResult run_quiet(const std::string& args) {
+  return run_cmd("(" + std::string(CHARM_BIN) + " " + args + " 2>/dev/null)");
+}
 
 class CalibrateCli : public ::testing::Test {
  protected:
@@ -42,7 +44,8 @@ class CalibrateCli : public ::testing::Test {
 
 TEST_F(CalibrateCli, JsonReportAndALoadableTopology) {
   const std::string out = dir_ + "/fitted.json";
-  auto r = run_quiet("calibrate -t " + src("topologies/l20-4.json") + " -m " + csv_ + " -o " + out + " --json --restarts 0 --jobs 2");
+  auto r = run_quiet("calibrate -t " + src("topologies/l20-4.json") + " -m " + csv_ + " -o " + out +
+                     " --json --restarts 0 --jobs 2");
   ASSERT_EQ(r.code, 0) << r.out;
   const auto j = json::parse(r.out);
   EXPECT_EQ(j["schema"], 1);
@@ -53,7 +56,8 @@ TEST_F(CalibrateCli, JsonReportAndALoadableTopology) {
   for (const auto& row : j["rows"]) {
     EXPECT_GT(row["predicted_ms"].get<double>(), 0);
     EXPECT_TRUE(row["loo_predicted_ms"].is_number());
-    EXPECT_NEAR(row["error"].get<double>(), row["predicted_ms"].get<double>() / row["measured_ms"].get<double>() - 1, 1e-12);
+    EXPECT_NEAR(row["error"].get<double>(), row["predicted_ms"].get<double>() / row["measured_ms"].get<double>() - 1,
+                1e-12);
   }
   ASSERT_EQ(j["speedups"].size(), 2u);
   EXPECT_EQ(j["speedups"][0]["ring_line"], 3);
@@ -80,7 +84,8 @@ TEST_F(CalibrateCli, JsonReportAndALoadableTopology) {
 
 TEST_F(CalibrateCli, TextReport) {
   const std::string out = dir_ + "/fitted.json";
-  auto r = run_quiet("calibrate -t " + src("topologies/l20-4.json") + " -m " + csv_ + " -o " + out + " --restarts 0 --no-loo --fit gpu.efficiency.fwd,intra.bandwidth_gbps");
+  auto r = run_quiet("calibrate -t " + src("topologies/l20-4.json") + " -m " + csv_ + " -o " + out +
+                     " --restarts 0 --no-loo --fit gpu.efficiency.fwd,intra.bandwidth_gbps");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(r.out.rfind("# charm calibrate: ", 0), 0u) << r.out;
   EXPECT_NE(r.out.find("  gpu.efficiency.fwd "), std::string::npos) << r.out;
@@ -93,7 +98,8 @@ TEST_F(CalibrateCli, TextReport) {
 TEST_F(CalibrateCli, NcclTestsFixALinkClass) {
   const std::string out = dir_ + "/fitted.json";
   auto r = run_quiet("calibrate -t " + src("topologies/l20-4.json") + " -m " + csv_ + " -o " + out +
-                     " --json --restarts 0 --no-loo --fit gpu.efficiency.fwd --nccl-tests intra=" + src("tests/data/nccl-tests-sendrecv-sample.txt"));
+                     " --json --restarts 0 --no-loo --fit gpu.efficiency.fwd --nccl-tests intra=" +
+                     src("tests/data/nccl-tests-sendrecv-sample.txt"));
   ASSERT_EQ(r.code, 0) << r.out;
   const auto j = json::parse(r.out);
   ASSERT_EQ(j["fixed"].size(), 2u);
@@ -119,7 +125,8 @@ TEST_F(CalibrateCli, BadInputIsOneLineAndNoFile) {
            {"-m " + dir_ + "/none.csv", dir_ + "/none.csv: cannot open a measurements file: No such file or directory"},
            {"-m " + csv_ + " --fit gpu.bogus", "--fit: gpu.bogus: no such field in " + src("topologies/l20-4.json")},
            {"-m " + csv_ + " --jobs 0", "--jobs: must be in [1, 1024], got 0"},
-           {"-m " + csv_ + " --nccl-tests intra", "--nccl-tests: expected CLASS=LOG (CLASS intra, numa or inter), got 'intra'"},
+           {"-m " + csv_ + " --nccl-tests intra",
+            "--nccl-tests: expected CLASS=LOG (CLASS intra, numa or inter), got 'intra'"},
            {"-m " + csv_ + " --nccl-tests inter=" + src("tests/data/nccl-tests-sendrecv-sample.txt"),
             "--nccl-tests: " + src("topologies/l20-4.json") + " has no 'inter' block"},
        }) {
@@ -130,5 +137,5 @@ TEST_F(CalibrateCli, BadInputIsOneLineAndNoFile) {
   }
 }
 
-} // namespace
-} // namespace charm::test
+}  // namespace
+}  // namespace charm::test

@@ -2,8 +2,8 @@
 // alpha-beta fit, the bounds registry, and a calibration made from the simulator itself:
 // measurements simulated on a topology scaled by factors the fit is not told, fitted from
 // the unscaled base, must predict held-out workloads and algorithms within 3%.
-#include <gtest/gtest.h>
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -32,13 +32,12 @@ const char* kHeader = "algo,pass,batch,seq,heads,kv_heads,head_dim,dtype,causal,
 // ---------------------------------------------------------------- measurements
 
 TEST(Measurements, ParsesRowsCommentsAndOptionalColumns) {
-  const std::string text =
-      "# measured on a test cluster\n"
-      "\n"
-      "time_ms,algo,pass,batch,seq,heads,kv_heads,head_dim,dtype,causal,layout,ranks,domains\r\n"
-      "12.5,ring,fwd,2,4096,8,2,128,bf16,1,zigzag,8,\n"
-      "  # a comment between rows\n"
-      "3e1 , charm , bwd , 1 , 8192 , 4 , , 64 , fp16 , 0 , contiguous , , 2\n";
+  const std::string text = "# measured on a test cluster\n"
+                           "\n"
+                           "time_ms,algo,pass,batch,seq,heads,kv_heads,head_dim,dtype,causal,layout,ranks,domains\r\n"
+                           "12.5,ring,fwd,2,4096,8,2,128,bf16,1,zigzag,8,\n"
+                           "  # a comment between rows\n"
+                           "3e1 , charm , bwd , 1 , 8192 , 4 , , 64 , fp16 , 0 , contiguous , , 2\n";
   auto s = parse_measurements(text, "m.csv");
   ASSERT_TRUE(s) << s.error().message();
   ASSERT_EQ(s->rows.size(), 2u);
@@ -69,7 +68,8 @@ TEST(Measurements, ParsesRowsCommentsAndOptionalColumns) {
 }
 
 TEST(Measurements, ShippedPaperDataParse) {
-  for (const char* f : {"calibration/paper-table5-h100.csv", "calibration/paper-table4-l20.csv", "calibration/paper-table4-h20.csv"}) {
+  for (const char* f :
+       {"calibration/paper-table5-h100.csv", "calibration/paper-table4-l20.csv", "calibration/paper-table4-h20.csv"}) {
     auto s = load_measurements(source_path(f));
     ASSERT_TRUE(s) << s.error().message();
     EXPECT_GE(s->rows.size(), 10u) << f;
@@ -78,7 +78,8 @@ TEST(Measurements, ShippedPaperDataParse) {
       EXPECT_GT(m.domains, 0) << f << ":" << m.line;
     }
   }
-  EXPECT_EQ(load_measurements(source_path("calibration/paper-table5-h100.csv"))->rows.size(), 32u);  // 16 table rows x {Ring, CHARM+}
+  EXPECT_EQ(load_measurements(source_path("calibration/paper-table5-h100.csv"))->rows.size(),
+            32u);  // 16 table rows x {Ring, CHARM+}
 }
 
 struct BadCsv {
@@ -99,34 +100,46 @@ const std::string kRow = "ring,fwd,1,4096,8,8,128,bf16,0,contiguous,";
 INSTANTIATE_TEST_SUITE_P(
     Csv, MeasurementErrors,
     ::testing::Values(
-        BadCsv{"empty", "# only a comment\n", "runs.csv: no header line (expected the columns: algo, pass, batch, seq, heads, kv_heads, head_dim, dtype, causal, layout, time_ms, ranks, domains)"},
+        BadCsv{"empty", "# only a comment\n",
+               "runs.csv: no header line (expected the columns: algo, pass, batch, seq, heads, kv_heads, head_dim, "
+               "dtype, causal, layout, time_ms, ranks, domains)"},
         BadCsv{"no_rows", std::string(kHeader), "runs.csv:1: no measurements after the header"},
         BadCsv{"unknown_column", "algo,pass,bogus\n",
-               "runs.csv:1:3: unknown column 'bogus' (expected: algo, pass, batch, seq, heads, kv_heads, head_dim, dtype, causal, layout, time_ms, ranks, domains)"},
+               "runs.csv:1:3: unknown column 'bogus' (expected: algo, pass, batch, seq, heads, kv_heads, head_dim, "
+               "dtype, causal, layout, time_ms, ranks, domains)"},
         BadCsv{"duplicate_column", "algo,pass,algo\n", "runs.csv:1:3: column 'algo' appears twice"},
         BadCsv{"missing_column", "algo,pass,batch,seq,heads,kv_heads,head_dim,dtype,causal,layout\n",
-               "runs.csv:1:11: missing column 'time_ms' (the header needs: algo, pass, batch, seq, heads, kv_heads, head_dim, dtype, causal, layout, time_ms, ranks, domains; ranks and domains are optional)"},
-        BadCsv{"too_few_fields", std::string(kHeader) + "ring,fwd,1\n", "runs.csv:2:4: expected 11 fields as in the header (line 1), got 3"},
-        BadCsv{"too_many_fields", std::string(kHeader) + kRow + "1,2\n", "runs.csv:2:12: expected 11 fields as in the header (line 1), got 12"},
+               "runs.csv:1:11: missing column 'time_ms' (the header needs: algo, pass, batch, seq, heads, kv_heads, "
+               "head_dim, dtype, causal, layout, time_ms, ranks, domains; ranks and domains are optional)"},
+        BadCsv{"too_few_fields", std::string(kHeader) + "ring,fwd,1\n",
+               "runs.csv:2:4: expected 11 fields as in the header (line 1), got 3"},
+        BadCsv{"too_many_fields", std::string(kHeader) + kRow + "1,2\n",
+               "runs.csv:2:12: expected 11 fields as in the header (line 1), got 12"},
         BadCsv{"unknown_algo", std::string(kHeader) + "bogus,fwd,1,4096,8,8,128,bf16,0,contiguous,1\n",
-               "runs.csv:2:1: algo: unknown algorithm 'bogus' (expected one of: ring, ring-zigzag, merge, rm+, charm, allgather-kv, tasp, tasp-zigzag, ulysses, usp)"},
+               "runs.csv:2:1: algo: unknown algorithm 'bogus' (expected one of: ring, ring-zigzag, merge, rm+, charm, "
+               "allgather-kv, tasp, tasp-zigzag, ulysses, usp)"},
         BadCsv{"bad_pass", std::string(kHeader) + "ring,up,1,4096,8,8,128,bf16,0,contiguous,1\n",
                "runs.csv:2:2: pass: unknown pass 'up' (expected fwd, bwd or both)"},
         BadCsv{"bad_batch", std::string(kHeader) + "ring,fwd,1.5,4096,8,8,128,bf16,0,contiguous,1\n",
                "runs.csv:2:3: batch: must be a whole number > 0, got '1.5'"},
-        BadCsv{"zero_seq", std::string(kHeader) + "ring,fwd,1,0,8,8,128,bf16,0,contiguous,1\n", "runs.csv:2:4: seq: must be in [1, 1099511627776], got 0"},
+        BadCsv{"zero_seq", std::string(kHeader) + "ring,fwd,1,0,8,8,128,bf16,0,contiguous,1\n",
+               "runs.csv:2:4: seq: must be in [1, 1099511627776], got 0"},
         BadCsv{"bad_dtype", std::string(kHeader) + "ring,fwd,1,4096,8,8,128,fp8,0,contiguous,1\n",
                "runs.csv:2:8: dtype: unknown dtype 'fp8' (expected bf16, fp16 or fp32)"},
         BadCsv{"bad_causal", std::string(kHeader) + "ring,fwd,1,4096,8,8,128,bf16,yes,contiguous,1\n",
                "runs.csv:2:9: causal: must be 0 or 1, got 'yes'"},
         BadCsv{"missing_time", std::string(kHeader) + kRow + "\n", "runs.csv:2:11: time_ms: missing value"},
-        BadCsv{"text_time", std::string(kHeader) + kRow + "fast\n", "runs.csv:2:11: time_ms: must be a number of milliseconds, got 'fast'"},
+        BadCsv{"text_time", std::string(kHeader) + kRow + "fast\n",
+               "runs.csv:2:11: time_ms: must be a number of milliseconds, got 'fast'"},
         BadCsv{"negative_time", std::string(kHeader) + kRow + "-5\n", "runs.csv:2:11: time_ms: must be > 0, got -5"},
         BadCsv{"zero_time", std::string(kHeader) + kRow + "0\n", "runs.csv:2:11: time_ms: must be > 0, got 0"},
-        BadCsv{"nan_time", std::string(kHeader) + kRow + "nan\n", "runs.csv:2:11: time_ms: must be a number of milliseconds, got 'nan'"},
-        BadCsv{"zero_ranks", "algo,pass,batch,seq,heads,kv_heads,head_dim,dtype,causal,layout,time_ms,ranks\n" + kRow + "1,0\n",
+        BadCsv{"nan_time", std::string(kHeader) + kRow + "nan\n",
+               "runs.csv:2:11: time_ms: must be a number of milliseconds, got 'nan'"},
+        BadCsv{"zero_ranks",
+               "algo,pass,batch,seq,heads,kv_heads,head_dim,dtype,causal,layout,time_ms,ranks\n" + kRow + "1,0\n",
                "runs.csv:2:12: ranks: must be in [1, 4096], got 0"},
-        BadCsv{"negative_domains", "algo,pass,batch,seq,heads,kv_heads,head_dim,dtype,causal,layout,time_ms,domains\n" + kRow + "1,-2\n",
+        BadCsv{"negative_domains",
+               "algo,pass,batch,seq,heads,kv_heads,head_dim,dtype,causal,layout,time_ms,domains\n" + kRow + "1,-2\n",
                "runs.csv:2:12: domains: must be a whole number > 0, got '-2'"}),
     [](const ::testing::TestParamInfo<BadCsv>& p) { return std::string(p.param.name); });
 
@@ -142,7 +155,9 @@ class RowErrors : public ::testing::TestWithParam<BadRow> {};
 
 TEST_P(RowErrors, NameFileLineAndColumn) {
   const auto& p = GetParam();
-  auto s = parse_measurements("algo,pass,batch,seq,heads,kv_heads,head_dim,dtype,causal,layout,time_ms,ranks,domains\n" + p.row + "\n", "runs.csv");
+  auto s = parse_measurements(
+      "algo,pass,batch,seq,heads,kv_heads,head_dim,dtype,causal,layout,time_ms,ranks,domains\n" + p.row + "\n",
+      "runs.csv");
   ASSERT_TRUE(s) << s.error().message();
   CalibrationOptions opt;
   opt.leave_one_out = false;
@@ -154,13 +169,16 @@ TEST_P(RowErrors, NameFileLineAndColumn) {
 INSTANTIATE_TEST_SUITE_P(
     Base, RowErrors,
     ::testing::Values(
-        BadRow{"not_whole_nodes", "topologies/h100-2x8.json", "ring,fwd,1,4096,8,8,128,bf16,0,contiguous,1,20,",
-               "runs.csv:2:12: ranks 20: more GPUs than topologies/h100-2x8.json has (16), and not whole nodes of 8 GPUs"},
+        BadRow{
+            "not_whole_nodes", "topologies/h100-2x8.json", "ring,fwd,1,4096,8,8,128,bf16,0,contiguous,1,20,",
+            "runs.csv:2:12: ranks 20: more GPUs than topologies/h100-2x8.json has (16), and not whole nodes of 8 GPUs"},
         BadRow{"uneven_domains", "topologies/h100-2x8.json", "ring,fwd,1,4800,8,8,128,bf16,0,contiguous,1,12,",
-               "runs.csv:2:12: the first 12 GPUs of h100-2x8 span 2 domains of unequal size (8 + 4); give the domains column or ranks that fill "
+               "runs.csv:2:12: the first 12 GPUs of h100-2x8 span 2 domains of unequal size (8 + 4); give the domains "
+               "column or ranks that fill "
                "whole domains"},
         BadRow{"no_inter", "topologies/l20-4.json", "ring,fwd,1,4096,8,8,128,bf16,0,contiguous,1,8,",
-               "runs.csv:2:12: ranks 8 needs topologies/l20-4.json re-generated with 2 nodes: topologies/l20-4.json: inter: missing required field"},
+               "runs.csv:2:12: ranks 8 needs topologies/l20-4.json re-generated with 2 nodes: topologies/l20-4.json: "
+               "inter: missing required field"},
         BadRow{"domains_do_not_divide", "topologies/h100-2x8.json", "charm,fwd,1,4096,8,8,128,bf16,0,contiguous,1,16,3",
                "runs.csv:2:13: 3 domains do not divide 16 ranks"},
         BadRow{"planner_refuses", "topologies/h100-2x8.json", "merge,fwd,1,4800,8,8,128,bf16,0,contiguous,1,12,1",
@@ -193,9 +211,13 @@ TEST(TopologyLoader, KeepsACalibrationBlock) {
   auto bad = topo::parse_topology(doc, "c.json");
   ASSERT_FALSE(bad);
   EXPECT_EQ(bad.error().message(), "c.json: calibration: must be an object");
-  json explicit_doc = {{"gpu", {{"tflops", 100}}}, {"gpus", 2}, {"switches", {"s"}},
-                       {"links", {{{"a", "gpu0"}, {"b", "s"}, {"bandwidth_gbps", 10}}, {{"a", "gpu1"}, {"b", "s"}, {"bandwidth_gbps", 10}}}},
-                       {"calibration", json::object()}};
+  json explicit_doc = {
+      {"gpu", {{"tflops", 100}}},
+      {"gpus", 2},
+      {"switches", {"s"}},
+      {"links",
+       {{{"a", "gpu0"}, {"b", "s"}, {"bandwidth_gbps", 10}}, {{"a", "gpu1"}, {"b", "s"}, {"bandwidth_gbps", 10}}}},
+      {"calibration", json::object()}};
   for (auto& l : explicit_doc["links"]) l["sharing"] = "shared";
   auto e = topo::parse_topology(explicit_doc, "e.json");
   EXPECT_TRUE(e) << e.error().message();
@@ -224,12 +246,15 @@ TEST(NcclTests, ParsesTheSampleLogAndFitsAlphaBeta) {
 
 TEST(NcclTests, OlderFormatMpirunPrefixAndBusFactor) {
   // nccl-tests before 2.13: no root column, "error" for "#wrong"; all_gather's busbw = algbw * (n-1)/n.
-  const std::string text =
-      "[1,0]<stdout>:#       size         count      type   redop     time   algbw   busbw  error     time   algbw   busbw  error\n"
-      "[1,0]<stdout>:#        (B)    (elements)                       (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)\n"
-      "[1,0]<stdout>:host:1:1 [0] NCCL INFO Launch mode Parallel\n"
-      "[1,0]<stdout>:     1000000        250000     float    none    60.00   16.67   14.58  0e+00    60.00   16.67   14.58  0e+00\n"
-      "[1,0]<stdout>:     2000000        500000     float    none   110.00   18.18   15.91  0e+00      N/A     N/A     N/A    N/A\n";
+  const std::string text = "[1,0]<stdout>:#       size         count      type   redop     time   algbw   busbw  error "
+                           "    time   algbw   busbw  error\n"
+                           "[1,0]<stdout>:#        (B)    (elements)                       (us)  (GB/s)  (GB/s)        "
+                           "    (us)  (GB/s)  (GB/s)\n"
+                           "[1,0]<stdout>:host:1:1 [0] NCCL INFO Launch mode Parallel\n"
+                           "[1,0]<stdout>:     1000000        250000     float    none    60.00   16.67   14.58  0e+00 "
+                           "   60.00   16.67   14.58  0e+00\n"
+                           "[1,0]<stdout>:     2000000        500000     float    none   110.00   18.18   15.91  0e+00 "
+                           "     N/A     N/A     N/A    N/A\n";
   auto log = parse_nccl_tests(text, "ag.txt");
   ASSERT_TRUE(log) << log.error().message();
   ASSERT_EQ(log->samples.size(), 2u);
@@ -242,7 +267,8 @@ TEST(NcclTests, OlderFormatMpirunPrefixAndBusFactor) {
 }
 
 TEST(NcclTests, ErrorsNameFileAndLine) {
-  const std::string header = "#  size  count  type  redop  root  time  algbw  busbw  #wrong  time  algbw  busbw  #wrong\n";
+  const std::string header =
+      "#  size  count  type  redop  root  time  algbw  busbw  #wrong  time  algbw  busbw  #wrong\n";
   auto err = [](const std::string& text) {
     auto log = parse_nccl_tests(text, "x.txt");
     if (log) {
@@ -251,18 +277,25 @@ TEST(NcclTests, ErrorsNameFileAndLine) {
     }
     return log.error().message();
   };
-  EXPECT_EQ(err("# nothing\n"), "x.txt: no nccl-tests table rows (expected the output of sendrecv_perf, alltoall_perf, ...)");
+  EXPECT_EQ(err("# nothing\n"),
+            "x.txt: no nccl-tests table rows (expected the output of sendrecv_perf, alltoall_perf, ...)");
   EXPECT_EQ(err("1024 256 float sum -1 10 0.1 0.1 0 10 0.1 0.1 0\n"),
             "x.txt:1: a table row before the nccl-tests header (# size count type ... time algbw busbw ...)");
-  EXPECT_EQ(err(header + "1024 256 float sum -1 10 0.1\n"), "x.txt:2: expected 13 fields as in the header (line 1), got 7");
+  EXPECT_EQ(err(header + "1024 256 float sum -1 10 0.1\n"),
+            "x.txt:2: expected 13 fields as in the header (line 1), got 7");
   EXPECT_EQ(err(header + "1024 256 float sum -1 slow 0.1 0.1 0 10 0.1 0.1 0\n"),
             "x.txt:2: time: must be a number of microseconds > 0, got 'slow'");
-  EXPECT_EQ(err(header + "1024 256 float sum -1 -3 0.1 0.1 0 10 0.1 0.1 0\n"), "x.txt:2: time: must be a number of microseconds > 0, got '-3'");
-  EXPECT_EQ(err(header + "1024 256 float sum -1 10 x 0.1 0 10 0.1 0.1 0\n"), "x.txt:2: algbw: must be a number >= 0, got 'x'");
-  EXPECT_EQ(err(header + "1e3x 256 float sum -1 10 0.1 0.1 0 10 0.1 0.1 0\n"), "x.txt:2: size: must be a whole number of bytes, got '1e3x'");
-  EXPECT_EQ(err(header + "1024 256 float sum -1 10 0.1 0.1 0 10 0.1 0.1 0\n1024 256 float sum -1 11 0.1 0.1 0 10 0.1 0.1 0\n"),
+  EXPECT_EQ(err(header + "1024 256 float sum -1 -3 0.1 0.1 0 10 0.1 0.1 0\n"),
+            "x.txt:2: time: must be a number of microseconds > 0, got '-3'");
+  EXPECT_EQ(err(header + "1024 256 float sum -1 10 x 0.1 0 10 0.1 0.1 0\n"),
+            "x.txt:2: algbw: must be a number >= 0, got 'x'");
+  EXPECT_EQ(err(header + "1e3x 256 float sum -1 10 0.1 0.1 0 10 0.1 0.1 0\n"),
+            "x.txt:2: size: must be a whole number of bytes, got '1e3x'");
+  EXPECT_EQ(err(header +
+                "1024 256 float sum -1 10 0.1 0.1 0 10 0.1 0.1 0\n1024 256 float sum -1 11 0.1 0.1 0 10 0.1 0.1 0\n"),
             "x.txt: every row has the same size (1024 B): a latency and a bandwidth need at least two sizes");
-  EXPECT_EQ(err(header + "1024 256 float sum -1 50 0.1 0.1 0 10 0.1 0.1 0\n2048 256 float sum -1 10 0.1 0.1 0 10 0.1 0.1 0\n"),
+  EXPECT_EQ(err(header +
+                "1024 256 float sum -1 50 0.1 0.1 0 10 0.1 0.1 0\n2048 256 float sum -1 10 0.1 0.1 0 10 0.1 0.1 0\n"),
             "x.txt: the times do not grow with the message size: no bandwidth to fit");
 }
 
@@ -310,11 +343,14 @@ TEST(Parameters, PathsAndValues) {
     return v ? std::string("ok") : v.error().message();
   };
   EXPECT_EQ(msg("numa.bandwidth_gbps"), "numa.bandwidth_gbps: no such field in h100.json");
-  EXPECT_EQ(msg("gpu.efficiency"), "gpu.efficiency: is an object in h100.json; fit its numbers (gpu.efficiency.bwd, gpu.efficiency.fwd)");
+  EXPECT_EQ(msg("gpu.efficiency"),
+            "gpu.efficiency: is an object in h100.json; fit its numbers (gpu.efficiency.bwd, gpu.efficiency.fwd)");
   EXPECT_EQ(msg("inter.sharing"), "inter.sharing: is not a number in h100.json (it is \"shared\")");
   EXPECT_EQ(msg("nodes"), "nodes: shapes the cluster (a count), it is not a hardware parameter to fit");
-  EXPECT_EQ(msg("inter..latency_us"), "inter..latency_us: not a parameter path (expected a field name at character 7); write it like inter.bandwidth_gbps or links[3].latency_us");
-  EXPECT_EQ(msg("links[x].latency_us"), "links[x].latency_us: not a parameter path (expected [index] at character 6); write it like inter.bandwidth_gbps or links[3].latency_us");
+  EXPECT_EQ(msg("inter..latency_us"), "inter..latency_us: not a parameter path (expected a field name at character 7); "
+                                      "write it like inter.bandwidth_gbps or links[3].latency_us");
+  EXPECT_EQ(msg("links[x].latency_us"), "links[x].latency_us: not a parameter path (expected [index] at character 6); "
+                                        "write it like inter.bandwidth_gbps or links[3].latency_us");
 }
 
 TEST(Parameters, BoundsRegistry) {
@@ -351,7 +387,8 @@ TEST(Parameters, BoundsRegistry) {
   EXPECT_DOUBLE_EQ(u->hi, 9890);
   auto z = bounds_for("gpu.something_new", 0);
   ASSERT_FALSE(z);
-  EXPECT_EQ(z.error().message(), "gpu.something_new: base value 0 gives no range: fields outside the bounds registry are fitted in [base/10, base*10]");
+  EXPECT_EQ(z.error().message(), "gpu.something_new: base value 0 gives no range: fields outside the bounds registry "
+                                 "are fitted in [base/10, base*10]");
   // The default list is the one place the lead edits: every entry must be a known field.
   for (const auto& p : default_fit_parameters()) EXPECT_TRUE(bounds_for(p, 1.0)->known) << p;
 }
@@ -381,8 +418,8 @@ std::string simulate_csv(const json& truth, const std::vector<SimRun>& runs, int
     w.pass = r.pass;
     auto e = sim::evaluate({r.algo, w, ranks, domains}, *t);
     EXPECT_TRUE(e) << e.error().message();
-    csv << fmt::format("{},{},{},{},8,8,128,bf16,0,contiguous,{:.9g},{},{}\n", r.algo, to_string(r.pass), r.batch, r.seq, e->summary.time_s * 1e3,
-                       ranks, domains);
+    csv << fmt::format("{},{},{},{},8,8,128,bf16,0,contiguous,{:.9g},{},{}\n", r.algo, to_string(r.pass), r.batch,
+                       r.seq, e->summary.time_s * 1e3, ranks, domains);
   }
   return csv.str();
 }
@@ -399,10 +436,12 @@ TEST(Calibrate, RecoversScaledParametersAndPredictsHeldOutRows) {
   using P = ir::PassKind;
   // Training: ring both passes and charm forward, over sequence lengths from comm- to compute-bound.
   // (Ring at 8k is bound by the inter-node link, at 128k by compute.)
-  const std::vector<SimRun> train{{"ring", P::Fwd, 1, 8192},  {"ring", P::Fwd, 1, 131072}, {"ring", P::Bwd, 1, 8192},
-                                  {"ring", P::Bwd, 1, 131072}, {"charm", P::Fwd, 1, 8192},  {"charm", P::Fwd, 2, 32768}};
+  const std::vector<SimRun> train{{"ring", P::Fwd, 1, 8192},  {"ring", P::Fwd, 1, 131072},
+                                  {"ring", P::Bwd, 1, 8192},  {"ring", P::Bwd, 1, 131072},
+                                  {"charm", P::Fwd, 1, 8192}, {"charm", P::Fwd, 2, 32768}};
   // Held out: other workloads, and algorithms / passes the fit never saw.
-  const std::vector<SimRun> held{{"ring", P::Fwd, 2, 32768}, {"charm", P::Bwd, 1, 32768}, {"rm+", P::Fwd, 1, 32768}, {"merge", P::Bwd, 2, 16384}};
+  const std::vector<SimRun> held{
+      {"ring", P::Fwd, 2, 32768}, {"charm", P::Bwd, 1, 32768}, {"rm+", P::Fwd, 1, 32768}, {"merge", P::Bwd, 2, 16384}};
   auto data = parse_measurements(simulate_csv(truth, train, 8, 2), "train.csv");
   ASSERT_TRUE(data) << data.error().message();
   CalibrationOptions opt;
@@ -439,7 +478,8 @@ TEST(Calibrate, RecoversScaledParametersAndPredictsHeldOutRows) {
     auto want = sim::evaluate({r.algo, w, 8, 2}, *truth_t);
     auto got = sim::evaluate({r.algo, w, 8, 2}, *fitted);
     ASSERT_TRUE(want && got);
-    EXPECT_NEAR(got->summary.time_s / want->summary.time_s, 1.0, 0.03) << r.algo << " " << to_string(r.pass) << " S=" << r.seq;
+    EXPECT_NEAR(got->summary.time_s / want->summary.time_s, 1.0, 0.03)
+        << r.algo << " " << to_string(r.pass) << " S=" << r.seq;
   }
   const json& cal = c->document["calibration"];
   EXPECT_EQ(cal["measurements"]["rows"], 6);
@@ -456,7 +496,8 @@ TEST(Calibrate, RowsBeyondTheBaseRegenerateItAndSpeedupsPair) {
   truth["inter"]["bandwidth_gbps"] = 30;
   truth["nodes"] = 4;
   using P = ir::PassKind;
-  const std::vector<SimRun> runs{{"ring", P::Fwd, 1, 16384}, {"charm", P::Fwd, 1, 16384}, {"ring", P::Fwd, 1, 65536}, {"charm", P::Fwd, 1, 65536}};
+  const std::vector<SimRun> runs{
+      {"ring", P::Fwd, 1, 16384}, {"charm", P::Fwd, 1, 16384}, {"ring", P::Fwd, 1, 65536}, {"charm", P::Fwd, 1, 65536}};
   auto data = parse_measurements(simulate_csv(truth, runs, 16, 4), "big.csv");
   ASSERT_TRUE(data);
   CalibrationOptions opt;
@@ -485,7 +526,8 @@ TEST(Calibrate, DefaultsSkipWhatNoRowMoves) {
   const json base = load_json("topologies/nominal/l20-8-2numa.json");
   auto data = parse_measurements(
       "algo,pass,batch,seq,heads,kv_heads,head_dim,dtype,causal,layout,time_ms,ranks\n"
-      "ring,fwd,1,8192,8,8,128,bf16,0,contiguous,5,4\nring,fwd,1,32768,8,8,128,bf16,0,contiguous,40,4\n", "l.csv");
+      "ring,fwd,1,8192,8,8,128,bf16,0,contiguous,5,4\nring,fwd,1,32768,8,8,128,bf16,0,contiguous,40,4\n",
+      "l.csv");
   ASSERT_TRUE(data) << data.error().message();
   CalibrationOptions opt;
   opt.restarts = 0;
@@ -495,7 +537,8 @@ TEST(Calibrate, DefaultsSkipWhatNoRowMoves) {
   std::vector<std::string> paths;
   for (const auto& p : c->parameters) paths.push_back(p.path);
   EXPECT_EQ(paths, (std::vector<std::string>{"intra.bandwidth_gbps"}));
-  EXPECT_NE(std::find(c->notes.begin(), c->notes.end(), "numa.bandwidth_gbps: not fitted, no row depends on it"), c->notes.end());
+  EXPECT_NE(std::find(c->notes.begin(), c->notes.end(), "numa.bandwidth_gbps: not fitted, no row depends on it"),
+            c->notes.end());
 }
 
 TEST(Calibrate, FitListErrors) {
@@ -513,9 +556,10 @@ TEST(Calibrate, FitListErrors) {
   };
   EXPECT_EQ(err({"inter.bandwith_gbps"}), "--fit: inter.bandwith_gbps: no such field in h100.json");
   EXPECT_EQ(err({"gpu.launch_us", "gpu.launch_us"}), "--fit: gpu.launch_us is listed twice");
-  EXPECT_EQ(err({"inter.latency_us"}, {{"inter.latency_us", 4, 8, "log.txt", {}}}), "--fit: inter.latency_us is set from --nccl-tests, not fitted");
+  EXPECT_EQ(err({"inter.latency_us"}, {{"inter.latency_us", 4, 8, "log.txt", {}}}),
+            "--fit: inter.latency_us is set from --nccl-tests, not fitted");
   EXPECT_EQ(err({"gpu.launch_us"}), "ok");
 }
 
-} // namespace
-} // namespace charm::calib
+}  // namespace
+}  // namespace charm::calib

@@ -17,7 +17,7 @@ IntervalSet of(const std::set<std::int32_t>& s) {
   for (auto e : s) r.append(e, e + 1);
   return r;
 }
-} // namespace
+}  // namespace
 
 TEST(CellStore, AddReportsRepeatsBeforeAndAfterTheBitmap) {
   CellStore cs;

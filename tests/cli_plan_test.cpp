@@ -31,8 +31,10 @@ TEST(CliCommlist, MatchesAlgorithm1) {
 
 TEST(CliPlan, WritesAPlanThatValidates) {
   const auto out = charm::test::temp_path("plan.json"), dot = charm::test::temp_path("plan.dot");
-  auto r = run_charm("plan --algo charm --ranks 8 --domains 2 --batch 1 --seq 4k --heads 4 --head-dim 64 --dtype bf16 --causal "
-                 "--layout zigzag --pass both --out " + out + " --dot " + dot);
+  auto r = run_charm(
+      "plan --algo charm --ranks 8 --domains 2 --batch 1 --seq 4k --heads 4 --head-dim 64 --dtype bf16 --causal "
+      "--layout zigzag --pass both --out " +
+      out + " --dot " + dot);
   ASSERT_EQ(r.code, 0) << r.out;
   r = run_charm("validate " + out);
   EXPECT_EQ(r.code, 0) << r.out;
@@ -62,18 +64,22 @@ TEST(CliValidate, BrokenPlanExitsOneAndNamesTheRule) {
 }
 
 TEST(CliErrors, BadInputExitsTwoWithOneLine) {
-  struct Case { std::string args, expect; };
+  struct Case {
+    std::string args, expect;
+  };
   // Each case fails before writing; the output path is a regular file's (devices such as /dev/null are refused).
   const std::string out = charm::test::temp_path("never-written.json");
   const std::vector<Case> cases = {
       {"plan --algo ring --ranks 4 --out " + out + " --frobnicate", "--frobnicate"},
       {"plan --algo merge --ranks 6 --seq 6k --out " + out, "--ranks: merge needs a power-of-two rank count, got 6"},
-      {"plan --algo ring --ranks 8 --seq 1000 --layout zigzag --out " + out, "--seq: sequence length 1000 cannot be split"},
+      {"plan --algo ring --ranks 8 --seq 1000 --layout zigzag --out " + out,
+       "--seq: sequence length 1000 cannot be split"},
       {"plan --algo ring --ranks 4 --heads 6 --kv-heads 4 --out " + out, "--kv-heads"},
       {"plan --algo ring --ranks 4 --dtype fp8 --out " + out, "--dtype: unknown dtype 'fp8'"},
       {"plan --algo bogus --ranks 4 --out " + out, "--algo: unknown algorithm 'bogus'"},
       {"plan --algo ring --ranks 4 --seq 12q --out " + out, "--seq: unknown size suffix"},
-      {"plan --algo ring --ranks 4 --out /nonexistent-dir/plan.json", "/nonexistent-dir/plan.json: cannot open for writing"},
+      {"plan --algo ring --ranks 4 --out /nonexistent-dir/plan.json",
+       "/nonexistent-dir/plan.json: cannot open for writing"},
       {"validate /nonexistent/plan.json", "/nonexistent/plan.json: cannot open for reading"},
       {"commlist --ranks 6", "--ranks: GenerateCommList needs a power-of-two"},
   };

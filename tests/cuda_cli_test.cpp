@@ -41,8 +41,10 @@ TEST(CudaCli, NoDeviceIsOneLineAndExit2) {
 TEST(CudaCli, CheckPassesWithTimingFieldsAndTrace) {
   if (!charm::rt::cuda::device_count()) GTEST_SKIP() << "no CUDA device";
   const std::string trace = charm::test::temp_path("cuda_trace.json");
-  const auto r = run_charm(kSmall + " --backend cuda-local --algo charm --ranks 4 --layout zigzag --pass both --check "
-                           "--json --trace " + trace);
+  const auto r = run_charm(kSmall +
+                           " --backend cuda-local --algo charm --ranks 4 --layout zigzag --pass both --check "
+                           "--json --trace " +
+                           trace);
   ASSERT_EQ(r.code, 0) << r.out;
   const auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
   EXPECT_TRUE(j["ok"].get<bool>());
@@ -64,4 +66,4 @@ TEST(CudaCli, StallIsExit3) {
   EXPECT_NE(r.out.find("stall"), std::string::npos) << r.out;
 }
 
-} // namespace
+}  // namespace

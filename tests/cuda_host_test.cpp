@@ -134,15 +134,16 @@ TEST(Supports, RegionPlansAreRefusedByBothBackends) {
 #endif
 }
 
-} // namespace
-} // namespace charm::rt::cuda
+}  // namespace
+}  // namespace charm::rt::cuda
 
 // cuBLAS is opened on first use, not linked (its start-up cost would fall on every command):
 // the toolkit this build found is where the loader finds it, and no GPU is needed to load it.
 TEST(CublasLoader, OpensTheToolkitsLibraryWithoutAGpu) {
   const auto st = charm::rt::cuda::blas::load();
   ASSERT_TRUE(st) << st.error().message();
-  const std::string text = charm::rt::cuda::blas::status_string(CUBLAS_STATUS_NOT_SUPPORTED);  // the library's own words
+  const std::string text =
+      charm::rt::cuda::blas::status_string(CUBLAS_STATUS_NOT_SUPPORTED);  // the library's own words
   EXPECT_FALSE(text.empty());
   EXPECT_NE(text, "cuBLAS not loaded");
 }

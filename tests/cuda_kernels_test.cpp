@@ -21,15 +21,15 @@
 namespace charm::rt::cuda {
 namespace {
 
-#define SKIP_WITHOUT_GPU()                                                        \
-  do {                                                                            \
-    if (auto n = device_count(); !n) GTEST_SKIP() << n.error().message();         \
+#define SKIP_WITHOUT_GPU()                                                                                             \
+  do {                                                                                                                 \
+    if (auto n = device_count(); !n) GTEST_SKIP() << n.error().message();                                              \
   } while (0)
 
-#define ASSERT_OK(expr)                                          \
-  do {                                                           \
-    auto st_ = (expr);                                           \
-    ASSERT_TRUE(bool(st_)) << st_.error().message();             \
+#define ASSERT_OK(expr)                                                                                                \
+  do {                                                                                                                 \
+    auto st_ = (expr);                                                                                                 \
+    ASSERT_TRUE(bool(st_)) << st_.error().message();                                                                   \
   } while (0)
 
 /// Device memory freed at scope exit.
@@ -138,7 +138,8 @@ TEST_P(BlockKernels, MatchCpuForwardAndBackward) {
     vis[i] = c.causal ? int(std::upper_bound(kp.begin(), kp.end(), qp[i]) - kp.begin()) : int(kp.size());
   Dev vis_d(vis.size() * sizeof(int));
   ASSERT_EQ(cudaMemcpy(vis_d.p, vis.data(), vis.size() * sizeof(int), cudaMemcpyHostToDevice), cudaSuccess);
-  Dev qd = upload_as(c.dtype, q), dod = upload_as(c.dtype, dout), kd = upload_as(c.dtype, k), vd = upload_as(c.dtype, v);
+  Dev qd = upload_as(c.dtype, q), dod = upload_as(c.dtype, dout), kd = upload_as(c.dtype, k),
+      vd = upload_as(c.dtype, v);
   Dev o_acc = upload_f32(std::vector<float>(q.size(), 0.0f));
   Dev lse_acc = upload_f32(std::vector<float>(lse.size(), -INFINITY));
   auto attn = BlockAttention::create(c.dtype, {w.batch, w.heads, w.kv_heads, w.head_dim, ss.tokens, ss.tokens, a.scale},
@@ -164,26 +165,26 @@ TEST_P(BlockKernels, MatchCpuForwardAndBackward) {
   EXPECT_LE(rel_err(download(dv_d, dv.size()), dv), tol);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Pieces, BlockKernels,
-    testing::Values(
-        // Contiguous: full (q after kv), causal diagonal, empty (q before kv), non-causal.
-        Case{ir::DType::BF16, true, ir::Layout::Contiguous, 1, 0},
-        Case{ir::DType::BF16, true, ir::Layout::Contiguous, 2, 2},
-        Case{ir::DType::BF16, true, ir::Layout::Contiguous, 0, 3},
-        Case{ir::DType::BF16, false, ir::Layout::Contiguous, 0, 3},
-        // Zigzag: diagonal, kv head, q tail.
-        Case{ir::DType::BF16, true, ir::Layout::Zigzag, 1, 1},
-        Case{ir::DType::BF16, true, ir::Layout::Zigzag, 2, 1},
-        Case{ir::DType::BF16, true, ir::Layout::Zigzag, 1, 2},
-        // GQA, fp16, fp32 (no TF32: held to the fp32 tolerance).
-        Case{ir::DType::BF16, true, ir::Layout::Zigzag, 2, 2, 8, 2},
-        Case{ir::DType::FP16, true, ir::Layout::Zigzag, 3, 0, 8, 2},
-        Case{ir::DType::FP32, true, ir::Layout::Zigzag, 3, 3, 4, 4},
-        // Row slices: 40 KiB of bf16 tiles hold 26 rows of 128 keys, 20 KiB of fp32 ones 10 (a pair has 512 / 1024 rows).
-        Case{ir::DType::BF16, true, ir::Layout::Zigzag, 2, 2, 8, 2, std::size_t(40) << 10},
-        Case{ir::DType::FP32, false, ir::Layout::Contiguous, 1, 0, 8, 1, std::size_t(20) << 10}),
-    name_of);
+INSTANTIATE_TEST_SUITE_P(Pieces, BlockKernels,
+                         testing::Values(
+                             // Contiguous: full (q after kv), causal diagonal, empty (q before kv), non-causal.
+                             Case{ir::DType::BF16, true, ir::Layout::Contiguous, 1, 0},
+                             Case{ir::DType::BF16, true, ir::Layout::Contiguous, 2, 2},
+                             Case{ir::DType::BF16, true, ir::Layout::Contiguous, 0, 3},
+                             Case{ir::DType::BF16, false, ir::Layout::Contiguous, 0, 3},
+                             // Zigzag: diagonal, kv head, q tail.
+                             Case{ir::DType::BF16, true, ir::Layout::Zigzag, 1, 1},
+                             Case{ir::DType::BF16, true, ir::Layout::Zigzag, 2, 1},
+                             Case{ir::DType::BF16, true, ir::Layout::Zigzag, 1, 2},
+                             // GQA, fp16, fp32 (no TF32: held to the fp32 tolerance).
+                             Case{ir::DType::BF16, true, ir::Layout::Zigzag, 2, 2, 8, 2},
+                             Case{ir::DType::FP16, true, ir::Layout::Zigzag, 3, 0, 8, 2},
+                             Case{ir::DType::FP32, true, ir::Layout::Zigzag, 3, 3, 4, 4},
+                             // Row slices: 40 KiB of bf16 tiles hold 26 rows of 128 keys, 20 KiB of fp32 ones 10 (a
+                             // pair has 512 / 1024 rows).
+                             Case{ir::DType::BF16, true, ir::Layout::Zigzag, 2, 2, 8, 2, std::size_t(40) << 10},
+                             Case{ir::DType::FP32, false, ir::Layout::Contiguous, 1, 0, 8, 1, std::size_t(20) << 10}),
+                         name_of);
 
 TEST(MergeKernel, MatchesCpuMergeWithEmptyRows) {
   SKIP_WITHOUT_GPU();
@@ -206,5 +207,5 @@ TEST(MergeKernel, MatchesCpuMergeWithEmptyRows) {
   EXPECT_LE(rel_err(download(l1d, l1.size()), l1), 1e-6);
 }
 
-} // namespace
-} // namespace charm::rt::cuda
+}  // namespace
+}  // namespace charm::rt::cuda

@@ -116,5 +116,5 @@ TEST(CudaLocalStall, MissingSendIsReportedNotHung) {
   EXPECT_NE(res.error().message().find("no matching peer op"), std::string::npos) << res.error().message();
 }
 
-} // namespace
-} // namespace charm::rt::cuda
+}  // namespace
+}  // namespace charm::rt::cuda

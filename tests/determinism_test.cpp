@@ -8,8 +8,8 @@
 #include <fcntl.h>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <spawn.h>
+#include <sstream>
 #include <string>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -43,7 +43,8 @@ const std::string kSrc = CHARM_SOURCE_DIR;
 TEST(Determinism, PlanJsonIsByteIdentical) {
   const auto dir = fresh_dir("plan");
   for (const std::string algo : {"ring", "ring-zigzag", "merge", "rm+", "charm"}) {
-    const std::string flags = " --algo " + algo + " --ranks 8 --domains 2 --seq 16k --heads 4 --kv-heads 2 --causal --pass both";
+    const std::string flags =
+        " --algo " + algo + " --ranks 8 --domains 2 --seq 16k --heads 4 --kv-heads 2 --causal --pass both";
     ASSERT_EQ(run_charm("plan" + flags + " -o " + (dir / "a.json").string()).code, 0) << algo;
     ASSERT_EQ(run_charm("plan" + flags + " -o " + (dir / "b.json").string()).code, 0) << algo;
     const auto a = slurp(dir / "a.json");
@@ -74,14 +75,16 @@ TEST(Determinism, SimulationJsonAndTraceAreByteIdentical) {
 
 TEST(Determinism, SweepOutputsAreTheSameWithAnyJobs) {
   const auto dir = fresh_dir("sweep");
-  const std::string args = "sweep -t " + kSrc + "/topologies/l20-8-2numa.json," + kSrc +
-                           "/topologies/h20-8.json --batch 1,2 --seq 4k..64k*4 --heads 8,16 --kv-heads 4,8 --head-dim 64,128 "
-                           "--causal --pass both";
+  const std::string args =
+      "sweep -t " + kSrc + "/topologies/l20-8-2numa.json," + kSrc +
+      "/topologies/h20-8.json --batch 1,2 --seq 4k..64k*4 --heads 8,16 --kv-heads 4,8 --head-dim 64,128 "
+      "--causal --pass both";
   std::string csv0, json0;
   for (int jobs : {1, 2, 5}) {
     const auto csv = dir / ("s" + std::to_string(jobs) + ".csv");
     const auto js = dir / ("s" + std::to_string(jobs) + ".json");
-    const auto r = run_charm(args + " --jobs " + std::to_string(jobs) + " --out " + csv.string() + " --json-out " + js.string());
+    const auto r =
+        run_charm(args + " --jobs " + std::to_string(jobs) + " --out " + csv.string() + " --json-out " + js.string());
     ASSERT_EQ(r.code, 0) << r.out;
     if (jobs == 1) {
       csv0 = slurp(csv);
@@ -100,9 +103,12 @@ TEST(AtomicOutput, SweepKilledMidwayLeavesTheOldFile) {
   const auto csv = dir / "s.csv";
   { std::ofstream(csv) << "old\n"; }
   // Minutes of work, so SIGKILL lands while the workers run; no handler can clean up.
-  std::vector<std::string> args{CHARM_BIN, "sweep", "--topology", kSrc + "/topologies/l20-8-2numa.json,"+ kSrc + "/topologies/h20-8.json",
-                                "--batch", "1..64", "--seq", "1k..1M*2", "--heads", "8..64*2", "--head-dim", "64,128",
-                                "--pass", "both", "--jobs", "2", "--out", csv.string()};
+  std::vector<std::string> args{
+      CHARM_BIN, "sweep",     "--topology", kSrc + "/topologies/l20-8-2numa.json," + kSrc + "/topologies/h20-8.json",
+      "--batch", "1..64",     "--seq",      "1k..1M*2",
+      "--heads", "8..64*2",   "--head-dim", "64,128",
+      "--pass",  "both",      "--jobs",     "2",
+      "--out",   csv.string()};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -123,5 +129,5 @@ TEST(AtomicOutput, SweepKilledMidwayLeavesTheOldFile) {
   fs::remove_all(dir);
 }
 
-} // namespace
-} // namespace charm::test
+}  // namespace
+}  // namespace charm::test

@@ -28,7 +28,7 @@ namespace fs = std::filesystem;
 
 struct Row {
   int id = 0;
-  std::string args;     // after "charm "
+  std::string args;  // after "charm "
   int exit = 0;
   std::string message;  // a substring of the output
 };
@@ -106,8 +106,10 @@ TEST(ErrorsTableFile, HasAtLeastFortyDistinctRows) {
   for (std::size_t i = 0; i < rows.size(); ++i) {
     // Ids only ascend: a block of rows may start at a round number (200, ...),
     // so that rows added on separate branches keep distinct ids.
-    if (i > 0) EXPECT_GT(rows[i].id, rows[i - 1].id) << "row ids ascend and are distinct";
-    else EXPECT_EQ(rows[i].id, 1) << "the first row is 1";
+    if (i > 0)
+      EXPECT_GT(rows[i].id, rows[i - 1].id) << "row ids ascend and are distinct";
+    else
+      EXPECT_EQ(rows[i].id, 1) << "the first row is 1";
     EXPECT_FALSE(rows[i].args.empty()) << "row " << rows[i].id;
     EXPECT_FALSE(rows[i].message.empty()) << "row " << rows[i].id;
   }
@@ -153,7 +155,8 @@ TEST_P(ErrorsTable, Row) {
   }
   const auto res = run_cmd("cd '" + std::string(CHARM_SOURCE_DIR) + "' && " + cmd);
   EXPECT_EQ(res.code, r.exit) << "charm " << args << "\n" << res.out;
-  EXPECT_NE(res.out.find(r.message), std::string::npos) << "charm " << args << "\nexpected: " << r.message << "\ngot: " << res.out;
+  EXPECT_NE(res.out.find(r.message), std::string::npos)
+      << "charm " << args << "\nexpected: " << r.message << "\ngot: " << res.out;
   if (r.exit == 2 || r.exit == 3) {
     EXPECT_EQ(res.out.rfind("charm: error: ", 0), 0u) << res.out;
     EXPECT_EQ(std::count(res.out.begin(), res.out.end(), '\n'), 1) << "exactly one line:\n" << res.out;
@@ -171,5 +174,5 @@ INSTANTIATE_TEST_SUITE_P(Docs, ErrorsTable, ::testing::ValuesIn(rows_where(false
 INSTANTIATE_TEST_SUITE_P(Mpi, ErrorsTable, ::testing::ValuesIn(rows_where(true)),
                          [](const ::testing::TestParamInfo<Row>& p) { return "row" + std::to_string(p.param.id); });
 
-} // namespace
-} // namespace charm::test
+}  // namespace
+}  // namespace charm::test

@@ -31,26 +31,32 @@ Plan small_plan(const std::string& algo, PassKind pass = PassKind::Both, int kv_
   EXPECT_TRUE(p.ok()) << (p.ok() ? "" : p.error().message());
   return std::move(p).value();
 }
-} // namespace
+}  // namespace
 
 TEST(Workload, BytesFollowFromShape) {
   Workload w;
-  w.batch = 2; w.seq = 1024; w.heads = 8; w.kv_heads = 2; w.head_dim = 64; w.dtype = DType::BF16;
+  w.batch = 2;
+  w.seq = 1024;
+  w.heads = 8;
+  w.kv_heads = 2;
+  w.head_dim = 64;
+  w.dtype = DType::BF16;
   // Per shard of 4 ranks: 256 tokens. Q: 2*256*8*64*2 bytes; KV: 2 tensors with 2 heads.
   EXPECT_EQ(w.q_bytes(4), 2u * 256 * 8 * 64 * 2);
   EXPECT_EQ(w.kv_bytes(4), 2u * 2 * 256 * 2 * 64 * 2);
   EXPECT_LT(w.kv_bytes(4), w.q_bytes(4));  // GQA makes KV smaller than Q here
   w.kv_heads = 8;
   EXPECT_EQ(w.kv_bytes(4), 2 * w.q_bytes(4));
-  EXPECT_EQ(w.out_bytes(4), w.q_bytes(4) + 2u * 8 * 256 * 4);       // + fp32 LSE
-  EXPECT_EQ(w.dq_bytes(4), 2u * 256 * 8 * 64 * 4);                  // fp32
+  EXPECT_EQ(w.out_bytes(4), w.q_bytes(4) + 2u * 8 * 256 * 4);  // + fp32 LSE
+  EXPECT_EQ(w.dq_bytes(4), 2u * 256 * 8 * 64 * 4);             // fp32
   w.dtype = DType::FP32;
   EXPECT_EQ(w.q_bytes(4), 2u * 256 * 8 * 64 * 4);
 }
 
 TEST(Workload, MasksAndVisiblePairs) {
   Workload w;
-  w.seq = 16; w.causal = true;
+  w.seq = 16;
+  w.causal = true;
   // Contiguous, 2 ranks of 8 tokens: the diagonal holds 8*9/2 = 36 pairs.
   EXPECT_EQ(w.mask(1, 0, 2), MaskPiece::Full);
   EXPECT_EQ(w.mask(0, 1, 2), MaskPiece::Empty);
@@ -68,17 +74,21 @@ TEST(Workload, MasksAndVisiblePairs) {
   EXPECT_DOUBLE_EQ(w.visible_pairs(0, 1, 2), 32);
   // Total over all pairs = S(S+1)/2 = 136.
   double total = 0;
-  for (int q = 0; q < 2; ++q) for (int k = 0; k < 2; ++k) total += w.visible_pairs(q, k, 2);
+  for (int q = 0; q < 2; ++q)
+    for (int k = 0; k < 2; ++k) total += w.visible_pairs(q, k, 2);
   EXPECT_DOUBLE_EQ(total, 136);
 }
 
 TEST(Workload, CheckNamesTheFlag) {
   Workload w;
-  w.seq = 1000; w.layout = Layout::Zigzag;
+  w.seq = 1000;
+  w.layout = Layout::Zigzag;
   auto s = w.check(8);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error().where, "--seq");
-  w.seq = 1024; w.heads = 6; w.kv_heads = 4;
+  w.seq = 1024;
+  w.heads = 6;
+  w.kv_heads = 4;
   s = w.check(8);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error().where, "--kv-heads");
@@ -104,7 +114,8 @@ TEST(PlanIo, JsonHasTheDocumentedShape) {
   EXPECT_EQ(j["ranks"], 4);
   bool saw_send = false, saw_compute = false;
   for (const auto& op : j["ops"]) {
-    ASSERT_TRUE(op.contains("id") && op.contains("rank") && op.contains("stream") && op.contains("kind") && op.contains("deps"));
+    ASSERT_TRUE(op.contains("id") && op.contains("rank") && op.contains("stream") && op.contains("kind") &&
+                op.contains("deps"));
     if (op["kind"] == "send") {
       saw_send = true;
       EXPECT_TRUE(op.contains("peer") && op.contains("tag") && op.contains("bytes"));
@@ -228,7 +239,8 @@ TEST(OpArgs, DecodeNamesSlotsAndRefusesBadOnes) {
     ++kinds[a->index()];
     EXPECT_EQ(a->index(), args(p.op(id)).index());
   }
-  for (const OpArgs& k : {OpArgs(ComputeFwdArgs{}), OpArgs(ComputeBwdArgs{}), OpArgs(SendArgs{}), OpArgs(RecvArgs{}), OpArgs(PackArgs{})})
+  for (const OpArgs& k :
+       {OpArgs(ComputeFwdArgs{}), OpArgs(ComputeBwdArgs{}), OpArgs(SendArgs{}), OpArgs(RecvArgs{}), OpArgs(PackArgs{})})
     EXPECT_GT(kinds[k.index()], 0u) << "kind " << k.index();
   // A forward compute: q, kv, out in slots 0..2.
   OpId c = 0;

@@ -13,8 +13,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <set>
 #include <fstream>
+#include <set>
 #include <string>
 
 namespace {
@@ -95,7 +95,8 @@ TEST(MpiRun, RankCountMustMatchTheJob) {
 
 TEST(MpiRun, RanksDefaultToTheJobSize) {
   if (!have_mpirun()) GTEST_SKIP() << "mpirun not found";
-  const auto r = mpirun(2, "run --backend mpi --algo ring --seq 128 --heads 2 --head-dim 32 --dtype fp32 --check --json");
+  const auto r =
+      mpirun(2, "run --backend mpi --algo ring --seq 128 --heads 2 --head-dim 32 --dtype fp32 --check --json");
   ASSERT_EQ(r.code, 0) << r.out;
   const auto j = json_of(r.out);
   ASSERT_TRUE(j.is_object()) << r.out;
@@ -123,7 +124,8 @@ TEST(MpiRun, TraceGathersEveryRanksOpsOnRankZero) {
   if (!have_mpirun()) GTEST_SKIP() << "mpirun not found";
   const std::string file = ::testing::TempDir() + "charm_mpi_trace.json";
   std::remove(file.c_str());
-  const auto r = mpirun(4, "run --backend mpi --algo charm --domains 2 --seq 512 --heads 2 --head-dim 32 --pass both --trace " + file);
+  const auto r = mpirun(
+      4, "run --backend mpi --algo charm --domains 2 --seq 512 --heads 2 --head-dim 32 --pass both --trace " + file);
   ASSERT_EQ(r.code, 0) << r.out;
   std::ifstream in(file);
   ASSERT_TRUE(in.good()) << r.out;
@@ -137,7 +139,7 @@ TEST(MpiRun, TraceGathersEveryRanksOpsOnRankZero) {
   ASSERT_FALSE(ops.empty());
   EXPECT_EQ(*ops.rbegin() + 1, int(ops.size()));  // one slice per op of the plan: ids 0 .. n-1
   EXPECT_GT(ops.size(), 50u);
-  EXPECT_EQ(ranks.size(), 4u);       // measured times from every rank reached rank 0
+  EXPECT_EQ(ranks.size(), 4u);  // measured times from every rank reached rank 0
   EXPECT_EQ(j.at("otherData").at("backend"), "mpi");
   std::remove(file.c_str());
 }
@@ -146,8 +148,8 @@ TEST(MpiRun, RanksStartedWithDifferentWorkAreRefusedOnce) {
   if (!have_mpirun()) GTEST_SKIP() << "mpirun not found";
   // MPMD: rank 1 with twice the sequence. It used to corrupt rank 0's heap in the result gather.
   const std::string run = std::string(CHARM_BIN) + " run --backend mpi --algo ring --ranks 2 --heads 2 --head-dim 16";
-  const auto r = shell(std::string("timeout 240 ") + CHARM_MPIRUN + " -q --oversubscribe -np 1 " + run + " --seq 256 : -np 1 " +
-                       run + " --seq 512");
+  const auto r = shell(std::string("timeout 240 ") + CHARM_MPIRUN + " -q --oversubscribe -np 1 " + run +
+                       " --seq 256 : -np 1 " + run + " --seq 512");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(r.out, "charm: error: mpirun: the ranks were started with different work: rank 1 has --seq 512, rank 0 has "
                    "--seq 256 (every process must run the same command)\n");
@@ -163,7 +165,8 @@ TEST(MpiWatchdog, AStoppedPeerIsAStallOnTheOthers) {
                           " run --backend mpi --algo ring --ranks 2 --heads 4 --head-dim 64 --seq 16k --dtype fp32 "
                           "--timeout-s 1";
   const std::string script =
-      cmd + " & m=$!; c=; for i in $(seq 100); do c=$(pgrep -P $m | head -n 1); [ -n \"$c\" ] && break; sleep 0.05; done; "
+      cmd +
+      " & m=$!; c=; for i in $(seq 100); do c=$(pgrep -P $m | head -n 1); [ -n \"$c\" ] && break; sleep 0.05; done; "
       "sleep 5; kill -STOP $c; t0=$(date +%s%N); wait $m; rc=$?; t1=$(date +%s%N); "
       "kill -CONT $c 2>&1; kill -KILL $c 2>&1; echo \"rc=$rc ms=$(( (t1 - t0) / 1000000 ))\"";
   const auto r = shell("timeout 120 bash -c '" + script + "'");
@@ -176,9 +179,12 @@ TEST(MpiWatchdog, AStoppedPeerIsAStallOnTheOthers) {
   // loaded machine the survivor may still compute its last block for seconds after the stop (a
   // compute is progress), and then reports that it finished its ops; or the stop may land in the
   // setup (inputs, agreements), whose waits give a peer at least 30 s.
-  if (r.out.find("to start the plan") != std::string::npos) EXPECT_LT(ms, 34000) << r.out;
-  else if (r.out.find("finished its ops") == std::string::npos) EXPECT_LT(ms, 4000) << r.out;
-  else EXPECT_NE(r.out.find("have not answered"), std::string::npos) << r.out;
+  if (r.out.find("to start the plan") != std::string::npos)
+    EXPECT_LT(ms, 34000) << r.out;
+  else if (r.out.find("finished its ops") == std::string::npos)
+    EXPECT_LT(ms, 4000) << r.out;
+  else
+    EXPECT_NE(r.out.find("have not answered"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("stall"), std::string::npos) << r.out;
 }
 
@@ -194,4 +200,4 @@ TEST(MpiWatchdog, ALongComputationOnAPeerIsProgress) {
   EXPECT_GT(j.at("time_ms").get<double>(), 100.0) << "the block must outlast the timeout";
 }
 
-} // namespace
+}  // namespace

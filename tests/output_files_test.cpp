@@ -92,9 +92,13 @@ TEST_F(OutputFiles, NeverReplacesAFifoAFolderOrADanglingLink) {
   fs::create_directory(at("folder"));
   fs::create_symlink("missing.json", at("dangling.json"));
   for (const auto how : {Temporary::Auto, Temporary::Named}) {
-    EXPECT_NE(usage_error([&] { cli::write_file_atomic(at("fifo"), "x", how); }).find("it is a FIFO"), std::string::npos);
-    EXPECT_NE(usage_error([&] { cli::write_file_atomic(at("folder"), "x", how); }).find("it is a folder"), std::string::npos);
-    EXPECT_NE(usage_error([&] { cli::write_file_atomic(at("dangling.json"), "x", how); }).find("symbolic link to a missing file"),
+    EXPECT_NE(usage_error([&] { cli::write_file_atomic(at("fifo"), "x", how); }).find("it is a FIFO"),
+              std::string::npos);
+    EXPECT_NE(usage_error([&] { cli::write_file_atomic(at("folder"), "x", how); }).find("it is a folder"),
+              std::string::npos);
+    EXPECT_NE(usage_error([&] {
+                cli::write_file_atomic(at("dangling.json"), "x", how);
+              }).find("symbolic link to a missing file"),
               std::string::npos);
   }
   EXPECT_TRUE(fs::is_fifo(at("fifo")));
@@ -102,7 +106,8 @@ TEST_F(OutputFiles, NeverReplacesAFifoAFolderOrADanglingLink) {
   EXPECT_EQ(entries(), (std::vector<std::string>{"dangling.json", "fifo", "folder"}));
   // And the check before any work says the same.
   EXPECT_NE(usage_error([&] { cli::check_output_path(at("fifo"), "--out"); }).find("--out: "), std::string::npos);
-  EXPECT_NE(usage_error([&] { cli::check_output_path("/dev/zero", "--out"); }).find("it is a character device"), std::string::npos);
+  EXPECT_NE(usage_error([&] { cli::check_output_path("/dev/zero", "--out"); }).find("it is a character device"),
+            std::string::npos);
 }
 
 TEST_F(OutputFiles, TwoOutputsNamingOneFileAreRefused) {
@@ -111,10 +116,15 @@ TEST_F(OutputFiles, TwoOutputsNamingOneFileAreRefused) {
   fs::create_symlink("a.json", at("soft.json"));
   const std::string rel = fs::relative(at("a.json")).string();
   for (const std::string& other : {at("a.json"), at("hard.json"), at("soft.json"), at("./a.json"), rel})
-    EXPECT_NE(usage_error([&] { cli::check_output_paths({{"--out", at("a.json")}, {"--dot", other}}); }).find("--dot: "),
+    EXPECT_NE(usage_error([&] {
+                cli::check_output_paths({{"--out", at("a.json")}, {"--dot", other}});
+              }).find("--dot: "),
               std::string::npos)
         << other;
-  EXPECT_EQ(usage_error([&] { cli::check_output_paths({{"--out", at("a.json")}, {"--dot", at("b.json")}, {"--listing", ""}}); }), "");
+  EXPECT_EQ(usage_error([&] {
+              cli::check_output_paths({{"--out", at("a.json")}, {"--dot", at("b.json")}, {"--listing", ""}});
+            }),
+            "");
 }
 
 /// Forks a child that writes `bytes` bytes to `path` (after installing the interrupt cleanup) and exits 0.
@@ -135,8 +145,7 @@ pid_t spawn_writer(const std::string& path, std::size_t bytes, Temporary how) {
 
 int wait_status(pid_t pid) {
   int st = 0;
-  while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-  }
+  while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {}
   return st;
 }
 
@@ -214,10 +223,13 @@ TEST_F(OutputFiles, AFolderOfOutputsIsCheckedWithoutBeingMade) {
   cli::check_output_dir(at("a/b/c"), "--dump");
   EXPECT_TRUE(entries().empty());
   cli::write_file_atomic(at("file"), "x");
-  EXPECT_NE(usage_error([&] { cli::check_output_dir(at("file"), "--dump"); }).find("Not a directory"), std::string::npos);
-  EXPECT_NE(usage_error([&] { cli::check_output_dir(at("file/sub"), "--dump"); }).find("is not a folder"), std::string::npos);
-  EXPECT_NE(usage_error([&] { cli::check_output_dir("/proc/charm-dump", "--dump"); }).find("is not writable"), std::string::npos);
+  EXPECT_NE(usage_error([&] { cli::check_output_dir(at("file"), "--dump"); }).find("Not a directory"),
+            std::string::npos);
+  EXPECT_NE(usage_error([&] { cli::check_output_dir(at("file/sub"), "--dump"); }).find("is not a folder"),
+            std::string::npos);
+  EXPECT_NE(usage_error([&] { cli::check_output_dir("/proc/charm-dump", "--dump"); }).find("is not writable"),
+            std::string::npos);
 }
 
-} // namespace
-} // namespace charm::test
+}  // namespace
+}  // namespace charm::test

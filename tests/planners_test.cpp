@@ -21,7 +21,8 @@ struct Case {
 std::string case_name(const ::testing::TestParamInfo<Case>& i) {
   const auto& c = i.param;
   std::string a = c.algo;
-  for (auto& ch : a) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = ch == '+' ? 'p' : '_';
+  for (auto& ch : a)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = ch == '+' ? 'p' : '_';
   return fmt::format("{}_n{}_d{}_{}_{}_{}", a, c.ranks, c.domains, ir::to_string(c.pass), c.causal ? "causal" : "full",
                      ir::to_string(c.layout));
 }
@@ -48,7 +49,7 @@ std::vector<Case> grid() {
       }
   return out;
 }
-} // namespace
+}  // namespace
 
 class EveryPlan : public ::testing::TestWithParam<Case> {};
 
@@ -136,7 +137,8 @@ TEST(Planners, CharmKeepsKvInsideDomains) {
         if (cross) {
           ++crossing;
           EXPECT_EQ(op.stream, ir::Stream::Cross);
-          EXPECT_TRUE(kind == ir::BufKind::Q || kind == ir::BufKind::QBundle || kind == ir::BufKind::Out || kind == ir::BufKind::Dq)
+          EXPECT_TRUE(kind == ir::BufKind::Q || kind == ir::BufKind::QBundle || kind == ir::BufKind::Out ||
+                      kind == ir::BufKind::Dq)
               << ir::to_string(kind);
           EXPECT_EQ(op.rank % per, op.peer % per);  // corresponding ranks only
         }
@@ -195,9 +197,11 @@ TEST(Planners, TrafficMatchesTheDocumentedTable) {
     EXPECT_EQ(sends("merge", n, 1, B), (M{{"kv", n - 1}, {"dkv", n - 1}}));
     EXPECT_EQ(sends("rm+", n, 1, F), (M{{"kv", n / 2}, {"q", n / 2 - 1}, {"out", n / 2 - 1}}));
     EXPECT_EQ(sends("rm+", n, 1, B), (M{{"kv", n / 2}, {"qbundle", n / 2 - 1}, {"dkv", n / 2}, {"dq", n / 2 - 1}}));
-    EXPECT_EQ(sends("charm", n, 2, F), (M{{"kv", R2}, {"q", 2 * (R2 - 1)}, {"out", 2 * (R2 - 1)}, {"xq", 1}, {"xout", 1}}));
-    EXPECT_EQ(sends("charm", n, 2, B),
-              (M{{"kv", R2}, {"qbundle", 2 * (R2 - 1)}, {"dkv", R2}, {"dq", 2 * (R2 - 1)}, {"xqbundle", 1}, {"xdq", 1}}));
+    EXPECT_EQ(sends("charm", n, 2, F),
+              (M{{"kv", R2}, {"q", 2 * (R2 - 1)}, {"out", 2 * (R2 - 1)}, {"xq", 1}, {"xout", 1}}));
+    EXPECT_EQ(
+        sends("charm", n, 2, B),
+        (M{{"kv", R2}, {"qbundle", 2 * (R2 - 1)}, {"dkv", R2}, {"dq", 2 * (R2 - 1)}, {"xqbundle", 1}, {"xdq", 1}}));
     const int D = 4, R = n / D;
     // One run per domain carries all D query sets: KV moves once, each Q step carries D sets.
     M want{{"kv", R / 2}, {"q", D * (R / 2 - 1)}, {"out", D * (R / 2 - 1)}, {"xq", D - 1}, {"xout", D - 1}};
@@ -208,11 +212,16 @@ TEST(Planners, TrafficMatchesTheDocumentedTable) {
     EXPECT_EQ(sends("tasp", n, 1, F), (M{{"kv", (n - 1) * phi}}));
     const int Du = n / 4, Ru = 4;  // usp: 4 ranks per domain share the 8 heads
     EXPECT_EQ(sends("usp", n, Du, F), (M{{"q", Ru - 1}, {"kv", Ru - 1 + Du - 1}, {"out", Ru - 1}}));
-    EXPECT_EQ(sends("usp", n, Du, B), (M{{"q", Ru - 1}, {"kv", Ru - 1 + Du - 1}, {"out", Ru - 1}, {"dout", Ru - 1},
-                                         {"dq", Ru - 1}, {"dkv", Ru - 1 + Du}}));
+    EXPECT_EQ(sends("usp", n, Du, B), (M{{"q", Ru - 1},
+                                         {"kv", Ru - 1 + Du - 1},
+                                         {"out", Ru - 1},
+                                         {"dout", Ru - 1},
+                                         {"dq", Ru - 1},
+                                         {"dkv", Ru - 1 + Du}}));
   }
   // Ulysses over 8 ranks (the default workload's 8 heads): one all-to-all per tensor.
   EXPECT_EQ(sends("ulysses", 8, 1, F), (M{{"q", 7}, {"kv", 7}, {"out", 7}}));
   EXPECT_EQ(sends("ulysses", 8, 1, B), (M{{"q", 7}, {"kv", 7}, {"out", 7}, {"dout", 7}, {"dq", 7}, {"dkv", 7}}));
-  EXPECT_EQ(sends("ulysses", 8, 1, ir::PassKind::Both), (M{{"q", 7}, {"kv", 7}, {"out", 7}, {"dout", 7}, {"dq", 7}, {"dkv", 7}}));
+  EXPECT_EQ(sends("ulysses", 8, 1, ir::PassKind::Both),
+            (M{{"q", 7}, {"kv", 7}, {"out", 7}, {"dout", 7}, {"dq", 7}, {"dkv", 7}}));
 }

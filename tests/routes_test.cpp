@@ -93,7 +93,8 @@ TEST(Routes, NvSwitchCarriesIntraNodeTrafficWhateverItsLatency) {
   // steps, the NICs only the 2 that cross nodes.
   double nvlink_bytes = 0, nic_bytes = 0;
   for (int ch = 0; ch < slow.num_channels(); ++ch)
-    (slow.channel_link(ch).kind == LinkKind::NvLink ? nvlink_bytes : nic_bytes) += b->result.channels[std::size_t(ch)].bytes;
+    (slow.channel_link(ch).kind == LinkKind::NvLink ? nvlink_bytes : nic_bytes) +=
+        b->result.channels[std::size_t(ch)].bytes;
   EXPECT_DOUBLE_EQ(nvlink_bytes, 15 * 14 * 2 * bytes);
   EXPECT_DOUBLE_EQ(nic_bytes, 15 * 2 * 2 * bytes);
   // The ring is bound by communication (a block computes in ~47 us), and each
@@ -131,7 +132,8 @@ TEST(Routes, PresetRoutesIgnoreLinkNumbers) {
           }
         if (!touched) continue;
         ASSERT_TRUE(t.finalize(t.num_gpus(), "scaled").ok());
-        EXPECT_EQ(table(t), expected) << e.path().filename() << ": " << to_string(kind) << " latency x" << lat_x << ", bandwidth x" << bw_x;
+        EXPECT_EQ(table(t), expected) << e.path().filename() << ": " << to_string(kind) << " latency x" << lat_x
+                                      << ", bandwidth x" << bw_x;
       }
     }
   }
@@ -166,13 +168,18 @@ TEST(Routes, ExplicitPcieNumaTreeKeepsItsRoutes) {
       {"a": "sw1", "b": "rc0", "bandwidth_gbps": 26, "sharing": "shared"KIND_HOST},
       {"a": "sw2", "b": "rc1", "bandwidth_gbps": 26, "sharing": "shared"KIND_HOST},
       {"a": "rc0", "b": "rc1", "bandwidth_gbps": 14.7, "latency_us": 8, "sharing": "shared"KIND_HOST}])";
-  const std::vector<std::pair<std::pair<int, int>, std::string>> pinned = {
-      {{0, 1}, "g0 sw0 g1"},                {{1, 0}, "g1 sw0 g0"},
-      {{0, 2}, "g0 sw0 rc0 sw1 g2"},        {{2, 0}, "g2 sw1 rc0 sw0 g0"},
-      {{1, 2}, "g1 sw0 rc0 sw1 g2"},        {{2, 1}, "g2 sw1 rc0 sw0 g1"},
-      {{0, 3}, "g0 sw0 rc0 rc1 sw2 g3"},    {{3, 0}, "g3 sw2 rc1 rc0 sw0 g0"},
-      {{1, 3}, "g1 sw0 rc0 rc1 sw2 g3"},    {{3, 1}, "g3 sw2 rc1 rc0 sw0 g1"},
-      {{2, 3}, "g2 sw1 rc0 rc1 sw2 g3"},    {{3, 2}, "g3 sw2 rc1 rc0 sw1 g2"}};
+  const std::vector<std::pair<std::pair<int, int>, std::string>> pinned = {{{0, 1}, "g0 sw0 g1"},
+                                                                           {{1, 0}, "g1 sw0 g0"},
+                                                                           {{0, 2}, "g0 sw0 rc0 sw1 g2"},
+                                                                           {{2, 0}, "g2 sw1 rc0 sw0 g0"},
+                                                                           {{1, 2}, "g1 sw0 rc0 sw1 g2"},
+                                                                           {{2, 1}, "g2 sw1 rc0 sw0 g1"},
+                                                                           {{0, 3}, "g0 sw0 rc0 rc1 sw2 g3"},
+                                                                           {{3, 0}, "g3 sw2 rc1 rc0 sw0 g0"},
+                                                                           {{1, 3}, "g1 sw0 rc0 rc1 sw2 g3"},
+                                                                           {{3, 1}, "g3 sw2 rc1 rc0 sw0 g1"},
+                                                                           {{2, 3}, "g2 sw1 rc0 rc1 sw2 g3"},
+                                                                           {{3, 2}, "g3 sw2 rc1 rc0 sw1 g2"}};
   for (const bool kinds : {false, true}) {
     std::string l = links;
     for (const auto& [mark, kind] : {std::pair{std::string("KIND_PCIE"), std::string(R"(, "kind": "pcie")")},
@@ -180,9 +187,11 @@ TEST(Routes, ExplicitPcieNumaTreeKeepsItsRoutes) {
       for (std::size_t p; (p = l.find(mark)) != std::string::npos;) l.replace(p, mark.size(), kinds ? kind : "");
     const auto t = parse(R"({"gpu": {"tflops": 119.5}, "levels": ["numa"],
         "gpus": [{"name": "g0", "place": [0]}, {"name": "g1", "place": [0]}, {"name": "g2", "place": [0]}, {"name": "g3", "place": [1]}],
-        "switches": ["sw0", "sw1", "sw2", "rc0", "rc1"], "links": [)" + l + "}");
+        "switches": ["sw0", "sw1", "sw2", "rc0", "rc1"], "links": [)" +
+                         l + "}");
     ASSERT_EQ(t.num_gpus(), 4);
-    for (const auto& [pair, expected] : pinned) EXPECT_EQ(path(t, pair.first, pair.second), expected) << "kinds: " << kinds;
+    for (const auto& [pair, expected] : pinned)
+      EXPECT_EQ(path(t, pair.first, pair.second), expected) << "kinds: " << kinds;
     EXPECT_EQ(t.route_kind(0, 1), kinds ? LinkKind::Pcie : LinkKind::Unspecified);
     EXPECT_EQ(t.route_kind(0, 3), kinds ? LinkKind::Host : LinkKind::Unspecified);
   }
@@ -191,7 +200,8 @@ TEST(Routes, ExplicitPcieNumaTreeKeepsItsRoutes) {
 // With kinds: NVLink before PCIe before the host bridge before the network,
 // however short, wide or fast the others are; ties go to the lowest channel ids.
 TEST(Routes, KindsRankTransportsBeforeHopsAndNumbers) {
-  const auto t = parse(R"({"gpu": {"tflops": 100}, "gpus": 4, "switches": ["nvsw1", "nvsw0", "psw0", "psw1", "rc", "fabric"], "links": [
+  const auto t = parse(
+      R"({"gpu": {"tflops": 100}, "gpus": 4, "switches": ["nvsw1", "nvsw0", "psw0", "psw1", "rc", "fabric"], "links": [
       {"a": "gpu0", "b": "nvsw1", "bandwidth_gbps": 1, "latency_us": 1000, "sharing": "dedicated", "kind": "nvlink"},
       {"a": "gpu1", "b": "nvsw1", "bandwidth_gbps": 1, "latency_us": 1000, "sharing": "dedicated", "kind": "nvlink"},
       {"a": "gpu0", "b": "nvsw0", "bandwidth_gbps": 900, "sharing": "dedicated", "kind": "nvlink"},
@@ -218,7 +228,8 @@ TEST(Routes, KindsRankTransportsBeforeHopsAndNumbers) {
   EXPECT_NE(err(R"({"gpu": {"tflops": 100}, "gpus": 3, "switches": ["f"], "links": [
       {"a": "gpu0", "b": "gpu1", "bandwidth_gbps": 1, "sharing": "shared", "kind": "nvlink"},
       {"a": "gpu0", "b": "f", "bandwidth_gbps": 1, "sharing": "shared", "kind": "nic"},
-      {"a": "gpu2", "b": "gpu0", "bandwidth_gbps": 1, "sharing": "shared", "kind": "nvlink"}]})").find("GPU gpu2 is unreachable"),
+      {"a": "gpu2", "b": "gpu0", "bandwidth_gbps": 1, "sharing": "shared", "kind": "nvlink"}]})")
+                .find("GPU gpu2 is unreachable"),
             std::string::npos);
 }
 
@@ -231,9 +242,11 @@ TEST(Routes, GeneratorNamesItsLinksKinds) {
   EXPECT_EQ(t.route_kind(0, 1), LinkKind::Pcie);
   EXPECT_EQ(path(t, 0, 5), "n0.gpu0 fabric n1.gpu1");
   EXPECT_EQ(t.route_kind(0, 5), LinkKind::Nic);
-  const auto nv = parse(R"({"gpu": {"tflops": 100}, "nodes": 1, "gpus_per_node": 2, "intra": {"bandwidth_gbps": 300}})");
+  const auto nv =
+      parse(R"({"gpu": {"tflops": 100}, "nodes": 1, "gpus_per_node": 2, "intra": {"bandwidth_gbps": 300}})");
   EXPECT_EQ(nv.route_kind(0, 1), LinkKind::NvLink);
-  const auto pcie = parse(R"({"gpu": {"tflops": 100}, "nodes": 1, "gpus_per_node": 2, "intra": {"bandwidth_gbps": 300, "kind": "pcie"}})");
+  const auto pcie = parse(
+      R"({"gpu": {"tflops": 100}, "nodes": 1, "gpus_per_node": 2, "intra": {"bandwidth_gbps": 300, "kind": "pcie"}})");
   EXPECT_EQ(pcie.route_kind(0, 1), LinkKind::Pcie);
 }
 
@@ -243,8 +256,10 @@ const char* kSmall = R"({"gpu": {"tflops": 100}, "nodes": 2, "gpus_per_node": 2,
 /// kSmall with `routes` as the routes array's contents, or, with `whole`, as the whole value.
 std::string small(const std::string& routes, bool whole = false) {
   std::string s = kSmall;
-  if (whole) s.replace(s.find("[ROUTES]"), 8, routes);
-  else s.replace(s.find("ROUTES"), 6, routes);
+  if (whole)
+    s.replace(s.find("[ROUTES]"), 8, routes);
+  else
+    s.replace(s.find("ROUTES"), 6, routes);
   return s;
 }
 
@@ -286,20 +301,25 @@ TEST(Routes, OverrideIsUsed) {
 TEST(Routes, OverrideErrorsNameThePath) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {R"("x")", R"(x.json: routes[0]: must be an object {"src", "dst", "via"})"},
-      {R"({"src": "n0.gpu0", "dst": "n0.gpu1", "hops": []})", "x.json: routes[0].hops: unknown field (expected one of: src, dst, via)"},
+      {R"({"src": "n0.gpu0", "dst": "n0.gpu1", "hops": []})",
+       "x.json: routes[0].hops: unknown field (expected one of: src, dst, via)"},
       {R"({"dst": "n0.gpu1"})", "x.json: routes[0].src: missing required field"},
       {R"({"src": "n0.gpu9", "dst": "n0.gpu1"})", R"(x.json: routes[0].src: unknown GPU "n0.gpu9")"},
       {R"({"src": "n0.gpu0", "dst": "fabric"})", R"(x.json: routes[0].dst: "fabric" is a switch, not a GPU)"},
       {R"({"src": "n0.gpu0", "dst": "n0.gpu0"})", R"(x.json: routes[0].dst: "n0.gpu0" is also the source)"},
-      {R"({"src": "n0.gpu0", "dst": "n0.gpu1", "via": "fabric"})", "x.json: routes[0].via: must be an array of switch names"},
+      {R"({"src": "n0.gpu0", "dst": "n0.gpu1", "via": "fabric"})",
+       "x.json: routes[0].via: must be an array of switch names"},
       {R"({"src": "n0.gpu0", "dst": "n0.gpu1", "via": [3]})", "x.json: routes[0].via[0]: must be a switch name, got 3"},
-      {R"({"src": "n0.gpu0", "dst": "n0.gpu1", "via": ["n0.sw"]})", R"(x.json: routes[0].via[0]: unknown switch "n0.sw")"},
+      {R"({"src": "n0.gpu0", "dst": "n0.gpu1", "via": ["n0.sw"]})",
+       R"(x.json: routes[0].via[0]: unknown switch "n0.sw")"},
       {R"({"src": "n0.gpu0", "dst": "n1.gpu1", "via": ["fabric", "n1.gpu0", "n1.switch"]})",
        R"(x.json: routes[0].via[1]: "n1.gpu0" is a GPU: a route never passes through another GPU)"},
       {R"({"src": "n0.gpu0", "dst": "n0.gpu1", "via": ["n0.switch", "fabric", "n0.switch"]})",
        R"(x.json: routes[0].via[2]: "n0.switch" comes twice: a route passes a switch once)"},
-      {R"({"src": "n0.gpu0", "dst": "n1.gpu1", "via": ["n0.switch", "fabric"]})", R"(x.json: routes[0].via[1]: no link joins "n0.switch" and "fabric")"},
-      {R"({"src": "n0.gpu0", "dst": "n1.gpu1", "via": ["n0.switch"]})", R"(x.json: routes[0].dst: no link joins "n0.switch" and "n1.gpu1")"},
+      {R"({"src": "n0.gpu0", "dst": "n1.gpu1", "via": ["n0.switch", "fabric"]})",
+       R"(x.json: routes[0].via[1]: no link joins "n0.switch" and "fabric")"},
+      {R"({"src": "n0.gpu0", "dst": "n1.gpu1", "via": ["n0.switch"]})",
+       R"(x.json: routes[0].dst: no link joins "n0.switch" and "n1.gpu1")"},
       {R"({"src": "n0.gpu0", "dst": "n0.gpu1"})", R"(x.json: routes[0].dst: no link joins "n0.gpu0" and "n0.gpu1")"},
       {R"({"src": "n0.gpu0", "dst": "n0.gpu1", "via": ["fabric"]}, {"src": "n1.gpu0", "dst": "n1.gpu1", "via": ["fabric"]},
           {"src": "n0.gpu0", "dst": "n0.gpu1", "via": ["n0.switch"]})",
@@ -317,7 +337,8 @@ TEST(Routes, OverrideErrorsNameThePath) {
   std::string via;
   for (int i = 0; i < 9; ++i) {
     sw += fmt::format("{}\"s{}\"", i ? ", " : "", i);
-    if (i > 0) links += fmt::format(R"(, {{"a": "s{}", "b": "s{}", "bandwidth_gbps": 1, "sharing": "shared"}})", i - 1, i);
+    if (i > 0)
+      links += fmt::format(R"(, {{"a": "s{}", "b": "s{}", "bandwidth_gbps": 1, "sharing": "shared"}})", i - 1, i);
     via += fmt::format("{}\"s{}\"", i ? ", " : "", i);
   }
   links += R"(, {"a": "s8", "b": "gpu1", "bandwidth_gbps": 1, "sharing": "shared"})";
@@ -327,13 +348,16 @@ TEST(Routes, OverrideErrorsNameThePath) {
 }
 
 TEST(Routes, KindErrorsNameThePath) {
-  EXPECT_EQ(err(R"({"gpu": {"tflops": 1}, "gpus": 2, "links": [{"a": "gpu0", "b": "gpu1", "bandwidth_gbps": 1, "sharing": "shared", "kind": "qpi"}]})"),
-            R"(x.json: links[0].kind: must be "nvlink", "pcie", "host", "nic" or "fabric", got "qpi")");
-  EXPECT_EQ(err(R"({"gpu": {"tflops": 1}, "gpus": 2, "links": [{"a": "gpu0", "b": "gpu1", "bandwidth_gbps": 1, "sharing": "shared", "kind": "pcie"},
+  EXPECT_EQ(
+      err(R"({"gpu": {"tflops": 1}, "gpus": 2, "links": [{"a": "gpu0", "b": "gpu1", "bandwidth_gbps": 1, "sharing": "shared", "kind": "qpi"}]})"),
+      R"(x.json: links[0].kind: must be "nvlink", "pcie", "host", "nic" or "fabric", got "qpi")");
+  EXPECT_EQ(
+      err(R"({"gpu": {"tflops": 1}, "gpus": 2, "links": [{"a": "gpu0", "b": "gpu1", "bandwidth_gbps": 1, "sharing": "shared", "kind": "pcie"},
                                                                {"a": "gpu0", "b": "gpu1", "bandwidth_gbps": 1, "sharing": "shared"}]})"),
-            "x.json: links[1].kind: missing, but links[0] has one: give every link a kind or none");
-  EXPECT_EQ(err(R"({"gpu": {"tflops": 1}, "nodes": 1, "gpus_per_node": 2, "intra": {"bandwidth_gbps": 1, "kind": "nic"}})"),
-            R"(x.json: intra.kind: must be "nvlink" or "pcie", got "nic")");
+      "x.json: links[1].kind: missing, but links[0] has one: give every link a kind or none");
+  EXPECT_EQ(
+      err(R"({"gpu": {"tflops": 1}, "nodes": 1, "gpus_per_node": 2, "intra": {"bandwidth_gbps": 1, "kind": "nic"}})"),
+      R"(x.json: intra.kind: must be "nvlink" or "pcie", got "nic")");
 }
 
 // `charm topo`: one pair hop by hop, every pair in a few groups, JSON on request.
@@ -355,9 +379,11 @@ Out run(const std::string& args) {
 TEST(Routes, TopoCliShowsRoutes) {
   auto one = run("topo " + preset("h100-2x8.json") + " --route 0,9 --route n0.gpu3,n0.gpu5");
   ASSERT_EQ(one.code, 0) << one.text;
-  EXPECT_NE(one.text.find("route 0 -> 9 (n0.gpu0 -> n1.gpu1): nic, 2 hops, 42.5 GB/s, 16 us"), std::string::npos) << one.text;
+  EXPECT_NE(one.text.find("route 0 -> 9 (n0.gpu0 -> n1.gpu1): nic, 2 hops, 42.5 GB/s, 16 us"), std::string::npos)
+      << one.text;
   EXPECT_NE(one.text.find("n0.gpu0->fabric"), std::string::npos) << one.text;
-  EXPECT_NE(one.text.find("route 3 -> 5 (n0.gpu3 -> n0.gpu5): nvlink, 2 hops, 365.1 GB/s, 6 us"), std::string::npos) << one.text;
+  EXPECT_NE(one.text.find("route 3 -> 5 (n0.gpu3 -> n0.gpu5): nvlink, 2 hops, 365.1 GB/s, 6 us"), std::string::npos)
+      << one.text;
   EXPECT_NE(one.text.find("n0.switch->n0.gpu5"), std::string::npos) << one.text;
 
   auto all = run("topo " + preset("h100-4x8.json") + " --routes");
@@ -405,8 +431,8 @@ TEST(Routes, RoutesByNodeAreTheSearchedRoutes) {
           for (const auto& intra : intras) {
             if (per_node % numa != 0) continue;
             if (inters[i].contains("gpus_per_nic") && per_node % inters[i]["gpus_per_nic"].get<int>() != 0) continue;
-            json j = {{"gpu", {{"tflops", 100}}}, {"nodes", nodes}, {"gpus_per_node", per_node}, {"numa_per_node", numa},
-                      {"intra", intra}, {"inter", inters[i]}};
+            json j = {{"gpu", {{"tflops", 100}}}, {"nodes", nodes}, {"gpus_per_node", per_node},
+                      {"numa_per_node", numa},    {"intra", intra}, {"inter", inters[i]}};
             if (numa > 1) j["numa"] = {{"bandwidth_gbps", 20}, {"sharing", "shared"}};
             const Topology t = parse_json(j);
             ASSERT_TRUE(t.routes_by_block()) << j.dump();
@@ -477,5 +503,5 @@ TEST(Routes, LargeGeneratedClustersLoad) {
   EXPECT_NE(err(j.dump()).find("at most 65536 GPUs are supported"), std::string::npos);
 }
 
-} // namespace
-} // namespace charm::topo
+}  // namespace
+}  // namespace charm::topo

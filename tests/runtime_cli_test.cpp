@@ -45,7 +45,8 @@ std::string read_file(const std::filesystem::path& p) {
 }
 
 TEST(CliRun, CheckJsonHasTheDocumentedShape) {
-  const auto r = run(kSmall + " --algo charm --ranks 4 --domains 2 --causal --layout zigzag --pass both --check --json");
+  const auto r =
+      run(kSmall + " --algo charm --ranks 4 --domains 2 --causal --layout zigzag --pass both --check --json");
   ASSERT_EQ(r.code, 0) << r.out;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_TRUE(j.at("ok").get<bool>());
@@ -99,7 +100,9 @@ TEST(CliRun, HalfPrecisionStoresHalfPrecision) {
 
 TEST(CliRun, APlanFileRunsAndPassesItsCheck) {
   const std::string file = ::testing::TempDir() + "charm_run_plan.json";
-  auto r = run("plan --algo charm --ranks 4 --domains 2 --seq 512 --heads 2 --head-dim 32 --dtype fp32 --causal --pass both --out " + file);
+  auto r = run("plan --algo charm --ranks 4 --domains 2 --seq 512 --heads 2 --head-dim 32 --dtype fp32 --causal --pass "
+               "both --out " +
+               file);
   ASSERT_EQ(r.code, 0) << r.out;
   r = run("run --backend threads --plan " + file + " --check");
   EXPECT_EQ(r.code, 0) << r.out;
@@ -112,8 +115,10 @@ TEST(CliRun, TraceHasOneSlicePerOpInTheSimulatorsSchema) {
   const std::string w = " --algo charm --ranks 4 --domains 2 --seq 512 --heads 2 --head-dim 32 --pass both";
   auto r = run("run --backend threads" + w + " --trace " + dir + "charm_measured.json");
   ASSERT_EQ(r.code, 0) << r.out;
-  r = run("simulate" + std::string(" --uniform --ranks 4 --domains 2 --bw-gbps 10 --tflops 10 --algo charm --seq 512 --heads 2 "
-                                   "--head-dim 32 --pass both --trace ") + dir + "charm_predicted.json");
+  r = run("simulate" +
+          std::string(" --uniform --ranks 4 --domains 2 --bw-gbps 10 --tflops 10 --algo charm --seq 512 --heads 2 "
+                      "--head-dim 32 --pass both --trace ") +
+          dir + "charm_predicted.json");
   ASSERT_EQ(r.code, 0) << r.out;
   auto slices = [](const std::string& path) {
     std::map<int, std::string> by_op;  // op id -> name
@@ -126,7 +131,7 @@ TEST(CliRun, TraceHasOneSlicePerOpInTheSimulatorsSchema) {
   const auto [predicted, pmeta] = slices(dir + "charm_predicted.json");
   ASSERT_GT(measured.size(), 50u);
   EXPECT_EQ(measured.rbegin()->first + 1, int(measured.size()));  // every op of the plan once: ids 0 .. n-1
-  EXPECT_EQ(measured, predicted);                                  // the same ids and names as the prediction
+  EXPECT_EQ(measured, predicted);                                 // the same ids and names as the prediction
   EXPECT_TRUE(meta.at("measured").get<bool>());
   EXPECT_EQ(meta.at("backend"), "threads");
   // And the two side by side.
@@ -140,7 +145,8 @@ TEST(CliRun, DumpIsInNaturalOrderWhateverTheLayout) {
   std::filesystem::remove_all(dir);
   auto a = run(kSmall + " --algo ring --ranks 4 --causal --pass both --dump " + (dir / "contig").string());
   ASSERT_EQ(a.code, 0) << a.out;
-  auto b = run(kSmall + " --algo ring-zigzag --layout zigzag --ranks 4 --causal --pass both --dump " + (dir / "zz").string());
+  auto b = run(kSmall + " --algo ring-zigzag --layout zigzag --ranks 4 --causal --pass both --dump " +
+               (dir / "zz").string());
   ASSERT_EQ(b.code, 0) << b.out;
   for (const char* f : {"q", "k", "v", "dout", "out", "lse", "dq", "dk", "dv"}) {
     const auto p = dir / "contig" / (std::string(f) + ".npy");
@@ -188,4 +194,4 @@ TEST(CliRun, BadFlagsExitTwo) {
   EXPECT_EQ(run(kSmall + " --algo ring --ranks 4 --no-such-flag").code, 2);
 }
 
-} // namespace
+}  // namespace

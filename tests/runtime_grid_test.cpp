@@ -9,8 +9,8 @@
 #include <gtest/gtest.h>
 
 #include <map>
-#include <tuple>
 #include <mutex>
+#include <tuple>
 
 #include "runtime/check.hpp"
 #include "runtime/executor.hpp"
@@ -116,8 +116,10 @@ std::string name_of(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
   std::string a = c.algo;
   for (char& ch : a)
-    if (ch == '-') ch = '_';
-    else if (ch == '+') ch = 'p';
+    if (ch == '-')
+      ch = '_';
+    else if (ch == '+')
+      ch = 'p';
   return a + "_n" + std::to_string(c.ranks) + "_d" + std::to_string(c.domains) + (c.causal ? "_causal" : "_full") +
          (c.layout == ir::Layout::Zigzag ? "_zigzag" : "_contig") + (c.gqa ? "_gqa" : "");
 }
@@ -172,5 +174,5 @@ TEST(ExecutorWatchdog, MissingSendIsReportedAsAStall) {
   EXPECT_NE(msg.find("recv"), std::string::npos) << msg;
 }
 
-} // namespace
-} // namespace charm::rt
+}  // namespace
+}  // namespace charm::rt

@@ -144,8 +144,7 @@ TEST_P(KernelTest, BackwardBlocksSumToReference) {
   EXPECT_LE(compare(run.dv, ref.dv).max_rel, 1e-5);
 }
 
-INSTANTIATE_TEST_SUITE_P(Masks, KernelTest,
-                         ::testing::Combine(::testing::Bool(), ::testing::Values(1, 2, 4)),
+INSTANTIATE_TEST_SUITE_P(Masks, KernelTest, ::testing::Combine(::testing::Bool(), ::testing::Values(1, 2, 4)),
                          [](const auto& p) {
                            return std::string(std::get<0>(p.param) ? "causal" : "full") + "_group" +
                                   std::to_string(std::get<1>(p.param));
@@ -220,8 +219,8 @@ TEST(Inputs, SameSeedSameNumbersRoundedToDtype) {
   EXPECT_NE(a.q, c.q);
   w.dtype = ir::DType::BF16;
   for (float x : make_inputs(w, 1).k) EXPECT_EQ(std::bit_cast<std::uint32_t>(x) & 0xFFFFu, 0u);
-  EXPECT_EQ(round_to(ir::DType::BF16, 1.00390625f), 1.0f);        // tie to even
-  EXPECT_EQ(round_to(ir::DType::FP16, 1.0f + 1.0f / 4096), 1.0f); // below half an fp16 ulp
+  EXPECT_EQ(round_to(ir::DType::BF16, 1.00390625f), 1.0f);         // tie to even
+  EXPECT_EQ(round_to(ir::DType::FP16, 1.0f + 1.0f / 4096), 1.0f);  // below half an fp16 ulp
   EXPECT_EQ(round_to(ir::DType::FP16, 1.0f + 1.0f / 1024), 1.0f + 1.0f / 1024);
 }
 
@@ -239,5 +238,5 @@ TEST(Npy, HeaderIsAlignedAndDescribesTheArray) {
   EXPECT_NE(npy_bytes(data, {6}).find("(6,)"), std::string::npos);
 }
 
-} // namespace
-} // namespace charm::rt
+}  // namespace
+}  // namespace charm::rt

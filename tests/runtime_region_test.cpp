@@ -51,13 +51,17 @@ struct Comp {
 std::vector<Comp> comps(const ir::Workload& w, BufKind k) {
   const std::int64_t g = w.heads / w.kv_heads;
   switch (k) {
-    case BufKind::Q:
-    case BufKind::Dout:
-    case BufKind::Dq: return {{false, g}};
-    case BufKind::Kv:
-    case BufKind::Dkv: return {{false, 1}, {false, 1}};
-    case BufKind::Out: return {{false, g}, {true, g}};
-    case BufKind::QBundle: return {{false, g}, {false, g}, {true, g}, {true, g}};
+  case BufKind::Q:
+  case BufKind::Dout:
+  case BufKind::Dq:
+    return {{false, g}};
+  case BufKind::Kv:
+  case BufKind::Dkv:
+    return {{false, 1}, {false, 1}};
+  case BufKind::Out:
+    return {{false, g}, {true, g}};
+  case BufKind::QBundle:
+    return {{false, g}, {false, g}, {true, g}, {true, g}};
   }
   return {};
 }
@@ -114,8 +118,8 @@ void expect_copy_matches_oracle(const ir::Workload& w, BufKind k, const Region& 
     const std::int64_t is = index_of(w, k, rs, x, c, b, t, h, d);
     const float want = is < 0 ? -7.0f : src[std::size_t(is)];
     copied += is >= 0;
-    ASSERT_EQ(dst[std::size_t(id)], want) << ir::to_string(k) << " x" << x << " c" << c << " b" << b << " t" << t
-                                          << " h" << h << " d" << d;
+    ASSERT_EQ(dst[std::size_t(id)], want)
+        << ir::to_string(k) << " x" << x << " c" << c << " b" << b << " t" << t << " h" << h << " d" << d;
   });
   EXPECT_EQ(total, std::int64_t(dst.size()));  // the oracle visits every element of dst once
   (void)copied;
@@ -149,7 +153,8 @@ static void expect_slicing_round_trips(std::int32_t owner, float base, std::init
 }
 
 TEST(RegionCopy, SlicingHeadsAndPlacingThemBackIsTheIdentity) {
-  expect_slicing_round_trips(1, 0.5f, {Region{1, 2, 0, 1, 0, kParts}, Region{1, 2, 1, 3, 0, kParts}, Region{1, 2, 3, 4, 0, kParts}});
+  expect_slicing_round_trips(
+      1, 0.5f, {Region{1, 2, 0, 1, 0, kParts}, Region{1, 2, 1, 3, 0, kParts}, Region{1, 2, 3, 4, 0, kParts}});
 }
 
 TEST(RegionCopy, SlicingPartsAndPlacingThemBackIsTheIdentity) {
@@ -170,7 +175,7 @@ TEST(RegionCopy, OwnersOfAGatheredBufferAreContiguousBlocks) {
 }
 
 TEST(RegionCopy, LseRowsMoveAsTokenRunsPerHead) {
-  const auto w = copy_workload();  // g = 2, tp = 3
+  const auto w = copy_workload();                      // g = 2, tp = 3
   const Region from = shard(0), to{0, 1, 2, 3, 1, 3};  // kv head 2 = query heads 4, 5; tokens 3..8
   const auto src = iota_storage(w, BufKind::Out, from, 0.0f);
   std::vector<float> dst(std::size_t(storage(w, BufKind::Out, to)));
@@ -182,7 +187,8 @@ TEST(RegionCopy, LseRowsMoveAsTokenRunsPerHead) {
       for (std::int64_t t = 0; t < t2; ++t) {
         EXPECT_EQ(dst[std::size_t(nq2 + (b * h2 + h) * t2 + t)], src[std::size_t(nq + (b * H + 4 + h) * T + 3 + t)]);
         for (std::int64_t d = 0; d < D; ++d)
-          EXPECT_EQ(dst[std::size_t(((b * t2 + t) * h2 + h) * D + d)], src[std::size_t(((b * T + 3 + t) * H + 4 + h) * D + d)]);
+          EXPECT_EQ(dst[std::size_t(((b * t2 + t) * h2 + h) * D + d)],
+                    src[std::size_t(((b * T + 3 + t) * H + 4 + h) * D + d)]);
       }
 }
 
@@ -291,7 +297,8 @@ ir::Plan ulysses_plan(const ir::Workload& w, int n, bool pack_on_heads) {
     for (int r = 0; r < n; ++r)
       for (int s = 0; s < n; ++s) {
         const BufferId v = b.view(gathered[std::size_t(r)], s);
-        if (s == r) place.emplace_back(v, whole[std::size_t(s)]);
+        if (s == r)
+          place.emplace_back(v, whole[std::size_t(s)]);
         else
           place.emplace_back(b.transfer(st, v, s, g[std::size_t(r)], g[std::size_t(s)]).dst, whole[std::size_t(s)]);
       }
@@ -413,9 +420,11 @@ ir::Plan parts_plan(const ir::Workload& w, int n, int parts) {
   }
   b.set_phase(ir::Phase::Fwd);
   // received[r][s][p]: rank s's kv part p on rank r.
-  std::vector<std::vector<std::vector<BufferId>>> received(N, std::vector<std::vector<BufferId>>(N, std::vector<BufferId>(P)));
+  std::vector<std::vector<std::vector<BufferId>>> received(
+      N, std::vector<std::vector<BufferId>>(N, std::vector<BufferId>(P)));
   for (int r = 0; r < n; ++r)
-    for (int p = 0; p < parts; ++p) b.compute_fwd(qp[std::size_t(r)][std::size_t(p)], kv[std::size_t(r)], outp[std::size_t(r)][std::size_t(p)]);
+    for (int p = 0; p < parts; ++p)
+      b.compute_fwd(qp[std::size_t(r)][std::size_t(p)], kv[std::size_t(r)], outp[std::size_t(r)][std::size_t(p)]);
   for (int s = 0; s < n; ++s)
     for (int r = 0; r < n; ++r) {
       if (r == s) continue;
@@ -449,7 +458,8 @@ ir::Plan parts_plan(const ir::Workload& w, int n, int parts) {
       if (r == s) continue;
       for (int p = 0; p < parts; ++p) {
         const BufferId partial = b.buffer(r, BufKind::Dkv, part_of(s, p), BufInit::Zero);
-        b.compute_bwd(qb[std::size_t(r)], received[std::size_t(r)][std::size_t(s)][std::size_t(p)], dq[std::size_t(r)], partial);
+        b.compute_bwd(qb[std::size_t(r)], received[std::size_t(r)][std::size_t(s)][std::size_t(p)], dq[std::size_t(r)],
+                      partial);
         const auto t = b.transfer(Stream::Dkv, partial, s);
         b.accumulate(Stream::Compute, t.dst, dkvp[std::size_t(s)][std::size_t(p)]);
       }
@@ -658,5 +668,5 @@ TEST(RegionRules, PartsThatDoNotDivideTheShardAreAnError) {
   EXPECT_NE(msg.find("do not divide"), std::string::npos) << msg;
 }
 
-} // namespace
-} // namespace charm::rt
+}  // namespace
+}  // namespace charm::rt

@@ -31,7 +31,8 @@ Out run(const std::string& args) {
 std::string topo(const char* name) { return std::string(CHARM_SOURCE_DIR) + "/topologies/" + name; }
 
 TEST(SimCli, CompareAcceptance3) {
-  auto o = run("compare --topology " + topo("h100-2x8.json") + " --batch 16 --seq 26880 --heads 12 --head-dim 192 --dtype bf16 --pass both --json");
+  auto o = run("compare --topology " + topo("h100-2x8.json") +
+               " --batch 16 --seq 26880 --heads 12 --head-dim 192 --dtype bf16 --pass both --json");
   ASSERT_EQ(o.code, 0) << o.text;
   auto j = nlohmann::json::parse(o.text);
   EXPECT_EQ(j["schema"], 1);
@@ -44,7 +45,8 @@ TEST(SimCli, CompareAcceptance3) {
     // 12 heads do not split over Ulysses' 16 or USP's 8 ranks, and TASP has no backward:
     // those rows say why instead of a time.
     const std::string algo = r["algo"];
-    if ((algo == "ulysses" || algo == "usp" || (algo.starts_with("tasp") && r["pass"] == "bwd")) && r.contains("error")) {
+    if ((algo == "ulysses" || algo == "usp" || (algo.starts_with("tasp") && r["pass"] == "bwd")) &&
+        r.contains("error")) {
       EXPECT_FALSE(r["error"].get<std::string>().empty());
       continue;
     }
@@ -86,14 +88,16 @@ TEST(SimCli, SimulateJsonHasTheIssueFields) {
   auto o = run("simulate --algo rm+ --uniform --ranks 8 --bw-gbps 50 --tflops 100 --seq 16k --json");
   ASSERT_EQ(o.code, 0) << o.text;
   auto j = nlohmann::json::parse(o.text);
-  for (const char* k : {"schema", "algo", "pass", "time_ms", "exposed_comm_ms", "idle_ms", "ccr", "peak_mem_bytes", "critical_path", "formula", "formula_paper"})
+  for (const char* k : {"schema", "algo", "pass", "time_ms", "exposed_comm_ms", "idle_ms", "ccr", "peak_mem_bytes",
+                        "critical_path", "formula", "formula_paper"})
     EXPECT_TRUE(j.contains(k)) << k;
   EXPECT_TRUE(j["idle_ms"].contains("mean") && j["idle_ms"].contains("max"));
   EXPECT_NEAR(j["time_ms"].get<double>(), j["formula"]["time_ms"].get<double>(), 0.01 * j["time_ms"].get<double>());
 }
 
 TEST(SimCli, SimulateExplainsItselfAndGivesAMemoryVerdict) {
-  auto o = run("simulate --algo ring --topology " + topo("h100-2x8.json") + " --batch 4 --seq 32k --heads 16 --head-dim 128 --pass bwd --json");
+  auto o = run("simulate --algo ring --topology " + topo("h100-2x8.json") +
+               " --batch 4 --seq 32k --heads 16 --head-dim 128 --pass bwd --json");
   ASSERT_EQ(o.code, 0) << o.text;
   auto j = nlohmann::json::parse(o.text);
   // Ring backward on two nodes waits for dK/dV shards on the node's network link.
@@ -107,7 +111,8 @@ TEST(SimCli, SimulateExplainsItselfAndGivesAMemoryVerdict) {
   EXPECT_TRUE(j["memory"]["fits"].get<bool>());
   EXPECT_DOUBLE_EQ(j["memory"]["gpu_memory_gb"].get<double>(), 80);
   // The rest of the model holds 79.9 of the 80 GB: the answer still comes, with one warning line.
-  o = run("simulate --algo ring --topology " + topo("h100-2x8.json") + " --batch 4 --seq 32k --heads 16 --head-dim 128 --pass bwd --reserved-gb 79.9");
+  o = run("simulate --algo ring --topology " + topo("h100-2x8.json") +
+          " --batch 4 --seq 32k --heads 16 --head-dim 128 --pass bwd --reserved-gb 79.9");
   ASSERT_EQ(o.code, 0) << o.text;
   EXPECT_NE(o.text.find("charm: warning: DOES NOT FIT"), std::string::npos) << o.text;
   EXPECT_NE(o.text.find("bottleneck"), std::string::npos);
@@ -115,7 +120,8 @@ TEST(SimCli, SimulateExplainsItselfAndGivesAMemoryVerdict) {
 }
 
 TEST(SimCli, CompareDefaultsToTheBalancedLayoutUnderACausalMask) {
-  const std::string base = "compare --topology " + topo("h100-2x8.json") + " --seq 32k --heads 16 --head-dim 128 --causal --algos ring,charm";
+  const std::string base = "compare --topology " + topo("h100-2x8.json") +
+                           " --seq 32k --heads 16 --head-dim 128 --causal --algos ring,charm";
   auto j = nlohmann::json::parse(run(base + " --json").text);
   EXPECT_EQ(j["workload"]["layout"], "zigzag");
   j = nlohmann::json::parse(run(base + " --layout contiguous --json").text);
@@ -136,7 +142,8 @@ TEST(SimCli, AdviseAcceptance) {
   const auto& c = j["candidates"];
   ASSERT_GE(c.size(), 3u);
   for (std::size_t i = 0; i < c.size(); ++i) {
-    for (const char* k : {"algo", "layout", "domains", "fwd_ms", "bwd_ms", "total_ms", "peak_mem_bytes", "fits", "bottleneck"})
+    for (const char* k :
+         {"algo", "layout", "domains", "fwd_ms", "bwd_ms", "total_ms", "peak_mem_bytes", "fits", "bottleneck"})
       EXPECT_TRUE(c[i].contains(k)) << k;
     EXPECT_TRUE(c[i]["fits"].is_boolean());
     EXPECT_FALSE(c[i]["bottleneck"].get<std::string>().empty());
@@ -179,8 +186,8 @@ TEST(SimCli, NoInfOrNanAtTheEdgesOfThePlausibleRanges) {
   for (const char* bw : {"1e-3", "1e7"})
     for (const char* tflops : {"1e-3", "1e7"})
       for (const char* lat : {"0", "1e6"}) {
-        const std::string cluster = std::string("--uniform --ranks 8 --bw-gbps ") + bw + " --tflops " + tflops + " --latency-us " + lat +
-                                    " --hbm-gbps " + bw + " --seq 64M --causal";
+        const std::string cluster = std::string("--uniform --ranks 8 --bw-gbps ") + bw + " --tflops " + tflops +
+                                    " --latency-us " + lat + " --hbm-gbps " + bw + " --seq 64M --causal";
         for (const std::string cmd : {"simulate --algo charm --layout zigzag --pass both --links", "compare"}) {
           const auto o = run(cmd + " " + cluster);
           ASSERT_EQ(o.code, 0) << cmd << " " << cluster << "\n" << o.text;
@@ -188,7 +195,8 @@ TEST(SimCli, NoInfOrNanAtTheEdgesOfThePlausibleRanges) {
             EXPECT_EQ(o.text.find(bad), std::string::npos) << cmd << " " << cluster << "\n" << o.text;
           const auto j = run(cmd + " " + cluster + " --json");
           ASSERT_EQ(j.code, 0) << j.text;
-          EXPECT_EQ(j.text.find("null"), std::string::npos) << cmd << " " << cluster << "\n" << j.text;  // how JSON shows inf/nan
+          EXPECT_EQ(j.text.find("null"), std::string::npos) << cmd << " " << cluster << "\n"
+                                                            << j.text;  // how JSON shows inf/nan
         }
       }
 }
@@ -224,10 +232,10 @@ TEST(SimCli, TraceStructure) {
     }
   }
   EXPECT_GT(slices, 0);
-  EXPECT_EQ(pids.size(), 16u);   // one process per rank
+  EXPECT_EQ(pids.size(), 16u);  // one process per rank
   EXPECT_EQ(procs.size(), 16u);
   EXPECT_FALSE(starts.empty());
-  EXPECT_EQ(starts, finishes);   // every arrow has both ends
+  EXPECT_EQ(starts, finishes);  // every arrow has both ends
 }
 
 TEST(SimCli, TopologyErrorsExit2WithOneLine) {
@@ -236,13 +244,19 @@ TEST(SimCli, TopologyErrorsExit2WithOneLine) {
     std::ofstream(dir + "/" + name) << text;
     return dir + "/" + name;
   };
-  const std::string bad_bw = write("bad_bw.json", R"({"gpu": {"tflops": 1}, "gpus": 2, "links": [{"a": "gpu0", "b": "gpu1", "bandwidth_gbps": 0, "sharing": "shared"}]})");
-  const std::string unreach = write("unreach.json", R"({"gpu": {"tflops": 1}, "gpus": 3, "links": [{"a": "gpu0", "b": "gpu1", "bandwidth_gbps": 1, "sharing": "shared"}]})");
+  const std::string bad_bw = write(
+      "bad_bw.json",
+      R"({"gpu": {"tflops": 1}, "gpus": 2, "links": [{"a": "gpu0", "b": "gpu1", "bandwidth_gbps": 0, "sharing": "shared"}]})");
+  const std::string unreach = write(
+      "unreach.json",
+      R"({"gpu": {"tflops": 1}, "gpus": 3, "links": [{"a": "gpu0", "b": "gpu1", "bandwidth_gbps": 1, "sharing": "shared"}]})");
   const std::string missing = write("missing.json", R"({"gpus": 2, "links": []})");
   const std::string malformed = write("malformed.json", R"({"gpu": )");
-  for (const auto& [file, needle] : std::vector<std::pair<std::string, std::string>>{
-           {bad_bw, "links[0].bandwidth_gbps: must be > 0"}, {unreach, "unreachable"}, {missing, "gpu: missing required field"},
-           {malformed, "malformed JSON"}}) {
+  for (const auto& [file, needle] :
+       std::vector<std::pair<std::string, std::string>>{{bad_bw, "links[0].bandwidth_gbps: must be > 0"},
+                                                        {unreach, "unreachable"},
+                                                        {missing, "gpu: missing required field"},
+                                                        {malformed, "malformed JSON"}}) {
     auto o = run("simulate --algo ring --topology " + file);
     EXPECT_EQ(o.code, 2) << o.text;
     EXPECT_NE(o.text.find(needle), std::string::npos) << o.text;
@@ -253,4 +267,4 @@ TEST(SimCli, TopologyErrorsExit2WithOneLine) {
   EXPECT_EQ(run("compare --topology " + topo("h20-8.json") + " --algos ring,nope").code, 2);
 }
 
-} // namespace
+}  // namespace

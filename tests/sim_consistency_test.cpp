@@ -72,8 +72,8 @@ std::string name(const ::testing::TestParamInfo<Param>& i) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, ClockConsistency,
-                         ::testing::Combine(::testing::ValuesIn(preset_names()), ::testing::Values(Phase::Fwd, Phase::Bwd),
-                                            ::testing::Bool()),
+                         ::testing::Combine(::testing::ValuesIn(preset_names()),
+                                            ::testing::Values(Phase::Fwd, Phase::Bwd), ::testing::Bool()),
                          name);
 
 // The case that exposed the stale event: rm+ forward on the dual-NUMA L20 (as
@@ -86,7 +86,8 @@ TEST(ClockConsistency, StaleDrainEventDoesNotMoveTheClock) {
       "fp16": 119.5, "fp32": 59.8}, "hbm_gbps": 864, "efficiency": {"fwd": 0.5, "bwd": 0.4}, "half_tokens": 128,
       "launch_us": 10}, "nodes": 1, "gpus_per_node": 8, "numa_per_node": 2,
       "intra": {"bandwidth_gbps": 24.0, "latency_us": 5, "sharing": "shared"},
-      "numa": {"bandwidth_gbps": 14.7, "latency_us": 8, "sharing": "shared"}, "domain": "numa"})", "l20");
+      "numa": {"bandwidth_gbps": 14.7, "latency_us": 8, "sharing": "shared"}, "domain": "numa"})",
+                                     "l20");
   ASSERT_TRUE(t.ok()) << t.error().message();
   Workload w;
   w.batch = 16;
@@ -104,8 +105,8 @@ TEST(ClockConsistency, StaleDrainEventDoesNotMoveTheClock) {
   EXPECT_NEAR(r.makespan_s, 0.627496, 1e-6);  // not 799.333 ms
 }
 
-} // namespace
-} // namespace charm::sim
+}  // namespace
+}  // namespace charm::sim
 
 namespace charm::sim {
 namespace {
@@ -170,18 +171,28 @@ std::string peak_name(const ::testing::TestParamInfo<PeakCase>& i) {
 
 // Every algorithm and pass it has (tasp defines no backward).
 const std::vector<PeakCase> kPeakCases{
-    {"ring", PassKind::Fwd, 16.03},         {"ring", PassKind::Bwd, 42.09},
-    {"ring-zigzag", PassKind::Fwd, 16.03},  {"ring-zigzag", PassKind::Bwd, 42.09},
-    {"merge", PassKind::Fwd, 44.03},        {"merge", PassKind::Bwd, 154.09},
-    {"rm+", PassKind::Fwd, 22.09},          {"rm+", PassKind::Bwd, 58.16},
-    {"charm", PassKind::Fwd, 22.13},        {"charm", PassKind::Bwd, 62.22},
+    {"ring", PassKind::Fwd, 16.03},
+    {"ring", PassKind::Bwd, 42.09},
+    {"ring-zigzag", PassKind::Fwd, 16.03},
+    {"ring-zigzag", PassKind::Bwd, 42.09},
+    {"merge", PassKind::Fwd, 44.03},
+    {"merge", PassKind::Bwd, 154.09},
+    {"rm+", PassKind::Fwd, 22.09},
+    {"rm+", PassKind::Bwd, 58.16},
+    {"charm", PassKind::Fwd, 22.13},
+    {"charm", PassKind::Bwd, 62.22},
     // Under a causal mask some exchanges carry nothing, so ranks reach their slots at
     // different times; the slots still fix the peak (charm backward used to depend on timing).
-    {"charm", PassKind::Fwd, 22.13, true},  {"charm", PassKind::Bwd, 62.22, true},
-    {"allgather-kv", PassKind::Fwd, 68.03}, {"allgather-kv", PassKind::Bwd, 102.09},
-    {"tasp", PassKind::Fwd, 16.03},         {"tasp-zigzag", PassKind::Fwd, 16.03},
-    {"ulysses", PassKind::Fwd, 13.75},      {"ulysses", PassKind::Bwd, 29.53},
-    {"usp", PassKind::Fwd, 15.50},          {"usp", PassKind::Bwd, 34.09},
+    {"charm", PassKind::Fwd, 22.13, true},
+    {"charm", PassKind::Bwd, 62.22, true},
+    {"allgather-kv", PassKind::Fwd, 68.03},
+    {"allgather-kv", PassKind::Bwd, 102.09},
+    {"tasp", PassKind::Fwd, 16.03},
+    {"tasp-zigzag", PassKind::Fwd, 16.03},
+    {"ulysses", PassKind::Fwd, 13.75},
+    {"ulysses", PassKind::Bwd, 29.53},
+    {"usp", PassKind::Fwd, 15.50},
+    {"usp", PassKind::Bwd, 34.09},
 };
 
 INSTANTIATE_TEST_SUITE_P(H100x16, PeakMemory, ::testing::ValuesIn(kPeakCases), peak_name);
@@ -192,5 +203,5 @@ TEST(PeakMemoryCases, CoverEveryAlgorithm) {
         << algo << " has no pinned peak memory";
 }
 
-} // namespace
-} // namespace charm::sim
+}  // namespace
+}  // namespace charm::sim

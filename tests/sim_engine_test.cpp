@@ -25,9 +25,9 @@ topo::Topology topo_of(const std::string& text) {
 /// 3 GPUs on one switch; GPU links of 10 GB/s (1e10 B/s), `sharing`, no latency unless given.
 std::string star(const char* sharing, double latency_us = 0) {
   return std::string(R"({"gpu": {"tflops": 1}, "gpus": 3, "switches": ["sw"], "links": [)") +
-         R"({"a": "gpu0", "b": "sw", "bandwidth_gbps": 10, "sharing": ")" + sharing + R"(", "latency_us": )" + std::to_string(latency_us) + "}," +
-         R"({"a": "gpu1", "b": "sw", "bandwidth_gbps": 10, "sharing": ")" + sharing + R"("},)" +
-         R"({"a": "gpu2", "b": "sw", "bandwidth_gbps": 10, "sharing": ")" + sharing + R"("}]})";
+         R"({"a": "gpu0", "b": "sw", "bandwidth_gbps": 10, "sharing": ")" + sharing + R"(", "latency_us": )" +
+         std::to_string(latency_us) + "}," + R"({"a": "gpu1", "b": "sw", "bandwidth_gbps": 10, "sharing": ")" +
+         sharing + R"("},)" + R"({"a": "gpu2", "b": "sw", "bandwidth_gbps": 10, "sharing": ")" + sharing + R"("}]})";
 }
 
 Plan empty_plan(int ranks) {
@@ -134,8 +134,9 @@ TEST(SimEngine, TwoFlowsOnDedicatedLinksDoNotSlowEachOther) {
 std::string capped_star(const char* sharing, double per_flow) {
   std::string links;
   for (int g = 0; g < 3; ++g)
-    links += std::string(g ? "," : "") + R"({"a": "gpu)" + std::to_string(g) + R"(", "b": "sw", "bandwidth_gbps": 10, "sharing": ")" +
-             sharing + R"(", "per_flow_gbps": )" + std::to_string(per_flow) + "}";
+    links += std::string(g ? "," : "") + R"({"a": "gpu)" + std::to_string(g) +
+             R"(", "b": "sw", "bandwidth_gbps": 10, "sharing": ")" + sharing + R"(", "per_flow_gbps": )" +
+             std::to_string(per_flow) + "}";
   return std::string(R"({"gpu": {"tflops": 1}, "gpus": 3, "switches": ["sw"], "links": [)") + links + "]}";
 }
 
@@ -315,10 +316,18 @@ TEST(SimEngine, GroupedOpsIssueTogetherAndTheStreamWaitsForAll) {
   auto t = topo_of(star("dedicated"));
   Plan p = empty_plan(3);
   Op a;
-  a.rank = 0; a.stream = Stream::Kv; a.kind = OpKind::Send; a.peer = 1; a.tag = 0; a.group = 7; a.bytes = 1'000'000'000;
+  a.rank = 0;
+  a.stream = Stream::Kv;
+  a.kind = OpKind::Send;
+  a.peer = 1;
+  a.tag = 0;
+  a.group = 7;
+  a.bytes = 1'000'000'000;
   p.add_op(a, {});
   Op b = a;
-  b.kind = OpKind::Recv; b.peer = 2; b.bytes = 500'000'000;
+  b.kind = OpKind::Recv;
+  b.peer = 2;
+  b.bytes = 500'000'000;
   p.add_op(b, {});
   recv(p, 1, 0, 1'000'000'000);
   send(p, 2, 0, 500'000'000);
@@ -363,7 +372,8 @@ TEST(FairShareNetwork, SolveEndsWhateverTheCapacities) {
   const double inf = FairShareNetwork::kInf;
   FairShareNetwork net({{inf, true}, {1e300, true}, {1e-300, true}, {inf, false}});
   const std::int32_t r0[] = {0}, r1[] = {1}, r12[] = {1, 2}, r3[] = {3};
-  const int a = net.add_flow(r0, 100, 0), b = net.add_flow(r1, 100, 0), c = net.add_flow(r12, 100, 0), d = net.add_flow(r3, 100, 0);
+  const int a = net.add_flow(r0, 100, 0), b = net.add_flow(r1, 100, 0), c = net.add_flow(r12, 100, 0),
+            d = net.add_flow(r3, 100, 0);
   net.resolve(0, [](int) {});
   for (int f : {a, b, c, d}) EXPECT_FALSE(std::isnan(net.rate(f))) << f;
   EXPECT_DOUBLE_EQ(net.rate(c), 1e-300);  // the narrow channel still binds its flow
@@ -384,5 +394,5 @@ TEST(SimEngine, SeveralSimulationsInOneProcess) {
   EXPECT_NEAR(b->makespan_s, 0.1, kTol);
 }
 
-} // namespace
-} // namespace charm::sim
+}  // namespace
+}  // namespace charm::sim

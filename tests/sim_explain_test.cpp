@@ -14,7 +14,8 @@ namespace {
 
 using namespace charm;
 
-ir::Workload workload(std::int64_t seq, std::int64_t heads, std::int64_t kv_heads, ir::PassKind pass = ir::PassKind::Fwd) {
+ir::Workload workload(std::int64_t seq, std::int64_t heads, std::int64_t kv_heads,
+                      ir::PassKind pass = ir::PassKind::Fwd) {
   ir::Workload w;
   w.batch = 1;
   w.seq = seq;
@@ -26,14 +27,16 @@ ir::Workload workload(std::int64_t seq, std::int64_t heads, std::int64_t kv_head
   return w;
 }
 
-sim::Evaluation eval(const std::string& algo, const ir::Workload& w, const topo::Topology& t, int ranks, int domains = 1) {
+sim::Evaluation eval(const std::string& algo, const ir::Workload& w, const topo::Topology& t, int ranks,
+                     int domains = 1) {
   auto ev = sim::evaluate({algo, w, ranks, domains}, t);
   EXPECT_TRUE(ev) << ev.error().message();
   return std::move(ev).value();
 }
 
 double path_total(const sim::Explanation& e) {
-  return std::accumulate(e.path.begin(), e.path.end(), 0.0, [](double a, const sim::PathShare& p) { return a + p.seconds; });
+  return std::accumulate(e.path.begin(), e.path.end(), 0.0,
+                         [](double a, const sim::PathShare& p) { return a + p.seconds; });
 }
 
 TEST(Explain, SlowComputeIsTheBottleneck) {
@@ -77,7 +80,8 @@ TEST(Explain, GqaQueriesOutweighTheirKeys) {
   bool ships_q = false;
   for (const auto& k : e.bottleneck.traffic) ships_q |= k.kind == ir::BufKind::Q;
   EXPECT_TRUE(ships_q) << e.bottleneck.line();
-  EXPECT_NE(e.bottleneck.line().find("GQA 8:1: a query shard is 4.0x a KV shard"), std::string::npos) << e.bottleneck.line();
+  EXPECT_NE(e.bottleneck.line().find("GQA 8:1: a query shard is 4.0x a KV shard"), std::string::npos)
+      << e.bottleneck.line();
 }
 
 TEST(Explain, MemoryVerdict) {
@@ -126,7 +130,8 @@ TEST(Advise, RanksEveryCandidateOnceByTotalTime) {
   for (const char* d : {"2", "4", "8"}) EXPECT_TRUE(labels.count(std::string("charm d=") + d + " [zigzag]")) << d;
   // TASP has no backward: refused with the planner's reason, not ranked.
   bool tasp_refused = false;
-  for (const auto& r : a->refused) tasp_refused |= r.label.starts_with("tasp") && r.reason.find("backward") != std::string::npos;
+  for (const auto& r : a->refused)
+    tasp_refused |= r.label.starts_with("tasp") && r.reason.find("backward") != std::string::npos;
   EXPECT_TRUE(tasp_refused);
   // The same answer whatever the number of workers.
   opt.jobs = 1;
@@ -161,4 +166,4 @@ TEST(Advise, UnknownAlgorithmIsAnError) {
   EXPECT_EQ(a.error().where, "--algos");
 }
 
-} // namespace
+}  // namespace

@@ -51,13 +51,15 @@ std::string name(const ::testing::TestParamInfo<Param>& i) {
   std::string a = std::get<0>(i.param);
   for (auto& c : a)
     if (c == '+') c = 'p';
-  return a + "_n" + std::to_string(std::get<1>(i.param)) + (std::get<2>(i.param) == Phase::Fwd ? "_fwd" : "_bwd") + "_bw" +
-         std::to_string(int(std::get<3>(i.param)));
+  return a + "_n" + std::to_string(std::get<1>(i.param)) + (std::get<2>(i.param) == Phase::Fwd ? "_fwd" : "_bwd") +
+         "_bw" + std::to_string(int(std::get<3>(i.param)));
 }
 
 INSTANTIATE_TEST_SUITE_P(Uniform, FormulaAgreement,
-                         ::testing::Combine(::testing::Values("ring", "merge", "rm+"), ::testing::Values(2, 4, 8, 16, 32, 64),
-                                            ::testing::Values(Phase::Fwd, Phase::Bwd), ::testing::Values(5.0, 20.0, 50.0, 400.0)),
+                         ::testing::Combine(::testing::Values("ring", "merge", "rm+"),
+                                            ::testing::Values(2, 4, 8, 16, 32, 64),
+                                            ::testing::Values(Phase::Fwd, Phase::Bwd),
+                                            ::testing::Values(5.0, 20.0, 50.0, 400.0)),
                          name);
 
 TEST(FormulaAgreement, WithLatency) {
@@ -73,7 +75,6 @@ TEST(FormulaAgreement, WithLatency) {
   const auto f = closed_form("ring", 8, Phase::Fwd, uniform_step_costs(w, 8, Phase::Fwd, 25.0, 20.0, m));
   EXPECT_NEAR(r->makespan_s, f.time_s, 1e-9);
 }
-
 
 // The whole CCR range and latencies up to 50 us: ring, merge and rm+ match their
 // realised closed forms to 1e-6 relative (the RM+ recurrence follows every wait
@@ -102,7 +103,8 @@ TEST_P(FormulaAgreementWide, ExactOverCcrAndLatency) {
       const auto f = closed_form_on(algo, t, n, w, m);
       ASSERT_TRUE(f.available);
       ASSERT_TRUE(f.applies) << f.why_not;
-      EXPECT_NEAR(r->makespan_s, f.time_s, 1e-6 * f.time_s) << "tflops " << tflops << " latency " << latency_us << " ccr " << f.ccr;
+      EXPECT_NEAR(r->makespan_s, f.time_s, 1e-6 * f.time_s)
+          << "tflops " << tflops << " latency " << latency_us << " ccr " << f.ccr;
     }
   Workload wc = w;
   wc.causal = true;
@@ -114,14 +116,16 @@ TEST_P(FormulaAgreementWide, ExactOverCcrAndLatency) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Uniform, FormulaAgreementWide,
-                         ::testing::Combine(::testing::Values("ring", "merge", "rm+"), ::testing::Values(2, 4, 8, 16, 32, 64),
+                         ::testing::Combine(::testing::Values("ring", "merge", "rm+"),
+                                            ::testing::Values(2, 4, 8, 16, 32, 64),
                                             ::testing::Values(Phase::Fwd, Phase::Bwd)),
                          [](const ::testing::TestParamInfo<WideParam>& i) {
                            std::string a = std::get<0>(i.param);
                            for (auto& c : a)
                              if (c == '+') c = 'p';
-                           return a + "_n" + std::to_string(std::get<1>(i.param)) + (std::get<2>(i.param) == Phase::Fwd ? "_fwd" : "_bwd");
+                           return a + "_n" + std::to_string(std::get<1>(i.param)) +
+                                  (std::get<2>(i.param) == Phase::Fwd ? "_fwd" : "_bwd");
                          });
 
-} // namespace
-} // namespace charm::sim
+}  // namespace
+}  // namespace charm::sim

@@ -107,8 +107,8 @@ TEST(SweepEngine, PlotScriptCarriesItsDataAndBothPanels) {
 }
 
 /// Everything that tells two rows apart in the CSV, the speedup excluded.
-using RowKey = std::tuple<std::size_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, ir::DType, bool,
-                          ir::Layout, std::string, ir::Phase>;
+using RowKey = std::tuple<std::size_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, ir::DType,
+                          bool, ir::Layout, std::string, ir::Phase>;
 RowKey key_of(const SweepRow& r) {
   const auto& w = r.workload;
   return {r.topology, w.batch, w.seq, w.heads, w.kv_heads, w.head_dim, w.dtype, w.causal, w.layout, r.algo, r.pass};
@@ -208,7 +208,8 @@ TEST(SweepEngine, SweptFieldsAreColumnsAndRingIsOneAtEachPoint) {
       EXPECT_EQ(r.speedup_vs_ring, 1.0);
       if (r.pass == ir::Phase::Fwd) ring_ms[{r.topology, r.workload.seq}] = r.time_ms;
     }
-  for (auto seq : s.seq) EXPECT_LT(ring_ms.at({1, seq}), ring_ms.at({0, seq})) << "4x the bandwidth, no faster at seq " << seq;
+  for (auto seq : s.seq)
+    EXPECT_LT(ring_ms.at({1, seq}), ring_ms.at({0, seq})) << "4x the bandwidth, no faster at seq " << seq;
   const auto j = sweep_json(s, res);
   EXPECT_EQ(j["columns"][1], "bw_gbps");
   EXPECT_EQ(j["rows"][0]["bw_gbps"], 25.0);
@@ -256,5 +257,5 @@ TEST(SweepEngine, LogTicsLabelMoreThanPowersOfTen) {
   EXPECT_GE(std::count(list.begin(), list.end(), ','), 3) << list;  // at least four labels
 }
 
-} // namespace
-} // namespace charm::sim
+}  // namespace
+}  // namespace charm::sim

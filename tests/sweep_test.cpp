@@ -10,8 +10,8 @@
 #include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 #include <spawn.h>
+#include <sstream>
 #include <string>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -73,9 +73,10 @@ std::string fresh_dir(const std::string& name) {
   return d.string();
 }
 
-const std::vector<std::string> kColumns{"topology", "ranks",  "domains", "batch",   "seq",  "heads",          "kv_heads", "head_dim",
-                                        "dtype",    "causal", "layout",  "algo",    "pass", "ccr",            "time_ms",  "exposed_comm_ms",
-                                        "idle_ms",  "speedup_vs_ring", "fits", "peak_mem_bytes"};
+const std::vector<std::string> kColumns{
+    "topology", "ranks",           "domains", "batch",           "seq",  "heads",         "kv_heads",
+    "head_dim", "dtype",           "causal",  "layout",          "algo", "pass",          "ccr",
+    "time_ms",  "exposed_comm_ms", "idle_ms", "speedup_vs_ring", "fits", "peak_mem_bytes"};
 
 // Acceptance 1: >= 2,000 configurations over 2 topologies with --jobs 2.
 // 2 topologies x 5 batch x 5 seq x 4 heads x 2 head_dim x 4 kv_heads x 2 layouts = 3,200 configurations.
@@ -84,8 +85,8 @@ TEST(Sweep, TwoThousandConfigurationsOneRowPerConfigAlgoPass) {
   const std::string csv = dir + "/s.csv", js = dir + "/s.json";
   const auto r = run_charm("sweep --topology " + kTwoTopos +
                            " --batch 1..16*2 --seq 4k..64k*2 --heads 8..64*2 --kv-heads 1,2,4,8 --head-dim 64,128"
-                           " --layout contiguous,zigzag --causal --algos ring,charm,rm+ --pass both --jobs 2 --out " + csv +
-                           " --json-out " + js);
+                           " --layout contiguous,zigzag --causal --algos ring,charm,rm+ --pass both --jobs 2 --out " +
+                           csv + " --json-out " + js);
   ASSERT_EQ(r.code, 0) << r.out;
   const json j = json::parse(slurp(js));
   const std::size_t configs = j["configs"], skipped = j["skipped"];
@@ -117,7 +118,8 @@ TEST(Sweep, TwoThousandConfigurationsOneRowPerConfigAlgoPass) {
 
 TEST(Sweep, RowsDoNotDependOnJobs) {
   const auto dir = fresh_dir("jobs");
-  const std::string args = "sweep --topology " + kTwoTopos + " --batch 1,2 --seq 8k,32k --heads 8,16 --head-dim 128 --pass both --out ";
+  const std::string args =
+      "sweep --topology " + kTwoTopos + " --batch 1,2 --seq 8k,32k --heads 8,16 --head-dim 128 --pass both --out ";
   ASSERT_EQ(run_charm(args + dir + "/a.csv --jobs 1").code, 0);
   ASSERT_EQ(run_charm(args + dir + "/b.csv --jobs 2").code, 0);
   ASSERT_EQ(run_charm(args + dir + "/c.csv --jobs 7").code, 0);
@@ -129,10 +131,15 @@ TEST(Sweep, RowsDoNotDependOnJobs) {
 
 TEST(Sweep, SpeedupAndCcrAgreeWithCompare) {
   const auto dir = fresh_dir("compare");
-  ASSERT_EQ(run_charm("sweep --topology " + topo("h20-8.json") + " --batch 2 --seq 16k --heads 16 --head-dim 128 --causal --layout zigzag --pass bwd"
-                      " --algos ring,charm --out " + dir + "/s.csv").code, 0);
-  const auto cmp = run_charm("compare --topology " + topo("h20-8.json") +
-                             " --batch 2 --seq 16k --heads 16 --head-dim 128 --causal --layout zigzag --pass bwd --algos ring,charm --json");
+  ASSERT_EQ(run_charm("sweep --topology " + topo("h20-8.json") +
+                      " --batch 2 --seq 16k --heads 16 --head-dim 128 --causal --layout zigzag --pass bwd"
+                      " --algos ring,charm --out " +
+                      dir + "/s.csv")
+                .code,
+            0);
+  const auto cmp = run_charm(
+      "compare --topology " + topo("h20-8.json") +
+      " --batch 2 --seq 16k --heads 16 --head-dim 128 --causal --layout zigzag --pass bwd --algos ring,charm --json");
   ASSERT_EQ(cmp.code, 0) << cmp.out;
   const json j = json::parse(cmp.out);
   const Csv c = read_csv(dir + "/s.csv");
@@ -147,7 +154,8 @@ TEST(Sweep, SpeedupAndCcrAgreeWithCompare) {
 
 TEST(Sweep, FitsColumnJudgesPeakMemoryAgainstTheGpu) {
   const auto dir = fresh_dir("fits");
-  const std::string base = "sweep --topology " + topo("h100-2x8.json") + " --batch 1 --seq 256k --heads 16 --head-dim 128 --algos ring";
+  const std::string base =
+      "sweep --topology " + topo("h100-2x8.json") + " --batch 1 --seq 256k --heads 16 --head-dim 128 --algos ring";
   ASSERT_EQ(run_charm(base + " --out " + dir + "/a.csv").code, 0);
   // The rest of the model holds all but 10 MB of the 80 GB: ring's buffers no longer fit.
   ASSERT_EQ(run_charm(base + " --reserved-gb 79.99 --out " + dir + "/b.csv").code, 0);
@@ -161,7 +169,8 @@ TEST(Sweep, FitsColumnJudgesPeakMemoryAgainstTheGpu) {
 }
 
 TEST(Sweep, JsonOnStdoutAndNothingComputedIsAnError) {
-  const std::string base = "sweep --topology " + topo("h100-2x8.json") + " --batch 1 --seq 16k --heads 16 --head-dim 128 ";
+  const std::string base =
+      "sweep --topology " + topo("h100-2x8.json") + " --batch 1 --seq 16k --heads 16 --head-dim 128 ";
   // --json is a switch, as in simulate, compare and advise: the rows on stdout, nothing else there.
   auto r = run_charm(base + "--algos ring,charm --json");
   ASSERT_EQ(r.code, 0) << r.out;
@@ -177,9 +186,10 @@ TEST(Sweep, JsonOnStdoutAndNothingComputedIsAnError) {
 
 TEST(Sweep, ListsExpandRangesAndSuffixes) {
   const auto dir = fresh_dir("lists");
-  const auto r = run_charm("sweep --topology " + topo("h20-8.json") +
-                           " --batch 1..3 --seq 4k..32k*2,48k --heads 8,8,16 --head-dim 64..192+64 --algos ring --out " + dir +
-                           "/s.csv --json-out " + dir + "/s.json");
+  const auto r =
+      run_charm("sweep --topology " + topo("h20-8.json") +
+                " --batch 1..3 --seq 4k..32k*2,48k --heads 8,8,16 --head-dim 64..192+64 --algos ring --out " + dir +
+                "/s.csv --json-out " + dir + "/s.json");
   ASSERT_EQ(r.code, 0) << r.out;
   const json j = json::parse(slurp(dir + "/s.json"));
   std::set<std::int64_t> batch, seq, heads, hd;
@@ -201,11 +211,12 @@ TEST(Sweep, ListsExpandRangesAndSuffixes) {
 TEST(Sweep, RefusedCombinationsAreSkippedAndCounted) {
   const auto dir = fresh_dir("skip");
   const std::string six = dir + "/six.json";
-  std::ofstream(six) << R"({"schema": 1, "name": "six", "gpu": {"model": "g", "tflops": {"bf16": 100, "fp16": 100, "fp32": 50}},
+  std::ofstream(six)
+      << R"({"schema": 1, "name": "six", "gpu": {"model": "g", "tflops": {"bf16": 100, "fp16": 100, "fp32": 50}},
     "nodes": 1, "gpus_per_node": 6, "intra": {"bandwidth_gbps": 100, "latency_us": 2, "sharing": "dedicated"}})";
   const auto r = run_charm("sweep --topology " + six + "," + topo("h20-8.json") +
-                           " --batch 1 --seq 24k --heads 8 --kv-heads 2,3 --head-dim 128 --out " + dir + "/s.csv --json-out " + dir +
-                           "/s.json");
+                           " --batch 1 --seq 24k --heads 8 --kv-heads 2,3 --head-dim 128 --out " + dir +
+                           "/s.csv --json-out " + dir + "/s.json");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("skipped"), std::string::npos) << r.out;
   const json j = json::parse(slurp(dir + "/s.json"));
@@ -257,9 +268,11 @@ TEST(Sweep, RejectsBadFlagsNamingTheFlag) {
 // The acceptance command of --set: one column per swept field, one hardware point per value.
 TEST(Sweep, SetSweepsATopologyFieldAsAColumn) {
   const auto dir = fresh_dir("set");
-  const auto r = run_charm("sweep --topology " + topo("h100-2x8.json") +
-                           " --batch 1 --seq 64k --heads 16 --head-dim 128 --set inter.bandwidth_gbps=25,50,100 --algos ring,charm"
-                           " --out " + dir + "/s.csv --json-out " + dir + "/s.json");
+  const auto r =
+      run_charm("sweep --topology " + topo("h100-2x8.json") +
+                " --batch 1 --seq 64k --heads 16 --head-dim 128 --set inter.bandwidth_gbps=25,50,100 --algos ring,charm"
+                " --out " +
+                dir + "/s.csv --json-out " + dir + "/s.json");
   ASSERT_EQ(r.code, 0) << r.out;
   const Csv c = read_csv(dir + "/s.csv");
   auto columns = kColumns;
@@ -287,8 +300,12 @@ TEST(Sweep, SetSweepsATopologyFieldAsAColumn) {
 
 TEST(Sweep, SetsMultiplyAndTheFilesOwnValueChangesNothing) {
   const auto dir = fresh_dir("sets");
-  const std::string base = "sweep --topology " + topo("h100-2x8.json") + " --batch 1 --seq 16k,64k --heads 16 --head-dim 128 --algos ring,charm";
-  ASSERT_EQ(run_charm(base + " --set inter.bandwidth_gbps=25..100*2 --set gpu.tflops.bf16=312,989 --out " + dir + "/two.csv").code, 0);
+  const std::string base = "sweep --topology " + topo("h100-2x8.json") +
+                           " --batch 1 --seq 16k,64k --heads 16 --head-dim 128 --algos ring,charm";
+  ASSERT_EQ(
+      run_charm(base + " --set inter.bandwidth_gbps=25..100*2 --set gpu.tflops.bf16=312,989 --out " + dir + "/two.csv")
+          .code,
+      0);
   const Csv two = read_csv(dir + "/two.csv");
   EXPECT_EQ(std::vector<std::string>(two.header.begin(), two.header.begin() + 3),
             (std::vector<std::string>{"topology", "inter.bandwidth_gbps", "gpu.tflops.bf16"}));
@@ -313,9 +330,11 @@ TEST(Sweep, SetsMultiplyAndTheFilesOwnValueChangesNothing) {
 // Forced-layout algorithms (ring-zigzag, tasp-zigzag) once per layout they run on; a layout named twice counts once.
 TEST(Sweep, LayoutListsNeverDuplicateARow) {
   const auto dir = fresh_dir("layouts");
-  const auto r = run_charm("sweep --topology " + topo("h20-8.json") +
-                           " --batch 1 --seq 16k,32k --heads 8 --head-dim 128 --causal --layout contiguous,zigzag,zigzag"
-                           " --algos ring,ring-zigzag,tasp-zigzag,charm --out " + dir + "/s.csv");
+  const auto r =
+      run_charm("sweep --topology " + topo("h20-8.json") +
+                " --batch 1 --seq 16k,32k --heads 8 --head-dim 128 --causal --layout contiguous,zigzag,zigzag"
+                " --algos ring,ring-zigzag,tasp-zigzag,charm --out " +
+                dir + "/s.csv");
   ASSERT_EQ(r.code, 0) << r.out;
   const Csv c = read_csv(dir + "/s.csv");
   std::set<std::vector<std::string>> keys;
@@ -323,9 +342,12 @@ TEST(Sweep, LayoutListsNeverDuplicateARow) {
   for (const auto& row : c.rows) {
     std::vector<std::string> key;
     for (const auto& col : kColumns)
-      if (col == "ccr") break;
-      else key.push_back(row.at(col));
-    EXPECT_TRUE(keys.insert(key).second) << "duplicate row: " << row.at("algo") << " " << row.at("layout") << " " << row.at("seq");
+      if (col == "ccr")
+        break;
+      else
+        key.push_back(row.at(col));
+    EXPECT_TRUE(keys.insert(key).second) << "duplicate row: " << row.at("algo") << " " << row.at("layout") << " "
+                                         << row.at("seq");
     ++per_algo[row.at("algo")];
   }
   EXPECT_EQ(per_algo["ring"], 4);  // 2 seq x 2 layouts
@@ -341,8 +363,8 @@ TEST(Sweep, PlotWritesAPng) {
   if (!gnuplot_available()) GTEST_SKIP() << "gnuplot is not installed (scripts/setup.sh installs gnuplot-nox)";
   const auto dir = fresh_dir("plot");
   const auto r = run_charm("sweep --topology " + kTwoTopos +
-                           " --batch 1,4 --seq 4k..64k*2 --heads 8,32 --head-dim 128 --causal --pass both --out " + dir +
-                           "/s.csv --plot " + dir + "/s.png --plot-script " + dir + "/s.gp");
+                           " --batch 1,4 --seq 4k..64k*2 --heads 8,32 --head-dim 128 --causal --pass both --out " +
+                           dir + "/s.csv --plot " + dir + "/s.png --plot-script " + dir + "/s.gp");
   ASSERT_EQ(r.code, 0) << r.out;
   const std::string png = slurp(dir + "/s.png");
   ASSERT_GT(png.size(), 20000u) << "a blank figure is a few KiB";
@@ -357,24 +379,31 @@ TEST(Sweep, PlotWritesAPng) {
     EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
   EXPECT_NE(gp.find("run time vs sequence length"), std::string::npos);
   // With --set: the swept field's views (the acceptance command of --set).
-  ASSERT_EQ(run_charm("sweep --topology " + topo("h100-2x8.json") + " --batch 1 --seq 64k --heads 16 --head-dim 128"
-                      " --set inter.bandwidth_gbps=25,50,100 --algos ring,charm --out " + dir + "/b.csv --plot " + dir +
-                      "/b.png --plot-script " + dir + "/b.gp").code, 0);
+  ASSERT_EQ(run_charm("sweep --topology " + topo("h100-2x8.json") +
+                      " --batch 1 --seq 64k --heads 16 --head-dim 128"
+                      " --set inter.bandwidth_gbps=25,50,100 --algos ring,charm --out " +
+                      dir + "/b.csv --plot " + dir + "/b.png --plot-script " + dir + "/b.gp")
+                .code,
+            0);
   EXPECT_EQ(slurp(dir + "/b.png").substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
   const std::string bgp = slurp(dir + "/b.gp");
   EXPECT_NE(bgp.find("speedup vs inter.bandwidth_gbps"), std::string::npos);
   EXPECT_NE(bgp.find("run time vs inter.bandwidth_gbps"), std::string::npos);
   EXPECT_EQ(bgp.find("speedup vs sequence length"), std::string::npos);  // one sequence length: nothing to draw against
   // SVG too.
-  ASSERT_EQ(run_charm("sweep --topology " + topo("h20-8.json") + " --batch 1 --seq 8k,16k --heads 8 --head-dim 128 --out " + dir +
-                      "/t.csv --plot " + dir + "/t.svg").code, 0);
+  ASSERT_EQ(run_charm("sweep --topology " + topo("h20-8.json") +
+                      " --batch 1 --seq 8k,16k --heads 8 --head-dim 128 --out " + dir + "/t.csv --plot " + dir +
+                      "/t.svg")
+                .code,
+            0);
   EXPECT_NE(slurp(dir + "/t.svg").find("<svg"), std::string::npos);
 }
 
 TEST(Sweep, WithoutGnuplotTheCsvIsStillWritten) {
   const auto dir = fresh_dir("nognuplot");
-  const auto r = run_cmd("env PATH=" + dir + " " + std::string(CHARM_BIN) + " sweep --topology " + topo("h20-8.json") +
-                         " --batch 1 --seq 8k --heads 8 --head-dim 128 --out " + dir + "/s.csv --plot " + dir + "/s.png");
+  const auto r =
+      run_cmd("env PATH=" + dir + " " + std::string(CHARM_BIN) + " sweep --topology " + topo("h20-8.json") +
+              " --batch 1 --seq 8k --heads 8 --head-dim 128 --out " + dir + "/s.csv --plot " + dir + "/s.png");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("gnuplot is not on PATH"), std::string::npos) << r.out;
   EXPECT_EQ(read_csv(dir + "/s.csv").rows.size(), 10u);  // every algorithm, fwd
@@ -391,10 +420,10 @@ int interrupt_sweep(const std::string& dir, int sig) {
   posix_spawn_file_actions_addclose(&fa, err[0]);
   posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
   // About 100,000 configurations: minutes of work, so the signal lands mid-way.
-  std::vector<std::string> args{CHARM_BIN,   "sweep",     "--topology", kTwoTopos, "--batch",  "1..64",   "--seq",
-                                "1k..1M*2",  "--heads",   "8..64*2",    "--head-dim", "64,128", "--pass",  "both",
-                                "--jobs",    "2",         "--out",      dir + "/s.csv", "--json-out", dir + "/s.json",
-                                "--plot",    dir + "/s.png"};
+  std::vector<std::string> args{
+      CHARM_BIN, "sweep",        "--topology", kTwoTopos,       "--batch", "1..64",       "--seq",  "1k..1M*2",
+      "--heads", "8..64*2",      "--head-dim", "64,128",        "--pass",  "both",        "--jobs", "2",
+      "--out",   dir + "/s.csv", "--json-out", dir + "/s.json", "--plot",  dir + "/s.png"};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -412,8 +441,7 @@ int interrupt_sweep(const std::string& dir, int sig) {
   }
   ::usleep(300 * 1000);
   ::kill(pid, sig);
-  while (::read(err[0], buf, sizeof buf) > 0) {
-  }
+  while (::read(err[0], buf, sizeof buf) > 0) {}
   ::close(err[0]);
   int st = 0;
   ::waitpid(pid, &st, 0);
@@ -424,9 +452,10 @@ TEST(Sweep, InterruptLeavesNoFile) {
   for (int sig : {SIGINT, SIGTERM}) {
     const auto dir = fresh_dir("interrupt" + std::to_string(sig));
     EXPECT_EQ(interrupt_sweep(dir, sig), 128 + sig);
-    EXPECT_TRUE(fs::is_empty(dir)) << "left: " << (fs::is_empty(dir) ? "" : fs::directory_iterator(dir)->path().string());
+    EXPECT_TRUE(fs::is_empty(dir)) << "left: "
+                                   << (fs::is_empty(dir) ? "" : fs::directory_iterator(dir)->path().string());
   }
 }
 
-} // namespace
-} // namespace charm::test
+}  // namespace
+}  // namespace charm::test

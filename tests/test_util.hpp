@@ -30,4 +30,4 @@ inline std::string temp_path(const std::string& name) {
   return std::string(::testing::TempDir()) + "charm_" + std::to_string(::getpid()) + "_" + name;
 }
 
-} // namespace charm::test
+}  // namespace charm::test

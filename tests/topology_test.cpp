@@ -16,12 +16,13 @@ const char* kGpu = R"("gpu": {"tflops": 100})";
 
 TEST(Topology, GeneratorTwoNodes) {
   auto t = parse_topology_text(std::string("{") + kGpu + R"(, "nodes": 2, "gpus_per_node": 4,
-      "intra": {"bandwidth_gbps": 300, "latency_us": 2}, "inter": {"bandwidth_gbps": 40, "latency_us": 5}})", "g");
+      "intra": {"bandwidth_gbps": 300, "latency_us": 2}, "inter": {"bandwidth_gbps": 40, "latency_us": 5}})",
+                               "g");
   ASSERT_TRUE(t.ok()) << t.error().message();
   EXPECT_EQ(t->num_gpus(), 8);
   EXPECT_EQ(t->domains(), 2);
   EXPECT_EQ(t->domain_of(5), 1);
-  EXPECT_EQ(t->route(0, 1).size(), 2u);          // through the node's switch
+  EXPECT_EQ(t->route(0, 1).size(), 2u);  // through the node's switch
   EXPECT_DOUBLE_EQ(t->route_bandwidth_gbps(0, 1), 300);
   EXPECT_DOUBLE_EQ(t->route_bandwidth_gbps(0, 4), 40);  // NIC -> fabric -> NIC
   EXPECT_DOUBLE_EQ(t->route_latency_us(0, 4), 10);
@@ -29,7 +30,8 @@ TEST(Topology, GeneratorTwoNodes) {
 
 TEST(Topology, GeneratorNuma) {
   auto t = parse_topology_text(std::string("{") + kGpu + R"(, "nodes": 1, "gpus_per_node": 8, "numa_per_node": 2,
-      "intra": {"bandwidth_gbps": 24, "sharing": "shared"}, "numa": {"bandwidth_gbps": 14.7}, "domain": "numa"})", "g");
+      "intra": {"bandwidth_gbps": 24, "sharing": "shared"}, "numa": {"bandwidth_gbps": 14.7}, "domain": "numa"})",
+                               "g");
   ASSERT_TRUE(t.ok()) << t.error().message();
   EXPECT_EQ(t->domains(), 2);
   EXPECT_EQ(t->route(0, 5).size(), 4u);  // gpu -> numa switch -> host -> numa switch -> gpu
@@ -68,19 +70,23 @@ TEST(Topology, NonPositiveBandwidthNamesThePath) {
 }
 
 TEST(Topology, MissingField) {
-  EXPECT_EQ(err(std::string("{") + kGpu + R"(, "gpus": 2, "links": [{"a": "gpu0", "b": "gpu1", "sharing": "shared"}]})"),
-            "x.json: links[0].bandwidth_gbps: missing required field");
+  EXPECT_EQ(
+      err(std::string("{") + kGpu + R"(, "gpus": 2, "links": [{"a": "gpu0", "b": "gpu1", "sharing": "shared"}]})"),
+      "x.json: links[0].bandwidth_gbps: missing required field");
   EXPECT_EQ(err(R"({"gpus": 2, "links": []})"), "x.json: gpu: missing required field");
   EXPECT_EQ(err(std::string("{") + kGpu + R"(, "nodes": 2, "gpus_per_node": 8, "intra": {"bandwidth_gbps": 300}})"),
             "x.json: inter: missing required field");
 }
 
 TEST(Topology, BadValues) {
-  EXPECT_EQ(err(std::string("{") + kGpu + R"(, "gpus": 2, "links": [{"a": "gpu0", "b": "gpuX", "bandwidth_gbps": 1, "sharing": "shared"}]})"),
+  EXPECT_EQ(err(std::string("{") + kGpu +
+                R"(, "gpus": 2, "links": [{"a": "gpu0", "b": "gpuX", "bandwidth_gbps": 1, "sharing": "shared"}]})"),
             "x.json: links[0].b: unknown GPU or switch \"gpuX\"");
-  EXPECT_EQ(err(std::string("{") + kGpu + R"(, "gpus": 2, "links": [{"a": "gpu0", "b": "gpu1", "bandwidth_gbps": 1, "sharing": "fast"}]})"),
+  EXPECT_EQ(err(std::string("{") + kGpu +
+                R"(, "gpus": 2, "links": [{"a": "gpu0", "b": "gpu1", "bandwidth_gbps": 1, "sharing": "fast"}]})"),
             "x.json: links[0].sharing: must be \"shared\" or \"dedicated\", got \"fast\"");
-  EXPECT_EQ(err(R"({"gpu": {"tflops": {"bf16": 0}}, "gpus": 1, "links": []})"), "x.json: gpu.tflops.bf16: must be > 0, got 0");
+  EXPECT_EQ(err(R"({"gpu": {"tflops": {"bf16": 0}}, "gpus": 1, "links": []})"),
+            "x.json: gpu.tflops.bf16: must be > 0, got 0");
 }
 
 TEST(Topology, MalformedJson) {
@@ -96,5 +102,5 @@ TEST(Topology, Uniform) {
   EXPECT_DOUBLE_EQ(t.route_bandwidth_gbps(3, 9), 50);
 }
 
-} // namespace
-} // namespace charm::topo
+}  // namespace
+}  // namespace charm::topo

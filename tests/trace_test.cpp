@@ -11,10 +11,12 @@ using nlohmann::json;
 /// A trace of three ops with the given durations (microseconds).
 json three_ops(double send_us, double recv_us, double compute_us, const char* compute_name = "fwd Q0*KV0 full") {
   auto x = [](int op, const char* name, const char* cat, int pid, double dur) {
-    return json{{"ph", "X"}, {"name", name}, {"cat", cat}, {"pid", pid}, {"tid", 0}, {"ts", 0}, {"dur", dur}, {"args", {{"op", op}}}};
+    return json{{"ph", "X"}, {"name", name}, {"cat", cat}, {"pid", pid},
+                {"tid", 0},  {"ts", 0},      {"dur", dur}, {"args", {{"op", op}}}};
   };
-  return {{"traceEvents", {x(0, "send kv0 -> 1 #0", "send", 0, send_us), x(1, "recv kv0 <- 0 #0", "recv", 1, recv_us),
-                           x(2, compute_name, "compute", 1, compute_us), json{{"ph", "M"}, {"name", "process_name"}}}},
+  return {{"traceEvents",
+           {x(0, "send kv0 -> 1 #0", "send", 0, send_us), x(1, "recv kv0 <- 0 #0", "recv", 1, recv_us),
+            x(2, compute_name, "compute", 1, compute_us), json{{"ph", "M"}, {"name", "process_name"}}}},
           {"otherData", {{"makespan_ms", (std::max(send_us, recv_us) + compute_us) / 1e3}}}};
 }
 
@@ -43,4 +45,4 @@ TEST(TraceDiff, TracesOfDifferentPlansAreRefused) {
   EXPECT_EQ(d.error().where, "plan.json");
 }
 
-} // namespace
+}  // namespace

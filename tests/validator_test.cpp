@@ -41,7 +41,7 @@ bool names_op(const Plan& p, OpId id) {
   const auto& ops = rep.violations.front().ops;
   return std::find(ops.begin(), ops.end(), id) != ops.end();
 }
-} // namespace
+}  // namespace
 
 TEST(Validator, AcceptsTheUnbrokenPlans) {
   for (const auto& a : {"ring", "merge", "rm+", "charm"}) EXPECT_EQ(first_rule(make(a, 8, PassKind::Both)), "ok") << a;
@@ -112,7 +112,10 @@ TEST(Validator, RejectsACycle) {
   const OpId a = find(p, [](const Op& o) { return o.kind == OpKind::Compute && o.rank == 0; });
   OpId b = a;
   for (OpId id = a + 1; id < OpId(p.size()); ++id)
-    if (p.op(id).rank == 0 && p.op(id).kind == OpKind::Compute) { b = id; break; }
+    if (p.op(id).rank == 0 && p.op(id).kind == OpKind::Compute) {
+      b = id;
+      break;
+    }
   ASSERT_NE(a, b);
   p.set_deps(a, std::vector<OpId>{b});  // first compute waits for the second: with stream order, a cycle
   EXPECT_EQ(first_rule(p), "acyclic");
@@ -147,13 +150,24 @@ TEST(Validator, RejectsCrossRankDependencies) {
 TEST(IntervalSet, MergeMatchesASetOfInts) {
   // merge() has in-place paths (one set wholly before or after the other) and a general one.
   std::uint32_t seed = 12345;
-  auto rnd = [&](int n) { seed = seed * 1664525u + 1013904223u; return int((seed >> 8) % std::uint32_t(n)); };
+  auto rnd = [&](int n) {
+    seed = seed * 1664525u + 1013904223u;
+    return int((seed >> 8) % std::uint32_t(n));
+  };
   for (int round = 0; round < 2000; ++round) {
     sched::IntervalSet a, b;
     std::set<int> sa, sb;
     const int lo_a = rnd(40), lo_b = rnd(40), span = 1 + rnd(30);
-    for (int k = rnd(12); k > 0; --k) { const int x = lo_a + rnd(span); (void)a.insert(x); sa.insert(x); }
-    for (int k = rnd(12); k > 0; --k) { const int x = lo_b + rnd(span); (void)b.insert(x); sb.insert(x); }
+    for (int k = rnd(12); k > 0; --k) {
+      const int x = lo_a + rnd(span);
+      (void)a.insert(x);
+      sa.insert(x);
+    }
+    for (int k = rnd(12); k > 0; --k) {
+      const int x = lo_b + rnd(span);
+      (void)b.insert(x);
+      sb.insert(x);
+    }
     const auto overlap = a.merge(b);
     std::set<int> want = sa, both;
     for (int x : sb) (want.count(x) ? both : want).insert(x);
@@ -181,7 +195,7 @@ std::size_t first_reuser(const nlohmann::json& bufs) {
   ADD_FAILURE() << "the ring plan reuses no buffer";
   return 0;
 }
-} // namespace
+}  // namespace
 
 TEST(Validator, RingPlansReuseBufferStorage) {
   // Double buffering: a 4-rank ring forward receives 3 KV blocks per rank into 2 slots.
@@ -226,7 +240,7 @@ BufferId reuser_of(const Plan& p, BufKind kind, BufKind from) {
     if (p.buffer(b).reuse != kNone && p.buffer(b).kind == kind && p.buffer(p.buffer(b).reuse).kind == from) return b;
   return kNone;
 }
-} // namespace
+}  // namespace
 
 TEST(Validator, AChainMayHoldSmallerBuffersOfItsStorage) {
   // The storage is the chain's first buffer: a dK/dV slot takes a dQ partial and
@@ -249,7 +263,8 @@ TEST(Validator, RejectsABufferLargerThanItsStorage) {
   auto p = plan_from_json(j, "edited");
   ASSERT_TRUE(p.ok()) << p.error().message();
   EXPECT_EQ(first_rule(*p), "structure");
-  EXPECT_NE(sched::validate(*p).summary(*p).find("in a storage smaller"), std::string::npos) << sched::validate(*p).summary(*p);
+  EXPECT_NE(sched::validate(*p).summary(*p).find("in a storage smaller"), std::string::npos)
+      << sched::validate(*p).summary(*p);
 }
 
 TEST(Validator, RejectsReusingAStillLiveBuffer) {
@@ -264,5 +279,6 @@ TEST(Validator, RejectsReusingAStillLiveBuffer) {
       }
   });
   EXPECT_EQ(first_rule(p), "lifetime");
-  EXPECT_NE(sched::validate(p).summary(p).find("into the storage of"), std::string::npos) << sched::validate(p).summary(p);
+  EXPECT_NE(sched::validate(p).summary(p).find("into the storage of"), std::string::npos)
+      << sched::validate(p).summary(p);
 }

@@ -45,7 +45,7 @@ bool decimal_mantissa(std::string_view s) {
   return (all_digits(a) || a.empty()) && (all_digits(b) || b.empty()) && !(a.empty() && b.empty());
 }
 
-} // namespace
+}  // namespace
 
 Expected<std::string> check_number(const std::string& text, NumberKind kind) {
   const bool negative = !text.empty() && text[0] == '-';
@@ -67,12 +67,12 @@ Expected<std::string> check_number(const std::string& text, NumberKind kind) {
   const std::string_view digits = first == std::string_view::npos ? std::string_view("0") : body.substr(first);
   std::uint64_t v = 0;
   const auto r = std::from_chars(digits.data(), digits.data() + digits.size(), v);
-  const bool fits = r.ec == std::errc{} &&
-                    (kind == NumberKind::Unsigned ? true
-                     : negative                   ? v <= std::uint64_t{1} << 31
-                                                  : v <= std::uint64_t(std::numeric_limits<std::int32_t>::max()));
+  const bool fits = r.ec == std::errc{} && (kind == NumberKind::Unsigned ? true
+                                            : negative                   ? v <= std::uint64_t{1} << 31
+                                                       : v <= std::uint64_t(std::numeric_limits<std::int32_t>::max()));
   if (!fits)
-    return Error{"", kind == NumberKind::Unsigned ? fmt::format("must be <= {}, got {}", std::numeric_limits<std::uint64_t>::max(), text)
+    return Error{"", kind == NumberKind::Unsigned
+                         ? fmt::format("must be <= {}, got {}", std::numeric_limits<std::uint64_t>::max(), text)
                      : negative ? fmt::format("must be >= {}, got {}", std::numeric_limits<std::int32_t>::min(), text)
                                 : fmt::format("must be <= {}, got {}", std::numeric_limits<std::int32_t>::max(), text)};
   return (negative && v != 0 ? "-" : "") + std::string(digits);
@@ -84,7 +84,9 @@ void apply_number_grammar(CLI::App& app) {
     std::string type = opt->get_type_name();
     type = type.substr(0, type.find(':'));
     if (type != "INT" && type != "UINT" && type != "FLOAT") continue;
-    const NumberKind kind = type == "INT" ? NumberKind::Integer : type == "UINT" ? NumberKind::Unsigned : NumberKind::Real;
+    const NumberKind kind = type == "INT"    ? NumberKind::Integer
+                            : type == "UINT" ? NumberKind::Unsigned
+                                             : NumberKind::Real;
     opt->transform(CLI::Validator(
         [kind](std::string& value) {
           auto checked = check_number(value, kind);
@@ -107,10 +109,14 @@ Expected<std::int64_t> parse_size(const std::string& text, const std::string& fl
   const double v = std::strtod(text.substr(0, i).c_str(), nullptr);
   std::string suffix = text.substr(i);
   double mult = 1;
-  if (suffix == "k" || suffix == "K") mult = 1024;
-  else if (suffix == "m" || suffix == "M") mult = 1024.0 * 1024;
-  else if (suffix == "g" || suffix == "G") mult = 1024.0 * 1024 * 1024;
-  else if (!suffix.empty()) return Error{flag, fmt::format("unknown size suffix '{}' in '{}' (use k, M or G)", suffix, text)};
+  if (suffix == "k" || suffix == "K")
+    mult = 1024;
+  else if (suffix == "m" || suffix == "M")
+    mult = 1024.0 * 1024;
+  else if (suffix == "g" || suffix == "G")
+    mult = 1024.0 * 1024 * 1024;
+  else if (!suffix.empty())
+    return Error{flag, fmt::format("unknown size suffix '{}' in '{}' (use k, M or G)", suffix, text)};
   const double x = v * mult;
   if (!std::isfinite(x) || x > 9e15) return Error{flag, fmt::format("'{}' is too large", text)};
   if (x != std::floor(x)) return Error{flag, fmt::format("'{}' is not a whole number", text)};
@@ -195,7 +201,8 @@ std::string output_target(const std::string& path) {
   // leads nowhere a file can be (/dev/stdout when stdout is a pipe: /proc/self/fd/1 ->
   // "pipe:[N]") is refused, or the rename would replace the link with a regular file.
   const fs::path t = fs::canonical(path, ec);
-  if (ec) fail(Error{path, "cannot open for writing: it is a symbolic link to a missing file (outputs are regular files)"});
+  if (ec)
+    fail(Error{path, "cannot open for writing: it is a symbolic link to a missing file (outputs are regular files)"});
   return t.string();
 }
 
@@ -209,7 +216,9 @@ bool no_unnamed_files(int err) { return err == EOPNOTSUPP || err == EISDIR || er
 
 std::atomic<int> g_temp_counter{0};
 /// A name beside `target` no other writer uses: this process's id and a count.
-std::string temp_name(const std::string& target) { return fmt::format("{}.tmp.{}.{}", target, ::getpid(), g_temp_counter++); }
+std::string temp_name(const std::string& target) {
+  return fmt::format("{}.tmp.{}.{}", target, ::getpid(), g_temp_counter++);
+}
 
 /// Why a file cannot be created in `dir`, or nothing. An unnamed file tries it
 /// for real (root passes access() even where nothing can be created); where the
@@ -241,7 +250,7 @@ std::string cannot_create_in(const fs::path& dir) {
 
 /// Why `target` may not be replaced, or nothing: only a regular file (or nothing) may.
 std::string not_replaceable(const std::string& target) {
-  struct stat st{};
+  struct stat st {};
   if (::lstat(target.c_str(), &st) != 0) return {};
   if (S_ISDIR(st.st_mode)) return "it is a folder";
   if (S_ISLNK(st.st_mode)) return "it is a symbolic link to a missing file";
@@ -346,7 +355,7 @@ void write_named(const std::string& path, const std::string& target, const std::
   rename_over(tmp, target, path);
 }
 
-} // namespace
+}  // namespace
 
 RemoveOnInterrupt::RemoveOnInterrupt(const std::string& path, bool folder) {
   if (path.size() >= PATH_MAX) return;
@@ -368,10 +377,10 @@ void RemoveOnInterrupt::release() {
 
 void install_interrupt_cleanup() {
   for (const int sig : {SIGINT, SIGTERM}) {
-    struct sigaction old{};
+    struct sigaction old {};
     sigaction(sig, nullptr, &old);
     if (old.sa_handler == SIG_IGN) continue;  // e.g. under nohup: the parent's choice stands
-    struct sigaction sa{};
+    struct sigaction sa {};
     sa.sa_handler = remove_temps_and_reraise;
     sigemptyset(&sa.sa_mask);
     sigaction(sig, &sa, nullptr);
@@ -383,10 +392,13 @@ void check_output_path(const std::string& path, const std::string& flag) {
   const std::string target = output_target(path);
   const fs::path dir = folder_of(target);
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) fail(Error{flag, fmt::format("{}: cannot open for writing: folder '{}' does not exist", path, dir.string())});
-  if (const auto why = not_replaceable(target); !why.empty()) fail(Error{flag, fmt::format("{}: cannot open for writing: {}", path, why)});
+  if (!fs::is_directory(dir, ec))
+    fail(Error{flag, fmt::format("{}: cannot open for writing: folder '{}' does not exist", path, dir.string())});
+  if (const auto why = not_replaceable(target); !why.empty())
+    fail(Error{flag, fmt::format("{}: cannot open for writing: {}", path, why)});
   if (const auto why = cannot_create_in(dir); !why.empty())
-    fail(Error{flag, fmt::format("{}: cannot open for writing: folder '{}' is not writable: {}", path, dir.string(), why)});
+    fail(Error{flag,
+               fmt::format("{}: cannot open for writing: folder '{}' is not writable: {}", path, dir.string(), why)});
 }
 
 void check_output_paths(const std::vector<std::pair<std::string, std::string>>& outputs) {
@@ -404,8 +416,10 @@ void check_output_paths(const std::vector<std::pair<std::string, std::string>>& 
     if (ec) s.canonical = path;
     s.exists = ::stat(path.c_str(), &s.st) == 0;
     for (const auto& e : seen)
-      if (e.canonical == s.canonical || (e.exists && s.exists && e.st.st_dev == s.st.st_dev && e.st.st_ino == s.st.st_ino))
-        fail(Error{flag, fmt::format("{}: is also the {} output ({}); give each output its own file", path, e.flag, e.path)});
+      if (e.canonical == s.canonical ||
+          (e.exists && s.exists && e.st.st_dev == s.st.st_dev && e.st.st_ino == s.st.st_ino))
+        fail(Error{flag,
+                   fmt::format("{}: is also the {} output ({}); give each output its own file", path, e.flag, e.path)});
     seen.push_back(std::move(s));
   }
 }
@@ -414,7 +428,7 @@ void check_output_dir(const std::string& dir, const std::string& flag) {
   if (dir.empty()) return;
   std::error_code ec;
   fs::path p = dir;
-  struct stat st{};
+  struct stat st {};
   if (::stat(p.c_str(), &st) == 0) {
     if (!S_ISDIR(st.st_mode)) fail(Error{flag, fmt::format("cannot create {}: {}", dir, std::strerror(ENOTDIR))});
   } else {
@@ -462,8 +476,8 @@ std::vector<std::string> algorithm_list(const std::string& text, const std::stri
 
 std::optional<LaunchedJob> launched_job() {
   // Open MPI's mpirun, then MPICH's Hydra (PMI) and PMIx launchers.
-  for (auto [rank_var, size_var] : {std::pair{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}, std::pair{"PMI_RANK", "PMI_SIZE"},
-                                    std::pair{"PMIX_RANK", "PMIX_SIZE"}}) {
+  for (auto [rank_var, size_var] : {std::pair{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+                                    std::pair{"PMI_RANK", "PMI_SIZE"}, std::pair{"PMIX_RANK", "PMIX_SIZE"}}) {
     const char* r = std::getenv(rank_var);
     const char* n = std::getenv(size_var);
     if (r == nullptr || n == nullptr) continue;
@@ -487,11 +501,12 @@ std::string& max_memory_text() {
   static std::string text;
   return text;
 }
-} // namespace
+}  // namespace
 
 void add_max_memory(CLI::App& app) {
-  app.add_option("--max-memory", max_memory_text(),
-                 "refuse work estimated to need more memory than this (4G, 512M; default: half of this machine's memory)");
+  app.add_option(
+      "--max-memory", max_memory_text(),
+      "refuse work estimated to need more memory than this (4G, 512M; default: half of this machine's memory)");
 }
 
 double memory_budget_bytes() {
@@ -508,8 +523,10 @@ void check_budget(double bytes, const std::string& what, const std::string& flag
   const double budget = memory_budget_bytes();
   if (bytes <= budget) return;
   auto gb = [](double b) { return b >= 1e12 ? fmt::format("{:.3g} TB", b / 1e12) : fmt::format("{:.3g} GB", b / 1e9); };
-  fail(Error{flag, fmt::format("{} would need about {}, more than the {} budget ({}); make it smaller, or raise --max-memory",
-                               what, gb(bytes), gb(budget), max_memory_text().empty() ? "half of this machine's memory" : "--max-memory")});
+  fail(Error{flag,
+             fmt::format("{} would need about {}, more than the {} budget ({}); make it smaller, or raise --max-memory",
+                         what, gb(bytes), gb(budget),
+                         max_memory_text().empty() ? "half of this machine's memory" : "--max-memory")});
 }
 
 void check_plan_budget(const sched::PlanRequest& req, double extra_bytes_per_op, const std::string& what) {
@@ -518,4 +535,4 @@ void check_plan_budget(const sched::PlanRequest& req, double extra_bytes_per_op,
                fmt::format("{} ({} on {} ranks: about {:.2g} ops)", what, req.algo, req.ranks, e.ops), "--ranks");
 }
 
-} // namespace charm::cli
+}  // namespace charm::cli

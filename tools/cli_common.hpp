@@ -17,9 +17,9 @@
 
 namespace charm::cli {
 
-inline constexpr int kExitInvalid = 1;   // a plan that fails validation / a check that fails
-inline constexpr int kExitUsage = 2;     // bad input: flags, files, values
-inline constexpr int kExitRuntime = 3;   // a stall, an MPI/CUDA/NCCL failure
+inline constexpr int kExitInvalid = 1;  // a plan that fails validation / a check that fails
+inline constexpr int kExitUsage = 2;    // bad input: flags, files, values
+inline constexpr int kExitRuntime = 3;  // a stall, an MPI/CUDA/NCCL failure
 
 /// Thrown inside a subcommand to leave through the single error path.
 struct UsageError {
@@ -158,4 +158,4 @@ struct Registrar {
   explicit Registrar(Register r) { registry().push_back(std::move(r)); }
 };
 
-} // namespace charm::cli
+}  // namespace charm::cli

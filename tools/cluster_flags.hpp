@@ -36,7 +36,8 @@ struct ClusterFlags {
         app.add_option("--tflops", tflops, "--uniform: peak TFLOP/s per GPU"),
         app.add_option("--latency-us", latency_us, "--uniform: per-message latency in us")->capture_default_str(),
         app.add_option("--hbm-gbps", hbm_gbps, "--uniform: HBM bandwidth for merges (default: merges are free)")};
-    domains_opt = app.add_option("--domains,-d", domains, "domains for charm (default: from the topology's hierarchy; 1 for --uniform)");
+    domains_opt = app.add_option("--domains,-d", domains,
+                                 "domains for charm (default: from the topology's hierarchy; 1 for --uniform)");
     app.add_option("--reserved-gb", reserved_gb,
                    "GB per GPU the rest of the model already holds (weights, optimizer state, other activations), "
                    "added to the attention buffers for the fits verdict")
@@ -69,10 +70,11 @@ struct ClusterFlags {
     if (!(hbm_gbps >= 0) || !std::isfinite(hbm_gbps))
       fail(Error{"--hbm-gbps", fmt::format("must be a finite number >= 0, got {}", hbm_gbps)});
     // The plausible ranges of topology files: past them the simulator's times leave the finite doubles.
-    const std::tuple<const char*, topo::Quantity, double> numbers[] = {{"--bw-gbps", topo::Quantity::Bandwidth, bw_gbps},
-                                                                       {"--tflops", topo::Quantity::Tflops, tflops},
-                                                                       {"--latency-us", topo::Quantity::Latency, latency_us},
-                                                                       {"--hbm-gbps", topo::Quantity::Bandwidth, hbm_gbps}};
+    const std::tuple<const char*, topo::Quantity, double> numbers[] = {
+        {"--bw-gbps", topo::Quantity::Bandwidth, bw_gbps},
+        {"--tflops", topo::Quantity::Tflops, tflops},
+        {"--latency-us", topo::Quantity::Latency, latency_us},
+        {"--hbm-gbps", topo::Quantity::Bandwidth, hbm_gbps}};
     for (const auto& [flag, q, x] : numbers) {
       if (q == topo::Quantity::Bandwidth && x == 0) continue;  // --hbm-gbps 0: merges are free
       if (const auto why = topo::implausible(q, x, flag); !why.empty()) fail(Error{flag, why});
@@ -85,4 +87,4 @@ struct ClusterFlags {
   }
 };
 
-} // namespace charm::cli
+}  // namespace charm::cli

@@ -32,9 +32,12 @@ class Progress {
     const double el = elapsed();
     if (el < 1.0 || el - last_ < (tty_ ? 0.1 : 5.0)) return;
     last_ = el;
-    const std::string line = fmt::format("charm calibrate: {}: {} evaluations, best objective {:.6g}, {:.0f} s", p.stage, p.evaluations, p.best, el);
-    if (tty_) std::fprintf(stderr, "\r%-100s", line.c_str());
-    else std::fprintf(stderr, "%s\n", line.c_str());
+    const std::string line = fmt::format("charm calibrate: {}: {} evaluations, best objective {:.6g}, {:.0f} s",
+                                         p.stage, p.evaluations, p.best, el);
+    if (tty_)
+      std::fprintf(stderr, "\r%-100s", line.c_str());
+    else
+      std::fprintf(stderr, "%s\n", line.c_str());
     std::fflush(stderr);
     drawn_ = true;
   }
@@ -43,7 +46,9 @@ class Progress {
   }
 
  private:
-  [[nodiscard]] double elapsed() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
+  [[nodiscard]] double elapsed() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  }
   bool tty_;
   bool drawn_ = false;
   double last_ = 0;
@@ -59,32 +64,36 @@ std::string sigma_text(const calib::FitParameter& p) {
 std::string signed_pct(double ratio) { return std::isnan(ratio) ? "-" : fmt::format("{:+.1f}%", (ratio - 1) * 100); }
 
 void print_text(const calib::Calibration& c, const calib::MeasurementSet& data, const std::string& out) {
-  std::cout << fmt::format("# charm calibrate: {} to {}: {} rows, {} parameters fitted, {} fixed, {} evaluations, {:.1f} s\n", c.base_source,
-                           data.source, data.rows.size(), c.parameters.size(), c.fixed.size(), c.evaluations, c.seconds);
-  std::cout << fmt::format("# {:<26} {:>12} {:>12} {:>24} {:>8}  {}\n", "parameter", "base", "fitted", "bounds", "1-sigma", "");
+  std::cout << fmt::format(
+      "# charm calibrate: {} to {}: {} rows, {} parameters fitted, {} fixed, {} evaluations, {:.1f} s\n", c.base_source,
+      data.source, data.rows.size(), c.parameters.size(), c.fixed.size(), c.evaluations, c.seconds);
+  std::cout << fmt::format("# {:<26} {:>12} {:>12} {:>24} {:>8}  {}\n", "parameter", "base", "fitted", "bounds",
+                           "1-sigma", "");
   for (const auto& p : c.parameters)
     std::cout << fmt::format("  {:<26} {:>12.6g} {:>12.6g} {:>24} {:>8}  {}\n", p.path, p.base, p.value,
                              fmt::format("[{:.4g}, {:.4g}]", p.bounds.lo, p.bounds.hi), sigma_text(p), p.note);
   for (const auto& f : c.fixed)
-    std::cout << fmt::format("  {:<26} {:>12.6g} {:>12.6g} {:>24} {:>8}  fixed from nccl-tests {}\n", f.path, f.base, f.value, "-", "-", f.source);
-  std::cout << fmt::format("# {:>5} {:<12} {:>4} {:>5} {:>5} {:>8} {:>10} {:>10} {:>10} {:>8} {:>10} {:>8}\n", "line", "algo", "pass", "ranks", "B",
-                           "S", "measured", "base", "fitted", "err", "LOO", "err");
-  std::cout << fmt::format("# {:>5} {:<12} {:>4} {:>5} {:>5} {:>8} {:>10} {:>10} {:>10} {:>8} {:>10} {:>8}\n", "", "", "", "", "", "", "(ms)",
-                           "(ms)", "(ms)", "", "(ms)", "");
+    std::cout << fmt::format("  {:<26} {:>12.6g} {:>12.6g} {:>24} {:>8}  fixed from nccl-tests {}\n", f.path, f.base,
+                             f.value, "-", "-", f.source);
+  std::cout << fmt::format("# {:>5} {:<12} {:>4} {:>5} {:>5} {:>8} {:>10} {:>10} {:>10} {:>8} {:>10} {:>8}\n", "line",
+                           "algo", "pass", "ranks", "B", "S", "measured", "base", "fitted", "err", "LOO", "err");
+  std::cout << fmt::format("# {:>5} {:<12} {:>4} {:>5} {:>5} {:>8} {:>10} {:>10} {:>10} {:>8} {:>10} {:>8}\n", "", "",
+                           "", "", "", "", "(ms)", "(ms)", "(ms)", "", "(ms)", "");
   for (std::size_t i = 0; i < data.rows.size(); ++i) {
     const auto& m = data.rows[i];
     const auto& r = c.rows[i];
-    std::cout << fmt::format("  {:>5} {:<12} {:>4} {:>5} {:>5} {:>8} {:>10.3f} {:>10.3f} {:>10.3f} {:>8} {:>10} {:>8}\n", m.line, m.algo,
-                             to_string(m.workload.pass), r.ranks, m.workload.batch, m.workload.seq, m.time_ms, r.base_ms, r.predicted_ms,
-                             signed_pct(r.predicted_ms / m.time_ms), std::isnan(r.loo_ms) ? "-" : fmt::format("{:.3f}", r.loo_ms),
-                             signed_pct(r.loo_ms / m.time_ms));
+    std::cout << fmt::format(
+        "  {:>5} {:<12} {:>4} {:>5} {:>5} {:>8} {:>10.3f} {:>10.3f} {:>10.3f} {:>8} {:>10} {:>8}\n", m.line, m.algo,
+        to_string(m.workload.pass), r.ranks, m.workload.batch, m.workload.seq, m.time_ms, r.base_ms, r.predicted_ms,
+        signed_pct(r.predicted_ms / m.time_ms), std::isnan(r.loo_ms) ? "-" : fmt::format("{:.3f}", r.loo_ms),
+        signed_pct(r.loo_ms / m.time_ms));
   }
   for (const auto& n : c.notes) std::cout << "# note: " << n << "\n";
-  std::cout << fmt::format(
-      "# time MAPE {} in-sample, {} leave-one-out (base {}; {} rows); speedup over ring MAPE {} in-sample, {} leave-one-out (base {}; {} "
-      "pairs); wrote {}\n",
-      pct(c.time.in_sample), pct(c.time.loo), pct(c.time.base), data.rows.size(), pct(c.speedup.in_sample), pct(c.speedup.loo),
-      pct(c.speedup.base), c.pairs.size(), out);
+  std::cout << fmt::format("# time MAPE {} in-sample, {} leave-one-out (base {}; {} rows); speedup over ring MAPE {} "
+                           "in-sample, {} leave-one-out (base {}; {} "
+                           "pairs); wrote {}\n",
+                           pct(c.time.in_sample), pct(c.time.loo), pct(c.time.base), data.rows.size(),
+                           pct(c.speedup.in_sample), pct(c.speedup.loo), pct(c.speedup.base), c.pairs.size(), out);
 }
 
 void register_calibrate(CLI::App& app) {
@@ -94,12 +103,17 @@ void register_calibrate(CLI::App& app) {
     int jobs = 0, restarts = 3;  // jobs omitted: every core
   };
   auto o = std::make_shared<Opts>();
-  auto* sub = app.add_subcommand("calibrate", "fit topology parameters (bandwidths, efficiencies, overheads) to measured run times");
+  auto* sub = app.add_subcommand("calibrate",
+                                 "fit topology parameters (bandwidths, efficiencies, overheads) to measured run times");
   sub->add_option("--topology,-t", o->topology, "base topology JSON file")->required();
-  sub->add_option("--measurements,-m", o->measurements, "measured runs, CSV (see README: algo,pass,batch,seq,...,time_ms[,ranks,domains])")
+  sub->add_option("--measurements,-m", o->measurements,
+                  "measured runs, CSV (see README: algo,pass,batch,seq,...,time_ms[,ranks,domains])")
       ->required();
-  sub->add_option("--nccl-tests", o->nccl, "CLASS=LOG,...: nccl-tests logs that fix a link class's bandwidth and latency (intra, numa, inter)");
-  sub->add_option("--fit", o->fit, "comma-separated parameter paths in the topology JSON (default: inter bandwidth, intra injection, numa bandwidth)");
+  sub->add_option("--nccl-tests", o->nccl,
+                  "CLASS=LOG,...: nccl-tests logs that fix a link class's bandwidth and latency (intra, numa, inter)");
+  sub->add_option("--fit", o->fit,
+                  "comma-separated parameter paths in the topology JSON (default: inter bandwidth, intra injection, "
+                  "numa bandwidth)");
   sub->add_option("--out,-o", o->out, "calibrated topology JSON to write")->required();
   sub->add_flag("--json", o->json_out, "print the report as JSON");
   sub->add_option("--jobs,-j", o->jobs, "threads that simulate rows in parallel (default: all cores)");
@@ -111,7 +125,8 @@ void register_calibrate(CLI::App& app) {
     // Omitted: every core. Given, it is a count (no value stands for "every core").
     const int jobs = sub->count("--jobs") == 0 ? hw : o->jobs;
     if (jobs < 1 || jobs > 1024) fail(Error{"--jobs", fmt::format("must be in [1, 1024], got {}", o->jobs)});
-    if (o->restarts < 0 || o->restarts > 100) fail(Error{"--restarts", fmt::format("must be in [0, 100], got {}", o->restarts)});
+    if (o->restarts < 0 || o->restarts > 100)
+      fail(Error{"--restarts", fmt::format("must be in [0, 100], got {}", o->restarts)});
     // The topology is checked by its loader first (its errors name the JSON path), then kept as a document to edit.
     (void)unwrap(topo::load_topology(o->topology));
     const json base = json::parse(unwrap(calib::read_text_file(o->topology, "a topology file")));
@@ -122,9 +137,11 @@ void register_calibrate(CLI::App& app) {
       if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
         fail(Error{"--nccl-tests", fmt::format("expected CLASS=LOG (CLASS intra, numa or inter), got '{}'", item)});
       const std::string cls = item.substr(0, eq);
-      if (!calib::is_link_class(cls)) fail(Error{"--nccl-tests", fmt::format("unknown link class '{}' (expected intra, numa or inter)", cls)});
+      if (!calib::is_link_class(cls))
+        fail(Error{"--nccl-tests", fmt::format("unknown link class '{}' (expected intra, numa or inter)", cls)});
       for (const auto& f : fixed)
-        if (f.path.rfind(cls + ".", 0) == 0) fail(Error{"--nccl-tests", fmt::format("link class '{}' is given twice", cls)});
+        if (f.path.rfind(cls + ".", 0) == 0)
+          fail(Error{"--nccl-tests", fmt::format("link class '{}' is given twice", cls)});
       const auto log = unwrap(calib::load_nccl_tests(item.substr(eq + 1)));
       for (auto& f : unwrap(calib::fixed_from_nccl_tests(base, o->topology, cls, log))) fixed.push_back(std::move(f));
     }
@@ -156,7 +173,8 @@ void register_calibrate(CLI::App& app) {
   auto* sub = app.add_subcommand("calibrate", "fit topology parameters to measured run times (needs NLopt: not built)");
   sub->allow_extras();
   sub->callback([] {
-    fail(Error{"calibrate", "this charm was built without NLopt; install libnlopt-cxx-dev (scripts/setup.sh) and rebuild"});
+    fail(Error{"calibrate",
+               "this charm was built without NLopt; install libnlopt-cxx-dev (scripts/setup.sh) and rebuild"});
   });
 }
 
@@ -164,5 +182,5 @@ void register_calibrate(CLI::App& app) {
 
 const Registrar r{register_calibrate};
 
-} // namespace
-} // namespace charm::cli
+}  // namespace
+}  // namespace charm::cli

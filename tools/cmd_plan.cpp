@@ -17,7 +17,10 @@ namespace charm::cli {
 namespace {
 
 void register_commlist(CLI::App& app) {
-  struct Opts { int ranks = 8; bool json = false; };
+  struct Opts {
+    int ranks = 8;
+    bool json = false;
+  };
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("commlist", "print GenerateCommList (paper Algorithm 1) for every rank");
   sub->add_option("--ranks,-n", o->ranks, "group size (a power of two)")->required();
@@ -25,9 +28,11 @@ void register_commlist(CLI::App& app) {
   add_max_memory(*sub);
   sub->callback([o] {
     if (!sched::is_power_of_two(o->ranks) || o->ranks > (1 << 20))
-      fail(Error{"--ranks", fmt::format("GenerateCommList needs a power-of-two group size up to 2^20, got {}", o->ranks)});
+      fail(Error{"--ranks",
+                 fmt::format("GenerateCommList needs a power-of-two group size up to 2^20, got {}", o->ranks)});
     // Every rank lists every other rank once: ranks^2 entries, about 8 bytes each as text, 60 in JSON.
-    check_budget(double(o->ranks) * double(o->ranks) * (o->json ? 60 : 8), fmt::format("the lists of {} ranks", o->ranks), "--ranks");
+    check_budget(double(o->ranks) * double(o->ranks) * (o->json ? 60 : 8),
+                 fmt::format("the lists of {} ranks", o->ranks), "--ranks");
     nlohmann::json lists = nlohmann::json::array();
     for (int r = 0; r < o->ranks; ++r) {
       const auto levels = sched::generate_comm_list(r, o->ranks);
@@ -47,7 +52,11 @@ void register_commlist(CLI::App& app) {
 }
 
 void register_plan(CLI::App& app) {
-  struct Opts { PlanFlags plan; std::string out, dot, listing; bool no_validate = false; };
+  struct Opts {
+    PlanFlags plan;
+    std::string out, dot, listing;
+    bool no_validate = false;
+  };
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("plan", "compile an algorithm into a plan (DAG) and write it as JSON");
   o->plan.add(*sub);
@@ -75,13 +84,16 @@ void register_plan(CLI::App& app) {
       ir::write_listing(plan, os);
       write_file_atomic(o->listing, os.str());
     }
-    std::cout << fmt::format("wrote {}: {} {} ranks={} domains={} ops={}\n", o->out, plan.algo, to_string(plan.workload.pass),
-                             plan.ranks, plan.domains, plan.size());
+    std::cout << fmt::format("wrote {}: {} {} ranks={} domains={} ops={}\n", o->out, plan.algo,
+                             to_string(plan.workload.pass), plan.ranks, plan.domains, plan.size());
   });
 }
 
 void register_validate(CLI::App& app) {
-  struct Opts { std::string file; bool all = false; };
+  struct Opts {
+    std::string file;
+    bool all = false;
+  };
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("validate", "check a plan: acyclic, matched, deadlock-free, hazard-free, complete");
   sub->add_option("plan", o->file, "plan JSON file")->required();
@@ -102,7 +114,10 @@ void register_validate(CLI::App& app) {
 }
 
 void register_show(CLI::App& app) {
-  struct Opts { std::string file; int rank = -1; };
+  struct Opts {
+    std::string file;
+    int rank = -1;
+  };
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("show", "print a plan's per-rank listing");
   sub->add_option("plan", o->file, "plan JSON file")->required();
@@ -121,5 +136,5 @@ const Registrar r2{register_plan};
 const Registrar r3{register_validate};
 const Registrar r4{register_show};
 
-} // namespace
-} // namespace charm::cli
+}  // namespace
+}  // namespace charm::cli

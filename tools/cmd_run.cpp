@@ -71,9 +71,12 @@ nlohmann::json err_json(const rt::CheckReport& r, double rt::TensorError::*field
   const std::pair<const char*, const std::optional<rt::TensorError>*> all[] = {
       {"out", &r.out}, {"lse", &r.lse}, {"dq", &r.dq}, {"dk", &r.dk}, {"dv", &r.dv}};
   for (const auto& [name, e] : all) {
-    if (!e->has_value()) j[name] = nullptr;
-    else if (std::isfinite((**e).*field)) j[name] = (**e).*field;
-    else j[name] = "inf";
+    if (!e->has_value())
+      j[name] = nullptr;
+    else if (std::isfinite((**e).*field))
+      j[name] = (**e).*field;
+    else
+      j[name] = "inf";
   }
   return j;
 }
@@ -87,7 +90,8 @@ class DumpWriter {
     namespace fs = std::filesystem;
     std::error_code ec;
     std::vector<fs::path> missing;
-    for (fs::path p = fs::absolute(dir, ec).lexically_normal(); !p.empty() && !fs::exists(p, ec) && p != p.parent_path(); p = p.parent_path())
+    for (fs::path p = fs::absolute(dir, ec).lexically_normal();
+         !p.empty() && !fs::exists(p, ec) && p != p.parent_path(); p = p.parent_path())
       missing.push_back(p);
     for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
       if (!fs::create_directory(*it, ec) && ec) {
@@ -162,10 +166,18 @@ void dump_tensors(const std::string& dir, const ir::Plan& plan, const RunOpts& o
                             {"order", "natural sequence order"},
                             {"dtype", std::string(ir::to_string(w.dtype))},
                             {"storage", "float32"},  // the .npy files; the values are rounded to dtype
-                            {"batch", w.batch}, {"seq", w.seq}, {"heads", w.heads}, {"kv_heads", w.kv_heads},
-                            {"head_dim", w.head_dim}, {"pass", std::string(ir::to_string(w.pass))},
-                            {"algo", plan.algo}, {"ranks", plan.ranks}, {"domains", plan.domains},
-                            {"backend", o.backend}, {"seed", o.seed}, {"files", files}};
+                            {"batch", w.batch},
+                            {"seq", w.seq},
+                            {"heads", w.heads},
+                            {"kv_heads", w.kv_heads},
+                            {"head_dim", w.head_dim},
+                            {"pass", std::string(ir::to_string(w.pass))},
+                            {"algo", plan.algo},
+                            {"ranks", plan.ranks},
+                            {"domains", plan.domains},
+                            {"backend", o.backend},
+                            {"seed", o.seed},
+                            {"files", files}};
   dump.write("meta.json", meta.dump(1) + "\n");
   dump.commit();
 }
@@ -182,9 +194,15 @@ int report(const ir::Plan& plan, const RunOpts& o, const rt::GlobalTensors& in, 
   const bool ok = !rep || rep->ok();
   if (!o.dump.empty()) dump_tensors(o.dump, plan, o, in, res.out);
   if (o.json) {
-    nlohmann::json j{{"schema_version", 1}, {"ok", ok}, {"algo", plan.algo}, {"backend", o.backend},
-                     {"ranks", plan.ranks}, {"domains", plan.domains}, {"pass", std::string(ir::to_string(w.pass))},
-                     {"time_ms", res.time_ms}, {"peak_buffer_bytes_per_rank", res.peak_bytes}};
+    nlohmann::json j{{"schema_version", 1},
+                     {"ok", ok},
+                     {"algo", plan.algo},
+                     {"backend", o.backend},
+                     {"ranks", plan.ranks},
+                     {"domains", plan.domains},
+                     {"pass", std::string(ir::to_string(w.pass))},
+                     {"time_ms", res.time_ms},
+                     {"peak_buffer_bytes_per_rank", res.peak_bytes}};
     if (rep) {
       j["max_abs_err"] = err_json(*rep, &rt::TensorError::max_abs);
       j["max_rel_err"] = err_json(*rep, &rt::TensorError::max_rel);
@@ -196,10 +214,10 @@ int report(const ir::Plan& plan, const RunOpts& o, const rt::GlobalTensors& in, 
     if (extra.is_object()) j.update(extra);
     std::cout << j.dump() << "\n";
   } else {
-    std::cout << fmt::format("# charm run: {} backend={} ranks={} domains={} {} B={} S={} H={} Hkv={} D={}{} {} pass={} seed={}\n",
-                             plan.algo, o.backend, plan.ranks, plan.domains, ir::to_string(w.dtype), w.batch, w.seq,
-                             w.heads, w.kv_heads, w.head_dim, w.causal ? " causal" : "", ir::to_string(w.layout),
-                             ir::to_string(w.pass), o.seed);
+    std::cout << fmt::format(
+        "# charm run: {} backend={} ranks={} domains={} {} B={} S={} H={} Hkv={} D={}{} {} pass={} seed={}\n",
+        plan.algo, o.backend, plan.ranks, plan.domains, ir::to_string(w.dtype), w.batch, w.seq, w.heads, w.kv_heads,
+        w.head_dim, w.causal ? " causal" : "", ir::to_string(w.layout), ir::to_string(w.pass), o.seed);
     if (rep) {
       std::cout << fmt::format("# {:<6} {:>12} {:>12} {:>10}\n", "tensor", "max_abs_err", "max_rel_err", "tolerance");
       const std::pair<const char*, const std::optional<rt::TensorError>*> all[] = {
@@ -226,14 +244,17 @@ void check_run_memory(const ir::Plan& plan, bool check, bool every_rank_here) {
   const double tokens = double(w.batch) * double(w.seq) * double(w.head_dim);
   double bytes = tokens * 4.0 * (4.0 * double(w.heads) + 4.0 * double(w.kv_heads)) * (check ? 3.0 : 1.0);
   bytes += tokens * double(w.heads) * 4.0 * 25.0 / (every_rank_here ? 1.0 : double(plan.ranks));
-  check_budget(bytes, fmt::format("the run's tensors (B={} S={} H={} D={})", w.batch, w.seq, w.heads, w.head_dim), "--seq");
+  check_budget(bytes, fmt::format("the run's tensors (B={} S={} H={} D={})", w.batch, w.seq, w.heads, w.head_dim),
+               "--seq");
 }
 
 /// The measured ops as a Chrome trace, in the simulator's schema (the same op ids and names),
 /// so that a prediction and a measurement can be laid side by side.
-void write_measured_trace(const std::string& path, const ir::Plan& plan, const rt::RunResult& res, const std::string& backend) {
+void write_measured_trace(const std::string& path, const ir::Plan& plan, const rt::RunResult& res,
+                          const std::string& backend) {
   if (path.empty()) return;
-  write_file_atomic(path, trace::chrome_trace(plan, res.timeline, {{"measured", true}, {"backend", backend}}).dump() + "\n");
+  write_file_atomic(path,
+                    trace::chrome_trace(plan, res.timeline, {{"measured", true}, {"backend", backend}}).dump() + "\n");
 }
 
 #ifdef CHARM_RT_HAVE_MPI
@@ -334,8 +355,7 @@ void run_mpi(const RunOpts& o, rt::RunOptions ropt) {
         write_measured_trace(o.trace, *plan, *res, "mpi");
         return report(*plan, o, in, *res);
       },
-      exit_code_of,
-      tmo);
+      exit_code_of, tmo);
   if (!code) abort_job(*ctx, code.error());
   exit_code() = *code;
 }
@@ -344,19 +364,22 @@ void run_mpi(const RunOpts& o, rt::RunOptions ropt) {
 void register_run(CLI::App& app) {
   auto o = std::make_shared<RunOpts>();
   auto* sub = app.add_subcommand("run", "execute a plan on the CPU (threads or MPI) with real attention math");
-  sub->add_option("--backend", o->backend, "threads | mpi (under mpirun -np RANKS; --ranks defaults to RANKS)")->capture_default_str();
+  sub->add_option("--backend", o->backend, "threads | mpi (under mpirun -np RANKS; --ranks defaults to RANKS)")
+      ->capture_default_str();
   o->plan.add(*sub, /*with_ranks=*/true, /*with_plan_file=*/true);
   sub->add_option("--seed", o->seed, "seed of the generated inputs")->capture_default_str();
   sub->add_flag("--check", o->check, "compare with the fp64 dense reference; exit 1 over tolerance");
   sub->add_option("--dump", o->dump, "write q k v dout out lse dq dk dv as .npy (natural order) and meta.json here");
-  sub->add_option("--trace", o->trace,
-                  "write a Chrome trace of the measured ops (every backend; the simulator's schema: same op ids in args.op)");
+  sub->add_option(
+      "--trace", o->trace,
+      "write a Chrome trace of the measured ops (every backend; the simulator's schema: same op ids in args.op)");
   sub->add_flag("--json", o->json, "JSON output");
   sub->add_option("--timeout-s", o->timeout_s, "watchdog: fail (exit 3) after this long without progress; 0 = off")
       ->capture_default_str();
   sub->add_flag("--inject-stall", o->inject_stall, "testing: drop the plan's first send")->group("");
   sub->add_flag("--inject-drop-compute", o->inject_drop_compute, "testing: drop one block computation")->group("");
-  sub->add_flag("--inject-short-recv", o->inject_short_recv, "testing (mpi): rank 1 posts its first receive one float short")
+  sub->add_flag("--inject-short-recv", o->inject_short_recv,
+                "testing (mpi): rank 1 posts its first receive one float short")
       ->group("");
   for (auto& b : run_backends()) b.add_flags(*sub);
   sub->callback([o, sub] {
@@ -365,9 +388,10 @@ void register_run(CLI::App& app) {
     const auto job = launched_job();
     if (job && job->size > 1) {
       if (o->backend == "threads" || o->backend == "cuda-local")
-        fail(Error{"--backend", fmt::format("mpirun started {} processes, but --backend {} runs every rank in one process "
-                                            "(each would run the whole job): use --backend mpi{}",
-                                            job->size, o->backend, o->backend == "cuda-local" ? " or cuda" : "")});
+        fail(Error{"--backend",
+                   fmt::format("mpirun started {} processes, but --backend {} runs every rank in one process "
+                               "(each would run the whole job): use --backend mpi{}",
+                               job->size, o->backend, o->backend == "cuda-local" ? " or cuda" : "")});
       if (sub->count("--ranks") == 0 && !o->plan.from_file()) o->plan.ranks = job->size;
     }
     // Before the run, not after minutes of compute: where the dump goes must take files.
@@ -376,9 +400,8 @@ void register_run(CLI::App& app) {
       if (std::find(b.names.begin(), b.names.end(), o->backend) != b.names.end()) {
         RunRequest req{&o->plan, o->backend, o->seed, o->check, o->json, o->inject_stall, o->timeout_s, o->trace, {}};
         req.report = [o](const ir::Plan& plan, const rt::GlobalTensors& in, const rt::RunResult& res,
-                         const nlohmann::json& extra, const std::string& extra_text) {
-          return report(plan, *o, in, res, extra, extra_text);
-        };
+                         const nlohmann::json& extra,
+                         const std::string& extra_text) { return report(plan, *o, in, res, extra, extra_text); };
         exit_code() = b.run(req);
         return;
       }
@@ -396,8 +419,10 @@ void register_run(CLI::App& app) {
       // A thread per stream of every rank, in this process.
       constexpr int kMaxThreadRanks = 1024;
       if (!o->plan.from_file() && o->plan.ranks > kMaxThreadRanks)
-        fail(Error{"--ranks", fmt::format("the threads backend runs up to 6 threads per rank in one process; {} ranks is over its "
-                                          "{}-rank limit (use --backend mpi)", o->plan.ranks, kMaxThreadRanks)});
+        fail(Error{"--ranks",
+                   fmt::format("the threads backend runs up to 6 threads per rank in one process; {} ranks is over its "
+                               "{}-rank limit (use --backend mpi)",
+                               o->plan.ranks, kMaxThreadRanks)});
       auto plan = o->plan.make();  // a --plan file is validated as it is read
       if (plan.ranks > kMaxThreadRanks)
         fail(Error{"--plan", fmt::format("the threads backend runs up to {} ranks; the plan has {} (use --backend mpi)",
@@ -424,5 +449,5 @@ void register_run(CLI::App& app) {
 
 const Registrar r{register_run};
 
-} // namespace
-} // namespace charm::cli
+}  // namespace
+}  // namespace charm::cli

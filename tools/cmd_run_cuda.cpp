@@ -42,7 +42,9 @@ void write_trace(const std::string& path, const ir::Plan& plan, const rt::cuda::
   for (std::size_t i = 0; i < plan.size() && i < r.start_ms.size() && i < r.end_ms.size(); ++i)
     t.record(ir::OpId(i), r.start_ms[i] * 1e-3, r.end_ms[i] * 1e-3);  // a transfer's start is when its group was issued
   t.makespan_s = r.run.time_ms * 1e-3;
-  write_file_atomic(path, trace::chrome_trace(plan, t, {{"measured", true}, {"backend", "cuda"}, {"timing", "cuda events"}}).dump() + "\n");
+  write_file_atomic(
+      path,
+      trace::chrome_trace(plan, t, {{"measured", true}, {"backend", "cuda"}, {"timing", "cuda events"}}).dump() + "\n");
 }
 
 /// The simulator's timing fields, from the measured op times.
@@ -50,7 +52,8 @@ std::pair<nlohmann::json, std::string> timing(const ir::Plan& plan, const rt::cu
                                               const std::string& device) {
   const auto s = rt::cuda::summarize_timeline(plan, r.start_ms, r.end_ms);
   nlohmann::json streams = nlohmann::json::object();
-  for (int k = 0; k < ir::kNumStreams; ++k) streams[std::string(ir::to_string(ir::Stream(k)))] = s.stream_busy_mean_ms[k];
+  for (int k = 0; k < ir::kNumStreams; ++k)
+    streams[std::string(ir::to_string(ir::Stream(k)))] = s.stream_busy_mean_ms[k];
   nlohmann::json j{{"device", device},
                    {"timing", "cuda events"},
                    {"exposed_comm_ms", s.exposed_comm_ms},
@@ -59,10 +62,10 @@ std::pair<nlohmann::json, std::string> timing(const ir::Plan& plan, const rt::cu
                    {"compute_busy_ms", {{"mean", s.compute_busy_mean_ms}}},
                    {"stream_busy_ms", streams},
                    {"enqueue_ms", r.enqueue_ms}};
-  std::string text = fmt::format("# device {}\n# exposed comm {:.3f} ms (per rank mean {:.3f}, max {:.3f}), compute busy "
-                                 "{:.3f} ms (mean), host enqueue {:.3f} ms\n",
-                                 device, s.exposed_comm_ms, s.exposed_comm_mean_ms, s.exposed_comm_max_ms,
-                                 s.compute_busy_mean_ms, r.enqueue_ms);
+  std::string text = fmt::format(
+      "# device {}\n# exposed comm {:.3f} ms (per rank mean {:.3f}, max {:.3f}), compute busy "
+      "{:.3f} ms (mean), host enqueue {:.3f} ms\n",
+      device, s.exposed_comm_ms, s.exposed_comm_mean_ms, s.exposed_comm_max_ms, s.compute_busy_mean_ms, r.enqueue_ms);
   return {j, text};
 }
 
@@ -97,7 +100,8 @@ int run_cuda(const RunRequest& req, const CudaFlags& f) {
   if (ctx->rank() == 0) {
     auto rep = sched::validate(plan);
     if (!rep.ok()) {
-      std::fprintf(stderr, "charm: error: internal: the planner produced an invalid plan: %s\n", rep.summary(plan).c_str());
+      std::fprintf(stderr, "charm: error: internal: the planner produced an invalid plan: %s\n",
+                   rep.summary(plan).c_str());
       ctx->abort(kExitRuntime);
     }
   }
@@ -134,8 +138,7 @@ int run_cuda(const RunRequest& req, const CudaFlags& f) {
         if (!req.trace.empty()) write_trace(req.trace, plan, *res);
         return req.report(plan, in, res->run, extra, text);
       },
-      exit_code_of,
-      req.timeout_s);
+      exit_code_of, req.timeout_s);
   if (!code) {
     std::fprintf(stderr, "charm: error: %s\n", code.error().message().c_str());
     ctx->abort(kExitRuntime);
@@ -164,5 +167,5 @@ const bool registered = [] {
   return true;
 }();
 
-} // namespace
-} // namespace charm::cli
+}  // namespace
+}  // namespace charm::cli

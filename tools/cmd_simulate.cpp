@@ -30,11 +30,14 @@ namespace {
 using nlohmann::json;
 
 json workload_json(const ir::Workload& w) {
-  return {{"batch", w.batch}, {"seq", w.seq}, {"heads", w.heads}, {"kv_heads", w.kv_heads}, {"head_dim", w.head_dim},
-          {"dtype", std::string(to_string(w.dtype))}, {"causal", w.causal}, {"layout", std::string(to_string(w.layout))}};
+  return {{"batch", w.batch},       {"seq", w.seq},
+          {"heads", w.heads},       {"kv_heads", w.kv_heads},
+          {"head_dim", w.head_dim}, {"dtype", std::string(to_string(w.dtype))},
+          {"causal", w.causal},     {"layout", std::string(to_string(w.layout))}};
 }
 
-/// One algorithm end to end (sim/evaluate.hpp); a planner refusal is the user's (exit 2), a simulator failure is not (exit 3).
+/// One algorithm end to end (sim/evaluate.hpp); a planner refusal is the user's (exit 2), a simulator failure is not
+/// (exit 3).
 using Run = sim::Evaluation;
 Run run_one(const std::string& algo, const ir::Workload& w, const topo::Topology& t, int domains, int ranks) {
   const auto req = sim::normalised_request({algo, w, ranks, domains});
@@ -54,8 +57,9 @@ json bottleneck_json(const sim::Bottleneck& b) {
   json traffic = json::array();
   for (const auto& k : b.traffic)
     traffic.push_back({{"kind", std::string(to_string(k.kind))}, {"messages", k.messages}, {"bytes", k.bytes}});
-  json j = {{"text", b.line()}, {"resource", b.resource}, {"class", b.resource_class}, {"utilisation", b.utilisation},
-            {"saturated", b.saturated}, {"figure", b.figure}};
+  json j = {{"text", b.line()},          {"resource", b.resource},
+            {"class", b.resource_class}, {"utilisation", b.utilisation},
+            {"saturated", b.saturated},  {"figure", b.figure}};
   if (b.resource_class == "compute" || b.resource_class == "memory") j["rank"] = b.rank;
   if (!traffic.empty()) j["traffic"] = traffic;
   return j;
@@ -69,14 +73,17 @@ json path_shares_json(const std::vector<sim::PathShare>& path) {
 
 json memory_json(const sim::MemoryVerdict& m) {
   if (!m.known) return {{"known", false}, {"buffers_gb", m.buffers_gb}, {"reserved_gb", m.reserved_gb}};
-  return {{"known", true}, {"fits", m.fits}, {"buffers_gb", m.buffers_gb}, {"reserved_gb", m.reserved_gb},
-          {"need_gb", m.need_gb}, {"gpu_memory_gb", m.have_gb}};
+  return {{"known", true},
+          {"fits", m.fits},
+          {"buffers_gb", m.buffers_gb},
+          {"reserved_gb", m.reserved_gb},
+          {"need_gb", m.need_gb},
+          {"gpu_memory_gb", m.have_gb}};
 }
 
 /// One warning line on stderr when the buffers do not fit (the answer itself still goes to stdout).
 void warn_if_not_fits(const sim::MemoryVerdict& m, const std::string& what = "") {
-  if (m.known && !m.fits)
-    std::cerr << fmt::format("charm: warning: {}{}\n", what.empty() ? "" : what + ": ", m.line());
+  if (m.known && !m.fits) std::cerr << fmt::format("charm: warning: {}{}\n", what.empty() ? "" : what + ": ", m.line());
 }
 
 void register_simulate(CLI::App& app) {
@@ -88,7 +95,8 @@ void register_simulate(CLI::App& app) {
     std::size_t path_limit = 64;
   };
   auto o = std::make_shared<Opts>();
-  auto* sub = app.add_subcommand("simulate", "simulate one algorithm on a topology (or --uniform) and report time, overlap, memory");
+  auto* sub = app.add_subcommand(
+      "simulate", "simulate one algorithm on a topology (or --uniform) and report time, overlap, memory");
   o->plan.add(*sub, /*with_ranks=*/false, /*with_plan_file=*/true);
   o->cluster.add(*sub);
   sub->add_option("--trace", o->trace, "write a Chrome trace (open in Perfetto / chrome://tracing)");
@@ -108,7 +116,8 @@ void register_simulate(CLI::App& app) {
     Run r;
     if (file_plan) {
       if (file_plan->ranks > topo.num_gpus())
-        fail(Error{"--plan", fmt::format("the plan has {} ranks; {} has {} GPUs", file_plan->ranks, topo.name, topo.num_gpus())});
+        fail(Error{"--plan",
+                   fmt::format("the plan has {} ranks; {} has {} GPUs", file_plan->ranks, topo.name, topo.num_gpus())});
       auto e = sim::evaluate_plan(std::move(*file_plan), topo);
       if (!e) throw RuntimeFailure{e.error().message()};
       r = std::move(e).value();
@@ -129,29 +138,30 @@ void register_simulate(CLI::App& app) {
     const sim::MemoryVerdict mem = sim::memory_verdict(s.peak_mem_bytes, o->cluster.reserved_gb, topo.gpu);
     warn_if_not_fits(mem);
     if (o->json_out) {
-      json j = {{"schema", 1},
-                {"algo", algo},
-                {"pass", std::string(to_string(w.pass))},
-                {"topology", topo.name},
-                {"ranks", ranks},
-                {"domains", domains},
-                {"workload", workload_json(r.plan.workload)},
-                {"time_ms", s.time_s * 1e3},
-                {"exposed_comm_ms", s.exposed_comm_s * 1e3},
-                {"exposed_comm_per_rank_ms", {{"mean", s.exposed_comm_mean_s * 1e3}, {"max", s.exposed_comm_max_s * 1e3}}},
-                {"idle_ms", {{"mean", s.idle_mean_s * 1e3}, {"max", s.idle_max_s * 1e3}}},
-                {"compute_busy_ms", {{"mean", s.busy_mean_s * 1e3}}},
-                {"ccr", ccr},
-                {"peak_mem_bytes", s.peak_mem_bytes},
-                {"peak_mem_per_rank_bytes", peaks},
-                {"critical_path", sim::critical_path_json(r.plan, r.result, o->path_limit)},
-                {"critical_path_length", r.result.critical_path.size()},
-                {"critical_path_shares", path_shares_json(ex.path)},
-                {"bottleneck", bottleneck_json(ex.bottleneck)},
-                {"memory", memory_json(mem)},
-                {"links", sim::links_json(topo, r.result)},
-                {"ops", r.plan.size()},
-                {"events", r.result.events}};
+      json j = {
+          {"schema", 1},
+          {"algo", algo},
+          {"pass", std::string(to_string(w.pass))},
+          {"topology", topo.name},
+          {"ranks", ranks},
+          {"domains", domains},
+          {"workload", workload_json(r.plan.workload)},
+          {"time_ms", s.time_s * 1e3},
+          {"exposed_comm_ms", s.exposed_comm_s * 1e3},
+          {"exposed_comm_per_rank_ms", {{"mean", s.exposed_comm_mean_s * 1e3}, {"max", s.exposed_comm_max_s * 1e3}}},
+          {"idle_ms", {{"mean", s.idle_mean_s * 1e3}, {"max", s.idle_max_s * 1e3}}},
+          {"compute_busy_ms", {{"mean", s.busy_mean_s * 1e3}}},
+          {"ccr", ccr},
+          {"peak_mem_bytes", s.peak_mem_bytes},
+          {"peak_mem_per_rank_bytes", peaks},
+          {"critical_path", sim::critical_path_json(r.plan, r.result, o->path_limit)},
+          {"critical_path_length", r.result.critical_path.size()},
+          {"critical_path_shares", path_shares_json(ex.path)},
+          {"bottleneck", bottleneck_json(ex.bottleneck)},
+          {"memory", memory_json(mem)},
+          {"links", sim::links_json(topo, r.result)},
+          {"ops", r.plan.size()},
+          {"events", r.result.events}};
       if (r.formula.available) {
         j["formula"] = formula_json(r.formula.time_s, r.formula.exposed_s);
         j["formula"]["basis"] = o->cluster.uniform ? "uniform" : "slowest ring hop as a uniform link";
@@ -162,27 +172,32 @@ void register_simulate(CLI::App& app) {
       std::cout << j.dump(1) << "\n";
       return;
     }
-    std::cout << fmt::format("# charm simulate: {} {} on {} ({} ranks, {} domains){}\n", algo, to_string(w.pass), topo.name, ranks, domains,
-                             o->plan.from_file() ? " from " + o->plan.plan_file : "");
-    std::cout << fmt::format("# workload: B={} S={} H={}/{} D={} {} {}{}\n", w.batch, w.seq, w.heads, w.kv_heads, w.head_dim,
-                             to_string(w.dtype), to_string(r.plan.workload.layout), w.causal ? " causal" : "");
+    std::cout << fmt::format("# charm simulate: {} {} on {} ({} ranks, {} domains){}\n", algo, to_string(w.pass),
+                             topo.name, ranks, domains, o->plan.from_file() ? " from " + o->plan.plan_file : "");
+    std::cout << fmt::format("# workload: B={} S={} H={}/{} D={} {} {}{}\n", w.batch, w.seq, w.heads, w.kv_heads,
+                             w.head_dim, to_string(w.dtype), to_string(r.plan.workload.layout),
+                             w.causal ? " causal" : "");
     std::cout << fmt::format("{:<28}{:>12.3f} ms\n", "time", s.time_s * 1e3);
-    std::cout << fmt::format("{:<28}{:>12.3f} ms  (per rank mean {:.3f}, max {:.3f})\n", "exposed communication", s.exposed_comm_s * 1e3,
-                             s.exposed_comm_mean_s * 1e3, s.exposed_comm_max_s * 1e3);
-    std::cout << fmt::format("{:<28}{:>12.3f} ms  (max {:.3f})\n", "compute idle (mean)", s.idle_mean_s * 1e3, s.idle_max_s * 1e3);
+    std::cout << fmt::format("{:<28}{:>12.3f} ms  (per rank mean {:.3f}, max {:.3f})\n", "exposed communication",
+                             s.exposed_comm_s * 1e3, s.exposed_comm_mean_s * 1e3, s.exposed_comm_max_s * 1e3);
+    std::cout << fmt::format("{:<28}{:>12.3f} ms  (max {:.3f})\n", "compute idle (mean)", s.idle_mean_s * 1e3,
+                             s.idle_max_s * 1e3);
     std::cout << fmt::format("{:<28}{:>12.3f} ms\n", "compute busy (mean)", s.busy_mean_s * 1e3);
     std::cout << fmt::format("{:<28}{:>12.3f}\n", "CCR (Eq. 7)", ccr);
-    std::cout << fmt::format("{:<28}{:>12.1f} MiB  ({})\n", "peak buffer memory", double(s.peak_mem_bytes) / (1 << 20), mem.line());
+    std::cout << fmt::format("{:<28}{:>12.1f} MiB  ({})\n", "peak buffer memory", double(s.peak_mem_bytes) / (1 << 20),
+                             mem.line());
     if (r.formula.available) {
-      std::cout << fmt::format("{:<28}{:>12.3f} ms  exposed {:.3f} ms  ({})\n", "formula (realised)", r.formula.time_s * 1e3,
-                               r.formula.exposed_s * 1e3, o->cluster.uniform ? "uniform" : "slowest ring hop");
-      std::cout << fmt::format("{:<28}{:>12.3f} ms  exposed {:.3f} ms\n", "formula (paper)", r.formula.paper_time_s * 1e3,
-                               r.formula.paper_exposed_s * 1e3);
-      if (!r.formula.applies) std::cout << fmt::format("{:<28}does not describe this run: {}\n", "formula", r.formula.why_not);
+      std::cout << fmt::format("{:<28}{:>12.3f} ms  exposed {:.3f} ms  ({})\n", "formula (realised)",
+                               r.formula.time_s * 1e3, r.formula.exposed_s * 1e3,
+                               o->cluster.uniform ? "uniform" : "slowest ring hop");
+      std::cout << fmt::format("{:<28}{:>12.3f} ms  exposed {:.3f} ms\n", "formula (paper)",
+                               r.formula.paper_time_s * 1e3, r.formula.paper_exposed_s * 1e3);
+      if (!r.formula.applies)
+        std::cout << fmt::format("{:<28}does not describe this run: {}\n", "formula", r.formula.why_not);
     }
     std::cout << fmt::format("{:<28}{}\n", "bottleneck", ex.bottleneck.line());
-    std::cout << fmt::format("critical path: {} ops, ending at rank {}: {}\n", r.result.critical_path.size(), r.result.last_rank,
-                             sim::path_shares_text(ex.path, s.time_s));
+    std::cout << fmt::format("critical path: {} ops, ending at rank {}: {}\n", r.result.critical_path.size(),
+                             r.result.last_rank, sim::path_shares_text(ex.path, s.time_s));
     if (ex.first_op != ir::kNone) {
       auto at = [&](ir::OpId id) {
         return fmt::format("rank {} {} [{:.3f} - {:.3f} ms]", r.plan.op(id).rank, ir::op_label(r.plan, id),
@@ -193,8 +208,9 @@ void register_simulate(CLI::App& app) {
     if (o->links) {
       std::cout << fmt::format("# {:<32}{:>10}{:>12}{:>10}{:>8}\n", "link", "GB/s", "bytes", "util", "flows");
       for (const auto& l : sim::links_json(topo, r.result))
-        std::cout << fmt::format("  {:<32}{:>10.1f}{:>12.3g}{:>10.3f}{:>8}\n", l["link"].get<std::string>(), l["bandwidth_gbps"].get<double>(),
-                                 l["bytes"].get<double>(), l["utilisation"].get<double>(), l["max_flows"].get<int>());
+        std::cout << fmt::format("  {:<32}{:>10.1f}{:>12.3g}{:>10.3f}{:>8}\n", l["link"].get<std::string>(),
+                                 l["bandwidth_gbps"].get<double>(), l["bytes"].get<double>(),
+                                 l["utilisation"].get<double>(), l["max_flows"].get<int>());
     }
     if (!o->trace.empty()) std::cout << fmt::format("wrote {}\n", o->trace);
   });
@@ -258,8 +274,8 @@ void register_compare(CLI::App& app) {
     }
     // Nothing computed is a failure (exit 2), not an empty answer: one line with the first reason.
     if (std::none_of(rows.begin(), rows.end(), [](const Row& r) { return r.ok; }))
-      fail(Error{"--algos", fmt::format("no algorithm could run this workload (the first: {} {}: {})", rows.front().algo,
-                                        rows.front().pass, rows.front().note)});
+      fail(Error{"--algos", fmt::format("no algorithm could run this workload (the first: {} {}: {})",
+                                        rows.front().algo, rows.front().pass, rows.front().note)});
     auto ring_time = [&](const std::string& pass) {
       for (const auto& r : rows)
         if (r.ok && r.algo == "ring" && r.pass == pass) return r.s.time_s;
@@ -287,17 +303,20 @@ void register_compare(CLI::App& app) {
         }
         res.push_back(j);
       }
-      json j = {{"schema", 1}, {"topology", {{"name", topo.name}, {"gpus", ranks}, {"domains", domains}}},
-                {"workload", workload_json(w)}, {"results", res}};
+      json j = {{"schema", 1},
+                {"topology", {{"name", topo.name}, {"gpus", ranks}, {"domains", domains}}},
+                {"workload", workload_json(w)},
+                {"results", res}};
       std::cout << j.dump(1) << "\n";
       return;
     }
     std::cout << fmt::format("# charm compare on {} ({} ranks, {} domains)\n", topo.name, ranks, domains);
-    std::cout << fmt::format("# workload: B={} S={} H={}/{} D={} {} {}{}\n", w.batch, w.seq, w.heads, w.kv_heads, w.head_dim,
-                             to_string(w.dtype), to_string(w.layout), w.causal ? " causal" : "");
-    std::cout << fmt::format("# {:>12} {:>5} {:>12} {:>12} {:>12} {:>12} {:>10}  {}\n", "algo", "pass", "time", "exposed", "idle(mean)",
-                             "peak mem", "speedup", "bound by");
-    std::cout << fmt::format("# {:>12} {:>5} {:>12} {:>12} {:>12} {:>12} {:>10}\n", "", "", "(ms)", "(ms)", "(ms)", "(MiB)", "(x ring)");
+    std::cout << fmt::format("# workload: B={} S={} H={}/{} D={} {} {}{}\n", w.batch, w.seq, w.heads, w.kv_heads,
+                             w.head_dim, to_string(w.dtype), to_string(w.layout), w.causal ? " causal" : "");
+    std::cout << fmt::format("# {:>12} {:>5} {:>12} {:>12} {:>12} {:>12} {:>10}  {}\n", "algo", "pass", "time",
+                             "exposed", "idle(mean)", "peak mem", "speedup", "bound by");
+    std::cout << fmt::format("# {:>12} {:>5} {:>12} {:>12} {:>12} {:>12} {:>10}\n", "", "", "(ms)", "(ms)", "(ms)",
+                             "(MiB)", "(x ring)");
     for (const auto& r : rows) {
       if (!r.ok) {
         std::cout << fmt::format("  {:>12} {:>5}   n/a: {}\n", r.algo, r.pass, r.note);
@@ -305,9 +324,10 @@ void register_compare(CLI::App& app) {
       }
       const double rt = ring_time(r.pass);
       const double sp = rt > 0 ? rt / r.s.time_s : 0;
-      std::cout << fmt::format("  {:>12} {:>5} {:>12.3f} {:>12.3f} {:>12.3f} {:>12.1f} {:>10}  {}{}\n", r.algo, r.pass, r.s.time_s * 1e3,
-                               r.s.exposed_comm_s * 1e3, r.s.idle_mean_s * 1e3, double(r.s.peak_mem_bytes) / (1 << 20),
-                               rt > 0 ? fmt::format("{:.2f}", sp) : "-", r.b.brief(), r.m.known && !r.m.fits ? "  DOES NOT FIT" : "");
+      std::cout << fmt::format("  {:>12} {:>5} {:>12.3f} {:>12.3f} {:>12.3f} {:>12.1f} {:>10}  {}{}\n", r.algo, r.pass,
+                               r.s.time_s * 1e3, r.s.exposed_comm_s * 1e3, r.s.idle_mean_s * 1e3,
+                               double(r.s.peak_mem_bytes) / (1 << 20), rt > 0 ? fmt::format("{:.2f}", sp) : "-",
+                               r.b.brief(), r.m.known && !r.m.fits ? "  DOES NOT FIT" : "");
     }
     // The best algorithm is the one a user would deploy: with both passes, the
     // fastest fwd + bwd among the algorithms that ran both.
@@ -347,7 +367,8 @@ void register_advise(CLI::App& app) {
     int top = 0;
   };
   auto o = std::make_shared<Opts>();
-  auto* sub = app.add_subcommand("advise", "which algorithm, layout and domain split to run, ranked by fwd+bwd time, with memory and why");
+  auto* sub = app.add_subcommand(
+      "advise", "which algorithm, layout and domain split to run, ranked by fwd+bwd time, with memory and why");
   o->workload.add(*sub);
   o->cluster.add(*sub);
   sub->add_option("--algos", o->algos, "comma-separated algorithms to consider (default: all)");
@@ -376,8 +397,8 @@ void register_advise(CLI::App& app) {
     }
     const sim::Advice& adv = *adv_ex;
     if (adv.candidates.empty())
-      fail(Error{"--algos", fmt::format("no candidate can run this workload ({} refused; the first: {}: {})", adv.refused.size(),
-                                        adv.refused.empty() ? "-" : adv.refused.front().label,
+      fail(Error{"--algos", fmt::format("no candidate can run this workload ({} refused; the first: {}: {})",
+                                        adv.refused.size(), adv.refused.empty() ? "-" : adv.refused.front().label,
                                         adv.refused.empty() ? "-" : adv.refused.front().reason)});
     const std::string what = w.pass == ir::PassKind::Both ? "fwd+bwd" : std::string(to_string(w.pass));
     for (const auto& c : adv.candidates) warn_if_not_fits(c.memory, c.label());
@@ -413,22 +434,30 @@ void register_advise(CLI::App& app) {
       std::cout << j.dump(1) << "\n";
       return;
     }
-    std::cout << fmt::format("# charm advise: B={} S={} H={}/{} D={} {}{} on {} ({} GPUs{}), ranked by {} time\n", w.batch, w.seq,
-                             w.heads, w.kv_heads, w.head_dim, to_string(w.dtype), w.causal ? " causal" : "", topo.name, adv.ranks,
+    std::cout << fmt::format("# charm advise: B={} S={} H={}/{} D={} {}{} on {} ({} GPUs{}), ranked by {} time\n",
+                             w.batch, w.seq, w.heads, w.kv_heads, w.head_dim, to_string(w.dtype),
+                             w.causal ? " causal" : "", topo.name, adv.ranks,
                              topo.gpu.memory_gb > 0 ? fmt::format(" x {:g} GB", topo.gpu.memory_gb) : "", what);
-    std::cout << fmt::format("# {} candidates, {} simulations in {:.2f} s; {} refused by their planner (listed at the end)\n",
-                             adv.candidates.size(), adv.simulations, adv.wall_s, adv.refused.size());
-    std::cout << fmt::format("# {:>2}  {:<24}{:>10}{:>10}{:>11}{:>8}{:>9}{:>6}  {}\n", "", "candidate", "fwd ms", "bwd ms", "total ms",
-                             "x best", "peak GB", "fits", "bound by (slower pass)");
+    std::cout << fmt::format(
+        "# {} candidates, {} simulations in {:.2f} s; {} refused by their planner (listed at the end)\n",
+        adv.candidates.size(), adv.simulations, adv.wall_s, adv.refused.size());
+    std::cout << fmt::format("# {:>2}  {:<24}{:>10}{:>10}{:>11}{:>8}{:>9}{:>6}  {}\n", "", "candidate", "fwd ms",
+                             "bwd ms", "total ms", "x best", "peak GB", "fits", "bound by (slower pass)");
     const double best = adv.candidates.front().total_ms;
-    const std::size_t rows = o->top > 0 ? std::min<std::size_t>(std::size_t(o->top), adv.candidates.size()) : adv.candidates.size();
-    auto ms = [](const std::optional<sim::PassOutcome>& p) { return p ? fmt::format("{:.2f}", p->time_ms) : std::string("-"); };
+    const std::size_t rows =
+        o->top > 0 ? std::min<std::size_t>(std::size_t(o->top), adv.candidates.size()) : adv.candidates.size();
+    auto ms = [](const std::optional<sim::PassOutcome>& p) {
+      return p ? fmt::format("{:.2f}", p->time_ms) : std::string("-");
+    };
     for (std::size_t i = 0; i < rows; ++i) {
       const auto& c = adv.candidates[i];
       const auto* slower = c.bwd && (!c.fwd || c.bwd->time_ms >= c.fwd->time_ms) ? &*c.bwd : c.fwd ? &*c.fwd : nullptr;
-      std::cout << fmt::format("  {:>2}  {:<24}{:>10}{:>10}{:>11.2f}{:>8.2f}{:>9.2f}{:>6}  {}{}\n", i + 1, c.label(), ms(c.fwd), ms(c.bwd),
-                               c.total_ms, c.total_ms / best, double(c.peak_mem_bytes) / 1e9,
-                               !c.memory.known ? "?" : c.memory.fits ? "yes" : "NO", slower ? (slower == (c.bwd ? &*c.bwd : nullptr) ? "bwd " : "fwd ") : "",
+      std::cout << fmt::format("  {:>2}  {:<24}{:>10}{:>10}{:>11.2f}{:>8.2f}{:>9.2f}{:>6}  {}{}\n", i + 1, c.label(),
+                               ms(c.fwd), ms(c.bwd), c.total_ms, c.total_ms / best, double(c.peak_mem_bytes) / 1e9,
+                               !c.memory.known ? "?"
+                               : c.memory.fits ? "yes"
+                                               : "NO",
+                               slower ? (slower == (c.bwd ? &*c.bwd : nullptr) ? "bwd " : "fwd ") : "",
                                slower ? slower->bottleneck.brief() : "");
     }
     const auto& b = adv.candidates.front();
@@ -439,7 +468,10 @@ void register_advise(CLI::App& app) {
         break;
       }
     std::cout << fmt::format("# best: {}: {:.2f} ms {}{}; {}\n", b.label(), b.total_ms, what,
-                             ring && ring != &b ? fmt::format(", {:.2f}x the best ring ({}, {:.2f} ms)", ring->total_ms / b.total_ms, ring->label(), ring->total_ms) : "",
+                             ring && ring != &b
+                                 ? fmt::format(", {:.2f}x the best ring ({}, {:.2f} ms)", ring->total_ms / b.total_ms,
+                                               ring->label(), ring->total_ms)
+                                 : "",
                              b.memory.line());
     std::cout << fmt::format("#   why: {}\n", b.bottleneck);
     if (b.fwd) std::cout << fmt::format("#   fwd critical path: {}\n", b.fwd->critical_path);
@@ -456,7 +488,8 @@ int gpu_arg(const topo::Topology& t, const std::string& s, const std::string& pa
   const auto index = check_number(s, NumberKind::Integer);
   if (!index) fail(Error{"--route", fmt::format("'{}': '{}' is neither a GPU index nor a GPU name", pair, s)});
   const int g = std::stoi(*index);
-  if (g < 0 || g >= t.num_gpus()) fail(Error{"--route", fmt::format("'{}': GPU {} is not in [0, {})", pair, g, t.num_gpus())});
+  if (g < 0 || g >= t.num_gpus())
+    fail(Error{"--route", fmt::format("'{}': GPU {} is not in [0, {})", pair, g, t.num_gpus())});
   return g;
 }
 
@@ -469,19 +502,26 @@ std::string route_path(const topo::Topology& t, int s, int d) {
 json route_json(const topo::Topology& t, int s, int d) {
   json hops = json::array();
   for (auto ch : t.route(s, d)) hops.push_back(t.channel_name(ch));
-  return {{"src", s}, {"dst", d}, {"hops", hops}, {"kind", std::string(to_string(t.route_kind(s, d)))},
-          {"fixed", t.route_overridden(s, d)}, {"bandwidth_gbps", t.route_bandwidth_gbps(s, d)}, {"latency_us", t.route_latency_us(s, d)}};
+  return {{"src", s},
+          {"dst", d},
+          {"hops", hops},
+          {"kind", std::string(to_string(t.route_kind(s, d)))},
+          {"fixed", t.route_overridden(s, d)},
+          {"bandwidth_gbps", t.route_bandwidth_gbps(s, d)},
+          {"latency_us", t.route_latency_us(s, d)}};
 }
 
 /// One pair, hop by hop: each channel's ends, kind, bandwidth, latency and sharing.
 void print_route(const topo::Topology& t, int s, int d) {
-  std::cout << fmt::format("route {} -> {} ({} -> {}): {}, {} hops, {:g} GB/s, {:g} us{}\n", s, d, t.vertex_names[std::size_t(s)],
-                           t.vertex_names[std::size_t(d)], to_string(t.route_kind(s, d)), t.route(s, d).size(),
-                           t.route_bandwidth_gbps(s, d), t.route_latency_us(s, d), t.route_overridden(s, d) ? ", fixed by the file" : "");
+  std::cout << fmt::format("route {} -> {} ({} -> {}): {}, {} hops, {:g} GB/s, {:g} us{}\n", s, d,
+                           t.vertex_names[std::size_t(s)], t.vertex_names[std::size_t(d)],
+                           to_string(t.route_kind(s, d)), t.route(s, d).size(), t.route_bandwidth_gbps(s, d),
+                           t.route_latency_us(s, d), t.route_overridden(s, d) ? ", fixed by the file" : "");
   for (auto ch : t.route(s, d)) {
     const auto& l = t.channel_link(ch);
-    std::cout << fmt::format("  {:<36} {:<7} {:>9g} GB/s {:>7g} us  {}\n", t.channel_name(ch), to_string(l.kind), l.bandwidth_gbps,
-                             l.latency_us, l.sharing == topo::Sharing::Shared ? "shared" : "dedicated");
+    std::cout << fmt::format("  {:<36} {:<7} {:>9g} GB/s {:>7g} us  {}\n", t.channel_name(ch), to_string(l.kind),
+                             l.bandwidth_gbps, l.latency_us,
+                             l.sharing == topo::Sharing::Shared ? "shared" : "dedicated");
   }
 }
 
@@ -501,24 +541,28 @@ void print_route_groups(const topo::Topology& t) {
       if (s == d) continue;
       std::string kinds;  // a file without kinds has nothing to list
       if (t.route_kind(s, d) != topo::LinkKind::Unspecified)
-        for (auto ch : t.route(s, d)) kinds += fmt::format("{}{}", kinds.empty() ? " (" : "-", to_string(t.channel_link(ch).kind));
+        for (auto ch : t.route(s, d))
+          kinds += fmt::format("{}{}", kinds.empty() ? " (" : "-", to_string(t.channel_link(ch).kind));
       if (!kinds.empty()) kinds += ")";
-      const std::string head = fmt::format("{} hops{}, {:g} GB/s, {:g} us{}", t.route(s, d).size(), kinds, t.route_bandwidth_gbps(s, d),
-                                           t.route_latency_us(s, d), t.route_overridden(s, d) ? ", fixed by the file" : "");
+      const std::string head =
+          fmt::format("{} hops{}, {:g} GB/s, {:g} us{}", t.route(s, d).size(), kinds, t.route_bandwidth_gbps(s, d),
+                      t.route_latency_us(s, d), t.route_overridden(s, d) ? ", fixed by the file" : "");
       const std::string key = fmt::format("{}|{}", int(t.route_kind(s, d)), head);
       auto [it, fresh] = index.emplace(key, groups.size());
       if (fresh) groups.push_back({key, head, route_path(t, s, d), {}, t.route_kind(s, d)});
       groups[it->second].pairs.emplace_back(s, d);
     }
   std::stable_sort(groups.begin(), groups.end(), [](const Group& a, const Group& b) { return a.kind < b.kind; });
-  std::cout << fmt::format("# routes of {}: {} GPUs, {} ordered pairs in {} groups (one pair hop by hop: --route SRC,DST)\n", t.name,
-                           t.num_gpus(), t.num_gpus() * (t.num_gpus() - 1), groups.size());
+  std::cout << fmt::format(
+      "# routes of {}: {} GPUs, {} ordered pairs in {} groups (one pair hop by hop: --route SRC,DST)\n", t.name,
+      t.num_gpus(), t.num_gpus() * (t.num_gpus() - 1), groups.size());
   constexpr std::size_t kShown = 8;
   for (const auto& g : groups) {
     std::cout << fmt::format("{:<7} {:>6} pairs  {}\n", to_string(g.kind), g.pairs.size(), g.head);
     std::cout << fmt::format("          e.g. {}\n", g.example);
     std::string list;
-    for (std::size_t i = 0; i < std::min(g.pairs.size(), kShown); ++i) list += fmt::format(" {}->{}", g.pairs[i].first, g.pairs[i].second);
+    for (std::size_t i = 0; i < std::min(g.pairs.size(), kShown); ++i)
+      list += fmt::format(" {}->{}", g.pairs[i].first, g.pairs[i].second);
     if (g.pairs.size() > kShown) list += fmt::format(" ... and {} more", g.pairs.size() - kShown);
     std::cout << fmt::format("          pairs:{}\n", list);
   }
@@ -573,5 +617,5 @@ const Registrar r2{register_compare};
 const Registrar r3{register_topo};
 const Registrar r4{register_advise};
 
-} // namespace
-} // namespace charm::cli
+}  // namespace
+}  // namespace charm::cli

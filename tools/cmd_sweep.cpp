@@ -48,7 +48,8 @@ Expected<std::vector<std::int64_t>> parse_list(const std::string& text, const st
   auto push = [&](std::int64_t v) -> Status {
     if (v < 1) return Error{flag, fmt::format("values must be >= 1, got {} in '{}'", v, text)};
     if (seen.insert(v).second) out.push_back(v);
-    if (out.size() > kMaxListValues) return Error{flag, fmt::format("more than {} values in '{}'", kMaxListValues, text)};
+    if (out.size() > kMaxListValues)
+      return Error{flag, fmt::format("more than {} values in '{}'", kMaxListValues, text)};
     return {};
   };
   if (text.empty()) return Error{flag, "expected a list like 1,2,4 or 4k..128k*2, got nothing"};
@@ -85,7 +86,8 @@ Expected<std::vector<std::int64_t>> parse_list(const std::string& text, const st
       return Error{flag, fmt::format("range '{}' needs a factor after '*', e.g. 4k..128k*2", item)};
     }
     if (*lo > *hi) return Error{flag, fmt::format("range '{}' runs downwards ({} > {})", item, *lo, *hi)};
-    if (op == '*' && step < 2) return Error{flag, fmt::format("range '{}': the factor must be >= 2, got {}", item, step)};
+    if (op == '*' && step < 2)
+      return Error{flag, fmt::format("range '{}': the factor must be >= 2, got {}", item, step)};
     if (op == '+' && step < 1) return Error{flag, fmt::format("range '{}': the step must be >= 1, got {}", item, step)};
     for (std::int64_t v = *lo; v <= *hi;) {
       if (auto s = push(v); !s) return s.error();
@@ -148,7 +150,8 @@ Expected<SetFlag> parse_set(const std::string& text) {
     for (const auto* e : {&lo, &hi, &step})
       if (!*e) return e->error();
     if (*lo > *hi) return bad(fmt::format("range '{}' runs downwards", item));
-    if (op == '*' && !(*lo > 0 && *step > 1)) return bad(fmt::format("range '{}' needs a start > 0 and a factor > 1", item));
+    if (op == '*' && !(*lo > 0 && *step > 1))
+      return bad(fmt::format("range '{}' needs a start > 0 and a factor > 1", item));
     if (op == '+' && !(*step > 0)) return bad(fmt::format("range '{}' needs a step > 0", item));
     // Each value from the start (no running sum to drift), rounded to 12 digits so 0.1..0.3+0.1 ends at 0.3.
     const double slack = 1e-9 * std::max(std::abs(*lo), std::abs(*hi));
@@ -175,7 +178,8 @@ void add_set_points(sim::SweepSpec& spec, const nlohmann::json& doc, const std::
     nlohmann::json edited = doc;
     std::vector<std::string> assigned;
     for (std::size_t k = 0; k < sets.size(); ++k) {
-      if (auto st = topo::set_number(edited, sets[k].field, point.values[k], file); !st) fail(Error{"--set", st.error().message()});
+      if (auto st = topo::set_number(edited, sets[k].field, point.values[k], file); !st)
+        fail(Error{"--set", st.error().message()});
       assigned.push_back(fmt::format("{}={}", sets[k].field, point.values[k]));
     }
     auto t = topo::parse_topology(edited, file);
@@ -200,7 +204,7 @@ extern "C" void on_signal(int sig) {
 class SignalGuard {
  public:
   SignalGuard() {
-    struct sigaction sa{};
+    struct sigaction sa {};
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_int_);
@@ -214,7 +218,8 @@ class SignalGuard {
   SignalGuard& operator=(const SignalGuard&) = delete;
 
  private:
-  struct sigaction old_int_{}, old_term_{};
+  struct sigaction old_int_ {
+  }, old_term_{};
 };
 
 // ---- progress ----
@@ -229,16 +234,20 @@ class Progress {
     constexpr int kWidth = 30;
     const int fill = static_cast<int>(frac * kWidth);
     const double rate = el > 0 ? double(done) / double(passes_) / el : 0;
-    const std::string eta = done > 0 && done < total ? fmt::format("  eta {:.0f}s", el / double(done) * double(total - done)) : "";
-    std::fprintf(stderr, "\r  sweep [%s%s] %3.0f%%  %zu/%zu configs  %.0f configs/s%s   ", std::string(std::size_t(fill), '#').c_str(),
-                 std::string(std::size_t(kWidth - fill), '.').c_str(), frac * 100, done / passes_, total / passes_, rate, eta.c_str());
+    const std::string eta =
+        done > 0 && done < total ? fmt::format("  eta {:.0f}s", el / double(done) * double(total - done)) : "";
+    std::fprintf(stderr, "\r  sweep [%s%s] %3.0f%%  %zu/%zu configs  %.0f configs/s%s   ",
+                 std::string(std::size_t(fill), '#').c_str(), std::string(std::size_t(kWidth - fill), '.').c_str(),
+                 frac * 100, done / passes_, total / passes_, rate, eta.c_str());
     std::fflush(stderr);
     drawn_ = true;
   }
   void finish() {
     if (drawn_) std::fputs("\n", stderr);
   }
-  [[nodiscard]] double elapsed() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
+  [[nodiscard]] double elapsed() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  }
 
  private:
   std::size_t passes_;
@@ -294,17 +303,19 @@ std::string read_text(const std::string& path, std::size_t limit = 2000) {
 }
 
 /// Draws the figure. Returns false (after saying why on stderr) when it could not; the CSV stands regardless.
-bool plot(const sim::SweepSpec& spec, const sim::SweepResult& res, const std::string& out, const std::string& script_out) {
+bool plot(const sim::SweepSpec& spec, const sim::SweepResult& res, const std::string& out,
+          const std::string& script_out) {
   const auto format = out.ends_with(".svg") ? sim::PlotFormat::Svg : sim::PlotFormat::Png;
   const std::string tmp_img = fmt::format("{}.tmp.{}", out, ::getpid());
   const std::string script = sim::sweep_gnuplot_script(spec, res, tmp_img, format);
   if (!script_out.empty()) write_file_atomic(script_out, sim::sweep_gnuplot_script(spec, res, out, format));
   const std::string gnuplot = find_on_path("gnuplot");
   if (gnuplot.empty()) {
-    std::fprintf(stderr,
-                 "charm sweep: gnuplot is not on PATH, so %s was not drawn (install it: scripts/setup.sh, or apt-get install "
-                 "gnuplot-nox); the CSV is written.\n",
-                 out.c_str());
+    std::fprintf(
+        stderr,
+        "charm sweep: gnuplot is not on PATH, so %s was not drawn (install it: scripts/setup.sh, or apt-get install "
+        "gnuplot-nox); the CSV is written.\n",
+        out.c_str());
     return false;
   }
   const std::string tmp_script = fmt::format("{}.gp.tmp.{}", out, ::getpid());
@@ -319,7 +330,8 @@ bool plot(const sim::SweepSpec& spec, const sim::SweepResult& res, const std::st
   if (!made || g_cancel.load()) {
     std::remove(tmp_img.c_str());
     if (!g_cancel.load())
-      std::fprintf(stderr, "charm sweep: gnuplot failed (exit %d), %s not written:\n%s\n", rc, out.c_str(), log.c_str());
+      std::fprintf(stderr, "charm sweep: gnuplot failed (exit %d), %s not written:\n%s\n", rc, out.c_str(),
+                   log.c_str());
     return false;
   }
   if (std::rename(tmp_img.c_str(), out.c_str()) != 0) {
@@ -342,9 +354,9 @@ void register_sweep(CLI::App& app) {
     double reserved_gb = 0;
   };
   auto o = std::make_shared<Opts>();
-  auto* sub = app.add_subcommand("sweep",
-                                 "what-if sweep: every algorithm over topologies x workload lists, speedup over ring vs CCR "
-                                 "(CSV, JSON, gnuplot figure)");
+  auto* sub = app.add_subcommand(
+      "sweep", "what-if sweep: every algorithm over topologies x workload lists, speedup over ring vs CCR "
+               "(CSV, JSON, gnuplot figure)");
   sub->footer(
       "Lists: 1,2,4 | 4k..128k*2 (x2 steps) | 64..256+64 (+64 steps) | 1..8, with size suffixes k, M, G.\n"
       "Example: charm sweep --topology topologies/l20-8-2numa.json,topologies/h20-8.json --batch 1,2,4 \\\n"
@@ -356,7 +368,8 @@ void register_sweep(CLI::App& app) {
   sub->add_option("--seq,-s", o->seq, "global sequence lengths (list)")->required();
   sub->add_option("--heads", o->heads, "query heads (list)")->required();
   sub->add_option("--head-dim", o->head_dim, "head dimensions (list)")->required();
-  sub->add_option("--kv-heads", o->kv_heads, "key/value heads (list; default: = heads; combinations that do not divide are skipped)");
+  sub->add_option("--kv-heads", o->kv_heads,
+                  "key/value heads (list; default: = heads; combinations that do not divide are skipped)");
   sub->add_option("--dtype", o->dtype, "bf16 | fp16 | fp32 (comma-separated for several)")->capture_default_str();
   sub->add_flag("--causal", o->causal, "causal mask");
   sub->add_option("--layout", o->layout, "contiguous | zigzag (comma-separated for several)")->capture_default_str();
@@ -369,8 +382,9 @@ void register_sweep(CLI::App& app) {
   sub->add_option("--out,-o", o->out, "CSV file, one row per configuration, algorithm and pass");
   sub->add_option("--json-out", o->json, "write the rows as JSON to this file");
   sub->add_flag("--json", o->json_stdout, "JSON output: the rows on stdout, as --json-out writes them");
-  sub->add_option("--plot", o->plot,
-                  "draw speedup vs CCR, vs sequence length and vs each --set field, and run time, with gnuplot (.png or .svg)");
+  sub->add_option(
+      "--plot", o->plot,
+      "draw speedup vs CCR, vs sequence length and vs each --set field, and run time, with gnuplot (.png or .svg)");
   sub->add_option("--plot-script", o->plot_script, "also keep the gnuplot script (data inline) to restyle the figure");
   sub->add_option("--jobs,-j", o->jobs, "worker threads (default: all cores)");
   sub->add_option("--reserved-gb", o->reserved_gb,
@@ -399,8 +413,10 @@ void register_sweep(CLI::App& app) {
       auto doc = topo::read_topology_json(files[i]);
       auto t = doc ? topo::parse_topology(*doc, files[i]) : Expected<topo::Topology>(doc.error());
       if (!t) fail(Error{"--topology", t.error().message()});
-      if (sets.empty()) spec.topologies.push_back(std::move(t).value());
-      else add_set_points(spec, *doc, files[i], i, sets);
+      if (sets.empty())
+        spec.topologies.push_back(std::move(t).value());
+      else
+        add_set_points(spec, *doc, files[i], i, sets);
     }
     // Workload lists.
     spec.batch = unwrap(parse_list(o->batch, "--batch"));
@@ -428,34 +444,42 @@ void register_sweep(CLI::App& app) {
     if (!(o->reserved_gb >= 0) || !std::isfinite(o->reserved_gb) || o->reserved_gb > 1e4)
       fail(Error{"--reserved-gb", fmt::format("must be a number of GB in [0, 10000], got {}", o->reserved_gb)});
     spec.reserved_gb = o->reserved_gb;
-    if (o->pass == "fwd") spec.passes = {ir::Phase::Fwd};
-    else if (o->pass == "bwd") spec.passes = {ir::Phase::Bwd};
-    else if (o->pass == "both") spec.passes = {ir::Phase::Fwd, ir::Phase::Bwd};
-    else fail(Error{"--pass", fmt::format("expected fwd, bwd or both, got '{}'", o->pass)});
+    if (o->pass == "fwd")
+      spec.passes = {ir::Phase::Fwd};
+    else if (o->pass == "bwd")
+      spec.passes = {ir::Phase::Bwd};
+    else if (o->pass == "both")
+      spec.passes = {ir::Phase::Fwd, ir::Phase::Bwd};
+    else
+      fail(Error{"--pass", fmt::format("expected fwd, bwd or both, got '{}'", o->pass)});
     // Outputs and jobs.
     if (!o->plot.empty() && !o->plot.ends_with(".png") && !o->plot.ends_with(".svg"))
       fail(Error{"--plot", fmt::format("'{}' must end in .png or .svg", o->plot)});
     if (o->out.empty() && o->json.empty() && !o->json_stdout)
       fail(Error{"--out", "give --out FILE (CSV), --json-out FILE, or --json (JSON on stdout)"});
     // Now, not after an hour of simulation.
-    check_output_paths({{"--out", o->out}, {"--json-out", o->json}, {"--plot", o->plot}, {"--plot-script", o->plot_script}});
+    check_output_paths(
+        {{"--out", o->out}, {"--json-out", o->json}, {"--plot", o->plot}, {"--plot-script", o->plot_script}});
     const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     // Omitted: every core. Given, it is a count (no value stands for "every core").
     const int jobs = sub->count("--jobs") == 0 ? hw : o->jobs;
     if (jobs < 1 || jobs > 1024) fail(Error{"--jobs", fmt::format("must be in [1, 1024], got {}", o->jobs)});
     const std::size_t configs = spec.num_configs();
     if (configs > kMaxConfigs)
-      fail(Error{"--seq", fmt::format("the lists make {} configurations, more than {}; narrow --batch/--seq/--heads/--head-dim/--set",
-                                      configs, kMaxConfigs)});
+      fail(Error{
+          "--seq",
+          fmt::format("the lists make {} configurations, more than {}; narrow --batch/--seq/--heads/--head-dim/--set",
+                      configs, kMaxConfigs)});
 
     // Run.
     const bool tty = ::isatty(STDERR_FILENO) != 0;
     g_cancel.store(false);
     g_signal = 0;
     const SignalGuard guard;
-    const std::string hardware = sets.empty() ? "" : fmt::format(" x {} hardware point{}", points, points == 1 ? "" : "s");
-    std::fprintf(stderr, "charm sweep: %zu configurations x %zu algorithms x %zu pass%s on %zu topolog%s%s, %d job%s\n", configs,
-                 spec.algos.size(), spec.passes.size(), spec.passes.size() == 1 ? "" : "es", files.size(),
+    const std::string hardware =
+        sets.empty() ? "" : fmt::format(" x {} hardware point{}", points, points == 1 ? "" : "s");
+    std::fprintf(stderr, "charm sweep: %zu configurations x %zu algorithms x %zu pass%s on %zu topolog%s%s, %d job%s\n",
+                 configs, spec.algos.size(), spec.passes.size(), spec.passes.size() == 1 ? "" : "es", files.size(),
                  files.size() == 1 ? "y" : "ies", hardware.c_str(), jobs, jobs == 1 ? "" : "s");
     std::fflush(stderr);
     Progress progress(spec.passes.size(), tty);
@@ -475,16 +499,22 @@ void register_sweep(CLI::App& app) {
 
     // Nothing computed is a failure, not an empty table.
     if (res.rows.empty() && res.failures.empty())
-      fail(Error{"--algos", fmt::format("no row: the planner refused every (configuration, algorithm, pass){}",
-                                        res.skip_reasons.empty() ? "" : "; the first reason: " + res.skip_reasons.begin()->first)});
+      fail(
+          Error{"--algos",
+                fmt::format("no row: the planner refused every (configuration, algorithm, pass){}",
+                            res.skip_reasons.empty() ? "" : "; the first reason: " + res.skip_reasons.begin()->first)});
     // Outputs, only now and each atomically.
     if (!o->out.empty()) write_file_atomic(o->out, sim::sweep_csv(spec, res));
     if (!o->json.empty()) write_file_atomic(o->json, sim::sweep_json(spec, res).dump(1) + "\n");
     const double rate = res.wall_s > 0 ? double(configs) / res.wall_s : 0;
-    std::fprintf(stderr, "charm sweep: %zu rows (%zu skipped) from %zu configurations in %.2f s (%.0f configs/s, %zu simulations)\n",
-                 res.rows.size(), res.skipped, configs, res.wall_s, rate, res.simulations);
+    std::fprintf(
+        stderr,
+        "charm sweep: %zu rows (%zu skipped) from %zu configurations in %.2f s (%.0f configs/s, %zu simulations)\n",
+        res.rows.size(), res.skipped, configs, res.wall_s, rate, res.simulations);
     if (res.skipped > 0) {
-      std::fprintf(stderr, "charm sweep: skipped %zu (configuration, algorithm, pass) combinations the planner refuses:\n", res.skipped);
+      std::fprintf(stderr,
+                   "charm sweep: skipped %zu (configuration, algorithm, pass) combinations the planner refuses:\n",
+                   res.skipped);
       std::size_t shown = 0;
       for (const auto& [what, n] : res.skip_reasons) {
         if (++shown > 6) {
@@ -508,7 +538,8 @@ void register_sweep(CLI::App& app) {
     if (!res.failures.empty()) {
       for (std::size_t i = 0; i < res.failures.size() && i < 3; ++i)
         std::fprintf(stderr, "charm sweep: simulation failed: %s\n", res.failures[i].c_str());
-      std::fprintf(stderr, "charm sweep: %zu simulations failed (a simulator bug; their rows are missing)\n", res.failures.size());
+      std::fprintf(stderr, "charm sweep: %zu simulations failed (a simulator bug; their rows are missing)\n",
+                   res.failures.size());
       exit_code() = kExitRuntime;
     }
   });
@@ -516,5 +547,5 @@ void register_sweep(CLI::App& app) {
 
 const Registrar reg{register_sweep};
 
-} // namespace
-} // namespace charm::cli
+}  // namespace
+}  // namespace charm::cli

@@ -42,7 +42,7 @@ void* allocate(std::size_t n) {
   return p;
 }
 
-} // namespace
+}  // namespace
 
 void* operator new(std::size_t n) { return allocate(n); }
 void* operator new[](std::size_t n) { return allocate(n); }

@@ -46,7 +46,8 @@ std::string with_suggestions(const std::string& what, const CLI::App& app) {
 }
 
 std::string version_text() {
-  return fmt::format("charm {} (commit {}, {} build, CUDA backend {})", CHARM_VERSION, CHARM_GIT_COMMIT, CHARM_BUILD_TYPE,
+  return fmt::format("charm {} (commit {}, {} build, CUDA backend {})", CHARM_VERSION, CHARM_GIT_COMMIT,
+                     CHARM_BUILD_TYPE,
 #ifdef CHARM_CLI_HAVE_CUDA
                      "built"
 #else
@@ -55,7 +56,7 @@ std::string version_text() {
   );
 }
 
-} // namespace
+}  // namespace
 
 int main(int argc, char** argv) {
   // An interrupt removes the temporaries of the output being written (cli_common.hpp).

@@ -22,17 +22,20 @@ struct PlanFlags {
   std::string plan_file;  // --plan: run or simulate this plan instead of building one
   void add(CLI::App& app, bool with_ranks = true, bool with_plan_file = false) {
     app_ = &app;
-    app.add_option("--algo,-a", algo, "ring | ring-zigzag | merge | rm+ | charm | allgather-kv | tasp | tasp-zigzag | ulysses | usp")
+    app.add_option("--algo,-a", algo,
+                   "ring | ring-zigzag | merge | rm+ | charm | allgather-kv | tasp | tasp-zigzag | ulysses | usp")
         ->capture_default_str()
         ->transform(algorithm_name());
     if (with_ranks) {
       app.add_option("--ranks,-n", ranks, "number of ranks (GPUs)")->capture_default_str();
-      app.add_option("--domains,-d", domains, "domains (NUMA nodes / servers) the ranks split into")->capture_default_str();
+      app.add_option("--domains,-d", domains, "domains (NUMA nodes / servers) the ranks split into")
+          ->capture_default_str();
       add_max_memory(app);
     }
     workload.add(app);
     if (with_plan_file)
-      app.add_option("--plan", plan_file, "a plan file (charm plan --out, or hand-edited): its algorithm, ranks and workload apply");
+      app.add_option("--plan", plan_file,
+                     "a plan file (charm plan --out, or hand-edited): its algorithm, ranks and workload apply");
   }
   [[nodiscard]] bool from_file() const { return !plan_file.empty(); }
   [[nodiscard]] sched::PlanRequest request() const {
@@ -56,10 +59,11 @@ struct PlanFlags {
       return unwrap(sched::make_plan(req));
     }
     // The file fixes what these flags describe; given with it they would be silently ignored.
-    for (const char* f : {"--algo", "--ranks", "--domains", "--batch", "--seq", "--heads", "--kv-heads", "--head-dim", "--dtype",
-                          "--causal", "--layout", "--pass"})
+    for (const char* f : {"--algo", "--ranks", "--domains", "--batch", "--seq", "--heads", "--kv-heads", "--head-dim",
+                          "--dtype", "--causal", "--layout", "--pass"})
       if (app_ != nullptr && app_->get_option_no_throw(f) != nullptr && app_->count(f) > 0)
-        fail(Error{f, fmt::format("the plan file {} fixes the algorithm, ranks and workload; drop {} or --plan", plan_file, f)});
+        fail(Error{f, fmt::format("the plan file {} fixes the algorithm, ranks and workload; drop {} or --plan",
+                                  plan_file, f)});
     ir::Plan plan = unwrap(ir::load_plan(plan_file));
     if (auto rep = sched::validate(plan); !rep.ok())
       fail(Error{"--plan", fmt::format("{} is not a valid plan: {}", plan_file, rep.summary(plan))});
@@ -70,4 +74,4 @@ struct PlanFlags {
   CLI::App* app_ = nullptr;
 };
 
-} // namespace charm::cli
+}  // namespace charm::cli

@@ -53,4 +53,4 @@ inline std::vector<RunBackend>& run_backends() {
   return b;
 }
 
-} // namespace charm::cli
+}  // namespace charm::cli

@@ -51,10 +51,10 @@ constexpr std::array<std::string_view, 6> kKindNames = {"nvlink", "pcie", "host"
 /// rank within its layer stands for its whole route, so comparing (rank of the
 /// previous vertex, last channel) compares two routes lexicographically.
 struct Labels {
-  std::vector<int> hops;           // -1: not reached
-  std::vector<double> weight;      // sum of tie weights along the route
-  std::vector<std::int32_t> via;   // the channel the route enters the vertex by
-  std::vector<int> rank;           // position of the route within its layer
+  std::vector<int> hops;          // -1: not reached
+  std::vector<double> weight;     // sum of tie weights along the route
+  std::vector<std::int32_t> via;  // the channel the route enters the vertex by
+  std::vector<int> rank;          // position of the route within its layer
 };
 
 bool tie_weight_less(double a, double b) {
@@ -107,7 +107,7 @@ void search(const Topology& t, const std::vector<std::vector<std::int32_t>>& out
   }
 }
 
-} // namespace
+}  // namespace
 
 std::string_view to_string(LinkKind k) { return kKindNames[static_cast<std::size_t>(k)]; }
 
@@ -135,24 +135,30 @@ Status Topology::finalize(int num_gpus, const std::string& where) {
       std::vector<int> prefix(gpu_place[g].begin(), gpu_place[g].begin() + domain_level + 1);
       if (!seen.empty() && seen.back() == prefix) continue;
       if (std::find(seen.begin(), seen.end(), prefix) != seen.end())
-        return Error{where, fmt::format("gpus[{}] ({}) is in {} {} again after another {}: number the GPUs {} by {} (rank r runs on GPU r, "
-                                        "and charm's domains are runs of consecutive ranks)",
-                                        g, vertex_names[g], levels.empty() ? "domain" : levels[std::size_t(domain_level)],
-                                        prefix.back(), levels.empty() ? "domain" : levels[std::size_t(domain_level)],
-                                        levels.empty() ? "domain" : levels[std::size_t(domain_level)],
-                                        levels.empty() ? "domain" : levels[std::size_t(domain_level)])};
+        return Error{
+            where,
+            fmt::format(
+                "gpus[{}] ({}) is in {} {} again after another {}: number the GPUs {} by {} (rank r runs on GPU r, "
+                "and charm's domains are runs of consecutive ranks)",
+                g, vertex_names[g], levels.empty() ? "domain" : levels[std::size_t(domain_level)], prefix.back(),
+                levels.empty() ? "domain" : levels[std::size_t(domain_level)],
+                levels.empty() ? "domain" : levels[std::size_t(domain_level)],
+                levels.empty() ? "domain" : levels[std::size_t(domain_level)])};
       seen.push_back(std::move(prefix));
     }
   }
   const auto V = static_cast<std::size_t>(num_vertices());
   const auto n = static_cast<std::size_t>(num_gpus);
   // Kinds are all or none: a kind compared with no kind has no meaning.
-  const auto unkinded = std::find_if(links.begin(), links.end(), [](const Link& l) { return l.kind == LinkKind::Unspecified; });
-  const auto kinded = std::find_if(links.begin(), links.end(), [](const Link& l) { return l.kind != LinkKind::Unspecified; });
+  const auto unkinded =
+      std::find_if(links.begin(), links.end(), [](const Link& l) { return l.kind == LinkKind::Unspecified; });
+  const auto kinded =
+      std::find_if(links.begin(), links.end(), [](const Link& l) { return l.kind != LinkKind::Unspecified; });
   if (unkinded != links.end() && kinded != links.end())
-    return Error{where, fmt::format("link {} ({}<->{}) has no kind but link {} has \"{}\": give every link a kind or none",
-                                    unkinded - links.begin(), vertex_names[std::size_t(unkinded->a)], vertex_names[std::size_t(unkinded->b)],
-                                    kinded - links.begin(), to_string(kinded->kind))};
+    return Error{where,
+                 fmt::format("link {} ({}<->{}) has no kind but link {} has \"{}\": give every link a kind or none",
+                             unkinded - links.begin(), vertex_names[std::size_t(unkinded->a)],
+                             vertex_names[std::size_t(unkinded->b)], kinded - links.begin(), to_string(kinded->kind))};
   const bool by_kind = kinded != links.end();
   // With kinds, a route's cost is (least preferred kind on it, hops, channel ids):
   // searching once per kind class, with only the links of that class or a
@@ -169,8 +175,10 @@ Status Topology::finalize(int num_gpus, const std::string& where) {
   std::vector<int> link_class(links.size(), 0);
   std::vector<double> tie(links.size(), 0.0);
   for (std::size_t i = 0; i < links.size(); ++i) {
-    if (by_kind) link_class[i] = static_cast<int>(links[i].kind);
-    else tie[i] = links[i].latency_us + 1000.0 / links[i].bandwidth_gbps;
+    if (by_kind)
+      link_class[i] = static_cast<int>(links[i].kind);
+    else
+      tie[i] = links[i].latency_us + 1000.0 / links[i].bandwidth_gbps;
   }
   std::vector<int> classes = link_class;
   std::sort(classes.begin(), classes.end());
@@ -185,7 +193,9 @@ Status Topology::finalize(int num_gpus, const std::string& where) {
   std::vector<std::pair<std::uint64_t, std::size_t>> overrides;
   for (std::size_t k = 0; k < route_overrides.size(); ++k) {
     const RouteOverride& o = route_overrides[k];
-    const auto bad = [&](const std::string& what) { return Error{where, fmt::format("route override {}: {}", k, what)}; };
+    const auto bad = [&](const std::string& what) {
+      return Error{where, fmt::format("route override {}: {}", k, what)};
+    };
     if (o.src < 0 || o.dst < 0 || std::size_t(o.src) >= n || std::size_t(o.dst) >= n || o.src == o.dst)
       return bad(fmt::format("needs two different GPUs, got {} and {}", o.src, o.dst));
     if (o.channels.empty() || o.channels.size() > std::size_t(kMaxHops))
@@ -194,7 +204,8 @@ Status Topology::finalize(int num_gpus, const std::string& where) {
     for (const auto ch : o.channels) {
       if (ch < 0 || ch >= num_channels() || channel_from(ch) != at) return bad("its channels do not form a path");
       at = channel_to(ch);
-      if (at != o.dst && std::size_t(at) < n) return bad(fmt::format("passes through GPU {}", vertex_names[std::size_t(at)]));
+      if (at != o.dst && std::size_t(at) < n)
+        return bad(fmt::format("passes through GPU {}", vertex_names[std::size_t(at)]));
     }
     if (at != o.dst) return bad("its channels do not end at its destination");
     overrides.emplace_back(std::uint64_t(o.src) * n + std::uint64_t(o.dst), k);
@@ -249,8 +260,10 @@ Status Topology::finalize(int num_gpus, const std::string& where) {
       search_from(s, dests, [](std::size_t, std::size_t) { return false; });
       for (std::size_t d = 0; d < dests; ++d) {
         if (d != s) {
-          if (!routed[d] || path[d].size() > std::size_t(kMaxHops)) ok = false;
-          else route_ch_.insert(route_ch_.end(), path[d].begin(), path[d].end());
+          if (!routed[d] || path[d].size() > std::size_t(kMaxHops))
+            ok = false;
+          else
+            route_ch_.insert(route_ch_.end(), path[d].begin(), path[d].end());
         }
         route_begin_[s * dests + d + 1] = static_cast<std::uint32_t>(route_ch_.size());
       }
@@ -262,7 +275,9 @@ Status Topology::finalize(int num_gpus, const std::string& where) {
   }
   // The table holds a route per GPU pair: beyond 4096 GPUs that alone is gigabytes.
   if (n > 4096)
-    return Error{where, fmt::format("{} GPUs: routes without a block structure are a table of every GPU pair, kept to 4096 GPUs", n)};
+    return Error{
+        where,
+        fmt::format("{} GPUs: routes without a block structure are a table of every GPU pair, kept to 4096 GPUs", n)};
   route_begin_.assign(n * n + 1, 0);
   for (std::size_t s = 0; s < n; ++s) {
     search_from(s, n, [&](std::size_t a, std::size_t b) { return override_index(int(a), int(b)) >= 0; });
@@ -270,8 +285,8 @@ Status Topology::finalize(int num_gpus, const std::string& where) {
       const std::size_t idx = s * n + d;
       if (d != s && override_index(int(s), int(d)) < 0) {
         if (!routed[d])
-          return Error{where, fmt::format("no route from GPU {} ({}) to GPU {} ({}): GPU {} is unreachable",
-                                          s, vertex_names[s], d, vertex_names[d], vertex_names[d])};
+          return Error{where, fmt::format("no route from GPU {} ({}) to GPU {} ({}): GPU {} is unreachable", s,
+                                          vertex_names[s], d, vertex_names[d], vertex_names[d])};
         if (path[d].size() > std::size_t(kMaxHops))
           return Error{where, fmt::format("route from {} to {} has {} hops, more than the {} supported",
                                           vertex_names[s], vertex_names[d], path[d].size(), kMaxHops)};
@@ -319,7 +334,8 @@ bool Topology::check_blocks(const std::vector<int>& link_class, const std::vecto
   // The block of a vertex (-1: shared), and a vertex of block 0 moved to block b.
   const auto block_of = [&](long v) -> long {
     if (v < G) return v / B.gpus;
-    if (v >= B.first_vertex && v < long(B.first_vertex) + long(B.count) * B.vertices) return (v - B.first_vertex) / B.vertices;
+    if (v >= B.first_vertex && v < long(B.first_vertex) + long(B.count) * B.vertices)
+      return (v - B.first_vertex) / B.vertices;
     return -1;
   };
   const auto moved = [&](long v, long b) -> long {
@@ -336,7 +352,8 @@ bool Topology::check_blocks(const std::vector<int>& link_class, const std::vecto
     if ((ba != b && ba != -1) || (bb != b && bb != -1) || (ba == -1 && bb == -1)) return false;
     // ... and is a copy of the first block's link at its place.
     if (moved(l0.a, b) != l.a || moved(l0.b, b) != l.b) return false;
-    if (link_class[i] != link_class[i - std::size_t(b * B.links)] || tie[i] != tie[i - std::size_t(b * B.links)]) return false;
+    if (link_class[i] != link_class[i - std::size_t(b * B.links)] || tie[i] != tie[i - std::size_t(b * B.links)])
+      return false;
   }
   // No route passes through a third block: within the first block, the switches
   // joined to each other (not through a GPU, which never forwards) reach shared
@@ -364,34 +381,37 @@ bool Topology::check_blocks(const std::vector<int>& link_class, const std::vecto
 std::string implausible(Quantity q, double x, std::string_view field) {
   if (!std::isfinite(x)) return fmt::format("must be a finite number, got {}", x);
   switch (q) {
-    case Quantity::Bandwidth:
-      if (!(x > 0)) return fmt::format("must be > 0, got {}", x);
-      if (x < kMinGbps) return fmt::format("must be >= {:g} GB/s (1 MB/s), got {}", kMinGbps, x);
-      if (x > kMaxGbps)
-        return fmt::format("must be <= {:g} GB/s, got {}: {} is in GB/s (1e9 bytes/s), not bytes/s or bits/s", kMaxGbps, x, field);
-      return {};
-    case Quantity::Tflops:
-      if (!(x > 0)) return fmt::format("must be > 0, got {}", x);
-      if (x < kMinTflops) return fmt::format("must be >= {:g} TFLOP/s (1 GFLOP/s), got {}", kMinTflops, x);
-      // Up to 1e19 the number is most likely a peak in FLOP/s.
-      if (x > kMaxTflops)
-        return x <= kMaxTflops * 1e12
-                   ? fmt::format("must be <= {:g} TFLOP/s, got {}: {} looks like FLOP/s; {} is in TFLOP/s (1e12 FLOP/s)", kMaxTflops, x, x, field)
-                   : fmt::format("must be <= {:g} TFLOP/s, got {}: {} is in TFLOP/s (1e12 FLOP/s)", kMaxTflops, x, field);
-      return {};
-    case Quantity::Latency:
-      if (!(x >= 0)) return fmt::format("must be >= 0, got {}", x);
-      if (x > kMaxLatencyUs) return fmt::format("must be <= {:g} us (one second), got {}: {} is in microseconds", kMaxLatencyUs, x, field);
-      return {};
-    case Quantity::Efficiency:
-      if (!(x > 0)) return fmt::format("must be > 0, got {}", x);
-      if (x > 1) return fmt::format("must be <= 1, got {}", x);
-      if (x < kMinEfficiency) return fmt::format("must be >= {:g} (a fraction of peak), got {}", kMinEfficiency, x);
-      return {};
-    case Quantity::HalfTokens:
-      if (!(x >= 0)) return fmt::format("must be >= 0, got {}", x);
-      if (x > kMaxHalfTokens) return fmt::format("must be <= {:g} tokens, got {}", kMaxHalfTokens, x);
-      return {};
+  case Quantity::Bandwidth:
+    if (!(x > 0)) return fmt::format("must be > 0, got {}", x);
+    if (x < kMinGbps) return fmt::format("must be >= {:g} GB/s (1 MB/s), got {}", kMinGbps, x);
+    if (x > kMaxGbps)
+      return fmt::format("must be <= {:g} GB/s, got {}: {} is in GB/s (1e9 bytes/s), not bytes/s or bits/s", kMaxGbps,
+                         x, field);
+    return {};
+  case Quantity::Tflops:
+    if (!(x > 0)) return fmt::format("must be > 0, got {}", x);
+    if (x < kMinTflops) return fmt::format("must be >= {:g} TFLOP/s (1 GFLOP/s), got {}", kMinTflops, x);
+    // Up to 1e19 the number is most likely a peak in FLOP/s.
+    if (x > kMaxTflops)
+      return x <= kMaxTflops * 1e12
+                 ? fmt::format("must be <= {:g} TFLOP/s, got {}: {} looks like FLOP/s; {} is in TFLOP/s (1e12 FLOP/s)",
+                               kMaxTflops, x, x, field)
+                 : fmt::format("must be <= {:g} TFLOP/s, got {}: {} is in TFLOP/s (1e12 FLOP/s)", kMaxTflops, x, field);
+    return {};
+  case Quantity::Latency:
+    if (!(x >= 0)) return fmt::format("must be >= 0, got {}", x);
+    if (x > kMaxLatencyUs)
+      return fmt::format("must be <= {:g} us (one second), got {}: {} is in microseconds", kMaxLatencyUs, x, field);
+    return {};
+  case Quantity::Efficiency:
+    if (!(x > 0)) return fmt::format("must be > 0, got {}", x);
+    if (x > 1) return fmt::format("must be <= 1, got {}", x);
+    if (x < kMinEfficiency) return fmt::format("must be >= {:g} (a fraction of peak), got {}", kMinEfficiency, x);
+    return {};
+  case Quantity::HalfTokens:
+    if (!(x >= 0)) return fmt::format("must be >= 0, got {}", x);
+    if (x > kMaxHalfTokens) return fmt::format("must be <= {:g} tokens, got {}", kMaxHalfTokens, x);
+    return {};
   }
   return {};
 }
@@ -418,4 +438,4 @@ Topology make_uniform(int gpus, GBps bw_gbps, double tflops, double latency_us, 
   return t;
 }
 
-} // namespace charm::topo
+}  // namespace charm::topo

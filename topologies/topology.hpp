@@ -57,12 +57,12 @@ enum class LinkKind : std::uint8_t { NvLink, Pcie, Host, Nic, Fabric, Unspecifie
 struct GpuSpec {
   std::string model = "gpu";
   double tflops_bf16 = 100.0, tflops_fp16 = 100.0, tflops_fp32 = 50.0;  // dense peak
-  GBps hbm_gbps = 0;                // 0: memory-bound ops are free
-  double efficiency_fwd = 1.0;      // attained fraction of peak on a large forward block
-  double efficiency_bwd = 1.0;      // ... on a large backward block
-  double half_tokens = 0;           // efficiency halves for a block side of this many tokens (0: shape-independent)
-  double launch_us = 0;             // per-kernel launch overhead
-  double memory_gb = 0;             // device memory in GB (1e9 bytes), datasheet figure; 0: unknown (no fit verdict)
+  GBps hbm_gbps = 0;                                                    // 0: memory-bound ops are free
+  double efficiency_fwd = 1.0;  // attained fraction of peak on a large forward block
+  double efficiency_bwd = 1.0;  // ... on a large backward block
+  double half_tokens = 0;       // efficiency halves for a block side of this many tokens (0: shape-independent)
+  double launch_us = 0;         // per-kernel launch overhead
+  double memory_gb = 0;         // device memory in GB (1e9 bytes), datasheet figure; 0: unknown (no fit verdict)
   [[nodiscard]] double peak_flops(ir::DType t) const {
     return 1e12 * (t == ir::DType::FP32 ? tflops_fp32 : t == ir::DType::FP16 ? tflops_fp16 : tflops_bf16);
   }
@@ -143,7 +143,7 @@ class Topology {
  public:
   std::string name;
   std::string notes;
-  GpuSpec gpu;                        // every GPU has this spec
+  GpuSpec gpu;  // every GPU has this spec
   std::vector<std::string> vertex_names;
   std::vector<Link> links;
   /// Hierarchy level names, outermost first (e.g. {"node", "numa"}), and per GPU its index at each level.
@@ -228,4 +228,4 @@ enum class Quantity : std::uint8_t {
 /// and a GPU may talk to any number of peers at once. Latency is split over the two hops.
 [[nodiscard]] Topology make_uniform(int gpus, GBps bw_gbps, double tflops, double latency_us = 0, GBps hbm_gbps = 0);
 
-} // namespace charm::topo
+}  // namespace charm::topo

@@ -84,7 +84,8 @@ Ex<double> get_number(const Node& n, const char* key, bool required, double def,
 }
 
 /// A physical number (topology.hpp's plausible ranges); `zero_is_none` lets 0 stand for "no limit" or "free".
-Ex<double> get_quantity(const Node& n, const char* key, bool required, double def, Quantity q, bool zero_is_none = false) {
+Ex<double> get_quantity(const Node& n, const char* key, bool required, double def, Quantity q,
+                        bool zero_is_none = false) {
   auto x = get_number(n, key, required, def, false, false);
   if (!x || !n.has(key) || (zero_is_none && *x == 0)) return x;
   if (const auto why = implausible(q, *x, key); !why.empty()) return n.at(key).error(why);
@@ -122,14 +123,16 @@ Ex<std::string> get_string(const Node& n, const char* key, bool required, const 
   return v.j.get<std::string>();
 }
 
-#define TRY_ASSIGN(var, expr)           \
-  auto var##_ex = (expr);               \
-  if (!var##_ex) return var##_ex.error(); \
+#define TRY_ASSIGN(var, expr)                                                                                          \
+  auto var##_ex = (expr);                                                                                              \
+  if (!var##_ex) return var##_ex.error();                                                                              \
   auto var = std::move(var##_ex).value()
 
 Status parse_gpu(const Node& n, GpuSpec& g) {
   if (!n.j.is_object()) return n.error("must be an object");
-  if (auto s = check_fields(n, {"model", "tflops", "hbm_gbps", "efficiency", "half_tokens", "launch_us", "memory_gb"}); !s) return s;
+  if (auto s = check_fields(n, {"model", "tflops", "hbm_gbps", "efficiency", "half_tokens", "launch_us", "memory_gb"});
+      !s)
+    return s;
   TRY_ASSIGN(model, get_string(n, "model", false, "gpu"));
   g.model = model;
   if (!n.has("tflops")) return n.missing("tflops");
@@ -184,16 +187,23 @@ Status parse_gpu(const Node& n, GpuSpec& g) {
 Status parse_link_params(const Node& n, Link& l, const char* default_sharing) {
   if (!n.j.is_object()) return n.error("must be an object");
   if (n.path == "inter") {
-    if (auto s = check_fields(n, {"bandwidth_gbps", "latency_us", "sharing", "per_flow_gbps", "injection_gbps", "nic", "gpus_per_nic",
-                                  "pcie_gbps"});
+    if (auto s = check_fields(n, {"bandwidth_gbps", "latency_us", "sharing", "per_flow_gbps", "injection_gbps", "nic",
+                                  "gpus_per_nic", "pcie_gbps"});
         !s)
       return s;
   } else if (n.path == "intra") {
-    if (auto s = check_fields(n, {"bandwidth_gbps", "latency_us", "sharing", "per_flow_gbps", "injection_gbps", "kind"}); !s) return s;
+    if (auto s =
+            check_fields(n, {"bandwidth_gbps", "latency_us", "sharing", "per_flow_gbps", "injection_gbps", "kind"});
+        !s)
+      return s;
   } else if (default_sharing != nullptr) {
-    if (auto s = check_fields(n, {"bandwidth_gbps", "latency_us", "sharing", "per_flow_gbps", "injection_gbps"}); !s) return s;
+    if (auto s = check_fields(n, {"bandwidth_gbps", "latency_us", "sharing", "per_flow_gbps", "injection_gbps"}); !s)
+      return s;
   } else {
-    if (auto s = check_fields(n, {"a", "b", "bandwidth_gbps", "latency_us", "sharing", "per_flow_gbps", "injection_gbps", "kind", "name"}); !s) return s;
+    if (auto s = check_fields(n, {"a", "b", "bandwidth_gbps", "latency_us", "sharing", "per_flow_gbps",
+                                  "injection_gbps", "kind", "name"});
+        !s)
+      return s;
   }
   TRY_ASSIGN(bw, get_quantity(n, "bandwidth_gbps", true, 0, Quantity::Bandwidth));
   TRY_ASSIGN(lat, get_quantity(n, "latency_us", false, 0, Quantity::Latency));
@@ -204,9 +214,12 @@ Status parse_link_params(const Node& n, Link& l, const char* default_sharing) {
   l.per_flow_gbps = per_flow;
   TRY_ASSIGN(injection, get_quantity(n, "injection_gbps", false, 0, Quantity::Bandwidth, /*zero_is_none=*/true));
   l.injection_gbps = injection;
-  if (sharing == "shared") l.sharing = Sharing::Shared;
-  else if (sharing == "dedicated") l.sharing = Sharing::Dedicated;
-  else return n.at("sharing").error(fmt::format("must be \"shared\" or \"dedicated\", got \"{}\"", sharing));
+  if (sharing == "shared")
+    l.sharing = Sharing::Shared;
+  else if (sharing == "dedicated")
+    l.sharing = Sharing::Dedicated;
+  else
+    return n.at("sharing").error(fmt::format("must be \"shared\" or \"dedicated\", got \"{}\"", sharing));
   if (n.has("kind")) {
     TRY_ASSIGN(kind, get_string(n, "kind", true, ""));
     const auto k = link_kind_from(kind);
@@ -214,7 +227,8 @@ Status parse_link_params(const Node& n, Link& l, const char* default_sharing) {
       if (k != LinkKind::NvLink && k != LinkKind::Pcie)
         return n.at("kind").error(fmt::format("must be \"nvlink\" or \"pcie\", got \"{}\"", kind));
     } else if (!k) {
-      return n.at("kind").error(fmt::format("must be \"nvlink\", \"pcie\", \"host\", \"nic\" or \"fabric\", got \"{}\"", kind));
+      return n.at("kind").error(
+          fmt::format("must be \"nvlink\", \"pcie\", \"host\", \"nic\" or \"fabric\", got \"{}\"", kind));
     }
     l.kind = *k;
   }
@@ -222,8 +236,10 @@ Status parse_link_params(const Node& n, Link& l, const char* default_sharing) {
 }
 
 Status parse_explicit(const Node& root, Topology& t, int& num_gpus_out) {
-  if (auto s = check_fields(root, {"schema", "name", "notes", "gpu", "levels", "gpus", "switches", "links", "domain", "routes", "calibration"},
-                            " in an explicit topology (one with \"gpus\" and \"links\")");
+  if (auto s = check_fields(
+          root,
+          {"schema", "name", "notes", "gpu", "levels", "gpus", "switches", "links", "domain", "routes", "calibration"},
+          " in an explicit topology (one with \"gpus\" and \"links\")");
       !s)
     return s;
   // levels
@@ -246,7 +262,8 @@ Status parse_explicit(const Node& root, Topology& t, int& num_gpus_out) {
     }
   } else if (gp.j.is_array()) {
     if (gp.j.empty()) return gp.error("must list at least one GPU");
-    if (gp.j.size() > std::size_t(kMaxGpus)) return gp.error(fmt::format("at most {} GPUs are supported, got {}", kMaxGpus, gp.j.size()));
+    if (gp.j.size() > std::size_t(kMaxGpus))
+      return gp.error(fmt::format("at most {} GPUs are supported, got {}", kMaxGpus, gp.j.size()));
     for (std::size_t i = 0; i < gp.j.size(); ++i) {
       const Node g = gp.at(i);
       if (g.j.is_string()) {
@@ -287,7 +304,8 @@ Status parse_explicit(const Node& root, Topology& t, int& num_gpus_out) {
   }
   for (std::size_t v = 0; v < t.vertex_names.size(); ++v) {
     if (!index.emplace(t.vertex_names[v], int(v)).second)
-      return Error{root.src, fmt::format("{}: duplicate vertex name \"{}\"", v < std::size_t(num_gpus) ? "gpus" : "switches", t.vertex_names[v])};
+      return Error{root.src, fmt::format("{}: duplicate vertex name \"{}\"",
+                                         v < std::size_t(num_gpus) ? "gpus" : "switches", t.vertex_names[v])};
   }
   if (!root.has("links")) return root.missing("links");
   const Node ln = root.at("links");
@@ -312,8 +330,9 @@ Status parse_explicit(const Node& root, Topology& t, int& num_gpus_out) {
   const auto has_kind = [&](const Link& l) { return l.kind != LinkKind::Unspecified; };
   if (const auto k = std::find_if(t.links.begin(), t.links.end(), has_kind); k != t.links.end())
     if (const auto u = std::find_if_not(t.links.begin(), t.links.end(), has_kind); u != t.links.end())
-      return Error{root.src, fmt::format("links[{}].kind: missing, but links[{}] has one: give every link a kind or none",
-                                         u - t.links.begin(), k - t.links.begin())};
+      return Error{root.src,
+                   fmt::format("links[{}].kind: missing, but links[{}] has one: give every link a kind or none",
+                               u - t.links.begin(), k - t.links.begin())};
   if (root.has("domain")) {
     TRY_ASSIGN(d, get_string(root, "domain", true, ""));
     auto it = std::find(t.levels.begin(), t.levels.end(), d);
@@ -327,16 +346,18 @@ Status parse_explicit(const Node& root, Topology& t, int& num_gpus_out) {
 }
 
 Status parse_generator(const Node& root, Topology& t, int& num_gpus_out) {
-  if (auto s = check_fields(root, {"schema", "name", "notes", "gpu", "nodes", "gpus_per_node", "numa_per_node", "intra", "numa",
-                                   "inter", "domain", "routes", "calibration"},
+  if (auto s = check_fields(root,
+                            {"schema", "name", "notes", "gpu", "nodes", "gpus_per_node", "numa_per_node", "intra",
+                             "numa", "inter", "domain", "routes", "calibration"},
                             " in a generated topology (one with \"nodes\")");
       !s)
     return s;
   TRY_ASSIGN(nodes, get_int(root, "nodes", true, 1, 1, kMaxGeneratedGpus));
   TRY_ASSIGN(per_node, get_int(root, "gpus_per_node", true, 1, 1, kMaxGpus));
   if (nodes * per_node > kMaxGeneratedGpus)
-    return root.at("gpus_per_node").error(
-        fmt::format("nodes x gpus_per_node = {} x {}: at most {} GPUs are supported", nodes, per_node, kMaxGeneratedGpus));
+    return root.at("gpus_per_node")
+        .error(fmt::format("nodes x gpus_per_node = {} x {}: at most {} GPUs are supported", nodes, per_node,
+                           kMaxGeneratedGpus));
   TRY_ASSIGN(numa, get_int(root, "numa_per_node", false, 1, 1, kMaxGpus));
   if (per_node % numa != 0)
     return root.at("numa_per_node").error(fmt::format("must divide gpus_per_node ({}), got {}", per_node, numa));
@@ -346,7 +367,8 @@ Status parse_generator(const Node& root, Topology& t, int& num_gpus_out) {
   // Dedicated GPU links are NVLink through NVSwitch, shared ones a PCIe switch,
   // unless intra.kind says otherwise; within a node both rank before the host
   // bridge and the NIC, so the choice only names the links.
-  if (intra.kind == LinkKind::Unspecified) intra.kind = intra.sharing == Sharing::Dedicated ? LinkKind::NvLink : LinkKind::Pcie;
+  if (intra.kind == LinkKind::Unspecified)
+    intra.kind = intra.sharing == Sharing::Dedicated ? LinkKind::NvLink : LinkKind::Pcie;
   Link numa_link, inter;
   numa_link.kind = LinkKind::Host;
   inter.kind = LinkKind::Nic;  // one link stands for the NIC and its port on the non-blocking fabric
@@ -364,7 +386,8 @@ Status parse_generator(const Node& root, Topology& t, int& num_gpus_out) {
     const Node in = root.at("inter");
     if (auto s = parse_link_params(in, inter, "shared"); !s) return s.error();
     TRY_ASSIGN(n, get_string(in, "nic", false, "per_gpu"));
-    if (n != "per_gpu" && n != "per_node") return in.at("nic").error(fmt::format("must be \"per_gpu\" or \"per_node\", got \"{}\"", n));
+    if (n != "per_gpu" && n != "per_node")
+      return in.at("nic").error(fmt::format("must be \"per_gpu\" or \"per_node\", got \"{}\"", n));
     nic = n;
     if (in.has("gpus_per_nic")) {
       if (in.has("nic")) return in.at("gpus_per_nic").error("give \"nic\" or \"gpus_per_nic\", not both");
@@ -394,7 +417,8 @@ Status parse_generator(const Node& root, Topology& t, int& num_gpus_out) {
   const int fabric = nodes > 1 ? add_vertex("fabric") : -1;
   for (long nd = 0; nd < nodes; ++nd) {
     std::vector<int> sw;
-    for (long m = 0; m < numa; ++m) sw.push_back(add_vertex(numa > 1 ? fmt::format("n{}.numa{}.switch", nd, m) : fmt::format("n{}.switch", nd)));
+    for (long m = 0; m < numa; ++m)
+      sw.push_back(add_vertex(numa > 1 ? fmt::format("n{}.numa{}.switch", nd, m) : fmt::format("n{}.switch", nd)));
     const int host = numa > 1 ? add_vertex(fmt::format("n{}.host", nd)) : sw[0];
     for (long g = 0; g < per_node; ++g) {
       Link l = intra;
@@ -447,10 +471,14 @@ Status parse_generator(const Node& root, Topology& t, int& num_gpus_out) {
   }
   std::string dflt = nodes > 1 ? "node" : numa > 1 ? "numa" : "none";
   TRY_ASSIGN(domain, get_string(root, "domain", false, dflt));
-  if (domain == "node") t.domain_level = nodes > 1 ? 0 : -1;
-  else if (domain == "numa") t.domain_level = 1;
-  else if (domain == "none") t.domain_level = -1;
-  else return root.at("domain").error(fmt::format("must be \"node\", \"numa\" or \"none\", got \"{}\"", domain));
+  if (domain == "node")
+    t.domain_level = nodes > 1 ? 0 : -1;
+  else if (domain == "numa")
+    t.domain_level = 1;
+  else if (domain == "none")
+    t.domain_level = -1;
+  else
+    return root.at("domain").error(fmt::format("must be \"node\", \"numa\" or \"none\", got \"{}\"", domain));
   num_gpus_out = G;
   return {};
 }
@@ -483,7 +511,8 @@ Status parse_routes(const Node& root, Topology& t, int num_gpus) {
     };
     TRY_ASSIGN(src, gpu("src"));
     TRY_ASSIGN(dst, gpu("dst"));
-    if (src == dst) return r.at("dst").error(fmt::format("\"{}\" is also the source", t.vertex_names[std::size_t(dst)]));
+    if (src == dst)
+      return r.at("dst").error(fmt::format("\"{}\" is also the source", t.vertex_names[std::size_t(dst)]));
     std::vector<int> stops{src};
     std::vector<std::string> stop_path{r.at("src").path};
     if (r.has("via")) {
@@ -495,7 +524,8 @@ Status parse_routes(const Node& root, Topology& t, int num_gpus) {
         const auto nm = h.j.get<std::string>();
         const auto it = index.find(nm);
         if (it == index.end()) return h.error(fmt::format("unknown switch \"{}\"", nm));
-        if (it->second < num_gpus) return h.error(fmt::format("\"{}\" is a GPU: a route never passes through another GPU", nm));
+        if (it->second < num_gpus)
+          return h.error(fmt::format("\"{}\" is a GPU: a route never passes through another GPU", nm));
         if (std::find(stops.begin(), stops.end(), it->second) != stops.end())
           return h.error(fmt::format("\"{}\" comes twice: a route passes a switch once", nm));
         stops.push_back(it->second);
@@ -510,13 +540,14 @@ Status parse_routes(const Node& root, Topology& t, int num_gpus) {
     for (std::size_t k = 1; k < stops.size(); ++k) {
       const auto it = channel.find({stops[k - 1], stops[k]});
       if (it == channel.end())
-        return Error{root.src, fmt::format("{}: no link joins \"{}\" and \"{}\"", stop_path[k], t.vertex_names[std::size_t(stops[k - 1])],
-                                           t.vertex_names[std::size_t(stops[k])])};
+        return Error{root.src,
+                     fmt::format("{}: no link joins \"{}\" and \"{}\"", stop_path[k],
+                                 t.vertex_names[std::size_t(stops[k - 1])], t.vertex_names[std::size_t(stops[k])])};
       o.channels.push_back(it->second);
     }
     if (const auto [it, fresh] = given.emplace(std::pair{src, dst}, i); !fresh)
-      return r.error(fmt::format("a second route from \"{}\" to \"{}\" (routes[{}] is the first)", t.vertex_names[std::size_t(src)],
-                                 t.vertex_names[std::size_t(dst)], it->second));
+      return r.error(fmt::format("a second route from \"{}\" to \"{}\" (routes[{}] is the first)",
+                                 t.vertex_names[std::size_t(src)], t.vertex_names[std::size_t(dst)], it->second));
     t.route_overrides.push_back(std::move(o));
   }
   const std::size_t m = t.route_overrides.size();
@@ -530,7 +561,7 @@ Status parse_routes(const Node& root, Topology& t, int num_gpus) {
   return {};
 }
 
-} // namespace
+}  // namespace
 
 Expected<Topology> parse_topology(const nlohmann::json& j, const std::string& source) {
   const Node root{j, "", source};
@@ -541,13 +572,15 @@ Expected<Topology> parse_topology(const nlohmann::json& j, const std::string& so
   t.name = name_ex.value();
   if (root.has("notes")) {
     const Node n = root.at("notes");
-    if (n.j.is_string()) t.notes = n.j.get<std::string>();
+    if (n.j.is_string())
+      t.notes = n.j.get<std::string>();
     else if (n.j.is_array()) {
       for (const auto& s : n.j) {
         if (!s.is_string()) return n.error("must be a string or an array of strings");
         t.notes += (t.notes.empty() ? "" : "\n") + s.get<std::string>();
       }
-    } else return n.error("must be a string or an array of strings");
+    } else
+      return n.error("must be a string or an array of strings");
   }
   if (root.has("schema")) {
     const Node s = root.at("schema");
@@ -555,7 +588,8 @@ Expected<Topology> parse_topology(const nlohmann::json& j, const std::string& so
     if (s.j != 1) return s.error(fmt::format("unsupported schema version {} (expected 1)", s.j.dump()));
   }
   // What `charm calibrate` fitted and from what: kept with the values, not read.
-  if (root.has("calibration") && !root.at("calibration").j.is_object()) return root.at("calibration").error("must be an object");
+  if (root.has("calibration") && !root.at("calibration").j.is_object())
+    return root.at("calibration").error("must be an object");
   if (!root.has("gpu")) return root.missing("gpu");
   if (auto s = parse_gpu(root.at("gpu"), t.gpu); !s) return s.error();
   int num_gpus = 0;
@@ -572,12 +606,12 @@ Expected<nlohmann::json> parse_json_text(const std::string& text, const std::str
   return parse_json_strict(text, source);
 }
 
-
-} // namespace
+}  // namespace
 
 Expected<nlohmann::json::json_pointer> field_pointer(const std::string& path, std::string_view noun) {
   auto bad = [&](const std::string& why) {
-    return Error{path, fmt::format("not a {} path ({}); write it like inter.bandwidth_gbps or links[3].latency_us", noun, why)};
+    return Error{
+        path, fmt::format("not a {} path ({}); write it like inter.bandwidth_gbps or links[3].latency_us", noun, why)};
   };
   if (path.empty()) return bad("empty");
   std::string ptr;
@@ -590,12 +624,14 @@ Expected<nlohmann::json::json_pointer> field_pointer(const std::string& path, st
     while (j < path.size() && path[j] == '[') {
       std::size_t k = j + 1;
       while (k < path.size() && std::isdigit(static_cast<unsigned char>(path[k]))) ++k;
-      if (k == j + 1 || k >= path.size() || path[k] != ']') return bad(fmt::format("expected [index] at character {}", j + 1));
+      if (k == j + 1 || k >= path.size() || path[k] != ']')
+        return bad(fmt::format("expected [index] at character {}", j + 1));
       ptr.append(1, '/').append(path, j + 1, k - j - 1);
       j = k + 1;
     }
     if (j < path.size()) {
-      if (path[j] != '.' || j + 1 == path.size()) return bad(fmt::format("unexpected '{}' at character {}", path[j], j + 1));
+      if (path[j] != '.' || j + 1 == path.size())
+        return bad(fmt::format("unexpected '{}' at character {}", path[j], j + 1));
       ++j;
     }
     i = j;
@@ -633,27 +669,43 @@ Status set_number(nlohmann::json& doc, const std::string& path, double value, co
     std::string keys;
     for (const auto& item : v.items())
       if (item.value().is_number()) keys += fmt::format("{}{}.{}", keys.empty() ? "" : ", ", path, item.key());
-    return Error{path, fmt::format("is an object in {}; set one of its numbers{}", source, keys.empty() ? "" : " (" + keys + ")")};
+    return Error{path, fmt::format("is an object in {}; set one of its numbers{}", source,
+                                   keys.empty() ? "" : " (" + keys + ")")};
   }
   if (!v.is_number()) return Error{path, fmt::format("is not a number in {} (it is {})", source, v.dump())};
   constexpr double kExactInts = 9007199254740992.0;  // 2^53: every whole double below is an exact int64
-  if (std::trunc(value) == value && std::abs(value) < kExactInts) v = static_cast<std::int64_t>(value);
-  else v = value;
+  if (std::trunc(value) == value && std::abs(value) < kExactInts)
+    v = static_cast<std::int64_t>(value);
+  else
+    v = value;
   return {};
 }
 
 nlohmann::json topology_summary(const Topology& t) {
   nlohmann::json links = nlohmann::json::array();
   for (const auto& l : t.links)
-    links.push_back({{"a", t.vertex_names[std::size_t(l.a)]}, {"b", t.vertex_names[std::size_t(l.b)]},
-                     {"bandwidth_gbps", l.bandwidth_gbps}, {"latency_us", l.latency_us}, {"per_flow_gbps", l.per_flow_gbps},
-                     {"injection_gbps", l.injection_gbps}, {"sharing", l.sharing == Sharing::Shared ? "shared" : "dedicated"},
+    links.push_back({{"a", t.vertex_names[std::size_t(l.a)]},
+                     {"b", t.vertex_names[std::size_t(l.b)]},
+                     {"bandwidth_gbps", l.bandwidth_gbps},
+                     {"latency_us", l.latency_us},
+                     {"per_flow_gbps", l.per_flow_gbps},
+                     {"injection_gbps", l.injection_gbps},
+                     {"sharing", l.sharing == Sharing::Shared ? "shared" : "dedicated"},
                      {"kind", std::string(to_string(l.kind))}});
-  return {{"name", t.name}, {"gpus", t.num_gpus()}, {"switches", t.num_vertices() - t.num_gpus()},
-          {"domains", t.domains()}, {"gpu", {{"model", t.gpu.model}, {"tflops_bf16", t.gpu.tflops_bf16}, {"hbm_gbps", t.gpu.hbm_gbps},
-                                             {"efficiency_fwd", t.gpu.efficiency_fwd}, {"efficiency_bwd", t.gpu.efficiency_bwd},
-                                             {"launch_us", t.gpu.launch_us}, {"memory_gb", t.gpu.memory_gb}}},
-          {"links", links}, {"notes", t.notes}};
+  return {{"name", t.name},
+          {"gpus", t.num_gpus()},
+          {"switches", t.num_vertices() - t.num_gpus()},
+          {"domains", t.domains()},
+          {"gpu",
+           {{"model", t.gpu.model},
+            {"tflops_bf16", t.gpu.tflops_bf16},
+            {"hbm_gbps", t.gpu.hbm_gbps},
+            {"efficiency_fwd", t.gpu.efficiency_fwd},
+            {"efficiency_bwd", t.gpu.efficiency_bwd},
+            {"launch_us", t.gpu.launch_us},
+            {"memory_gb", t.gpu.memory_gb}}},
+          {"links", links},
+          {"notes", t.notes}};
 }
 
-} // namespace charm::topo
+}  // namespace charm::topo

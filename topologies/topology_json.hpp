@@ -20,7 +20,8 @@ namespace charm::topo {
 [[nodiscard]] Expected<nlohmann::json> read_topology_json(const std::string& path);
 /// A dotted field path as a JSON pointer: "gpu.efficiency.fwd" -> /gpu/efficiency/fwd, "links[3].latency_us"
 /// -> /links/3/latency_us. Errors name the path and call it a `noun` path ("field", "parameter").
-[[nodiscard]] Expected<nlohmann::json::json_pointer> field_pointer(const std::string& path, std::string_view noun = "field");
+[[nodiscard]] Expected<nlohmann::json::json_pointer> field_pointer(const std::string& path,
+                                                                   std::string_view noun = "field");
 /// Replaces the number at `path` ("inter.bandwidth_gbps", "gpu.efficiency.fwd", "links[3].latency_us")
 /// in a topology document, for what-if sweeps. Only the path is checked here (it must name a number
 /// the document has); whether the value is acceptable is parse_topology's verdict on the edited
@@ -29,4 +30,4 @@ namespace charm::topo {
 /// A summary for `charm topo`: GPUs, switches, links, domains.
 [[nodiscard]] nlohmann::json topology_summary(const Topology& t);
 
-} // namespace charm::topo
+}  // namespace charm::topo

@@ -14,19 +14,22 @@ namespace {
 
 cudaDataType_t blas_type(ir::DType t) {
   switch (t) {
-    case ir::DType::BF16: return CUDA_R_16BF;
-    case ir::DType::FP16: return CUDA_R_16F;
-    case ir::DType::FP32: return CUDA_R_32F;
+  case ir::DType::BF16:
+    return CUDA_R_16BF;
+  case ir::DType::FP16:
+    return CUDA_R_16F;
+  case ir::DType::FP32:
+    return CUDA_R_32F;
   }
   return CUDA_R_32F;
 }
 
 std::size_t align_up(std::size_t n) { return (n + 255) / 256 * 256; }
 
-} // namespace
+}  // namespace
 
 Expected<std::unique_ptr<BlockAttention>> BlockAttention::create(ir::DType dtype, const BlockDims& dims,
-                                                                  cudaStream_t stream, std::size_t tile_budget_bytes) {
+                                                                 cudaStream_t stream, std::size_t tile_budget_bytes) {
   if (dims.batch < 1 || dims.heads < 1 || dims.kv_heads < 1 || dims.head_dim < 1 || dims.tq < 1 || dims.tk < 1 ||
       dims.heads % dims.kv_heads != 0)
     return Error{"cuda", fmt::format("bad block shape B={} H={} Hkv={} D={} tq={} tk={}", dims.batch, dims.heads,
@@ -47,7 +50,8 @@ Expected<std::unique_ptr<BlockAttention>> BlockAttention::create(ir::DType dtype
   if (a->rows_per_pair_ <= budget_rows) {
     const std::int64_t per = std::max<std::int64_t>(1, budget_rows / a->rows_per_pair_);
     for (std::int64_t p0 = 0; p0 < a->pairs_; p0 += per)
-      a->chunks_.push_back({p0, std::min(per, a->pairs_ - p0), 0, a->rows_per_pair_, dims.tq, dims.tk, a->rows_per_pair_});
+      a->chunks_.push_back(
+          {p0, std::min(per, a->pairs_ - p0), 0, a->rows_per_pair_, dims.tq, dims.tk, a->rows_per_pair_});
   } else {
     for (std::int64_t p0 = 0; p0 < a->pairs_; ++p0)
       for (std::int64_t r0 = 0; r0 < a->rows_per_pair_; r0 += budget_rows)
@@ -108,9 +112,9 @@ Status BlockAttention::gemm(cublasOperation_t ta, cublasOperation_t tb, std::int
                             std::int64_t ldb, long long stride_b, float beta, float* c, std::int64_t ldc,
                             long long stride_c, std::int64_t batch) {
   const cudaDataType_t t = blas_type(dtype_);
-  CHARM_CUBLAS_TRY(blas::gemm_strided_batched(blas_, ta, tb, int(m), int(n), int(k), &alpha, a, t, int(lda), stride_a, b,
-                                               t, int(ldb), stride_b, &beta, c, CUDA_R_32F, int(ldc), stride_c,
-                                               int(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  CHARM_CUBLAS_TRY(blas::gemm_strided_batched(blas_, ta, tb, int(m), int(n), int(k), &alpha, a, t, int(lda), stride_a,
+                                              b, t, int(ldb), stride_b, &beta, c, CUDA_R_32F, int(ldc), stride_c,
+                                              int(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   return {};
 }
 
@@ -159,8 +163,8 @@ Status BlockAttention::bwd(const void* q, const void* dout, const float* lse, co
                    0.0f, dqh + q_off, D, rpp * D, c.np));
     // dK [tk, D] = scale dS^T Q: column-major D x tk = Q(N) * dS(T), k = nr; row slices of one pair accumulate.
     const float beta = c.r0 > 0 ? 1.0f : 0.0f;
-    CHARM_TRY(gemm(CUBLAS_OP_N, CUBLAS_OP_T, D, tk, c.nr, d.scale, data(qh_, q_off), D, rpp * D, ds_, tk, c.nr * tk, beta,
-                   dkh_ + kv_off, D, tk * D, c.np));
+    CHARM_TRY(gemm(CUBLAS_OP_N, CUBLAS_OP_T, D, tk, c.nr, d.scale, data(qh_, q_off), D, rpp * D, ds_, tk, c.nr * tk,
+                   beta, dkh_ + kv_off, D, tk * D, c.np));
     // dV [tk, D] = P^T dO: column-major D x tk = dO(N) * P(T), k = nr.
     CHARM_TRY(gemm(CUBLAS_OP_N, CUBLAS_OP_T, D, tk, c.nr, 1.0f, data(doh_, q_off), D, rpp * D, p_, tk, c.nr * tk, beta,
                    dvh_ + kv_off, D, tk * D, c.np));
@@ -170,4 +174,4 @@ Status BlockAttention::bwd(const void* q, const void* dout, const float* lse, co
   return add_heads_to_tokens(dvh_, dv, d.batch, tk, d.kv_heads, D, stream_);
 }
 
-} // namespace charm::rt::cuda
+}  // namespace charm::rt::cuda

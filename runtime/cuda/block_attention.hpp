@@ -41,9 +41,9 @@ class BlockAttention {
  public:
   static constexpr std::size_t kDefaultTileBudget = std::size_t(256) << 20;
 
-  [[nodiscard]] static Expected<std::unique_ptr<BlockAttention>> create(ir::DType dtype, const BlockDims& dims,
-                                                                        cudaStream_t stream,
-                                                                        std::size_t tile_budget_bytes = kDefaultTileBudget);
+  [[nodiscard]] static Expected<std::unique_ptr<BlockAttention>>
+  create(ir::DType dtype, const BlockDims& dims, cudaStream_t stream,
+         std::size_t tile_budget_bytes = kDefaultTileBudget);
   ~BlockAttention();
   BlockAttention(const BlockAttention&) = delete;
   BlockAttention& operator=(const BlockAttention&) = delete;
@@ -81,4 +81,4 @@ class BlockAttention {
   float *s_ = nullptr, *dp_ = nullptr, *oh_ = nullptr, *lse_ = nullptr, *dkh_ = nullptr, *dvh_ = nullptr;
 };
 
-} // namespace charm::rt::cuda
+}  // namespace charm::rt::cuda

@@ -69,16 +69,14 @@ const Api& api() {
 
 bool ready() { return api().error.empty(); }
 
-} // namespace
+}  // namespace
 
 Status load() {
   if (const auto& a = api(); !a.error.empty()) return Error{"cuBLAS", a.error};
   return {};
 }
 
-cublasStatus_t create(cublasHandle_t* handle) {
-  return ready() ? api().create(handle) : CUBLAS_STATUS_NOT_INITIALIZED;
-}
+cublasStatus_t create(cublasHandle_t* handle) { return ready() ? api().create(handle) : CUBLAS_STATUS_NOT_INITIALIZED; }
 
 cublasStatus_t destroy(cublasHandle_t handle) {
   return ready() ? api().destroy(handle) : CUBLAS_STATUS_NOT_INITIALIZED;
@@ -98,8 +96,6 @@ cublasStatus_t gemm_strided_batched(cublasHandle_t handle, cublasOperation_t ta,
                     ldc, stride_c, batch, compute, algo);
 }
 
-const char* status_string(cublasStatus_t s) {
-  return ready() ? api().status_string(s) : "cuBLAS not loaded";
-}
+const char* status_string(cublasStatus_t s) { return ready() ? api().status_string(s) : "cuBLAS not loaded"; }
 
-} // namespace charm::rt::cuda::blas
+}  // namespace charm::rt::cuda::blas

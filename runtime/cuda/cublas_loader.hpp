@@ -32,4 +32,4 @@ cublasStatus_t gemm_strided_batched(cublasHandle_t handle, cublasOperation_t ta,
 /// cublasGetStatusString, or a fixed text when the library is not loaded.
 const char* status_string(cublasStatus_t s);
 
-} // namespace charm::rt::cuda::blas
+}  // namespace charm::rt::cuda::blas

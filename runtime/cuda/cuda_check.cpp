@@ -20,7 +20,7 @@ std::string where(const char* file, int line) {
   const std::string rank = error_rank() >= 0 ? fmt::format("rank {} ", error_rank()) : std::string();
   return fmt::format("{}on {} at {}:{}", rank, host_name(), file, line);
 }
-} // namespace
+}  // namespace
 
 void set_error_rank(int rank) { g_rank.store(rank); }
 int error_rank() { return t_scope_rank >= 0 ? t_scope_rank : g_rank.load(); }
@@ -49,4 +49,4 @@ Error nccl_error(int result, const char* what, const char* call, const char* fil
   return Error{where(file, line), fmt::format("{} failed: {} (ncclResult {})", call, what, result)};
 }
 
-} // namespace charm::rt::cuda
+}  // namespace charm::rt::cuda

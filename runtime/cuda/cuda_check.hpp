@@ -37,24 +37,24 @@ class ErrorRankScope {
 /// `result` is an ncclResult_t (nccl.h stays out of this header).
 [[nodiscard]] Error nccl_error(int result, const char* what, const char* call, const char* file, int line);
 
-} // namespace charm::rt::cuda
+}  // namespace charm::rt::cuda
 
-#define CHARM_CUDA_TRY(call)                                                             \
-  do {                                                                                   \
-    const cudaError_t charm_e_ = (call);                                                 \
-    if (charm_e_ != cudaSuccess) return ::charm::rt::cuda::cuda_error(charm_e_, #call, __FILE__, __LINE__); \
+#define CHARM_CUDA_TRY(call)                                                                                           \
+  do {                                                                                                                 \
+    const cudaError_t charm_e_ = (call);                                                                               \
+    if (charm_e_ != cudaSuccess) return ::charm::rt::cuda::cuda_error(charm_e_, #call, __FILE__, __LINE__);            \
   } while (0)
 
-#define CHARM_CUBLAS_TRY(call)                                                           \
-  do {                                                                                   \
-    const cublasStatus_t charm_s_ = (call);                                              \
-    if (charm_s_ != CUBLAS_STATUS_SUCCESS)                                               \
-      return ::charm::rt::cuda::cublas_error(charm_s_, #call, __FILE__, __LINE__);       \
+#define CHARM_CUBLAS_TRY(call)                                                                                         \
+  do {                                                                                                                 \
+    const cublasStatus_t charm_s_ = (call);                                                                            \
+    if (charm_s_ != CUBLAS_STATUS_SUCCESS)                                                                             \
+      return ::charm::rt::cuda::cublas_error(charm_s_, #call, __FILE__, __LINE__);                                     \
   } while (0)
 
 /// Propagates a Status / Expected error from a helper.
-#define CHARM_TRY(expr)                                  \
-  do {                                                   \
-    auto charm_st_ = (expr);                             \
-    if (!charm_st_) return charm_st_.error();            \
+#define CHARM_TRY(expr)                                                                                                \
+  do {                                                                                                                 \
+    auto charm_st_ = (expr);                                                                                           \
+    if (!charm_st_) return charm_st_.error();                                                                          \
   } while (0)

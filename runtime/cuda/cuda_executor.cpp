@@ -63,4 +63,4 @@ Expected<CudaRunResult> run_cuda_local(const ir::Plan& plan, const GlobalTensors
   return res;
 }
 
-} // namespace charm::rt::cuda
+}  // namespace charm::rt::cuda

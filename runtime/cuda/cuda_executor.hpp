@@ -27,9 +27,9 @@ namespace charm::rt::cuda {
 [[nodiscard]] Expected<std::string> device_description(int device);
 
 struct CudaRunOptions {
-  double timeout_s = 0;   // watchdog: give up after this long without progress; 0 = never
-  int warmup = 1;         // untimed runs before the timed one (each re-initialises every buffer)
-  int device = 0;         // cuda-local: the GPU to use
+  double timeout_s = 0;  // watchdog: give up after this long without progress; 0 = never
+  int warmup = 1;        // untimed runs before the timed one (each re-initialises every buffer)
+  int device = 0;        // cuda-local: the GPU to use
   std::size_t tile_budget_bytes = BlockAttention::kDefaultTileBudget;  // per compute stream
 };
 
@@ -47,4 +47,4 @@ struct CudaRunResult {
 [[nodiscard]] Expected<CudaRunResult> run_cuda_local(const ir::Plan& plan, const GlobalTensors& in,
                                                      const CudaRunOptions& opt);
 
-} // namespace charm::rt::cuda
+}  // namespace charm::rt::cuda

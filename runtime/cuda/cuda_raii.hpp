@@ -90,4 +90,4 @@ class DeviceMem {
   T* p_ = nullptr;
 };
 
-} // namespace charm::rt::cuda
+}  // namespace charm::rt::cuda

@@ -22,8 +22,8 @@ namespace charm::rt::cuda {
 
 struct Section {
   std::int64_t elems = 0;
-  bool f32 = false;         // else the workload dtype
-  std::size_t offset = 0;   // bytes from the buffer's start
+  bool f32 = false;        // else the workload dtype
+  std::size_t offset = 0;  // bytes from the buffer's start
 };
 
 struct DeviceLayout {
@@ -41,18 +41,31 @@ struct DeviceLayout {
       l.bytes += (n + kAlign - 1) / kAlign * kAlign;
     };
     switch (kind) {
-      case ir::BufKind::Q:
-      case ir::BufKind::Dout: add(s.q_elems(), false); break;
-      case ir::BufKind::Kv: add(s.kv_elems(), false); add(s.kv_elems(), false); break;
-      case ir::BufKind::Out: add(s.q_elems(), true); add(s.lse_elems(), true); break;
-      case ir::BufKind::QBundle:
-        add(s.q_elems(), false);
-        add(s.q_elems(), false);
-        add(s.lse_elems(), true);
-        add(s.lse_elems(), true);
-        break;
-      case ir::BufKind::Dq: add(s.q_elems(), true); break;
-      case ir::BufKind::Dkv: add(s.kv_elems(), true); add(s.kv_elems(), true); break;
+    case ir::BufKind::Q:
+    case ir::BufKind::Dout:
+      add(s.q_elems(), false);
+      break;
+    case ir::BufKind::Kv:
+      add(s.kv_elems(), false);
+      add(s.kv_elems(), false);
+      break;
+    case ir::BufKind::Out:
+      add(s.q_elems(), true);
+      add(s.lse_elems(), true);
+      break;
+    case ir::BufKind::QBundle:
+      add(s.q_elems(), false);
+      add(s.q_elems(), false);
+      add(s.lse_elems(), true);
+      add(s.lse_elems(), true);
+      break;
+    case ir::BufKind::Dq:
+      add(s.q_elems(), true);
+      break;
+    case ir::BufKind::Dkv:
+      add(s.kv_elems(), true);
+      add(s.kv_elems(), true);
+      break;
     }
     return l;
   }
@@ -64,4 +77,4 @@ struct DeviceLayout {
   }
 };
 
-} // namespace charm::rt::cuda
+}  // namespace charm::rt::cuda

@@ -24,19 +24,28 @@ __device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
 template <class T>
 __device__ __forceinline__ T from_f32(float x);
 template <>
-__device__ __forceinline__ float from_f32<float>(float x) { return x; }
+__device__ __forceinline__ float from_f32<float>(float x) {
+  return x;
+}
 template <>
-__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
 template <>
-__device__ __forceinline__ __half from_f32<__half>(float x) { return __float2half_rn(x); }
+__device__ __forceinline__ __half from_f32<__half>(float x) {
+  return __float2half_rn(x);
+}
 
 /// Calls f(T{}) with T the device type of `t`.
 template <class F>
 Status dispatch(ir::DType t, F&& f) {
   switch (t) {
-    case ir::DType::BF16: return f(__nv_bfloat16{});
-    case ir::DType::FP16: return f(__half{});
-    case ir::DType::FP32: return f(float{});
+  case ir::DType::BF16:
+    return f(__nv_bfloat16{});
+  case ir::DType::FP16:
+    return f(__half{});
+  case ir::DType::FP32:
+    return f(float{});
   }
   return Error{"cuda", "unknown dtype"};
 }
@@ -171,7 +180,8 @@ __global__ void softmax_rows_kernel(const float* __restrict__ s, T* __restrict__
   for (std::int64_t j = threadIdx.x; j < n; j += kThreads) l += expf(srow[j] - m);
   l = block_sum(l);
   const float row_lse = n > 0 ? m + logf(l) : kNegInf;
-  for (std::int64_t j = threadIdx.x; j < c.tk; j += kThreads) prow[j] = from_f32<T>(j < n ? expf(srow[j] - row_lse) : 0.0f);
+  for (std::int64_t j = threadIdx.x; j < c.tk; j += kThreads)
+    prow[j] = from_f32<T>(j < n ? expf(srow[j] - row_lse) : 0.0f);
   if (threadIdx.x == 0) lse[(c.p0 + pi) * c.rows_per_pair + gr] = row_lse;
 }
 
@@ -196,7 +206,7 @@ __global__ void softmax_bwd_kernel(const float* __restrict__ s, const float* __r
   }
 }
 
-} // namespace
+}  // namespace
 
 Status convert_from_f32(ir::DType t, const float* src, void* dst, std::int64_t n, cudaStream_t stream) {
   if (n <= 0) return {};
@@ -238,8 +248,8 @@ Status pack_heads(ir::DType t, const void* src, void* dst, std::int64_t b, std::
   if (n <= 0) return {};
   return dispatch(t, [&](auto tag) -> Status {
     using T = decltype(tag);
-    pack_heads_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(static_cast<const T*>(src), static_cast<T*>(dst),
-                                                                          tokens, hx, d, n);
+    pack_heads_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(static_cast<const T*>(src),
+                                                                         static_cast<T*>(dst), tokens, hx, d, n);
     CHARM_CUDA_TRY(cudaGetLastError());
     return {};
   });
@@ -270,8 +280,8 @@ Status bundle_delta(ir::DType t, const void* dout, const float* o, float* delta,
   if (rows <= 0) return {};
   return dispatch(t, [&](auto tag) -> Status {
     using T = decltype(tag);
-    bundle_delta_kernel<T><<<grid_for(rows, kWarpsPerBlock), kThreads, 0, stream>>>(static_cast<const T*>(dout), o, delta,
-                                                                                    tokens, h, d, rows);
+    bundle_delta_kernel<T><<<grid_for(rows, kWarpsPerBlock), kThreads, 0, stream>>>(static_cast<const T*>(dout), o,
+                                                                                    delta, tokens, h, d, rows);
     CHARM_CUDA_TRY(cudaGetLastError());
     return {};
   });
@@ -297,10 +307,10 @@ Status softmax_bwd_rows(ir::DType t, const float* s, const float* dp, const floa
   return dispatch(t, [&](auto tag) -> Status {
     using T = decltype(tag);
     softmax_bwd_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(s, dp, lse, delta, vis, static_cast<T*>(p),
-                                                                           static_cast<T*>(ds), c, n);
+                                                                          static_cast<T*>(ds), c, n);
     CHARM_CUDA_TRY(cudaGetLastError());
     return {};
   });
 }
 
-} // namespace charm::rt::cuda
+}  // namespace charm::rt::cuda

@@ -58,4 +58,4 @@ struct ChunkRows {
                                       const float* delta, const int* vis, void* p, void* ds, const ChunkRows& c,
                                       cudaStream_t stream);
 
-} // namespace charm::rt::cuda
+}  // namespace charm::rt::cuda

@@ -11,9 +11,9 @@
 #include <thread>
 
 #include "runtime/cuda/cuda_raii.hpp"
-#include "runtime/mpi_check.hpp"
 #include "runtime/cuda/nccl_check.hpp"
 #include "runtime/cuda/plan_runner.hpp"
+#include "runtime/mpi_check.hpp"
 
 namespace charm::rt::cuda {
 
@@ -167,8 +167,10 @@ PlanRunner::Hooks nccl_hooks(const ir::Plan& plan, Comms& comms, PlanRunner*& ru
       void* buf = runner_ptr->section(op.buf[0], 0);
       const std::size_t bytes = runner_ptr->layout(plan.buffer(op.buf[0]).kind).bytes;
       ncclComm_t c = comms.comm[std::size_t(op.stream)];
-      if (op.kind == ir::OpKind::Send) CHARM_NCCL_TRY(ncclSend(buf, bytes, ncclUint8, op.peer, c, stream));
-      else CHARM_NCCL_TRY(ncclRecv(buf, bytes, ncclUint8, op.peer, c, stream));
+      if (op.kind == ir::OpKind::Send)
+        CHARM_NCCL_TRY(ncclSend(buf, bytes, ncclUint8, op.peer, c, stream));
+      else
+        CHARM_NCCL_TRY(ncclRecv(buf, bytes, ncclUint8, op.peer, c, stream));
     }
     CHARM_NCCL_TRY(ncclGroupEnd());
     return {};
@@ -214,8 +216,7 @@ Status reduce_timing(PlanRunner& pr, int rank, double timeout_s, CudaRunResult& 
 }
 
 /// Every rank's result shards gathered on rank 0 and assembled into the global tensors.
-Status gather_results(const ir::Plan& plan, PlanRunner& pr, int rank, int size, double timeout_s,
-                      CudaRunResult& res) {
+Status gather_results(const ir::Plan& plan, PlanRunner& pr, int rank, int size, double timeout_s, CudaRunResult& res) {
   auto shard = pr.outputs(rank);
   CHARM_TRY(agreed(shard ? Status{} : Status{shard.error()}, "the results", timeout_s));
   std::vector<RankOutputs> all(rank == 0 ? std::size_t(size) : 0);
@@ -234,7 +235,7 @@ Status gather_results(const ir::Plan& plan, PlanRunner& pr, int rank, int size, 
   return {};
 }
 
-} // namespace
+}  // namespace
 
 Expected<CudaRunResult> run_cuda_nccl(const ir::Plan& plan, const GlobalTensors& in, const CudaRunOptions& opt) {
   CHARM_TRY(supports(plan));  // every process refuses alike, before any collective
@@ -269,4 +270,4 @@ Expected<CudaRunResult> run_cuda_nccl(const ir::Plan& plan, const GlobalTensors&
   return res;
 }
 
-} // namespace charm::rt::cuda
+}  // namespace charm::rt::cuda

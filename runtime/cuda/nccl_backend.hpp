@@ -23,4 +23,4 @@ namespace charm::rt::cuda {
 [[nodiscard]] Expected<CudaRunResult> run_cuda_nccl(const ir::Plan& plan, const GlobalTensors& in,
                                                     const CudaRunOptions& opt);
 
-} // namespace charm::rt::cuda
+}  // namespace charm::rt::cuda

@@ -17,13 +17,13 @@ inline std::string nccl_detail(ncclResult_t r) {
   return s;
 }
 
-} // namespace charm::rt::cuda
+}  // namespace charm::rt::cuda
 
 // ncclInProgress is not a failure: a non-blocking communicator is still working.
-#define CHARM_NCCL_TRY(call)                                                                                  \
-  do {                                                                                                        \
-    const ncclResult_t charm_r_ = (call);                                                                     \
-    if (charm_r_ != ncclSuccess && charm_r_ != ncclInProgress)                                                \
-      return ::charm::rt::cuda::nccl_error(int(charm_r_), ::charm::rt::cuda::nccl_detail(charm_r_).c_str(), #call, \
-                                           __FILE__, __LINE__);                                               \
+#define CHARM_NCCL_TRY(call)                                                                                           \
+  do {                                                                                                                 \
+    const ncclResult_t charm_r_ = (call);                                                                              \
+    if (charm_r_ != ncclSuccess && charm_r_ != ncclInProgress)                                                         \
+      return ::charm::rt::cuda::nccl_error(int(charm_r_), ::charm::rt::cuda::nccl_detail(charm_r_).c_str(), #call,     \
+                                           __FILE__, __LINE__);                                                        \
   } while (0)

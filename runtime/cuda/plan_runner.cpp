@@ -14,8 +14,8 @@
 namespace charm::rt::cuda {
 
 using ir::BufKind;
-using ir::OpId;
 using ir::is_comm;
+using ir::OpId;
 using ir::OpKind;
 using Clock = std::chrono::steady_clock;
 
@@ -25,14 +25,15 @@ std::string op_where(const ir::Plan& plan, OpId id) {
   return fmt::format("rank {} op {} ({})", plan.op(id).rank, id, ir::op_label(plan, id));
 }
 
-} // namespace
+}  // namespace
 
 Expected<std::unique_ptr<PlanRunner>> PlanRunner::create(const ir::Plan& plan, std::vector<ir::RankId> local_ranks,
-                                                          const CudaRunOptions& opt, Hooks hooks) {
+                                                         const CudaRunOptions& opt, Hooks hooks) {
   std::unique_ptr<PlanRunner> p(new PlanRunner(plan, std::move(hooks)));
   p->opt_ = opt;
   p->shape_ = ShardShape::of(plan.workload, plan.ranks);
-  for (int k = 0; k < ir::kNumBufKinds; ++k) p->layouts_[k] = DeviceLayout::of(BufKind(k), p->shape_, plan.workload.dtype);
+  for (int k = 0; k < ir::kNumBufKinds; ++k)
+    p->layouts_[k] = DeviceLayout::of(BufKind(k), p->shape_, plan.workload.dtype);
   CHARM_TRY(p->set_local_ranks(local_ranks));
   const std::size_t nops = plan.size();
   p->start_ev_.resize(nops);
@@ -80,7 +81,12 @@ Status PlanRunner::create_streams(const CudaRunOptions& opt) {
   const auto& w = plan_.workload;
   int least = 0, greatest = 0;
   CHARM_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-  const BlockDims dims{w.batch, w.heads, w.kv_heads, w.head_dim, shape_.tokens, shape_.tokens,
+  const BlockDims dims{w.batch,
+                       w.heads,
+                       w.kv_heads,
+                       w.head_dim,
+                       shape_.tokens,
+                       shape_.tokens,
                        float(1.0 / std::sqrt(double(w.head_dim)))};
   for (auto& l : lanes_) {
     // Transfers get the higher priority so that they overlap with attention instead of queueing behind it.
@@ -194,7 +200,8 @@ Status PlanRunner::init_buffers(const GlobalTensors& in) {
         const auto& sec = lay.sections[s];
         char* dst = section(ir::BufferId(b), int(s));
         if (sec.f32)
-          CHARM_CUDA_TRY(cudaMemcpy(dst, staging_ + at, std::size_t(sec.elems) * sizeof(float), cudaMemcpyDeviceToDevice));
+          CHARM_CUDA_TRY(
+              cudaMemcpy(dst, staging_ + at, std::size_t(sec.elems) * sizeof(float), cudaMemcpyDeviceToDevice));
         else
           CHARM_TRY(convert_from_f32(dtype, staging_ + at, dst, sec.elems, nullptr));
         at += sec.elems;
@@ -300,8 +307,8 @@ Expected<bool> PlanRunner::step_local_group(Lane& l, std::size_t end) {
       return Error{op_where(plan_, id), fmt::format("receives a {} buffer into a {} buffer", ir::to_string(src.kind),
                                                     ir::to_string(dst.kind))};
     CHARM_CUDA_TRY(cudaStreamWaitEvent(l.cs, start_ev_[std::size_t(peer)], 0));
-    CHARM_CUDA_TRY(cudaMemcpyAsync(buffers_[std::size_t(rb)], buffers_[std::size_t(sb)],
-                                   layouts_[int(dst.kind)].bytes, cudaMemcpyDeviceToDevice, l.cs));
+    CHARM_CUDA_TRY(cudaMemcpyAsync(buffers_[std::size_t(rb)], buffers_[std::size_t(sb)], layouts_[int(dst.kind)].bytes,
+                                   cudaMemcpyDeviceToDevice, l.cs));
     CHARM_CUDA_TRY(cudaEventRecord(copy_ev_[std::size_t(id)], l.cs));
     copied_[std::size_t(id)] = 1;
     moved = true;
@@ -331,15 +338,20 @@ Status PlanRunner::run_local(Lane& l, OpId id) {
                         [&](const ir::AccumulateArgs& m) { return accumulate(l, id, m); },
                         [&](const ir::PackArgs& k) { return pack(l, id, k); },
                         [&](const ir::CopyArgs& c) { return copy(l, id, c); },
-                        [&](const ir::SendArgs&) { return Status(Error{op_where(plan_, id), "not a local op"}); },
-                        [&](const ir::RecvArgs&) { return Status(Error{op_where(plan_, id), "not a local op"}); },
+                        [&](const ir::SendArgs&) {
+                          return Status(Error{op_where(plan_, id), "not a local op"});
+                        },
+                        [&](const ir::RecvArgs&) {
+                          return Status(Error{op_where(plan_, id), "not a local op"});
+                        },
                     },
                     *a);
 }
 
 Status PlanRunner::local_buffers(OpId id, std::initializer_list<ir::BufferId> bufs) const {
   for (ir::BufferId b : bufs)
-    if (buffers_[std::size_t(b)] == nullptr) return Error{op_where(plan_, id), fmt::format("buffer {} is not on this rank", b)};
+    if (buffers_[std::size_t(b)] == nullptr)
+      return Error{op_where(plan_, id), fmt::format("buffer {} is not on this rank", b)};
   return {};
 }
 
@@ -348,7 +360,8 @@ Expected<const int*> PlanRunner::compute_mask(Lane& l, OpId id, ir::BufferId q, 
   if (l.attn == nullptr) return Error{op_where(plan_, id), "internal: no attention kernels on this stream"};
   const ir::RankId qo = plan_.buffer(q).owner, ko = plan_.buffer(kv).owner;
   if (qo != op.q_owner || ko != op.kv_owner)
-    return Error{op_where(plan_, id), fmt::format("op names Q{}*KV{} but its buffers hold Q{}, KV{}", op.q_owner, op.kv_owner, qo, ko)};
+    return Error{op_where(plan_, id),
+                 fmt::format("op names Q{}*KV{} but its buffers hold Q{}, KV{}", op.q_owner, op.kv_owner, qo, ko)};
   const std::size_t pair = std::size_t(qo) * std::size_t(plan_.ranks) + std::size_t(ko);
   if (!vis_ready_[pair]) return Error{op_where(plan_, id), "internal: no mask for this block"};
   return static_cast<const int*>(vis_ + pair * std::size_t(shape_.tokens));
@@ -370,8 +383,8 @@ Status PlanRunner::compute_bwd(Lane& l, OpId id, const ir::ComputeBwdArgs& a) {
   const ir::RankId dqo = plan_.buffer(a.dq).owner, dkvo = plan_.buffer(a.dkv).owner;
   if (dqo != plan_.buffer(a.qbundle).owner || dkvo != plan_.buffer(a.kv).owner)
     return Error{op_where(plan_, id), fmt::format("gradients go to dQ{} and dKV{}", dqo, dkvo)};
-  return l.attn->bwd(dat(a.qbundle, 0), dat(a.qbundle, 1), f32(a.qbundle, 2), f32(a.qbundle, 3), dat(a.kv, 0), dat(a.kv, 1), *vis,
-                     f32(a.dq, 0), f32(a.dkv, 0), f32(a.dkv, 1));
+  return l.attn->bwd(dat(a.qbundle, 0), dat(a.qbundle, 1), f32(a.qbundle, 2), f32(a.qbundle, 3), dat(a.kv, 0),
+                     dat(a.kv, 1), *vis, f32(a.dq, 0), f32(a.dkv, 0), f32(a.dkv, 1));
 }
 
 Status PlanRunner::merge(Lane& l, OpId id, const ir::MergeArgs& a) {
@@ -379,8 +392,8 @@ Status PlanRunner::merge(Lane& l, OpId id, const ir::MergeArgs& a) {
   const ir::RankId po = plan_.buffer(a.partial).owner, ao = plan_.buffer(a.acc).owner;
   if (po != ao) return Error{op_where(plan_, id), fmt::format("merges O{} into O{}", po, ao)};
   const ShardShape& ss = shape_;
-  return merge_out(f32(a.partial, 0), f32(a.partial, 1), false, f32(a.acc, 0), f32(a.acc, 1), ss.batch, ss.tokens, ss.heads,
-                   ss.head_dim, l.cs);
+  return merge_out(f32(a.partial, 0), f32(a.partial, 1), false, f32(a.acc, 0), f32(a.acc, 1), ss.batch, ss.tokens,
+                   ss.heads, ss.head_dim, l.cs);
 }
 
 Status PlanRunner::accumulate(Lane& l, OpId id, const ir::AccumulateArgs& a) {
@@ -405,7 +418,8 @@ Status PlanRunner::pack(Lane& l, OpId id, const ir::PackArgs& a) {
   CHARM_CUDA_TRY(cudaMemcpyAsync(dat(a.qbundle, 1), dat(a.dout, 0), data_bytes, cudaMemcpyDeviceToDevice, l.cs));
   CHARM_CUDA_TRY(cudaMemcpyAsync(dat(a.qbundle, 2), dat(a.out, 1), std::size_t(ss.lse_elems()) * sizeof(float),
                                  cudaMemcpyDeviceToDevice, l.cs));
-  return bundle_delta(dtype, dat(a.dout, 0), f32(a.out, 0), f32(a.qbundle, 3), ss.batch, ss.tokens, ss.heads, ss.head_dim, l.cs);
+  return bundle_delta(dtype, dat(a.dout, 0), f32(a.out, 0), f32(a.qbundle, 3), ss.batch, ss.tokens, ss.heads,
+                      ss.head_dim, l.cs);
 }
 
 Status PlanRunner::copy(Lane& l, OpId id, const ir::CopyArgs& a) {
@@ -428,18 +442,22 @@ std::string PlanRunner::stuck_message(bool enqueue) const {
     if (lone && !orphan) {
       pick = &l;
       orphan = true;
-    } else if (pick == nullptr || (!orphan && comm && !is_comm(plan_.op(pick->ops[enqueue ? pick->next : pick->done])))) {
+    } else if (pick == nullptr ||
+               (!orphan && comm && !is_comm(plan_.op(pick->ops[enqueue ? pick->next : pick->done])))) {
       pick = &l;
     }
   }
   if (pick == nullptr) return "stall: no op is waiting";
   const OpId id = pick->ops[enqueue ? pick->next : pick->done];
   std::string why;
-  if (orphan) why = "the plan has no matching peer op";
-  else if (is_comm(plan_.op(id))) why = "its peer has not matched it";
+  if (orphan)
+    why = "the plan has no matching peer op";
+  else if (is_comm(plan_.op(id)))
+    why = "its peer has not matched it";
   else {
     for (OpId d : plan_.deps(id)) {
-      const bool pending = enqueue ? !enqueued_[std::size_t(d)] : cudaEventQuery(end_ev_[std::size_t(d)]) == cudaErrorNotReady;
+      const bool pending =
+          enqueue ? !enqueued_[std::size_t(d)] : cudaEventQuery(end_ev_[std::size_t(d)]) == cudaErrorNotReady;
       if (pending) {
         why = fmt::format("it waits for op {} '{}'", d, ir::op_label(plan_, d));
         break;
@@ -544,9 +562,11 @@ Expected<RankOutputs> PlanRunner::outputs(ir::RankId rank) {
   const auto& res = plan_.results()[std::size_t(rank)];
   const auto pass = plan_.workload.pass;
   auto take = [&](ir::BufferId b, BufKind k, int sec, std::vector<float>& dst) -> Status {
-    if (b == ir::kNone) return Error{fmt::format("rank {}", rank), fmt::format("the plan names no {} result", ir::to_string(k))};
+    if (b == ir::kNone)
+      return Error{fmt::format("rank {}", rank), fmt::format("the plan names no {} result", ir::to_string(k))};
     if (plan_.buffer(b).kind != k || plan_.buffer(b).owner != rank || buffers_[std::size_t(b)] == nullptr)
-      return Error{fmt::format("rank {}", rank), fmt::format("result buffer {} is not this rank's {}", b, ir::to_string(k))};
+      return Error{fmt::format("rank {}", rank),
+                   fmt::format("result buffer {} is not this rank's {}", b, ir::to_string(k))};
     const auto& s = layouts_[int(k)].sections[std::size_t(sec)];
     dst.resize(std::size_t(s.elems));
     CHARM_CUDA_TRY(cudaMemcpy(dst.data(), section(b, sec), dst.size() * sizeof(float), cudaMemcpyDeviceToHost));
@@ -564,4 +584,4 @@ Expected<RankOutputs> PlanRunner::outputs(ir::RankId rank) {
   return o;
 }
 
-} // namespace charm::rt::cuda
+}  // namespace charm::rt::cuda

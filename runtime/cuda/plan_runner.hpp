@@ -31,8 +31,8 @@
 #include <vector>
 
 #include "runtime/cuda/block_attention.hpp"
-#include "runtime/cuda/cuda_raii.hpp"
 #include "runtime/cuda/cuda_executor.hpp"
+#include "runtime/cuda/cuda_raii.hpp"
 #include "runtime/cuda/device_layout.hpp"
 #include "scheduler/ir/op_args.hpp"
 #include "scheduler/ir/plan_index.hpp"
@@ -51,9 +51,8 @@ class PlanRunner {
   };
 
   /// Allocates the buffers, streams, events and kernels of `local_ranks` on the current device.
-  [[nodiscard]] static Expected<std::unique_ptr<PlanRunner>> create(const ir::Plan& plan,
-                                                                    std::vector<ir::RankId> local_ranks,
-                                                                    const CudaRunOptions& opt, Hooks hooks);
+  [[nodiscard]] static Expected<std::unique_ptr<PlanRunner>>
+  create(const ir::Plan& plan, std::vector<ir::RankId> local_ranks, const CudaRunOptions& opt, Hooks hooks);
   ~PlanRunner();
   PlanRunner(const PlanRunner&) = delete;
   PlanRunner& operator=(const PlanRunner&) = delete;
@@ -79,10 +78,10 @@ class PlanRunner {
     ir::RankId rank = 0;
     ir::Stream stream = ir::Stream::Compute;
     Stream cs;
-    std::span<const ir::OpId> ops;  // its lane of the index, in stream order
-    std::size_t next = 0;      // first op not yet enqueued
-    bool open = false;         // local mode: the group at `next` is open
-    std::size_t done = 0;      // wait(): ops whose end event completed
+    std::span<const ir::OpId> ops;         // its lane of the index, in stream order
+    std::size_t next = 0;                  // first op not yet enqueued
+    bool open = false;                     // local mode: the group at `next` is open
+    std::size_t done = 0;                  // wait(): ops whose end event completed
     std::unique_ptr<BlockAttention> attn;  // lanes that run Compute ops
   };
 
@@ -120,13 +119,13 @@ class PlanRunner {
   CudaRunOptions opt_;
   ShardShape shape_;
   DeviceLayout layouts_[ir::kNumBufKinds];
-  std::vector<char> local_;              // by rank
+  std::vector<char> local_;  // by rank
   std::vector<Lane> lanes_;
-  std::vector<DeviceMem<char>> buffers_; // by BufferId; null for other processes' buffers
+  std::vector<DeviceMem<char>> buffers_;         // by BufferId; null for other processes' buffers
   std::vector<std::vector<float>> host_inputs_;  // by BufferId, cached fp32 inputs
-  DeviceMem<float> staging_;             // fp32 upload area
+  DeviceMem<float> staging_;                     // fp32 upload area
   std::size_t staging_elems_ = 0;
-  DeviceMem<int> vis_;                   // visible key counts, [q owner][kv owner][tokens]
+  DeviceMem<int> vis_;  // visible key counts, [q owner][kv owner][tokens]
   std::vector<char> vis_ready_;
   std::vector<Event> start_ev_, end_ev_, copy_ev_;  // by OpId (null where unused)
   Event t0_;
@@ -137,4 +136,4 @@ class PlanRunner {
   bool poisoned_ = false;  // the GPU may hold work that never finishes: skip the teardown that would wait for it
 };
 
-} // namespace charm::rt::cuda
+}  // namespace charm::rt::cuda

@@ -54,7 +54,8 @@ TimelineSummary summarize_timeline(const ir::Plan& plan, const std::vector<doubl
     s.exposed_comm_max_ms = std::max(s.exposed_comm_max_ms, exposed);
     s.idle_mean_ms += idle / double(n);
     s.idle_max_ms = std::max(s.idle_max_ms, idle);
-    for (int k = 0; k < ir::kNumStreams; ++k) s.stream_busy_mean_ms[k] += union_length(by_stream[r][std::size_t(k)]) / double(n);
+    for (int k = 0; k < ir::kNumStreams; ++k)
+      s.stream_busy_mean_ms[k] += union_length(by_stream[r][std::size_t(k)]) / double(n);
     if (rank_end[r] > rank_end[std::size_t(s.last_rank)]) s.last_rank = int(r);
   }
   Iv both = compute[std::size_t(s.last_rank)];
@@ -63,4 +64,4 @@ TimelineSummary summarize_timeline(const ir::Plan& plan, const std::vector<doubl
   return s;
 }
 
-} // namespace charm::rt::cuda
+}  // namespace charm::rt::cuda

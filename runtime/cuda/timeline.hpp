@@ -14,8 +14,8 @@
 namespace charm::rt::cuda {
 
 struct TimelineSummary {
-  double time_ms = 0;                // makespan: last op end
-  double exposed_comm_ms = 0;        // of the rank that finishes last
+  double time_ms = 0;          // makespan: last op end
+  double exposed_comm_ms = 0;  // of the rank that finishes last
   double exposed_comm_mean_ms = 0, exposed_comm_max_ms = 0;
   double idle_mean_ms = 0, idle_max_ms = 0;
   double compute_busy_mean_ms = 0;
@@ -30,4 +30,4 @@ struct TimelineSummary {
 [[nodiscard]] TimelineSummary summarize_timeline(const ir::Plan& plan, const std::vector<double>& start_ms,
                                                  const std::vector<double>& end_ms);
 
-} // namespace charm::rt::cuda
+}  // namespace charm::rt::cuda

@@ -17,8 +17,8 @@ struct Error {
 template <class T>
 class [[nodiscard]] Expected {
  public:
-  Expected(T value) : v_(std::move(value)) {}               // NOLINT(google-explicit-constructor)
-  Expected(Error error) : v_(std::move(error)) {}           // NOLINT(google-explicit-constructor)
+  Expected(T value) : v_(std::move(value)) {}      // NOLINT(google-explicit-constructor)
+  Expected(Error error) : v_(std::move(error)) {}  // NOLINT(google-explicit-constructor)
   [[nodiscard]] bool ok() const { return v_.index() == 0; }
   explicit operator bool() const { return ok(); }
   [[nodiscard]] T& value() & { return std::get<0>(v_); }
@@ -37,7 +37,7 @@ class [[nodiscard]] Expected {
 class [[nodiscard]] Status {
  public:
   Status() = default;
-  Status(Error e) : error_(std::move(e)), ok_(false) {}     // NOLINT(google-explicit-constructor)
+  Status(Error e) : error_(std::move(e)), ok_(false) {}  // NOLINT(google-explicit-constructor)
   [[nodiscard]] bool ok() const { return ok_; }
   explicit operator bool() const { return ok_; }
   [[nodiscard]] const Error& error() const { return error_; }
@@ -51,9 +51,9 @@ class [[nodiscard]] Status {
 /// Broken invariants (programming errors) abort at once with file and line.
 [[noreturn]] void invariant_failed(const char* expr, const char* file, int line, const std::string& msg);
 
-} // namespace charm
+}  // namespace charm
 
-#define CHARM_ASSERT(cond, msg)                                                   \
-  do {                                                                           \
-    if (!(cond)) ::charm::invariant_failed(#cond, __FILE__, __LINE__, (msg));    \
+#define CHARM_ASSERT(cond, msg)                                                                                        \
+  do {                                                                                                                 \
+    if (!(cond)) ::charm::invariant_failed(#cond, __FILE__, __LINE__, (msg));                                          \
   } while (0)

@@ -12,14 +12,22 @@ namespace charm::ir {
 
 std::string_view file_kind(unsigned mode) {
   switch (mode & S_IFMT) {
-    case S_IFREG: return "a regular file";
-    case S_IFDIR: return "a folder";
-    case S_IFIFO: return "a FIFO";
-    case S_IFCHR: return "a character device";
-    case S_IFBLK: return "a block device";
-    case S_IFSOCK: return "a socket";
-    case S_IFLNK: return "a symbolic link";
-    default: return "not a regular file";
+  case S_IFREG:
+    return "a regular file";
+  case S_IFDIR:
+    return "a folder";
+  case S_IFIFO:
+    return "a FIFO";
+  case S_IFCHR:
+    return "a character device";
+  case S_IFBLK:
+    return "a block device";
+  case S_IFSOCK:
+    return "a socket";
+  case S_IFLNK:
+    return "a symbolic link";
+  default:
+    return "not a regular file";
   }
 }
 
@@ -41,10 +49,10 @@ struct Fd {
   }
 };
 
-} // namespace
+}  // namespace
 
 Expected<std::string> read_input_file(const std::string& path, std::string_view what, std::string_view cannot_open) {
-  struct stat st{};
+  struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return Error{path, fmt::format("{}: {}", cannot_open, std::strerror(errno))};
   if (auto why = refusal(st, what); !why.empty()) return Error{path, why};
   // Non-blocking: should a FIFO take the file's place after the stat, the open still returns.
@@ -70,4 +78,4 @@ Expected<std::string> read_input_file(const std::string& path, std::string_view 
   return text;
 }
 
-} // namespace charm::ir
+}  // namespace charm::ir

@@ -29,4 +29,4 @@ inline constexpr std::uint64_t kMaxInputBytes = std::uint64_t{1} << 30;
 /// "a FIFO", "a character device", ... (from a stat mode), for messages about files.
 [[nodiscard]] std::string_view file_kind(unsigned mode);
 
-} // namespace charm::ir
+}  // namespace charm::ir

@@ -105,8 +105,8 @@ Expected<json> parse_strict(Input&& input, const std::string& source) {
     // strict: nothing but whitespace may follow the document.
     json::sax_parse(std::forward<Input>(input), &p, json::input_format_t::json, /*strict=*/true);
     if (!p.duplicate.empty())
-      return Error{source, fmt::format("malformed JSON: duplicate key '{}' in {} (JSON would keep only the last one)", p.duplicate,
-                                       p.where)};
+      return Error{source, fmt::format("malformed JSON: duplicate key '{}' in {} (JSON would keep only the last one)",
+                                       p.duplicate, p.where)};
     return j;
   } catch (const json::exception& e) {
     // parse_error, but also out_of_range for a number like 1e400 (found by fuzzing).
@@ -117,10 +117,14 @@ Expected<json> parse_strict(Input&& input, const std::string& source) {
   }
 }
 
-} // namespace
+}  // namespace
 
-Expected<nlohmann::json> parse_json_strict(const std::string& text, const std::string& source) { return parse_strict(text, source); }
+Expected<nlohmann::json> parse_json_strict(const std::string& text, const std::string& source) {
+  return parse_strict(text, source);
+}
 
-Expected<nlohmann::json> parse_json_strict(std::istream& in, const std::string& source) { return parse_strict(in, source); }
+Expected<nlohmann::json> parse_json_strict(std::istream& in, const std::string& source) {
+  return parse_strict(in, source);
+}
 
-} // namespace charm
+}  // namespace charm

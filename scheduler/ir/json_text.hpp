@@ -3,8 +3,8 @@
 // keeps the last of two equal keys, so `"nodes": 2, ..., "nodes": 3` would silently
 // mean 3; here a repeated key is an error, as is anything after the document.
 
-#include <nlohmann/json.hpp>
 #include <iosfwd>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "scheduler/ir/expected.hpp"
@@ -16,4 +16,4 @@ namespace charm {
 /// The same, reading a stream to its end (no copy of the text).
 [[nodiscard]] Expected<nlohmann::json> parse_json_strict(std::istream& in, const std::string& source);
 
-} // namespace charm
+}  // namespace charm

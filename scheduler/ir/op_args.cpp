@@ -50,16 +50,19 @@ SlotFault check_slots(const Plan& plan, const Op& o) {
     return check_slot(plan, o, 1, {plan.buffer(o.buf[0]).kind});
   };
   switch (o.kind) {
-    case OpKind::Compute:
-      if (o.phase == Phase::Fwd) return slots({{BufKind::Q}, {BufKind::Kv}, {BufKind::Out}});
-      return slots({{BufKind::QBundle}, {BufKind::Kv}, {BufKind::Dq}, {BufKind::Dkv}});
-    case OpKind::Send:
-    case OpKind::Recv: return slots({{}});
-    case OpKind::Merge: return slots({{BufKind::Out}, {BufKind::Out}});
-    case OpKind::Accumulate: return same_kind({BufKind::Dq, BufKind::Dkv});
-    case OpKind::Copy:
-      if (is_pack(o)) return slots({{BufKind::Q}, {BufKind::Dout}, {BufKind::Out}, {BufKind::QBundle}});
-      return same_kind({});
+  case OpKind::Compute:
+    if (o.phase == Phase::Fwd) return slots({{BufKind::Q}, {BufKind::Kv}, {BufKind::Out}});
+    return slots({{BufKind::QBundle}, {BufKind::Kv}, {BufKind::Dq}, {BufKind::Dkv}});
+  case OpKind::Send:
+  case OpKind::Recv:
+    return slots({{}});
+  case OpKind::Merge:
+    return slots({{BufKind::Out}, {BufKind::Out}});
+  case OpKind::Accumulate:
+    return same_kind({BufKind::Dq, BufKind::Dkv});
+  case OpKind::Copy:
+    if (is_pack(o)) return slots({{BufKind::Q}, {BufKind::Dout}, {BufKind::Out}, {BufKind::QBundle}});
+    return same_kind({});
   }
   return {Fault::UnknownOp, 0};
 }
@@ -67,22 +70,27 @@ SlotFault check_slots(const Plan& plan, const Op& o) {
 Error fault_message(const Plan& plan, const Op& o, const SlotFault& f) {
   const BufferId b = o.buf[f.slot];
   switch (f.fault) {
-    case Fault::None:
-    case Fault::UnknownOp: break;
-    case Fault::Empty: return Error{"", fmt::format("buffer slot {} is empty", f.slot)};
-    case Fault::Missing: return Error{"", fmt::format("buffer slot {} names buffer {}, which does not exist", f.slot, b)};
-    case Fault::OtherRank:
-      return Error{"", fmt::format("buffer slot {} names buffer {} of rank {} (buffers are rank-local)", f.slot, b, plan.buffer(b).rank)};
-    case Fault::Kind: {
-      std::string want;
-      for (std::size_t k = 0; k < f.nkinds; ++k) want += fmt::format("{}{}", want.empty() ? "" : " or ", to_string(f.kinds[k]));
-      return Error{"", fmt::format("buffer slot {} holds {}, expected {}", f.slot, to_string(plan.buffer(b).kind), want)};
-    }
+  case Fault::None:
+  case Fault::UnknownOp:
+    break;
+  case Fault::Empty:
+    return Error{"", fmt::format("buffer slot {} is empty", f.slot)};
+  case Fault::Missing:
+    return Error{"", fmt::format("buffer slot {} names buffer {}, which does not exist", f.slot, b)};
+  case Fault::OtherRank:
+    return Error{"", fmt::format("buffer slot {} names buffer {} of rank {} (buffers are rank-local)", f.slot, b,
+                                 plan.buffer(b).rank)};
+  case Fault::Kind: {
+    std::string want;
+    for (std::size_t k = 0; k < f.nkinds; ++k)
+      want += fmt::format("{}{}", want.empty() ? "" : " or ", to_string(f.kinds[k]));
+    return Error{"", fmt::format("buffer slot {} holds {}, expected {}", f.slot, to_string(plan.buffer(b).kind), want)};
+  }
   }
   return Error{"", fmt::format("unknown op kind {}", int(o.kind))};
 }
 
-} // namespace
+}  // namespace
 
 Expected<OpArgs> decode(const Plan& plan, OpId id) {
   const Op& o = plan.op(id);
@@ -90,4 +98,4 @@ Expected<OpArgs> decode(const Plan& plan, OpId id) {
   return args(o);
 }
 
-} // namespace charm::ir
+}  // namespace charm::ir

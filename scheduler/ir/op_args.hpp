@@ -44,7 +44,8 @@ struct CopyArgs {
   BufferId src, dst;
 };
 
-using OpArgs = std::variant<ComputeFwdArgs, ComputeBwdArgs, SendArgs, RecvArgs, MergeArgs, AccumulateArgs, PackArgs, CopyArgs>;
+using OpArgs =
+    std::variant<ComputeFwdArgs, ComputeBwdArgs, SendArgs, RecvArgs, MergeArgs, AccumulateArgs, PackArgs, CopyArgs>;
 
 /// A Copy that packs the backward bundle (its fourth slot is used), not a plain copy.
 [[nodiscard]] constexpr bool is_pack(const Op& o) { return o.kind == OpKind::Copy && o.buf[3] != kNone; }
@@ -53,14 +54,19 @@ using OpArgs = std::variant<ComputeFwdArgs, ComputeBwdArgs, SendArgs, RecvArgs, 
 [[nodiscard]] inline OpArgs args(const Op& o) {
   const auto* b = o.buf;
   switch (o.kind) {
-    case OpKind::Compute:
-      if (o.phase == Phase::Fwd) return ComputeFwdArgs{b[0], b[1], b[2]};
-      return ComputeBwdArgs{b[0], b[1], b[2], b[3]};
-    case OpKind::Send: return SendArgs{b[0]};
-    case OpKind::Recv: return RecvArgs{b[0]};
-    case OpKind::Merge: return MergeArgs{b[0], b[1]};
-    case OpKind::Accumulate: return AccumulateArgs{b[0], b[1]};
-    case OpKind::Copy: break;
+  case OpKind::Compute:
+    if (o.phase == Phase::Fwd) return ComputeFwdArgs{b[0], b[1], b[2]};
+    return ComputeBwdArgs{b[0], b[1], b[2], b[3]};
+  case OpKind::Send:
+    return SendArgs{b[0]};
+  case OpKind::Recv:
+    return RecvArgs{b[0]};
+  case OpKind::Merge:
+    return MergeArgs{b[0], b[1]};
+  case OpKind::Accumulate:
+    return AccumulateArgs{b[0], b[1]};
+  case OpKind::Copy:
+    break;
   }
   if (is_pack(o)) return PackArgs{b[0], b[1], b[2], b[3]};
   return CopyArgs{b[0], b[1]};
@@ -79,18 +85,26 @@ void for_each_access(const Op& o, Fn&& fn) {
   auto rd = [&](int s) { fn(o.buf[s], s, false); };
   auto wr = [&](int s) { fn(o.buf[s], s, true); };
   switch (o.kind) {
-    case OpKind::Compute:
-      rd(0), rd(1), wr(2);
-      if (o.phase == Phase::Bwd) wr(3);
-      break;
-    case OpKind::Send: rd(0); break;
-    case OpKind::Recv: wr(0); break;
-    case OpKind::Merge:
-    case OpKind::Accumulate: rd(0), wr(1); break;
-    case OpKind::Copy:
-      if (is_pack(o)) rd(0), rd(1), rd(2), wr(3);
-      else rd(0), wr(1);
-      break;
+  case OpKind::Compute:
+    rd(0), rd(1), wr(2);
+    if (o.phase == Phase::Bwd) wr(3);
+    break;
+  case OpKind::Send:
+    rd(0);
+    break;
+  case OpKind::Recv:
+    wr(0);
+    break;
+  case OpKind::Merge:
+  case OpKind::Accumulate:
+    rd(0), wr(1);
+    break;
+  case OpKind::Copy:
+    if (is_pack(o))
+      rd(0), rd(1), rd(2), wr(3);
+    else
+      rd(0), wr(1);
+    break;
   }
 }
 
@@ -102,4 +116,4 @@ struct Overloaded : F... {
 template <class... F>
 Overloaded(F...) -> Overloaded<F...>;
 
-} // namespace charm::ir
+}  // namespace charm::ir

@@ -16,52 +16,76 @@ Expected<E> parse_enum(std::string_view s, const std::array<E, N>& all, const ch
   for (E e : all) names += fmt::format("{}{}", names.empty() ? "" : ", ", to_string(e));
   return Error{"", fmt::format("unknown {} '{}' (expected one of: {})", what, s, names)};
 }
-constexpr std::array kOpKinds{OpKind::Compute, OpKind::Send, OpKind::Recv, OpKind::Merge, OpKind::Accumulate, OpKind::Copy};
+constexpr std::array kOpKinds{OpKind::Compute, OpKind::Send,       OpKind::Recv,
+                              OpKind::Merge,   OpKind::Accumulate, OpKind::Copy};
 constexpr std::array kStreams{Stream::Compute, Stream::Kv, Stream::Q, Stream::Out, Stream::Cross, Stream::Dkv};
-constexpr std::array kBufKinds{BufKind::Q, BufKind::Kv, BufKind::Out, BufKind::Dout, BufKind::QBundle, BufKind::Dq, BufKind::Dkv};
+constexpr std::array kBufKinds{BufKind::Q,       BufKind::Kv, BufKind::Out, BufKind::Dout,
+                               BufKind::QBundle, BufKind::Dq, BufKind::Dkv};
 static_assert(kBufKinds.size() == kNumBufKinds);
 constexpr std::array kBufInits{BufInit::None, BufInit::Input, BufInit::Zero};
-} // namespace
+}  // namespace
 
 std::string_view to_string(OpKind k) {
   switch (k) {
-    case OpKind::Compute: return "compute";
-    case OpKind::Send: return "send";
-    case OpKind::Recv: return "recv";
-    case OpKind::Merge: return "merge";
-    case OpKind::Accumulate: return "accumulate";
-    case OpKind::Copy: return "copy";
+  case OpKind::Compute:
+    return "compute";
+  case OpKind::Send:
+    return "send";
+  case OpKind::Recv:
+    return "recv";
+  case OpKind::Merge:
+    return "merge";
+  case OpKind::Accumulate:
+    return "accumulate";
+  case OpKind::Copy:
+    return "copy";
   }
   return "?";
 }
 std::string_view to_string(Stream s) {
   switch (s) {
-    case Stream::Compute: return "compute";
-    case Stream::Kv: return "kv";
-    case Stream::Q: return "q";
-    case Stream::Out: return "out";
-    case Stream::Cross: return "cross";
-    case Stream::Dkv: return "dkv";
+  case Stream::Compute:
+    return "compute";
+  case Stream::Kv:
+    return "kv";
+  case Stream::Q:
+    return "q";
+  case Stream::Out:
+    return "out";
+  case Stream::Cross:
+    return "cross";
+  case Stream::Dkv:
+    return "dkv";
   }
   return "?";
 }
 std::string_view to_string(BufKind k) {
   switch (k) {
-    case BufKind::Q: return "q";
-    case BufKind::Kv: return "kv";
-    case BufKind::Out: return "out";
-    case BufKind::Dout: return "dout";
-    case BufKind::QBundle: return "qbundle";
-    case BufKind::Dq: return "dq";
-    case BufKind::Dkv: return "dkv";
+  case BufKind::Q:
+    return "q";
+  case BufKind::Kv:
+    return "kv";
+  case BufKind::Out:
+    return "out";
+  case BufKind::Dout:
+    return "dout";
+  case BufKind::QBundle:
+    return "qbundle";
+  case BufKind::Dq:
+    return "dq";
+  case BufKind::Dkv:
+    return "dkv";
   }
   return "?";
 }
 std::string_view to_string(BufInit i) {
   switch (i) {
-    case BufInit::None: return "none";
-    case BufInit::Input: return "input";
-    case BufInit::Zero: return "zero";
+  case BufInit::None:
+    return "none";
+  case BufInit::Input:
+    return "input";
+  case BufInit::Zero:
+    return "zero";
   }
   return "?";
 }
@@ -141,7 +165,8 @@ std::size_t Plan::memory_bytes() const {
 Region Plan::region(BufferId id) const {
   const Buffer& b = buffer(id);
   const auto hk = static_cast<std::int32_t>(workload.kv_heads);
-  return {b.owner, b.owner + b.owners, b.head_begin, b.heads == 0 ? hk : b.head_begin + b.heads,
+  return {b.owner,      b.owner + b.owners,
+          b.head_begin, b.heads == 0 ? hk : b.head_begin + b.heads,
           b.part_begin, b.parts == 0 ? parts : b.part_begin + b.parts};
 }
 
@@ -179,22 +204,22 @@ std::string op_label(const Plan& plan, OpId id) {
            (plan.buffer(b).owners != 1 || plan.buffer(b).heads != 0 || plan.buffer(b).parts != 0);
   };
   switch (op.kind) {
-    case OpKind::Compute:
-      if (ranged(op.buf[0]) || ranged(op.buf[1]))
-        return fmt::format("{} {}*{} {}", to_string(op.phase), buf(op.buf[0]), buf(op.buf[1]), to_string(op.mask));
-      return fmt::format("{} Q{}*KV{} {}", to_string(op.phase), op.q_owner, op.kv_owner, to_string(op.mask));
-    case OpKind::Send:
-    case OpKind::Recv:
-      return fmt::format("{} {} {} {} #{}", to_string(op.kind), buf(op.buf[0]), op.kind == OpKind::Send ? "->" : "<-",
-                         op.peer, op.tag);
-    case OpKind::Merge:
-    case OpKind::Accumulate:
-      return fmt::format("{} {}", to_string(op.kind), buf(op.buf[0]));
-    case OpKind::Copy:
-      return op.buf[3] != kNone ? fmt::format("pack {}", buf(op.buf[3]))
-                                : fmt::format("copy {} -> {}", buf(op.buf[0]), buf(op.buf[1]));
+  case OpKind::Compute:
+    if (ranged(op.buf[0]) || ranged(op.buf[1]))
+      return fmt::format("{} {}*{} {}", to_string(op.phase), buf(op.buf[0]), buf(op.buf[1]), to_string(op.mask));
+    return fmt::format("{} Q{}*KV{} {}", to_string(op.phase), op.q_owner, op.kv_owner, to_string(op.mask));
+  case OpKind::Send:
+  case OpKind::Recv:
+    return fmt::format("{} {} {} {} #{}", to_string(op.kind), buf(op.buf[0]), op.kind == OpKind::Send ? "->" : "<-",
+                       op.peer, op.tag);
+  case OpKind::Merge:
+  case OpKind::Accumulate:
+    return fmt::format("{} {}", to_string(op.kind), buf(op.buf[0]));
+  case OpKind::Copy:
+    return op.buf[3] != kNone ? fmt::format("pack {}", buf(op.buf[3]))
+                              : fmt::format("copy {} -> {}", buf(op.buf[0]), buf(op.buf[1]));
   }
   return "?";
 }
 
-} // namespace charm::ir
+}  // namespace charm::ir

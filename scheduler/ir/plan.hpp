@@ -132,8 +132,8 @@ struct Op {
   std::int32_t tag = kNone;          // Send/Recv
   std::int32_t group = kNone;        // Send/Recv: ncclGroup id, kNone = alone
   BufferId buf[4] = {kNone, kNone, kNone, kNone};
-  Bytes bytes = 0;                   // Send/Recv: payload; Merge/Accumulate/Copy: bytes touched
-  Flops flops = 0;                   // Compute
+  Bytes bytes = 0;  // Send/Recv: payload; Merge/Accumulate/Copy: bytes touched
+  Flops flops = 0;  // Compute
 };
 static_assert(sizeof(Op) == 64, "an Op is one cache line: plans of millions of ops stay compact");
 
@@ -206,4 +206,4 @@ class Plan {
 /// Short human label of an op, e.g. "fwd Q3*KV2 causal" or "send kv->4 #2".
 [[nodiscard]] std::string op_label(const Plan& plan, OpId id);
 
-} // namespace charm::ir
+}  // namespace charm::ir

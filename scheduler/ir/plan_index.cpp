@@ -6,7 +6,9 @@ namespace charm::ir {
 
 namespace {
 
-bool message_less(const Message& a, const Message& b) { return a.key() < b.key() || (a.key() == b.key() && a.id < b.id); }
+bool message_less(const Message& a, const Message& b) {
+  return a.key() < b.key() || (a.key() == b.key() && a.id < b.id);
+}
 
 /// Sorts by (stream, src, dst, tag, id): a stable counting sort on (stream, src)
 /// and a sort of each small bucket by the rest, skipped when the bucket is
@@ -36,7 +38,7 @@ void sort_by_key(std::vector<Message>& v, std::size_t ranks) {
   v = std::move(out);
 }
 
-} // namespace
+}  // namespace
 
 MessageOrder sort_messages(const Plan& plan) {
   MessageOrder m;
@@ -46,8 +48,10 @@ MessageOrder sort_messages(const Plan& plan) {
   m.recvs.reserve(sends);  // as many in a matched plan
   for (OpId id = 0; id < OpId(plan.size()); ++id) {
     const Op& o = plan.op(id);
-    if (o.kind == OpKind::Send) m.sends.push_back({int(o.stream), o.rank, o.peer, o.tag, id});
-    else if (o.kind == OpKind::Recv) m.recvs.push_back({int(o.stream), o.peer, o.rank, o.tag, id});
+    if (o.kind == OpKind::Send)
+      m.sends.push_back({int(o.stream), o.rank, o.peer, o.tag, id});
+    else if (o.kind == OpKind::Recv)
+      m.recvs.push_back({int(o.stream), o.peer, o.rank, o.tag, id});
   }
   sort_by_key(m.sends, std::size_t(plan.ranks));
   sort_by_key(m.recvs, std::size_t(plan.ranks));
@@ -84,7 +88,8 @@ void PlanIndex::build_lanes() {
     order_[k] = id;
     pos_[std::size_t(id)] = k;
     const OpId p = prev[l];
-    const bool joins = p != kNone && is_comm(o) && o.group != kNone && is_comm(plan_->op(p)) && plan_->op(p).group == o.group;
+    const bool joins =
+        p != kNone && is_comm(o) && o.group != kNone && is_comm(plan_->op(p)) && plan_->op(p).group == o.group;
     group_begin_[std::size_t(id)] = joins ? group_begin_[std::size_t(p)] : k;
     prev[l] = id;
   }
@@ -119,8 +124,10 @@ void PlanIndex::build_dependents() {
 }
 
 std::size_t PlanIndex::memory_bytes() const {
-  return (lane_begin_.capacity() + lane_of_.capacity() + pos_.capacity() + group_begin_.capacity() + dependents_begin_.capacity()) * sizeof(std::uint32_t) +
+  return (lane_begin_.capacity() + lane_of_.capacity() + pos_.capacity() + group_begin_.capacity() +
+          dependents_begin_.capacity()) *
+             sizeof(std::uint32_t) +
          (order_.capacity() + partner_.capacity() + dependents_.capacity()) * sizeof(OpId);
 }
 
-} // namespace charm::ir
+}  // namespace charm::ir

@@ -76,14 +76,17 @@ class PlanIndex {
   [[nodiscard]] OpId partner(OpId id) const { return partner_[std::size_t(id)]; }
   /// The ops that depend on op id.
   [[nodiscard]] std::span<const OpId> dependents(OpId id) const {
-    return {dependents_.data() + dependents_begin_[std::size_t(id)], dependents_.data() + dependents_begin_[std::size_t(id) + 1]};
+    return {dependents_.data() + dependents_begin_[std::size_t(id)],
+            dependents_.data() + dependents_begin_[std::size_t(id) + 1]};
   }
 
   /// Bytes of heap memory the index holds.
   [[nodiscard]] std::size_t memory_bytes() const;
 
  private:
-  [[nodiscard]] std::span<const OpId> span(std::uint32_t b, std::uint32_t e) const { return {order_.data() + b, order_.data() + e}; }
+  [[nodiscard]] std::span<const OpId> span(std::uint32_t b, std::uint32_t e) const {
+    return {order_.data() + b, order_.data() + e};
+  }
   void build_lanes();  // and the groups
   void build_partners(MessageOrder* keep);
   void build_dependents();
@@ -92,9 +95,9 @@ class PlanIndex {
   std::vector<std::uint32_t> lane_begin_;  // CSR over lanes into order_
   std::vector<OpId> order_;
   std::vector<std::uint32_t> lane_of_, pos_, group_begin_;  // per op
-  std::vector<OpId> partner_;                     // per op
-  std::vector<std::uint32_t> dependents_begin_;   // CSR over ops into dependents_
+  std::vector<OpId> partner_;                               // per op
+  std::vector<std::uint32_t> dependents_begin_;             // CSR over ops into dependents_
   std::vector<OpId> dependents_;
 };
 
-} // namespace charm::ir
+}  // namespace charm::ir

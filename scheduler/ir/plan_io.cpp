@@ -23,10 +23,10 @@ namespace charm::ir {
 using nlohmann::json;
 
 json workload_to_json(const Workload& w) {
-  return json{{"batch", w.batch},   {"seq", w.seq},
-              {"heads", w.heads},   {"kv_heads", w.kv_heads},
-              {"head_dim", w.head_dim}, {"dtype", to_string(w.dtype)},
-              {"causal", w.causal}, {"layout", to_string(w.layout)},
+  return json{{"batch", w.batch},         {"seq", w.seq},
+              {"heads", w.heads},         {"kv_heads", w.kv_heads},
+              {"head_dim", w.head_dim},   {"dtype", to_string(w.dtype)},
+              {"causal", w.causal},       {"layout", to_string(w.layout)},
               {"pass", to_string(w.pass)}};
 }
 
@@ -35,16 +35,19 @@ namespace {
 /// A JSON integer as int64, if it has one. JSON integers have no width: one past
 /// int64 is held as unsigned, and is reported as written rather than wrapped.
 std::optional<std::int64_t> as_int64(const json& v) {
-  if (v.is_number_unsigned() && v.get<std::uint64_t>() > std::uint64_t(std::numeric_limits<std::int64_t>::max())) return std::nullopt;
+  if (v.is_number_unsigned() && v.get<std::uint64_t>() > std::uint64_t(std::numeric_limits<std::int64_t>::max()))
+    return std::nullopt;
   return v.get<std::int64_t>();
 }
 
 /// v (an integer) in [lo, hi], or the error naming `path` and the number as written.
-Expected<std::int64_t> int_in(const json& v, std::int64_t lo, std::int64_t hi, const std::string& path, bool half_open = false) {
+Expected<std::int64_t> int_in(const json& v, std::int64_t lo, std::int64_t hi, const std::string& path,
+                              bool half_open = false) {
   const auto x = as_int64(v);
   const bool ok = x && *x >= lo && (half_open ? *x < hi : *x <= hi);
-  if (!ok) return Error{path, half_open ? fmt::format("must be in [{}, {}), got {}", lo, hi, v.dump())
-                                        : fmt::format("must be in [{}, {}], got {}", lo, hi, v.dump())};
+  if (!ok)
+    return Error{path, half_open ? fmt::format("must be in [{}, {}), got {}", lo, hi, v.dump())
+                                 : fmt::format("must be in [{}, {}], got {}", lo, hi, v.dump())};
   return *x;
 }
 
@@ -116,18 +119,19 @@ class Reader {
   std::string path_;
 };
 
-#define CHARM_TRY_ASSIGN(lhs, expr)        \
-  do {                                     \
-    auto charm_tmp_ = (expr);              \
-    if (!charm_tmp_) return charm_tmp_.error(); \
-    lhs = std::move(*charm_tmp_);          \
+#define CHARM_TRY_ASSIGN(lhs, expr)                                                                                    \
+  do {                                                                                                                 \
+    auto charm_tmp_ = (expr);                                                                                          \
+    if (!charm_tmp_) return charm_tmp_.error();                                                                        \
+    lhs = std::move(*charm_tmp_);                                                                                      \
   } while (0)
 
-} // namespace
+}  // namespace
 
 Expected<Workload> workload_from_json(const json& j, std::string_view where) {
   Reader r(j, std::string(where));
-  if (auto s = r.known_fields({"batch", "seq", "heads", "kv_heads", "head_dim", "dtype", "causal", "layout", "pass"}); !s)
+  if (auto s = r.known_fields({"batch", "seq", "heads", "kv_heads", "head_dim", "dtype", "causal", "layout", "pass"});
+      !s)
     return s.error();
   Workload w;
   CHARM_TRY_ASSIGN(w.batch, r.integer("batch", 1, kMaxBatch));
@@ -136,8 +140,10 @@ Expected<Workload> workload_from_json(const json& j, std::string_view where) {
   CHARM_TRY_ASSIGN(w.kv_heads, r.integer("kv_heads", 1, kMaxHeads));
   CHARM_TRY_ASSIGN(w.head_dim, r.integer("head_dim", 1, kMaxHeadDim));
   // The same bound on the product as Workload::check: every byte count stays exact.
-  if (const double elems = double(w.batch) * double(w.seq) * double(w.heads) * double(w.head_dim); elems > double(kMaxElements))
-    return Error{std::string(where), fmt::format("batch*seq*heads*head_dim = {:.3g} elements is too large (at most 2^50)", elems)};
+  if (const double elems = double(w.batch) * double(w.seq) * double(w.heads) * double(w.head_dim);
+      elems > double(kMaxElements))
+    return Error{std::string(where),
+                 fmt::format("batch*seq*heads*head_dim = {:.3g} elements is too large (at most 2^50)", elems)};
   CHARM_TRY_ASSIGN(w.dtype, r.enumeration<DType>("dtype", parse_dtype));
   CHARM_TRY_ASSIGN(w.layout, r.enumeration<Layout>("layout", parse_layout));
   CHARM_TRY_ASSIGN(w.pass, r.enumeration<PassKind>("pass", parse_pass));
@@ -158,39 +164,52 @@ json plan_to_json(const Plan& plan) {
     o["deps"] = std::move(deps);
     json bufs = json::array();
     for (BufferId b : op.buf)
-      if (b != kNone) bufs.push_back(b); else bufs.push_back(nullptr);
+      if (b != kNone)
+        bufs.push_back(b);
+      else
+        bufs.push_back(nullptr);
     while (!bufs.empty() && bufs.back().is_null()) bufs.erase(bufs.end() - 1);
     o["bufs"] = std::move(bufs);
     switch (op.kind) {
-      case OpKind::Compute:
-        o["pass"] = to_string(op.phase);
-        o["q_block"] = op.q_owner;
-        o["kv_block"] = op.kv_owner;
-        o["mask"] = to_string(op.mask);
-        o["flops"] = op.flops;
-        break;
-      case OpKind::Send:
-      case OpKind::Recv:
-        o["pass"] = to_string(op.phase);
-        o["peer"] = op.peer;
-        o["tag"] = op.tag;
-        o["bytes"] = op.bytes;
-        if (op.group != kNone) o["group"] = op.group;
-        break;
-      default:
-        o["pass"] = to_string(op.phase);
-        o["bytes"] = op.bytes;
-        break;
+    case OpKind::Compute:
+      o["pass"] = to_string(op.phase);
+      o["q_block"] = op.q_owner;
+      o["kv_block"] = op.kv_owner;
+      o["mask"] = to_string(op.mask);
+      o["flops"] = op.flops;
+      break;
+    case OpKind::Send:
+    case OpKind::Recv:
+      o["pass"] = to_string(op.phase);
+      o["peer"] = op.peer;
+      o["tag"] = op.tag;
+      o["bytes"] = op.bytes;
+      if (op.group != kNone) o["group"] = op.group;
+      break;
+    default:
+      o["pass"] = to_string(op.phase);
+      o["bytes"] = op.bytes;
+      break;
     }
     ops.push_back(std::move(o));
   }
   json bufs = json::array();
   for (const Buffer& b : plan.buffers()) {
-    json jb{{"rank", b.rank}, {"kind", to_string(b.kind)}, {"owner", b.owner}, {"init", to_string(b.init)}, {"bytes", b.bytes}};
+    json jb{{"rank", b.rank},
+            {"kind", to_string(b.kind)},
+            {"owner", b.owner},
+            {"init", to_string(b.init)},
+            {"bytes", b.bytes}};
     // Region fields only where they differ from a whole shard: plain plans keep their old form.
     if (b.owners != 1) jb["owners"] = b.owners;
-    if (b.heads != 0) { jb["head_begin"] = b.head_begin; jb["heads"] = b.heads; }
-    if (b.parts != 0) { jb["part_begin"] = b.part_begin; jb["parts"] = b.parts; }
+    if (b.heads != 0) {
+      jb["head_begin"] = b.head_begin;
+      jb["heads"] = b.heads;
+    }
+    if (b.parts != 0) {
+      jb["part_begin"] = b.part_begin;
+      jb["parts"] = b.parts;
+    }
     if (b.parent != kNone) jb["parent"] = b.parent;
     if (b.reuse != kNone) jb["reuse"] = b.reuse;
     bufs.push_back(std::move(jb));
@@ -204,8 +223,8 @@ json plan_to_json(const Plan& plan) {
     if (res.dkv != kNone) o["dkv"] = res.dkv;
     results.push_back(std::move(o));
   }
-  json out{{"schema", kPlanSchema}, {"algo", plan.algo}, {"workload", workload_to_json(plan.workload)},
-           {"ranks", plan.ranks},  {"domains", plan.domains}, {"buffers", std::move(bufs)},
+  json out{{"schema", kPlanSchema},         {"algo", plan.algo},       {"workload", workload_to_json(plan.workload)},
+           {"ranks", plan.ranks},           {"domains", plan.domains}, {"buffers", std::move(bufs)},
            {"results", std::move(results)}, {"ops", std::move(ops)}};
   if (plan.parts != 1) out["parts"] = plan.parts;
   return out;
@@ -213,13 +232,16 @@ json plan_to_json(const Plan& plan) {
 
 namespace {
 
-Expected<std::int64_t> index_in(const json& v, std::int64_t n, const std::string& path) { return int_in(v, 0, n, path, /*half_open=*/true); }
+Expected<std::int64_t> index_in(const json& v, std::int64_t n, const std::string& path) {
+  return int_in(v, 0, n, path, /*half_open=*/true);
+}
 
 /// Buffer `index` of a plan of `ranks` ranks that holds `earlier` buffers so far.
-Expected<Buffer> buffer_from_json(const json& jb, const std::string& w, std::size_t index, std::int64_t ranks, std::size_t earlier) {
+Expected<Buffer> buffer_from_json(const json& jb, const std::string& w, std::size_t index, std::int64_t ranks,
+                                  std::size_t earlier) {
   Reader r(jb, fmt::format("{}.buffers[{}]", w, index));
-  if (auto s = r.known_fields({"rank", "kind", "owner", "init", "bytes", "owners", "head_begin", "heads", "part_begin", "parts",
-                               "parent", "reuse"});
+  if (auto s = r.known_fields({"rank", "kind", "owner", "init", "bytes", "owners", "head_begin", "heads", "part_begin",
+                               "parts", "parent", "reuse"});
       !s)
     return s.error();
   Buffer b;
@@ -246,11 +268,13 @@ Expected<Buffer> buffer_from_json(const json& jb, const std::string& w, std::siz
   CHARM_TRY_ASSIGN(v, r.integer("parent", -1, std::int64_t{1} << 30, false, -1));
   b.parent = static_cast<BufferId>(v);
   if (b.parent >= static_cast<std::int64_t>(earlier))
-    return Error{fmt::format("{}.buffers[{}].parent", w, index), fmt::format("must name an earlier buffer, got {}", b.parent)};
+    return Error{fmt::format("{}.buffers[{}].parent", w, index),
+                 fmt::format("must name an earlier buffer, got {}", b.parent)};
   CHARM_TRY_ASSIGN(v, r.integer("reuse", -1, std::int64_t{1} << 30, false, -1));
   b.reuse = static_cast<BufferId>(v);
   if (b.reuse >= static_cast<std::int64_t>(earlier))
-    return Error{fmt::format("{}.buffers[{}].reuse", w, index), fmt::format("must name an earlier buffer, got {}", b.reuse)};
+    return Error{fmt::format("{}.buffers[{}].reuse", w, index),
+                 fmt::format("must name an earlier buffer, got {}", b.reuse)};
   return b;
 }
 
@@ -299,7 +323,8 @@ Status bufs_from_json(Reader& r, const std::string& path, std::int64_t nbuf, Op&
   auto bfield = r.field("bufs", false);
   if (!bfield) return bfield.error();
   if (*bfield == nullptr) return {};
-  if (!(*bfield)->is_array() || (*bfield)->size() > 4) return Error{path + ".bufs", "must be an array of at most 4 buffer ids"};
+  if (!(*bfield)->is_array() || (*bfield)->size() > 4)
+    return Error{path + ".bufs", "must be an array of at most 4 buffer ids"};
   for (std::size_t k = 0; k < (*bfield)->size(); ++k) {
     const json& b = (**bfield)[k];
     if (b.is_null()) continue;
@@ -315,29 +340,29 @@ Status bufs_from_json(Reader& r, const std::string& path, std::int64_t nbuf, Op&
 Status kind_fields_from_json(Reader& r, std::int64_t ranks, Op& op) {
   std::int64_t v = 0;
   switch (op.kind) {
-    case OpKind::Compute:
-      CHARM_TRY_ASSIGN(v, r.integer("q_block", 0, ranks - 1));
-      op.q_owner = static_cast<RankId>(v);
-      CHARM_TRY_ASSIGN(v, r.integer("kv_block", 0, ranks - 1));
-      op.kv_owner = static_cast<RankId>(v);
-      CHARM_TRY_ASSIGN(op.mask, r.enumeration<MaskPiece>("mask", parse_mask_piece));
-      CHARM_TRY_ASSIGN(op.flops, r.number("flops"));
-      break;
-    case OpKind::Send:
-    case OpKind::Recv:
-      CHARM_TRY_ASSIGN(v, r.integer("peer", 0, ranks - 1));
-      op.peer = static_cast<RankId>(v);
-      CHARM_TRY_ASSIGN(v, r.integer("tag", 0, std::int64_t{1} << 30));
-      op.tag = static_cast<std::int32_t>(v);
-      CHARM_TRY_ASSIGN(v, r.integer("bytes", 0, std::int64_t{1} << 50));
-      op.bytes = static_cast<Bytes>(v);
-      CHARM_TRY_ASSIGN(v, r.integer("group", -1, std::int64_t{1} << 30, false, -1));
-      op.group = static_cast<std::int32_t>(v);
-      break;
-    default:
-      CHARM_TRY_ASSIGN(v, r.integer("bytes", 0, std::int64_t{1} << 50, false, 0));
-      op.bytes = static_cast<Bytes>(v);
-      break;
+  case OpKind::Compute:
+    CHARM_TRY_ASSIGN(v, r.integer("q_block", 0, ranks - 1));
+    op.q_owner = static_cast<RankId>(v);
+    CHARM_TRY_ASSIGN(v, r.integer("kv_block", 0, ranks - 1));
+    op.kv_owner = static_cast<RankId>(v);
+    CHARM_TRY_ASSIGN(op.mask, r.enumeration<MaskPiece>("mask", parse_mask_piece));
+    CHARM_TRY_ASSIGN(op.flops, r.number("flops"));
+    break;
+  case OpKind::Send:
+  case OpKind::Recv:
+    CHARM_TRY_ASSIGN(v, r.integer("peer", 0, ranks - 1));
+    op.peer = static_cast<RankId>(v);
+    CHARM_TRY_ASSIGN(v, r.integer("tag", 0, std::int64_t{1} << 30));
+    op.tag = static_cast<std::int32_t>(v);
+    CHARM_TRY_ASSIGN(v, r.integer("bytes", 0, std::int64_t{1} << 50));
+    op.bytes = static_cast<Bytes>(v);
+    CHARM_TRY_ASSIGN(v, r.integer("group", -1, std::int64_t{1} << 30, false, -1));
+    op.group = static_cast<std::int32_t>(v);
+    break;
+  default:
+    CHARM_TRY_ASSIGN(v, r.integer("bytes", 0, std::int64_t{1} << 50, false, 0));
+    op.bytes = static_cast<Bytes>(v);
+    break;
   }
   return {};
 }
@@ -347,14 +372,15 @@ Expected<Op> op_from_json(const json& jo, const std::string& w, std::int64_t ind
                           std::vector<OpId>& deps) {
   const std::string path = fmt::format("{}.ops[{}]", w, index);
   Reader r(jo, path);
-  if (auto s = r.known_fields({"id", "rank", "stream", "kind", "deps", "bufs", "pass", "q_block", "kv_block", "mask", "flops",
-                               "peer", "tag", "bytes", "group"});
+  if (auto s = r.known_fields({"id", "rank", "stream", "kind", "deps", "bufs", "pass", "q_block", "kv_block", "mask",
+                               "flops", "peer", "tag", "bytes", "group"});
       !s)
     return s.error();
   Op op;
   std::int64_t v = 0;
   CHARM_TRY_ASSIGN(v, r.integer("id", 0, nops - 1));
-  if (v != index) return Error{path + ".id", fmt::format("ids must be 0, 1, 2, ... in order; expected {}, got {}", index, v)};
+  if (v != index)
+    return Error{path + ".id", fmt::format("ids must be 0, 1, 2, ... in order; expected {}, got {}", index, v)};
   CHARM_TRY_ASSIGN(v, r.integer("rank", 0, plan.ranks - 1));
   op.rank = static_cast<RankId>(v);
   CHARM_TRY_ASSIGN(op.stream, r.enumeration<Stream>("stream", parse_stream));
@@ -362,9 +388,12 @@ Expected<Op> op_from_json(const json& jo, const std::string& w, std::int64_t ind
   auto p = r.string("pass", false);
   if (!p) return p.error();
   if (!p->empty()) {
-    if (*p == "fwd") op.phase = Phase::Fwd;
-    else if (*p == "bwd") op.phase = Phase::Bwd;
-    else return Error{path + ".pass", fmt::format("must be fwd or bwd, got '{}'", *p)};
+    if (*p == "fwd")
+      op.phase = Phase::Fwd;
+    else if (*p == "bwd")
+      op.phase = Phase::Bwd;
+    else
+      return Error{path + ".pass", fmt::format("must be fwd or bwd, got '{}'", *p)};
   }
   if (auto s = deps_from_json(r, path, nops, deps); !s) return s.error();
   if (auto s = bufs_from_json(r, path, static_cast<std::int64_t>(plan.buffers().size()), op); !s) return s.error();
@@ -372,17 +401,20 @@ Expected<Op> op_from_json(const json& jo, const std::string& w, std::int64_t ind
   return op;
 }
 
-} // namespace
+}  // namespace
 
 Expected<Plan> plan_from_json(const json& j, std::string_view where) {
   const std::string w(where);
   Reader top(j, w);
-  if (auto s = top.known_fields({"schema", "algo", "workload", "ranks", "domains", "parts", "buffers", "results", "ops"}); !s)
+  if (auto s =
+          top.known_fields({"schema", "algo", "workload", "ranks", "domains", "parts", "buffers", "results", "ops"});
+      !s)
     return s.error();
   Plan plan;
   std::int64_t schema = 0;
   CHARM_TRY_ASSIGN(schema, top.integer("schema", 0, 1000));
-  if (schema != kPlanSchema) return Error{w + ".schema", fmt::format("unsupported schema {} (expected {})", schema, kPlanSchema)};
+  if (schema != kPlanSchema)
+    return Error{w + ".schema", fmt::format("unsupported schema {} (expected {})", schema, kPlanSchema)};
   CHARM_TRY_ASSIGN(plan.algo, top.string("algo"));
   std::int64_t ranks = 0, domains = 1;
   CHARM_TRY_ASSIGN(ranks, top.integer("ranks", 1, 1 << 20));
@@ -442,8 +474,9 @@ void write_dot(const Plan& plan, std::ostream& os) {
     for (OpId id = 0; id < static_cast<OpId>(plan.size()); ++id) {
       const Op& op = plan.op(id);
       if (op.rank != r) continue;
-      const char* color = op.kind == OpKind::Compute ? "lightblue"
-                          : (op.kind == OpKind::Send || op.kind == OpKind::Recv) ? "lightyellow" : "lightgrey";
+      const char* color = op.kind == OpKind::Compute                             ? "lightblue"
+                          : (op.kind == OpKind::Send || op.kind == OpKind::Recv) ? "lightyellow"
+                                                                                 : "lightgrey";
       os << fmt::format("    op{} [label=\"#{} [{}]\\n{}\", style=filled, fillcolor={}];\n", id, id,
                         to_string(op.stream), op_label(plan, id), color);
     }
@@ -470,12 +503,14 @@ void write_listing(const Plan& plan, std::ostream& os, int only_rank) {
       std::string deps;
       for (OpId d : plan.deps(id)) deps += fmt::format("{}{}", deps.empty() ? "" : ",", d);
       os << fmt::format("  #{:<6} {:<8} {:<32}", id, to_string(op.stream), op_label(plan, id));
-      if (op.kind == OpKind::Compute) os << fmt::format(" {:.3g} GFLOP", op.flops / 1e9);
-      else if (op.bytes) os << fmt::format(" {:.3g} MB", double(op.bytes) / 1e6);
+      if (op.kind == OpKind::Compute)
+        os << fmt::format(" {:.3g} GFLOP", op.flops / 1e9);
+      else if (op.bytes)
+        os << fmt::format(" {:.3g} MB", double(op.bytes) / 1e6);
       if (!deps.empty()) os << "  after " << deps;
       os << "\n";
     }
   }
 }
 
-} // namespace charm::ir
+}  // namespace charm::ir

@@ -24,4 +24,4 @@ inline constexpr int kPlanSchema = 1;
 void write_dot(const Plan& plan, std::ostream& os);
 void write_listing(const Plan& plan, std::ostream& os, int only_rank = -1);
 
-} // namespace charm::ir
+}  // namespace charm::ir

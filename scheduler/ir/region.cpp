@@ -9,9 +9,8 @@
 namespace charm::ir {
 
 Region Region::intersect(const Region& o) const {
-  return {std::max(owner_begin, o.owner_begin), std::min(owner_end, o.owner_end),
-          std::max(head_begin, o.head_begin),   std::min(head_end, o.head_end),
-          std::max(part_begin, o.part_begin),   std::min(part_end, o.part_end)};
+  return {std::max(owner_begin, o.owner_begin), std::min(owner_end, o.owner_end),   std::max(head_begin, o.head_begin),
+          std::min(head_end, o.head_end),       std::max(part_begin, o.part_begin), std::min(part_end, o.part_end)};
 }
 
 Region shard_region(std::int32_t owner, const Workload& w, int parts) {
@@ -25,13 +24,25 @@ Bytes region_bytes(const Workload& w, int ranks, int parts, BufKind kind, const 
   const Bytes q = b * t * h * d * es, kv = 2 * b * t * hkv * d * es, rows = b * h * t * 4;
   Bytes one = 0;
   switch (kind) {
-    case BufKind::Q:
-    case BufKind::Dout: one = q; break;
-    case BufKind::Kv: one = kv; break;
-    case BufKind::Out: one = q + rows; break;
-    case BufKind::QBundle: one = 2 * q + 2 * rows; break;
-    case BufKind::Dq: one = b * t * h * d * 4; break;
-    case BufKind::Dkv: one = 2 * b * t * hkv * d * 4; break;
+  case BufKind::Q:
+  case BufKind::Dout:
+    one = q;
+    break;
+  case BufKind::Kv:
+    one = kv;
+    break;
+  case BufKind::Out:
+    one = q + rows;
+    break;
+  case BufKind::QBundle:
+    one = 2 * q + 2 * rows;
+    break;
+  case BufKind::Dq:
+    one = b * t * h * d * 4;
+    break;
+  case BufKind::Dkv:
+    one = 2 * b * t * hkv * d * 4;
+    break;
   }
   return one * Bytes(r.owners());
 }
@@ -58,7 +69,7 @@ void for_local_range(const Workload& w, int rank, int ranks, std::int64_t t0, st
     local += c.count;
   }
 }
-} // namespace
+}  // namespace
 
 double visible_pairs(const Workload& w, int ranks, int parts, std::int32_t q_owner, std::int32_t q_part_begin,
                      std::int32_t q_part_end, std::int32_t kv_owner, std::int32_t kv_part_begin,
@@ -74,12 +85,14 @@ double visible_pairs(const Workload& w, int ranks, int parts, std::int32_t q_own
 }
 
 std::string region_suffix(const Region& r, const Workload& w, int parts) {
-  std::string s = r.owners() == 1 ? fmt::format("{}", r.owner_begin) : fmt::format("[{}-{}]", r.owner_begin, r.owner_end - 1);
+  std::string s =
+      r.owners() == 1 ? fmt::format("{}", r.owner_begin) : fmt::format("[{}-{}]", r.owner_begin, r.owner_end - 1);
   if (r.head_begin != 0 || r.head_end != w.kv_heads)
     s += r.heads() == 1 ? fmt::format("h{}", r.head_begin) : fmt::format("h{}-{}", r.head_begin, r.head_end - 1);
   if (r.part_begin != 0 || r.part_end != parts)
-    s += r.parts() == 1 ? fmt::format("p{}/{}", r.part_begin, parts) : fmt::format("p{}-{}/{}", r.part_begin, r.part_end - 1, parts);
+    s += r.parts() == 1 ? fmt::format("p{}/{}", r.part_begin, parts)
+                        : fmt::format("p{}-{}/{}", r.part_begin, r.part_end - 1, parts);
   return s;
 }
 
-} // namespace charm::ir
+}  // namespace charm::ir

@@ -46,4 +46,4 @@ struct Region {
 /// "[0-7]" / "3", then "h2-3" and "p1/4" where the region is not the whole of them.
 [[nodiscard]] std::string region_suffix(const Region& r, const Workload& w, int parts);
 
-} // namespace charm::ir
+}  // namespace charm::ir

@@ -43,4 +43,4 @@ std::string did_you_mean(std::string_view typed, std::span<const std::string> ca
   return c ? " (did you mean '" + *c + "'?)" : "";
 }
 
-} // namespace charm
+}  // namespace charm

@@ -18,4 +18,4 @@ namespace charm {
 /// " (did you mean 'x'?)" or "".
 [[nodiscard]] std::string did_you_mean(std::string_view typed, std::span<const std::string> candidates);
 
-} // namespace charm
+}  // namespace charm

@@ -13,24 +13,30 @@ void invariant_failed(const char* expr, const char* file, int line, const std::s
   std::fprintf(stderr, "charm: internal error: %s:%d: %s (%s)\n", file, line, msg.c_str(), expr);
   std::abort();
 }
-} // namespace charm
+}  // namespace charm
 
 namespace charm::ir {
 
 std::string_view to_string(DType t) {
   switch (t) {
-    case DType::BF16: return "bf16";
-    case DType::FP16: return "fp16";
-    case DType::FP32: return "fp32";
+  case DType::BF16:
+    return "bf16";
+  case DType::FP16:
+    return "fp16";
+  case DType::FP32:
+    return "fp32";
   }
   return "?";
 }
 std::string_view to_string(Layout l) { return l == Layout::Zigzag ? "zigzag" : "contiguous"; }
 std::string_view to_string(PassKind p) {
   switch (p) {
-    case PassKind::Fwd: return "fwd";
-    case PassKind::Bwd: return "bwd";
-    case PassKind::Both: return "both";
+  case PassKind::Fwd:
+    return "fwd";
+  case PassKind::Bwd:
+    return "bwd";
+  case PassKind::Both:
+    return "both";
   }
   return "?";
 }
@@ -57,19 +63,26 @@ Bytes dtype_size(DType t) { return t == DType::FP32 ? 4 : 2; }
 
 std::string_view to_string(MaskPiece m) {
   switch (m) {
-    case MaskPiece::Empty: return "empty";
-    case MaskPiece::Full: return "full";
-    case MaskPiece::Causal: return "causal";
-    case MaskPiece::ZigzagDiag: return "zigzag-diag";
-    case MaskPiece::ZigzagKvHead: return "zigzag-kv-head";
-    case MaskPiece::ZigzagQTail: return "zigzag-q-tail";
-    case MaskPiece::Mixed: return "mixed";
+  case MaskPiece::Empty:
+    return "empty";
+  case MaskPiece::Full:
+    return "full";
+  case MaskPiece::Causal:
+    return "causal";
+  case MaskPiece::ZigzagDiag:
+    return "zigzag-diag";
+  case MaskPiece::ZigzagKvHead:
+    return "zigzag-kv-head";
+  case MaskPiece::ZigzagQTail:
+    return "zigzag-q-tail";
+  case MaskPiece::Mixed:
+    return "mixed";
   }
   return "?";
 }
 Expected<MaskPiece> parse_mask_piece(std::string_view s) {
-  for (auto m : {MaskPiece::Empty, MaskPiece::Full, MaskPiece::Causal, MaskPiece::ZigzagDiag,
-                 MaskPiece::ZigzagKvHead, MaskPiece::ZigzagQTail, MaskPiece::Mixed})
+  for (auto m : {MaskPiece::Empty, MaskPiece::Full, MaskPiece::Causal, MaskPiece::ZigzagDiag, MaskPiece::ZigzagKvHead,
+                 MaskPiece::ZigzagQTail, MaskPiece::Mixed})
     if (to_string(m) == s) return m;
   return Error{"", fmt::format("unknown mask piece '{}'", s)};
 }
@@ -94,12 +107,12 @@ Status Workload::check(int ranks) const {
   if (auto s = at_most(head_dim, kMaxHeadDim, "--head-dim"); !s) return s;
   if (ranks <= 0) return Error{"--ranks", fmt::format("must be > 0, got {}", ranks)};
   if (kv_heads > heads || heads % kv_heads != 0)
-    return Error{"--kv-heads", fmt::format("{} query heads cannot be grouped over {} kv heads (must divide)",
-                                           heads, kv_heads)};
+    return Error{"--kv-heads",
+                 fmt::format("{} query heads cannot be grouped over {} kv heads (must divide)", heads, kv_heads)};
   const auto c = chunks(ranks);
   if (seq % c != 0)
-    return Error{"--seq", fmt::format("sequence length {} cannot be split into {} {} chunks for {} ranks", seq,
-                                      c, to_string(layout), ranks)};
+    return Error{"--seq", fmt::format("sequence length {} cannot be split into {} {} chunks for {} ranks", seq, c,
+                                      to_string(layout), ranks)};
   // Keep byte counts far from overflow.
   const double elems = double(batch) * double(seq) * double(heads) * double(head_dim);
   if (elems > double(kMaxElements))
@@ -116,13 +129,13 @@ std::vector<Workload::Range> Workload::shard_ranges(int rank, int ranks) const {
 namespace {
 // Visible (q, k) pairs between two chunk ranges of equal length under a causal mask.
 double causal_pairs(Workload::Range q, Workload::Range k) {
-  if (k.begin >= q.begin + q.count) return 0.0;                     // keys all after queries
+  if (k.begin >= q.begin + q.count) return 0.0;                                // keys all after queries
   if (k.begin + k.count <= q.begin) return double(q.count) * double(k.count);  // all before
   // Equal, aligned chunks in every layout here: the diagonal.
   const double c = double(q.count);
   return c * (c + 1) / 2;
 }
-} // namespace
+}  // namespace
 
 double Workload::visible_pairs(int q_rank, int kv_rank, int ranks) const {
   const double t = double(seq / ranks);
@@ -144,19 +157,29 @@ MaskPiece Workload::mask(int q_rank, int kv_rank, int ranks) const {
 }
 
 // The whole-shard sizes; region_bytes (region.cpp) holds the one formula.
-Bytes Workload::q_bytes(int ranks) const { return region_bytes(*this, ranks, 1, BufKind::Q, shard_region(0, *this, 1)); }
-Bytes Workload::kv_bytes(int ranks) const { return region_bytes(*this, ranks, 1, BufKind::Kv, shard_region(0, *this, 1)); }
-Bytes Workload::out_bytes(int ranks) const { return region_bytes(*this, ranks, 1, BufKind::Out, shard_region(0, *this, 1)); }
+Bytes Workload::q_bytes(int ranks) const {
+  return region_bytes(*this, ranks, 1, BufKind::Q, shard_region(0, *this, 1));
+}
+Bytes Workload::kv_bytes(int ranks) const {
+  return region_bytes(*this, ranks, 1, BufKind::Kv, shard_region(0, *this, 1));
+}
+Bytes Workload::out_bytes(int ranks) const {
+  return region_bytes(*this, ranks, 1, BufKind::Out, shard_region(0, *this, 1));
+}
 Bytes Workload::do_bytes(int ranks) const { return q_bytes(ranks); }
 Bytes Workload::qbundle_bytes(int ranks) const {
   return region_bytes(*this, ranks, 1, BufKind::QBundle, shard_region(0, *this, 1));
 }
-Bytes Workload::dq_bytes(int ranks) const { return region_bytes(*this, ranks, 1, BufKind::Dq, shard_region(0, *this, 1)); }
-Bytes Workload::dkv_bytes(int ranks) const { return region_bytes(*this, ranks, 1, BufKind::Dkv, shard_region(0, *this, 1)); }
+Bytes Workload::dq_bytes(int ranks) const {
+  return region_bytes(*this, ranks, 1, BufKind::Dq, shard_region(0, *this, 1));
+}
+Bytes Workload::dkv_bytes(int ranks) const {
+  return region_bytes(*this, ranks, 1, BufKind::Dkv, shard_region(0, *this, 1));
+}
 
 Flops Workload::block_flops(Phase phase, int q_rank, int kv_rank, int ranks) const {
   const double fwd = 4.0 * double(batch) * double(heads) * double(head_dim) * visible_pairs(q_rank, kv_rank, ranks);
   return phase == Phase::Fwd ? fwd : 2.5 * fwd;
 }
 
-} // namespace charm::ir
+}  // namespace charm::ir

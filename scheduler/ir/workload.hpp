@@ -36,13 +36,13 @@ enum class Phase : std::uint8_t { Fwd, Bwd };
 
 /// The shape of the part of a (q shard, kv shard) block that the mask leaves.
 enum class MaskPiece : std::uint8_t {
-  Empty,        // nothing visible: the pair is skipped
-  Full,         // every query sees every key
-  Causal,       // the diagonal block of the contiguous layout: lower triangle
-  ZigzagDiag,   // zigzag, same rank: two triangles and one full chunk pair
-  ZigzagKvHead, // zigzag, kv owner before q owner: all queries, first kv chunk
-  ZigzagQTail,  // zigzag, kv owner after q owner: second q chunk, all keys
-  Mixed,        // a compute over several owners (Ulysses, USP): a piece per pair, from positions
+  Empty,         // nothing visible: the pair is skipped
+  Full,          // every query sees every key
+  Causal,        // the diagonal block of the contiguous layout: lower triangle
+  ZigzagDiag,    // zigzag, same rank: two triangles and one full chunk pair
+  ZigzagKvHead,  // zigzag, kv owner before q owner: all queries, first kv chunk
+  ZigzagQTail,   // zigzag, kv owner after q owner: second q chunk, all keys
+  Mixed,         // a compute over several owners (Ulysses, USP): a piece per pair, from positions
 };
 [[nodiscard]] std::string_view to_string(MaskPiece m);
 [[nodiscard]] Expected<MaskPiece> parse_mask_piece(std::string_view s);
@@ -58,9 +58,9 @@ inline constexpr std::int64_t kMaxElements = std::int64_t{1} << 50;
 
 struct Workload {
   std::int64_t batch = 1;
-  std::int64_t seq = 4096;   // global sequence length S
-  std::int64_t heads = 8;    // query heads
-  std::int64_t kv_heads = 8; // key/value heads (GQA when < heads)
+  std::int64_t seq = 4096;    // global sequence length S
+  std::int64_t heads = 8;     // query heads
+  std::int64_t kv_heads = 8;  // key/value heads (GQA when < heads)
   std::int64_t head_dim = 128;
   DType dtype = DType::BF16;
   bool causal = false;
@@ -73,7 +73,10 @@ struct Workload {
   [[nodiscard]] std::int64_t chunks(int ranks) const { return layout == Layout::Zigzag ? 2 * ranks : ranks; }
   [[nodiscard]] std::int64_t shard_tokens(int ranks) const { return seq / ranks; }
   /// Global positions of rank r's tokens, as (first, count) chunk ranges in local order.
-  struct Range { std::int64_t begin; std::int64_t count; };
+  struct Range {
+    std::int64_t begin;
+    std::int64_t count;
+  };
   [[nodiscard]] std::vector<Range> shard_ranges(int rank, int ranks) const;
 
   [[nodiscard]] MaskPiece mask(int q_rank, int kv_rank, int ranks) const;
@@ -96,4 +99,4 @@ struct Workload {
   [[nodiscard]] Flops block_flops(Phase phase, int q_rank, int kv_rank, int ranks) const;
 };
 
-} // namespace charm::ir
+}  // namespace charm::ir

@@ -48,7 +48,7 @@ std::vector<OpId> gather_done(PlanBuilder& b, const std::vector<std::vector<Buff
   return last == kNone ? std::vector<OpId>{} : std::vector<OpId>{last};
 }
 
-} // namespace
+}  // namespace
 
 void allgather_forward(PlanBuilder& b, const std::vector<RankState>& st) {
   const auto N = std::size_t(b.ranks());
@@ -94,8 +94,7 @@ void allgather_backward(PlanBuilder& b, const std::vector<RankState>& st) {
       const BufferId into = b.buffer(arrival_slots, RankId(dst), BufKind::Dkv, b.buf(src).owner, BufInit::None);
       received[dst] = b.transfer(Stream::Dkv, src, RankId(dst), group[std::size_t(r)], group[dst], {}, {}, into).dst;
     }
-    for (std::size_t r = 0; r < N; ++r)
-      b.accumulate(Stream::Dkv, received[r], partial[r][std::size_t(s + 1) % N]);
+    for (std::size_t r = 0; r < N; ++r) b.accumulate(Stream::Dkv, received[r], partial[r][std::size_t(s + 1) % N]);
   };
   // Step s needs block s+1, so it is emitted after that block's compute; block k
   // takes over the slot of block k-2, which step k-2 has sent on by then.
@@ -115,4 +114,4 @@ void allgather_backward(PlanBuilder& b, const std::vector<RankState>& st) {
   }
 }
 
-} // namespace charm::sched::detail
+}  // namespace charm::sched::detail

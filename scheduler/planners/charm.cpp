@@ -108,7 +108,8 @@ RmSchedule rm_schedule(Phase phase, int domains) {
 struct RmSlots {
   RmSlots(int ranks, const RmSchedule& s)
       : kv(ranks, s.kv_slots), q(ranks, s.q_slots), partial(ranks, s.partial_slots), arrival(ranks, s.arrival_slots),
-        dkv_partial(ranks, s.dkv_partial_slots), dkv_arrival_own(ranks, s.dkv_arrival_slots), shared(s.shared_arrivals) {}
+        dkv_partial(ranks, s.dkv_partial_slots), dkv_arrival_own(ranks, s.dkv_arrival_slots),
+        shared(s.shared_arrivals) {}
   BufferRing kv, q, partial, arrival, dkv_partial, dkv_arrival_own;
   bool shared;
   BufferRing& dkv_arrival() { return shared ? arrival : dkv_arrival_own; }
@@ -134,7 +135,17 @@ class RmPlus {
   }
 
  private:
-  enum class Kind : std::uint8_t { KvExchange, QExchange, Local, KvCompute, QCompute, KvReturn, QReturn, KvFold, QFold };
+  enum class Kind : std::uint8_t {
+    KvExchange,
+    QExchange,
+    Local,
+    KvCompute,
+    QCompute,
+    KvReturn,
+    QReturn,
+    KvFold,
+    QFold
+  };
   struct Unit {
     Kind kind;
     int round = 0;   // KV round r (every round r >= 1 also exchanges query sets)
@@ -163,12 +174,15 @@ class RmPlus {
   // ---- the units and the order of each stream
   void plan_units() {
     CHARM_ASSERT((1 << log2_exact(size())) == size(), "an RM+ run needs a power-of-two group");
-    CHARM_ASSERT(!sched_.shared_arrivals || sched_.kv_lag <= 0, "a shared return slot needs a dK/dV partial home first");
+    CHARM_ASSERT(!sched_.shared_arrivals || sched_.kv_lag <= 0,
+                 "a shared return slot needs a dK/dV partial home first");
     rounds_ = size() / 2;  // a group of one only computes its local block
     sets_ = 0;
     for (const auto& x : g_) sets_ = std::max(sets_, int(x.queries.size()));
     const int items = std::max(0, rounds_ - 1) * sets_;
-    auto per_rank = [&](int n) { return std::vector<std::vector<BufferId>>(g_.size(), std::vector<BufferId>(std::size_t(n), kNone)); };
+    auto per_rank = [&](int n) {
+      return std::vector<std::vector<BufferId>>(g_.size(), std::vector<BufferId>(std::size_t(n), kNone));
+    };
     kv_in_ = kv_part_ = kv_home_ = per_rank(rounds_);
     q_in_ = q_part_ = q_home_ = per_rank(items);
     kv_compute_.assign(std::size_t(rounds_), -1);
@@ -180,10 +194,12 @@ class RmPlus {
       stream.push_back(int(units_.size()) - 1);
       return int(units_.size()) - 1;
     };
-    std::vector<int> kv_exchange(static_cast<std::size_t>(rounds_), -1), q_exchange(static_cast<std::size_t>(items), -1);
+    std::vector<int> kv_exchange(static_cast<std::size_t>(rounds_), -1),
+        q_exchange(static_cast<std::size_t>(items), -1);
     for (int r = 0; r < rounds_; ++r) {
       kv_exchange[std::size_t(r)] = add(kv_stream_, Kind::KvExchange, r, 0, -1);
-      for (int k = 0; r > 0 && k < sets_; ++k) q_exchange[item(r, set_at(k))] = add(q_stream_, Kind::QExchange, r, set_at(k), -1);
+      for (int k = 0; r > 0 && k < sets_; ++k)
+        q_exchange[item(r, set_at(k))] = add(q_stream_, Kind::QExchange, r, set_at(k), -1);
     }
     // Compute stream. The local block of the own set comes first; the crossed
     // sets' local block waits until the first round's query items are computed
@@ -196,13 +212,16 @@ class RmPlus {
     auto fold_pending = [&] {
       for (int ret : pending) {
         const Unit u = units_[std::size_t(ret)];
-        if (u.kind == Kind::KvReturn) kv_fold_[std::size_t(u.round)] = add(compute_stream_, Kind::KvFold, u.round, 0, ret);
-        else q_fold_[item(u.round, u.set)] = add(compute_stream_, Kind::QFold, u.round, u.set, ret);
+        if (u.kind == Kind::KvReturn)
+          kv_fold_[std::size_t(u.round)] = add(compute_stream_, Kind::KvFold, u.round, 0, ret);
+        else
+          q_fold_[item(u.round, u.set)] = add(compute_stream_, Kind::QFold, u.round, u.set, ret);
       }
       pending.clear();
     };
     auto kv_item = [&](int r) {
-      const int c = kv_compute_[std::size_t(r)] = add(compute_stream_, Kind::KvCompute, r, 0, kv_exchange[std::size_t(r)]);
+      const int c = kv_compute_[std::size_t(r)] =
+          add(compute_stream_, Kind::KvCompute, r, 0, kv_exchange[std::size_t(r)]);
       fold_pending();
       if (!fwd()) pending.push_back(kv_return_[std::size_t(r)] = add(out_stream_, Kind::KvReturn, r, 0, c));
     };
@@ -247,7 +266,9 @@ class RmPlus {
   }
 
   /// The unit that last reads buffer b (-1: none known).
-  [[nodiscard]] int consumer(BufferId b) const { return std::size_t(b) < consumer_.size() ? consumer_[std::size_t(b)] : -1; }
+  [[nodiscard]] int consumer(BufferId b) const {
+    return std::size_t(b) < consumer_.size() ? consumer_[std::size_t(b)] : -1;
+  }
   void set_consumer(BufferId b, int unit) {
     if (consumer_.size() <= std::size_t(b)) consumer_.resize(std::size_t(b) + 1, -1);
     consumer_[std::size_t(b)] = unit;
@@ -285,24 +306,25 @@ class RmPlus {
       return true;
     };
     switch (u.kind) {
-      case Kind::KvExchange:
-        return all([&](int x) { return kv_payload(x ^ kv_xor(u.round), x) ? &slots_.kv : nullptr; });
-      case Kind::QExchange:
-        return all([&](int x) { return q_payload(x ^ q_xor(u.round), x, u.set) ? &slots_.q : nullptr; });
-      case Kind::KvCompute:
-        return fwd() || all([&](int x) { return kv_in(x, u.round) != kNone ? &slots_.dkv_partial : nullptr; });
-      case Kind::QCompute:
-        return all([&](int x) { return q_in(x, u.round, u.set) != kNone ? &slots_.partial : nullptr; });
-      case Kind::KvReturn:
-        return all([&](int x) {
-          return kv_part_[std::size_t(x ^ kv_xor(u.round))][std::size_t(u.round)] != kNone ? &slots_.dkv_arrival() : nullptr;
-        });
-      case Kind::QReturn:
-        return all([&](int x) {
-          return q_part_[std::size_t(x ^ q_xor(u.round))][item(u.round, u.set)] != kNone ? &slots_.arrival : nullptr;
-        });
-      default:
-        return true;
+    case Kind::KvExchange:
+      return all([&](int x) { return kv_payload(x ^ kv_xor(u.round), x) ? &slots_.kv : nullptr; });
+    case Kind::QExchange:
+      return all([&](int x) { return q_payload(x ^ q_xor(u.round), x, u.set) ? &slots_.q : nullptr; });
+    case Kind::KvCompute:
+      return fwd() || all([&](int x) { return kv_in(x, u.round) != kNone ? &slots_.dkv_partial : nullptr; });
+    case Kind::QCompute:
+      return all([&](int x) { return q_in(x, u.round, u.set) != kNone ? &slots_.partial : nullptr; });
+    case Kind::KvReturn:
+      return all([&](int x) {
+        return kv_part_[std::size_t(x ^ kv_xor(u.round))][std::size_t(u.round)] != kNone ? &slots_.dkv_arrival()
+                                                                                         : nullptr;
+      });
+    case Kind::QReturn:
+      return all([&](int x) {
+        return q_part_[std::size_t(x ^ q_xor(u.round))][item(u.round, u.set)] != kNone ? &slots_.arrival : nullptr;
+      });
+    default:
+      return true;
     }
   }
 
@@ -329,21 +351,37 @@ class RmPlus {
   }
 
   void compute(BufferId q, BufferId kv, BufferId acc, BufferId dkv) {
-    if (fwd()) b_.compute_fwd(q, kv, acc);
-    else b_.compute_bwd(q, kv, acc, dkv);
+    if (fwd())
+      b_.compute_fwd(q, kv, acc);
+    else
+      b_.compute_bwd(q, kv, acc, dkv);
   }
 
   void emit(const Unit& u) {
     switch (u.kind) {
-      case Kind::KvExchange: emit_kv_exchange(u); break;
-      case Kind::QExchange: emit_q_exchange(u); break;
-      case Kind::Local: emit_local(u); break;
-      case Kind::KvCompute: emit_kv_compute(u); break;
-      case Kind::QCompute: emit_q_compute(u); break;
-      case Kind::KvReturn:
-      case Kind::QReturn: emit_return(u); break;
-      case Kind::KvFold:
-      case Kind::QFold: emit_fold(u); break;
+    case Kind::KvExchange:
+      emit_kv_exchange(u);
+      break;
+    case Kind::QExchange:
+      emit_q_exchange(u);
+      break;
+    case Kind::Local:
+      emit_local(u);
+      break;
+    case Kind::KvCompute:
+      emit_kv_compute(u);
+      break;
+    case Kind::QCompute:
+      emit_q_compute(u);
+      break;
+    case Kind::KvReturn:
+    case Kind::QReturn:
+      emit_return(u);
+      break;
+    case Kind::KvFold:
+    case Kind::QFold:
+      emit_fold(u);
+      break;
     }
   }
   void emit_kv_exchange(const Unit& u) {
@@ -384,7 +422,8 @@ class RmPlus {
       // Crossed sets first: their accumulators go home at the end, the own one stays.
       for (int k = 0; k < sets_; ++k) {
         const auto j = std::size_t(set_at(k));
-        if (j < X.queries.size() && b_.visible(owner(X.queries[j]), owner(kv))) compute(X.queries[j], kv, X.acc[j], part);
+        if (j < X.queries.size() && b_.visible(owner(X.queries[j]), owner(kv)))
+          compute(X.queries[j], kv, X.acc[j], part);
       }
     }
   }
@@ -393,7 +432,8 @@ class RmPlus {
       const BufferId q = q_in(x, u.round, u.set);
       if (q == kNone) continue;
       auto& X = at(x);
-      const BufferId part = b_.buffer(slots_.partial, X.rank, fwd() ? BufKind::Out : BufKind::Dq, b_.region(q), BufInit::Zero);
+      const BufferId part =
+          b_.buffer(slots_.partial, X.rank, fwd() ? BufKind::Out : BufKind::Dq, b_.region(q), BufInit::Zero);
       q_part_[std::size_t(x)][item(u.round, u.set)] = part;
       set_consumer(part, q_return_[item(u.round, u.set)]);
       compute(q, X.kv, part, X.dkv);
@@ -420,9 +460,12 @@ class RmPlus {
       const BufferId got = (kv ? kv_home_ : q_home_)[std::size_t(x)][slot];
       if (got == kNone) continue;
       auto& X = at(x);
-      if (kv) b_.accumulate(Stream::Compute, got, X.dkv);
-      else if (fwd()) b_.merge(Stream::Compute, got, X.acc[std::size_t(u.set)]);
-      else b_.accumulate(Stream::Compute, got, X.acc[std::size_t(u.set)]);
+      if (kv)
+        b_.accumulate(Stream::Compute, got, X.dkv);
+      else if (fwd())
+        b_.merge(Stream::Compute, got, X.acc[std::size_t(u.set)]);
+      else
+        b_.accumulate(Stream::Compute, got, X.acc[std::size_t(u.set)]);
     }
   }
 
@@ -489,7 +532,8 @@ class CharmPass {
         for (int l = 0; l < R_; ++l) {
           const RankId src = rank_of(d, l), dst = rank_of(d - p, l);
           if (!domain_needs(src, (d - p + domains_) % domains_)) continue;
-          auto t = b_.transfer(Stream::Cross, query_of(std::size_t(src)), dst, group[std::size_t(src)], group[std::size_t(dst)]);
+          auto t = b_.transfer(Stream::Cross, query_of(std::size_t(src)), dst, group[std::size_t(src)],
+                               group[std::size_t(dst)]);
           crossed[std::size_t(dst)][std::size_t(p)] = t.dst;
         }
     }
@@ -499,7 +543,8 @@ class CharmPass {
   // One RM+ run per domain over every query set its ranks hold: their own and
   // the crossed ones, so KV moves inside the domain once. Returns the crossed sets' accumulators.
   std::vector<std::vector<BufferId>> run_domains(const std::vector<std::vector<BufferId>>& crossed,
-                                                 const std::vector<BufferId>& own_acc, const std::vector<BufferId>& dkv) {
+                                                 const std::vector<BufferId>& own_acc,
+                                                 const std::vector<BufferId>& dkv) {
     const RmSchedule schedule = rm_schedule(b_.phase(), domains_);
     RmSlots slots(n_, schedule);
     std::vector<std::vector<BufferId>> foreign_acc(N_, std::vector<BufferId>(std::size_t(domains_), kNone));
@@ -545,19 +590,26 @@ class CharmPass {
         const RankId owner = b_.buf(part).owner;
         const bool first = home[std::size_t(owner)] == kNone;
         const BufferId into = first ? kNone : b_.buffer(cross_home, owner, acc_kind_, b_.region(part), BufInit::None);
-        const BufferId got = b_.transfer(Stream::Cross, part, owner, group[r], group[std::size_t(owner)], {}, {}, into).dst;
-        if (first) home[std::size_t(owner)] = got;
-        else arrived.emplace_back(owner, got);
+        const BufferId got =
+            b_.transfer(Stream::Cross, part, owner, group[r], group[std::size_t(owner)], {}, {}, into).dst;
+        if (first)
+          home[std::size_t(owner)] = got;
+        else
+          arrived.emplace_back(owner, got);
       }
       for (auto [owner, partial] : arrived) {
-        if (fwd_) b_.merge(Stream::Cross, partial, home[std::size_t(owner)]);
-        else b_.accumulate(Stream::Cross, partial, home[std::size_t(owner)]);
+        if (fwd_)
+          b_.merge(Stream::Cross, partial, home[std::size_t(owner)]);
+        else
+          b_.accumulate(Stream::Cross, partial, home[std::size_t(owner)]);
       }
     }
     for (std::size_t r = 0; r < N_; ++r) {
       if (home[r] == kNone) continue;
-      if (fwd_) b_.merge(Stream::Compute, home[r], own_acc[r]);
-      else b_.accumulate(Stream::Compute, home[r], own_acc[r]);
+      if (fwd_)
+        b_.merge(Stream::Compute, home[r], own_acc[r]);
+      else
+        b_.accumulate(Stream::Compute, home[r], own_acc[r]);
     }
   }
 
@@ -572,9 +624,9 @@ class CharmPass {
 
 void charm_pass(PlanBuilder& b, const std::vector<RankState>& st, int domains) { CharmPass(b, st, domains).run(); }
 
-} // namespace
+}  // namespace
 
 void charm_forward(PlanBuilder& b, const std::vector<RankState>& st, int domains) { charm_pass(b, st, domains); }
 void charm_backward(PlanBuilder& b, const std::vector<RankState>& st, int domains) { charm_pass(b, st, domains); }
 
-} // namespace charm::sched::detail
+}  // namespace charm::sched::detail

@@ -33,12 +33,14 @@ std::vector<CommLevel> generate_comm_list(int x, int n) {
     std::vector<int> first(g.begin(), g.begin() + half_g), second(g.begin() + half_g, g.end());
     const auto index = std::find(block.begin(), block.end(), x) - block.begin();
     const auto half = static_cast<std::ptrdiff_t>(block.size() / 2);
-    if (index < half) levels.push_back({first, second});
-    else levels.push_back({second, first});
+    if (index < half)
+      levels.push_back({first, second});
+    else
+      levels.push_back({second, first});
     block.insert(block.end(), g.begin(), g.end());
     std::sort(block.begin(), block.end());
   }
   return levels;
 }
 
-} // namespace charm::sched
+}  // namespace charm::sched

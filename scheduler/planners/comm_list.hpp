@@ -20,4 +20,4 @@ struct CommLevel {
 /// log2(n) for a power of two.
 [[nodiscard]] int log2_exact(int n);
 
-} // namespace charm::sched
+}  // namespace charm::sched

@@ -82,7 +82,7 @@ void merge_levels(PlanBuilder& b, const std::vector<RankState>& st, ComputeFn co
   }
 }
 
-} // namespace
+}  // namespace
 
 void merge_forward(PlanBuilder& b, const std::vector<RankState>& st) {
   const auto N = std::size_t(b.ranks());
@@ -108,7 +108,8 @@ void merge_backward(PlanBuilder& b, const std::vector<RankState>& st) {
   merge_levels(b, st, [&](RankId r, BufferId kv, const std::vector<OpId>& extra) -> OpId {
     const RankId y = b.buf(kv).owner;
     if (!b.visible(r, y)) return kNone;
-    return b.compute_bwd(st[std::size_t(r)].qbundle, kv, dq[std::size_t(r)], partial[std::size_t(r)][std::size_t(y)], extra);
+    return b.compute_bwd(st[std::size_t(r)].qbundle, kv, dq[std::size_t(r)], partial[std::size_t(r)][std::size_t(y)],
+                         extra);
   });
   // Reduce-scatter by recursive halving: at level i, r keeps the half of its
   // 2^i-block group that holds r and hands the partner the other half.
@@ -135,4 +136,4 @@ void merge_backward(PlanBuilder& b, const std::vector<RankState>& st) {
   }
 }
 
-} // namespace charm::sched::detail
+}  // namespace charm::sched::detail

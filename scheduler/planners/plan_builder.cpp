@@ -62,7 +62,8 @@ BufferId PlanBuilder::buffer(RankId rank, BufKind kind, const Region& r, BufInit
 
 BufferId PlanBuilder::buffer(BufferRing& ring, RankId rank, BufKind kind, const Region& r, BufInit init) {
   BufferId old = ring.recyclable(rank);
-  if (old != kNone && access_[std::size_t(old)].storage_bytes < region_bytes(plan_.workload, plan_.ranks, plan_.parts, kind, r))
+  if (old != kNone &&
+      access_[std::size_t(old)].storage_bytes < region_bytes(plan_.workload, plan_.ranks, plan_.parts, kind, r))
     old = kNone;
   const BufferId b = buffer(rank, kind, r, init, old);
   ring.push(rank, b);
@@ -81,7 +82,8 @@ void PlanBuilder::claim_storage(BufferId b, std::vector<OpId>& deps) {
   if (old == kNone) return;
   const auto& prev = access_[std::size_t(old)];
   if (prev.writer != kNone) deps.push_back(prev.writer);
-  for (auto k = prev.readers; k != kNone; k = reader_nodes_[std::size_t(k)].next) deps.push_back(reader_nodes_[std::size_t(k)].op);
+  for (auto k = prev.readers; k != kNone; k = reader_nodes_[std::size_t(k)].next)
+    deps.push_back(reader_nodes_[std::size_t(k)].op);
 }
 
 BufferId PlanBuilder::view(BufferId parent, RankId owner, int owners) {
@@ -127,16 +129,19 @@ OpId PlanBuilder::emit(Op op, std::initializer_list<BufferId> reads, std::initia
   for (BufferId b : reads_root) claim_storage(b, d);
   for (BufferId b : writes_root) claim_storage(b, d);
   for (BufferId b : reads_root) {
-    CHARM_ASSERT(!access_[static_cast<std::size_t>(b)].taken_over, "a buffer is touched after a later one took its storage over");
+    CHARM_ASSERT(!access_[static_cast<std::size_t>(b)].taken_over,
+                 "a buffer is touched after a later one took its storage over");
     CHARM_ASSERT(plan_.buffer(b).rank == op.rank, "an op may only touch buffers of its own rank");
     if (auto w = access_[static_cast<std::size_t>(b)].writer; w != kNone) d.push_back(w);
   }
   for (BufferId b : writes_root) {
-    CHARM_ASSERT(!access_[static_cast<std::size_t>(b)].taken_over, "a buffer is touched after a later one took its storage over");
+    CHARM_ASSERT(!access_[static_cast<std::size_t>(b)].taken_over,
+                 "a buffer is touched after a later one took its storage over");
     CHARM_ASSERT(plan_.buffer(b).rank == op.rank, "an op may only touch buffers of its own rank");
     const auto& a = access_[static_cast<std::size_t>(b)];
     if (a.writer != kNone) d.push_back(a.writer);
-    for (auto k = a.readers; k != kNone; k = reader_nodes_[std::size_t(k)].next) d.push_back(reader_nodes_[std::size_t(k)].op);
+    for (auto k = a.readers; k != kNone; k = reader_nodes_[std::size_t(k)].next)
+      d.push_back(reader_nodes_[std::size_t(k)].op);
   }
   d.insert(d.end(), extra.begin(), extra.end());
   // Drop duplicates, self-references and what stream order already implies.
@@ -169,7 +174,8 @@ OpId PlanBuilder::emit(Op op, std::initializer_list<BufferId> reads, std::initia
 
 void PlanBuilder::add_reader(Access& a, OpId id) {
   std::int32_t k = free_reader_;
-  if (k != kNone) free_reader_ = reader_nodes_[std::size_t(k)].next;
+  if (k != kNone)
+    free_reader_ = reader_nodes_[std::size_t(k)].next;
   else {
     k = static_cast<std::int32_t>(reader_nodes_.size());
     reader_nodes_.emplace_back();
@@ -219,12 +225,14 @@ Op PlanBuilder::block_op(Phase phase, BufferId q, BufferId kv) const {
     op.flops = w.block_flops(phase, bq.owner, bk.owner, plan_.ranks);
   } else {
     const Region rq = plan_.region(q), rk = plan_.region(kv);
-    CHARM_ASSERT(rq.head_begin == rk.head_begin && rq.head_end == rk.head_end, "q and kv of one compute share their heads");
+    CHARM_ASSERT(rq.head_begin == rk.head_begin && rq.head_end == rk.head_end,
+                 "q and kv of one compute share their heads");
     op.mask = rq.owners() == 1 && rk.owners() == 1 ? w.mask(bq.owner, bk.owner, plan_.ranks) : MaskPiece::Mixed;
     double pairs = 0;
     for (RankId x = rq.owner_begin; x < rq.owner_end; ++x)
       for (RankId y = rk.owner_begin; y < rk.owner_end; ++y)
-        pairs += visible_pairs(w, plan_.ranks, plan_.parts, x, rq.part_begin, rq.part_end, y, rk.part_begin, rk.part_end);
+        pairs +=
+            visible_pairs(w, plan_.ranks, plan_.parts, x, rq.part_begin, rq.part_end, y, rk.part_begin, rk.part_end);
     const double heads = double(w.heads / w.kv_heads) * double(rq.heads());
     const double fwd = 4.0 * double(w.batch) * heads * double(w.head_dim) * pairs;
     op.flops = phase == Phase::Fwd ? fwd : 2.5 * fwd;
@@ -248,9 +256,9 @@ OpId PlanBuilder::compute_bwd(BufferId qbundle, BufferId kv, BufferId dq_acc, Bu
   return emit(op, {qbundle, kv, dq_acc, dkv_acc}, {dq_acc, dkv_acc}, extra);
 }
 
-PlanBuilder::Transfer PlanBuilder::transfer(Stream stream, BufferId src, RankId dst_rank, int src_group,
-                                            int dst_group, std::span<const OpId> extra_src,
-                                            std::span<const OpId> extra_dst, BufferId into) {
+PlanBuilder::Transfer PlanBuilder::transfer(Stream stream, BufferId src, RankId dst_rank, int src_group, int dst_group,
+                                            std::span<const OpId> extra_src, std::span<const OpId> extra_dst,
+                                            BufferId into) {
   const Buffer sb = plan_.buffer(src);
   CHARM_ASSERT(sb.rank != dst_rank, "a transfer needs two ranks");
   const BufferId dst = into != kNone ? into : buffer(dst_rank, sb.kind, plan_.region(src), BufInit::None);
@@ -277,9 +285,9 @@ PlanBuilder::Transfer PlanBuilder::transfer(Stream stream, BufferId src, RankId 
 }
 
 std::pair<PlanBuilder::Transfer, PlanBuilder::Transfer> PlanBuilder::exchange(Stream stream, BufferId a_src,
-                                                                               BufferId b_src,
-                                                                               std::span<const OpId> extra_a,
-                                                                               std::span<const OpId> extra_b) {
+                                                                              BufferId b_src,
+                                                                              std::span<const OpId> extra_a,
+                                                                              std::span<const OpId> extra_b) {
   const RankId a = plan_.buffer(a_src).rank, b = plan_.buffer(b_src).rank;
   const int ga = new_group(), gb = new_group();
   // Rank a issues [send, recv], rank b issues [recv, send]: both pairs are one group.
@@ -327,4 +335,4 @@ OpId PlanBuilder::pack(BufferId q, BufferId dout, BufferId out, BufferId qbundle
 
 Plan PlanBuilder::finish() && { return std::move(plan_); }
 
-} // namespace charm::sched
+}  // namespace charm::sched

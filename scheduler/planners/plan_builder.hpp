@@ -77,8 +77,7 @@ class PlanBuilder {
   /// Over regions: every (q owner, kv owner) pair of the two buffers, on their shared heads.
   OpId compute_fwd(BufferId q, BufferId kv, BufferId out_acc, std::span<const OpId> extra = {});
   /// Backward block: reads the bundle and KV, accumulates into dq_acc and dkv_acc.
-  OpId compute_bwd(BufferId qbundle, BufferId kv, BufferId dq_acc, BufferId dkv_acc,
-                   std::span<const OpId> extra = {});
+  OpId compute_bwd(BufferId qbundle, BufferId kv, BufferId dq_acc, BufferId dkv_acc, std::span<const OpId> extra = {});
   [[nodiscard]] bool visible(RankId q_owner, RankId kv_owner) const;
   /// Whether any query of q's region sees any key of kv's region.
   [[nodiscard]] bool any_visible(BufferId q, BufferId kv) const;
@@ -146,4 +145,4 @@ class PlanBuilder {
   std::vector<OpId> deps_scratch_;
 };
 
-} // namespace charm::sched
+}  // namespace charm::sched

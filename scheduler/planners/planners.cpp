@@ -17,8 +17,8 @@ namespace charm::sched {
 using namespace charm::ir;
 
 const std::vector<std::string>& algorithm_names() {
-  static const std::vector<std::string> names{"ring",     "ring-zigzag", "merge", "rm+", "charm", "allgather-kv",
-                                              "tasp",     "tasp-zigzag", "ulysses", "usp"};
+  static const std::vector<std::string> names{"ring",         "ring-zigzag", "merge",       "rm+",     "charm",
+                                              "allgather-kv", "tasp",        "tasp-zigzag", "ulysses", "usp"};
   return names;
 }
 
@@ -40,7 +40,8 @@ PlanEstimate estimate_plan(const PlanRequest& req) {
   if (a == "charm") fwd = 4, both = 8;
   if (a == "usp") fwd = 2.5, both = 5.5;
   if (a == "ulysses") fwd = 9, both = 18;
-  if (a == "tasp" || a == "tasp-zigzag") fwd = both = 3 * double(detail::tasp_cycle_steps(std::max(1, req.ranks)).size());
+  if (a == "tasp" || a == "tasp-zigzag")
+    fwd = both = 3 * double(detail::tasp_cycle_steps(std::max(1, req.ranks)).size());
   const double per = req.workload.pass == PassKind::Fwd ? fwd : req.workload.pass == PassKind::Both ? both : both - fwd;
   PlanEstimate e;
   e.ops = per * double(req.ranks) * double(req.ranks) + 8.0 * req.ranks;
@@ -58,9 +59,12 @@ PlanRequest normalised(PlanRequest req) {
 }
 
 Status check_request(const PlanRequest& req) {
-  if (auto a = resolve_algorithm(req.algo); !a) return a.error();
-  else if (*a != req.algo) return Error{"--algo", fmt::format("'{}' is spelt '{}'", req.algo, *a)};
-  if (req.ranks < 1 || req.ranks > (1 << 20)) return Error{"--ranks", fmt::format("must be in [1, 1048576], got {}", req.ranks)};
+  if (auto a = resolve_algorithm(req.algo); !a)
+    return a.error();
+  else if (*a != req.algo)
+    return Error{"--algo", fmt::format("'{}' is spelt '{}'", req.algo, *a)};
+  if (req.ranks < 1 || req.ranks > (1 << 20))
+    return Error{"--ranks", fmt::format("must be in [1, 1048576], got {}", req.ranks)};
   if (req.domains < 1 || req.ranks % req.domains != 0)
     return Error{"--domains", fmt::format("{} domains do not divide {} ranks", req.domains, req.ranks)};
   if (req.algo == "ring-zigzag" && req.workload.layout != Layout::Zigzag)
@@ -68,8 +72,9 @@ Status check_request(const PlanRequest& req) {
   if ((req.algo == "merge" || req.algo == "rm+") && !is_power_of_two(req.ranks))
     return Error{"--ranks", fmt::format("{} needs a power-of-two rank count, got {}", req.algo, req.ranks)};
   if (req.algo == "charm" && !is_power_of_two(req.ranks / req.domains))
-    return Error{"--domains", fmt::format("charm needs a power-of-two number of ranks per domain, got {} ranks / {} domains = {}",
-                                          req.ranks, req.domains, req.ranks / req.domains)};
+    return Error{"--domains",
+                 fmt::format("charm needs a power-of-two number of ranks per domain, got {} ranks / {} domains = {}",
+                             req.ranks, req.domains, req.ranks / req.domains)};
   // Domains only change the charm and usp schedules (uses_domains); the others ignore them.
   if (auto s = req.workload.check(req.ranks); !s) return s;
   const auto& w = req.workload;
@@ -77,8 +82,10 @@ Status check_request(const PlanRequest& req) {
     return Error{"--layout", "tasp-zigzag runs on the zigzag layout (pass --layout zigzag or use tasp)"};
   if (req.algo == "tasp" || req.algo == "tasp-zigzag") {
     if (!has_backward(req.algo) && w.pass != PassKind::Fwd)
-      return Error{"--pass", fmt::format("{} defines no backward pass (the TASP paper and its reference code are forward "
-                                         "only); use --pass fwd", req.algo)};
+      return Error{"--pass",
+                   fmt::format("{} defines no backward pass (the TASP paper and its reference code are forward "
+                               "only); use --pass fwd",
+                               req.algo)};
     const auto m = static_cast<std::int64_t>(detail::tasp_cycle_steps(req.ranks).size());
     if (m > 1 && (w.seq / req.ranks) % m != 0)
       return Error{"--seq", fmt::format("{} cuts each shard into {} parts (one per Hamiltonian cycle of {} ranks): {} "
@@ -118,13 +125,20 @@ Expected<Plan> make_plan(const PlanRequest& req_in) {
   const auto pass = req.workload.pass;
   if (pass != PassKind::Bwd) {
     b.set_phase(Phase::Fwd);
-    if (a == "ring" || a == "ring-zigzag") detail::ring_forward(b, st);
-    else if (a == "merge") detail::merge_forward(b, st);
-    else if (a == "allgather-kv") detail::allgather_forward(b, st);
-    else if (a == "rm+") detail::charm_forward(b, st, 1);
-    else if (tasp) detail::tasp_forward(b, st);
-    else if (ulysses) detail::usp_forward(b, st, usp_domains);
-    else detail::charm_forward(b, st, req.domains);
+    if (a == "ring" || a == "ring-zigzag")
+      detail::ring_forward(b, st);
+    else if (a == "merge")
+      detail::merge_forward(b, st);
+    else if (a == "allgather-kv")
+      detail::allgather_forward(b, st);
+    else if (a == "rm+")
+      detail::charm_forward(b, st, 1);
+    else if (tasp)
+      detail::tasp_forward(b, st);
+    else if (ulysses)
+      detail::usp_forward(b, st, usp_domains);
+    else
+      detail::charm_forward(b, st, req.domains);
   }
   if (pass != PassKind::Fwd && ulysses) {  // packs its bundles on the head shards
     b.set_phase(Phase::Bwd);
@@ -141,13 +155,18 @@ Expected<Plan> make_plan(const PlanRequest& req_in) {
       st[r].qbundle = b.buffer(RankId(r), BufKind::QBundle, RankId(r), BufInit::None);
       b.pack(st[r].q, dout, out, st[r].qbundle);
     }
-    if (a == "ring" || a == "ring-zigzag") detail::ring_backward(b, st);
-    else if (a == "merge") detail::merge_backward(b, st);
-    else if (a == "allgather-kv") detail::allgather_backward(b, st);
-    else if (a == "rm+") detail::charm_backward(b, st, 1);
-    else detail::charm_backward(b, st, req.domains);
+    if (a == "ring" || a == "ring-zigzag")
+      detail::ring_backward(b, st);
+    else if (a == "merge")
+      detail::merge_backward(b, st);
+    else if (a == "allgather-kv")
+      detail::allgather_backward(b, st);
+    else if (a == "rm+")
+      detail::charm_backward(b, st, 1);
+    else
+      detail::charm_backward(b, st, req.domains);
   }
   return std::move(b).finish();
 }
 
-} // namespace charm::sched
+}  // namespace charm::sched

@@ -41,4 +41,4 @@ struct PlanEstimate {
 /// Builds the plan; errors (exit code 2 material) name the flag at fault.
 [[nodiscard]] Expected<ir::Plan> make_plan(const PlanRequest& req);
 
-} // namespace charm::sched
+}  // namespace charm::sched

@@ -30,7 +30,8 @@ namespace {
 
 /// The kv exchange of one ring step: in every ring, member i sends `cur` to member i+1.
 std::vector<BufferId> ring_shift(PlanBuilder& b, Stream stream, const std::vector<Ring>& rings,
-                                 const std::vector<BufferId>& cur, const std::vector<OpId>& barrier, BufferRing& slots) {
+                                 const std::vector<BufferId>& cur, const std::vector<OpId>& barrier,
+                                 BufferRing& slots) {
   const auto N = std::size_t(b.ranks());
   std::vector<int> group(N);
   for (auto& g : group) g = b.new_group();
@@ -56,7 +57,7 @@ std::size_t ring_length(const std::vector<Ring>& rings) {
   return len;
 }
 
-} // namespace
+}  // namespace
 
 std::vector<Ring> one_ring(int ranks) {
   Ring ring(static_cast<std::size_t>(ranks));
@@ -96,7 +97,8 @@ RingGradients ring_backward_over(PlanBuilder& b, const std::vector<Ring>& rings,
   std::vector<BufferId> cur = kv;
   std::vector<OpId> prev_compute(N, kNone), last_compute(N, kNone);
   for (const Ring& ring : rings)
-    for (RankId r : ring) g.dq[std::size_t(r)] = b.buffer(r, BufKind::Dq, b.region(qbundle[std::size_t(r)]), BufInit::Zero);
+    for (RankId r : ring)
+      g.dq[std::size_t(r)] = b.buffer(r, BufKind::Dq, b.region(qbundle[std::size_t(r)]), BufInit::Zero);
   auto& running = g.dkv;
   BufferRing kv_slots(b.ranks(), 2), partial_slots(b.ranks(), 1), sum_slots(b.ranks(), 2);
   for (std::size_t step = 0; step < len; ++step) {
@@ -109,8 +111,10 @@ RingGradients ring_backward_over(PlanBuilder& b, const std::vector<Ring>& rings,
         const auto i = std::size_t(r);
         const BufferId part = b.buffer(partial_slots, r, BufKind::Dkv, b.region(cur[i]), BufInit::Zero);
         if (b.any_visible(qbundle[i], cur[i])) last_compute[i] = b.compute_bwd(qbundle[i], cur[i], g.dq[i], part);
-        if (running[i] == kNone) running[i] = part;
-        else b.accumulate(Stream::Dkv, part, running[i]);
+        if (running[i] == kNone)
+          running[i] = part;
+        else
+          b.accumulate(Stream::Dkv, part, running[i]);
       }
     prev_compute = last_compute;
     // The running dK/dV sum moves one step behind its KV; after the last step it reaches its owner.
@@ -134,4 +138,4 @@ void ring_backward(PlanBuilder& b, const std::vector<RankState>& st) {
   }
 }
 
-} // namespace charm::sched::detail
+}  // namespace charm::sched::detail

@@ -57,4 +57,4 @@ void usp_backward(PlanBuilder& b, std::vector<RankState>& st, int domains);
 [[nodiscard]] std::vector<int> tasp_cycle_steps(int ranks);
 void tasp_forward(PlanBuilder& b, const std::vector<RankState>& st);
 
-} // namespace charm::sched::detail
+}  // namespace charm::sched::detail

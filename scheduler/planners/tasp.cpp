@@ -65,7 +65,8 @@ void tasp_forward(PlanBuilder& b, const std::vector<RankState>& st) {
           std::vector<OpId> es, ed;
           if (prev_compute[std::size_t(r)] != kNone) es.push_back(prev_compute[std::size_t(r)]);
           if (prev_compute[std::size_t(dst)] != kNone) ed.push_back(prev_compute[std::size_t(dst)]);
-          auto t = b.transfer(Stream::Kv, cur[c][std::size_t(r)], dst, group[std::size_t(r)], group[std::size_t(dst)], es, ed);
+          auto t = b.transfer(Stream::Kv, cur[c][std::size_t(r)], dst, group[std::size_t(r)], group[std::size_t(dst)],
+                              es, ed);
           next[c][std::size_t(dst)] = t.dst;
         }
     }
@@ -83,4 +84,4 @@ void tasp_forward(PlanBuilder& b, const std::vector<RankState>& st) {
   for (std::size_t r = 0; r < N; ++r) b.results(RankId(r)).out = acc[r];
 }
 
-} // namespace charm::sched::detail
+}  // namespace charm::sched::detail

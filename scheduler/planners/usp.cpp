@@ -88,8 +88,8 @@ std::vector<BufferId> gather_heads(PlanBuilder& b, const Groups& g, const std::v
     for (int j = 0; j < g.u; ++j) {
       const RankId dst = g.first(r) + j;
       if (dst == r) continue;
-      b.transfer(stream, slice[std::size_t(r)][std::size_t(j)], dst, group[std::size_t(r)], group[std::size_t(dst)], {}, {},
-                 b.view(gathered[std::size_t(dst)], r));
+      b.transfer(stream, slice[std::size_t(r)][std::size_t(j)], dst, group[std::size_t(r)], group[std::size_t(dst)], {},
+                 {}, b.view(gathered[std::size_t(dst)], r));
     }
   return gathered;
 }
@@ -131,7 +131,7 @@ std::vector<Ring> cross_rings(const Groups& g) {
   return rings;
 }
 
-} // namespace
+}  // namespace
 
 void usp_forward(PlanBuilder& b, std::vector<RankState>& st, int domains) {
   const Groups g = groups_of(b, domains);
@@ -182,4 +182,4 @@ void usp_backward(PlanBuilder& b, std::vector<RankState>& st, int domains) {
   }
 }
 
-} // namespace charm::sched::detail
+}  // namespace charm::sched::detail

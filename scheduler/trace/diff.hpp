@@ -37,4 +37,4 @@ struct TraceDiff {
 [[nodiscard]] Expected<TraceDiff> diff_traces(const nlohmann::json& predicted, const nlohmann::json& measured,
                                               const std::string& predicted_name, const std::string& measured_name);
 
-} // namespace charm::trace
+}  // namespace charm::trace

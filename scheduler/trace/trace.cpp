@@ -20,10 +20,18 @@ nlohmann::json chrome_trace(const Plan& plan, std::span<const double> start_s, s
                             std::span<const double> flow_start_s, double makespan_s, const nlohmann::json& other) {
   nlohmann::json ev = nlohmann::json::array();
   for (int rk = 0; rk < plan.ranks; ++rk) {
-    ev.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", rk}, {"tid", 0}, {"args", {{"name", "rank " + std::to_string(rk)}}}});
-    ev.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", rk}, {"tid", 0}, {"args", {{"sort_index", rk}}}});
+    ev.push_back({{"ph", "M"},
+                  {"name", "process_name"},
+                  {"pid", rk},
+                  {"tid", 0},
+                  {"args", {{"name", "rank " + std::to_string(rk)}}}});
+    ev.push_back(
+        {{"ph", "M"}, {"name", "process_sort_index"}, {"pid", rk}, {"tid", 0}, {"args", {{"sort_index", rk}}}});
     for (int s = 0; s < kNumStreams; ++s)
-      ev.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", rk}, {"tid", s},
+      ev.push_back({{"ph", "M"},
+                    {"name", "thread_name"},
+                    {"pid", rk},
+                    {"tid", s},
                     {"args", {{"name", std::string(to_string(Stream(s)))}}}});
   }
   const double us = 1e6;
@@ -31,14 +39,27 @@ nlohmann::json chrome_trace(const Plan& plan, std::span<const double> start_s, s
     const Op& o = plan.op(OpId(i));
     const double ts = start_s[i] * us, dur = (end_s[i] - start_s[i]) * us;
     nlohmann::json args = {{"op", i}};
-    if (o.kind == OpKind::Compute) args["flops"] = o.flops;
-    else args["bytes"] = o.bytes;
+    if (o.kind == OpKind::Compute)
+      args["flops"] = o.flops;
+    else
+      args["bytes"] = o.bytes;
     if (o.kind == OpKind::Send || o.kind == OpKind::Recv) args["transfer_start_us"] = flow_start_s[i] * us;
-    ev.push_back({{"ph", "X"}, {"name", op_label(plan, OpId(i))}, {"cat", std::string(to_string(o.kind))}, {"pid", o.rank},
-                  {"tid", int(o.stream)}, {"ts", ts}, {"dur", dur}, {"args", args}});
+    ev.push_back({{"ph", "X"},
+                  {"name", op_label(plan, OpId(i))},
+                  {"cat", std::string(to_string(o.kind))},
+                  {"pid", o.rank},
+                  {"tid", int(o.stream)},
+                  {"ts", ts},
+                  {"dur", dur},
+                  {"args", args}});
     if (o.kind == OpKind::Send) {
       // The arrow starts inside the send's slice and ends inside the matching receive's slice.
-      ev.push_back({{"ph", "s"}, {"name", "transfer"}, {"cat", "flow"}, {"id", i}, {"pid", o.rank}, {"tid", int(o.stream)},
+      ev.push_back({{"ph", "s"},
+                    {"name", "transfer"},
+                    {"cat", "flow"},
+                    {"id", i},
+                    {"pid", o.rank},
+                    {"tid", int(o.stream)},
                     {"ts", flow_start_s[i] * us}});
     }
   }
@@ -54,13 +75,18 @@ nlohmann::json chrome_trace(const Plan& plan, std::span<const double> start_s, s
   for (std::size_t k = 0; k < std::min(sends.size(), recvs.size()); ++k) {
     const OpId s = std::get<4>(sends[k]), rv = std::get<4>(recvs[k]);
     const Op& o = plan.op(rv);
-    ev.push_back({{"ph", "f"}, {"bp", "e"}, {"name", "transfer"}, {"cat", "flow"}, {"id", s}, {"pid", o.rank},
-                  {"tid", int(o.stream)}, {"ts", end_s[std::size_t(rv)] * us}});
+    ev.push_back({{"ph", "f"},
+                  {"bp", "e"},
+                  {"name", "transfer"},
+                  {"cat", "flow"},
+                  {"id", s},
+                  {"pid", o.rank},
+                  {"tid", int(o.stream)},
+                  {"ts", end_s[std::size_t(rv)] * us}});
   }
   nlohmann::json meta = {{"algo", plan.algo}, {"ranks", plan.ranks}, {"makespan_ms", makespan_s * 1e3}};
   if (other.is_object()) meta.update(other);
-  return {{"traceEvents", ev}, {"displayTimeUnit", "ms"},
-          {"otherData", meta}};
+  return {{"traceEvents", ev}, {"displayTimeUnit", "ms"}, {"otherData", meta}};
 }
 
-} // namespace charm::trace
+}  // namespace charm::trace

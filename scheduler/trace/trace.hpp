@@ -35,12 +35,12 @@ struct Timeline {
 /// Chrome trace: pid = rank, tid = stream, one "X" slice per op (microseconds) with
 /// args.op = the op id, args.flops or args.bytes; "s"/"f" flow arrows send -> receive.
 /// `other` is merged into otherData (algo, ranks and makespan_ms are always there).
-[[nodiscard]] nlohmann::json chrome_trace(const ir::Plan& plan, std::span<const double> start_s, std::span<const double> end_s,
-                                          std::span<const double> flow_start_s, double makespan_s,
-                                          const nlohmann::json& other = nlohmann::json::object());
+[[nodiscard]] nlohmann::json chrome_trace(const ir::Plan& plan, std::span<const double> start_s,
+                                          std::span<const double> end_s, std::span<const double> flow_start_s,
+                                          double makespan_s, const nlohmann::json& other = nlohmann::json::object());
 [[nodiscard]] inline nlohmann::json chrome_trace(const ir::Plan& plan, const Timeline& t,
                                                  const nlohmann::json& other = nlohmann::json::object()) {
   return chrome_trace(plan, t.start_s, t.end_s, t.flow_start_s, t.makespan_s, other);
 }
 
-} // namespace charm::trace
+}  // namespace charm::trace

@@ -144,4 +144,4 @@ class CellStore {
   std::vector<std::int32_t> free_dense_;
 };
 
-} // namespace charm::sched
+}  // namespace charm::sched

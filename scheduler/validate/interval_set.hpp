@@ -18,7 +18,8 @@ class IntervalSet {
     // In place (runs stay sorted, disjoint and non-adjacent): one insert per
     // compute op in the validator, so no temporary set and no reallocation of
     // runs_ when x extends a run, which is the common case.
-    auto it = std::lower_bound(runs_.begin(), runs_.end(), x, [](const auto& r, std::int32_t v) { return r.second < v; });
+    auto it =
+        std::lower_bound(runs_.begin(), runs_.end(), x, [](const auto& r, std::int32_t v) { return r.second < v; });
     if (it != runs_.end() && it->first <= x && x < it->second) return false;
     if (it != runs_.end() && it->second == x) {
       it->second = x + 1;
@@ -28,8 +29,10 @@ class IntervalSet {
       }
       return true;
     }
-    if (it != runs_.end() && it->first == x + 1) it->first = x;
-    else runs_.insert(it, {x, x + 1});
+    if (it != runs_.end() && it->first == x + 1)
+      it->first = x;
+    else
+      runs_.insert(it, {x, x + 1});
     return true;
   }
   /// Adds [lo, hi), which lies after every element (ascending construction).
@@ -71,8 +74,10 @@ class IntervalSet {
       }
     };
     while (i < runs_.size() || j < o.runs_.size()) {
-      if (j == o.runs_.size() || (i < runs_.size() && runs_[i].first <= o.runs_[j].first)) push(runs_[i++]);
-      else push(o.runs_[j++]);
+      if (j == o.runs_.size() || (i < runs_.size() && runs_[i].first <= o.runs_[j].first))
+        push(runs_[i++]);
+      else
+        push(o.runs_[j++]);
     }
     runs_.swap(out);
     return overlap;
@@ -85,7 +90,10 @@ class IntervalSet {
       while (j < o.runs_.size() && o.runs_[j].second <= cur) ++j;
       std::size_t k = j;
       while (cur < hi) {
-        if (k == o.runs_.size() || o.runs_[k].first >= hi) { out.add_run({cur, hi}); break; }
+        if (k == o.runs_.size() || o.runs_[k].first >= hi) {
+          out.add_run({cur, hi});
+          break;
+        }
         if (o.runs_[k].first > cur) out.add_run({cur, o.runs_[k].first});
         cur = std::max(cur, o.runs_[k].second);
         ++k;
@@ -108,10 +116,12 @@ class IntervalSet {
 
  private:
   void add_run(std::pair<std::int32_t, std::int32_t> r) {
-    if (!runs_.empty() && runs_.back().second >= r.first) runs_.back().second = std::max(runs_.back().second, r.second);
-    else runs_.push_back(r);
+    if (!runs_.empty() && runs_.back().second >= r.first)
+      runs_.back().second = std::max(runs_.back().second, r.second);
+    else
+      runs_.push_back(r);
   }
   std::vector<std::pair<std::int32_t, std::int32_t>> runs_;
 };
 
-} // namespace charm::sched
+}  // namespace charm::sched

@@ -50,13 +50,21 @@ class Validator {
     report_.violations.push_back({rule, std::move(msg), std::move(ops)});
     report_.capped = full();
   }
-  std::string name(OpId id) const { return fmt::format("op {} (rank {}, {}: {})", id, p_.op(id).rank, to_string(p_.op(id).stream), op_label(p_, id)); }
+  std::string name(OpId id) const {
+    return fmt::format("op {} (rank {}, {}: {})", id, p_.op(id).rank, to_string(p_.op(id).stream), op_label(p_, id));
+  }
 
   void stats() {
     report_.ops = n_;
     for (const Op& o : p_.ops()) {
-      if (o.kind == OpKind::Compute) { ++report_.computes; report_.flops += o.flops; }
-      if (o.kind == OpKind::Send) { ++report_.messages; report_.bytes_moved += double(o.bytes); }
+      if (o.kind == OpKind::Compute) {
+        ++report_.computes;
+        report_.flops += o.flops;
+      }
+      if (o.kind == OpKind::Send) {
+        ++report_.messages;
+        report_.bytes_moved += double(o.bytes);
+      }
     }
   }
 
@@ -64,17 +72,22 @@ class Validator {
   /// A buffer's region, defaults resolved (Plan::region, inline: it runs for every slot of every op).
   Region reg(BufferId b) const {
     const Buffer& x = p_.buffer(b);
-    return {x.owner, x.owner + x.owners, x.head_begin, x.heads == 0 ? kv_heads_ : x.head_begin + x.heads,
+    return {x.owner,      x.owner + x.owners,
+            x.head_begin, x.heads == 0 ? kv_heads_ : x.head_begin + x.heads,
             x.part_begin, x.parts == 0 ? p_.parts : x.part_begin + x.parts};
   }
   /// The buffer whose storage b is (structure() has made sure a view's parent is no view).
   BufferId root_of(BufferId b) const { return views_ && p_.buffer(b).parent != kNone ? p_.buffer(b).parent : b; }
   /// Equal regions (in a plain plan: the same owner, without computing regions).
-  bool same_region(BufferId a, BufferId b) const { return regions_ ? same_region_slow(a, b) : p_.buffer(a).owner == p_.buffer(b).owner; }
+  bool same_region(BufferId a, BufferId b) const {
+    return regions_ ? same_region_slow(a, b) : p_.buffer(a).owner == p_.buffer(b).owner;
+  }
   bool same_region_slow(BufferId a, BufferId b) const { return reg(a) == reg(b); }
   std::string label(BufferId b) const { return fmt::format("buffer {} ({})", b, buffer_label(p_, b)); }
   /// A root buffer, or one owner of it (lifetime).
-  std::string storage(BufferId b, RankId owner) const { return owner == kNone ? label(b) : fmt::format("{} owner {}", label(b), owner); }
+  std::string storage(BufferId b, RankId owner) const {
+    return owner == kNone ? label(b) : fmt::format("{} owner {}", label(b), owner);
+  }
   static bool plain(const Buffer& b) {
     return b.owners == 1 && b.head_begin == 0 && b.heads == 0 && b.part_begin == 0 && b.parts == 0 && b.parent == kNone;
   }
@@ -83,24 +96,31 @@ class Validator {
   void check_buffer(BufferId b, const std::array<Bytes, kNumBufKinds>& shard_bytes) {
     const Buffer& bf = p_.buffer(b);
     const int R = p_.ranks;
-    if (bf.rank < 0 || bf.rank >= R || bf.owner < 0 || bf.owner >= R) { fail("structure", fmt::format("buffer {} has rank/owner out of range", b)); return; }
+    if (bf.rank < 0 || bf.rank >= R || bf.owner < 0 || bf.owner >= R) {
+      fail("structure", fmt::format("buffer {} has rank/owner out of range", b));
+      return;
+    }
     if (plain(bf)) {
       if (bf.bytes != shard_bytes[std::size_t(bf.kind)])
-        fail("structure", fmt::format("{} holds {} bytes but a {} shard is {}", label(b), bf.bytes, to_string(bf.kind), shard_bytes[std::size_t(bf.kind)]));
+        fail("structure", fmt::format("{} holds {} bytes but a {} shard is {}", label(b), bf.bytes, to_string(bf.kind),
+                                      shard_bytes[std::size_t(bf.kind)]));
       if (bf.init == BufInit::Input && bf.owner != bf.rank)
         fail("structure", fmt::format("{}: an input of rank {} must be its own shard", label(b), bf.rank));
       return;
     }
     regions_ = true;
     // Ranges in 64 bits: a hand-written plan may hold any int32 here.
-    auto range_ok = [](std::int64_t begin, std::int64_t count, std::int64_t n) { return begin >= 0 && count >= 1 && begin + count <= n; };
+    auto range_ok = [](std::int64_t begin, std::int64_t count, std::int64_t n) {
+      return begin >= 0 && count >= 1 && begin + count <= n;
+    };
     const std::int64_t hk = kv_heads_;
     if (!range_ok(bf.owner, bf.owners, R) || bf.heads < 0 || (bf.heads == 0 && bf.head_begin != 0) ||
-        (bf.heads > 0 && !range_ok(bf.head_begin, bf.heads, hk)) || bf.parts < 0 || (bf.parts == 0 && bf.part_begin != 0) ||
-        (bf.parts > 0 && !range_ok(bf.part_begin, bf.parts, p_.parts))) {
-      fail("structure", fmt::format("buffer {}: region owners {}+{}, kv heads {}+{}, parts {}+{} is empty or outside the workload "
-                                    "({} ranks, {} kv heads, {} parts; a count of 0 means all and needs begin 0)",
-                                    b, bf.owner, bf.owners, bf.head_begin, bf.heads, bf.part_begin, bf.parts, R, hk, p_.parts));
+        (bf.heads > 0 && !range_ok(bf.head_begin, bf.heads, hk)) || bf.parts < 0 ||
+        (bf.parts == 0 && bf.part_begin != 0) || (bf.parts > 0 && !range_ok(bf.part_begin, bf.parts, p_.parts))) {
+      fail("structure",
+           fmt::format("buffer {}: region owners {}+{}, kv heads {}+{}, parts {}+{} is empty or outside the workload "
+                       "({} ranks, {} kv heads, {} parts; a count of 0 means all and needs begin 0)",
+                       b, bf.owner, bf.owners, bf.head_begin, bf.heads, bf.part_begin, bf.parts, R, hk, p_.parts));
       return;
     }
     const Region r = reg(b);
@@ -108,19 +128,28 @@ class Validator {
     if (bf.parent != kNone) {
       views_ = true;
       const BufferId pa = bf.parent;
-      if (pa < 0 || pa >= b) { fail("structure", fmt::format("buffer {} is a view of buffer {}, which is not an earlier buffer", b, pa)); return; }
-      const Buffer& pb = p_.buffer(pa);
-      const Region pr = reg(pa);
-      if (pb.parent != kNone || pb.rank != bf.rank || pb.kind != bf.kind || pr.head_begin != r.head_begin || pr.head_end != r.head_end ||
-          pr.part_begin != r.part_begin || pr.part_end != r.part_end || r.owner_begin < pr.owner_begin || r.owner_end > pr.owner_end) {
-        fail("structure", fmt::format("{} is a view of {} but not an owner sub-range of it (a view keeps the rank, kind, heads "
-                                      "and parts of a parent that is no view itself)", label(b), label(pa)));
+      if (pa < 0 || pa >= b) {
+        fail("structure", fmt::format("buffer {} is a view of buffer {}, which is not an earlier buffer", b, pa));
         return;
       }
-      if (bf.init != BufInit::None) fail("structure", fmt::format("{} is a view but has init {} (a view holds what its parent holds)", label(b), to_string(bf.init)));
+      const Buffer& pb = p_.buffer(pa);
+      const Region pr = reg(pa);
+      if (pb.parent != kNone || pb.rank != bf.rank || pb.kind != bf.kind || pr.head_begin != r.head_begin ||
+          pr.head_end != r.head_end || pr.part_begin != r.part_begin || pr.part_end != r.part_end ||
+          r.owner_begin < pr.owner_begin || r.owner_end > pr.owner_end) {
+        fail("structure",
+             fmt::format("{} is a view of {} but not an owner sub-range of it (a view keeps the rank, kind, heads "
+                         "and parts of a parent that is no view itself)",
+                         label(b), label(pa)));
+        return;
+      }
+      if (bf.init != BufInit::None)
+        fail("structure", fmt::format("{} is a view but has init {} (a view holds what its parent holds)", label(b),
+                                      to_string(bf.init)));
     }
     if (bf.init == BufInit::Input && (bf.parent != kNone || r != shard_region(bf.rank, p_.workload, p_.parts)))
-      fail("structure", fmt::format("{}: an input must be the whole shard of its rank {}, not a region or a view", label(b), bf.rank));
+      fail("structure", fmt::format("{}: an input must be the whole shard of its rank {}, not a region or a view",
+                                    label(b), bf.rank));
     if (const Bytes want = region_bytes(p_.workload, R, p_.parts, bf.kind, r); bf.bytes != want)
       fail("structure", fmt::format("{} holds {} bytes but its region needs {}", label(b), bf.bytes, want));
   }
@@ -128,12 +157,24 @@ class Validator {
   /// Ranks, results list, workload and parts: region sizes, masks and cells are computed from them.
   bool check_plan_shape() {
     const int R = p_.ranks;
-    if (R < 1) { fail("structure", "plan has no ranks"); return false; }
-    if (p_.results().size() != std::size_t(R)) { fail("structure", fmt::format("results list {} ranks, plan has {}", p_.results().size(), R)); return false; }
-    if (auto s = p_.workload.check(R); !s) { fail("structure", "workload: " + s.error().message()); return false; }
+    if (R < 1) {
+      fail("structure", "plan has no ranks");
+      return false;
+    }
+    if (p_.results().size() != std::size_t(R)) {
+      fail("structure", fmt::format("results list {} ranks, plan has {}", p_.results().size(), R));
+      return false;
+    }
+    if (auto s = p_.workload.check(R); !s) {
+      fail("structure", "workload: " + s.error().message());
+      return false;
+    }
     const std::int64_t shard = p_.workload.seq / R;
-    if (p_.parts < 1 || shard % p_.parts != 0 || std::int64_t(R) * p_.parts > std::numeric_limits<std::int32_t>::max()) {
-      fail("structure", fmt::format("plan counts {} token parts per shard, which must be >= 1 and divide the shard's {} tokens", p_.parts, shard));
+    if (p_.parts < 1 || shard % p_.parts != 0 ||
+        std::int64_t(R) * p_.parts > std::numeric_limits<std::int32_t>::max()) {
+      fail("structure",
+           fmt::format("plan counts {} token parts per shard, which must be >= 1 and divide the shard's {} tokens",
+                       p_.parts, shard));
       return false;
     }
     return true;
@@ -145,7 +186,8 @@ class Validator {
     regions_ = p_.parts != 1;
     std::array<Bytes, kNumBufKinds> shard_bytes{};
     for (std::size_t k = 0; k < shard_bytes.size(); ++k)
-      shard_bytes[k] = region_bytes(p_.workload, p_.ranks, p_.parts, BufKind(k), shard_region(0, p_.workload, p_.parts));
+      shard_bytes[k] =
+          region_bytes(p_.workload, p_.ranks, p_.parts, BufKind(k), shard_region(0, p_.workload, p_.parts));
     for (BufferId b = 0; b < BufferId(p_.buffers().size()); ++b) check_buffer(b, shard_bytes);
     if (!report_.ok()) return false;  // the op rules below read regions and follow views
     if (regions_ && !count_cells()) return false;
@@ -158,26 +200,42 @@ class Validator {
   /// Equal regions of a and b, else a structure violation of op id naming `what`.
   bool same(OpId id, BufferId a, BufferId b, const char* what) {
     if (same_region(a, b)) return true;
-    fail("structure", fmt::format("{}: {} {} and {} differ", name(id), what, buffer_label(p_, a), buffer_label(p_, b)), {id});
+    fail("structure", fmt::format("{}: {} {} and {} differ", name(id), what, buffer_label(p_, a), buffer_label(p_, b)),
+         {id});
     return false;
   }
 
   /// One op: its rank, dependencies, buffer slots (ir::decode) and the rules of its kind.
   void check_op(OpId id) {
     const Op& o = p_.op(id);
-    if (o.rank < 0 || o.rank >= p_.ranks) { fail("structure", fmt::format("op {} has rank {} out of range", id, o.rank), {id}); return; }
+    if (o.rank < 0 || o.rank >= p_.ranks) {
+      fail("structure", fmt::format("op {} has rank {} out of range", id, o.rank), {id});
+      return;
+    }
     for (OpId d : p_.deps(id)) {
-      if (d < 0 || d >= OpId(n_)) { fail("structure", fmt::format("op {} depends on missing op {}", id, d), {id}); continue; }
-      if (d == id) fail("structure", fmt::format("{} depends on itself", name(id)), {id});
-      else if (p_.op(d).rank != o.rank) fail("structure", fmt::format("{} depends on {} of another rank (ranks meet only through messages)", name(id), name(d)), {id, d});
+      if (d < 0 || d >= OpId(n_)) {
+        fail("structure", fmt::format("op {} depends on missing op {}", id, d), {id});
+        continue;
+      }
+      if (d == id)
+        fail("structure", fmt::format("{} depends on itself", name(id)), {id});
+      else if (p_.op(d).rank != o.rank)
+        fail("structure",
+             fmt::format("{} depends on {} of another rank (ranks meet only through messages)", name(id), name(d)),
+             {id, d});
     }
     if (is_comm(o)) {
-      if (o.peer < 0 || o.peer >= p_.ranks || o.peer == o.rank) fail("structure", fmt::format("{}: bad peer {}", name(id), o.peer), {id});
-      if (o.stream == Stream::Compute) fail("structure", fmt::format("{}: messages travel on comm streams, not compute", name(id)), {id});
+      if (o.peer < 0 || o.peer >= p_.ranks || o.peer == o.rank)
+        fail("structure", fmt::format("{}: bad peer {}", name(id), o.peer), {id});
+      if (o.stream == Stream::Compute)
+        fail("structure", fmt::format("{}: messages travel on comm streams, not compute", name(id)), {id});
       if (o.peer < 0 || o.peer >= p_.ranks || o.peer == o.rank) return;
     }
     auto a = decode(p_, id);
-    if (!a) { fail("structure", fmt::format("{}: {}", name(id), a.error().what), {id}); return; }
+    if (!a) {
+      fail("structure", fmt::format("{}: {}", name(id), a.error().what), {id});
+      return;
+    }
     std::visit(Overloaded{
                    [&](const ComputeFwdArgs& c) { check_compute(id, c.q, c.kv, c.out, kNone); },
                    [&](const ComputeBwdArgs& c) { check_compute(id, c.qbundle, c.kv, c.dq, c.dkv); },
@@ -186,12 +244,23 @@ class Validator {
                    [&](const MergeArgs& m) { same(id, m.partial, m.acc, "merges outputs"); },
                    [&](const AccumulateArgs& m) {
                      if (!same_region(m.partial, m.acc))
-                       fail("structure", fmt::format("{}: accumulates a {} into a {}", name(id), buffer_label(p_, m.partial), buffer_label(p_, m.acc)), {id});
+                       fail("structure",
+                            fmt::format("{}: accumulates a {} into a {}", name(id), buffer_label(p_, m.partial),
+                                        buffer_label(p_, m.acc)),
+                            {id});
                    },
-                   [&](const PackArgs& k) { same(id, k.q, k.dout, "packs tensors of different regions:") && same(id, k.q, k.out, "packs tensors of different regions:") && same(id, k.q, k.qbundle, "packs tensors of different regions:"); },
+                   [&](const PackArgs& k) {
+                     same(id, k.q, k.dout, "packs tensors of different regions:") &&
+                         same(id, k.q, k.out, "packs tensors of different regions:") &&
+                         same(id, k.q, k.qbundle, "packs tensors of different regions:");
+                   },
                    [&](const CopyArgs& c) {
-                     if (regions_ ? !reg(c.src).contains(reg(c.dst)) && !reg(c.dst).contains(reg(c.src)) : !same_region(c.src, c.dst))
-                       fail("structure", fmt::format("{}: neither region of {} and {} contains the other", name(id), buffer_label(p_, c.src), buffer_label(p_, c.dst)), {id});
+                     if (regions_ ? !reg(c.src).contains(reg(c.dst)) && !reg(c.dst).contains(reg(c.src))
+                                  : !same_region(c.src, c.dst))
+                       fail("structure",
+                            fmt::format("{}: neither region of {} and {} contains the other", name(id),
+                                        buffer_label(p_, c.src), buffer_label(p_, c.dst)),
+                            {id});
                    },
                },
                *a);
@@ -205,18 +274,26 @@ class Validator {
     if (o.q_owner != bq.owner || o.kv_owner != bk.owner)
       fail("structure", fmt::format("{}: q/kv blocks do not match its buffers' owners", name(id)), {id});
     if (!same_region(acc, q) || (!fwd && !same_region(dkv, kv))) {
-      fail("structure", fmt::format("{}: accumulates into a buffer of another region (q {}, kv {}, accumulators {}{}{})", name(id),
-                                    buffer_label(p_, q), buffer_label(p_, kv), buffer_label(p_, acc), fwd ? "" : ", ",
-                                    fwd ? "" : buffer_label(p_, dkv)), {id});
+      fail("structure",
+           fmt::format("{}: accumulates into a buffer of another region (q {}, kv {}, accumulators {}{}{})", name(id),
+                       buffer_label(p_, q), buffer_label(p_, kv), buffer_label(p_, acc), fwd ? "" : ", ",
+                       fwd ? "" : buffer_label(p_, dkv)),
+           {id});
       return;
     }
     if (regions_ && (bq.head_begin != bk.head_begin || reg(q).head_end != reg(kv).head_end)) {
-      fail("structure", fmt::format("{}: q {} and kv {} cover different kv heads", name(id), buffer_label(p_, q), buffer_label(p_, kv)), {id});
+      fail("structure",
+           fmt::format("{}: q {} and kv {} cover different kv heads", name(id), buffer_label(p_, q),
+                       buffer_label(p_, kv)),
+           {id});
       return;
     }
-    const MaskPiece want = bq.owners == 1 && bk.owners == 1 ? p_.workload.mask(o.q_owner, o.kv_owner, p_.ranks) : MaskPiece::Mixed;
+    const MaskPiece want =
+        bq.owners == 1 && bk.owners == 1 ? p_.workload.mask(o.q_owner, o.kv_owner, p_.ranks) : MaskPiece::Mixed;
     if (o.mask != want)
-      fail("structure", fmt::format("{}: mask piece {} but the workload gives {}", name(id), to_string(o.mask), to_string(want)), {id});
+      fail("structure",
+           fmt::format("{}: mask piece {} but the workload gives {}", name(id), to_string(o.mask), to_string(want)),
+           {id});
   }
 
   /// Each rank's result buffers: its own whole shards of the kinds its pass produces.
@@ -226,15 +303,23 @@ class Validator {
     for (int r = 0; r < p_.ranks; ++r) {
       const auto& res = p_.results()[std::size_t(r)];
       auto check = [&](BufferId b, BufKind kind, const char* what) {
-        if (b < 0 || b >= nb) { fail("structure", fmt::format("rank {} names no {} result buffer", r, what)); return; }
+        if (b < 0 || b >= nb) {
+          fail("structure", fmt::format("rank {} names no {} result buffer", r, what));
+          return;
+        }
         const Buffer& bf = p_.buffer(b);
         if (bf.rank != r || bf.owner != r || bf.kind != kind)
-          fail("structure", fmt::format("rank {}: its {} result is buffer {} ({} of {} on rank {})", r, what, b, to_string(bf.kind), bf.owner, bf.rank));
+          fail("structure", fmt::format("rank {}: its {} result is buffer {} ({} of {} on rank {})", r, what, b,
+                                        to_string(bf.kind), bf.owner, bf.rank));
         else if (!plain(bf) && (bf.parent != kNone || reg(b) != shard_region(r, p_.workload, p_.parts)))
-          fail("structure", fmt::format("rank {}: its {} result is {}, not the whole shard of rank {}", r, what, label(b), r));
+          fail("structure",
+               fmt::format("rank {}: its {} result is {}, not the whole shard of rank {}", r, what, label(b), r));
       };
       if (pass != PassKind::Bwd) check(res.out, BufKind::Out, "out");
-      if (pass != PassKind::Fwd) { check(res.dq, BufKind::Dq, "dq"); check(res.dkv, BufKind::Dkv, "dkv"); }
+      if (pass != PassKind::Fwd) {
+        check(res.dq, BufKind::Dq, "dq");
+        check(res.dkv, BufKind::Dkv, "dkv");
+      }
     }
   }
 
@@ -257,15 +342,19 @@ class Validator {
       if (bf.reuse == kNone) continue;
       reuses_ = true;
       const BufferId a = bf.reuse;
-      if (a < 0 || a >= b) { fail("structure", fmt::format("{} reuses buffer {}, which is not an earlier buffer", label(b), a)); continue; }
+      if (a < 0 || a >= b) {
+        fail("structure", fmt::format("{} reuses buffer {}, which is not an earlier buffer", label(b), a));
+        continue;
+      }
       const Buffer& ab = p_.buffer(a);
-      const char* why = ab.rank != bf.rank                         ? "of another rank"
-                        : ab.parent != kNone || bf.parent != kNone ? "a view (only whole storage is reused)"
-                        : ab.init == BufInit::Input || bf.init == BufInit::Input ? "an input (inputs live for the whole plan)"
-                        : is_result[std::size_t(a)]                ? "a result (results live to the end)"
-                        : p_.buffer(first[std::size_t(a)]).bytes < bf.bytes ? "in a storage smaller than the buffer that reuses it"
-                        : reused[std::size_t(a)]                   ? "reused twice (storage passes along one chain)"
-                                                                   : nullptr;
+      const char* why =
+          ab.rank != bf.rank                                       ? "of another rank"
+          : ab.parent != kNone || bf.parent != kNone               ? "a view (only whole storage is reused)"
+          : ab.init == BufInit::Input || bf.init == BufInit::Input ? "an input (inputs live for the whole plan)"
+          : is_result[std::size_t(a)]                              ? "a result (results live to the end)"
+          : p_.buffer(first[std::size_t(a)]).bytes < bf.bytes ? "in a storage smaller than the buffer that reuses it"
+          : reused[std::size_t(a)]                            ? "reused twice (storage passes along one chain)"
+                                                              : nullptr;
       if (why != nullptr) fail("structure", fmt::format("{} reuses {}, which is {}", label(b), label(a), why));
       reused[std::size_t(a)] = 1;
     }
@@ -300,7 +389,11 @@ class Validator {
       for (std::uint32_t k = b; k < e; ++k) fn(idx_->at(k));
     };
     succ_begin_.assign(n_ + 1, 0);
-    for (OpId id = 0; id < OpId(n_); ++id) for_preds(id, [&](OpId d) { ++succ_begin_[std::size_t(d) + 1]; ++indeg[std::size_t(id)]; });
+    for (OpId id = 0; id < OpId(n_); ++id)
+      for_preds(id, [&](OpId d) {
+        ++succ_begin_[std::size_t(d) + 1];
+        ++indeg[std::size_t(id)];
+      });
     for (std::size_t i = 0; i < n_; ++i) succ_begin_[i + 1] += succ_begin_[i];
     succ_.assign(succ_begin_[n_], 0);
     {
@@ -308,7 +401,8 @@ class Validator {
       for (OpId id = 0; id < OpId(n_); ++id) for_preds(id, [&](OpId d) { succ_[fillpos[std::size_t(d)]++] = id; });
     }
     std::vector<OpId> stack;
-    for (OpId id = 0; id < OpId(n_); ++id) if (indeg[std::size_t(id)] == 0) stack.push_back(id);
+    for (OpId id = 0; id < OpId(n_); ++id)
+      if (indeg[std::size_t(id)] == 0) stack.push_back(id);
     std::size_t seen = 0;
     while (!stack.empty()) {
       const OpId v = stack.back();
@@ -331,7 +425,8 @@ class Validator {
     for (std::size_t v = 0; v < n_; ++v) ++size[std::size_t(comp[v])];
     std::vector<OpId> cyc;
     for (std::size_t v = 0; v < n_ && cyc.size() < 8; ++v)
-      if (indeg[v] > 0 && size[std::size_t(comp[v])] > 1 && (cyc.empty() || comp[v] == comp[std::size_t(cyc[0])])) cyc.push_back(OpId(v));
+      if (indeg[v] > 0 && size[std::size_t(comp[v])] > 1 && (cyc.empty() || comp[v] == comp[std::size_t(cyc[0])]))
+        cyc.push_back(OpId(v));
     std::string names;
     for (OpId c : cyc) names += (names.empty() ? "" : "; ") + name(c);
     fail("acyclic", fmt::format("dependencies and stream order form a cycle through {}", names), cyc);
@@ -348,22 +443,34 @@ class Validator {
     std::size_t i = 0, j = 0;
     while ((i < sends.size() || j < recvs.size()) && !full()) {
       if (j == recvs.size() || (i < sends.size() && key(sends[i]) < key(recvs[j]))) {
-        fail("matching", fmt::format("{} has no matching receive on rank {}", name(sends[i].id), sends[i].dst), {sends[i].id});
+        fail("matching", fmt::format("{} has no matching receive on rank {}", name(sends[i].id), sends[i].dst),
+             {sends[i].id});
         ++i;
       } else if (i == sends.size() || key(recvs[j]) < key(sends[i])) {
-        fail("matching", fmt::format("{} has no matching send on rank {}", name(recvs[j].id), recvs[j].src), {recvs[j].id});
+        fail("matching", fmt::format("{} has no matching send on rank {}", name(recvs[j].id), recvs[j].src),
+             {recvs[j].id});
         ++j;
       } else {
         const OpId s = sends[i].id, r = recvs[j].id;
-        if (i + 1 < sends.size() && key(sends[i + 1]) == key(sends[i])) fail("matching", fmt::format("{} and {} use the same tag", name(s), name(sends[i + 1].id)), {s, sends[i + 1].id});
-        if (j + 1 < recvs.size() && key(recvs[j + 1]) == key(recvs[j])) fail("matching", fmt::format("{} and {} use the same tag", name(r), name(recvs[j + 1].id)), {r, recvs[j + 1].id});
+        if (i + 1 < sends.size() && key(sends[i + 1]) == key(sends[i]))
+          fail("matching", fmt::format("{} and {} use the same tag", name(s), name(sends[i + 1].id)),
+               {s, sends[i + 1].id});
+        if (j + 1 < recvs.size() && key(recvs[j + 1]) == key(recvs[j]))
+          fail("matching", fmt::format("{} and {} use the same tag", name(r), name(recvs[j + 1].id)),
+               {r, recvs[j + 1].id});
         const Op &so = p_.op(s), &ro = p_.op(r);
         const BufferId sbuf = std::get<SendArgs>(args(so)).src, rbuf = std::get<RecvArgs>(args(ro)).dst;
         const Buffer &sb = p_.buffer(sbuf), &rb = p_.buffer(rbuf);
-        if (so.bytes != ro.bytes) fail("matching", fmt::format("{} sends {} bytes but {} expects {}", name(s), so.bytes, name(r), ro.bytes), {s, r});
-        else if (so.bytes != sb.bytes) fail("matching", fmt::format("{} sends {} bytes of a {}-byte buffer", name(s), so.bytes, sb.bytes), {s});
+        if (so.bytes != ro.bytes)
+          fail("matching", fmt::format("{} sends {} bytes but {} expects {}", name(s), so.bytes, name(r), ro.bytes),
+               {s, r});
+        else if (so.bytes != sb.bytes)
+          fail("matching", fmt::format("{} sends {} bytes of a {}-byte buffer", name(s), so.bytes, sb.bytes), {s});
         if (sb.kind != rb.kind || sb.bytes != rb.bytes || !same_region(sbuf, rbuf))
-          fail("matching", fmt::format("{} sends {} into {} at {}", name(s), buffer_label(p_, sbuf), buffer_label(p_, rbuf), name(r)), {s, r});
+          fail("matching",
+               fmt::format("{} sends {} into {} at {}", name(s), buffer_label(p_, sbuf), buffer_label(p_, rbuf),
+                           name(r)),
+               {s, r});
         ++i, ++j;
       }
     }
@@ -373,7 +480,8 @@ class Validator {
     // in every group of both sorted lists, tags rise in issue order: nothing to report.
     auto in_issue_order = [&](const std::vector<Message>& v) {
       for (std::size_t k = 0; k + 1 < v.size(); ++k)
-        if (v[k].stream == v[k + 1].stream && v[k].src == v[k + 1].src && v[k].dst == v[k + 1].dst && v[k].id > v[k + 1].id)
+        if (v[k].stream == v[k + 1].stream && v[k].src == v[k + 1].src && v[k].dst == v[k + 1].dst &&
+            v[k].id > v[k + 1].id)
           return false;
       return true;
     };
@@ -386,7 +494,10 @@ class Validator {
       const bool send = o.kind == OpKind::Send;
       auto& l = last.try_emplace({int(o.stream), send ? o.rank : o.peer, send ? o.peer : o.rank}, -1, -1).first->second;
       int& prev = send ? l.first : l.second;
-      if (o.tag <= prev) fail("matching", fmt::format("{} is issued after a message with a later tag: NCCL pairs messages in issue order", name(id)), {id});
+      if (o.tag <= prev)
+        fail("matching",
+             fmt::format("{} is issued after a message with a later tag: NCCL pairs messages in issue order", name(id)),
+             {id});
       prev = o.tag;
     }
     return report_.ok();
@@ -407,10 +518,19 @@ class Validator {
     // lanes + 1 slots never overflows.
     std::vector<std::uint32_t> work(lanes + 1);
     std::size_t work_head = 0, work_tail = 0;
-    auto push_work = [&](std::size_t l) { work[work_tail] = std::uint32_t(l); work_tail = (work_tail + 1) % work.size(); };
-    for (std::size_t l = 0; l < lanes; ++l) if (head[l] < idx_->lane_end(l)) push_work(l);
+    auto push_work = [&](std::size_t l) {
+      work[work_tail] = std::uint32_t(l);
+      work_tail = (work_tail + 1) % work.size();
+    };
+    for (std::size_t l = 0; l < lanes; ++l)
+      if (head[l] < idx_->lane_end(l)) push_work(l);
     std::vector<char> queued(lanes, 1);
-    auto wake = [&](std::size_t l) { if (!queued[l]) { queued[l] = 1; push_work(l); } };
+    auto wake = [&](std::size_t l) {
+      if (!queued[l]) {
+        queued[l] = 1;
+        push_work(l);
+      }
+    };
     auto complete = [&](OpId id) {
       done[std::size_t(id)] = 1;
       order_.push_back(id);
@@ -424,13 +544,21 @@ class Validator {
         const OpId id = idx_->at(k);
         if (done[std::size_t(id)] || posted[std::size_t(id)]) continue;
         const Op& o = p_.op(id);
-        if (!is_comm(o)) { complete(id); continue; }
+        if (!is_comm(o)) {
+          complete(id);
+          continue;
+        }
         posted[std::size_t(id)] = 1;
         const OpId m = idx_->partner(id);
         if (posted[std::size_t(m)] && !done[std::size_t(m)]) {
           // Rendezvous: the send completes with its receive (send first in the order).
-          if (o.kind == OpKind::Send) { complete(id); complete(m); }
-          else { complete(m); complete(id); }
+          if (o.kind == OpKind::Send) {
+            complete(id);
+            complete(m);
+          } else {
+            complete(m);
+            complete(id);
+          }
         }
       }
     };
@@ -463,13 +591,20 @@ class Validator {
       const OpId id = idx_->at(head[l]);
       const Op& o = p_.op(id);
       std::string why;
-      if (pending_deps[std::size_t(id)] > 0) why = "waits for its dependencies";
-      else if (is_comm(o)) why = fmt::format("waits for rank {} to post the matching {}", o.peer, o.kind == OpKind::Send ? "receive" : "send");
-      else why = "waits for its group";
+      if (pending_deps[std::size_t(id)] > 0)
+        why = "waits for its dependencies";
+      else if (is_comm(o))
+        why = fmt::format("waits for rank {} to post the matching {}", o.peer,
+                          o.kind == OpKind::Send ? "receive" : "send");
+      else
+        why = "waits for its group";
       stuck.push_back(id);
       names += fmt::format("{}{} {}", names.empty() ? "" : "; ", name(id), why);
     }
-    fail("deadlock", fmt::format("{} of {} ops can never run under NCCL point-to-point semantics: {}", n_ - order_.size(), n_, names), stuck);
+    fail("deadlock",
+         fmt::format("{} of {} ops can never run under NCCL point-to-point semantics: {}", n_ - order_.size(), n_,
+                     names),
+         stuck);
   }
 
   // ---------------------------------------------------------- happens-before
@@ -506,22 +641,31 @@ class Validator {
   // of its own. A root over several owners is checked owner by owner: ops
   // touching disjoint owner ranges of it (receives into different views)
   // never conflict.
-  struct Access { OpId op; std::uint8_t slot; bool write; };
+  struct Access {
+    OpId op;
+    std::uint8_t slot;
+    bool write;
+  };
   struct Accesses {
     std::vector<std::uint32_t> begin;  // per buffer (roots only hold any)
     std::vector<Access> all;
-    [[nodiscard]] std::span<const Access> of(BufferId b) const { return {all.data() + begin[std::size_t(b)], all.data() + begin[std::size_t(b) + 1]}; }
+    [[nodiscard]] std::span<const Access> of(BufferId b) const {
+      return {all.data() + begin[std::size_t(b)], all.data() + begin[std::size_t(b) + 1]};
+    }
   };
   Accesses accesses() const {
     const std::size_t nb = p_.buffers().size();
     Accesses ac;
     ac.begin.assign(nb + 1, 0);
-    for (const Op& o : p_.ops()) for_each_access(o, [&](BufferId b, int, bool) { ++ac.begin[std::size_t(root_of(b)) + 1]; });
+    for (const Op& o : p_.ops())
+      for_each_access(o, [&](BufferId b, int, bool) { ++ac.begin[std::size_t(root_of(b)) + 1]; });
     for (std::size_t b = 0; b < nb; ++b) ac.begin[b + 1] += ac.begin[b];
     ac.all.resize(ac.begin[nb]);
     auto fill = ac.begin;
     for (OpId id : order_)
-      for_each_access(p_.op(id), [&](BufferId b, int s, bool w) { ac.all[fill[std::size_t(root_of(b))]++] = {id, std::uint8_t(s), w}; });
+      for_each_access(p_.op(id), [&](BufferId b, int s, bool w) {
+        ac.all[fill[std::size_t(root_of(b))]++] = {id, std::uint8_t(s), w};
+      });
     return ac;
   }
 
@@ -534,16 +678,27 @@ class Validator {
       const std::span<const Access> a = ac.of(b);
       if (a.empty()) continue;
       const Buffer& rb = p_.buffer(b);
-      if (!regions_ || rb.owners == 1) { check_storage(b, kNone, a); continue; }
-      auto range = [&](const Access& x) { const Buffer& v = p_.buffer(p_.op(x.op).buf[x.slot]); return std::pair{v.owner - rb.owner, v.owner - rb.owner + v.owners}; };
+      if (!regions_ || rb.owners == 1) {
+        check_storage(b, kNone, a);
+        continue;
+      }
+      auto range = [&](const Access& x) {
+        const Buffer& v = p_.buffer(p_.op(x.op).buf[x.slot]);
+        return std::pair{v.owner - rb.owner, v.owner - rb.owner + v.owners};
+      };
       obegin.assign(std::size_t(rb.owners) + 1, 0);
-      for (const Access& x : a) for (auto [o0, o1] = range(x); o0 < o1; ++o0) ++obegin[std::size_t(o0) + 1];
+      for (const Access& x : a)
+        for (auto [o0, o1] = range(x); o0 < o1; ++o0) ++obegin[std::size_t(o0) + 1];
       for (std::size_t k = 0; k + 1 < obegin.size(); ++k) obegin[k + 1] += obegin[k];
       by_owner.resize(obegin.back());
       auto fill = obegin;
-      for (const Access& x : a) for (auto [o0, o1] = range(x); o0 < o1; ++o0) by_owner[fill[std::size_t(o0)]++] = x;
+      for (const Access& x : a)
+        for (auto [o0, o1] = range(x); o0 < o1; ++o0) by_owner[fill[std::size_t(o0)]++] = x;
       for (std::int32_t k = 0; k < rb.owners; ++k)
-        if (!check_storage(b, rb.owner + k, std::span<const Access>(by_owner.data() + obegin[std::size_t(k)], by_owner.data() + obegin[std::size_t(k) + 1]))) break;
+        if (!check_storage(b, rb.owner + k,
+                           std::span<const Access>(by_owner.data() + obegin[std::size_t(k)],
+                                                   by_owner.data() + obegin[std::size_t(k) + 1])))
+          break;
     }
   }
 
@@ -558,12 +713,17 @@ class Validator {
       const std::span<const Access> later = ac.of(b);
       if (later.empty()) continue;
       if (!later.front().write && p_.buffer(b).init != BufInit::Zero) {
-        fail("lifetime", fmt::format("{} reads {} before anything writes the storage it took over from {}", name(later.front().op), label(b), label(a)), {later.front().op});
+        fail("lifetime",
+             fmt::format("{} reads {} before anything writes the storage it took over from {}", name(later.front().op),
+                         label(b), label(a)),
+             {later.front().op});
         continue;
       }
       for (const Access& x : ac.of(a))
         if (!hb(x.op, later.front().op)) {
-          fail("lifetime", fmt::format("{} writes {} into the storage of {} while {} may still use it", name(later.front().op), label(b), label(a), name(x.op)),
+          fail("lifetime",
+               fmt::format("{} writes {} into the storage of {} while {} may still use it", name(later.front().op),
+                           label(b), label(a), name(x.op)),
                {x.op, later.front().op});
           break;
         }
@@ -578,18 +738,29 @@ class Validator {
     for (std::size_t i = 0; i < a.size() && !full(); ++i) {
       if (writer == kNone && !initialised && !a[i].write) {
         auto w = std::find_if(a.begin() + std::ptrdiff_t(i), a.end(), [](const Access& x) { return x.write; });
-        if (w == a.end()) fail("lifetime", fmt::format("{} reads {} that nothing writes", name(a[i].op), storage(b, owner)), {a[i].op});
-        else fail("lifetime", fmt::format("{} reads {} without waiting for {} that writes it", name(a[i].op), storage(b, owner), name(w->op)), {w->op, a[i].op});
+        if (w == a.end())
+          fail("lifetime", fmt::format("{} reads {} that nothing writes", name(a[i].op), storage(b, owner)), {a[i].op});
+        else
+          fail("lifetime",
+               fmt::format("{} reads {} without waiting for {} that writes it", name(a[i].op), storage(b, owner),
+                           name(w->op)),
+               {w->op, a[i].op});
         return false;
       }
       if (writer != kNone && !hb(writer, a[i].op)) {
-        fail("lifetime", fmt::format("{} touches {} without waiting for {} that writes it", name(a[i].op), storage(b, owner), name(writer)), {writer, a[i].op});
+        fail("lifetime",
+             fmt::format("{} touches {} without waiting for {} that writes it", name(a[i].op), storage(b, owner),
+                         name(writer)),
+             {writer, a[i].op});
         return false;
       }
       if (!a[i].write) continue;
       for (std::size_t k = seg_begin; k < i; ++k)
         if (!hb(a[k].op, a[i].op)) {
-          fail("lifetime", fmt::format("{} overwrites {} while {} may still read it", name(a[i].op), storage(b, owner), name(a[k].op)), {a[k].op, a[i].op});
+          fail("lifetime",
+               fmt::format("{} overwrites {} while {} may still read it", name(a[i].op), storage(b, owner),
+                           name(a[k].op)),
+               {a[k].op, a[i].op});
           return false;
         }
       writer = a[i].op;
@@ -617,7 +788,9 @@ class Validator {
       const Region r = reg(BufferId(b));
       total += std::int64_t(r.owners()) * (split_heads_ ? r.heads() : 1) * r.parts();
       if (total > kMaxCells) {
-        fail("structure", fmt::format("the buffers hold more than {} (owner, kv head, part) cells, more than the validator tracks", kMaxCells));
+        fail("structure",
+             fmt::format("the buffers hold more than {} (owner, kv head, part) cells, more than the validator tracks",
+                         kMaxCells));
         return false;
       }
     }
@@ -627,8 +800,10 @@ class Validator {
   /// Cell of (owner x, kv head g, part p) in root rt (region rr).
   std::size_t cell_at(BufferId rt, const Region& rr, std::int32_t x, std::int32_t g, std::int32_t p) const {
     if (!regions_) return std::size_t(rt);
-    const std::size_t nh = split_heads_ ? std::size_t(rr.heads()) : 1, gi = split_heads_ ? std::size_t(g - rr.head_begin) : 0;
-    return cell_base_[std::size_t(rt)] + (std::size_t(x - rr.owner_begin) * nh + gi) * std::size_t(rr.parts()) + std::size_t(p - rr.part_begin);
+    const std::size_t nh = split_heads_ ? std::size_t(rr.heads()) : 1,
+                      gi = split_heads_ ? std::size_t(g - rr.head_begin) : 0;
+    return cell_base_[std::size_t(rt)] + (std::size_t(x - rr.owner_begin) * nh + gi) * std::size_t(rr.parts()) +
+           std::size_t(p - rr.part_begin);
   }
   /// The cells of b's root: cell(x, g, p) for an owner, head and part of the root's region.
   struct RootCells {
@@ -646,7 +821,10 @@ class Validator {
   /// fn(cell, x, g, p) for every cell of region r (inside buffer b's region), in (owner, head, part) order.
   template <class Fn>
   void for_cells(BufferId b, const Region& r, Fn&& fn) const {
-    if (!regions_) { fn(std::size_t(root_of(b)), r.owner_begin, r.head_begin, r.part_begin); return; }
+    if (!regions_) {
+      fn(std::size_t(root_of(b)), r.owner_begin, r.head_begin, r.part_begin);
+      return;
+    }
     const RootCells cell = root_cells(b);
     for (std::int32_t x = r.owner_begin; x < r.owner_end; ++x)
       for (std::int32_t g = r.head_begin; g < head_end(r); ++g)
@@ -655,8 +833,10 @@ class Validator {
   /// for_cells over the whole of b's region.
   template <class Fn>
   void for_whole(BufferId b, Fn&& fn) const {
-    if (!regions_) fn(std::size_t(b), p_.buffer(b).owner, 0, 0);
-    else for_cells(b, reg(b), fn);
+    if (!regions_)
+      fn(std::size_t(b), p_.buffer(b).owner, 0, 0);
+    else
+      for_cells(b, reg(b), fn);
   }
   /// "buffer 7 (q[0-3]h1) owner 2 head 1 part 0", or "buffer 7 (q2)" in a plain plan.
   std::string cell_name(BufferId b, std::int32_t x, std::int32_t g, std::int32_t p) const {
@@ -679,7 +859,8 @@ class Validator {
       t.resize(P * P);
       for (std::size_t a = 0; a < P; ++a)
         for (std::size_t c = 0; c < P; ++c)
-          t[a * P + c] = visible_pairs(p_.workload, p_.ranks, p_.parts, x, std::int32_t(a), std::int32_t(a) + 1, y, std::int32_t(c), std::int32_t(c) + 1) > 0;
+          t[a * P + c] = visible_pairs(p_.workload, p_.ranks, p_.parts, x, std::int32_t(a), std::int32_t(a) + 1, y,
+                                       std::int32_t(c), std::int32_t(c) + 1) > 0;
     }
     return t[std::size_t(p) * P + std::size_t(pk)] != 0;
   }
@@ -696,14 +877,19 @@ class Validator {
     for (RankId b = 0; b < p_.ranks; ++b) {
       const MaskPiece m = kv ? p_.workload.mask(a, b, p_.ranks) : p_.workload.mask(b, a, p_.ranks);
       if (m == MaskPiece::Empty) continue;
-      if (P == 1 || m == MaskPiece::Full) { s.append(b * P, b * P + P); continue; }
+      if (P == 1 || m == MaskPiece::Full) {
+        s.append(b * P, b * P + P);
+        continue;
+      }
       for (std::int32_t pb = 0; pb < P; ++pb)
         if (kv ? visible(m, pa, pb, a, b) : visible(m, pb, pa, b, a)) s.append(b * P + pb, b * P + pb + 1);
     }
     return s;
   }
   /// Block e: "3", or in parts "3p1" (owner 3, part 1).
-  std::string block(std::int32_t e) const { return p_.parts == 1 ? fmt::format("{}", e) : fmt::format("{}p{}", e / p_.parts, e % p_.parts); }
+  std::string block(std::int32_t e) const {
+    return p_.parts == 1 ? fmt::format("{}", e) : fmt::format("{}p{}", e / p_.parts, e % p_.parts);
+  }
   /// Blocks of a set, "{0..3}" or, in parts, "{0p1,1p0..2p1}".
   std::string blocks(const IntervalSet& s) const {
     if (p_.parts == 1) return s.str();
@@ -727,14 +913,18 @@ class Validator {
   /// Reads cells r of b; false (and reported) if one was never written.
   bool reads(OpId id, BufferId b, const Region& r) {
     bool ok = true;
-    for_cells(b, r, [&](std::size_t c, std::int32_t x, std::int32_t g, std::int32_t p) { ok = ok && written(id, b, c, x, g, p); });
+    for_cells(b, r, [&](std::size_t c, std::int32_t x, std::int32_t g, std::int32_t p) {
+      ok = ok && written(id, b, c, x, g, p);
+    });
     return ok;
   }
   /// Reads every cell of b (a plain plan's one cell inline).
   bool reads_all(OpId id, BufferId b) { return (!regions_ && cells_[std::size_t(b)].written) || reads_all_slow(id, b); }
   bool reads_all_slow(OpId id, BufferId b) {
     bool ok = true;
-    for_whole(b, [&](std::size_t c, std::int32_t x, std::int32_t g, std::int32_t p) { ok = ok && written(id, b, c, x, g, p); });
+    for_whole(b, [&](std::size_t c, std::int32_t x, std::int32_t g, std::int32_t p) {
+      ok = ok && written(id, b, c, x, g, p);
+    });
     return ok;
   }
   bool written(OpId id, BufferId b, std::size_t c, std::int32_t x, std::int32_t g, std::int32_t p) {
@@ -787,7 +977,10 @@ class Validator {
   void cover_compute(OpId id, BufferId q, BufferId kv, BufferId acc, BufferId dkv) {
     const bool bwd = dkv != kNone;
     if (!reads_all(id, q) || !reads_all(id, kv) || !reads_all(id, acc) || (bwd && !reads_all(id, dkv))) return;
-    if (!regions_) { cover_compute_plain(id, q, acc, dkv); return; }
+    if (!regions_) {
+      cover_compute_plain(id, q, acc, dkv);
+      return;
+    }
     const Region rq = reg(q), rk = reg(kv);
     bool any = false, bundle_ok = true, twice = false;
     const RootCells qc = root_cells(q), ac = root_cells(acc);
@@ -798,32 +991,48 @@ class Validator {
         bundle_ok &= cells_[qc(x, g, p)].bundle_ok;
         if (!cells_.add(cells_[ac(x, g, p)], y * P + pk) && !twice) {
           twice = true;
-          fail("coverage", fmt::format("pair (Q{}, KV{}) of {} is computed twice (again by {})", block(x * P + p), block(y * P + pk),
-                                       cell_name(acc, x, g, p), name(id)), {id});
+          fail("coverage",
+               fmt::format("pair (Q{}, KV{}) of {} is computed twice (again by {})", block(x * P + p),
+                           block(y * P + pk), cell_name(acc, x, g, p), name(id)),
+               {id});
         }
       }
     });
-    if (!any) { fail("coverage", fmt::format("{} computes no pair the mask leaves visible", name(id)), {id}); return; }
-    if (bwd && !bundle_ok) fail("coverage", fmt::format("{} uses a backward bundle packed from an incomplete output", name(id)), {id});
+    if (!any) {
+      fail("coverage", fmt::format("{} computes no pair the mask leaves visible", name(id)), {id});
+      return;
+    }
+    if (bwd && !bundle_ok)
+      fail("coverage", fmt::format("{} uses a backward bundle packed from an incomplete output", name(id)), {id});
     if (!bwd) return;
     const RootCells kc = root_cells(dkv);
     for_visible_pairs<true>(rq, rk, [&](RankId x, RankId y, std::int32_t p, std::int32_t pk) {
       for (std::int32_t g = rk.head_begin; g < head_end(rk); ++g)
         if (!cells_.add(cells_[kc(y, g, pk)], x * P + p) && !twice) {
           twice = true;
-          fail("coverage", fmt::format("dK/dV pair (Q{}, KV{}) of {} is accumulated twice (again by {})", block(x * P + p),
-                                       block(y * P + pk), cell_name(dkv, y, g, pk), name(id)), {id});
+          fail("coverage",
+               fmt::format("dK/dV pair (Q{}, KV{}) of {} is accumulated twice (again by {})", block(x * P + p),
+                           block(y * P + pk), cell_name(dkv, y, g, pk), name(id)),
+               {id});
         }
     });
   }
   /// Plain plans: one cell per buffer, the pair (q_owner, kv_owner).
   void cover_compute_plain(OpId id, BufferId q, BufferId acc, BufferId dkv) {
     const Op& o = p_.op(id);
-    if (o.mask == MaskPiece::Empty) { fail("coverage", fmt::format("{} computes a pair the mask empties", name(id)), {id}); return; }
-    if (!cells_[std::size_t(q)].bundle_ok) fail("coverage", fmt::format("{} uses a backward bundle packed from an incomplete output", name(id)), {id});
-    if (!cells_[std::size_t(acc)].set.insert(o.kv_owner)) fail("coverage", fmt::format("pair (Q{}, KV{}) is computed twice (again by {})", o.q_owner, o.kv_owner, name(id)), {id});
+    if (o.mask == MaskPiece::Empty) {
+      fail("coverage", fmt::format("{} computes a pair the mask empties", name(id)), {id});
+      return;
+    }
+    if (!cells_[std::size_t(q)].bundle_ok)
+      fail("coverage", fmt::format("{} uses a backward bundle packed from an incomplete output", name(id)), {id});
+    if (!cells_[std::size_t(acc)].set.insert(o.kv_owner))
+      fail("coverage", fmt::format("pair (Q{}, KV{}) is computed twice (again by {})", o.q_owner, o.kv_owner, name(id)),
+           {id});
     if (dkv != kNone && !cells_[std::size_t(dkv)].set.insert(o.q_owner))
-      fail("coverage", fmt::format("dK/dV pair (Q{}, KV{}) is accumulated twice (again by {})", o.q_owner, o.kv_owner, name(id)), {id});
+      fail("coverage",
+           fmt::format("dK/dV pair (Q{}, KV{}) is accumulated twice (again by {})", o.q_owner, o.kv_owner, name(id)),
+           {id});
   }
   /// fn(x, y, p, pk) for every (query owner x part p, kv owner y part pk) pair of regions
   /// rq x rk the mask leaves visible: query side outer, or kv side outer (`kv_outer`, fixed per call site).
@@ -848,9 +1057,14 @@ class Validator {
     const OpId s = idx_->partner(id);
     CHARM_ASSERT(s == prev, "the replay completes a send right before its receive");
     const BufferId src = std::get<SendArgs>(args(p_.op(s))).src;
-    if (!regions_) { cells_[std::size_t(dst)] = cells_[std::size_t(root_of(src))]; return; }
+    if (!regions_) {
+      cells_[std::size_t(dst)] = cells_[std::size_t(root_of(src))];
+      return;
+    }
     const RootCells sc = root_cells(src);
-    for_whole(dst, [&](std::size_t c, std::int32_t x, std::int32_t g, std::int32_t p) { cells_.assign(cells_[c], cells_[sc(x, g, p)]); });
+    for_whole(dst, [&](std::size_t c, std::int32_t x, std::int32_t g, std::int32_t p) {
+      cells_.assign(cells_[c], cells_[sc(x, g, p)]);
+    });
   }
 
   /// Merge and Accumulate: acc gains the partial's blocks, none twice (equal regions: structure).
@@ -863,8 +1077,10 @@ class Validator {
       auto overlap = regions_ ? cells_.merge(cells_[c], part) : cells_[c].set.merge(part.set);
       if (!overlap.empty() && !reported) {
         reported = true;
-        fail("coverage", fmt::format("{} combines pairs already present: {} of {} counted twice", name(id), blocks(overlap),
-                                     regions_ ? cell_name(acc, x, g, p) : buffer_label(p_, acc)), {id});
+        fail("coverage",
+             fmt::format("{} combines pairs already present: {} of {} counted twice", name(id), blocks(overlap),
+                         regions_ ? cell_name(acc, x, g, p) : buffer_label(p_, acc)),
+             {id});
       }
     });
   }
@@ -880,8 +1096,11 @@ class Validator {
       const bool ok = cells_.same_blocks(have, want);
       if (!ok && !reported) {
         reported = true;
-        fail("coverage", fmt::format("{} packs the backward bundle from an output that is not final{}: {}", name(id),
-                                     regions_ ? " (" + cell_name(k.out, x, g, p) + ")" : "", describe(cells_.blocks_of(have), want, "kv blocks")), {id});
+        fail("coverage",
+             fmt::format("{} packs the backward bundle from an output that is not final{}: {}", name(id),
+                         regions_ ? " (" + cell_name(k.out, x, g, p) + ")" : "",
+                         describe(cells_.blocks_of(have), want, "kv blocks")),
+             {id});
       }
       cells_[c].bundle_ok = ok;
       cells_[c].written = true;
@@ -897,7 +1116,9 @@ class Validator {
     const Region r = reg(src).intersect(reg(dst));
     if (!reads(id, src, r)) return;
     const RootCells sc = root_cells(src);
-    for_cells(dst, r, [&](std::size_t c, std::int32_t x, std::int32_t g, std::int32_t p) { cells_.assign(cells_[c], cells_[sc(x, g, p)]); });
+    for_cells(dst, r, [&](std::size_t c, std::int32_t x, std::int32_t g, std::int32_t p) {
+      cells_.assign(cells_[c], cells_[sc(x, g, p)]);
+    });
   }
 
   /// Every cell of every result (whole shards of their rank: structure).
@@ -920,8 +1141,12 @@ class Validator {
       if (p_.parts > 1) where += fmt::format(" part {}", p);
       const auto& want = dkv ? expected_q(r, p) : expected_kv(r, p);
       const Cell& have = cells_[c];
-      if (!have.written) fail("coverage", fmt::format("rank {}: final {}{} is never written: {}", r, what, where, describe(have.set, want, of)));
-      else if (!cells_.same_blocks(have, want)) fail("coverage", fmt::format("rank {}: final {}{}{}", r, what, where.empty() ? " " : where + ": ", describe(cells_.blocks_of(have), want, of)));
+      if (!have.written)
+        fail("coverage",
+             fmt::format("rank {}: final {}{} is never written: {}", r, what, where, describe(have.set, want, of)));
+      else if (!cells_.same_blocks(have, want))
+        fail("coverage", fmt::format("rank {}: final {}{}{}", r, what, where.empty() ? " " : where + ": ",
+                                     describe(cells_.blocks_of(have), want, of)));
     });
   }
 
@@ -930,39 +1155,41 @@ class Validator {
   std::size_t n_;
   ValidationReport report_;
   std::optional<PlanIndex> idx_;  // built once structure() holds
-  MessageOrder msgs_;              // the index's sorted sends and receives
+  MessageOrder msgs_;             // the index's sorted sends and receives
   std::vector<std::uint32_t> succ_begin_;
   std::vector<OpId> succ_, order_;
   std::vector<std::array<std::uint32_t, kNumStreams>> vc_;
   // Regions (structure): which features the plan uses, so a plain plan pays for none.
   std::int32_t kv_heads_ = 1;
-  bool regions_ = false;      // some buffer is not one whole shard, or parts > 1
-  bool views_ = false;        // some buffer is a view
-  bool split_heads_ = false;  // some buffer holds part of the kv heads
-  bool reuses_ = false;       // some buffer takes over the storage of another
+  bool regions_ = false;                  // some buffer is not one whole shard, or parts > 1
+  bool views_ = false;                    // some buffer is a view
+  bool split_heads_ = false;              // some buffer holds part of the kv heads
+  bool reuses_ = false;                   // some buffer takes over the storage of another
   std::vector<std::uint32_t> cell_base_;  // per buffer: its first cell (roots; regions_ only)
   CellStore cells_;
   std::array<std::vector<char>, 7> part_table_;  // per mask piece: visible (q part, kv part)
   std::vector<std::pair<bool, IntervalSet>> exp_kv_, exp_q_;
 };
 
-} // namespace
+}  // namespace
 
 std::string ValidationReport::summary(const Plan& plan) const {
   if (!ok()) {
     const auto& v = violations.front();
-    const std::string more = !capped               ? fmt::format(" (and {} more)", violations.size() - 1)
-                             : violations.size() > 1 ? fmt::format(" (and {} more before the validator stopped looking; "
-                                                                   "charm validate --all lists every one)",
-                                                                   violations.size() - 1)
-                                                     : " (the validator stopped looking; charm validate --all lists every one)";
+    const std::string more = !capped ? fmt::format(" (and {} more)", violations.size() - 1)
+                             : violations.size() > 1
+                                 ? fmt::format(" (and {} more before the validator stopped looking; "
+                                               "charm validate --all lists every one)",
+                                               violations.size() - 1)
+                                 : " (the validator stopped looking; charm validate --all lists every one)";
     return fmt::format("invalid: [{}] {}{}", v.rule, v.message, violations.size() > 1 || capped ? more : "");
   }
-  return fmt::format("valid: {} {} {} ranks x {} domain(s), {} ops ({} compute, {} messages, {:.3g} GB moved, {:.3g} TFLOP)",
-                     plan.algo, to_string(plan.workload.pass), plan.ranks, plan.domains, ops, computes, messages,
-                     bytes_moved / 1e9, flops / 1e12);
+  return fmt::format(
+      "valid: {} {} {} ranks x {} domain(s), {} ops ({} compute, {} messages, {:.3g} GB moved, {:.3g} TFLOP)",
+      plan.algo, to_string(plan.workload.pass), plan.ranks, plan.domains, ops, computes, messages, bytes_moved / 1e9,
+      flops / 1e12);
 }
 
 ValidationReport validate(const Plan& plan, const ValidateOptions& opt) { return Validator(plan, opt).run(); }
 
-} // namespace charm::sched
+}  // namespace charm::sched

@@ -54,4 +54,4 @@ struct ValidateOptions {
 
 [[nodiscard]] ValidationReport validate(const ir::Plan& plan, const ValidateOptions& opt = {});
 
-} // namespace charm::sched
+}  // namespace charm::sched

@@ -18,11 +18,9 @@
 namespace {
 
 /// byte 0 -> lo, 255 -> hi, log-uniform between.
-double log_pick(std::uint8_t b, double lo, double hi) {
-  return b == 255 ? hi : lo * std::pow(hi / lo, b / 255.0);
-}
+double log_pick(std::uint8_t b, double lo, double hi) { return b == 255 ? hi : lo * std::pow(hi / lo, b / 255.0); }
 
-} // namespace
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   auto j = nlohmann::json::parse(data, data + size, nullptr, /*allow_exceptions=*/false);

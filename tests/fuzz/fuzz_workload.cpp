@@ -18,10 +18,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (!w) return 0;
   charm::sched::PlanRequest req;
   req.workload = *w;
-  if (j.contains("algo") && j["algo"].is_string()) req.algo = j["algo"].get<std::string>();
-  else req.algo = "ring";
-  if (j.contains("ranks") && j["ranks"].is_number_integer()) req.ranks = static_cast<int>(j["ranks"].get<std::int64_t>() % 65);
-  if (j.contains("domains") && j["domains"].is_number_integer()) req.domains = static_cast<int>(j["domains"].get<std::int64_t>() % 9);
+  if (j.contains("algo") && j["algo"].is_string())
+    req.algo = j["algo"].get<std::string>();
+  else
+    req.algo = "ring";
+  if (j.contains("ranks") && j["ranks"].is_number_integer())
+    req.ranks = static_cast<int>(j["ranks"].get<std::int64_t>() % 65);
+  if (j.contains("domains") && j["domains"].is_number_integer())
+    req.domains = static_cast<int>(j["domains"].get<std::int64_t>() % 9);
   // Planning is quadratic in ranks; the request is bounded above so one input stays fast.
   auto plan = charm::sched::make_plan(req);
   (void)plan.ok();
