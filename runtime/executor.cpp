@@ -93,6 +93,53 @@ std::string stall_message(const ir::Plan& plan, const std::vector<BlockedOp>& bl
                      pick->rank, ir::to_string(pick->stream), what, blocked.size());
 }
 
+/// What this process's executors show at one look.
+struct LocalState {
+  bool all_done = true, running = false;
+  std::uint64_t progress = 0;  // ops completed, summed
+  std::optional<Error> error;  // the first executor's failure
+};
+
+LocalState sample(std::span<RankExecutor* const> execs) {
+  LocalState st;
+  for (auto* e : execs) {
+    st.all_done = st.all_done && e->done();
+    st.progress += e->progress();
+    st.running = st.running || e->running();
+    if (auto x = e->error(); x && !st.error) st.error = std::move(x);
+  }
+  return st;
+}
+
+std::vector<BlockedOp> blocked_ops(std::span<RankExecutor* const> execs) {
+  std::vector<BlockedOp> blocked;
+  for (auto* e : execs) {
+    auto b = e->blocked();
+    blocked.insert(blocked.end(), b.begin(), b.end());
+  }
+  return blocked;
+}
+
+void stop_and_join(std::span<RankExecutor* const> execs) {
+  for (auto* e : execs) e->stop();
+  for (auto* e : execs) e->join();
+}
+
+/// The stall report of one process of a job: what waits here, and whether the others still answer.
+std::string job_stall_message(const ir::Plan& plan, std::span<RankExecutor* const> execs,
+                              const std::vector<BlockedOp>& blocked, double timeout_s, double silent_s) {
+  std::string msg =
+      blocked.empty()
+          ? fmt::format("stall: no progress for {:.1f} s: rank {} finished its ops and waits for the others", timeout_s,
+                        execs.empty() ? -1 : execs.front()->rank())
+          : stall_message(plan, blocked, timeout_s);
+  if (silent_s > timeout_s)
+    msg += fmt::format(
+        "; the other ranks have not answered for {:.1f} s (a peer is stopped, dead or stuck outside the plan)",
+        silent_s);
+  return msg;
+}
+
 }  // namespace
 
 Status drive(std::span<RankExecutor* const> execs, const ir::Plan& plan, const RunOptions& opt) {
@@ -102,32 +149,20 @@ Status drive(std::span<RankExecutor* const> execs, const ir::Plan& plan, const R
   bool deferred = false;
   Status result;
   for (;;) {
-    bool all_done = true, running = false;
-    std::uint64_t progress = 0;
-    std::optional<Error> err;
-    for (auto* e : execs) {
-      all_done = all_done && e->done();
-      progress += e->progress();
-      running = running || e->running();
-      if (auto x = e->error(); x && !err) err = std::move(x);
-    }
-    if (err) {
-      result = *err;
+    LocalState st = sample(execs);
+    if (st.error) {
+      result = *st.error;
       break;
     }
-    if (all_done) break;
+    if (st.all_done) break;
     const auto now = Clock::now();
     // A stall is time in which no op completed, none ran, and some op waits. One
     // compute may take longer than the timeout; while it runs, nothing stalls.
-    if (progress != last || running) {
-      last = progress;
+    if (st.progress != last || st.running) {
+      last = st.progress;
       last_change = now;
     } else if (opt.timeout_s > 0 && std::chrono::duration<double>(now - last_change).count() > opt.timeout_s) {
-      std::vector<BlockedOp> blocked;
-      for (auto* e : execs) {
-        auto b = e->blocked();
-        blocked.insert(blocked.end(), b.begin(), b.end());
-      }
+      const std::vector<BlockedOp> blocked = blocked_ops(execs);
       if (blocked.empty()) {  // between two ops, not waiting on anything: look again
         last_change = now;
         continue;
@@ -146,8 +181,7 @@ Status drive(std::span<RankExecutor* const> execs, const ir::Plan& plan, const R
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  for (auto* e : execs) e->stop();
-  for (auto* e : execs) e->join();
+  stop_and_join(execs);
   return result;
 }
 
@@ -161,24 +195,18 @@ DriveOutcome drive_job(std::span<RankExecutor* const> execs, const ir::Plan& pla
   bool deferred = false;
   DriveOutcome out;
   for (;;) {
-    bool all_done = true, running = false;
-    std::uint64_t progress = 0;
-    for (auto* e : execs) {
-      all_done = all_done && e->done();
-      progress += e->progress();
-      running = running || e->running();
-      if (auto x = e->error(); x && !local) {
-        local = std::move(x);
-        for (auto* f : execs) f->stop();  // the job learns of it at the next round
-      }
+    LocalState st = sample(execs);
+    if (st.error && !local) {
+      local = std::move(st.error);
+      for (auto* f : execs) f->stop();  // the job learns of it at the next round
     }
-    if (running) ++ticks;
+    if (st.running) ++ticks;
     const auto now = Clock::now();
-    if (progress != last_local || running) {
-      last_local = progress;
+    if (st.progress != last_local || st.running) {
+      last_local = st.progress;
       last_change = now;
     }
-    const JobState mine{progress + ticks, (all_done || local) ? 1u : 0u, local ? 1u : 0u};
+    const JobState mine{st.progress + ticks, (st.all_done || local) ? 1u : 0u, local ? 1u : 0u};
     auto job = mon.poll(mine);
     if (!job) {  // MPI itself failed: no agreement possible
       out.status = job.error();
@@ -198,13 +226,8 @@ DriveOutcome drive_job(std::span<RankExecutor* const> execs, const ir::Plan& pla
       }
     }
     if (opt.timeout_s > 0 && std::chrono::duration<double>(now - last_change).count() > opt.timeout_s) {
-      std::vector<BlockedOp> blocked;
-      for (auto* e : execs) {
-        auto b = e->blocked();
-        blocked.insert(blocked.end(), b.begin(), b.end());
-      }
-      const double silent = mon.waiting_s();
-      if (blocked.empty() && !all_done && !local) {  // between two ops: look again
+      const std::vector<BlockedOp> blocked = blocked_ops(execs);
+      if (blocked.empty() && !st.all_done && !local) {  // between two ops: look again
         last_change = now;
         continue;
       }
@@ -219,22 +242,12 @@ DriveOutcome drive_job(std::span<RankExecutor* const> execs, const ir::Plan& pla
         last_change = now - std::chrono::milliseconds(static_cast<long>(1000 * (opt.timeout_s - head_start)));
         continue;
       }
-      std::string msg =
-          blocked.empty()
-              ? fmt::format("stall: no progress for {:.1f} s: rank {} finished its ops and waits for the others",
-                            opt.timeout_s, execs.empty() ? -1 : execs.front()->rank())
-              : stall_message(plan, blocked, opt.timeout_s);
-      if (silent > opt.timeout_s)
-        msg += fmt::format(
-            "; the other ranks have not answered for {:.1f} s (a peer is stopped, dead or stuck outside the plan)",
-            silent);
-      out.status = Error{"", msg};
+      out.status = Error{"", job_stall_message(plan, execs, blocked, opt.timeout_s, mon.waiting_s())};
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  for (auto* e : execs) e->stop();
-  for (auto* e : execs) e->join();
+  stop_and_join(execs);
   return out;
 }
 

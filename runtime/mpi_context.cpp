@@ -170,24 +170,121 @@ Expected<Status> MpiContext::same_work(const WorkFields& fields, double timeout_
                                   diff)}};
 }
 
+namespace {
+
+/// The collectives after the plan: each one non-blocking and polled against the watchdog's timeout.
+struct Collectives {
+  MPI_Comm comm;
+  double timeout_s;
+  std::mutex* mu;
+
+  template <class Post>
+  Status call(const std::string& what, Post&& post) const {
+    MPI_Request r = MPI_REQUEST_NULL;
+    if (int rc = post(&r); rc != MPI_SUCCESS) return mpi_error(rc, what.c_str());
+    return mpi_wait(r, timeout_s, what, mu);
+  }
+};
+
+/// The job's figures on rank 0: the slowest rank's time, the largest peak memory and, when
+/// `measured` is given, every op's times.
+Status reduce_figures(const Collectives& c, const ir::Plan& plan, double ms, unsigned long peak,
+                      const trace::Timeline* measured, RunResult& res) {
+  double slowest = 0;
+  if (auto s = c.call("MPI_Ireduce (the time)",
+                      [&](MPI_Request* r) { return MPI_Ireduce(&ms, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, c.comm, r); });
+      !s)
+    return s;
+  res.time_ms = slowest;
+  unsigned long max_peak = 0;
+  if (auto s = c.call(
+          "MPI_Ireduce (the peak memory)",
+          [&](MPI_Request* r) { return MPI_Ireduce(&peak, &max_peak, 1, MPI_UNSIGNED_LONG, MPI_MAX, 0, c.comm, r); });
+      !s)
+    return s;
+  res.peak_bytes = max_peak;
+  if (measured == nullptr) return {};
+  // Each op's times are set on its own rank only (zero elsewhere, and times are >= 0): the
+  // maximum over ranks collects them on rank 0.
+  if (plan.size() > std::size_t(INT_MAX)) return Error{"mpi", "the plan has too many ops to gather a timeline"};
+  res.timeline = trace::Timeline::zeros(plan);
+  // A pair, not a structured binding: clang before 16 cannot capture bindings in a lambda.
+  for (const auto& io :
+       {std::pair{&measured->start_s, &res.timeline.start_s}, std::pair{&measured->end_s, &res.timeline.end_s}})
+    if (auto s = c.call("MPI_Ireduce (the timeline)",
+                        [&](MPI_Request* r) {
+                          return MPI_Ireduce(io.first->data(), io.second->data(), int(plan.size()), MPI_DOUBLE, MPI_MAX,
+                                             0, c.comm, r);
+                        });
+        !s)
+      return s;
+  res.timeline.flow_start_s = res.timeline.start_s;
+  res.timeline.makespan_s = slowest * 1e-3;
+  return {};
+}
+
+/// Every rank's result shards, on rank 0 (empty elsewhere). Every shard of a tensor has the
+/// same size, so a plain gather collects them in rank order; the sizes are compared first, so
+/// that no rank's shard can overrun rank 0's buffer. `agreed` is set when every process
+/// refuses for the same reason.
+Expected<std::vector<RankOutputs>> gather_outputs(const Collectives& c, const RankOutputs& shard, int rank, int size,
+                                                  bool& agreed) {
+  const std::array fields{&RankOutputs::out, &RankOutputs::lse, &RankOutputs::dq, &RankOutputs::dk, &RankOutputs::dv};
+  constexpr std::array names{"out", "lse", "dq", "dk", "dv"};
+  std::array<long long, 5> mine{};
+  for (std::size_t i = 0; i < fields.size(); ++i) mine[i] = (long long)(shard.*fields[i]).size();
+  std::vector<long long> sizes(std::size_t(size) * mine.size());
+  if (auto s = c.call("MPI_Iallgather (the result sizes)",
+                      [&](MPI_Request* r) {
+                        return MPI_Iallgather(mine.data(), int(mine.size()), MPI_LONG_LONG, sizes.data(),
+                                              int(mine.size()), MPI_LONG_LONG, c.comm, r);
+                      });
+      !s)
+    return s.error();
+  for (int r = 1; r < size; ++r)
+    for (std::size_t i = 0; i < mine.size(); ++i)
+      if (sizes[std::size_t(r) * mine.size() + i] != sizes[i]) {
+        agreed = true;  // every process read the same sizes
+        return Error{"mpi", fmt::format("rank {}'s {} result holds {} floats, rank 0's {}: refused before gathering", r,
+                                        names[i], sizes[std::size_t(r) * mine.size() + i], sizes[i])};
+      }
+  std::vector<RankOutputs> all(rank == 0 ? std::size_t(size) : 0);
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    const std::vector<float>& v = shard.*fields[i];
+    const auto n = v.size();
+    if (n > std::size_t(INT_MAX)) return Error{"mpi", "a result shard is too large to gather"};
+    std::vector<float> buf(rank == 0 ? n * std::size_t(size) : 0);
+    if (auto s = c.call(fmt::format("MPI_Igather (the {} results)", names[i]),
+                        [&](MPI_Request* r) {
+                          return MPI_Igather(v.data(), int(n), MPI_FLOAT, buf.data(), int(n), MPI_FLOAT, 0, c.comm, r);
+                        });
+        !s)
+      return s.error();
+    for (std::size_t r = 0; r < all.size(); ++r)
+      (all[r].*fields[i]).assign(buf.begin() + long(r * n), buf.begin() + long((r + 1) * n));
+  }
+  return all;
+}
+
+}  // namespace
+
 Expected<RunResult> MpiContext::run(const ir::Plan& plan, const GlobalTensors& in, const RunOptions& opt_in) {
   agreed_ = false;
   if (plan.ranks != size_)
     return Error{"--ranks", fmt::format("the plan has {} ranks but mpirun started {} processes", plan.ranks, size_)};
-  MPI_Comm comm = comms_->comm;
-  std::mutex* mu = multiple_ ? nullptr : &mu_;
-  const double tmo = opt_in.timeout_s;
-  MpiTransport transport(&comms_->comm, mu, tag_ub_);
+  const Collectives c{comms_->comm, opt_in.timeout_s, multiple_ ? nullptr : &mu_};
+  MpiTransport transport(&comms_->comm, c.mu, tag_ub_);
   if (opt_in.inject_short_recv && rank_ == 1) transport.inject_short_recv();
   RankExecutor exec(plan, rank_, transport, input_filler(plan, in));
   RankExecutor* ptr = &exec;
-  MpiMonitor monitor(comms_->hb, size_, mu);
+  MpiMonitor monitor(comms_->hb, size_, c.mu);
   RunOptions opt = opt_in;
   opt.monitor = &monitor;
   trace::Timeline measured;
   MPI_Request req = MPI_REQUEST_NULL;
-  CHARM_MPI_TRY(MPI_Ibarrier(comm, &req));
-  if (auto s = mpi_wait(req, setup_timeout(tmo), "the other ranks to start the plan", mu); !s) return s.error();
+  CHARM_MPI_TRY(MPI_Ibarrier(c.comm, &req));
+  if (auto s = mpi_wait(req, setup_timeout(c.timeout_s), "the other ranks to start the plan", c.mu); !s)
+    return s.error();
   const auto t0 = std::chrono::steady_clock::now();  // every rank's clock starts at the barrier
   if (opt.timeline) {
     measured = trace::Timeline::zeros(plan);
@@ -197,99 +294,27 @@ Expected<RunResult> MpiContext::run(const ir::Plan& plan, const GlobalTensors& i
   if (!d.status) {
     if (!d.agreed) return d.status.error();
     // Every process left in the same round: the lowest failing rank's error reaches all.
-    auto a = mpi_agree(comms_->hb, d.status.error().what == "another rank failed" ? Status{} : d.status, 3, tmo,
+    auto a = mpi_agree(comms_->hb, d.status.error().what == "another rank failed" ? Status{} : d.status, 3, c.timeout_s,
                        "the failure");
     if (!a) return d.status.error();  // no agreement after all: the caller aborts with our own error
     agreed_ = !a->status.ok();
     return a->status.ok() ? d.status.error() : a->status.error();
   }
-  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   // The results; a failure here (a plan naming no result) is agreed on before the collectives.
   auto shard = exec.outputs();
-  {
-    auto a = mpi_agree(comm, shard ? Status{} : Status{shard.error()}, 3, tmo, "the results");
-    if (!a) return a.error();
-    if (!a->status) {
-      agreed_ = true;
-      return a->status.error();
-    }
+  if (auto a = mpi_agree(c.comm, shard ? Status{} : Status{shard.error()}, 3, c.timeout_s, "the results"); !a)
+    return a.error();
+  else if (!a->status) {
+    agreed_ = true;
+    return a->status.error();
   }
-  auto collective = [&](const std::string& what, auto&& post) -> Status {
-    MPI_Request r = MPI_REQUEST_NULL;
-    if (int rc = post(&r); rc != MPI_SUCCESS) return mpi_error(rc, what.c_str());
-    return mpi_wait(r, tmo, what, mu);
-  };
   RunResult res;
-  double slowest = 0;
-  if (auto s =
-          collective("MPI_Ireduce (the time)",
-                     [&](MPI_Request* r) { return MPI_Ireduce(&ms, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, comm, r); });
-      !s)
+  if (auto s = reduce_figures(c, plan, ms, exec.peak_bytes(), opt.timeline ? &measured : nullptr, res); !s)
     return s.error();
-  res.time_ms = slowest;
-  unsigned long peak = exec.peak_bytes(), max_peak = 0;
-  if (auto s = collective(
-          "MPI_Ireduce (the peak memory)",
-          [&](MPI_Request* r) { return MPI_Ireduce(&peak, &max_peak, 1, MPI_UNSIGNED_LONG, MPI_MAX, 0, comm, r); });
-      !s)
-    return s.error();
-  res.peak_bytes = max_peak;
-  if (opt.timeline) {
-    // Each op's times are set on its own rank only (zero elsewhere, and times are >= 0): the
-    // maximum over ranks collects them on rank 0.
-    if (plan.size() > std::size_t(INT_MAX)) return Error{"mpi", "the plan has too many ops to gather a timeline"};
-    res.timeline = trace::Timeline::zeros(plan);
-    // A pair, not a structured binding: clang before 16 cannot capture bindings in a lambda.
-    for (const auto& io :
-         {std::pair{&measured.start_s, &res.timeline.start_s}, std::pair{&measured.end_s, &res.timeline.end_s}})
-      if (auto s = collective("MPI_Ireduce (the timeline)",
-                              [&](MPI_Request* r) {
-                                return MPI_Ireduce(io.first->data(), io.second->data(), int(plan.size()), MPI_DOUBLE,
-                                                   MPI_MAX, 0, comm, r);
-                              });
-          !s)
-        return s.error();
-    res.timeline.flow_start_s = res.timeline.start_s;
-    res.timeline.makespan_s = slowest * 1e-3;
-  }
-  // Every shard of a tensor has the same size, so a plain gather collects them in rank order;
-  // the sizes are compared first, so that no rank's shard can overrun rank 0's buffer.
-  const std::array fields{&RankOutputs::out, &RankOutputs::lse, &RankOutputs::dq, &RankOutputs::dk, &RankOutputs::dv};
-  constexpr std::array names{"out", "lse", "dq", "dk", "dv"};
-  std::array<long long, 5> mine{};
-  for (std::size_t i = 0; i < fields.size(); ++i) mine[i] = (long long)((*shard).*fields[i]).size();
-  std::vector<long long> sizes(std::size_t(size_) * mine.size());
-  if (auto s = collective("MPI_Iallgather (the result sizes)",
-                          [&](MPI_Request* r) {
-                            return MPI_Iallgather(mine.data(), int(mine.size()), MPI_LONG_LONG, sizes.data(),
-                                                  int(mine.size()), MPI_LONG_LONG, comm, r);
-                          });
-      !s)
-    return s.error();
-  for (int r = 1; r < size_; ++r)
-    for (std::size_t i = 0; i < mine.size(); ++i)
-      if (sizes[std::size_t(r) * mine.size() + i] != sizes[i]) {
-        agreed_ = true;  // every process read the same sizes
-        return Error{"mpi", fmt::format("rank {}'s {} result holds {} floats, rank 0's {}: refused before gathering", r,
-                                        names[i], sizes[std::size_t(r) * mine.size() + i], sizes[i])};
-      }
-  std::vector<RankOutputs> all(rank_ == 0 ? std::size_t(size_) : 0);
-  for (std::size_t i = 0; i < fields.size(); ++i) {
-    const std::vector<float>& v = (*shard).*fields[i];
-    const auto n = v.size();
-    if (n > std::size_t(INT_MAX)) return Error{"mpi", "a result shard is too large to gather"};
-    std::vector<float> buf(rank_ == 0 ? n * std::size_t(size_) : 0);
-    if (auto s = collective(fmt::format("MPI_Igather (the {} results)", names[i]),
-                            [&](MPI_Request* r) {
-                              return MPI_Igather(v.data(), int(n), MPI_FLOAT, buf.data(), int(n), MPI_FLOAT, 0, comm,
-                                                 r);
-                            });
-        !s)
-      return s.error();
-    for (std::size_t r = 0; r < all.size(); ++r)
-      (all[r].*fields[i]).assign(buf.begin() + long(r * n), buf.begin() + long((r + 1) * n));
-  }
-  for (std::size_t r = 0; r < all.size(); ++r) assemble(plan, ir::RankId(r), all[r], res.out);
+  auto all = gather_outputs(c, *shard, rank_, size_, agreed_);
+  if (!all) return all.error();
+  for (std::size_t r = 0; r < all->size(); ++r) assemble(plan, ir::RankId(r), (*all)[r], res.out);
   return res;
 }
 
