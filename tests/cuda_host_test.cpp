@@ -35,7 +35,7 @@ ir::Workload small() {
   return w;
 }
 
-TEST(DeviceLayout, MatchesPlanBytesExceptFp32Output) {
+TEST(DeviceLayout, MatchesPlanBytesExceptFp32OutputInMemory) {
   const auto w = small();
   const int n = 4;
   const auto ss = ShardShape::of(w, n);
@@ -47,8 +47,12 @@ TEST(DeviceLayout, MatchesPlanBytesExceptFp32Output) {
   EXPECT_EQ(bytes(ir::BufKind::QBundle), w.qbundle_bytes(n));
   EXPECT_EQ(bytes(ir::BufKind::Dq), w.dq_bytes(n));
   EXPECT_EQ(bytes(ir::BufKind::Dkv), w.dkv_bytes(n));
-  // Out keeps O in fp32: 2 bytes more per element of O than the plan's bf16 O.
+  // Out keeps O in fp32 in memory: 2 bytes more per element of O than the plan's bf16 O;
+  // on the wire O is bf16, the plan's count.
   EXPECT_EQ(bytes(ir::BufKind::Out), w.out_bytes(n) + w.q_bytes(n));
+  EXPECT_EQ(DeviceLayout::of(ir::BufKind::Out, ss, w.dtype, true).bytes, w.out_bytes(n));
+  EXPECT_EQ(DeviceLayout::of(ir::BufKind::Out, ss, ir::DType::FP32, true).bytes,
+            DeviceLayout::of(ir::BufKind::Out, ss, ir::DType::FP32).bytes);
 }
 
 TEST(DeviceLayout, SectionsAreAlignedAndInCpuOrder) {
