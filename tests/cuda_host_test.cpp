@@ -306,6 +306,34 @@ TEST_P(RegionPlans, ViewsSitWhereTheCpuStoreHasThem) {
   }
 }
 
+// Under mpirun a process holds one rank: its buffers sit where they sit with every rank
+// local (offsets are per root), the others are not there, and no root of another rank
+// gets a wire area.
+TEST_P(RegionPlans, OneLocalRankHasTheSameLayout) {
+  const ir::Plan plan = region_plan(GetParam());
+  auto all = DeviceBuffers::of(plan, all_local(plan));
+  ASSERT_TRUE(bool(all)) << all.error().message();
+  for (ir::RankId r = 0; r < plan.ranks; ++r) {
+    std::vector<char> one(std::size_t(plan.ranks), 0);
+    one[std::size_t(r)] = 1;
+    auto mine = DeviceBuffers::of(plan, one);
+    ASSERT_TRUE(bool(mine)) << mine.error().message();
+    for (ir::BufferId b = 0; b < ir::BufferId(plan.buffers().size()); ++b) {
+      const DeviceBuffer &m = (*mine)[b], &a = (*all)[b];
+      if (plan.buffer(b).rank != r) {
+        EXPECT_EQ(m.root, ir::kNone);
+        EXPECT_FALSE(mine->wire_root[std::size_t(b)]);
+        continue;
+      }
+      EXPECT_EQ(m.root, a.root);
+      EXPECT_EQ(m.offset, a.offset);
+      EXPECT_EQ(m.bytes(), a.bytes());
+      EXPECT_EQ(m.wire_offset, a.wire_offset);
+      EXPECT_EQ(mine->wire_root[std::size_t(b)], all->wire_root[std::size_t(b)]);
+    }
+  }
+}
+
 // What travels is what the plan counts: a partial O in the dtype (the wire form of Out), the
 // other kinds as stored; each transfer's two sides agree.
 TEST_P(RegionPlans, WireBytesAreThePlansBytes) {
