@@ -22,7 +22,7 @@ Status mark_wire_roots(const ir::Plan& plan, const std::vector<char>& local, Dev
   d.wire_root.assign(plan.buffers().size(), 0);
   for (ir::OpId id = 0; id < ir::OpId(plan.size()); ++id) {
     const auto& op = plan.op(id);
-    if (!ir::is_comm(op) || !local[std::size_t(op.rank)]) continue;
+    if (!ir::is_comm(op) || op.rank < 0 || op.rank >= plan.ranks || !local[std::size_t(op.rank)]) continue;
     auto a = ir::decode(plan, id);
     if (!a) return Error{op_where(plan, id), a.error().what};
     const ir::BufferId b =
