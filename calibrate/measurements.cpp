@@ -217,6 +217,64 @@ Expected<MeasurementSet> parse_measurements(std::string_view text, const std::st
   return set;
 }
 
+std::string measurements_header() {
+  std::string s;
+  for (auto n : kNames) s += fmt::format("{}{}", s.empty() ? "" : ",", n);
+  return s;
+}
+
+std::string measurement_row(const Measurement& m) {
+  const auto& w = m.workload;
+  std::array<std::string, kNumColumns> cell;
+  auto set = [&](Column c, std::string v) { cell[std::size_t(c)] = std::move(v); };
+  set(Column::Algo, m.algo);
+  set(Column::Pass, std::string(ir::to_string(w.pass)));
+  set(Column::Batch, std::to_string(w.batch));
+  set(Column::Seq, std::to_string(w.seq));
+  set(Column::Heads, std::to_string(w.heads));
+  set(Column::KvHeads, std::to_string(w.kv_heads));
+  set(Column::HeadDim, std::to_string(w.head_dim));
+  set(Column::DType, std::string(ir::to_string(w.dtype)));
+  set(Column::Causal, w.causal ? "1" : "0");
+  set(Column::Layout, std::string(ir::to_string(w.layout)));
+  set(Column::TimeMs, fmt::format("{}", m.time_ms));  // shortest form that reads back exactly
+  set(Column::Ranks, m.ranks > 0 ? std::to_string(m.ranks) : "");
+  set(Column::Domains, m.domains > 0 ? std::to_string(m.domains) : "");
+  std::string s;
+  for (std::size_t c = 0; c < kNumColumns; ++c) s += (c == 0 ? "" : ",") + cell[c];
+  return s;
+}
+
+Status append_measurement(const std::string& path, const Measurement& m) {
+  std::string existing;
+  if (std::error_code ec; std::filesystem::exists(path, ec)) {
+    auto text = read_text_file(path, "the measurements file");
+    if (!text) return text.error();
+    existing = std::move(*text);
+  }
+  // The file's header: its first line that is neither empty nor a comment.
+  std::string_view header;
+  for (std::size_t pos = 0; pos < existing.size() && header.empty();) {
+    const std::size_t nl = existing.find('\n', pos);
+    const std::string_view line = trim(std::string_view(existing).substr(pos, nl - pos));
+    pos = nl == std::string::npos ? existing.size() : nl + 1;
+    if (!line.empty() && line.front() != '#') header = line;
+  }
+  const std::string mine = measurements_header();
+  if (!header.empty() && header != mine)
+    return Error{path, fmt::format("its header is '{}', not '{}': append to a new file", header, mine)};
+  std::string out;
+  if (!existing.empty() && existing.back() != '\n') out += '\n';
+  if (header.empty()) out += mine + '\n';
+  out += measurement_row(m) + '\n';
+  std::ofstream f(path, std::ios::app | std::ios::binary);
+  if (!f) return Error{path, fmt::format("cannot open for appending: {}", std::strerror(errno))};
+  f.write(out.data(), std::streamsize(out.size()));
+  f.flush();
+  if (!f) return Error{path, fmt::format("cannot write: {}", std::strerror(errno))};
+  return {};
+}
+
 Expected<std::string> read_text_file(const std::string& path, const char* what) {
   return ir::read_input_file(path, what, fmt::format("cannot open {}", what));
 }

@@ -9,6 +9,11 @@
 // cell or a missing column means: every GPU of the base topology, and the
 // domains those GPUs span). Every error names the file, line and column as
 // `file:line:column`, so the message points at the cell to fix.
+//
+// The writer (`charm run --append-measurements FILE`) uses the same column list:
+// measurements_header() is every column in Column order, measurement_row() one
+// run in that order, and append_measurement() adds a row to a file (the header
+// first when the file is new or empty).
 
 #include <array>
 #include <string>
@@ -65,6 +70,16 @@ struct MeasurementSet {
 [[nodiscard]] Expected<MeasurementSet> parse_measurements(std::string_view text, const std::string& source);
 /// Reads and parses a measurements file.
 [[nodiscard]] Expected<MeasurementSet> load_measurements(const std::string& path);
+
+/// "algo,pass,...,time_ms,ranks,domains": every column, in Column order (no newline).
+[[nodiscard]] std::string measurements_header();
+/// One row in the header's order (no newline); ranks and domains 0 are empty cells. The
+/// time keeps every digit of the double (the reader gets the same value back).
+[[nodiscard]] std::string measurement_row(const Measurement& m);
+/// Appends `m` to the file at `path` (created when missing; the header first when the file
+/// has no lines but comments). A file whose header is another column list is refused (its
+/// rows would be read in the wrong columns); the row goes in with one write.
+[[nodiscard]] Status append_measurement(const std::string& path, const Measurement& m);
 
 /// Reads a whole text file; errors name the path (shared with the nccl-tests reader).
 [[nodiscard]] Expected<std::string> read_text_file(const std::string& path, const char* what);

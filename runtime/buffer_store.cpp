@@ -18,7 +18,7 @@ BufferStore::BufferStore(const ir::Plan& plan, ir::RankId rank, FillInput fill)
     auto s = std::make_unique<Slot>();
     const Slot* parent = buf.parent >= 0 && buf.parent < b ? slots_[std::size_t(buf.parent)].get() : nullptr;
     s->root = b;
-    s->valid = check(b, parent);
+    s->valid = check_region_buffer(plan, b);
     if (s->valid) {
       s->layout = region_layout(plan, b);
       s->count = s->layout.elems();
@@ -41,33 +41,33 @@ BufferStore::BufferStore(const ir::Plan& plan, ir::RankId rank, FillInput fill)
       slots_[std::size_t(slots_[std::size_t(b)]->root)]->keep = true;
 }
 
-Status BufferStore::check(ir::BufferId id, const Slot* parent) const {
-  const auto& w = plan_.workload;
-  const ir::Buffer& b = plan_.buffer(id);
+Status check_region_buffer(const ir::Plan& plan, ir::BufferId id) {
+  const auto& w = plan.workload;
+  const ir::Buffer& b = plan.buffer(id);
   auto bad = [&](std::string what) -> Status {
-    return Error{fmt::format("rank {} buffer {} ({})", rank_, id, ir::buffer_label(plan_, id)), std::move(what)};
+    return Error{fmt::format("rank {} buffer {} ({})", b.rank, id, ir::buffer_label(plan, id)), std::move(what)};
   };
-  if (plan_.parts < 1 || (w.seq / plan_.ranks) % plan_.parts != 0)
+  if (plan.parts < 1 || (w.seq / plan.ranks) % plan.parts != 0)
     return bad(
-        fmt::format("the plan's {} token parts do not divide a shard's {} tokens", plan_.parts, w.seq / plan_.ranks));
-  const ir::Region r = plan_.region(id);
-  if (r.empty() || r.owner_begin < 0 || r.owner_end > plan_.ranks || r.head_begin < 0 || r.head_end > w.kv_heads ||
-      r.part_begin < 0 || r.part_end > plan_.parts)
+        fmt::format("the plan's {} token parts do not divide a shard's {} tokens", plan.parts, w.seq / plan.ranks));
+  const ir::Region r = plan.region(id);
+  if (r.empty() || r.owner_begin < 0 || r.owner_end > plan.ranks || r.head_begin < 0 || r.head_end > w.kv_heads ||
+      r.part_begin < 0 || r.part_end > plan.parts)
     return bad(fmt::format("its region (owners {}..{}, kv heads {}..{}, parts {}..{}) lies outside the workload "
                            "({} ranks, {} kv heads, {} parts)",
-                           r.owner_begin, r.owner_end, r.head_begin, r.head_end, r.part_begin, r.part_end, plan_.ranks,
-                           w.kv_heads, plan_.parts));
-  if (b.init == ir::BufInit::Input && (b.parent != ir::kNone || r != ir::shard_region(b.owner, w, plan_.parts)))
+                           r.owner_begin, r.owner_end, r.head_begin, r.head_end, r.part_begin, r.part_end, plan.ranks,
+                           w.kv_heads, plan.parts));
+  if (b.init == ir::BufInit::Input && (b.parent != ir::kNone || r != ir::shard_region(b.owner, w, plan.parts)))
     return bad("an input buffer must be one whole shard, not a region or a view");
   if (b.parent == ir::kNone) return {};
   if (b.parent < 0 || b.parent >= id) return bad(fmt::format("its parent {} is not an earlier buffer", b.parent));
-  const ir::Buffer& p = plan_.buffer(b.parent);
+  const ir::Buffer& p = plan.buffer(b.parent);
   if (p.rank != b.rank) return bad(fmt::format("it is a view of buffer {} of rank {}", b.parent, p.rank));
   if (p.kind != b.kind)
     return bad(fmt::format("a {} view of a {} buffer", ir::to_string(b.kind), ir::to_string(p.kind)));
   if (p.parent != ir::kNone) return bad(fmt::format("its parent {} is itself a view", b.parent));
-  if (parent == nullptr || !parent->valid) return bad(fmt::format("its parent {} is not a valid buffer", b.parent));
-  const ir::Region& pr = parent->layout.region;
+  if (!check_region_buffer(plan, b.parent)) return bad(fmt::format("its parent {} is not a valid buffer", b.parent));
+  const ir::Region pr = plan.region(b.parent);
   if (pr.head_begin != r.head_begin || pr.head_end != r.head_end || pr.part_begin != r.part_begin ||
       pr.part_end != r.part_end)
     return bad(fmt::format("a view must have the heads and parts of its parent {}", b.parent));

@@ -22,6 +22,12 @@
 
 namespace charm::rt {
 
+/// The region rules a buffer must keep to be stored (parts divide a shard, the region lies in
+/// the workload, inputs are whole shards, a view is an owner sub-range of an earlier root of
+/// its rank and kind with its heads and parts); the error names the buffer. Shared by every
+/// executor's storage (this one and the GPU's).
+[[nodiscard]] Status check_region_buffer(const ir::Plan& plan, ir::BufferId id);
+
 class BufferStore {
  public:
   /// Fills a buffer whose init is Input (always a whole shard) with the rank's own tensor.
@@ -54,7 +60,6 @@ class BufferStore {
     std::size_t counted = 0;  // bytes this storage adds to the peak (the plan's, in the workload dtype)
   };
   Status init(ir::BufferId b, Slot& s);
-  [[nodiscard]] Status check(ir::BufferId b, const Slot* parent) const;
   /// The distinct root storages of this rank that `op` touches.
   int roots_of(const ir::Op& op, ir::BufferId (&out)[4]) const;
 

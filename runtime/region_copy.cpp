@@ -6,15 +6,7 @@
 
 namespace charm::rt {
 
-namespace {
-
-// One tensor of a block: token-major [B, T, grp * hkv, D], or rows [B, grp * hkv, T].
-struct Component {
-  bool rows = false;
-  std::int64_t group = 1;  // heads per kv head in this component
-};
-
-int components(ir::BufKind k, std::int64_t g, Component* out) {
+int region_components(ir::BufKind k, std::int64_t g, RegionComponent (&out)[4]) {
   switch (k) {
   case ir::BufKind::Q:
   case ir::BufKind::Dout:
@@ -37,8 +29,6 @@ int components(ir::BufKind k, std::int64_t g, Component* out) {
   return 0;
 }
 
-}  // namespace
-
 Status copy_region(const ir::Workload& w, int ranks, int parts, ir::BufKind kind, const ir::Region& rs,
                    std::span<const float> src, const ir::Region& rd, std::span<float> dst) {
   const ShardShape ss = ShardShape::of_region(w, ranks, parts, rs), sd = ShardShape::of_region(w, ranks, parts, rd);
@@ -52,8 +42,8 @@ Status copy_region(const ir::Workload& w, int ranks, int parts, ir::BufKind kind
   const std::int64_t B = w.batch, D = w.head_dim, g = w.heads / w.kv_heads, tp = w.seq / ranks / parts;
   const std::int64_t Ts = ss.tokens, Td = sd.tokens, tn = tp * ov.parts();
   const std::int64_t ts0 = tp * (ov.part_begin - rs.part_begin), td0 = tp * (ov.part_begin - rd.part_begin);
-  Component comp[4];
-  const int nc = components(kind, g, comp);
+  RegionComponent comp[4];
+  const int nc = region_components(kind, g, comp);
   for (std::int32_t x = ov.owner_begin; x < ov.owner_end; ++x) {
     const float* s = src.data() + bs * (x - rs.owner_begin);
     float* d = dst.data() + bd * (x - rd.owner_begin);

@@ -14,6 +14,15 @@
 
 namespace charm::rt {
 
+/// One tensor of a block: token-major [B, T, group * hkv, D], or rows [B, group * hkv, T].
+struct RegionComponent {
+  bool rows = false;
+  std::int64_t group = 1;  // heads per kv head in this component
+};
+/// The tensors of a block of `kind`, in storage order (shard_shape.hpp); `g` = heads / kv heads.
+/// Returns their count (at most 4). The GPU's region copies walk the same list.
+int region_components(ir::BufKind kind, std::int64_t g, RegionComponent (&out)[4]);
+
 /// Copies the elements of `src` (the whole storage of region `rs`) that lie in
 /// rs ∩ rd to their places in `dst` (the whole storage of `rd`); nothing when the
 /// regions do not overlap. Regions count parts out of `parts` per shard. Errors

@@ -1,16 +1,31 @@
 #!/usr/bin/env bash
 # One prepared check for a machine with an NVIDIA GPU. Run it once:
 #   scripts/gpu-check.sh            # table on stdout; also $OUT/gpu-check.md when OUT is set
-# Steps, each under its own time limit (the whole fits 8 minutes on one H200):
+# Steps, each under its own time limit (the whole fits 8 minutes on one H200; the
+# estimate is at the end of this comment):
 #   1. the card (nvidia-smi)          2. build (Release, native CUDA arch), skipped when a
 #      .gpu-bundle/ made by scripts/gpu-bundle.sh was carried (the lent H200's image
 #      lacks this project's -dev packages: there, carry a bundle)
 #   3. GPU tests (ctest: cuda_* tests, labels gpu and integration)
-#   4. cuda-local --check, fwd+bwd, for every algorithm, against the fp64 reference
+#   4. cuda-local --check for every algorithm (sched::algorithm_names(), region plans
+#      included), fwd+bwd (tasp: fwd, the only pass it has), against the fp64 reference
 #   5. attention block kernels: ms and TFLOP/s against the card's bf16 peak
 #   6. ring and charm timed under cuda-local at a realistic size
 # It never stops at a failing step: every step's result goes in the table, and
 # the exit code is the number of failed steps (0 = all passed).
+#
+# Time, estimated from sizes (no step's time here is a measurement on an H200):
+#   build: 0 with a carried bundle (else most of the 330 s limit).
+#   gpu-tests: about 70 small cuda-local cases (S <= 512) plus the kernel tests, ~1 s each.
+#   check-*: 10 runs of S = 1k on 8 ranks. The work is the fp64 reference on the host
+#     (B H S^2 D = 1 x 8 x 1k^2 x 64 = 0.5 G multiply-adds, x 3.5 with the backward) and
+#     the device start (context and cuBLAS, ~1-2 s). The same 10 commands on the CPU
+#     (`--backend threads --check`, executor and reference) took 0.6-4.2 s each, 17.7 s in
+#     all, on 2 shared build cores; on the GPU the executor's part moves to the device,
+#     so ~5 s a step with the device start, ~50 s for the 10 (each limited to 90 s).
+#   kernels: the benchmark's own minimum times, ~1 min; timing: 4 runs of S = 32k, ~10 s each.
+#   Sum without the build: ~3 min; the 8 limits below that can all be hit add up to more,
+#   but a step that hits its limit is a failure to look at, not an expected time.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD_DIR:-build-gpu}
@@ -75,22 +90,29 @@ card=$(head -n 1 "$LOGS/card.log")
 step gpu-tests 240 bash -c "$TESTS/cuda_host_test --gtest_brief=1 && $TESTS/cuda_kernels_test --gtest_brief=1 \
   && $TESTS/cuda_local_test --gtest_brief=1 && $TESTS/cuda_cli_test --gtest_brief=1"
 
-# 4. Correctness of every algorithm, forward and backward, bf16, causal (zigzag where the algorithm uses it).
+# 4. Correctness of every algorithm, bf16, causal (zigzag where the algorithm uses it), 8 ranks,
+# H = 8: fwd+bwd (tasp: fwd only). Region plans: ulysses needs n | Hkv (Hkv = 8, no GQA there);
+# usp on 2 domains has R = 4 | Hkv = 4; tasp cuts each 128-token shard into phi(8) = 4 parts.
 check_rows=()
-for algo in ring ring-zigzag merge rm+ charm allgather-kv; do
+for algo in ring ring-zigzag merge rm+ charm allgather-kv tasp tasp-zigzag ulysses usp; do
   layout=contiguous
-  case $algo in ring-zigzag | charm) layout=zigzag ;; esac
+  case $algo in ring-zigzag | charm | tasp-zigzag | usp) layout=zigzag ;; esac
   domains=1
-  [ $algo = charm ] && domains=2
+  case $algo in charm | usp) domains=2 ;; esac
+  kv=4
+  [ $algo = ulysses ] && kv=8
+  pass=both
+  case $algo in tasp | tasp-zigzag) pass=fwd ;; esac
   name="check-$algo"
   step "$name" 90 "$CHARM" run --backend cuda-local --algo "$algo" --ranks 8 --domains $domains --batch 1 --seq 1k \
-    --heads 8 --kv-heads 4 --head-dim 64 --dtype bf16 --causal --layout $layout --pass both --check --json --timeout-s 30
+    --heads 8 --kv-heads $kv --head-dim 64 --dtype bf16 --causal --layout $layout --pass $pass --check --json \
+    --timeout-s 30
   f="$LOGS/$name.log"
   out=$(sed -n 's/.*"max_rel_err":{[^}]*"out":\([^,}]*\).*/\1/p' "$f" | head -n 1)
   dq=$(sed -n 's/.*"max_rel_err":{[^}]*"dq":\([^,}]*\).*/\1/p' "$f" | head -n 1)
   dk=$(sed -n 's/.*"max_rel_err":{[^}]*"dk":\([^,}]*\).*/\1/p' "$f" | head -n 1)
   dv=$(sed -n 's/.*"max_rel_err":{[^}]*"dv":\([^,}]*\).*/\1/p' "$f" | head -n 1)
-  check_rows+=("| $algo | $layout | ${out:-?} | ${dq:-?} | ${dk:-?} | ${dv:-?} | $(json_field time_ms "$f") |")
+  check_rows+=("| $algo | $layout | $pass | $kv | ${out:-?} | ${dq:--} | ${dk:--} | ${dv:--} | $(json_field time_ms "$f") |")
 done
 
 step kernels 150 "$BENCH" --benchmark_counters_tabular=true
@@ -123,10 +145,10 @@ done
   echo "|---|---|---|"
   printf '%s\n' "${rows[@]}"
   echo
-  echo "cuda-local --check, 8 ranks, B=1 S=1k H=8/4 D=64 bf16 causal, fwd+bwd (max relative error, tolerance 1e-2):"
+  echo "cuda-local --check, 8 ranks, B=1 S=1k H=8 D=64 bf16 causal (max relative error, tolerance 1e-2):"
   echo
-  echo "| algo | layout | out | dq | dk | dv | time ms |"
-  echo "|---|---|---|---|---|---|---|"
+  echo "| algo | layout | pass | kv heads | out | dq | dk | dv | time ms |"
+  echo "|---|---|---|---|---|---|---|---|---|"
   printf '%s\n' "${check_rows[@]}"
   echo
   echo "Block kernels (bf16, B=1, one block; FLOPs counted on visible pairs):"

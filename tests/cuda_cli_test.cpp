@@ -59,6 +59,44 @@ TEST(CudaCli, CheckPassesWithTimingFieldsAndTrace) {
   std::filesystem::remove(trace);
 }
 
+// --append-measurements without a device: the same one line, and no file is made.
+TEST(CudaCli, AppendMeasurementsWithoutDeviceWritesNothing) {
+  if (charm::rt::cuda::device_count()) GTEST_SKIP() << "a CUDA device is present";
+  const std::string csv = charm::test::temp_path("cuda_runs_nodev.csv");
+  std::filesystem::remove(csv);
+  const auto r = run_charm(kSmall + " --algo ulysses --ranks 4 --backend cuda-local --append-measurements " + csv);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(lines(r.out), 1) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(csv));
+}
+
+// Two runs of a region plan append two rows under one header, which charm calibrate's
+// reader takes (the header is the writer's; calibrate/measurements.hpp).
+TEST(CudaCli, AppendMeasurementsAddsRowsCalibrateReads) {
+  if (!charm::rt::cuda::device_count()) GTEST_SKIP() << "no CUDA device";
+  const std::string csv = charm::test::temp_path("cuda_runs.csv");
+  std::filesystem::remove(csv);
+  for (int i = 0; i < 2; ++i) {
+    const auto r = run_charm(kSmall +
+                             " --backend cuda-local --algo usp --ranks 4 --domains 2 --pass both --check "
+                             "--append-measurements " +
+                             csv);
+    ASSERT_EQ(r.code, 0) << r.out;
+  }
+  std::ifstream in(csv);
+  std::string header, row;
+  std::getline(in, header);
+  EXPECT_EQ(header, "algo,pass,batch,seq,heads,kv_heads,head_dim,dtype,causal,layout,time_ms,ranks,domains");
+  int rows = 0;
+  while (std::getline(in, row)) {
+    ++rows;
+    EXPECT_EQ(row.rfind("usp,both,1,512,4,4,64,bf16,1,contiguous,", 0), 0u) << row;
+    EXPECT_EQ(row.substr(row.size() - 4), ",4,2") << row;
+  }
+  EXPECT_EQ(rows, 2);
+  std::filesystem::remove(csv);
+}
+
 TEST(CudaCli, StallIsExit3) {
   if (!charm::rt::cuda::device_count()) GTEST_SKIP() << "no CUDA device";
   const auto r = run_charm(kSmall + " --backend cuda-local --algo ring --ranks 4 --inject-stall --timeout-s 5");

@@ -86,6 +86,14 @@ std::vector<Case> cases() {
   v.push_back({"ring", 2, 1, ir::PassKind::Both, false});
   v.push_back({"rm+", 4, 1, ir::PassKind::Both, true, ir::Layout::Contiguous, ir::DType::FP16});
   v.push_back({"charm", 4, 1, ir::PassKind::Both, true, ir::Layout::Zigzag, ir::DType::FP32});
+  // Region plans: views, ranged computes, region copies; O on the wire in the dtype.
+  for (auto p : {ir::PassKind::Fwd, ir::PassKind::Both}) {
+    v.push_back({"ulysses", 4, 1, p, true, ir::Layout::Zigzag, ir::DType::BF16, 4});
+    v.push_back({"usp", 4, 2, p, true, ir::Layout::Zigzag, ir::DType::BF16, 4});
+  }
+  v.push_back({"ulysses", 2, 1, ir::PassKind::Bwd, false, ir::Layout::Contiguous, ir::DType::FP16, 2});
+  v.push_back({"tasp", 4, 1, ir::PassKind::Fwd});
+  v.push_back({"tasp-zigzag", 4, 1, ir::PassKind::Fwd, true, ir::Layout::Zigzag, ir::DType::FP16, 4});
   return v;
 }
 

@@ -4,11 +4,14 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 
+#include "calibrate/measurements.hpp"
 #include "runtime/cuda/cuda_executor.hpp"
 #include "runtime/cuda/timeline.hpp"
+#include "scheduler/planners/planners.hpp"
 #include "scheduler/trace/trace.hpp"
 #include "scheduler/validate/validator.hpp"
 #include "tools/cli_common.hpp"
@@ -25,7 +28,30 @@ struct CudaFlags {
   int device = 0;
   int warmup = 1;
   std::string tile_budget = "256M";
+  std::string append_measurements;  // --append-measurements FILE: the run as a calibration row
 };
+
+/// The calibration row of this run, its time filled in after the run (charm calibrate reads it).
+calib::Measurement measurement_of(const ir::Plan& plan) {
+  const auto& names = sched::algorithm_names();
+  if (std::find(names.begin(), names.end(), plan.algo) == names.end())
+    fail(Error{"--append-measurements",
+               fmt::format("the plan's algorithm '{}' is not one charm calibrate can plan", plan.algo)});
+  calib::Measurement m;
+  m.algo = plan.algo;
+  m.workload = plan.workload;
+  m.ranks = plan.ranks;
+  m.domains = sched::uses_domains(plan.algo) ? plan.domains : 0;  // the others ignore it: an empty cell
+  return m;
+}
+
+/// Appends the measured end-to-end time (the timed run's makespan) when asked, after a run
+/// whose report succeeded; a failure to write is a runtime failure of its own.
+void append_time(const std::string& path, calib::Measurement m, double time_ms) {
+  if (path.empty()) return;
+  m.time_ms = time_ms;
+  if (auto s = calib::append_measurement(path, m); !s) throw RuntimeFailure{s.error().message()};
+}
 
 /// Drops the plan's first Send (the same test hook as the CPU backends).
 void drop_first_send(ir::Plan& plan) {
@@ -75,10 +101,11 @@ int run_cuda(const RunRequest& req, const CudaFlags& f) {
   if (f.warmup < 0) fail(Error{"--warmup", "must be >= 0"});
   const auto budget = unwrap(parse_size(f.tile_budget, "--tile-budget"));
   if (budget < (1 << 20)) fail(Error{"--tile-budget", "must be at least 1M"});
-  check_output_path(req.trace, "--trace");
+  check_output_paths({{"--trace", req.trace}, {"--append-measurements", f.append_measurements}});
   const rt::cuda::CudaRunOptions opt{req.timeout_s, f.warmup, f.device, std::size_t(budget)};
   auto plan = req.plan->make();
   if (auto s = rt::cuda::supports(plan); !s) fail(Error{"--backend " + req.backend, s.error().what});
+  const calib::Measurement row = f.append_measurements.empty() ? calib::Measurement{} : measurement_of(plan);
   if (req.backend == "cuda-local") {
     auto rep = sched::validate(plan);
     if (!rep.ok()) throw RuntimeFailure{"internal: the planner produced an invalid plan: " + rep.summary(plan)};
@@ -89,7 +116,9 @@ int run_cuda(const RunRequest& req, const CudaFlags& f) {
     const auto dev = rt::cuda::device_description(f.device);
     const auto [extra, text] = timing(plan, *res, dev ? *dev : "unknown");
     if (!req.trace.empty()) write_trace(req.trace, plan, *res);
-    return req.report(plan, in, res->run, extra, text);
+    const int code = req.report(plan, in, res->run, extra, text);
+    if (code == 0) append_time(f.append_measurements, row, res->run.time_ms);
+    return code;
   }
 #ifdef CHARM_RT_HAVE_NCCL
   auto ctx_e = rt::MpiContext::init();
@@ -136,7 +165,9 @@ int run_cuda(const RunRequest& req, const CudaFlags& f) {
         const auto desc = rt::cuda::device_description(dev);
         const auto [extra, text] = timing(plan, *res, desc ? *desc : "unknown");
         if (!req.trace.empty()) write_trace(req.trace, plan, *res);
-        return req.report(plan, in, res->run, extra, text);
+        const int rc = req.report(plan, in, res->run, extra, text);
+        if (rc == 0) append_time(f.append_measurements, row, res->run.time_ms);
+        return rc;
       },
       exit_code_of, req.timeout_s);
   if (!code) {
@@ -161,6 +192,10 @@ const bool registered = [] {
             ->group(g);
         sub.add_option("--tile-budget", f->tile_budget, "cuda backends: score-tile memory per compute stream")
             ->capture_default_str()
+            ->group(g);
+        sub.add_option("--append-measurements", f->append_measurements,
+                       "cuda backends: append the measured time as a row of charm calibrate's measurements CSV "
+                       "(the header first when the file is new)")
             ->group(g);
       },
       [f](const RunRequest& req) { return run_cuda(req, *f); }});

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "runtime/buffer_store.hpp"
 #include "runtime/cuda/cuda_check.hpp"
 #include "runtime/cuda/plan_runner.hpp"
 
@@ -26,10 +27,15 @@ Expected<std::string> device_description(int device) {
 }
 
 Status supports(const ir::Plan& plan) {
-  if (plan.has_regions())
-    return Error{"cuda", fmt::format("the CUDA backends do not run region plans (ulysses, usp, tasp) yet, and this "
-                                     "{} plan has buffer regions; use --backend threads or mpi",
-                                     plan.algo.empty() ? "unnamed" : plan.algo)};
+  // Region plans run (views, ranged computes, region copies); what no executor can store is
+  // refused here, before any device or MPI call, with the buffer named.
+  for (ir::BufferId b = 0; b < ir::BufferId(plan.buffers().size()); ++b) {
+    const auto& buf = plan.buffer(b);
+    if (buf.rank < 0 || buf.rank >= plan.ranks)
+      return Error{"cuda",
+                   fmt::format("buffer {} belongs to rank {}, outside the plan's {} ranks", b, buf.rank, plan.ranks)};
+    CHARM_TRY(check_region_buffer(plan, b));
+  }
   return {};
 }
 

@@ -39,8 +39,8 @@ struct CudaRunResult {
   double enqueue_ms = 0;                 // host time spent enqueueing the timed run (max over processes)
 };
 
-/// Ok if the GPU backends can run `plan`; an error for what they cannot yet: plans
-/// with buffer regions (Ulysses, USP, TASP; scheduler/ir/region.hpp).
+/// Ok if the GPU backends can run `plan`: every buffer keeps the region rules that storage
+/// needs (check_region_buffer); plain and region plans (Ulysses, USP, TASP) both run.
 [[nodiscard]] Status supports(const ir::Plan& plan);
 
 /// Backend `cuda-local`: runs every rank of `plan` in this process on `opt.device`.

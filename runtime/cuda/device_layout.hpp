@@ -7,10 +7,13 @@
 //   Q, Dout          [data]                 Kv        [K data, V data]
 //   Out              [O f32, LSE f32]       QBundle   [Q data, dO data, LSE f32, D f32]
 //   Dq               [f32]                  Dkv       [dK f32, dV f32]
-// Out keeps O in fp32 (the plan's wire size counts O in the dtype): partial
-// outputs are merged up to 2n times, and a bf16 O rounded at every merge would
-// spend most of the bf16 error budget. Everything else matches the plan's bytes
-// up to the alignment padding.
+// Out keeps O in fp32 in memory: partial outputs are merged up to 2n times, and
+// a bf16 O rounded at every merge would spend most of the bf16 error budget.
+// On the wire O is in the dtype, as the plan counts it (Workload::out_bytes,
+// ir::region_bytes) and as the CPU executor sends it: the `wire` form of Out
+// ([O data, LSE f32]) is what a Send converts to and a Recv converts from.
+// Everything else matches the plan's bytes up to the alignment padding, in
+// memory and on the wire.
 
 #include <cstddef>
 #include <cstdint>
@@ -32,7 +35,8 @@ struct DeviceLayout {
 
   static constexpr std::size_t kAlign = 256;
 
-  [[nodiscard]] static DeviceLayout of(ir::BufKind kind, const ShardShape& s, ir::DType dtype) {
+  /// The layout of one shard-shaped block; `wire`: as it travels (O in the dtype).
+  [[nodiscard]] static DeviceLayout of(ir::BufKind kind, const ShardShape& s, ir::DType dtype, bool wire = false) {
     const std::size_t data_size = ir::dtype_size(dtype);
     DeviceLayout l;
     auto add = [&](std::int64_t elems, bool f32) {
@@ -50,7 +54,7 @@ struct DeviceLayout {
       add(s.kv_elems(), false);
       break;
     case ir::BufKind::Out:
-      add(s.q_elems(), true);
+      add(s.q_elems(), !wire || dtype == ir::DType::FP32);
       add(s.lse_elems(), true);
       break;
     case ir::BufKind::QBundle:

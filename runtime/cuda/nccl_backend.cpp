@@ -161,16 +161,22 @@ Status warm_up(const CommStreams& cs, int size, Comms& comms, double timeout_s) 
 PlanRunner::Hooks nccl_hooks(const ir::Plan& plan, Comms& comms, PlanRunner*& runner_ptr) {
   PlanRunner::Hooks hooks;
   hooks.issue_group = [&plan, &comms, &runner_ptr](std::span<const ir::OpId> group, cudaStream_t stream) -> Status {
-    CHARM_NCCL_TRY(ncclGroupStart());
+    // The buffers first (a view's span of its root, or its wire form), so that a bad op
+    // leaves no group open.
+    std::vector<PlanRunner::Transfer> what;
     for (ir::OpId id : group) {
-      const auto& op = plan.op(id);
-      void* buf = runner_ptr->section(op.buf[0], 0);
-      const std::size_t bytes = runner_ptr->layout(plan.buffer(op.buf[0]).kind).bytes;
+      auto t = runner_ptr->transfer(id);
+      if (!t) return t.error();
+      what.push_back(*t);
+    }
+    CHARM_NCCL_TRY(ncclGroupStart());
+    for (std::size_t i = 0; i < group.size(); ++i) {
+      const auto& op = plan.op(group[i]);
       ncclComm_t c = comms.comm[std::size_t(op.stream)];
       if (op.kind == ir::OpKind::Send)
-        CHARM_NCCL_TRY(ncclSend(buf, bytes, ncclUint8, op.peer, c, stream));
+        CHARM_NCCL_TRY(ncclSend(what[i].ptr, what[i].bytes, ncclUint8, op.peer, c, stream));
       else
-        CHARM_NCCL_TRY(ncclRecv(buf, bytes, ncclUint8, op.peer, c, stream));
+        CHARM_NCCL_TRY(ncclRecv(what[i].ptr, what[i].bytes, ncclUint8, op.peer, c, stream));
     }
     CHARM_NCCL_TRY(ncclGroupEnd());
     return {};

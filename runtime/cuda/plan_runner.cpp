@@ -31,10 +31,10 @@ Expected<std::unique_ptr<PlanRunner>> PlanRunner::create(const ir::Plan& plan, s
                                                          const CudaRunOptions& opt, Hooks hooks) {
   std::unique_ptr<PlanRunner> p(new PlanRunner(plan, std::move(hooks)));
   p->opt_ = opt;
-  p->shape_ = ShardShape::of(plan.workload, plan.ranks);
-  for (int k = 0; k < ir::kNumBufKinds; ++k)
-    p->layouts_[k] = DeviceLayout::of(BufKind(k), p->shape_, plan.workload.dtype);
   CHARM_TRY(p->set_local_ranks(local_ranks));
+  auto dev = DeviceBuffers::of(plan, p->local_);
+  if (!dev) return dev.error();
+  p->dev_ = std::move(*dev);
   const std::size_t nops = plan.size();
   p->start_ev_.resize(nops);
   p->end_ev_.resize(nops);
@@ -46,9 +46,9 @@ Expected<std::unique_ptr<PlanRunner>> PlanRunner::create(const ir::Plan& plan, s
   p->end_ms_.assign(nops, std::nan(""));
   p->rank_bytes_.assign(std::size_t(plan.ranks), 0);
   p->build_lanes();
+  CHARM_TRY(p->plan_computes());
   CHARM_TRY(p->create_streams(opt));
   CHARM_TRY(p->allocate_buffers());
-  CHARM_TRY(p->upload_masks());
   return p;
 }
 
@@ -78,27 +78,13 @@ void PlanRunner::build_lanes() {
 }
 
 Status PlanRunner::create_streams(const CudaRunOptions& opt) {
-  const auto& w = plan_.workload;
   int least = 0, greatest = 0;
   CHARM_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-  const BlockDims dims{w.batch,
-                       w.heads,
-                       w.kv_heads,
-                       w.head_dim,
-                       shape_.tokens,
-                       shape_.tokens,
-                       float(1.0 / std::sqrt(double(w.head_dim)))};
   for (auto& l : lanes_) {
     // Transfers get the higher priority so that they overlap with attention instead of queueing behind it.
     const int prio = l.stream == ir::Stream::Compute ? least : greatest;
     CHARM_CUDA_TRY(cudaStreamCreateWithPriority(l.cs.out(), cudaStreamNonBlocking, prio));
-    bool has_compute = false;
-    for (OpId id : l.ops) has_compute = has_compute || plan_.op(id).kind == OpKind::Compute;
-    if (has_compute) {
-      auto a = BlockAttention::create(w.dtype, dims, l.cs, opt.tile_budget_bytes);
-      if (!a) return a.error();
-      l.attn = std::move(*a);
-    }
+    CHARM_TRY(create_kernels(l, opt));
     for (OpId id : l.ops) {
       CHARM_CUDA_TRY(cudaEventCreate(start_ev_[std::size_t(id)].out()));
       CHARM_CUDA_TRY(cudaEventCreate(end_ev_[std::size_t(id)].out()));
@@ -110,48 +96,67 @@ Status PlanRunner::create_streams(const CudaRunOptions& opt) {
   return {};
 }
 
+Status PlanRunner::create_kernels(Lane& l, const CudaRunOptions& opt) {
+  // One set of block kernels per block shape among the lane's computes (a plain plan has one;
+  // region plans may have a few: heads of a range, tokens of some parts).
+  std::vector<BlockDims> shapes;
+  auto same = [](const BlockDims& a, const BlockDims& b) {
+    return a.heads == b.heads && a.kv_heads == b.kv_heads && a.tq == b.tq && a.tk == b.tk;
+  };
+  for (OpId id : l.ops) {
+    if (plan_.op(id).kind != OpKind::Compute) continue;
+    const BlockDims& d = blocks_[std::size_t(id)].dims;
+    std::size_t k = 0;
+    while (k < shapes.size() && !same(shapes[k], d)) ++k;
+    if (k == shapes.size()) {
+      auto a = BlockAttention::create(plan_.workload.dtype, d, l.cs, opt.tile_budget_bytes);
+      if (!a) return a.error();
+      shapes.push_back(d);
+      l.attn.push_back(std::move(*a));
+    }
+    attn_[std::size_t(id)] = l.attn[k].get();
+  }
+  return {};
+}
+
 Status PlanRunner::allocate_buffers() {
-  // Buffers of the local ranks, all allocated up front (allocation is not timed).
+  // The roots of the local ranks (a view lives in its root), all allocated up front (allocation
+  // is not timed); an Out root that travels in a half dtype also gets its wire area.
   buffers_.resize(plan_.buffers().size());
+  wire_.resize(plan_.buffers().size());
   host_inputs_.resize(plan_.buffers().size());
   for (std::size_t b = 0; b < plan_.buffers().size(); ++b) {
     const auto& buf = plan_.buffers()[b];
-    if (!local_[std::size_t(buf.rank)]) continue;
-    const auto& lay = layouts_[int(buf.kind)];
-    CHARM_CUDA_TRY(cudaMalloc(buffers_[b].out(), lay.bytes));
-    rank_bytes_[std::size_t(buf.rank)] += lay.bytes;
-    staging_elems_ = std::max(staging_elems_, std::size_t(lay.host_elems()));
+    const DeviceBuffer& d = dev_.buf[b];
+    if (d.root != ir::BufferId(b)) continue;
+    CHARM_CUDA_TRY(cudaMalloc(buffers_[b].out(), d.bytes()));
+    rank_bytes_[std::size_t(buf.rank)] += d.bytes();
+    if (dev_.wire_root[b]) {
+      CHARM_CUDA_TRY(cudaMalloc(wire_[b].out(), d.wire_bytes()));
+      rank_bytes_[std::size_t(buf.rank)] += d.wire_bytes();
+    }
+    if (buf.init == ir::BufInit::Input) staging_elems_ = std::max(staging_elems_, std::size_t(d.layout.host_elems()));
   }
   if (staging_elems_ > 0) CHARM_CUDA_TRY(cudaMalloc(staging_.out(), staging_elems_ * sizeof(float)));
   return {};
 }
 
-Status PlanRunner::upload_masks() {
-  // Visible key counts per (q owner, kv owner) of the local Compute ops.
-  const auto& w = plan_.workload;
-  const std::int64_t T = shape_.tokens;
-  const std::size_t n = std::size_t(plan_.ranks);
-  CHARM_CUDA_TRY(cudaMalloc(vis_.out(), n * n * std::size_t(T) * sizeof(int)));
-  vis_ready_.assign(n * n, 0);
-  std::vector<std::vector<std::int64_t>> pos;
-  for (int r = 0; r < plan_.ranks; ++r) pos.push_back(token_positions(w, r, plan_.ranks));
-  std::vector<int> counts(static_cast<std::size_t>(T));
+Status PlanRunner::plan_computes() {
+  // The blocks of every local Compute op and their visible key counts, uploaded once.
+  MaskTable masks(plan_.workload, plan_.ranks, plan_.parts);
+  blocks_.resize(plan_.size());
+  attn_.assign(plan_.size(), nullptr);
   for (const auto& l : lanes_)
     for (OpId id : l.ops) {
-      const auto& op = plan_.op(id);
-      if (op.kind != OpKind::Compute || op.q_owner < 0 || op.kv_owner < 0 || op.q_owner >= plan_.ranks ||
-          op.kv_owner >= plan_.ranks)
-        continue;
-      const std::size_t pair = std::size_t(op.q_owner) * n + std::size_t(op.kv_owner);
-      if (vis_ready_[pair]) continue;
-      const auto& qp = pos[std::size_t(op.q_owner)];
-      const auto& kp = pos[std::size_t(op.kv_owner)];
-      for (std::size_t i = 0; i < std::size_t(T); ++i)
-        counts[i] = w.causal ? int(std::upper_bound(kp.begin(), kp.end(), qp[i]) - kp.begin()) : int(T);
-      CHARM_CUDA_TRY(cudaMemcpy(vis_ + pair * std::size_t(T), counts.data(), sizeof(int) * std::size_t(T),
-                                cudaMemcpyHostToDevice));
-      vis_ready_[pair] = 1;
+      if (plan_.op(id).kind != OpKind::Compute) continue;
+      auto c = compute_blocks(plan_, id, dev_, masks);
+      if (!c) return c.error();
+      blocks_[std::size_t(id)] = std::move(*c);
     }
+  const auto& counts = masks.counts();
+  if (counts.empty()) return {};
+  CHARM_CUDA_TRY(cudaMalloc(vis_.out(), counts.size() * sizeof(int)));
+  CHARM_CUDA_TRY(cudaMemcpy(vis_, counts.data(), counts.size() * sizeof(int), cudaMemcpyHostToDevice));
   return {};
 }
 
@@ -160,13 +165,14 @@ PlanRunner::~PlanRunner() {
     // Freeing would wait for work that never ends; the process is going down: give every
     // handle up instead of letting its owner free it.
     for (auto& l : lanes_) {
-      (void)l.attn.release();
+      for (auto& a : l.attn) (void)a.release();
       (void)l.cs.release();
     }
     for (auto* v : {&start_ev_, &end_ev_, &copy_ev_})
       for (auto& e : *v) (void)e.release();
     (void)t0_.release();
-    for (auto& b : buffers_) (void)b.release();
+    for (auto* v : {&buffers_, &wire_})
+      for (auto& b : *v) (void)b.release();
     (void)staging_.release();
     (void)vis_.release();
     return;
@@ -176,9 +182,20 @@ PlanRunner::~PlanRunner() {
   (void)cudaDeviceSynchronize();
 }
 
-char* PlanRunner::section(ir::BufferId b, int i) const {
-  const auto& buf = plan_.buffer(b);
-  return static_cast<char*>(buffers_[std::size_t(b)]) + layouts_[int(buf.kind)].sections[std::size_t(i)].offset;
+char* PlanRunner::base(ir::BufferId b) const {
+  const DeviceBuffer& d = dev_[b];
+  return static_cast<char*>(buffers_[std::size_t(d.root)]) + d.offset;
+}
+
+char* PlanRunner::section(ir::BufferId b, ir::RankId x, int sec) const {
+  const DeviceBuffer& d = dev_[b];
+  return base(b) + d.block_at(x) + d.layout.sections[std::size_t(sec)].offset;
+}
+
+char* PlanRunner::wire_section(ir::BufferId b, ir::RankId x, int sec) const {
+  const DeviceBuffer& d = dev_[b];
+  return static_cast<char*>(wire_[std::size_t(d.root)]) + d.wire_offset +
+         std::size_t(x - d.region.owner_begin) * d.wire.bytes + d.wire.sections[std::size_t(sec)].offset;
 }
 
 Status PlanRunner::init_buffers(const GlobalTensors& in) {
@@ -187,8 +204,9 @@ Status PlanRunner::init_buffers(const GlobalTensors& in) {
   for (std::size_t b = 0; b < buffers_.size(); ++b) {
     if (buffers_[b] == nullptr) continue;
     const auto& buf = plan_.buffers()[b];
-    const auto& lay = layouts_[int(buf.kind)];
-    if (buf.init == ir::BufInit::Input) {
+    const DeviceBuffer& d = dev_.buf[b];
+    const auto& lay = d.layout;
+    if (buf.init == ir::BufInit::Input) {  // one whole shard (check_region_buffer)
       auto& host = host_inputs_[b];
       if (host.empty()) {
         host.resize(std::size_t(lay.host_elems()));
@@ -198,7 +216,7 @@ Status PlanRunner::init_buffers(const GlobalTensors& in) {
       std::int64_t at = 0;
       for (std::size_t s = 0; s < lay.sections.size(); ++s) {
         const auto& sec = lay.sections[s];
-        char* dst = section(ir::BufferId(b), int(s));
+        char* dst = section(ir::BufferId(b), buf.owner, int(s));
         if (sec.f32)
           CHARM_CUDA_TRY(
               cudaMemcpy(dst, staging_ + at, std::size_t(sec.elems) * sizeof(float), cudaMemcpyDeviceToDevice));
@@ -209,11 +227,12 @@ Status PlanRunner::init_buffers(const GlobalTensors& in) {
       // The staging area is reused by the next buffer: finish this one first.
       CHARM_CUDA_TRY(cudaDeviceSynchronize());
     } else if (buf.init == ir::BufInit::Zero) {
-      // Empty accumulators: zero, except an output's LSE, which is -inf.
-      CHARM_CUDA_TRY(cudaMemset(buffers_[b], 0, lay.bytes));
+      // Empty accumulators: zero, except an output's LSE, which is -inf (every owner's block).
+      CHARM_CUDA_TRY(cudaMemset(buffers_[b], 0, d.bytes()));
       if (buf.kind == BufKind::Out)
-        CHARM_TRY(fill_f32(reinterpret_cast<float*>(section(ir::BufferId(b), 1)), lay.sections[1].elems,
-                           -std::numeric_limits<float>::infinity(), nullptr));
+        for (ir::RankId x = d.region.owner_begin; x < d.region.owner_end; ++x)
+          CHARM_TRY(fill_f32(f32(ir::BufferId(b), x, 1), lay.sections[1].elems, -std::numeric_limits<float>::infinity(),
+                             nullptr));
     }
   }
   CHARM_CUDA_TRY(cudaDeviceSynchronize());
@@ -256,7 +275,10 @@ Expected<bool> PlanRunner::step(Lane& l) {
       CHARM_TRY(wait_deps(l, l.ops[i]));
       CHARM_CUDA_TRY(cudaEventRecord(start_ev_[std::size_t(l.ops[i])], l.cs));
     }
-    CHARM_TRY(hooks_.issue_group(std::span<const OpId>(l.ops.data() + l.next, end - l.next), l.cs));
+    const std::span<const OpId> group(l.ops.data() + l.next, end - l.next);
+    CHARM_TRY(stage_group(group, true, l.cs));
+    CHARM_TRY(hooks_.issue_group(group, l.cs));
+    CHARM_TRY(stage_group(group, false, l.cs));
     for (std::size_t i = l.next; i < end; ++i) {
       CHARM_CUDA_TRY(cudaEventRecord(end_ev_[std::size_t(l.ops[i])], l.cs));
       enqueued_[std::size_t(l.ops[i])] = 1;
@@ -300,15 +322,8 @@ Expected<bool> PlanRunner::step_local_group(Lane& l, std::size_t end) {
     auto ra = ir::decode(plan_, id);
     if (!ra) return Error{op_where(plan_, id), ra.error().what};
     const ir::BufferId sb = std::get<ir::SendArgs>(*sa).src, rb = std::get<ir::RecvArgs>(*ra).dst;
-    CHARM_TRY(local_buffers(id, {sb, rb}));
-    const auto& src = plan_.buffer(sb);
-    const auto& dst = plan_.buffer(rb);
-    if (src.kind != dst.kind)
-      return Error{op_where(plan_, id), fmt::format("receives a {} buffer into a {} buffer", ir::to_string(src.kind),
-                                                    ir::to_string(dst.kind))};
     CHARM_CUDA_TRY(cudaStreamWaitEvent(l.cs, start_ev_[std::size_t(peer)], 0));
-    CHARM_CUDA_TRY(cudaMemcpyAsync(buffers_[std::size_t(rb)], buffers_[std::size_t(sb)], layouts_[int(dst.kind)].bytes,
-                                   cudaMemcpyDeviceToDevice, l.cs));
+    CHARM_TRY(local_transfer(id, sb, rb, l.cs));
     CHARM_CUDA_TRY(cudaEventRecord(copy_ev_[std::size_t(id)], l.cs));
     copied_[std::size_t(id)] = 1;
     moved = true;
@@ -332,8 +347,8 @@ Status PlanRunner::run_local(Lane& l, OpId id) {
   auto a = ir::decode(plan_, id);
   if (!a) return Error{op_where(plan_, id), a.error().what};
   return std::visit(ir::Overloaded{
-                        [&](const ir::ComputeFwdArgs& c) { return compute_fwd(l, id, c); },
-                        [&](const ir::ComputeBwdArgs& c) { return compute_bwd(l, id, c); },
+                        [&](const ir::ComputeFwdArgs& c) { return compute_fwd(id, c); },
+                        [&](const ir::ComputeBwdArgs& c) { return compute_bwd(id, c); },
                         [&](const ir::MergeArgs& m) { return merge(l, id, m); },
                         [&](const ir::AccumulateArgs& m) { return accumulate(l, id, m); },
                         [&](const ir::PackArgs& k) { return pack(l, id, k); },
@@ -350,82 +365,170 @@ Status PlanRunner::run_local(Lane& l, OpId id) {
 
 Status PlanRunner::local_buffers(OpId id, std::initializer_list<ir::BufferId> bufs) const {
   for (ir::BufferId b : bufs)
-    if (buffers_[std::size_t(b)] == nullptr)
+    if (dev_[b].root == ir::kNone || buffers_[std::size_t(dev_[b].root)] == nullptr)
       return Error{op_where(plan_, id), fmt::format("buffer {} is not on this rank", b)};
   return {};
 }
 
-Expected<const int*> PlanRunner::compute_mask(Lane& l, OpId id, ir::BufferId q, ir::BufferId kv) const {
-  const ir::Op& op = plan_.op(id);
-  if (l.attn == nullptr) return Error{op_where(plan_, id), "internal: no attention kernels on this stream"};
-  const ir::RankId qo = plan_.buffer(q).owner, ko = plan_.buffer(kv).owner;
-  if (qo != op.q_owner || ko != op.kv_owner)
-    return Error{op_where(plan_, id),
-                 fmt::format("op names Q{}*KV{} but its buffers hold Q{}, KV{}", op.q_owner, op.kv_owner, qo, ko)};
-  const std::size_t pair = std::size_t(qo) * std::size_t(plan_.ranks) + std::size_t(ko);
-  if (!vis_ready_[pair]) return Error{op_where(plan_, id), "internal: no mask for this block"};
-  return static_cast<const int*>(vis_ + pair * std::size_t(shape_.tokens));
+Status PlanRunner::same_region(OpId id, ir::BufferId a, ir::BufferId b, const char* what) const {
+  if (dev_[a].region == dev_[b].region) return {};
+  return Error{op_where(plan_, id), fmt::format("{}: {} and {} hold different regions", what,
+                                                ir::buffer_label(plan_, a), ir::buffer_label(plan_, b))};
 }
 
-Status PlanRunner::compute_fwd(Lane& l, OpId id, const ir::ComputeFwdArgs& a) {
+Status PlanRunner::local_transfer(OpId id, ir::BufferId sb, ir::BufferId rb, cudaStream_t s) {
+  // A transfer moves a whole buffer or view: both sides hold one kind over one region.
+  CHARM_TRY(local_buffers(id, {sb, rb}));
+  const auto &src = plan_.buffer(sb), &dst = plan_.buffer(rb);
+  if (src.kind != dst.kind || dev_[sb].region != dev_[rb].region)
+    return Error{op_where(plan_, id), fmt::format("receives {} into {}: a transfer needs the same kind and region on "
+                                                  "both sides",
+                                                  ir::buffer_label(plan_, sb), ir::buffer_label(plan_, rb))};
+  const DeviceBuffer& d = dev_[rb];
+  if (!d.staged) {
+    CHARM_CUDA_TRY(cudaMemcpyAsync(base(rb), base(sb), d.bytes(), cudaMemcpyDeviceToDevice, s));
+    return {};
+  }
+  // O goes through the dtype, as it would over the wire; LSE stays fp32.
+  const auto dtype = plan_.workload.dtype;
+  for (ir::RankId x = d.region.owner_begin; x < d.region.owner_end; ++x) {
+    const std::int64_t nq = d.layout.sections[0].elems, nl = d.layout.sections[1].elems;
+    CHARM_TRY(convert_from_f32(dtype, f32(sb, x, 0), wire_section(rb, x, 0), nq, s));
+    CHARM_TRY(convert_to_f32(dtype, wire_section(rb, x, 0), f32(rb, x, 0), nq, s));
+    CHARM_CUDA_TRY(
+        cudaMemcpyAsync(f32(rb, x, 1), f32(sb, x, 1), std::size_t(nl) * sizeof(float), cudaMemcpyDeviceToDevice, s));
+  }
+  return {};
+}
+
+Status PlanRunner::to_wire(ir::BufferId b, cudaStream_t s) {
+  const DeviceBuffer& d = dev_[b];
+  const std::int64_t nq = d.layout.sections[0].elems, nl = d.layout.sections[1].elems;
+  for (ir::RankId x = d.region.owner_begin; x < d.region.owner_end; ++x) {
+    CHARM_TRY(convert_from_f32(plan_.workload.dtype, f32(b, x, 0), wire_section(b, x, 0), nq, s));
+    CHARM_CUDA_TRY(cudaMemcpyAsync(wire_section(b, x, 1), f32(b, x, 1), std::size_t(nl) * sizeof(float),
+                                   cudaMemcpyDeviceToDevice, s));
+  }
+  return {};
+}
+
+Status PlanRunner::from_wire(ir::BufferId b, cudaStream_t s) {
+  const DeviceBuffer& d = dev_[b];
+  const std::int64_t nq = d.layout.sections[0].elems, nl = d.layout.sections[1].elems;
+  for (ir::RankId x = d.region.owner_begin; x < d.region.owner_end; ++x) {
+    CHARM_TRY(convert_to_f32(plan_.workload.dtype, wire_section(b, x, 0), f32(b, x, 0), nq, s));
+    CHARM_CUDA_TRY(cudaMemcpyAsync(f32(b, x, 1), wire_section(b, x, 1), std::size_t(nl) * sizeof(float),
+                                   cudaMemcpyDeviceToDevice, s));
+  }
+  return {};
+}
+
+Status PlanRunner::stage_group(std::span<const OpId> group, bool before, cudaStream_t s) {
+  for (OpId id : group) {
+    const bool send = plan_.op(id).kind == OpKind::Send;
+    if (send != before) continue;
+    auto a = ir::decode(plan_, id);
+    if (!a) return Error{op_where(plan_, id), a.error().what};
+    const ir::BufferId b = send ? std::get<ir::SendArgs>(*a).src : std::get<ir::RecvArgs>(*a).dst;
+    CHARM_TRY(local_buffers(id, {b}));
+    if (!dev_[b].staged) continue;
+    CHARM_TRY(send ? to_wire(b, s) : from_wire(b, s));
+  }
+  return {};
+}
+
+Expected<PlanRunner::Transfer> PlanRunner::transfer(OpId id) const {
+  auto a = ir::decode(plan_, id);
+  if (!a) return Error{op_where(plan_, id), a.error().what};
+  if (!is_comm(plan_.op(id))) return Error{op_where(plan_, id), "not a transfer"};
+  const ir::BufferId b =
+      plan_.op(id).kind == OpKind::Send ? std::get<ir::SendArgs>(*a).src : std::get<ir::RecvArgs>(*a).dst;
+  CHARM_TRY(local_buffers(id, {b}));
+  const DeviceBuffer& d = dev_[b];
+  if (d.staged) return Transfer{wire_section(b, d.region.owner_begin, 0), d.wire_bytes()};
+  return Transfer{base(b), d.bytes()};
+}
+
+Status PlanRunner::compute_fwd(OpId id, const ir::ComputeFwdArgs& a) {
   CHARM_TRY(local_buffers(id, {a.q, a.kv, a.out}));
-  auto vis = compute_mask(l, id, a.q, a.kv);
-  if (!vis) return vis.error();
-  if (plan_.buffer(a.out).owner != plan_.buffer(a.q).owner)
-    return Error{op_where(plan_, id), fmt::format("accumulates into the output of rank {}", plan_.buffer(a.out).owner)};
-  return l.attn->fwd(dat(a.q, 0), dat(a.kv, 0), dat(a.kv, 1), *vis, f32(a.out, 0), f32(a.out, 1));
+  BlockAttention* attn = attn_[std::size_t(id)];
+  if (attn == nullptr) return Error{op_where(plan_, id), "internal: no attention kernels for this op"};
+  for (const ComputeBlock& k : blocks_[std::size_t(id)].blocks)
+    CHARM_TRY(attn->fwd(dat(a.q, k.x, 0), dat(a.kv, k.y, 0), dat(a.kv, k.y, 1), vis_ + k.mask, f32(a.out, k.x, 0),
+                        f32(a.out, k.x, 1)));
+  return {};
 }
 
-Status PlanRunner::compute_bwd(Lane& l, OpId id, const ir::ComputeBwdArgs& a) {
+Status PlanRunner::compute_bwd(OpId id, const ir::ComputeBwdArgs& a) {
   CHARM_TRY(local_buffers(id, {a.qbundle, a.kv, a.dq, a.dkv}));
-  auto vis = compute_mask(l, id, a.qbundle, a.kv);
-  if (!vis) return vis.error();
-  const ir::RankId dqo = plan_.buffer(a.dq).owner, dkvo = plan_.buffer(a.dkv).owner;
-  if (dqo != plan_.buffer(a.qbundle).owner || dkvo != plan_.buffer(a.kv).owner)
-    return Error{op_where(plan_, id), fmt::format("gradients go to dQ{} and dKV{}", dqo, dkvo)};
-  return l.attn->bwd(dat(a.qbundle, 0), dat(a.qbundle, 1), f32(a.qbundle, 2), f32(a.qbundle, 3), dat(a.kv, 0),
-                     dat(a.kv, 1), *vis, f32(a.dq, 0), f32(a.dkv, 0), f32(a.dkv, 1));
+  BlockAttention* attn = attn_[std::size_t(id)];
+  if (attn == nullptr) return Error{op_where(plan_, id), "internal: no attention kernels for this op"};
+  for (const ComputeBlock& k : blocks_[std::size_t(id)].blocks)
+    CHARM_TRY(attn->bwd(dat(a.qbundle, k.x, 0), dat(a.qbundle, k.x, 1), f32(a.qbundle, k.x, 2), f32(a.qbundle, k.x, 3),
+                        dat(a.kv, k.y, 0), dat(a.kv, k.y, 1), vis_ + k.mask, f32(a.dq, k.x, 0), f32(a.dkv, k.y, 0),
+                        f32(a.dkv, k.y, 1)));
+  return {};
 }
 
 Status PlanRunner::merge(Lane& l, OpId id, const ir::MergeArgs& a) {
   CHARM_TRY(local_buffers(id, {a.partial, a.acc}));
-  const ir::RankId po = plan_.buffer(a.partial).owner, ao = plan_.buffer(a.acc).owner;
-  if (po != ao) return Error{op_where(plan_, id), fmt::format("merges O{} into O{}", po, ao)};
-  const ShardShape& ss = shape_;
-  return merge_out(f32(a.partial, 0), f32(a.partial, 1), false, f32(a.acc, 0), f32(a.acc, 1), ss.batch, ss.tokens,
-                   ss.heads, ss.head_dim, l.cs);
+  CHARM_TRY(same_region(id, a.partial, a.acc, "merges a partial into another output"));
+  const DeviceBuffer& d = dev_[a.acc];
+  const ShardShape& bs = d.block;
+  for (ir::RankId x = d.region.owner_begin; x < d.region.owner_end; ++x)
+    CHARM_TRY(merge_out(f32(a.partial, x, 0), f32(a.partial, x, 1), false, f32(a.acc, x, 0), f32(a.acc, x, 1), bs.batch,
+                        bs.tokens, bs.heads, bs.head_dim, l.cs));
+  return {};
 }
 
 Status PlanRunner::accumulate(Lane& l, OpId id, const ir::AccumulateArgs& a) {
   CHARM_TRY(local_buffers(id, {a.partial, a.acc}));
-  const ir::RankId po = plan_.buffer(a.partial).owner, ao = plan_.buffer(a.acc).owner;
-  if (po != ao) return Error{op_where(plan_, id), fmt::format("adds a gradient of {} to one of {}", po, ao)};
-  const auto& lay = layouts_[int(plan_.buffer(a.acc).kind)];
-  for (std::size_t s = 0; s < lay.sections.size(); ++s)
-    CHARM_TRY(add_f32(f32(a.partial, int(s)), f32(a.acc, int(s)), lay.sections[s].elems, l.cs));
+  CHARM_TRY(same_region(id, a.partial, a.acc, "adds a gradient to another region"));
+  const DeviceBuffer& d = dev_[a.acc];
+  for (ir::RankId x = d.region.owner_begin; x < d.region.owner_end; ++x)
+    for (std::size_t s = 0; s < d.layout.sections.size(); ++s)
+      CHARM_TRY(add_f32(f32(a.partial, x, int(s)), f32(a.acc, x, int(s)), d.layout.sections[s].elems, l.cs));
   return {};
 }
 
 Status PlanRunner::pack(Lane& l, OpId id, const ir::PackArgs& a) {
   CHARM_TRY(local_buffers(id, {a.q, a.dout, a.out, a.qbundle}));
-  const ir::RankId o = plan_.buffer(a.qbundle).owner;
-  if (plan_.buffer(a.q).owner != o || plan_.buffer(a.dout).owner != o || plan_.buffer(a.out).owner != o)
-    return Error{op_where(plan_, id), "packs tensors of different owners into one bundle"};
-  const ShardShape& ss = shape_;
+  for (ir::BufferId b : {a.q, a.dout, a.out})
+    CHARM_TRY(same_region(id, b, a.qbundle, "packs tensors of another region into the bundle"));
+  const DeviceBuffer& d = dev_[a.qbundle];
+  const ShardShape& bs = d.block;
   const auto dtype = plan_.workload.dtype;
-  const std::size_t data_bytes = std::size_t(ss.q_elems()) * ir::dtype_size(dtype);
-  CHARM_CUDA_TRY(cudaMemcpyAsync(dat(a.qbundle, 0), dat(a.q, 0), data_bytes, cudaMemcpyDeviceToDevice, l.cs));
-  CHARM_CUDA_TRY(cudaMemcpyAsync(dat(a.qbundle, 1), dat(a.dout, 0), data_bytes, cudaMemcpyDeviceToDevice, l.cs));
-  CHARM_CUDA_TRY(cudaMemcpyAsync(dat(a.qbundle, 2), dat(a.out, 1), std::size_t(ss.lse_elems()) * sizeof(float),
-                                 cudaMemcpyDeviceToDevice, l.cs));
-  return bundle_delta(dtype, dat(a.dout, 0), f32(a.out, 0), f32(a.qbundle, 3), ss.batch, ss.tokens, ss.heads,
-                      ss.head_dim, l.cs);
+  const std::size_t data_bytes = std::size_t(bs.q_elems()) * ir::dtype_size(dtype);
+  for (ir::RankId x = d.region.owner_begin; x < d.region.owner_end; ++x) {
+    CHARM_CUDA_TRY(cudaMemcpyAsync(dat(a.qbundle, x, 0), dat(a.q, x, 0), data_bytes, cudaMemcpyDeviceToDevice, l.cs));
+    CHARM_CUDA_TRY(
+        cudaMemcpyAsync(dat(a.qbundle, x, 1), dat(a.dout, x, 0), data_bytes, cudaMemcpyDeviceToDevice, l.cs));
+    CHARM_CUDA_TRY(cudaMemcpyAsync(dat(a.qbundle, x, 2), dat(a.out, x, 1), std::size_t(bs.lse_elems()) * sizeof(float),
+                                   cudaMemcpyDeviceToDevice, l.cs));
+    CHARM_TRY(bundle_delta(dtype, dat(a.dout, x, 0), f32(a.out, x, 0), f32(a.qbundle, x, 3), bs.batch, bs.tokens,
+                           bs.heads, bs.head_dim, l.cs));
+  }
+  return {};
 }
 
 Status PlanRunner::copy(Lane& l, OpId id, const ir::CopyArgs& a) {
   CHARM_TRY(local_buffers(id, {a.src, a.dst}));
-  CHARM_CUDA_TRY(cudaMemcpyAsync(buffers_[std::size_t(a.dst)], buffers_[std::size_t(a.src)],
-                                 layouts_[int(plan_.buffer(a.src).kind)].bytes, cudaMemcpyDeviceToDevice, l.cs));
+  const DeviceBuffer &s = dev_[a.src], &d = dev_[a.dst];
+  const BufKind kind = plan_.buffer(a.src).kind;
+  if (plan_.buffer(a.dst).kind != kind || (!s.region.contains(d.region) && !d.region.contains(s.region)))
+    return Error{op_where(plan_, id),
+                 fmt::format("copies between {} and {}, which are of other kinds or neither of whose regions "
+                             "contains the other",
+                             ir::buffer_label(plan_, a.src), ir::buffer_label(plan_, a.dst))};
+  if (s.region == d.region) {
+    CHARM_CUDA_TRY(cudaMemcpyAsync(base(a.dst), base(a.src), d.bytes(), cudaMemcpyDeviceToDevice, l.cs));
+    return {};
+  }
+  const char* from = base(a.src);
+  char* to = base(a.dst);
+  for (const Copy2D& c : region_copies(plan_.workload, plan_.ranks, plan_.parts, kind, s, d))
+    CHARM_CUDA_TRY(cudaMemcpy2DAsync(to + c.dst, c.dst_pitch, from + c.src, c.src_pitch, c.width, c.height,
+                                     cudaMemcpyDeviceToDevice, l.cs));
   return {};
 }
 
@@ -564,12 +667,16 @@ Expected<RankOutputs> PlanRunner::outputs(ir::RankId rank) {
   auto take = [&](ir::BufferId b, BufKind k, int sec, std::vector<float>& dst) -> Status {
     if (b == ir::kNone)
       return Error{fmt::format("rank {}", rank), fmt::format("the plan names no {} result", ir::to_string(k))};
-    if (plan_.buffer(b).kind != k || plan_.buffer(b).owner != rank || buffers_[std::size_t(b)] == nullptr)
+    if (b < 0 || std::size_t(b) >= plan_.buffers().size() || plan_.buffer(b).kind != k ||
+        plan_.buffer(b).owner != rank || dev_[b].root == ir::kNone)
       return Error{fmt::format("rank {}", rank),
                    fmt::format("result buffer {} is not this rank's {}", b, ir::to_string(k))};
-    const auto& s = layouts_[int(k)].sections[std::size_t(sec)];
+    if (plan_.buffer(b).parent != ir::kNone || dev_[b].region != ir::shard_region(rank, plan_.workload, plan_.parts))
+      return Error{fmt::format("rank {}", rank),
+                   fmt::format("result buffer {} ({}) is not one whole shard", b, ir::buffer_label(plan_, b))};
+    const auto& s = dev_[b].layout.sections[std::size_t(sec)];
     dst.resize(std::size_t(s.elems));
-    CHARM_CUDA_TRY(cudaMemcpy(dst.data(), section(b, sec), dst.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    CHARM_CUDA_TRY(cudaMemcpy(dst.data(), section(b, rank, sec), dst.size() * sizeof(float), cudaMemcpyDeviceToHost));
     return {};
   };
   if (pass != ir::PassKind::Bwd) {
