@@ -14,6 +14,7 @@
 #include <thread>
 #include <tuple>
 
+#include "scheduler/ir/plan_io.hpp"
 #include "scheduler/planners/planners.hpp"
 #include "sim/evaluate.hpp"
 #include "topologies/topology_json.hpp"
@@ -676,17 +677,9 @@ json report_json(const Calibration& c, const MeasurementSet& data) {
     const auto& m = data.rows[i];
     const auto& r = c.rows[i];
     const auto& w = m.workload;
-    rows.push_back({{"line", m.line},
+    json row = ir::workload_to_json(w);  // keys sorted: the same object as one written out
+    row.update(json{{"line", m.line},
                     {"algo", m.algo},
-                    {"pass", std::string(to_string(w.pass))},
-                    {"batch", w.batch},
-                    {"seq", w.seq},
-                    {"heads", w.heads},
-                    {"kv_heads", w.kv_heads},
-                    {"head_dim", w.head_dim},
-                    {"dtype", std::string(to_string(w.dtype))},
-                    {"causal", w.causal},
-                    {"layout", std::string(to_string(w.layout))},
                     {"ranks", r.ranks},
                     {"domains", r.domains},
                     {"measured_ms", m.time_ms},
@@ -695,6 +688,7 @@ json report_json(const Calibration& c, const MeasurementSet& data) {
                     {"error", r.predicted_ms / m.time_ms - 1},
                     {"loo_predicted_ms", num(r.loo_ms)},
                     {"loo_error", num(r.loo_ms / m.time_ms - 1)}});
+    rows.push_back(std::move(row));
   }
   json pairs = json::array();
   for (const auto& pr : c.pairs) {

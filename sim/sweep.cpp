@@ -10,6 +10,7 @@
 #include <mutex>
 #include <thread>
 
+#include "scheduler/ir/plan_io.hpp"
 #include "scheduler/planners/planners.hpp"
 #include "sim/evaluate.hpp"
 #include "sim/explain.hpp"
@@ -237,26 +238,19 @@ nlohmann::json sweep_json(const SweepSpec& spec, const SweepResult& result) {
   json rows = json::array();
   for (const auto& r : result.rows) {
     const auto& w = r.workload;
-    json row{{"topology", spec.topologies[r.topology].name},
-             {"ranks", r.ranks},
-             {"domains", r.domains},
-             {"batch", w.batch},
-             {"seq", w.seq},
-             {"heads", w.heads},
-             {"kv_heads", w.kv_heads},
-             {"head_dim", w.head_dim},
-             {"dtype", std::string(to_string(w.dtype))},
-             {"causal", w.causal},
-             {"layout", std::string(to_string(w.layout))},
-             {"algo", r.algo},
-             {"pass", std::string(to_string(r.pass))},
-             {"ccr", r.ccr},
-             {"time_ms", r.time_ms},
-             {"exposed_comm_ms", r.exposed_comm_ms},
-             {"idle_ms", r.idle_ms},
-             {"speedup_vs_ring", r.speedup_vs_ring},
-             {"peak_mem_bytes", r.peak_mem_bytes},
-             {"fits", r.fits < 0 ? json(nullptr) : json(r.fits == 1)}};
+    json row = ir::workload_to_json(w);  // keys sorted: the same object as one written out
+    row.update(json{{"topology", spec.topologies[r.topology].name},
+                    {"ranks", r.ranks},
+                    {"domains", r.domains},
+                    {"algo", r.algo},
+                    {"pass", std::string(to_string(r.pass))},
+                    {"ccr", r.ccr},
+                    {"time_ms", r.time_ms},
+                    {"exposed_comm_ms", r.exposed_comm_ms},
+                    {"idle_ms", r.idle_ms},
+                    {"speedup_vs_ring", r.speedup_vs_ring},
+                    {"peak_mem_bytes", r.peak_mem_bytes},
+                    {"fits", r.fits < 0 ? json(nullptr) : json(r.fits == 1)}});
     set_values(r.topology, row);
     rows.push_back(std::move(row));
   }

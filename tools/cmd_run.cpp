@@ -38,16 +38,6 @@ struct RunOpts {
   double timeout_s = 300;
 };
 
-/// Drops the plan's first Send: its Recv never completes (tests the watchdog).
-void drop_first_send(ir::Plan& plan) {
-  for (ir::OpId id = 0; id < static_cast<ir::OpId>(plan.size()); ++id)
-    if (plan.op(id).kind == ir::OpKind::Send) {
-      const ir::OpId ids[] = {id};
-      plan.erase_ops(ids);
-      return;
-    }
-}
-
 /// Drops the plan's first block that pairs two different ranks: the check must fail (exit 1).
 void drop_first_remote_compute(ir::Plan& plan) {
   for (ir::OpId id = 0; id < static_cast<ir::OpId>(plan.size()); ++id) {

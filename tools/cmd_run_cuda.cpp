@@ -53,16 +53,6 @@ void append_time(const std::string& path, calib::Measurement m, double time_ms) 
   if (auto s = calib::append_measurement(path, m); !s) throw RuntimeFailure{s.error().message()};
 }
 
-/// Drops the plan's first Send (the same test hook as the CPU backends).
-void drop_first_send(ir::Plan& plan) {
-  for (ir::OpId id = 0; id < static_cast<ir::OpId>(plan.size()); ++id)
-    if (plan.op(id).kind == ir::OpKind::Send) {
-      const ir::OpId ids[] = {id};
-      plan.erase_ops(ids);
-      return;
-    }
-}
-
 void write_trace(const std::string& path, const ir::Plan& plan, const rt::cuda::CudaRunResult& r) {
   trace::Timeline t = trace::Timeline::zeros(plan);
   for (std::size_t i = 0; i < plan.size() && i < r.start_ms.size() && i < r.end_ms.size(); ++i)

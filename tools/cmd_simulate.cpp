@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "scheduler/ir/plan_io.hpp"
 #include "scheduler/planners/planners.hpp"
 #include "sim/advise.hpp"
 #include "sim/evaluate.hpp"
@@ -29,11 +30,11 @@ namespace {
 
 using nlohmann::json;
 
+/// The workload without its pass (a run's JSON names the pass beside it).
 json workload_json(const ir::Workload& w) {
-  return {{"batch", w.batch},       {"seq", w.seq},
-          {"heads", w.heads},       {"kv_heads", w.kv_heads},
-          {"head_dim", w.head_dim}, {"dtype", std::string(to_string(w.dtype))},
-          {"causal", w.causal},     {"layout", std::string(to_string(w.layout))}};
+  json j = ir::workload_to_json(w);
+  j.erase("pass");
+  return j;
 }
 
 /// One algorithm end to end (sim/evaluate.hpp); a planner refusal is the user's (exit 2), a simulator failure is not

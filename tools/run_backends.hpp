@@ -37,6 +37,16 @@ struct RunBackend {
   std::function<int(const RunRequest&)> run;  // the exit code; throws UsageError / RuntimeFailure like the rest
 };
 
+/// Drops the plan's first Send: its Recv never completes (the watchdog's test hook, in every backend).
+inline void drop_first_send(ir::Plan& plan) {
+  for (ir::OpId id = 0; id < static_cast<ir::OpId>(plan.size()); ++id)
+    if (plan.op(id).kind == ir::OpKind::Send) {
+      const ir::OpId ids[] = {id};
+      plan.erase_ops(ids);
+      return;
+    }
+}
+
 /// The exit code of what rank 0's report threw (the others learn it from rank 0).
 inline int exit_code_of(std::exception_ptr e) {
   try {
