@@ -52,6 +52,8 @@ class PlanBuilder {
   /// A new buffer; its size follows from its kind and the workload.
   BufferId buffer(RankId rank, ir::BufKind kind, RankId owner, ir::BufInit init);
   [[nodiscard]] const ir::Buffer& buf(BufferId b) const { return plan_.buffer(b); }
+  /// Buffers created so far (the next buffer's id).
+  [[nodiscard]] std::size_t num_buffers() const { return plan_.buffers().size(); }
   [[nodiscard]] ir::Region region(BufferId b) const { return plan_.region(b); }
   /// A buffer over a region (region.hpp); the plan's parts must be set first (set_parts).
   /// With `reuse`, it takes over that dead buffer's storage: its first access waits for
