@@ -1,8 +1,11 @@
 // Sweep throughput: configurations evaluated per second with 1 and 2 worker
-// threads (each configuration: every algorithm, forward and backward, on an
-// 8-GPU topology). Results go to bench/RESULTS.md, "Sweep throughput".
+// threads. BM_Sweep: every algorithm of the 6 below, forward and backward, on two
+// 8-GPU topologies; BM_Sweep16: the same 12 simulations per configuration on the
+// 16-GPU h100-2x8 (the scale target of bench/RESULTS.md). Built with the CLI's
+// allocation policy (tools/large_pages.cpp), so the figures are `charm sweep`'s.
 #include <benchmark/benchmark.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -47,6 +50,39 @@ void BM_Sweep(benchmark::State& state) {
   state.counters["sims/s"] = benchmark::Counter(double(sims), benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_Sweep)->ArgName("jobs")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
+
+charm::sim::SweepSpec spec16() {
+  charm::sim::SweepSpec s = spec();
+  s.topologies.clear();
+  auto t = charm::topo::load_topology(std::string(CHARM_SOURCE_DIR) + "/topologies/h100-2x8.json");
+  if (!t) {
+    std::fprintf(stderr, "sweep_bench: %s\n", t.error().message().c_str());
+    std::abort();
+  }
+  s.topologies.push_back(std::move(t).value());
+  s.batch = {1, 2, 4, 8};
+  s.seq = {4096, 8192, 16384, 32768, 65536, 131072};
+  s.heads = {8, 16, 32};
+  s.head_dim = {64, 128};
+  s.causal = {false};
+  return s;  // 4 x 6 x 3 x 2 = 144 configurations of 16 ranks, 1,728 simulations
+}
+
+void BM_Sweep16(benchmark::State& state) {
+  const auto s = spec16();
+  charm::sim::SweepControl control;
+  control.jobs = static_cast<int>(state.range(0));
+  std::size_t configs = 0, sims = 0;
+  for (auto _ : state) {
+    const auto res = charm::sim::run_sweep(s, control);
+    benchmark::DoNotOptimize(res.rows.data());
+    configs += res.configs;
+    sims += res.simulations;
+  }
+  state.counters["configs/s"] = benchmark::Counter(double(configs), benchmark::Counter::kIsRate);
+  state.counters["sims/s"] = benchmark::Counter(double(sims), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_Sweep16)->ArgName("jobs")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
 
 }  // namespace
 

@@ -35,6 +35,7 @@ class Engine {
   void start_flow(OpId send, OpId recv);
   void touch(RankId r);  // accounts the time since the rank's last state change
   void critical_path();
+  void release_replay_state();
   void peak_memory();
 
   const Plan& plan_;
@@ -258,6 +259,7 @@ Expected<SimResult> Engine::run() {
   for (int c = 0; c < topo_.num_channels(); ++c)
     res_.channels[std::size_t(c)] = {net_.channel_bytes(c), net_.channel_busy_s(c), net_.channel_max_flows(c)};
   critical_path();
+  release_replay_state();  // before peak_memory's tables, so the two never add up
   peak_memory();
   return std::move(res_);
 }
@@ -304,6 +306,14 @@ void Engine::critical_path() {
   res_.critical_path = std::move(path);
 }
 
+void Engine::release_replay_state() {
+  // The index and the per-op replay state are done with once the critical path is
+  // known: at cluster scale they are ~30 bytes an op, freed before peak_memory's tables.
+  idx_.reset();
+  std::vector<std::int32_t>().swap(deps_left_);
+  std::vector<char>().swap(issued_);
+}
+
 void Engine::peak_memory() {
   const auto& bufs = plan_.buffers();
   const std::size_t B = bufs.size();
@@ -334,24 +344,36 @@ void Engine::peak_memory() {
     for (BufferId b : {rr.out, rr.dq, rr.dkv})
       if (b != kNone) last[std::size_t(b)] = res_.makespan_s;
   // Sweep per rank: allocations at first access (Input buffers at 0), frees after the last one.
-  std::vector<std::vector<std::pair<double, std::int64_t>>> ev(std::size_t(plan_.ranks));
-  for (std::size_t k = 0; k < B; ++k) {
+  // The events of all ranks in one array, rank by rank (two passes: count, then place).
+  const auto R = std::size_t(plan_.ranks);
+  auto lives = [&](std::size_t k) {
     const Buffer& b = bufs[k];
-    if (b.parent != kNone || b.reuse != kNone || (first[k] < 0 && b.init != BufInit::Input)) continue;
+    return b.parent == kNone && b.reuse == kNone && (first[k] >= 0 || b.init == BufInit::Input);
+  };
+  std::vector<std::size_t> at(R + 1, 0);
+  for (std::size_t k = 0; k < B; ++k)
+    if (lives(k)) at[std::size_t(bufs[k].rank) + 1] += 2;
+  for (std::size_t r = 0; r < R; ++r) at[r + 1] += at[r];
+  std::vector<std::pair<double, std::int64_t>> ev(at[R]);
+  std::vector<std::size_t> fill(at.begin(), at.end() - 1);
+  for (std::size_t k = 0; k < B; ++k) {
+    if (!lives(k)) continue;
+    const Buffer& b = bufs[k];
     const double from = b.init == BufInit::Input ? 0.0 : first[k];
     const double to = std::max(from, last[k] < 0 ? res_.makespan_s : last[k]);
-    ev[std::size_t(b.rank)].emplace_back(from, std::int64_t(b.bytes));
-    ev[std::size_t(b.rank)].emplace_back(to, -std::int64_t(b.bytes));
+    auto& f = fill[std::size_t(b.rank)];
+    ev[f++] = {from, std::int64_t(b.bytes)};
+    ev[f++] = {to, -std::int64_t(b.bytes)};
   }
-  for (std::size_t r = 0; r < ev.size(); ++r) {
-    auto& e = ev[r];
+  for (std::size_t r = 0; r < R; ++r) {
+    const auto e = ev.begin() + std::ptrdiff_t(at[r]), end = ev.begin() + std::ptrdiff_t(at[r + 1]);
     // At equal times, allocate before freeing (a buffer read by the op that fills the next is still live).
-    std::sort(e.begin(), e.end(), [](const auto& a, const auto& b) {
+    std::sort(e, end, [](const auto& a, const auto& b) {
       return a.first < b.first || (a.first == b.first && a.second > b.second);
     });
     std::int64_t cur = 0, peak = 0;
-    for (const auto& [t, d] : e) {
-      cur += d;
+    for (auto it = e; it != end; ++it) {
+      cur += it->second;
       peak = std::max(peak, cur);
     }
     res_.ranks[r].peak_mem_bytes = Bytes(peak);

@@ -7,6 +7,14 @@
 // default), every block of 2 MB or more that operator new hands out is advised
 // so; smaller ones, and every byte's contents, are as before. Only the CLI does
 // this: the libraries leave the allocator to the program that links them.
+//
+// A sweep runs thousands of small simulations per second on worker threads: with
+// glibc's defaults each freed plan let the thread's arena hand its top back to
+// the kernel (madvise DONTNEED and a TLB flush) and the next plan fault it in again,
+// a third of the sweep's time (perf). Freed memory now stays with the process up
+// to 64 MB a heap, and blocks up to 32 MB (glibc's own ceiling for its moving
+// threshold) come from the heap, not from mmap and munmap per block.
+#include <malloc.h>
 #include <sys/mman.h>
 
 #include <cstddef>
@@ -41,6 +49,14 @@ void* allocate(std::size_t n) {
   }
   return p;
 }
+
+const bool kMallocTuned = [] {
+#if defined(M_TRIM_THRESHOLD) && defined(M_MMAP_THRESHOLD)
+  (void)mallopt(M_TRIM_THRESHOLD, 64 << 20);
+  (void)mallopt(M_MMAP_THRESHOLD, 32 << 20);
+#endif
+  return true;
+}();
 
 }  // namespace
 

@@ -6,9 +6,11 @@ namespace charm::ir {
 
 namespace {
 
-bool message_less(const Message& a, const Message& b) {
+// A function object, not a function: std::sort then inlines the comparison (ids are
+// unique, so the order is total and the result is the same either way).
+constexpr auto message_less = [](const Message& a, const Message& b) {
   return a.key() < b.key() || (a.key() == b.key() && a.id < b.id);
-}
+};
 
 /// Sorts by (stream, src, dst, tag, id): a stable counting sort on (stream, src)
 /// and a sort of each small bucket by the rest, skipped when the bucket is

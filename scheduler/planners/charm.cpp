@@ -127,7 +127,7 @@ struct RmRank {
 class RmPlus {
  public:
   RmPlus(PlanBuilder& b, std::vector<RmRank>& g, RmSlots& slots, const RmSchedule& schedule)
-      : b_(b), g_(g), slots_(slots), sched_(schedule) {}
+      : b_(b), g_(g), slots_(slots), sched_(schedule), first_buffer_(b.num_buffers()) {}
 
   void run() {
     plan_units();
@@ -267,11 +267,15 @@ class RmPlus {
 
   /// The unit that last reads buffer b (-1: none known).
   [[nodiscard]] int consumer(BufferId b) const {
-    return std::size_t(b) < consumer_.size() ? consumer_[std::size_t(b)] : -1;
+    if (std::size_t(b) < first_buffer_) return -1;  // not one of this run's buffers
+    const std::size_t k = std::size_t(b) - first_buffer_;
+    return k < consumer_.size() ? consumer_[k] : -1;
   }
   void set_consumer(BufferId b, int unit) {
-    if (consumer_.size() <= std::size_t(b)) consumer_.resize(std::size_t(b) + 1, -1);
-    consumer_[std::size_t(b)] = unit;
+    CHARM_ASSERT(std::size_t(b) >= first_buffer_, "a consumer is set on a buffer of this run");
+    const std::size_t k = std::size_t(b) - first_buffer_;
+    if (consumer_.size() <= k) consumer_.resize(k + 1, -1);
+    consumer_[k] = unit;
   }
   /// Whether `rank` may draw from `ring` now: the storage it would take over is done with.
   [[nodiscard]] bool can_draw(const BufferRing& ring, RankId rank) const {
@@ -476,7 +480,8 @@ class RmPlus {
   int rounds_ = 0, sets_ = 0;
   std::vector<Unit> units_;
   std::vector<int> kv_stream_, q_stream_, compute_stream_, out_stream_;
-  std::vector<int> consumer_;  // by BufferId: the unit that last reads it
+  std::size_t first_buffer_;   // buffers created before this run have no consumer here
+  std::vector<int> consumer_;  // by BufferId - first_buffer_: the unit that last reads it
   // Unit ids by KV round and by query item.
   std::vector<int> kv_compute_, kv_return_, kv_fold_, q_compute_, q_return_, q_fold_;
   // Per local rank, by KV round or query item: what arrived, the partial computed on it, what came home.

@@ -6,6 +6,7 @@
 // Explicit extra dependencies express synchronisation a schedule wants on top
 // (for example the level barriers of the merge schedules).
 
+#include <cstdint>
 #include <initializer_list>
 #include <span>
 #include <string>
@@ -25,18 +26,29 @@ using ir::RankId;
 /// The planner must be done with a buffer before the draw that recycles it.
 class BufferRing {
  public:
-  BufferRing(int ranks, int depth) : depth_(depth), live_(static_cast<std::size_t>(ranks)) {}
+  BufferRing(int ranks, int depth)
+      : depth_(depth), drawn_(static_cast<std::size_t>(ranks), 0),
+        last_(static_cast<std::size_t>(ranks) * static_cast<std::size_t>(depth), ir::kNone) {
+    CHARM_ASSERT(depth >= 1, "a buffer ring holds at least one buffer per rank");
+  }
   /// The storage the next buffer of `rank` should take over (kNone while fewer than depth are live).
   [[nodiscard]] BufferId recyclable(RankId rank) const {
-    const auto& l = live_[static_cast<std::size_t>(rank)];
-    return static_cast<int>(l.size()) < depth_ ? ir::kNone : l[l.size() - static_cast<std::size_t>(depth_)];
+    const std::uint64_t n = drawn_[static_cast<std::size_t>(rank)];
+    return n < static_cast<std::uint64_t>(depth_) ? ir::kNone : last_[slot(rank, n)];
   }
-  void push(RankId rank, BufferId b) { live_[static_cast<std::size_t>(rank)].push_back(b); }
+  void push(RankId rank, BufferId b) { last_[slot(rank, drawn_[static_cast<std::size_t>(rank)]++)] = b; }
   [[nodiscard]] int depth() const { return depth_; }
 
  private:
+  /// Where the n-th draw of `rank` is kept: the last `depth` draws only, in a circle
+  /// (the (n - depth)-th, which the n-th takes over, sits where the n-th goes).
+  [[nodiscard]] std::size_t slot(RankId rank, std::uint64_t n) const {
+    return static_cast<std::size_t>(rank) * static_cast<std::size_t>(depth_) +
+           static_cast<std::size_t>(n % static_cast<std::uint64_t>(depth_));
+  }
   int depth_;
-  std::vector<std::vector<BufferId>> live_;
+  std::vector<std::uint64_t> drawn_;  // per rank: buffers drawn so far
+  std::vector<BufferId> last_;        // per rank: its last `depth` draws
 };
 
 class PlanBuilder {
@@ -52,6 +64,8 @@ class PlanBuilder {
   /// A new buffer; its size follows from its kind and the workload.
   BufferId buffer(RankId rank, ir::BufKind kind, RankId owner, ir::BufInit init);
   [[nodiscard]] const ir::Buffer& buf(BufferId b) const { return plan_.buffer(b); }
+  /// Buffers created so far (the next buffer's id).
+  [[nodiscard]] std::size_t num_buffers() const { return plan_.buffers().size(); }
   [[nodiscard]] ir::Region region(BufferId b) const { return plan_.region(b); }
   /// A buffer over a region (region.hpp); the plan's parts must be set first (set_parts).
   /// With `reuse`, it takes over that dead buffer's storage: its first access waits for

@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cctype>
 
 #include "scheduler/ir/suggest.hpp"
 #include "scheduler/planners/comm_list.hpp"
@@ -25,7 +26,10 @@ const std::vector<std::string>& algorithm_names() {
 Expected<std::string> resolve_algorithm(std::string_view name, const std::string& flag) {
   const auto& names = algorithm_names();
   for (const auto& n : names)
-    if (n.size() == name.size() && edit_distance(n, name) == 0) return n;
+    if (std::equal(n.begin(), n.end(), name.begin(), name.end(), [](char a, char b) {
+          return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
+        }))
+      return n;  // case aside, the name itself (a sweep resolves names per simulation: no allocation here)
   const auto near = closest_name(name, names);
   return Error{flag, fmt::format("unknown algorithm '{}' ({}expected one of: {})", name,
                                  near ? fmt::format("did you mean '{}'? ", *near) : "", fmt::join(names, ", "))};

@@ -39,12 +39,15 @@ std::vector<BufferId> ring_shift(PlanBuilder& b, Stream stream, const std::vecto
   for (const Ring& ring : rings) {
     for (std::size_t i = 0; i < ring.size(); ++i) {
       const RankId r = ring[i], dst = ring[(i + 1) % ring.size()];
-      std::vector<OpId> es, ed;
-      if (!barrier.empty() && barrier[std::size_t(r)] != kNone) es.push_back(barrier[std::size_t(r)]);
-      if (!barrier.empty() && barrier[std::size_t(dst)] != kNone) ed.push_back(barrier[std::size_t(dst)]);
+      // The barrier op of each side, if any (no allocation per transfer).
+      auto wait_for = [&](RankId x) {
+        const OpId w = barrier.empty() ? kNone : barrier[std::size_t(x)];
+        return w == kNone ? std::span<const OpId>() : std::span<const OpId>(&barrier[std::size_t(x)], 1);
+      };
       const BufferId src = cur[std::size_t(r)];
       const BufferId into = b.buffer(slots, dst, b.buf(src).kind, b.region(src), BufInit::None);
-      auto t = b.transfer(stream, src, dst, group[std::size_t(r)], group[std::size_t(dst)], es, ed, into);
+      auto t = b.transfer(stream, src, dst, group[std::size_t(r)], group[std::size_t(dst)], wait_for(r), wait_for(dst),
+                          into);
       next[std::size_t(dst)] = t.dst;
     }
   }
