@@ -34,11 +34,10 @@ charm::sim::SweepSpec spec() {
   return s;  // 2 x 3 x 3 x 2 x 2 x 2 = 144 configurations, 1,728 simulations
 }
 
-void BM_Sweep(benchmark::State& state) {
-  const auto s = spec();
-  const int jobs = static_cast<int>(state.range(0));
+/// Runs one sweep per iteration and counts configurations and simulations per second of wall time.
+void run_sweeps(benchmark::State& state, const charm::sim::SweepSpec& s) {
   charm::sim::SweepControl control;
-  control.jobs = jobs;
+  control.jobs = static_cast<int>(state.range(0));
   std::size_t configs = 0, sims = 0;
   for (auto _ : state) {
     const auto res = charm::sim::run_sweep(s, control);
@@ -49,6 +48,8 @@ void BM_Sweep(benchmark::State& state) {
   state.counters["configs/s"] = benchmark::Counter(double(configs), benchmark::Counter::kIsRate);
   state.counters["sims/s"] = benchmark::Counter(double(sims), benchmark::Counter::kIsRate);
 }
+
+void BM_Sweep(benchmark::State& state) { run_sweeps(state, spec()); }
 BENCHMARK(BM_Sweep)->ArgName("jobs")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
 
 charm::sim::SweepSpec spec16() {
@@ -68,20 +69,7 @@ charm::sim::SweepSpec spec16() {
   return s;  // 4 x 6 x 3 x 2 = 144 configurations of 16 ranks, 1,728 simulations
 }
 
-void BM_Sweep16(benchmark::State& state) {
-  const auto s = spec16();
-  charm::sim::SweepControl control;
-  control.jobs = static_cast<int>(state.range(0));
-  std::size_t configs = 0, sims = 0;
-  for (auto _ : state) {
-    const auto res = charm::sim::run_sweep(s, control);
-    benchmark::DoNotOptimize(res.rows.data());
-    configs += res.configs;
-    sims += res.simulations;
-  }
-  state.counters["configs/s"] = benchmark::Counter(double(configs), benchmark::Counter::kIsRate);
-  state.counters["sims/s"] = benchmark::Counter(double(sims), benchmark::Counter::kIsRate);
-}
+void BM_Sweep16(benchmark::State& state) { run_sweeps(state, spec16()); }
 BENCHMARK(BM_Sweep16)->ArgName("jobs")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
 
 }  // namespace
