@@ -41,6 +41,19 @@ BufferStore::BufferStore(const ir::Plan& plan, ir::RankId rank, FillInput fill)
       slots_[std::size_t(slots_[std::size_t(b)]->root)]->keep = true;
 }
 
+Status check_compute_blocks(const ir::Plan& plan, ir::OpId id, ir::BufferId q, const ir::Region& rq, ir::BufferId kv,
+                            const ir::Region& rk) {
+  const ir::Op& op = plan.op(id);
+  const std::string where = fmt::format("rank {} op {} ({})", op.rank, id, ir::op_label(plan, id));
+  if (rq.owner_begin != op.q_owner || rk.owner_begin != op.kv_owner)
+    return Error{where, fmt::format("op names Q{}*KV{} but its buffers hold Q{}, KV{}", op.q_owner, op.kv_owner,
+                                    rq.owner_begin, rk.owner_begin)};
+  if (rq.head_begin != rk.head_begin || rq.head_end != rk.head_end)
+    return Error{
+        where, fmt::format("{} and {} hold different kv heads", ir::buffer_label(plan, q), ir::buffer_label(plan, kv))};
+  return {};
+}
+
 Status check_region_buffer(const ir::Plan& plan, ir::BufferId id) {
   const auto& w = plan.workload;
   const ir::Buffer& b = plan.buffer(id);

@@ -28,6 +28,11 @@ namespace charm::rt {
 /// executor's storage (this one and the GPU's).
 [[nodiscard]] Status check_region_buffer(const ir::Plan& plan, ir::BufferId id);
 
+/// A compute's Q and KV buffers (regions rq, rk) against the op: they hold the owners it names
+/// (first owners q_owner, kv_owner) and one kv-head range. The error names the op.
+[[nodiscard]] Status check_compute_blocks(const ir::Plan& plan, ir::OpId id, ir::BufferId q, const ir::Region& rq,
+                                          ir::BufferId kv, const ir::Region& rk);
+
 class BufferStore {
  public:
   /// Fills a buffer whose init is Input (always a whole shard) with the rank's own tensor.

@@ -38,11 +38,10 @@ RankExecutor::RankExecutor(const ir::Plan& plan, const ir::PlanIndex& index, ir:
 RankExecutor::RankExecutor(const ir::Plan& plan, std::unique_ptr<ir::PlanIndex> own, ir::RankId rank,
                            Transport& transport, BufferStore::FillInput fill, const ir::PlanIndex* index)
     : own_index_(std::move(own)), plan_(plan), idx_(index != nullptr ? index : own_index_.get()), rank_(rank),
-      transport_(transport), store_(plan, rank, std::move(fill)) {
+      transport_(transport), store_(plan, rank, std::move(fill)), positions_(plan.workload, plan.ranks, plan.parts) {
   const auto& w = plan.workload;
   shape_ = AttnShape{w.batch, w.heads, w.kv_heads, w.head_dim, static_cast<float>(1.0 / std::sqrt(double(w.head_dim))),
                      w.causal};
-  for (int r = 0; r < plan.ranks; ++r) positions_.push_back(token_positions(w, r, plan.ranks));
   op_done_.assign(plan.size(), 0);
   if (rank < 0 || rank >= plan.ranks) return;  // no ops: outputs() reports it
   for (int s = 0; s < ir::kNumStreams; ++s) {
@@ -216,16 +215,6 @@ std::string RankExecutor::where(OpId id) const {
   return fmt::format("rank {} op {} ({})", rank_, id, ir::op_label(plan_, id));
 }
 
-Positions RankExecutor::positions(ir::RankId x, const ir::Region& r) const {
-  const std::int64_t tp = plan_.workload.seq / plan_.ranks / plan_.parts;
-  return Positions(positions_[std::size_t(x)]).subspan(std::size_t(tp * r.part_begin), std::size_t(tp * r.parts()));
-}
-
-bool RankExecutor::visible(Positions qp, Positions kp) const {
-  // Positions ascend, so a causal block has a visible pair iff its first key is not after its last query.
-  return !qp.empty() && !kp.empty() && (!shape_.causal || kp.front() <= qp.back());
-}
-
 AttnShape RankExecutor::attn(const ShardShape& b) const {
   AttnShape a = shape_;
   a.heads = b.heads;
@@ -267,20 +256,13 @@ Status RankExecutor::run_local(OpId id) {
 
 Expected<RankExecutor::ComputeArgs> RankExecutor::compute_args(OpId id, ir::BufferId q, ir::BufferId kv,
                                                                ir::BufferId acc, bool fwd) {
-  const ir::Op& op = plan_.op(id);
   ComputeArgs c;
   for (auto [b, out] : {std::pair{q, &c.q}, std::pair{kv, &c.kv}, std::pair{acc, &c.acc}}) {
     auto x = arg(id, b);
     if (!x) return x.error();
     *out = *x;
   }
-  const ir::Region &rq = c.q.region(), &rk = c.kv.region();
-  if (rq.owner_begin != op.q_owner || rk.owner_begin != op.kv_owner)
-    return Error{where(id), fmt::format("op names Q{}*KV{} but its buffers hold Q{}, KV{}", op.q_owner, op.kv_owner,
-                                        rq.owner_begin, rk.owner_begin)};
-  if (rq.head_begin != rk.head_begin || rq.head_end != rk.head_end)
-    return Error{where(id), fmt::format("{} and {} hold different kv heads", ir::buffer_label(plan_, q),
-                                        ir::buffer_label(plan_, kv))};
+  if (auto s = check_compute_blocks(plan_, id, q, c.q.region(), kv, c.kv.region()); !s) return s.error();
   if (auto s = same_region(id, c.q, c.acc, fwd ? "accumulates into another output" : "dQ goes to another region"); !s)
     return s.error();
   return c;
@@ -297,8 +279,8 @@ Status RankExecutor::compute_fwd(OpId id, const ir::ComputeFwdArgs& args) {
   part.resize(std::size_t(nq + nl));
   for (ir::RankId x = rq.owner_begin; x < rq.owner_end; ++x)
     for (ir::RankId y = rk.owner_begin; y < rk.owner_end; ++y) {
-      const Positions qp = positions(x, rq), kp = positions(y, rk);
-      if (!visible(qp, kp)) continue;  // an empty partial would change nothing
+      const Positions qp = positions_.of(x, rq), kp = positions_.of(y, rk);
+      if (!positions_.visible(qp, kp)) continue;  // an empty partial would change nothing
       attention_fwd_block(a, q.at(x), qp, kv.at(y), kv.at(y) + nkv, kp, part.data(), part.data() + nq);
       merge_out(a, q.block().tokens, part.data(), part.data() + nq, acc.at(x), acc.at(x) + nq);
     }
@@ -317,8 +299,8 @@ Status RankExecutor::compute_bwd(OpId id, const ir::ComputeBwdArgs& args) {
   const auto nq = q.block().q_elems(), nl = q.block().lse_elems(), nkv = kv.block().kv_elems();
   for (ir::RankId x = rq.owner_begin; x < rq.owner_end; ++x)
     for (ir::RankId y = rk.owner_begin; y < rk.owner_end; ++y) {
-      const Positions qp = positions(x, rq), kp = positions(y, rk);
-      if (!visible(qp, kp)) continue;  // all-zero gradients
+      const Positions qp = positions_.of(x, rq), kp = positions_.of(y, rk);
+      if (!positions_.visible(qp, kp)) continue;  // all-zero gradients
       const float* qb = q.at(x);
       attention_bwd_block(a, qb, qb + nq, qb + 2 * nq, qb + 2 * nq + nl, qp, kv.at(y), kv.at(y) + nkv, kp, acc.at(x),
                           dkv.at(y), dkv.at(y) + nkv);

@@ -134,10 +134,6 @@ class RankExecutor {
                                                    bool fwd);
   [[nodiscard]] Status same_region(ir::OpId id, const Arg& a, const Arg& b, const char* what) const;
   [[nodiscard]] std::string where(ir::OpId id) const;
-  /// The global positions of owner x's tokens in region r (its parts of x's shard).
-  [[nodiscard]] Positions positions(ir::RankId x, const ir::Region& r) const;
-  /// Whether a (query block, key block) has a visible pair.
-  [[nodiscard]] bool visible(Positions qp, Positions kp) const;
   /// The attention shape of a block (its heads).
   [[nodiscard]] AttnShape attn(const ShardShape& b) const;
 
@@ -148,8 +144,8 @@ class RankExecutor {
   Transport& transport_;
   BufferStore store_;
   AttnShape shape_;
-  std::vector<std::vector<std::int64_t>> positions_;  // per rank
-  std::map<ir::OpId, std::string> pair_errors_;       // receives whose sender holds another region
+  RegionPositions positions_;
+  std::map<ir::OpId, std::string> pair_errors_;  // receives whose sender holds another region
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<std::thread> threads_;
 

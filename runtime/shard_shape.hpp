@@ -15,6 +15,7 @@
 // range. A whole shard is the one-owner case, with the same layout as above.
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "scheduler/ir/plan.hpp"
@@ -56,6 +57,28 @@ struct ShardShape {
 
 /// Global token positions of a rank's shard, in local order (ascending in every layout).
 [[nodiscard]] std::vector<std::int64_t> token_positions(const ir::Workload& w, int rank, int ranks);
+
+/// Every owner's token positions, cut to a region's parts, and the mask's rule for a block:
+/// one reading for every executor (the CPU's and the GPU's).
+class RegionPositions {
+ public:
+  RegionPositions(const ir::Workload& w, int ranks, int parts);
+  /// The global positions of owner x's tokens in region r (its parts of x's shard), ascending.
+  [[nodiscard]] std::span<const std::int64_t> of(ir::RankId x, const ir::Region& r) const {
+    return std::span<const std::int64_t>(pos_[std::size_t(x)])
+        .subspan(std::size_t(part_tokens_ * r.part_begin), std::size_t(part_tokens_ * r.parts()));
+  }
+  /// Whether a (query block, key block) has a visible pair: positions ascend, so a causal
+  /// block has one iff its first key is not after its last query.
+  [[nodiscard]] bool visible(std::span<const std::int64_t> qp, std::span<const std::int64_t> kp) const {
+    return !qp.empty() && !kp.empty() && (!causal_ || kp.front() <= qp.back());
+  }
+
+ private:
+  bool causal_ = false;
+  std::int64_t part_tokens_ = 1;
+  std::vector<std::vector<std::int64_t>> pos_;  // per rank
+};
 
 /// Where plan buffer `b` lives and what shape its blocks have.
 struct RegionLayout {

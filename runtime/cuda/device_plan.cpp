@@ -106,28 +106,19 @@ std::vector<Copy2D> region_copies(const ir::Workload& w, int ranks, int parts, i
   return out;
 }
 
-MaskTable::MaskTable(const ir::Workload& w, int ranks, int parts) : w_(w), part_tokens_(w.seq / ranks / parts) {
-  for (int r = 0; r < ranks; ++r) pos_.push_back(token_positions(w, r, ranks));
-}
-
-std::span<const std::int64_t> MaskTable::positions(ir::RankId x, const ir::Region& r) const {
-  return std::span<const std::int64_t>(pos_[std::size_t(x)])
-      .subspan(std::size_t(part_tokens_ * r.part_begin), std::size_t(part_tokens_ * r.parts()));
-}
+MaskTable::MaskTable(const ir::Workload& w, int ranks, int parts) : causal_(w.causal), positions_(w, ranks, parts) {}
 
 bool MaskTable::visible(ir::RankId x, const ir::Region& rq, ir::RankId y, const ir::Region& rk) const {
-  // Positions ascend, so a causal block has a visible pair iff its first key is not after its last query.
-  const auto qp = positions(x, rq), kp = positions(y, rk);
-  return !qp.empty() && !kp.empty() && (!w_.causal || kp.front() <= qp.back());
+  return positions_.visible(positions_.of(x, rq), positions_.of(y, rk));
 }
 
 std::size_t MaskTable::add(ir::RankId x, const ir::Region& rq, ir::RankId y, const ir::Region& rk) {
   const auto key = std::make_tuple(x, rq.part_begin, rq.part_end, y, rk.part_begin, rk.part_end);
   if (auto it = at_.find(key); it != at_.end()) return it->second;
-  const auto qp = positions(x, rq), kp = positions(y, rk);
+  const auto qp = positions_.of(x, rq), kp = positions_.of(y, rk);
   const std::size_t at = counts_.size();
   for (const std::int64_t p : qp)
-    counts_.push_back(w_.causal ? int(std::upper_bound(kp.begin(), kp.end(), p) - kp.begin()) : int(kp.size()));
+    counts_.push_back(causal_ ? int(std::upper_bound(kp.begin(), kp.end(), p) - kp.begin()) : int(kp.size()));
   at_.emplace(key, at);
   return at;
 }
@@ -146,14 +137,8 @@ Expected<ComputeBlocks> compute_blocks(const ir::Plan& plan, ir::OpId id, const 
   for (ir::BufferId b : {q, kv, acc, dkv})
     if (b != ir::kNone && bufs[b].root == ir::kNone)
       return Error{op_where(plan, id), fmt::format("buffer {} is not on this rank", b)};
-  const ir::Op& op = plan.op(id);
   const ir::Region &rq = bufs[q].region, &rk = bufs[kv].region;
-  if (rq.owner_begin != op.q_owner || rk.owner_begin != op.kv_owner)
-    return Error{op_where(plan, id), fmt::format("op names Q{}*KV{} but its buffers hold Q{}, KV{}", op.q_owner,
-                                                 op.kv_owner, rq.owner_begin, rk.owner_begin)};
-  if (rq.head_begin != rk.head_begin || rq.head_end != rk.head_end)
-    return Error{op_where(plan, id), fmt::format("{} and {} hold different kv heads", ir::buffer_label(plan, q),
-                                                 ir::buffer_label(plan, kv))};
+  CHARM_TRY(check_compute_blocks(plan, id, q, rq, kv, rk));
   if (bufs[acc].region != rq || (dkv != ir::kNone && bufs[dkv].region != rk))
     return Error{op_where(plan, id), "its accumulators hold other regions than its inputs"};
   const auto& w = plan.workload;

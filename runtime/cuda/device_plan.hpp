@@ -70,10 +70,8 @@ class MaskTable {
   [[nodiscard]] const std::vector<int>& counts() const { return counts_; }
 
  private:
-  [[nodiscard]] std::span<const std::int64_t> positions(ir::RankId x, const ir::Region& r) const;
-  ir::Workload w_;
-  std::int64_t part_tokens_ = 1;
-  std::vector<std::vector<std::int64_t>> pos_;  // per rank
+  bool causal_ = false;
+  RegionPositions positions_;
   std::map<std::tuple<int, int, int, int, int, int>, std::size_t> at_;
   std::vector<int> counts_;
 };
