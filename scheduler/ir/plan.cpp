@@ -143,6 +143,7 @@ void Plan::erase_ops(std::span<const OpId> ids) {
   out.ranks = ranks;
   out.domains = domains;
   out.parts = parts;
+  out.symmetry = symmetry;
   out.buffers_ = buffers_;
   out.results_ = results_;
   std::vector<OpId> d;

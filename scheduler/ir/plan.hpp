@@ -58,6 +58,7 @@
 #include <vector>
 
 #include "scheduler/ir/region.hpp"
+#include "scheduler/ir/symmetry.hpp"
 #include "scheduler/ir/workload.hpp"
 
 namespace charm::ir {
@@ -153,6 +154,8 @@ class Plan {
   int ranks = 0;
   int domains = 1;
   int parts = 1;  // token parts per shard that buffer regions count in (TASP sends shards in parts)
+  /// Active: a quotient plan (symmetry.hpp), the ops and buffers of ranks [0, symmetry.block) only.
+  RankSymmetry symmetry;
 
   [[nodiscard]] std::size_t size() const { return ops_.size(); }
   [[nodiscard]] const Op& op(OpId id) const { return ops_[static_cast<std::size_t>(id)]; }

@@ -1,0 +1,63 @@
+#pragma once
+// Rank symmetry: a group of rank permutations that maps a plan onto itself, so
+// that every rank's timeline is a relabelled copy of its representative's.
+//
+// The group acts on blocks of `block` consecutive ranks. Element g in
+// [0, ranks / block) maps rank x to
+//   Rotate: (x + g * block) mod ranks
+//   Xor:    x ^ (g * block)            (block and ranks / block powers of two)
+// Every rank r is the image of its representative rep(r) = r % block under
+// element(r) = r / block.
+//
+// A *quotient plan* (Plan::symmetry active) holds the ops and buffers of the
+// representatives, ranks [0, block), only; their Send/Recv peers may be any rank.
+// A Send of representative a to rank b stands for its image under the inverse of
+// element(b): a send of rank unapply(element(b), a) to rep(b), which the Recv
+// of rep(b) with that peer and tag receives. The simulator runs such a plan when
+// the topology has the same symmetry (sim::quotient_symmetry).
+
+#include <cstdint>
+
+#include "scheduler/ir/expected.hpp"
+
+namespace charm::ir {
+
+class Plan;
+
+struct RankSymmetry {
+  enum class Kind : std::uint8_t { None, Rotate, Xor };
+  Kind kind = Kind::None;
+  std::int32_t block = 0;  // ranks per representative set
+
+  [[nodiscard]] bool active() const { return kind != Kind::None; }
+  [[nodiscard]] std::int32_t rep(std::int32_t r) const { return r % block; }
+  [[nodiscard]] std::int32_t element(std::int32_t r) const { return r / block; }
+  /// The image of rank x under element g.
+  [[nodiscard]] std::int32_t apply(std::int32_t g, std::int32_t x, std::int32_t ranks) const {
+    if (kind == Kind::Xor) return x ^ (g * block);
+    const std::int64_t y = std::int64_t(x) + std::int64_t(g) * block;
+    return std::int32_t(y % ranks);
+  }
+  /// The rank element g maps to x.
+  [[nodiscard]] std::int32_t unapply(std::int32_t g, std::int32_t x, std::int32_t ranks) const {
+    if (kind == Kind::Xor) return x ^ (g * block);
+    const std::int64_t y = std::int64_t(x) - std::int64_t(g) * block;
+    return std::int32_t(((y % ranks) + ranks) % ranks);
+  }
+  /// Elements of the group (classes of ranks: each holds `block` ranks, one per representative).
+  [[nodiscard]] std::int32_t elements(std::int32_t ranks) const { return block > 0 ? ranks / block : 0; }
+  friend bool operator==(const RankSymmetry&, const RankSymmetry&) = default;
+};
+
+[[nodiscard]] const char* to_string(RankSymmetry::Kind k);
+
+/// Whether `s` is a well-formed group on `ranks` ranks: block >= 1 divides ranks, and for Xor
+/// both block and ranks / block are powers of two.
+[[nodiscard]] Status check_symmetry_shape(const RankSymmetry& s, int ranks);
+
+/// The quotient of a full plan: the ops and buffers of ranks [0, s.block), renumbered in
+/// order (dependencies, parents, reuses and results follow), with Plan::symmetry = s.
+/// The plan is taken as it is: whether it is invariant under s is check_symmetric's question.
+[[nodiscard]] Plan quotient_of(const Plan& full, const RankSymmetry& s);
+
+}  // namespace charm::ir
