@@ -321,6 +321,7 @@ void assemble(const ir::Plan& plan, ir::RankId rank, const RankOutputs& shard, G
 }
 
 Expected<RunResult> run_threads(const ir::Plan& plan, const GlobalTensors& in, const RunOptions& opt) {
+  CHARM_ASSERT(!plan.symmetry.active(), "executors run full plans, not one class of ranks");
   ThreadTransport transport;
   const ir::PlanIndex index(plan);  // one for every rank; outlives the executors (declared before them)
   std::vector<std::unique_ptr<RankExecutor>> execs;

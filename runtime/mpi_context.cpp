@@ -269,6 +269,7 @@ Expected<std::vector<RankOutputs>> gather_outputs(const Collectives& c, const Ra
 }  // namespace
 
 Expected<RunResult> MpiContext::run(const ir::Plan& plan, const GlobalTensors& in, const RunOptions& opt_in) {
+  CHARM_ASSERT(!plan.symmetry.active(), "executors run full plans, not one class of ranks");
   agreed_ = false;
   if (plan.ranks != size_)
     return Error{"--ranks", fmt::format("the plan has {} ranks but mpirun started {} processes", plan.ranks, size_)};

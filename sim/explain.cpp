@@ -8,6 +8,7 @@
 #include <map>
 
 #include "scheduler/ir/op_args.hpp"
+#include "sim/simulator.hpp"
 
 namespace charm::sim {
 
@@ -26,10 +27,14 @@ std::string percent(double x) { return x > 0 && x < 0.005 ? std::string("<1%") :
 /// What a channel carries, per buffer kind of the messages crossing it, largest first.
 std::vector<KindTraffic> channel_traffic(const Plan& plan, const topo::Topology& t, int channel) {
   std::map<BufKind, KindTraffic> by_kind;
+  // A quotient plan's sends stand for their images: those crossing the channel cross its representative.
+  const RankSymmetry& sym = plan.symmetry;
+  const int target = representative_channel(t, sym, channel);
   for (const Op& o : plan.ops()) {
     if (o.kind != OpKind::Send) continue;
     const auto route = t.route(o.rank, o.peer);
-    if (std::find(route.begin(), route.end(), channel) == route.end()) continue;
+    if (std::none_of(route.begin(), route.end(), [&](int c) { return representative_channel(t, sym, c) == target; }))
+      continue;
     const BufKind kind = plan.buffer(std::get<SendArgs>(args(o)).src).kind;
     auto& k = by_kind[kind];
     k.kind = kind;

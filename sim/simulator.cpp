@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <numeric>
 #include <optional>
+#include <string>
 
 #include "scheduler/ir/op_args.hpp"
 #include "scheduler/ir/plan_index.hpp"
@@ -22,7 +24,7 @@ enum EventKind : std::uint32_t { kOpDone, kFlowDrained, kFlowDone };
 class Engine {
  public:
   Engine(const Plan& plan, const topo::Topology& t, const ComputeModel& m)
-      : plan_(plan), topo_(t), model_(m), net_(FairShareNetwork::channels_of(t)) {}
+      : plan_(plan), topo_(t), model_(m), net_(FairShareNetwork::channels_of(t)), sym_(plan.symmetry) {}
 
   Expected<SimResult> run();
 
@@ -37,6 +39,8 @@ class Engine {
   void critical_path();
   void release_replay_state();
   void peak_memory();
+  /// The ranks whose ops the plan holds: all, or a quotient plan's representatives.
+  [[nodiscard]] int simulated_ranks() const { return sym_.active() ? sym_.block : plan_.ranks; }
 
   const Plan& plan_;
   const topo::Topology& topo_;
@@ -45,6 +49,7 @@ class Engine {
   EventQueue q_;
   double now_ = 0;
   SimResult res_;
+  RankSymmetry sym_;  // a quotient plan's
 
   // Lanes (rank, stream) in stream order, groups, partners, dependents (built by build()).
   std::optional<PlanIndex> idx_;
@@ -150,14 +155,20 @@ void Engine::issue(OpId id) {
 
 void Engine::start_flow(OpId send, OpId recv) {
   const Op& s = plan_.op(send);
-  const Op& r = plan_.op(recv);
+  // The receiver is s.peer: the receive's own rank in a full plan, its image's in a quotient plan.
   res_.flow_start_s[std::size_t(send)] = res_.flow_start_s[std::size_t(recv)] = now_;
-  const double lat = topo_.route_latency_us(s.rank, r.rank) * 1e-6;
+  const double lat = topo_.route_latency_us(s.rank, s.peer) * 1e-6;
   if (s.bytes == 0) {
     q_.push(now_ + lat, kFlowDone, send);  // nothing to move: the pair completes after the latency
     return;
   }
-  const int f = net_.add_flow(topo_.route(s.rank, r.rank), double(s.bytes), now_);
+  topo::Route route = topo_.route(s.rank, s.peer);
+  if (sym_.active()) {
+    topo::Route rep;
+    for (const std::int32_t c : route) rep.push_back(representative_channel(topo_, sym_, c));
+    route = rep;
+  }
+  const int f = net_.add_flow(route, double(s.bytes), now_);
   if (std::size_t(f) >= flow_send_.size()) {
     flow_send_.resize(std::size_t(f) + 1);
     flow_latency_s_.resize(std::size_t(f) + 1);
@@ -198,6 +209,8 @@ Expected<SimResult> Engine::run() {
   if (topo_.num_gpus() < plan_.ranks)
     return Error{"--topology", fmt::format("the plan has {} ranks but topology '{}' has only {} GPUs", plan_.ranks,
                                            topo_.name, topo_.num_gpus())};
+  if (sym_.active())
+    if (auto st = check_quotient(sym_, topo_, plan_.ranks); !st) return st.error();
   if (auto st = build(); !st) return st.error();
   for (std::size_t s = 0; s < idx_->lanes(); ++s) try_issue(static_cast<int>(s));
   auto on_change = [&](int f) {
@@ -246,21 +259,27 @@ Expected<SimResult> Engine::run() {
                                          plan_.size(), stuck, what)};
   }
   res_.makespan_s = now_;
-  int last = 0;
-  for (int r = 0; r < plan_.ranks; ++r) {
+  for (int r = 0; r < simulated_ranks(); ++r) {
     auto& rs = res_.ranks[std::size_t(r)];
     now_ = res_.makespan_s;
     touch(RankId(r));
     rs.idle_s = res_.makespan_s - rs.compute_busy_s;
-    if (rs.end_s > res_.ranks[std::size_t(last)].end_s) last = r;
   }
-  res_.last_rank = last;
   res_.channels.resize(std::size_t(topo_.num_channels()));
-  for (int c = 0; c < topo_.num_channels(); ++c)
-    res_.channels[std::size_t(c)] = {net_.channel_bytes(c), net_.channel_busy_s(c), net_.channel_max_flows(c)};
+  for (int c = 0; c < topo_.num_channels(); ++c) {
+    const int k = representative_channel(topo_, sym_, c);
+    res_.channels[std::size_t(c)] = {net_.channel_bytes(k), net_.channel_busy_s(k), net_.channel_max_flows(k)};
+  }
   critical_path();
   release_replay_state();  // before peak_memory's tables, so the two never add up
   peak_memory();
+  // A quotient plan's other ranks live their representative's timeline.
+  for (int r = simulated_ranks(); r < plan_.ranks; ++r)
+    res_.ranks[std::size_t(r)] = res_.ranks[std::size_t(sym_.rep(r))];
+  int last = 0;
+  for (int r = 0; r < plan_.ranks; ++r)
+    if (res_.ranks[std::size_t(r)].end_s > res_.ranks[std::size_t(last)].end_s) last = r;
+  res_.last_rank = last;
   return std::move(res_);
 }
 
@@ -381,6 +400,49 @@ void Engine::peak_memory() {
 }
 
 }  // namespace
+
+Status check_quotient(const RankSymmetry& s, const topo::Topology& t, int ranks) {
+  if (auto st = check_symmetry_shape(s, ranks); !st) return st;
+  const topo::BlockLayout& b = t.blocks;
+  const auto refuse = [&](const std::string& why) {
+    return Error{"symmetry", fmt::format("topology '{}' cannot run a quotient plan ({} symmetry in blocks of {} "
+                                         "ranks): {}",
+                                         t.name, to_string(s.kind), s.block, why)};
+  };
+  if (!t.routes_by_block()) return refuse("its routes are a GPU-by-GPU table, not copies of one block's");
+  if (!t.route_overrides.empty()) return refuse("it overrides routes");
+  if (s.block % b.gpus != 0 || ranks % b.gpus != 0)
+    return refuse(fmt::format("its blocks of {} GPUs do not tile the classes", b.gpus));
+  if (s.kind == RankSymmetry::Kind::Xor && (b.gpus & (b.gpus - 1)) != 0)
+    return refuse(fmt::format("xor maps blocks of {} GPUs to none", b.gpus));
+  if (ranks / b.gpus < 2) return {};
+  // Every route from block 0 to block 1 (each class of blocks meets one of them twice at most).
+  for (int src = 0; src < b.gpus; ++src)
+    for (int dst = b.gpus; dst < 2 * b.gpus; ++dst) {
+      const topo::Route r = t.route(src, dst);
+      for (std::size_t i = 0; i < r.size(); ++i)
+        for (std::size_t j = i + 1; j < r.size(); ++j)
+          if (representative_channel(t, s, r[i]) == representative_channel(t, s, r[j]))
+            return refuse(fmt::format("the route from GPU {} to GPU {} meets channel {} and its copy {}", src, dst,
+                                      t.channel_name(r[i]), t.channel_name(r[j])));
+    }
+  return {};
+}
+
+RankSymmetry quotient_symmetry(const RankSymmetry& plan_sym, const topo::Topology& t, int ranks) {
+  if (!plan_sym.active() || t.blocks.gpus < 1) return {};
+  RankSymmetry s = plan_sym;
+  s.block = std::lcm(plan_sym.block, t.blocks.gpus);
+  if (!check_quotient(s, t, ranks)) return {};
+  return s;
+}
+
+int representative_channel(const topo::Topology& t, const RankSymmetry& s, int ch) {
+  if (!s.active()) return ch;
+  const int per_block = 2 * t.blocks.links, blocks_per_class = s.block / t.blocks.gpus;
+  const int block = ch / per_block;
+  return (block % blocks_per_class) * per_block + ch % per_block;
+}
 
 Expected<SimResult> simulate(const Plan& plan, const topo::Topology& topology, const ComputeModel& model) {
   Engine e(plan, topology, model);

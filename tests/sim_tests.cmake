@@ -8,3 +8,4 @@ charm_add_test(sim_consistency_test SOURCES sim_consistency_test.cpp LIBS charm:
 charm_add_test(sim_explain_test SOURCES sim_explain_test.cpp LIBS charm::evaluate charm::scheduler LABELS unit TIMEOUT 120)
 # The trace layer: measured beside predicted.
 charm_add_test(trace_test SOURCES trace_test.cpp LIBS charm::trace LABELS unit TIMEOUT 60)
+charm_add_test(sim_quotient_test SOURCES sim_quotient_test.cpp LIBS charm::evaluate charm::scheduler LABELS unit TIMEOUT 120)

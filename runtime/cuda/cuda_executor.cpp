@@ -27,6 +27,8 @@ Expected<std::string> device_description(int device) {
 }
 
 Status supports(const ir::Plan& plan) {
+  if (plan.symmetry.active())
+    return Error{"plan", "a quotient plan holds one class of ranks: executors run full plans"};
   // Region plans run (views, ranged computes, region copies); what no executor can store is
   // refused here, before any device or MPI call, with the buffer named.
   for (ir::BufferId b = 0; b < ir::BufferId(plan.buffers().size()); ++b) {

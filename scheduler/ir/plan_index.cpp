@@ -48,12 +48,20 @@ MessageOrder sort_messages(const Plan& plan) {
   for (const Op& o : plan.ops()) sends += o.kind == OpKind::Send;
   m.sends.reserve(sends);
   m.recvs.reserve(sends);  // as many in a matched plan
+  // In a quotient plan a send of representative a to rank b is matched as its image
+  // that lands on rep(b): from unapply(element(b), a) to rep(b) (symmetry.hpp).
+  const RankSymmetry& sym = plan.symmetry;
   for (OpId id = 0; id < OpId(plan.size()); ++id) {
     const Op& o = plan.op(id);
-    if (o.kind == OpKind::Send)
-      m.sends.push_back({int(o.stream), o.rank, o.peer, o.tag, id});
-    else if (o.kind == OpKind::Recv)
+    if (o.kind == OpKind::Send) {
+      if (sym.active() && o.peer >= 0 && o.peer < plan.ranks)
+        m.sends.push_back(
+            {int(o.stream), sym.unapply(sym.element(o.peer), o.rank, plan.ranks), sym.rep(o.peer), o.tag, id});
+      else
+        m.sends.push_back({int(o.stream), o.rank, o.peer, o.tag, id});
+    } else if (o.kind == OpKind::Recv) {
       m.recvs.push_back({int(o.stream), o.peer, o.rank, o.tag, id});
+    }
   }
   sort_by_key(m.sends, std::size_t(plan.ranks));
   sort_by_key(m.recvs, std::size_t(plan.ranks));

@@ -10,7 +10,9 @@
 //   ncclGroup; any other op is a group of its own. group_begin(id) and
 //   group_end(id) bound an op's group in stream_order().
 // - Partners: each Send with its Recv, matched by (stream, src, dst, tag) as
-//   plan.hpp says (kNone where an op has no counterpart).
+//   plan.hpp says (kNone where an op has no counterpart); in a quotient plan a
+//   send to a rank outside the representatives meets the receive of its image
+//   (symmetry.hpp).
 // - Dependents: the reverse of Plan::deps.
 
 #include <cstdint>

@@ -1190,6 +1190,9 @@ std::string ValidationReport::summary(const Plan& plan) const {
       flops / 1e12);
 }
 
-ValidationReport validate(const Plan& plan, const ValidateOptions& opt) { return Validator(plan, opt).run(); }
+ValidationReport validate(const Plan& plan, const ValidateOptions& opt) {
+  CHARM_ASSERT(!plan.symmetry.active(), "the validator proves full plans (a quotient's symmetry: ir::check_symmetric)");
+  return Validator(plan, opt).run();
+}
 
 }  // namespace charm::sched
