@@ -3,7 +3,11 @@
 // simulate, each timed once (wall) with the process's resident-set high-water mark over that
 // stage alone (VmHWM reset before each stage where the kernel allows it).
 //
-//   scale_stages N [ALGO] [PASS] [SEQ] [--uniform] [--stages topology,plan,validate,simulate]
+//   scale_stages N [ALGO] [PASS] [SEQ] [--uniform] [--symmetry] [--stages topology,plan,validate,simulate]
+//
+// With --symmetry the plan is the quotient `charm simulate --symmetry on` runs (one class of ranks,
+// where the plan and the topology share a rank symmetry) and the validate stage is skipped (the
+// validator proves full plans).
 //
 // One line of JSON per run, for scripts/scale-table.sh to tabulate.
 #include <fmt/format.h>
@@ -64,16 +68,18 @@ struct Stage {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) die("usage: scale_stages N [ALGO] [PASS] [SEQ] [--uniform] [--stages LIST]");
+  if (argc < 2) die("usage: scale_stages N [ALGO] [PASS] [SEQ] [--uniform] [--symmetry] [--stages LIST]");
   const int n = std::atoi(argv[1]);
   std::string algo = "charm", pass = "both", stages = "topology,plan,validate,simulate";
   long long seq = 1LL << 20;
-  bool uniform = false;
+  bool uniform = false, by_symmetry = false;
   int pos = 0;
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--uniform")
       uniform = true;
+    else if (a == "--symmetry")
+      by_symmetry = true;
     else if (a == "--stages" && i + 1 < argc)
       stages = argv[++i];
     else if (pos == 0) {
@@ -90,7 +96,8 @@ int main(int argc, char** argv) {
   }
   const auto want = [&](const char* s) { return stages.find(s) != std::string::npos; };
   if (n < 8 || n % 8 != 0) die("N must be a multiple of 8");
-  nlohmann::json out = {{"n", n}, {"algo", algo}, {"pass", pass}, {"seq", seq}, {"uniform", uniform}};
+  nlohmann::json out = {
+      {"n", n}, {"algo", algo}, {"pass", pass}, {"seq", seq}, {"uniform", uniform}, {"symmetry", by_symmetry}};
 
   // Topology: the h100 preset's numbers (NVLink 365.1 GB/s, 42.5 GB/s NIC per GPU), N/8 nodes.
   std::optional<topo::Topology> t;
@@ -134,7 +141,14 @@ int main(int argc, char** argv) {
   std::optional<ir::Plan> plan;
   {
     Stage st;
-    auto p = sched::make_plan(sim::normalised_request(req));
+    const auto nreq = sim::normalised_request(req);
+    ir::RankSymmetry q;
+    if (by_symmetry) {
+      q = sim::quotient_symmetry(sched::plan_symmetry(nreq), *t, n);
+      if (!q.active()) die("the plan and the topology share no rank symmetry");
+      out["classes"] = q.elements(n);
+    }
+    auto p = sched::make_plan(nreq, q);
     if (!p) die(p.error().message());
     plan = std::move(p).value();
     out["plan"] = st.done();
@@ -143,7 +157,7 @@ int main(int argc, char** argv) {
     out["buffers"] = plan->buffers().size();
     out["plan_bytes"] = plan->memory_bytes();
   }
-  if (want("validate")) {
+  if (want("validate") && !by_symmetry) {
     Stage st;
     const auto rep = sched::validate(*plan);
     out["validate"] = st.done();

@@ -5,7 +5,7 @@ markdown table of each stage's wall time and peak resident memory, with the expo
 of a least-squares fit of log(time) on log(N) over the sizes from FIT_FROM up.
 
   scripts/scale-table.py BUILD_DIR [--sizes 8,64,...] [--algo charm] [--pass both]
-                         [--seq 1048576] [--reps 3] [--fit-from 64] [--stages ...] [--uniform]
+                         [--seq 1048576] [--reps 3] [--fit-from 64] [--stages ...] [--uniform] [--symmetry]
 """
 import argparse
 import json
@@ -17,7 +17,8 @@ STAGES = ["topology", "plan", "validate", "simulate"]
 
 
 def run(binary, n, a):
-    cmd = [binary, str(n), a.algo, a.pass_, str(a.seq), "--stages", a.stages] + (["--uniform"] if a.uniform else [])
+    cmd = [binary, str(n), a.algo, a.pass_, str(a.seq), "--stages", a.stages] + (["--uniform"] if a.uniform else []) + (
+        ["--symmetry"] if a.symmetry else [])
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -41,9 +42,10 @@ def main():
     p.add_argument("--fit-from", type=int, default=64)
     p.add_argument("--stages", default=",".join(STAGES))
     p.add_argument("--uniform", action="store_true")
+    p.add_argument("--symmetry", action="store_true", help="plan and simulate the quotient (one class of ranks)")
     a = p.parse_args()
     binary = a.build.rstrip("/") + "/bench/scale_stages"
-    stages = [s for s in STAGES if s in a.stages.split(",")]
+    stages = [s for s in STAGES if s in a.stages.split(",") and not (a.symmetry and s == "validate")]
     sizes = [int(s) for s in a.sizes.split(",")]
     rows = {}
     for n in sizes:

@@ -62,8 +62,11 @@ Expected<Evaluation> evaluate_plan(ir::Plan plan, const topo::Topology& t) {
   return e;
 }
 
-Expected<Evaluation> evaluate(const sched::PlanRequest& req, const topo::Topology& t) {
-  auto plan = sched::make_plan(normalised_request(req));
+Expected<Evaluation> evaluate(const sched::PlanRequest& req, const topo::Topology& t, bool by_symmetry) {
+  const sched::PlanRequest r = normalised_request(req);
+  ir::RankSymmetry q;
+  if (by_symmetry && sched::check_request(r)) q = quotient_symmetry(sched::plan_symmetry(r), t, r.ranks);
+  auto plan = sched::make_plan(r, q);
   if (!plan) return plan.error();
   return evaluate_plan(std::move(plan).value(), t);
 }

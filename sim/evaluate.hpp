@@ -49,6 +49,12 @@ struct Evaluation {
 /// Plans `req` (normalised) and evaluates it. Planner refusals and simulator
 /// failures both come back as errors; callers that must tell them apart call
 /// sched::check_request first (as `charm compare` and `charm sweep` do).
-[[nodiscard]] Expected<Evaluation> evaluate(const sched::PlanRequest& req, const topo::Topology& t);
+/// With `by_symmetry`, a plan whose ranks fall into classes the topology shares
+/// (quotient_symmetry) is planned and simulated as one class: the summary, every
+/// rank's and channel's figures and the explanation are the full plan's, per-op
+/// results and the critical path the class's (for callers that report figures,
+/// not ops: `charm sweep` and `charm advise`).
+[[nodiscard]] Expected<Evaluation> evaluate(const sched::PlanRequest& req, const topo::Topology& t,
+                                            bool by_symmetry = false);
 
 }  // namespace charm::sim

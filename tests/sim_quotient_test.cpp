@@ -127,6 +127,8 @@ TEST(SimQuotient, EveryFigureOfTheFullPlanOnEveryPreset) {
         // The bottleneck's traffic counts the images of the quotient's sends.
         const auto ea = explain(*full, *a, t), eb = explain(quotient, *b, t);
         EXPECT_EQ(ea.bottleneck.line(), eb.bottleneck.line()) << name << " " << algo;
+        EXPECT_EQ(path_shares_text(ea.path, a->makespan_s), path_shares_text(eb.path, b->makespan_s))
+            << name << " " << algo;
         worst = std::max(worst, d);
         ++compared;
       }
