@@ -230,13 +230,13 @@ class SymmetryCheck {
   std::string lane(int st) {
     const auto &la = x_.at(rep_, st), &lb = x_.at(r_, st);
     const auto stream = to_string(Stream(st));
-    if (la.size() != lb.size()) return fmt::format("{} ops on stream {}, not {}", lb.size(), stream, la.size());
     auto unit_size = [&](const std::vector<OpId>& l, std::size_t i) {  // the unit at i: the op, or its group
       std::size_t n = 1;
       while (i + n < l.size() && x_.unit[std::size_t(l[i + n])] == x_.unit[std::size_t(l[i])]) ++n;
       return n;
     };
-    for (std::size_t i = 0; i < la.size();) {
+    std::size_t i = 0;
+    for (; i < la.size() && i < lb.size();) {
       const std::size_t n = unit_size(la, i);
       if (unit_size(lb, i) != n)
         return fmt::format("stream {} op {} ({}): a group of {}, not {}", stream, i, op_label(p_, lb[i]),
@@ -245,6 +245,10 @@ class SymmetryCheck {
         return fmt::format("stream {} op {} ({}): {}", stream, i, n == 1 ? op_label(p_, lb[i]) : "a group", why);
       i += n;
     }
+    if (i < lb.size())
+      return fmt::format("stream {} op {} ({}): rank {} has no op there", stream, i, op_label(p_, lb[i]), rep_);
+    if (i < la.size())
+      return fmt::format("stream {} op {}: none where the image of {} would be", stream, i, op_label(p_, la[i]));
     return {};
   }
 
