@@ -34,20 +34,21 @@ BufferId PhantomBuffers::add(const Buffer& b, int parts) {
         std::int64_t(b.init);
     return BufferId(-2 - code);
   }
-  const std::int64_t code = encoded_ + std::int64_t(records_.size());
+  const std::int64_t code = encoded_ + std::int64_t(records_);
   CHARM_ASSERT(code <= kMaxCode, "more phantom buffers than phantom ids");
   std::int32_t more = b.owners;
   if (!shards) {
     full_.push_back(b);
     more = -std::int32_t(full_.size());
   }
-  records_.push_back({b.rank, b.owner, more, b.kind, b.init});
+  if (records_ % kChunk == 0) chunks_.push_back(std::make_unique_for_overwrite<Record[]>(kChunk));
+  chunks_.back()[records_++ % kChunk] = {b.rank, b.owner, more, b.kind, b.init};
   return BufferId(-2 - code);
 }
 
 Buffer PhantomBuffers::get(BufferId id, int parts) const {
   std::int64_t code = -2 - std::int64_t(id);
-  CHARM_ASSERT(id <= -2 && code < encoded_ + std::int64_t(records_.size()), "not a phantom buffer");
+  CHARM_ASSERT(id <= -2 && code < encoded_ + std::int64_t(records_), "not a phantom buffer");
   if (code < encoded_) {
     const auto init = BufInit(code % kNumBufInits);
     code /= kNumBufInits;
@@ -55,7 +56,8 @@ Buffer PhantomBuffers::get(BufferId id, int parts) const {
     code /= kNumBufKinds;
     return Buffer{RankId(code / ranks_) + first_, kind, RankId(code % ranks_), init, whole_bytes(kind, parts)};
   }
-  const Record& r = records_[std::size_t(code - encoded_)];
+  const auto k = std::size_t(code - encoded_);
+  const Record& r = chunks_[k / kChunk][k % kChunk];
   if (r.more < 0) return full_[std::size_t(-r.more - 1)];
   Buffer b{r.rank, r.kind, r.owner, r.init, whole_bytes(r.kind, parts) * Bytes(r.more)};
   b.owners = r.more;
@@ -63,7 +65,8 @@ Buffer PhantomBuffers::get(BufferId id, int parts) const {
 }
 
 std::size_t PhantomBuffers::memory_bytes() const {
-  return records_.capacity() * sizeof(Record) + full_.capacity() * sizeof(Buffer);
+  return chunks_.size() * kChunk * sizeof(Record) + chunks_.capacity() * sizeof(chunks_[0]) +
+         full_.capacity() * sizeof(Buffer);
 }
 
 PlanBuilder::PlanBuilder(std::string algo, const Workload& w, int ranks, int domains, RankSymmetry quotient)

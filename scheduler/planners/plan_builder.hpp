@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
@@ -62,9 +63,10 @@ class BufferRing {
 
 /// The buffers of phantom ranks (PlanBuilder's quotient mode): created and looked up like
 /// any other, never in the plan. Ids are <= -2 (kNone is -1), so they never collide with the
-/// plan's. A whole shard of one owner is encoded in its id while the id range allows (no
-/// storage at all: ring on 4,096 ranks makes 16.7M of them); any other buffer is a 16-byte
-/// record, and one cut finer than whole shards (heads, parts, a view) adds a whole Buffer.
+/// plan's. A whole shard of one owner is encoded in its id while the id range allows, up to
+/// about 7,000 ranks (no storage at all: ring on 4,096 ranks makes 16.7M of them); any other
+/// buffer is a 16-byte record, and one cut finer than whole shards (heads, parts, a view) adds
+/// a whole Buffer.
 /// Bytes are not stored: they follow from the kind and the region, as for the plan's buffers.
 class PhantomBuffers {
  public:
@@ -93,7 +95,10 @@ class PhantomBuffers {
   int ranks_ = 0;
   RankId first_ = 0;
   std::int64_t encoded_ = 0;  // codes [0, encoded_) are whole shards encoded in the id; records follow
-  std::vector<Record> records_;
+  // Records in chunks of kChunk: no copy as they grow (a vector's would need 1.5x its memory at peak).
+  static constexpr std::size_t kChunk = std::size_t{1} << 16;
+  std::vector<std::unique_ptr<Record[]>> chunks_;
+  std::size_t records_ = 0;
   std::vector<ir::Buffer> full_;
   std::size_t count_ = 0;
 };

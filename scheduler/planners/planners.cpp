@@ -56,8 +56,8 @@ PlanEstimate estimate_plan(const PlanRequest& req) {
 PlanEstimate estimate_quotient_plan(const PlanRequest& req, const RankSymmetry& quotient) {
   // A symmetric plan's ranks hold equal shares of its ops and buffers. Buffers per op, measured at
   // 64 and 256 ranks: 0.33 (fwd) to 0.52 (bwd), ulysses and usp 0.7. A phantom costs nothing while
-  // whole shards fit the ids (PhantomBuffers), else 16 bytes; one cut finer (tasp's parts, usp's
-  // head slices) 64 bytes, and a vector holds 1.5 times what it stores on average. The schedules' tables
+  // whole shards fit the ids (PhantomBuffers), else a 16-byte record; one cut finer (tasp's parts,
+  // usp's head slices) adds a 48-byte Buffer in a vector, which holds 1.5 times that on average. The schedules' tables
   // over all ranks: merge keeps each rank's received blocks (and backward its partials), allgather-kv
   // its gathered blocks (and backward its partials), ranks^2 ids each.
   const PlanEstimate full = estimate_plan(req);
@@ -68,7 +68,7 @@ PlanEstimate estimate_quotient_plan(const PlanRequest& req, const RankSymmetry& 
   PlanEstimate e;
   e.ops = full.ops * block / n;
   e.phantom_buffers = (heads ? 0.7 : 0.5) * full.ops * (n - block) / n;
-  e.phantom_bytes = e.phantom_buffers * 1.5 * (regions ? 64.0 : fits ? 0.0 : 16.0);
+  e.phantom_bytes = e.phantom_buffers * (regions ? 16.0 + 1.5 * 48 : fits ? 0.0 : 16.0);
   const double tables = a == "merge" || a == "allgather-kv" ? (req.workload.pass == PassKind::Fwd ? 1 : 2) : 0;
   e.planner_bytes = tables * 4.0 * n * n + 256.0 * n;
   e.plan_bytes = 120.0 * e.ops + e.phantom_bytes + e.planner_bytes;
