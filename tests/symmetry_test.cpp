@@ -83,9 +83,9 @@ ir::Workload base_workload() {
 /// counts (charm, usp), and at 8 ranks two more workloads (batch, dtype, GQA, head size).
 std::vector<Case> requests(const std::string& algo) {
   std::vector<Case> out;
-  const bool big = algo == "ring" || algo == "charm", any_count = algo == "ring" || algo == "ring-zigzag" ||
-                                                                 algo == "allgather-kv" || algo == "tasp" ||
-                                                                 algo == "tasp-zigzag";
+  const bool big = algo == "ring" || algo == "charm";
+  const bool any_count =
+      algo == "ring" || algo == "ring-zigzag" || algo == "allgather-kv" || algo == "tasp" || algo == "tasp-zigzag";
   std::vector<int> counts{4, 8, 16, 32};
   if (big) counts.push_back(64);
   if (any_count) counts.insert(counts.end(), {6, 12});
@@ -258,8 +258,7 @@ TEST(MakePlanQuotient, RefusesWhatIsNoCoarseningOfThePlansSymmetry) {
   ASSERT_EQ(sched::plan_symmetry(ring), (RankSymmetry{Kind::Rotate, 1}));
   auto wrong_kind = sched::make_plan(ring, {Kind::Xor, 1});
   ASSERT_FALSE(wrong_kind.ok());
-  EXPECT_NE(wrong_kind.error().message().find("does not coarsen the plan's, rotate in blocks of 1"),
-            std::string::npos)
+  EXPECT_NE(wrong_kind.error().message().find("does not coarsen the plan's, rotate in blocks of 1"), std::string::npos)
       << wrong_kind.error().message();
   EXPECT_FALSE(sched::make_plan(ring, {Kind::Rotate, 3}).ok());  // does not divide 8 ranks
 
