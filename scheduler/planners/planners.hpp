@@ -69,13 +69,13 @@ struct PlanEstimate {
 /// Whether `quotient` is well formed (ir::check_symmetry_shape) and coarsens plan_symmetry(req):
 /// the same kind, a block that is a multiple of its block.
 [[nodiscard]] Status check_quotient(const PlanRequest& req, const ir::RankSymmetry& quotient);
-/// The quotient plan under `quotient` (checked by check_quotient), built without the full plan: it
-/// equals ir::quotient_of(make_plan(req), quotient), op for op. An inactive `quotient` gives the full plan.
 /// What building a quotient plan took besides the plan (measured, where estimate_quotient_plan guesses).
 struct QuotientStats {
   std::size_t phantom_buffers = 0;  // buffers the planner made on phantom ranks
   std::size_t phantom_bytes = 0;    // the heap memory that held them
 };
+/// The quotient plan under `quotient` (checked by check_quotient), built without the full plan: it
+/// equals ir::quotient_of(make_plan(req), quotient), op for op. An inactive `quotient` gives the full plan.
 [[nodiscard]] Expected<ir::Plan> make_plan(const PlanRequest& req, ir::RankSymmetry quotient,
                                            QuotientStats* stats = nullptr);
 
