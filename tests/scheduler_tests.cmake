@@ -6,3 +6,4 @@ charm_add_test(validator_test SOURCES validator_test.cpp LIBS charm::scheduler n
 charm_add_test(validator_region_test SOURCES validator_region_test.cpp LIBS charm::scheduler TIMEOUT 300)
 charm_add_test(cell_store_test SOURCES cell_store_test.cpp LIBS charm::scheduler)
 charm_add_test(cli_plan_test SOURCES cli_plan_test.cpp LIBS charm::scheduler LABELS integration)
+charm_add_test(symmetry_test SOURCES symmetry_test.cpp LIBS charm::scheduler TIMEOUT 300)

@@ -55,6 +55,18 @@ struct RankSymmetry {
 /// both block and ranks / block are powers of two.
 [[nodiscard]] Status check_symmetry_shape(const RankSymmetry& s, int ranks);
 
+/// Proves that a full plan is invariant under `s`: for every rank r, its buffers and results are
+/// the images under element(r) of rep(r)'s, one for one in creation order, and on every stream
+/// its ops are the images of rep(r)'s, position by position: kind, phase, mask, tag, bytes and
+/// flops equal; peer, q_owner and kv_owner mapped; buffers and dependencies by their place on the
+/// rank (dependencies as (stream, position)). The members of an ncclGroup (consecutive Send/Recv
+/// of one group id) are compared as a set: they are issued together, progress in any order and
+/// complete as a whole (plan.hpp), and a group's two sides differ in order (the ring's rank 0
+/// issues [send, recv], every other rank [recv, send]), so a dependency on a member counts as
+/// one on its group. A buffer's owner range maps as a set. The error names the first rank and
+/// op that differ.
+[[nodiscard]] Status check_symmetric(const Plan& full, const RankSymmetry& s);
+
 /// The quotient of a full plan: the ops and buffers of ranks [0, s.block), renumbered in
 /// order (dependencies, parents, reuses and results follow), with Plan::symmetry = s.
 /// The plan is taken as it is: whether it is invariant under s is check_symmetric's question.

@@ -267,14 +267,15 @@ class RmPlus {
 
   /// The unit that last reads buffer b (-1: none known).
   [[nodiscard]] int consumer(BufferId b) const {
-    if (std::size_t(b) < first_buffer_) return -1;  // not one of this run's buffers
+    if (b < 0 || std::size_t(b) < first_buffer_) return -1;  // a phantom, or not one of this run's buffers
     const std::size_t k = std::size_t(b) - first_buffer_;
     return k < consumer_.size() ? consumer_[k] : -1;
   }
   void set_consumer(BufferId b, int unit) {
+    if (b < 0) return;  // a phantom's: no ring holds it, so no draw waits for its consumer
     CHARM_ASSERT(std::size_t(b) >= first_buffer_, "a consumer is set on a buffer of this run");
     const std::size_t k = std::size_t(b) - first_buffer_;
-    if (consumer_.size() <= k) consumer_.resize(k + 1, -1);
+    if (consumer_.size() <= k) consumer_.resize(std::max(k + 1, 2 * consumer_.size()), -1);  // -1 past the end too
     consumer_[k] = unit;
   }
   /// Whether `rank` may draw from `ring` now: the storage it would take over is done with.

@@ -6,13 +6,92 @@ namespace charm::sched {
 
 using namespace charm::ir;
 
-PlanBuilder::PlanBuilder(std::string algo, const Workload& w, int ranks, int domains) {
+namespace {
+constexpr int kNumBufInits = 3;
+/// Codes of whole shards encoded in phantom ids stay below this, leaving as many for records.
+constexpr std::int64_t kMaxEncoded = std::int64_t{1} << 30;
+/// Phantom ids are -2 - code, codes [0, kMaxCode]: they never meet kNone or a plan's id.
+constexpr std::int64_t kMaxCode = (std::int64_t{1} << 31) - 2;
+}  // namespace
+
+PhantomBuffers::PhantomBuffers(const Workload& w, int ranks, RankId first) : w_(w), ranks_(ranks), first_(first) {
+  const std::int64_t codes = std::int64_t(ranks - first) * ranks * kNumBufKinds * kNumBufInits;
+  encoded_ = codes <= kMaxEncoded ? codes : 0;
+}
+
+Bytes PhantomBuffers::whole_bytes(BufKind kind, int parts) const {
+  return region_bytes(w_, ranks_, parts, kind, shard_region(0, w_, parts));
+}
+
+BufferId PhantomBuffers::add(const Buffer& b, int parts) {
+  CHARM_ASSERT(b.rank >= first_ && b.rank < ranks_ && b.reuse == kNone, "a phantom buffer is one of a phantom rank");
+  ++count_;
+  const bool shards =
+      b.heads == 0 && b.parts == 0 && b.parent == kNone && b.bytes == whole_bytes(b.kind, parts) * Bytes(b.owners);
+  if (shards && b.owners == 1 && encoded_ > 0) {
+    const std::int64_t code =
+        ((std::int64_t(b.rank - first_) * ranks_ + b.owner) * kNumBufKinds + std::int64_t(b.kind)) * kNumBufInits +
+        std::int64_t(b.init);
+    return BufferId(-2 - code);
+  }
+  const std::int64_t code = encoded_ + std::int64_t(records_);
+  CHARM_ASSERT(code <= kMaxCode, "more phantom buffers than phantom ids");
+  std::int32_t more = b.owners;
+  if (!shards) {
+    full_.push_back(b);
+    more = -std::int32_t(full_.size());
+  }
+  if (records_ % kChunk == 0) chunks_.push_back(std::make_unique_for_overwrite<Record[]>(kChunk));
+  chunks_.back()[records_++ % kChunk] = {b.rank, b.owner, more, b.kind, b.init};
+  return BufferId(-2 - code);
+}
+
+Buffer PhantomBuffers::get(BufferId id, int parts) const {
+  std::int64_t code = -2 - std::int64_t(id);
+  CHARM_ASSERT(id <= -2 && code < encoded_ + std::int64_t(records_), "not a phantom buffer");
+  if (code < encoded_) {
+    const auto init = BufInit(code % kNumBufInits);
+    code /= kNumBufInits;
+    const auto kind = BufKind(code % kNumBufKinds);
+    code /= kNumBufKinds;
+    return Buffer{RankId(code / ranks_) + first_, kind, RankId(code % ranks_), init, whole_bytes(kind, parts)};
+  }
+  const auto k = std::size_t(code - encoded_);
+  const Record& r = chunks_[k / kChunk][k % kChunk];
+  if (r.more < 0) return full_[std::size_t(-r.more - 1)];
+  Buffer b{r.rank, r.kind, r.owner, r.init, whole_bytes(r.kind, parts) * Bytes(r.more)};
+  b.owners = r.more;
+  return b;
+}
+
+std::size_t PhantomBuffers::memory_bytes() const {
+  return chunks_.size() * kChunk * sizeof(Record) + chunks_.capacity() * sizeof(chunks_[0]) +
+         full_.capacity() * sizeof(Buffer);
+}
+
+PlanBuilder::PlanBuilder(std::string algo, const Workload& w, int ranks, int domains, RankSymmetry quotient)
+    : first_phantom_(ranks) {
   plan_.algo = std::move(algo);
   plan_.workload = w;
   plan_.ranks = ranks;
   plan_.domains = domains;
   plan_.results().assign(static_cast<std::size_t>(ranks), RankResults{});
   next_tag_.resize(static_cast<std::size_t>(ranks) * kNumStreams);
+  if (quotient.active()) {
+    CHARM_ASSERT(check_symmetry_shape(quotient, ranks).ok(), "a quotient needs a well-formed symmetry");
+    plan_.symmetry = quotient;
+    first_phantom_ = quotient.block;
+    phantoms_ = PhantomBuffers(w, ranks, quotient.block);
+  }
+}
+
+Buffer PlanBuilder::phantom_buf(BufferId b) const { return phantoms_.get(b, plan_.parts); }
+
+Region PlanBuilder::region_of(const Buffer& b) const {
+  const auto hk = static_cast<std::int32_t>(plan_.workload.kv_heads);
+  return {b.owner,      b.owner + b.owners,
+          b.head_begin, b.heads == 0 ? hk : b.head_begin + b.heads,
+          b.part_begin, b.parts == 0 ? plan_.parts : b.part_begin + b.parts};
 }
 
 void PlanBuilder::reserve(std::size_t ops) {
@@ -47,6 +126,7 @@ BufferId PlanBuilder::buffer(RankId rank, BufKind kind, const Region& r, BufInit
     b.part_begin = r.part_begin;
     b.parts = r.parts();
   }
+  if (phantom(rank)) return phantoms_.add(b, plan_.parts);  // no storage, so no reuse
   if (reuse != kNone) {
     const Buffer& old = plan_.buffer(reuse);
     CHARM_ASSERT(old.rank == rank && old.parent == kNone && old.init != BufInit::Input &&
@@ -61,6 +141,7 @@ BufferId PlanBuilder::buffer(RankId rank, BufKind kind, const Region& r, BufInit
 }
 
 BufferId PlanBuilder::buffer(BufferRing& ring, RankId rank, BufKind kind, const Region& r, BufInit init) {
+  if (phantom(rank)) return buffer(rank, kind, r, init);
   BufferId old = ring.recyclable(rank);
   if (old != kNone &&
       access_[std::size_t(old)].storage_bytes < region_bytes(plan_.workload, plan_.ranks, plan_.parts, kind, r))
@@ -87,7 +168,7 @@ void PlanBuilder::claim_storage(BufferId b, std::vector<OpId>& deps) {
 }
 
 BufferId PlanBuilder::view(BufferId parent, RankId owner, int owners) {
-  const Buffer p = plan_.buffer(parent);
+  const Buffer p = buf(parent);
   CHARM_ASSERT(p.init == BufInit::None || p.init == BufInit::Zero, "views alias working buffers, not inputs");
   CHARM_ASSERT(owner >= p.owner && owner + owners <= p.owner + p.owners, "a view lies inside its parent");
   Buffer v = p;
@@ -97,11 +178,13 @@ BufferId PlanBuilder::view(BufferId parent, RankId owner, int owners) {
   v.bytes = p.bytes / Bytes(p.owners) * Bytes(owners);
   v.parent = parent;
   v.reuse = kNone;
+  if (parent < 0) return phantoms_.add(v, plan_.parts);
   access_.emplace_back().storage_bytes = v.bytes;
   return plan_.add_buffer(v);
 }
 
 OpId PlanBuilder::copy(Stream stream, BufferId src, BufferId dst, std::span<const OpId> extra) {
+  if (src < 0) return kNone;  // a phantom's (its buffers are all phantoms)
   const Region a = plan_.region(src), d = plan_.region(dst);
   CHARM_ASSERT(plan_.buffer(src).kind == plan_.buffer(dst).kind, "a copy keeps the buffer kind");
   CHARM_ASSERT(a.contains(d) || d.contains(a), "a copy slices a region or places a slice into one");
@@ -197,16 +280,21 @@ bool PlanBuilder::visible(RankId q_owner, RankId kv_owner) const {
   return plan_.workload.mask(q_owner, kv_owner, plan_.ranks) != MaskPiece::Empty;
 }
 
-bool PlanBuilder::any_visible(BufferId q, BufferId kv) const {
-  const Buffer &bq = plan_.buffer(q), &bk = plan_.buffer(kv);
+// Inlined into both calls below: a call per computation would cost the full plans measurably.
+[[gnu::always_inline]] inline bool PlanBuilder::any_visible(const Buffer& bq, const Buffer& bk) const {
   if (bq.owners == 1 && bk.owners == 1 && bq.parts == 0 && bk.parts == 0) return visible(bq.owner, bk.owner);
-  const Region rq = plan_.region(q), rk = plan_.region(kv);
+  const Region rq = region_of(bq), rk = region_of(bk);
   for (RankId x = rq.owner_begin; x < rq.owner_end; ++x)
     for (RankId y = rk.owner_begin; y < rk.owner_end; ++y)
       if (visible_pairs(plan_.workload, plan_.ranks, plan_.parts, x, rq.part_begin, rq.part_end, y, rk.part_begin,
                         rk.part_end) > 0)
         return true;
   return false;
+}
+
+bool PlanBuilder::any_visible(BufferId q, BufferId kv) const {
+  if (q < 0 || kv < 0) return any_visible(buf(q), buf(kv));
+  return any_visible(plan_.buffer(q), plan_.buffer(kv));  // read in place
 }
 
 Op PlanBuilder::block_op(Phase phase, BufferId q, BufferId kv) const {
@@ -243,6 +331,7 @@ Op PlanBuilder::block_op(Phase phase, BufferId q, BufferId kv) const {
 }
 
 OpId PlanBuilder::compute_fwd(BufferId q, BufferId kv, BufferId out_acc, std::span<const OpId> extra) {
+  if (q < 0) return kNone;
   Op op = block_op(Phase::Fwd, q, kv);
   op.buf[2] = out_acc;
   return emit(op, {q, kv, out_acc}, {out_acc}, extra);
@@ -250,6 +339,7 @@ OpId PlanBuilder::compute_fwd(BufferId q, BufferId kv, BufferId out_acc, std::sp
 
 OpId PlanBuilder::compute_bwd(BufferId qbundle, BufferId kv, BufferId dq_acc, BufferId dkv_acc,
                               std::span<const OpId> extra) {
+  if (qbundle < 0) return kNone;
   Op op = block_op(Phase::Bwd, qbundle, kv);
   op.buf[2] = dq_acc;
   op.buf[3] = dkv_acc;
@@ -259,6 +349,8 @@ OpId PlanBuilder::compute_bwd(BufferId qbundle, BufferId kv, BufferId dq_acc, Bu
 PlanBuilder::Transfer PlanBuilder::transfer(Stream stream, BufferId src, RankId dst_rank, int src_group, int dst_group,
                                             std::span<const OpId> extra_src, std::span<const OpId> extra_dst,
                                             BufferId into) {
+  if (src < 0 || phantom(dst_rank))
+    return phantom_transfer(stream, src, dst_rank, src_group, dst_group, extra_src, extra_dst, into);
   const Buffer sb = plan_.buffer(src);
   CHARM_ASSERT(sb.rank != dst_rank, "a transfer needs two ranks");
   const BufferId dst = into != kNone ? into : buffer(dst_rank, sb.kind, plan_.region(src), BufInit::None);
@@ -284,11 +376,38 @@ PlanBuilder::Transfer PlanBuilder::transfer(Stream stream, BufferId src, RankId 
   return {sid, rid, dst};
 }
 
+PlanBuilder::Transfer PlanBuilder::phantom_transfer(Stream stream, BufferId src, RankId dst_rank, int src_group,
+                                                    int dst_group, std::span<const OpId> extra_src,
+                                                    std::span<const OpId> extra_dst, BufferId into) {
+  const Buffer sb = buf(src);
+  CHARM_ASSERT(sb.rank != dst_rank, "a transfer needs two ranks");
+  const BufferId dst = into != kNone ? into : buffer(dst_rank, sb.kind, region_of(sb), BufInit::None);
+  if (src < 0 && phantom(dst_rank)) return {kNone, kNone, dst};  // between phantoms: no tag of the quotient counts it
+  Op op;  // the side of the representative, as transfer() makes it
+  op.stream = stream;
+  op.tag = next_tag(stream, sb.rank, dst_rank)++;
+  op.bytes = sb.bytes;
+  if (src >= 0) {
+    op.rank = sb.rank;
+    op.kind = OpKind::Send;
+    op.peer = dst_rank;
+    op.group = src_group;
+    op.buf[0] = src;
+    return {emit(op, {src}, {}, extra_src), kNone, dst};
+  }
+  op.rank = dst_rank;
+  op.kind = OpKind::Recv;
+  op.peer = sb.rank;
+  op.group = dst_group;
+  op.buf[0] = dst;
+  return {kNone, emit(op, {}, {dst}, extra_dst), dst};
+}
+
 std::pair<PlanBuilder::Transfer, PlanBuilder::Transfer> PlanBuilder::exchange(Stream stream, BufferId a_src,
                                                                               BufferId b_src,
                                                                               std::span<const OpId> extra_a,
                                                                               std::span<const OpId> extra_b) {
-  const RankId a = plan_.buffer(a_src).rank, b = plan_.buffer(b_src).rank;
+  const RankId a = buf(a_src).rank, b = buf(b_src).rank;
   const int ga = new_group(), gb = new_group();
   // Rank a issues [send, recv], rank b issues [recv, send]: both pairs are one group.
   auto ab = transfer(stream, a_src, b, ga, gb, extra_a, extra_b);
@@ -297,6 +416,7 @@ std::pair<PlanBuilder::Transfer, PlanBuilder::Transfer> PlanBuilder::exchange(St
 }
 
 OpId PlanBuilder::merge(Stream stream, BufferId partial, BufferId acc, std::span<const OpId> extra) {
+  if (partial < 0) return kNone;
   const Buffer& p = plan_.buffer(partial);
   Op op;
   op.rank = p.rank;
@@ -309,6 +429,7 @@ OpId PlanBuilder::merge(Stream stream, BufferId partial, BufferId acc, std::span
 }
 
 OpId PlanBuilder::accumulate(Stream stream, BufferId partial, BufferId acc, std::span<const OpId> extra) {
+  if (partial < 0) return kNone;
   const Buffer& p = plan_.buffer(partial);
   Op op;
   op.rank = p.rank;
@@ -321,6 +442,7 @@ OpId PlanBuilder::accumulate(Stream stream, BufferId partial, BufferId acc, std:
 }
 
 OpId PlanBuilder::pack(BufferId q, BufferId dout, BufferId out, BufferId qbundle) {
+  if (q < 0) return kNone;
   Op op;
   op.rank = plan_.buffer(q).rank;
   op.stream = Stream::Compute;
@@ -333,6 +455,9 @@ OpId PlanBuilder::pack(BufferId q, BufferId dout, BufferId out, BufferId qbundle
   return emit(op, {q, dout, out}, {qbundle}, {});
 }
 
-Plan PlanBuilder::finish() && { return std::move(plan_); }
+Plan PlanBuilder::finish() && {
+  for (std::size_t r = std::size_t(first_phantom_); r < plan_.results().size(); ++r) plan_.results()[r] = {};
+  return std::move(plan_);
+}
 
 }  // namespace charm::sched

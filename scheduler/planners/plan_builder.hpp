@@ -5,9 +5,19 @@
 // write-after-write, write-after-read), the way a sequential task flow does.
 // Explicit extra dependencies express synchronisation a schedule wants on top
 // (for example the level barriers of the merge schedules).
+//
+// Quotient mode (a symmetry, ir/symmetry.hpp): the builder emits the plan of the
+// representatives, ranks [0, block), only, while the planner still describes
+// every rank. Ranks from the block on are *phantoms*: their buffers exist for the
+// planner to look at (PhantomBuffers) but not in the plan, their ops are not
+// emitted (the call returns kNone), and of a transfer between a representative
+// and a phantom only the representative's side is emitted, with the tag it has
+// in the full plan. Under a symmetry the plan holds, the result is the full
+// plan's quotient (ir::quotient_of), op for op.
 
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
@@ -51,9 +61,53 @@ class BufferRing {
   std::vector<BufferId> last_;        // per rank: its last `depth` draws
 };
 
+/// The buffers of phantom ranks (PlanBuilder's quotient mode): created and looked up like
+/// any other, never in the plan. Ids are <= -2 (kNone is -1), so they never collide with the
+/// plan's. A whole shard of one owner is encoded in its id while the id range allows, up to
+/// about 7,000 ranks (no storage at all: ring on 4,096 ranks makes 16.7M of them); any other
+/// buffer is a 16-byte record, and one cut finer than whole shards (heads, parts, a view) adds
+/// a whole Buffer.
+/// Bytes are not stored: they follow from the kind and the region, as for the plan's buffers.
+class PhantomBuffers {
+ public:
+  PhantomBuffers() = default;
+  /// Phantoms of ranks [first, ranks) of a plan of `w`.
+  PhantomBuffers(const ir::Workload& w, int ranks, RankId first);
+  /// Stores b (which has no reuse); `parts` is the plan's (Plan::parts).
+  BufferId add(const ir::Buffer& b, int parts);
+  [[nodiscard]] ir::Buffer get(BufferId id, int parts) const;
+  /// Phantom buffers created so far.
+  [[nodiscard]] std::size_t count() const { return count_; }
+  /// Bytes of heap memory the store holds.
+  [[nodiscard]] std::size_t memory_bytes() const;
+
+ private:
+  struct Record {
+    RankId rank;
+    RankId owner;
+    std::int32_t more;  // >= 1: owners of whole shards; < 0: the buffer is full_[-more - 1]
+    ir::BufKind kind;
+    ir::BufInit init;
+  };
+  static_assert(sizeof(Record) == 16);
+  [[nodiscard]] ir::Bytes whole_bytes(ir::BufKind kind, int parts) const;
+  ir::Workload w_;
+  int ranks_ = 0;
+  RankId first_ = 0;
+  std::int64_t encoded_ = 0;  // codes [0, encoded_) are whole shards encoded in the id; records follow
+  // Records in chunks of kChunk: no copy as they grow (a vector's would need 1.5x its memory at peak).
+  static constexpr std::size_t kChunk = std::size_t{1} << 16;
+  std::vector<std::unique_ptr<Record[]>> chunks_;
+  std::size_t records_ = 0;
+  std::vector<ir::Buffer> full_;
+  std::size_t count_ = 0;
+};
+
 class PlanBuilder {
  public:
-  PlanBuilder(std::string algo, const ir::Workload& w, int ranks, int domains);
+  /// With an active `quotient`, builds its quotient plan (quotient mode, above); the
+  /// planner must describe a plan that is invariant under it.
+  PlanBuilder(std::string algo, const ir::Workload& w, int ranks, int domains, ir::RankSymmetry quotient = {});
 
   [[nodiscard]] const ir::Workload& workload() const { return plan_.workload; }
   [[nodiscard]] int ranks() const { return plan_.ranks; }
@@ -61,21 +115,33 @@ class PlanBuilder {
   /// Ops created from now on belong to this pass.
   void set_phase(ir::Phase p) { phase_ = p; }
 
+  /// Whether ops of rank r are left out of the plan (quotient mode: r is past the block).
+  [[nodiscard]] bool phantom(RankId r) const { return r >= first_phantom_; }
+  /// The quotient being built (inactive: the full plan).
+  [[nodiscard]] const ir::RankSymmetry& quotient() const { return plan_.symmetry; }
+  [[nodiscard]] const PhantomBuffers& phantoms() const { return phantoms_; }
+
   /// A new buffer; its size follows from its kind and the workload.
   BufferId buffer(RankId rank, ir::BufKind kind, RankId owner, ir::BufInit init);
-  [[nodiscard]] const ir::Buffer& buf(BufferId b) const { return plan_.buffer(b); }
-  /// Buffers created so far (the next buffer's id).
+  /// A buffer of the plan, or of a phantom rank (by value: phantoms are stored compactly).
+  /// Always inlined, so that reading one field of a plan's buffer copies nothing.
+  [[nodiscard, gnu::always_inline]] ir::Buffer buf(BufferId b) const {
+    return b >= 0 ? plan_.buffer(b) : phantom_buf(b);
+  }
+  /// Buffers of the plan created so far (the next one's id).
   [[nodiscard]] std::size_t num_buffers() const { return plan_.buffers().size(); }
-  [[nodiscard]] ir::Region region(BufferId b) const { return plan_.region(b); }
+  [[nodiscard]] ir::Region region(BufferId b) const { return b >= 0 ? plan_.region(b) : region_of(phantom_buf(b)); }
   /// A buffer over a region (region.hpp); the plan's parts must be set first (set_parts).
   /// With `reuse`, it takes over that dead buffer's storage: its first access waits for
   /// every access of `reuse`, which may not be touched again (bounded in-flight buffers).
   BufferId buffer(RankId rank, ir::BufKind kind, const ir::Region& r, ir::BufInit init, BufferId reuse = ir::kNone);
   /// A view of owners [owner, owner + owners) of `parent` (same heads and parts): a receive
   /// into it lands in the parent's storage. Accesses count as accesses of the parent.
+  /// A view of a phantom is a phantom.
   BufferId view(BufferId parent, RankId owner, int owners = 1);
   /// A new buffer of `rank` drawn from `ring`: it reuses the storage of the buffer drawn
-  /// ring.depth() draws before (when that storage is no smaller), else it is fresh.
+  /// ring.depth() draws before (when that storage is no smaller), else it is fresh. A
+  /// phantom rank draws phantoms, which the ring does not keep (no reuse).
   BufferId buffer(BufferRing& ring, RankId rank, ir::BufKind kind, const ir::Region& r, ir::BufInit init);
   BufferId buffer(BufferRing& ring, RankId rank, ir::BufKind kind, RankId owner, ir::BufInit init);
   /// Token parts per shard that regions count in (TASP); before any buffer with parts.
@@ -102,6 +168,7 @@ class PlanBuilder {
     BufferId dst;
   };
   /// Sends `src` to `dst_rank` on `stream` into a new buffer there (or into `into`).
+  /// Quotient mode: the ids of ops left out are kNone; `dst` is always the receiving buffer.
   Transfer transfer(ir::Stream stream, BufferId src, RankId dst_rank, int src_group = ir::kNone,
                     int dst_group = ir::kNone, std::span<const OpId> extra_src = {},
                     std::span<const OpId> extra_dst = {}, BufferId into = ir::kNone);
@@ -115,9 +182,12 @@ class PlanBuilder {
   OpId pack(BufferId q, BufferId dout, BufferId out, BufferId qbundle);
 
   int new_group() { return next_group_++; }
-  /// The op that last wrote b (kNone if none).
-  [[nodiscard]] OpId last_writer(BufferId b) const { return access_[static_cast<std::size_t>(b)].writer; }
+  /// The op that last wrote b (kNone if none, and for a phantom).
+  [[nodiscard]] OpId last_writer(BufferId b) const {
+    return b < 0 ? ir::kNone : access_[static_cast<std::size_t>(b)].writer;
+  }
 
+  /// A rank's results; a phantom's may be set but are kNone in the finished plan.
   ir::RankResults& results(RankId r) { return plan_.results()[static_cast<std::size_t>(r)]; }
   [[nodiscard]] ir::Plan finish() &&;
 
@@ -146,8 +216,18 @@ class PlanBuilder {
 
   /// Dependencies of the first access of a buffer that reuses storage: every access of the previous holder.
   void claim_storage(BufferId b, std::vector<OpId>& deps);
+  [[nodiscard]] ir::Region region_of(const ir::Buffer& b) const;
+  // Phantoms' paths stay out of line, so that the plan's buffers' stay small where they are inlined.
+  [[nodiscard, gnu::noinline]] ir::Buffer phantom_buf(BufferId b) const;
+  [[nodiscard]] bool any_visible(const ir::Buffer& q, const ir::Buffer& kv) const;
+  /// transfer() where a side is a phantom rank's: emits the representative's side only.
+  [[gnu::noinline]] Transfer phantom_transfer(ir::Stream stream, BufferId src, RankId dst_rank, int src_group,
+                                              int dst_group, std::span<const OpId> extra_src,
+                                              std::span<const OpId> extra_dst, BufferId into);
 
   ir::Plan plan_;
+  RankId first_phantom_;  // the block in quotient mode, else ranks (no phantom)
+  PhantomBuffers phantoms_;
   ir::Phase phase_ = ir::Phase::Fwd;
   std::vector<Access> access_;
   std::vector<ReaderNode> reader_nodes_;

@@ -53,6 +53,28 @@ PlanEstimate estimate_plan(const PlanRequest& req) {
   return e;
 }
 
+PlanEstimate estimate_quotient_plan(const PlanRequest& req, const RankSymmetry& quotient) {
+  // A symmetric plan's ranks hold equal shares of its ops and buffers. Buffers per op, measured at
+  // 64 and 256 ranks: 0.33 (fwd) to 0.52 (bwd), ulysses and usp 0.7. A phantom costs nothing while
+  // whole shards fit the ids (PhantomBuffers), else a 16-byte record; one cut finer (tasp's parts,
+  // usp's head slices) adds a 48-byte Buffer in a vector, which holds 1.5 times that on average. The schedules' tables
+  // over all ranks: merge keeps each rank's received blocks (and backward its partials), allgather-kv
+  // its gathered blocks (and backward its partials), ranks^2 ids each.
+  const PlanEstimate full = estimate_plan(req);
+  const double n = std::max(1, req.ranks), block = quotient.active() ? std::clamp(double(quotient.block), 1.0, n) : n;
+  const std::string& a = req.algo;
+  const bool heads = a == "ulysses" || a == "usp", regions = heads || a == "tasp" || a == "tasp-zigzag";
+  const bool fits = (n - block) * n * kNumBufKinds * 3 <= double(std::int64_t{1} << 30);
+  PlanEstimate e;
+  e.ops = full.ops * block / n;
+  e.phantom_buffers = (heads ? 0.7 : 0.5) * full.ops * (n - block) / n;
+  e.phantom_bytes = e.phantom_buffers * (regions ? 16.0 + 1.5 * 48 : fits ? 0.0 : 16.0);
+  const double tables = a == "merge" || a == "allgather-kv" ? (req.workload.pass == PassKind::Fwd ? 1 : 2) : 0;
+  e.planner_bytes = tables * 4.0 * n * n + 256.0 * n;
+  e.plan_bytes = 120.0 * e.ops + e.phantom_bytes + e.planner_bytes;
+  return e;
+}
+
 bool uses_domains(const std::string& algo) { return algo == "charm" || algo == "usp"; }
 
 bool has_backward(const std::string& algo) { return algo != "tasp" && algo != "tasp-zigzag"; }
@@ -108,69 +130,128 @@ Status check_request(const PlanRequest& req) {
   return {};
 }
 
-Expected<Plan> make_plan(const PlanRequest& req_in) {
-  const PlanRequest req = normalised(req_in);
-  if (auto s = check_request(req); !s) return s.error();
-  const int n = req.ranks;
-  const auto N = std::size_t(n);
+namespace {
+
+void plan_forward(PlanBuilder& b, std::vector<detail::RankState>& st, const PlanRequest& req) {
   const std::string& a = req.algo;
-  const bool tasp = a == "tasp" || a == "tasp-zigzag", ulysses = a == "ulysses" || a == "usp";
-  const int usp_domains = a == "usp" ? req.domains : 1;
-  PlanBuilder b(req.algo, req.workload, n, req.domains);
+  b.set_phase(Phase::Fwd);
+  if (a == "ring" || a == "ring-zigzag")
+    detail::ring_forward(b, st);
+  else if (a == "merge")
+    detail::merge_forward(b, st);
+  else if (a == "allgather-kv")
+    detail::allgather_forward(b, st);
+  else if (a == "rm+")
+    detail::charm_forward(b, st, 1);
+  else if (a == "tasp" || a == "tasp-zigzag")
+    detail::tasp_forward(b, st);
+  else if (a == "ulysses" || a == "usp")
+    detail::usp_forward(b, st, a == "usp" ? req.domains : 1);
+  else
+    detail::charm_forward(b, st, req.domains);
+}
+
+void plan_backward(PlanBuilder& b, std::vector<detail::RankState>& st, const PlanRequest& req) {
+  const std::string& a = req.algo;
+  b.set_phase(Phase::Bwd);
+  if (a == "ulysses" || a == "usp") {  // packs its bundles on the head shards
+    detail::usp_backward(b, st, a == "usp" ? req.domains : 1);
+    return;
+  }
+  for (std::size_t r = 0; r < st.size(); ++r) {
+    const BufferId dout = b.buffer(RankId(r), BufKind::Dout, RankId(r), BufInit::Input);
+    BufferId out = b.results(RankId(r)).out;
+    if (req.workload.pass == PassKind::Bwd) {
+      out = b.buffer(RankId(r), BufKind::Out, RankId(r), BufInit::Input);
+      b.results(RankId(r)).out = out;
+    }
+    st[r].qbundle = b.buffer(RankId(r), BufKind::QBundle, RankId(r), BufInit::None);
+    b.pack(st[r].q, dout, out, st[r].qbundle);
+  }
+  if (a == "ring" || a == "ring-zigzag")
+    detail::ring_backward(b, st);
+  else if (a == "merge")
+    detail::merge_backward(b, st);
+  else if (a == "allgather-kv")
+    detail::allgather_backward(b, st);
+  else if (a == "rm+")
+    detail::charm_backward(b, st, 1);
+  else
+    detail::charm_backward(b, st, req.domains);
+}
+
+/// The plan of a checked, normalised request, or its quotient under an active `quotient`.
+Plan build_plan(const PlanRequest& req, const RankSymmetry& quotient, QuotientStats* stats = nullptr) {
+  const int n = req.ranks;
+  PlanBuilder b(req.algo, req.workload, n, req.domains, quotient);
   // Large plans get a little over the estimate up front: growing past it would copy every
   // op (half the planner's time at 512 ranks); small ones grow as they go.
-  if (const double ops = estimate_plan(req).ops; ops >= 65536) b.reserve(std::size_t(ops * 1.1));
-  if (tasp) b.set_parts(std::max<int>(1, int(detail::tasp_cycle_steps(n).size())));
-  std::vector<detail::RankState> st(N);
-  for (std::size_t r = 0; r < N; ++r) {
+  const double ops = quotient.active() ? estimate_quotient_plan(req, quotient).ops : estimate_plan(req).ops;
+  if (ops >= 65536) b.reserve(std::size_t(ops * 1.1));
+  if (req.algo == "tasp" || req.algo == "tasp-zigzag")
+    b.set_parts(std::max<int>(1, int(detail::tasp_cycle_steps(n).size())));
+  std::vector<detail::RankState> st(static_cast<std::size_t>(n));
+  for (std::size_t r = 0; r < st.size(); ++r) {
     st[r].q = b.buffer(RankId(r), BufKind::Q, RankId(r), BufInit::Input);
     st[r].kv = b.buffer(RankId(r), BufKind::Kv, RankId(r), BufInit::Input);
   }
-  const auto pass = req.workload.pass;
-  if (pass != PassKind::Bwd) {
-    b.set_phase(Phase::Fwd);
-    if (a == "ring" || a == "ring-zigzag")
-      detail::ring_forward(b, st);
-    else if (a == "merge")
-      detail::merge_forward(b, st);
-    else if (a == "allgather-kv")
-      detail::allgather_forward(b, st);
-    else if (a == "rm+")
-      detail::charm_forward(b, st, 1);
-    else if (tasp)
-      detail::tasp_forward(b, st);
-    else if (ulysses)
-      detail::usp_forward(b, st, usp_domains);
-    else
-      detail::charm_forward(b, st, req.domains);
-  }
-  if (pass != PassKind::Fwd && ulysses) {  // packs its bundles on the head shards
-    b.set_phase(Phase::Bwd);
-    detail::usp_backward(b, st, usp_domains);
-  } else if (pass != PassKind::Fwd) {
-    b.set_phase(Phase::Bwd);
-    for (std::size_t r = 0; r < N; ++r) {
-      const BufferId dout = b.buffer(RankId(r), BufKind::Dout, RankId(r), BufInit::Input);
-      BufferId out = b.results(RankId(r)).out;
-      if (pass == PassKind::Bwd) {
-        out = b.buffer(RankId(r), BufKind::Out, RankId(r), BufInit::Input);
-        b.results(RankId(r)).out = out;
-      }
-      st[r].qbundle = b.buffer(RankId(r), BufKind::QBundle, RankId(r), BufInit::None);
-      b.pack(st[r].q, dout, out, st[r].qbundle);
-    }
-    if (a == "ring" || a == "ring-zigzag")
-      detail::ring_backward(b, st);
-    else if (a == "merge")
-      detail::merge_backward(b, st);
-    else if (a == "allgather-kv")
-      detail::allgather_backward(b, st);
-    else if (a == "rm+")
-      detail::charm_backward(b, st, 1);
-    else
-      detail::charm_backward(b, st, req.domains);
-  }
+  if (req.workload.pass != PassKind::Bwd) plan_forward(b, st, req);
+  if (req.workload.pass != PassKind::Fwd) plan_backward(b, st, req);
+  if (stats != nullptr) *stats = {b.phantoms().count(), b.phantoms().memory_bytes()};
   return std::move(b).finish();
+}
+
+}  // namespace
+
+Expected<Plan> make_plan(const PlanRequest& req_in) {
+  const PlanRequest req = normalised(req_in);
+  if (auto s = check_request(req); !s) return s.error();
+  return build_plan(req, {});
+}
+
+RankSymmetry plan_symmetry(const PlanRequest& req_in) {
+  const PlanRequest req = normalised(req_in);
+  if (!check_request(req).ok()) return {};
+  using Kind = RankSymmetry::Kind;
+  const std::string& a = req.algo;
+  const int n = req.ranks, per_domain = req.ranks / req.domains;
+  const Workload& w = req.workload;
+  RankSymmetry s;
+  if (a == "usp" && req.domains > 1) {
+    if (!w.causal || (w.layout == Layout::Zigzag && per_domain > 1)) s = {Kind::Rotate, per_domain};
+  } else if (w.causal || a == "ulysses" || a == "usp") {
+    s = {};
+  } else if (a == "ring" || a == "ring-zigzag" || a == "allgather-kv" || a == "tasp" || a == "tasp-zigzag") {
+    s = {Kind::Rotate, 1};
+  } else if (a == "merge") {
+    s = {Kind::Xor, w.pass == PassKind::Fwd ? 1 : std::max(1, n / 2)};
+  } else if (a == "rm+" || req.domains <= 2) {
+    s = {Kind::Xor, 1};
+  } else {
+    s = {Kind::Rotate, per_domain};  // charm on more than two domains
+  }
+  return s.active() && s.block < n ? s : RankSymmetry{};
+}
+
+Status check_quotient(const PlanRequest& req, const RankSymmetry& quotient) {
+  if (auto s = check_symmetry_shape(quotient, req.ranks); !s) return s;
+  const RankSymmetry s = plan_symmetry(req);
+  if (!s.active())
+    return Error{"symmetry",
+                 fmt::format("{}'s plan for this request has no rank symmetry to take a quotient by", req.algo)};
+  if (quotient.kind != s.kind || quotient.block % s.block != 0)
+    return Error{"symmetry", fmt::format("{} symmetry in blocks of {} does not coarsen the plan's, {} in blocks of {}",
+                                         to_string(quotient.kind), quotient.block, to_string(s.kind), s.block)};
+  return {};
+}
+
+Expected<Plan> make_plan(const PlanRequest& req_in, RankSymmetry quotient, QuotientStats* stats) {
+  if (stats != nullptr) *stats = {};
+  if (!quotient.active()) return make_plan(req_in);
+  const PlanRequest req = normalised(req_in);
+  if (auto s = check_request(req); !s) return s.error();
+  if (auto s = check_quotient(req, quotient); !s) return s.error();
+  return build_plan(req, quotient, stats);
 }
 
 }  // namespace charm::sched

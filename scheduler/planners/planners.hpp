@@ -28,8 +28,16 @@ struct PlanRequest {
 struct PlanEstimate {
   double ops = 0;
   double plan_bytes = 0;  // ops, dependencies and buffers in memory (about 120 bytes an op, measured 1024-rank ring)
+  // A quotient plan's (estimate_quotient_plan): plan_bytes above counts these too.
+  double phantom_buffers = 0;  // buffers the planner makes on phantom ranks (ring: about ranks^2)
+  double phantom_bytes = 0;    // the store that holds them (PhantomBuffers)
+  double planner_bytes = 0;    // the schedule's tables over all ranks (merge, allgather-kv: ranks^2 ids)
 };
 [[nodiscard]] PlanEstimate estimate_plan(const PlanRequest& req);
+/// The same for the quotient plan under `quotient` (a coarsening of plan_symmetry(req)): its ops
+/// and memory, with the phantom buffers and the schedule's tables, which the planner still makes
+/// for every rank (it describes every rank, and emits the representatives' ops only).
+[[nodiscard]] PlanEstimate estimate_quotient_plan(const PlanRequest& req, const ir::RankSymmetry& quotient);
 /// Whether the algorithm's schedule depends on PlanRequest::domains (charm, usp); the others ignore it.
 [[nodiscard]] bool uses_domains(const std::string& algo);
 /// Whether the algorithm plans a backward pass (TASP is forward only).
@@ -40,5 +48,35 @@ struct PlanEstimate {
 [[nodiscard]] Status check_request(const PlanRequest& req);
 /// Builds the plan; errors (exit code 2 material) name the flag at fault.
 [[nodiscard]] Expected<ir::Plan> make_plan(const PlanRequest& req);
+
+/// The rank symmetry of the algorithm's plan for this request (ir/symmetry.hpp): the group with
+/// the smallest block that the plan is invariant under, or Kind::None (also where that group is
+/// trivial, block = ranks, or the request is not valid). A table, checked against
+/// ir::check_symmetric over algorithms, passes, masks, layouts, rank and domain counts by the tests:
+///   ring, ring-zigzag, allgather-kv, tasp, tasp-zigzag   rotate, block 1
+///   merge                                                xor, block 1 (forward only; its backward's
+///                                                        reduce-scatter orders the owners it sends
+///                                                        by their number: block ranks / 2)
+///   rm+, and charm on 1 or 2 domains                     xor, block 1
+///   charm on more domains                                rotate, block ranks / domains (queries
+///                                                        cross domains as a rotation)
+///   usp on 2 or more domains                             rotate, block ranks / domains
+///   ulysses (and usp on one domain)                      none (a rank's head slice is its own)
+/// A causal mask breaks all of them (the mask pieces and FLOPs of a pair depend on where the ranks
+/// are), but for usp on the zigzag layout with 2 or more ranks a domain: its computes span whole
+/// domains, whose pairs all see the same number of keys under zigzag.
+[[nodiscard]] ir::RankSymmetry plan_symmetry(const PlanRequest& req);
+/// Whether `quotient` is well formed (ir::check_symmetry_shape) and coarsens plan_symmetry(req):
+/// the same kind, a block that is a multiple of its block.
+[[nodiscard]] Status check_quotient(const PlanRequest& req, const ir::RankSymmetry& quotient);
+/// What building a quotient plan took besides the plan (measured, where estimate_quotient_plan guesses).
+struct QuotientStats {
+  std::size_t phantom_buffers = 0;  // buffers the planner made on phantom ranks
+  std::size_t phantom_bytes = 0;    // the heap memory that held them
+};
+/// The quotient plan under `quotient` (checked by check_quotient), built without the full plan: it
+/// equals ir::quotient_of(make_plan(req), quotient), op for op. An inactive `quotient` gives the full plan.
+[[nodiscard]] Expected<ir::Plan> make_plan(const PlanRequest& req, ir::RankSymmetry quotient,
+                                           QuotientStats* stats = nullptr);
 
 }  // namespace charm::sched
