@@ -96,8 +96,8 @@ int main(int argc, char** argv) {
   }
   const auto want = [&](const char* s) { return stages.find(s) != std::string::npos; };
   if (n < 8 || n % 8 != 0) die("N must be a multiple of 8");
-  nlohmann::json out = {
-      {"n", n}, {"algo", algo}, {"pass", pass}, {"seq", seq}, {"uniform", uniform}, {"symmetry", by_symmetry}};
+  nlohmann::json out = {{"n", n},     {"algo", algo},       {"pass", pass},
+                        {"seq", seq}, {"uniform", uniform}, {"symmetry", by_symmetry}};
 
   // Topology: the h100 preset's numbers (NVLink 365.1 GB/s, 42.5 GB/s NIC per GPU), N/8 nodes.
   std::optional<topo::Topology> t;

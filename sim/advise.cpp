@@ -125,7 +125,7 @@ void run_jobs(std::vector<Job>& jobs, const topo::Topology& t, int threads) {
       const std::size_t i = next.fetch_add(1);
       if (i >= jobs.size()) return;
       Job& j = jobs[i];
-      auto ev = evaluate(j.req, t, /*by_symmetry=*/true);
+      auto ev = evaluate(j.req, t);
       if (!ev) {
         j.error = ev.error().message();
         continue;

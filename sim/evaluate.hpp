@@ -53,7 +53,10 @@ struct Evaluation {
 /// (quotient_symmetry) is planned and simulated as one class: the summary, every
 /// rank's and channel's figures and the explanation are the full plan's, per-op
 /// results and the critical path the class's (for callers that report figures,
-/// not ops: `charm sweep` and `charm advise`).
+/// not ops: `charm sweep`). The class's critical path is one of the full plan's,
+/// as long, but where several tie it may take another than the full simulation's
+/// walk (the ring's rank 0 issues its groups as [send, recv], the others as
+/// [recv, send]), so its shares by class may differ.
 [[nodiscard]] Expected<Evaluation> evaluate(const sched::PlanRequest& req, const topo::Topology& t,
                                             bool by_symmetry = false);
 

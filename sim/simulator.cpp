@@ -406,8 +406,8 @@ Status check_quotient(const RankSymmetry& s, const topo::Topology& t, int ranks)
   const topo::BlockLayout& b = t.blocks;
   const auto refuse = [&](const std::string& why) {
     return Error{"symmetry", fmt::format("topology '{}' cannot run a quotient plan ({} symmetry in blocks of {} "
-                                         "ranks): {}",
-                                         t.name, to_string(s.kind), s.block, why)};
+                                         "rank{}): {}",
+                                         t.name, to_string(s.kind), s.block, s.block == 1 ? "" : "s", why)};
   };
   if (!t.routes_by_block()) return refuse("its routes are a GPU-by-GPU table, not copies of one block's");
   if (!t.route_overrides.empty()) return refuse("it overrides routes");

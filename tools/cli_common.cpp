@@ -529,10 +529,22 @@ void check_budget(double bytes, const std::string& what, const std::string& flag
                          max_memory_text().empty() ? "half of this machine's memory" : "--max-memory")});
 }
 
-void check_plan_budget(const sched::PlanRequest& req, double extra_bytes_per_op, const std::string& what) {
-  const auto e = sched::estimate_plan(req);
+void check_plan_budget(const sched::PlanRequest& req, double extra_bytes_per_op, const std::string& what,
+                       const ir::RankSymmetry& quotient) {
+  if (!quotient.active()) {
+    const auto e = sched::estimate_plan(req);
+    check_budget(e.plan_bytes + extra_bytes_per_op * e.ops,
+                 fmt::format("{} ({} on {} ranks: about {:.2g} ops)", what, req.algo, req.ranks, e.ops), "--ranks");
+    return;
+  }
+  // The planner still describes every rank: its buffers on the other ranks (phantoms) are the bulk.
+  const auto e = sched::estimate_quotient_plan(req, quotient);
   check_budget(e.plan_bytes + extra_bytes_per_op * e.ops,
-               fmt::format("{} ({} on {} ranks: about {:.2g} ops)", what, req.algo, req.ranks, e.ops), "--ranks");
+               fmt::format("{} of one class of {} rank{} ({} on {} ranks: about {:.2g} ops, and {:.2g} buffers of the "
+                           "other ranks)",
+                           what, quotient.block, quotient.block == 1 ? "" : "s", req.algo, req.ranks, e.ops,
+                           e.phantom_buffers),
+               "--ranks");
 }
 
 }  // namespace charm::cli

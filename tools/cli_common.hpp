@@ -65,7 +65,9 @@ void add_max_memory(CLI::App& app);
 /// Fails naming `flag` when `bytes` (an estimate of `what`) exceeds the budget.
 void check_budget(double bytes, const std::string& what, const std::string& flag);
 /// check_budget for building (and, per op, `extra_bytes_per_op` more: a JSON copy, simulator state) this plan.
-void check_plan_budget(const sched::PlanRequest& req, double extra_bytes_per_op, const std::string& what);
+/// With an active `quotient`, for the quotient plan (its phantom buffers and the schedule's tables included).
+void check_plan_budget(const sched::PlanRequest& req, double extra_bytes_per_op, const std::string& what,
+                       const ir::RankSymmetry& quotient = {});
 
 /// A CLI11 transform for --algo: the canonical name of an algorithm given in any case;
 /// an unknown one fails with the nearest name and the list.

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <iostream>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <thread>
@@ -37,19 +38,61 @@ json workload_json(const ir::Workload& w) {
   return j;
 }
 
+/// Whether a run may simulate one class of symmetric ranks for all (sim::simulate on a quotient plan).
+enum class SymmetryUse { Auto, On, Off };
+
+/// Full plans at least this large are simulated by their quotient under `--symmetry auto`: below,
+/// every rank's ops are kept (traces and critical paths name every rank) and the run is quick anyway.
+constexpr double kQuotientFromOps = 1 << 20;
+
+/// The quotient to simulate `req` by on `t`, if the use and the symmetries allow one.
+ir::RankSymmetry quotient_for(const sched::PlanRequest& req, const topo::Topology& t, SymmetryUse use) {
+  if (use == SymmetryUse::Off) return {};
+  const ir::RankSymmetry plan_sym = sched::plan_symmetry(req);
+  const ir::RankSymmetry q = sim::quotient_symmetry(plan_sym, t, req.ranks);
+  if (use == SymmetryUse::On && !q.active()) {
+    std::string why = fmt::format(
+        "{} has no rank symmetry on this workload (a causal mask breaks every one but usp's on zigzag)", req.algo);
+    if (plan_sym.active()) {
+      ir::RankSymmetry coarse = plan_sym;
+      coarse.block = t.blocks.gpus > 0 ? std::lcm(plan_sym.block, t.blocks.gpus) : plan_sym.block;
+      const auto st = sim::check_quotient(coarse, t, req.ranks);
+      why = st ? "the topology does not share it" : st.error().message();
+    }
+    fail(Error{"--symmetry", fmt::format("cannot simulate one class of ranks for all: {}", why)});
+  }
+  if (use == SymmetryUse::Auto && sched::estimate_plan(req).ops < kQuotientFromOps) return {};
+  return q;
+}
+
 /// One algorithm end to end (sim/evaluate.hpp); a planner refusal is the user's (exit 2), a simulator failure is not
 /// (exit 3).
 using Run = sim::Evaluation;
-Run run_one(const std::string& algo, const ir::Workload& w, const topo::Topology& t, int domains, int ranks) {
+Run run_one(const std::string& algo, const ir::Workload& w, const topo::Topology& t, int domains, int ranks,
+            SymmetryUse use = SymmetryUse::Auto) {
   const auto req = sim::normalised_request({algo, w, ranks, domains});
   if (auto s = sched::check_request(req); !s) fail(s.error());
+  const ir::RankSymmetry q = quotient_for(req, t, use);
   // The simulator keeps times and state per op: about 30 bytes an op beside the plan (measured:
   // 148 bytes an op in all for a 3.1M-op ring, 123 for a 2.1M-op charm); 60 leaves a margin.
-  check_plan_budget(req, 60, "the simulation");
-  ir::Plan plan = unwrap(sched::make_plan(req));
+  check_plan_budget(req, 60, "the simulation", q);
+  ir::Plan plan = unwrap(sched::make_plan(req, q));
   auto r = sim::evaluate_plan(std::move(plan), t);
   if (!r) throw RuntimeFailure{r.error().message()};
   return std::move(r).value();
+}
+
+/// What a quotient run simulated, for the JSON.
+json symmetry_json(const ir::Plan& p) {
+  return {{"kind", to_string(p.symmetry.kind)},
+          {"block", p.symmetry.block},
+          {"classes", p.symmetry.elements(p.ranks)},
+          {"simulated_ops", p.size()}};
+}
+
+/// The full plan's op count (a quotient plan holds one class: every class is an image of it).
+std::size_t full_ops(const ir::Plan& p) {
+  return p.symmetry.active() ? p.size() * std::size_t(p.symmetry.elements(p.ranks)) : p.size();
 }
 
 json formula_json(double t_s, double o_s) { return {{"time_ms", t_s * 1e3}, {"exposed_comm_ms", o_s * 1e3}}; }
@@ -94,6 +137,7 @@ void register_simulate(CLI::App& app) {
     std::string trace;
     bool json_out = false, links = false;
     std::size_t path_limit = 64;
+    std::string symmetry = "auto";
   };
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand(
@@ -104,7 +148,17 @@ void register_simulate(CLI::App& app) {
   sub->add_flag("--json", o->json_out, "JSON output");
   sub->add_flag("--links", o->links, "list per-link utilisation in the text output");
   sub->add_option("--path-limit", o->path_limit, "most critical-path ops to report")->capture_default_str();
+  sub->add_option("--symmetry", o->symmetry,
+                  "simulate one class of ranks for all where the plan and the topology share a rank symmetry: auto "
+                  "(for plans of 1M ops or more), on, off")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
   sub->callback([o, sub] {
+    const SymmetryUse use = o->symmetry == "on"    ? SymmetryUse::On
+                            : o->symmetry == "off" ? SymmetryUse::Off
+                                                   : SymmetryUse::Auto;
+    if (use == SymmetryUse::On && o->plan.from_file())
+      fail(Error{"--symmetry", "a plan file holds every rank's ops; --symmetry applies to --algo runs"});
     check_output_path(o->trace, "--trace");
     // A saved or hand-edited plan fixes algorithm, ranks, domains and workload.
     std::optional<ir::Plan> file_plan;
@@ -124,7 +178,7 @@ void register_simulate(CLI::App& app) {
       r = std::move(e).value();
     } else {
       r = run_one(o->plan.algo, o->plan.workload.get(), topo, o->cluster.domains_for(topo),
-                  o->cluster.uniform ? o->cluster.ranks : topo.num_gpus());
+                  o->cluster.uniform ? o->cluster.ranks : topo.num_gpus(), use);
     }
     const ir::Workload w = r.plan.workload;
     const int ranks = r.plan.ranks;
@@ -161,8 +215,9 @@ void register_simulate(CLI::App& app) {
           {"bottleneck", bottleneck_json(ex.bottleneck)},
           {"memory", memory_json(mem)},
           {"links", sim::links_json(topo, r.result)},
-          {"ops", r.plan.size()},
+          {"ops", full_ops(r.plan)},
           {"events", r.result.events}};
+      if (r.plan.symmetry.active()) j["symmetry"] = symmetry_json(r.plan);
       if (r.formula.available) {
         j["formula"] = formula_json(r.formula.time_s, r.formula.exposed_s);
         j["formula"]["basis"] = o->cluster.uniform ? "uniform" : "slowest ring hop as a uniform link";
@@ -178,6 +233,12 @@ void register_simulate(CLI::App& app) {
     std::cout << fmt::format("# workload: B={} S={} H={}/{} D={} {} {}{}\n", w.batch, w.seq, w.heads, w.kv_heads,
                              w.head_dim, to_string(w.dtype), to_string(r.plan.workload.layout),
                              w.causal ? " causal" : "");
+    if (r.plan.symmetry.active())
+      std::cout << fmt::format("# simulated one class of {} rank{} for all {} ({} symmetry of plan and topology: {} of "
+                               "{} ops; --symmetry off simulates every rank)\n",
+                               r.plan.symmetry.block, r.plan.symmetry.block == 1 ? "" : "s",
+                               r.plan.symmetry.elements(ranks), to_string(r.plan.symmetry.kind), r.plan.size(),
+                               full_ops(r.plan));
     std::cout << fmt::format("{:<28}{:>12.3f} ms\n", "time", s.time_s * 1e3);
     std::cout << fmt::format("{:<28}{:>12.3f} ms  (per rank mean {:.3f}, max {:.3f})\n", "exposed communication",
                              s.exposed_comm_s * 1e3, s.exposed_comm_mean_s * 1e3, s.exposed_comm_max_s * 1e3);
