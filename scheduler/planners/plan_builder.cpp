@@ -20,7 +20,12 @@ PhantomBuffers::PhantomBuffers(const Workload& w, int ranks, RankId first) : w_(
 }
 
 Bytes PhantomBuffers::whole_bytes(BufKind kind, int parts) const {
-  return region_bytes(w_, ranks_, parts, kind, shard_region(0, w_, parts));
+  if (parts != whole_parts_) {
+    for (int k = 0; k < kNumBufKinds; ++k)
+      whole_[k] = region_bytes(w_, ranks_, parts, BufKind(k), shard_region(0, w_, parts));
+    whole_parts_ = parts;
+  }
+  return whole_[int(kind)];
 }
 
 BufferId PhantomBuffers::add(const Buffer& b, int parts) {

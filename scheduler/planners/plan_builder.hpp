@@ -93,6 +93,9 @@ class PhantomBuffers {
   [[nodiscard]] ir::Bytes whole_bytes(ir::BufKind kind, int parts) const;
   ir::Workload w_;
   int ranks_ = 0;
+  // whole_bytes per kind for `whole_parts_` parts (three integer divisions a lookup otherwise).
+  mutable int whole_parts_ = -1;
+  mutable ir::Bytes whole_[ir::kNumBufKinds] = {};
   RankId first_ = 0;
   std::int64_t encoded_ = 0;  // codes [0, encoded_) are whole shards encoded in the id; records follow
   // Records in chunks of kChunk: no copy as they grow (a vector's would need 1.5x its memory at peak).
