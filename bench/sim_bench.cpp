@@ -3,6 +3,8 @@
 // ring and charm, fwd / bwd / both, N = 8 .. 1024 (bench/scale_cases.hpp).
 // Counters: ops, items/s (= simulated ops/s), events, rss_MB (process
 // high-water; meaningful when one case runs alone), peak_B/op (= rss_MB per op).
+// "plan+simulate by symmetry": the quotient `charm simulate --symmetry auto` runs at
+// cluster scale (one class of ranks; ops counts the full plan's, simulated_ops the class's).
 #include "bench/scale_cases.hpp"
 #include "scheduler/validate/validator.hpp"
 #include "sim/evaluate.hpp"
@@ -68,6 +70,26 @@ void end_to_end_case(benchmark::State& state, sched::PlanRequest req) {
   state.counters["peak_B/op"] = bench::max_rss_bytes() / double(ops);
 }
 
+/// What `charm simulate` does by symmetry: the quotient plan (one class of ranks) planned and simulated.
+void by_symmetry_case(benchmark::State& state, sched::PlanRequest req) {
+  const auto& t = h100_cluster(req.ranks);
+  const ir::RankSymmetry q = sim::quotient_symmetry(sched::plan_symmetry(req), t, req.ranks);
+  if (!q.active()) bench::die("no rank symmetry shared by the plan and the topology");
+  std::size_t ops = 0;
+  for (auto _ : state) {
+    auto p = sched::make_plan(req, q);
+    if (!p) bench::die(p.error().message());
+    ops = p->size();
+    auto e = sim::evaluate_plan(std::move(p).value(), t);
+    if (!e) bench::die(e.error().message());
+    benchmark::DoNotOptimize(e->result.makespan_s);
+  }
+  state.counters["ops"] = double(ops) * double(q.elements(req.ranks));
+  state.counters["simulated_ops"] = double(ops);
+  state.counters["classes"] = double(q.elements(req.ranks));
+  state.counters["rss_MB"] = bench::max_rss_bytes() / 1e6;
+}
+
 /// Loading a generated cluster of n GPUs (n/8 nodes): parse, build, choose every route.
 void topology_case(benchmark::State& state, int n) {
   const std::string text = fmt::format(R"({{"gpu": {{"tflops": 989.0}}, "nodes": {}, "gpus_per_node": 8,
@@ -101,6 +123,14 @@ const bool registered = [] {
                   : benchmark::RegisterBenchmark(bench::case_name(what, algo, pass, n).c_str(), end_to_end_case, req);
           bench::shape(b, n);
         }
+  for (const char* algo : bench::kAlgos)
+    for (auto pass : bench::kPasses)
+      for (int n : {16, 64, 256, 1024, 4096}) {  // 8 GPUs are one node: no block structure
+        auto* b = benchmark::RegisterBenchmark(bench::case_name("plan+simulate by symmetry", algo, pass, n).c_str(),
+                                               by_symmetry_case, bench::request(algo, pass, n));
+        b->Unit(benchmark::kMillisecond)->UseRealTime();
+        if (n >= 1024) b->Iterations(3);
+      }
   return true;
 }();
 
