@@ -210,7 +210,7 @@ Expected<SimResult> Engine::run() {
     return Error{"--topology", fmt::format("the plan has {} ranks but topology '{}' has only {} GPUs", plan_.ranks,
                                            topo_.name, topo_.num_gpus())};
   if (sym_.active())
-    if (auto st = check_quotient(sym_, topo_, plan_.ranks); !st) return st.error();
+    if (auto st = check_topology_symmetry(sym_, topo_, plan_.ranks); !st) return st.error();
   if (auto st = build(); !st) return st.error();
   for (std::size_t s = 0; s < idx_->lanes(); ++s) try_issue(static_cast<int>(s));
   auto on_change = [&](int f) {
@@ -401,7 +401,7 @@ void Engine::peak_memory() {
 
 }  // namespace
 
-Status check_quotient(const RankSymmetry& s, const topo::Topology& t, int ranks) {
+Status check_topology_symmetry(const RankSymmetry& s, const topo::Topology& t, int ranks) {
   if (auto st = check_symmetry_shape(s, ranks); !st) return st;
   const topo::BlockLayout& b = t.blocks;
   const auto refuse = [&](const std::string& why) {
@@ -433,7 +433,7 @@ RankSymmetry quotient_symmetry(const RankSymmetry& plan_sym, const topo::Topolog
   if (!plan_sym.active() || t.blocks.gpus < 1) return {};
   RankSymmetry s = plan_sym;
   s.block = std::lcm(plan_sym.block, t.blocks.gpus);
-  if (!check_quotient(s, t, ranks)) return {};
+  if (!check_topology_symmetry(s, t, ranks)) return {};
   return s;
 }
 

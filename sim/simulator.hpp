@@ -52,7 +52,7 @@ struct SimResult {
 /// those of its representative channel (representative_channel), so every
 /// figure is the full plan's; start_s, end_s, flow_start_s and the critical path
 /// are the representatives' ops. Its symmetry must be one the topology has
-/// (check_quotient).
+/// (check_topology_symmetry).
 /// Errors: too few GPUs, a plan that deadlocks (ops left unfinished), a quotient
 /// plan whose symmetry the topology lacks.
 [[nodiscard]] Expected<SimResult> simulate(const ir::Plan& plan, const topo::Topology& topology,
@@ -62,10 +62,10 @@ struct SimResult {
 /// routes come from its block structure with no overrides, every class is made of
 /// whole blocks, and no route meets two channels of one class (each class of
 /// channels then carries, channel by channel, the same flows).
-[[nodiscard]] Status check_quotient(const ir::RankSymmetry& s, const topo::Topology& t, int ranks);
+[[nodiscard]] Status check_topology_symmetry(const ir::RankSymmetry& s, const topo::Topology& t, int ranks);
 
 /// `plan_sym` coarsened to whole blocks of t's
-/// block structure, if check_quotient accepts it; inactive otherwise (or if plan_sym is).
+/// block structure, if check_topology_symmetry accepts it; inactive otherwise (or if plan_sym is).
 [[nodiscard]] ir::RankSymmetry quotient_symmetry(const ir::RankSymmetry& plan_sym, const topo::Topology& t, int ranks);
 
 /// The channel that stands for channel `ch` under `s` (ch itself when s is inactive):

@@ -56,7 +56,7 @@ ir::RankSymmetry quotient_for(const sched::PlanRequest& req, const topo::Topolog
     if (plan_sym.active()) {
       ir::RankSymmetry coarse = plan_sym;
       coarse.block = t.blocks.gpus > 0 ? std::lcm(plan_sym.block, t.blocks.gpus) : plan_sym.block;
-      const auto st = sim::check_quotient(coarse, t, req.ranks);
+      const auto st = sim::check_topology_symmetry(coarse, t, req.ranks);
       why = st ? "the topology does not share it" : st.error().message();
     }
     fail(Error{"--symmetry", fmt::format("cannot simulate one class of ranks for all: {}", why)});
