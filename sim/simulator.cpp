@@ -415,17 +415,9 @@ Status check_topology_symmetry(const RankSymmetry& s, const topo::Topology& t, i
     return refuse(fmt::format("its blocks of {} GPUs do not tile the classes", b.gpus));
   if (s.kind == RankSymmetry::Kind::Xor && (b.gpus & (b.gpus - 1)) != 0)
     return refuse(fmt::format("xor maps blocks of {} GPUs to none", b.gpus));
-  if (ranks / b.gpus < 2) return {};
-  // Every route from block 0 to block 1 (each class of blocks meets one of them twice at most).
-  for (int src = 0; src < b.gpus; ++src)
-    for (int dst = b.gpus; dst < 2 * b.gpus; ++dst) {
-      const topo::Route r = t.route(src, dst);
-      for (std::size_t i = 0; i < r.size(); ++i)
-        for (std::size_t j = i + 1; j < r.size(); ++j)
-          if (representative_channel(t, s, r[i]) == representative_channel(t, s, r[j]))
-            return refuse(fmt::format("the route from GPU {} to GPU {} meets channel {} and its copy {}", src, dst,
-                                      t.channel_name(r[i]), t.channel_name(r[j])));
-    }
+  // Two blocks of one class would share a representative channel that a route between them crossed twice.
+  if (!t.block_routes_cross_each_channel_once())
+    return refuse("a route between two of its blocks crosses one link of both blocks' copies");
   return {};
 }
 

@@ -269,6 +269,17 @@ Status Topology::finalize(int num_gpus, const std::string& where) {
       }
     }
     by_block_ = ok;
+    // The routes from block 0 to block 1 stand for all: a channel index repeated modulo the block's channels
+    // would be one channel of two blocks' copies.
+    block_routes_once_ = ok;
+    for (std::size_t s = 0; s < g && ok; ++s)
+      for (auto d = g; d < dests; ++d) {
+        std::vector<std::int32_t> local;
+        for (auto k = route_begin_[s * dests + d]; k < route_begin_[s * dests + d + 1]; ++k)
+          local.push_back(route_ch_[k] % (2 * blocks.links));
+        std::sort(local.begin(), local.end());
+        if (std::adjacent_find(local.begin(), local.end()) != local.end()) block_routes_once_ = false;
+      }
     if (ok) return {};
     route_begin_.clear();
     route_ch_.clear();

@@ -172,6 +172,9 @@ class Topology {
   [[nodiscard]] bool route_overridden(int src, int dst) const { return override_index(src, dst) >= 0; }
   /// Whether routes come from the block structure (no GPU-by-GPU table).
   [[nodiscard]] bool routes_by_block() const { return by_block_; }
+  /// With routes by block: no route between two blocks crosses the same link, in the same direction, of
+  /// both blocks' copies (each block's copy of a channel carries a route's bytes at most once).
+  [[nodiscard]] bool block_routes_cross_each_channel_once() const { return block_routes_once_; }
   /// The vertex a channel leaves and the one it enters.
   [[nodiscard]] int channel_from(int ch) const { return ch % 2 == 0 ? channel_link(ch).a : channel_link(ch).b; }
   [[nodiscard]] int channel_to(int ch) const { return ch % 2 == 0 ? channel_link(ch).b : channel_link(ch).a; }
@@ -192,6 +195,7 @@ class Topology {
   // Table: the route of (s, d) at [s * n + d]. By block: the routes from the
   // first block's GPUs to the first two blocks' GPUs, at [s * 2 * gpus + d].
   bool by_block_ = false;
+  bool block_routes_once_ = false;
   BlockLayout layout_;
   std::vector<std::uint32_t> route_begin_;
   std::vector<std::int32_t> route_ch_;

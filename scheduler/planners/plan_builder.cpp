@@ -116,12 +116,24 @@ BufferId PlanBuilder::buffer(RankId rank, BufKind kind, RankId owner, BufInit in
   return buffer(rank, kind, shard_region(owner, plan_.workload, plan_.parts), init);
 }
 
+Bytes PlanBuilder::bytes_of(BufKind kind, const Region& r) const {
+  const auto& w = plan_.workload;
+  const bool shard = r.owners() == 1 && r.head_begin == 0 && r.head_end == w.kv_heads && r.part_begin == 0 &&
+                     r.part_end == plan_.parts;
+  if (!shard) return region_bytes(w, plan_.ranks, plan_.parts, kind, r);
+  if (shard_parts_ != plan_.parts) {
+    for (int k = 0; k < kNumBufKinds; ++k) shard_bytes_[k] = region_bytes(w, plan_.ranks, plan_.parts, BufKind(k), r);
+    shard_parts_ = plan_.parts;
+  }
+  return shard_bytes_[int(kind)];
+}
+
 BufferId PlanBuilder::buffer(RankId rank, BufKind kind, const Region& r, BufInit init, BufferId reuse) {
   const auto& w = plan_.workload;
   CHARM_ASSERT(!r.empty() && r.owner_begin >= 0 && r.owner_end <= plan_.ranks && r.head_begin >= 0 &&
                    r.head_end <= w.kv_heads && r.part_begin >= 0 && r.part_end <= plan_.parts,
                "a buffer region must lie inside the workload");
-  Buffer b{rank, kind, r.owner_begin, init, region_bytes(w, plan_.ranks, plan_.parts, kind, r)};
+  Buffer b{rank, kind, r.owner_begin, init, bytes_of(kind, r)};
   b.owners = r.owners();
   if (r.head_begin != 0 || r.head_end != w.kv_heads) {
     b.head_begin = r.head_begin;
@@ -148,9 +160,7 @@ BufferId PlanBuilder::buffer(RankId rank, BufKind kind, const Region& r, BufInit
 BufferId PlanBuilder::buffer(BufferRing& ring, RankId rank, BufKind kind, const Region& r, BufInit init) {
   if (phantom(rank)) return buffer(rank, kind, r, init);
   BufferId old = ring.recyclable(rank);
-  if (old != kNone &&
-      access_[std::size_t(old)].storage_bytes < region_bytes(plan_.workload, plan_.ranks, plan_.parts, kind, r))
-    old = kNone;
+  if (old != kNone && access_[std::size_t(old)].storage_bytes < bytes_of(kind, r)) old = kNone;
   const BufferId b = buffer(rank, kind, r, init, old);
   ring.push(rank, b);
   return b;

@@ -228,7 +228,12 @@ class PlanBuilder {
                                               int dst_group, std::span<const OpId> extra_src,
                                               std::span<const OpId> extra_dst, BufferId into);
 
+  /// region_bytes, with whole shards of one owner (most buffers) looked up per kind.
+  [[nodiscard]] ir::Bytes bytes_of(ir::BufKind kind, const ir::Region& r) const;
+
   ir::Plan plan_;
+  mutable int shard_parts_ = -1;  // the part count shard_bytes_ holds, -1 before the first
+  mutable ir::Bytes shard_bytes_[ir::kNumBufKinds] = {};
   RankId first_phantom_;  // the block in quotient mode, else ranks (no phantom)
   PhantomBuffers phantoms_;
   ir::Phase phase_ = ir::Phase::Fwd;
