@@ -234,11 +234,11 @@ void register_simulate(CLI::App& app) {
                              w.head_dim, to_string(w.dtype), to_string(r.plan.workload.layout),
                              w.causal ? " causal" : "");
     if (r.plan.symmetry.active())
-      std::cout << fmt::format("# simulated one class of {} rank{} for all {} ({} symmetry of plan and topology: {} of "
-                               "{} ops; --symmetry off simulates every rank)\n",
-                               r.plan.symmetry.block, r.plan.symmetry.block == 1 ? "" : "s",
-                               r.plan.symmetry.elements(ranks), to_string(r.plan.symmetry.kind), r.plan.size(),
-                               full_ops(r.plan));
+      std::cout << fmt::format(
+          "# simulated one class of {} rank{} standing for all {} classes ({} symmetry of plan and "
+          "topology: {} of {} ops; --symmetry off simulates every rank)\n",
+          r.plan.symmetry.block, r.plan.symmetry.block == 1 ? "" : "s", r.plan.symmetry.elements(ranks),
+          to_string(r.plan.symmetry.kind), r.plan.size(), full_ops(r.plan));
     std::cout << fmt::format("{:<28}{:>12.3f} ms\n", "time", s.time_s * 1e3);
     std::cout << fmt::format("{:<28}{:>12.3f} ms  (per rank mean {:.3f}, max {:.3f})\n", "exposed communication",
                              s.exposed_comm_s * 1e3, s.exposed_comm_mean_s * 1e3, s.exposed_comm_max_s * 1e3);
