@@ -421,12 +421,18 @@ Status check_topology_symmetry(const RankSymmetry& s, const topo::Topology& t, i
   return {};
 }
 
-RankSymmetry quotient_symmetry(const RankSymmetry& plan_sym, const topo::Topology& t, int ranks) {
-  if (!plan_sym.active() || t.blocks.gpus < 1) return {};
+Expected<RankSymmetry> topology_quotient(const RankSymmetry& plan_sym, const topo::Topology& t, int ranks) {
+  CHARM_ASSERT(plan_sym.active(), "a quotient coarsens a plan's symmetry");
   RankSymmetry s = plan_sym;
-  s.block = std::lcm(plan_sym.block, t.blocks.gpus);
-  if (!check_topology_symmetry(s, t, ranks)) return {};
+  if (t.blocks.gpus >= 1) s.block = std::lcm(plan_sym.block, t.blocks.gpus);  // else check refuses: no blocks
+  if (auto st = check_topology_symmetry(s, t, ranks); !st) return st.error();
   return s;
+}
+
+RankSymmetry quotient_symmetry(const RankSymmetry& plan_sym, const topo::Topology& t, int ranks) {
+  if (!plan_sym.active()) return {};
+  auto s = topology_quotient(plan_sym, t, ranks);
+  return s ? *s : RankSymmetry{};
 }
 
 int representative_channel(const topo::Topology& t, const RankSymmetry& s, int ch) {

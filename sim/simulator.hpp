@@ -64,8 +64,11 @@ struct SimResult {
 /// channels then carries, channel by channel, the same flows).
 [[nodiscard]] Status check_topology_symmetry(const ir::RankSymmetry& s, const topo::Topology& t, int ranks);
 
-/// `plan_sym` coarsened to whole blocks of t's
-/// block structure, if check_topology_symmetry accepts it; inactive otherwise (or if plan_sym is).
+/// `plan_sym` (active) coarsened to whole blocks of t's block structure, or
+/// check_topology_symmetry's reason why t cannot run it.
+[[nodiscard]] Expected<ir::RankSymmetry> topology_quotient(const ir::RankSymmetry& plan_sym, const topo::Topology& t,
+                                                           int ranks);
+/// topology_quotient, inactive where it refuses (or where plan_sym is inactive).
 [[nodiscard]] ir::RankSymmetry quotient_symmetry(const ir::RankSymmetry& plan_sym, const topo::Topology& t, int ranks);
 
 /// The channel that stands for channel `ch` under `s` (ch itself when s is inactive):

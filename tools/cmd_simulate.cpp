@@ -49,20 +49,16 @@ constexpr double kQuotientFromOps = 1 << 20;
 ir::RankSymmetry quotient_for(const sched::PlanRequest& req, const topo::Topology& t, SymmetryUse use) {
   if (use == SymmetryUse::Off) return {};
   const ir::RankSymmetry plan_sym = sched::plan_symmetry(req);
-  const ir::RankSymmetry q = sim::quotient_symmetry(plan_sym, t, req.ranks);
-  if (use == SymmetryUse::On && !q.active()) {
-    std::string why = fmt::format(
-        "{} has no rank symmetry on this workload (a causal mask breaks every one but usp's on zigzag)", req.algo);
-    if (plan_sym.active()) {
-      ir::RankSymmetry coarse = plan_sym;
-      coarse.block = t.blocks.gpus > 0 ? std::lcm(plan_sym.block, t.blocks.gpus) : plan_sym.block;
-      const auto st = sim::check_topology_symmetry(coarse, t, req.ranks);
-      why = st ? "the topology does not share it" : st.error().message();
-    }
-    fail(Error{"--symmetry", fmt::format("cannot simulate one class of ranks for all: {}", why)});
-  }
-  if (use == SymmetryUse::Auto && sched::estimate_plan(req).ops < kQuotientFromOps) return {};
-  return q;
+  const auto q =
+      plan_sym.active()
+          ? sim::topology_quotient(plan_sym, t, req.ranks)
+          : Expected<ir::RankSymmetry>(Error{"", fmt::format("{} has no rank symmetry on this workload (a causal "
+                                                             "mask breaks every one but usp's on zigzag)",
+                                                             req.algo)});
+  if (use == SymmetryUse::On && !q)
+    fail(Error{"--symmetry", fmt::format("cannot simulate one class of ranks for all: {}", q.error().message())});
+  if (!q || (use == SymmetryUse::Auto && sched::estimate_plan(req).ops < kQuotientFromOps)) return {};
+  return *q;
 }
 
 /// One algorithm end to end (sim/evaluate.hpp); a planner refusal is the user's (exit 2), a simulator failure is not

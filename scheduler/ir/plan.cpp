@@ -163,8 +163,7 @@ std::size_t Plan::memory_bytes() const {
          results_.capacity() * sizeof(RankResults);
 }
 
-Region Plan::region(BufferId id) const {
-  const Buffer& b = buffer(id);
+Region Plan::region(const Buffer& b) const {
   const auto hk = static_cast<std::int32_t>(workload.kv_heads);
   return {b.owner,      b.owner + b.owners,
           b.head_begin, b.heads == 0 ? hk : b.head_begin + b.heads,

@@ -168,7 +168,9 @@ class Plan {
   [[nodiscard]] const std::vector<Buffer>& buffers() const { return buffers_; }
   [[nodiscard]] const Buffer& buffer(BufferId id) const { return buffers_[static_cast<std::size_t>(id)]; }
   /// The region buffer b holds, defaults resolved.
-  [[nodiscard]] Region region(BufferId b) const;
+  [[nodiscard]] Region region(BufferId b) const { return region(buffer(b)); }
+  /// The region a buffer record of this plan holds (one kept outside it too: a planner's phantoms).
+  [[nodiscard]] Region region(const Buffer& b) const;
   /// The buffer whose storage b lives in (b itself unless b is a view).
   [[nodiscard]] BufferId root(BufferId b) const;
   /// The first buffer of b's storage-reuse chain (b's root, following Buffer::reuse back).

@@ -14,25 +14,29 @@ constexpr std::int64_t kMaxEncoded = std::int64_t{1} << 30;
 constexpr std::int64_t kMaxCode = (std::int64_t{1} << 31) - 2;
 }  // namespace
 
-PhantomBuffers::PhantomBuffers(const Workload& w, int ranks, RankId first) : w_(w), ranks_(ranks), first_(first) {
-  const std::int64_t codes = std::int64_t(ranks - first) * ranks * kNumBufKinds * kNumBufInits;
-  encoded_ = codes <= kMaxEncoded ? codes : 0;
+Bytes ShardBytes::operator()(BufKind kind, int parts) const {
+  if (parts != parts_) {
+    for (int k = 0; k < kNumBufKinds; ++k)
+      bytes_[k] = region_bytes(w_, ranks_, parts, BufKind(k), shard_region(0, w_, parts));
+    parts_ = parts;
+  }
+  return bytes_[int(kind)];
 }
 
-Bytes PhantomBuffers::whole_bytes(BufKind kind, int parts) const {
-  if (parts != whole_parts_) {
-    for (int k = 0; k < kNumBufKinds; ++k)
-      whole_[k] = region_bytes(w_, ranks_, parts, BufKind(k), shard_region(0, w_, parts));
-    whole_parts_ = parts;
-  }
-  return whole_[int(kind)];
+PhantomBuffers::PhantomBuffers(const Workload& w, int ranks, RankId first)
+    : whole_bytes_(w, ranks), ranks_(ranks), first_(first) {
+  encoded_ = encodes_shards(ranks, first) ? std::int64_t(ranks - first) * ranks * kNumBufKinds * kNumBufInits : 0;
+}
+
+bool PhantomBuffers::encodes_shards(int ranks, RankId first) {
+  return std::int64_t(ranks - first) * ranks * kNumBufKinds * kNumBufInits <= kMaxEncoded;
 }
 
 BufferId PhantomBuffers::add(const Buffer& b, int parts) {
   CHARM_ASSERT(b.rank >= first_ && b.rank < ranks_ && b.reuse == kNone, "a phantom buffer is one of a phantom rank");
   ++count_;
   const bool shards =
-      b.heads == 0 && b.parts == 0 && b.parent == kNone && b.bytes == whole_bytes(b.kind, parts) * Bytes(b.owners);
+      b.heads == 0 && b.parts == 0 && b.parent == kNone && b.bytes == whole_bytes_(b.kind, parts) * Bytes(b.owners);
   if (shards && b.owners == 1 && encoded_ > 0) {
     const std::int64_t code =
         ((std::int64_t(b.rank - first_) * ranks_ + b.owner) * kNumBufKinds + std::int64_t(b.kind)) * kNumBufInits +
@@ -59,12 +63,12 @@ Buffer PhantomBuffers::get(BufferId id, int parts) const {
     code /= kNumBufInits;
     const auto kind = BufKind(code % kNumBufKinds);
     code /= kNumBufKinds;
-    return Buffer{RankId(code / ranks_) + first_, kind, RankId(code % ranks_), init, whole_bytes(kind, parts)};
+    return Buffer{RankId(code / ranks_) + first_, kind, RankId(code % ranks_), init, whole_bytes_(kind, parts)};
   }
   const auto k = std::size_t(code - encoded_);
   const Record& r = chunks_[k / kChunk][k % kChunk];
   if (r.more < 0) return full_[std::size_t(-r.more - 1)];
-  Buffer b{r.rank, r.kind, r.owner, r.init, whole_bytes(r.kind, parts) * Bytes(r.more)};
+  Buffer b{r.rank, r.kind, r.owner, r.init, whole_bytes_(r.kind, parts) * Bytes(r.more)};
   b.owners = r.more;
   return b;
 }
@@ -75,7 +79,7 @@ std::size_t PhantomBuffers::memory_bytes() const {
 }
 
 PlanBuilder::PlanBuilder(std::string algo, const Workload& w, int ranks, int domains, RankSymmetry quotient)
-    : first_phantom_(ranks) {
+    : shard_bytes_(w, ranks), first_phantom_(ranks) {
   plan_.algo = std::move(algo);
   plan_.workload = w;
   plan_.ranks = ranks;
@@ -91,13 +95,6 @@ PlanBuilder::PlanBuilder(std::string algo, const Workload& w, int ranks, int dom
 }
 
 Buffer PlanBuilder::phantom_buf(BufferId b) const { return phantoms_.get(b, plan_.parts); }
-
-Region PlanBuilder::region_of(const Buffer& b) const {
-  const auto hk = static_cast<std::int32_t>(plan_.workload.kv_heads);
-  return {b.owner,      b.owner + b.owners,
-          b.head_begin, b.heads == 0 ? hk : b.head_begin + b.heads,
-          b.part_begin, b.parts == 0 ? plan_.parts : b.part_begin + b.parts};
-}
 
 void PlanBuilder::reserve(std::size_t ops) {
   // Measured at 64 ranks: 0.6 to 1.2 dependencies and 0.35 to 0.5 buffers an op.
@@ -120,12 +117,7 @@ Bytes PlanBuilder::bytes_of(BufKind kind, const Region& r) const {
   const auto& w = plan_.workload;
   const bool shard = r.owners() == 1 && r.head_begin == 0 && r.head_end == w.kv_heads && r.part_begin == 0 &&
                      r.part_end == plan_.parts;
-  if (!shard) return region_bytes(w, plan_.ranks, plan_.parts, kind, r);
-  if (shard_parts_ != plan_.parts) {
-    for (int k = 0; k < kNumBufKinds; ++k) shard_bytes_[k] = region_bytes(w, plan_.ranks, plan_.parts, BufKind(k), r);
-    shard_parts_ = plan_.parts;
-  }
-  return shard_bytes_[int(kind)];
+  return shard ? shard_bytes_(kind, plan_.parts) : region_bytes(w, plan_.ranks, plan_.parts, kind, r);
 }
 
 BufferId PlanBuilder::buffer(RankId rank, BufKind kind, const Region& r, BufInit init, BufferId reuse) {
@@ -298,7 +290,7 @@ bool PlanBuilder::visible(RankId q_owner, RankId kv_owner) const {
 // Inlined into both calls below: a call per computation would cost the full plans measurably.
 [[gnu::always_inline]] inline bool PlanBuilder::any_visible(const Buffer& bq, const Buffer& bk) const {
   if (bq.owners == 1 && bk.owners == 1 && bq.parts == 0 && bk.parts == 0) return visible(bq.owner, bk.owner);
-  const Region rq = region_of(bq), rk = region_of(bk);
+  const Region rq = plan_.region(bq), rk = plan_.region(bk);
   for (RankId x = rq.owner_begin; x < rq.owner_end; ++x)
     for (RankId y = rk.owner_begin; y < rk.owner_end; ++y)
       if (visible_pairs(plan_.workload, plan_.ranks, plan_.parts, x, rq.part_begin, rq.part_end, y, rk.part_begin,
@@ -396,7 +388,7 @@ PlanBuilder::Transfer PlanBuilder::phantom_transfer(Stream stream, BufferId src,
                                                     std::span<const OpId> extra_dst, BufferId into) {
   const Buffer sb = buf(src);
   CHARM_ASSERT(sb.rank != dst_rank, "a transfer needs two ranks");
-  const BufferId dst = into != kNone ? into : buffer(dst_rank, sb.kind, region_of(sb), BufInit::None);
+  const BufferId dst = into != kNone ? into : buffer(dst_rank, sb.kind, plan_.region(sb), BufInit::None);
   if (src < 0 && phantom(dst_rank)) return {kNone, kNone, dst};  // between phantoms: no tag of the quotient counts it
   Op op;  // the side of the representative, as transfer() makes it
   op.stream = stream;

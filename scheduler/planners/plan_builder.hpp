@@ -61,6 +61,21 @@ class BufferRing {
   std::vector<BufferId> last_;        // per rank: its last `depth` draws
 };
 
+/// Bytes of one owner's whole shard per buffer kind at a part count: region_bytes without its
+/// integer divisions for every buffer (most buffers are whole shards).
+class ShardBytes {
+ public:
+  ShardBytes() = default;
+  ShardBytes(const ir::Workload& w, int ranks) : w_(w), ranks_(ranks) {}
+  [[nodiscard]] ir::Bytes operator()(ir::BufKind kind, int parts) const;
+
+ private:
+  ir::Workload w_;
+  int ranks_ = 0;
+  mutable int parts_ = -1;  // the part count bytes_ holds, -1 before the first
+  mutable ir::Bytes bytes_[ir::kNumBufKinds] = {};
+};
+
 /// The buffers of phantom ranks (PlanBuilder's quotient mode): created and looked up like
 /// any other, never in the plan. Ids are <= -2 (kNone is -1), so they never collide with the
 /// plan's. A whole shard of one owner is encoded in its id while the id range allows, up to
@@ -73,6 +88,8 @@ class PhantomBuffers {
   PhantomBuffers() = default;
   /// Phantoms of ranks [first, ranks) of a plan of `w`.
   PhantomBuffers(const ir::Workload& w, int ranks, RankId first);
+  /// Whether whole shards of one owner fit in the ids (they take no record) for these ranks.
+  [[nodiscard]] static bool encodes_shards(int ranks, RankId first);
   /// Stores b (which has no reuse); `parts` is the plan's (Plan::parts).
   BufferId add(const ir::Buffer& b, int parts);
   [[nodiscard]] ir::Buffer get(BufferId id, int parts) const;
@@ -90,12 +107,8 @@ class PhantomBuffers {
     ir::BufInit init;
   };
   static_assert(sizeof(Record) == 16);
-  [[nodiscard]] ir::Bytes whole_bytes(ir::BufKind kind, int parts) const;
-  ir::Workload w_;
+  ShardBytes whole_bytes_;
   int ranks_ = 0;
-  // whole_bytes per kind for `whole_parts_` parts (three integer divisions a lookup otherwise).
-  mutable int whole_parts_ = -1;
-  mutable ir::Bytes whole_[ir::kNumBufKinds] = {};
   RankId first_ = 0;
   std::int64_t encoded_ = 0;  // codes [0, encoded_) are whole shards encoded in the id; records follow
   // Records in chunks of kChunk: no copy as they grow (a vector's would need 1.5x its memory at peak).
@@ -133,7 +146,7 @@ class PlanBuilder {
   }
   /// Buffers of the plan created so far (the next one's id).
   [[nodiscard]] std::size_t num_buffers() const { return plan_.buffers().size(); }
-  [[nodiscard]] ir::Region region(BufferId b) const { return b >= 0 ? plan_.region(b) : region_of(phantom_buf(b)); }
+  [[nodiscard]] ir::Region region(BufferId b) const { return b >= 0 ? plan_.region(b) : plan_.region(phantom_buf(b)); }
   /// A buffer over a region (region.hpp); the plan's parts must be set first (set_parts).
   /// With `reuse`, it takes over that dead buffer's storage: its first access waits for
   /// every access of `reuse`, which may not be touched again (bounded in-flight buffers).
@@ -219,7 +232,6 @@ class PlanBuilder {
 
   /// Dependencies of the first access of a buffer that reuses storage: every access of the previous holder.
   void claim_storage(BufferId b, std::vector<OpId>& deps);
-  [[nodiscard]] ir::Region region_of(const ir::Buffer& b) const;
   // Phantoms' paths stay out of line, so that the plan's buffers' stay small where they are inlined.
   [[nodiscard, gnu::noinline]] ir::Buffer phantom_buf(BufferId b) const;
   [[nodiscard]] bool any_visible(const ir::Buffer& q, const ir::Buffer& kv) const;
@@ -232,8 +244,7 @@ class PlanBuilder {
   [[nodiscard]] ir::Bytes bytes_of(ir::BufKind kind, const ir::Region& r) const;
 
   ir::Plan plan_;
-  mutable int shard_parts_ = -1;  // the part count shard_bytes_ holds, -1 before the first
-  mutable ir::Bytes shard_bytes_[ir::kNumBufKinds] = {};
+  ShardBytes shard_bytes_;
   RankId first_phantom_;  // the block in quotient mode, else ranks (no phantom)
   PhantomBuffers phantoms_;
   ir::Phase phase_ = ir::Phase::Fwd;

@@ -64,7 +64,7 @@ PlanEstimate estimate_quotient_plan(const PlanRequest& req, const RankSymmetry& 
   const double n = std::max(1, req.ranks), block = quotient.active() ? std::clamp(double(quotient.block), 1.0, n) : n;
   const std::string& a = req.algo;
   const bool heads = a == "ulysses" || a == "usp", regions = heads || a == "tasp" || a == "tasp-zigzag";
-  const bool fits = (n - block) * n * kNumBufKinds * 3 <= double(std::int64_t{1} << 30);
+  const bool fits = PhantomBuffers::encodes_shards(int(n), RankId(block));
   PlanEstimate e;
   e.ops = full.ops * block / n;
   e.phantom_buffers = (heads ? 0.7 : 0.5) * full.ops * (n - block) / n;
