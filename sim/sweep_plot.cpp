@@ -28,14 +28,25 @@ std::string colour(const std::string& algo, std::size_t fallback) {
   return spare[fallback % 4];
 }
 
-/// gnuplot single-quoted string: a quote is written twice.
+/// A control character (newline, ESC, NUL, ...) would end a gnuplot command line or drive the terminal: shown as '?'.
+bool is_control(char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }
+
+/// gnuplot single-quoted string: a quote is written twice. Single quotes also keep gnuplot from running
+/// backquoted text as a command, as long as no line break ends the string early (control characters become '?').
 std::string quoted(const std::string& s) {
   std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
+  for (char c : s) {
+    if (c == '\'')
+      out += "''";
+    else
+      out += is_control(c) ? '?' : c;
+  }
   return out + "'";
 }
 
-/// gnuplot double-quoted string, for text with line breaks (titles).
+/// gnuplot double-quoted string, for text with line breaks (titles). gnuplot runs backquoted text inside double
+/// quotes as a shell command before it parses the line, so a backquote is written as its octal escape, and '@'
+/// (a macro) likewise.
 std::string text(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {
@@ -43,8 +54,12 @@ std::string text(const std::string& s) {
       out += "\\n";
     else if (c == '"' || c == '\\')
       out += std::string("\\") + c;
+    else if (c == '`')
+      out += "\\140";
+    else if (c == '@')
+      out += "\\100";
     else
-      out += c;
+      out += is_control(c) ? '?' : c;
   }
   return out + "\"";
 }

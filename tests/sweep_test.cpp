@@ -399,6 +399,40 @@ TEST(Sweep, PlotWritesAPng) {
   EXPECT_NE(slurp(dir + "/t.svg").find("<svg"), std::string::npos);
 }
 
+// A topology name is text from a file: it reaches the gnuplot script's titles and legends, and gnuplot runs
+// backquoted text inside double quotes as a shell command. Neither it nor a line break may get out.
+TEST(Sweep, PlotNeverRunsANameAsACommand) {
+  if (!gnuplot_available()) GTEST_SKIP() << "gnuplot is not installed (scripts/setup.sh installs gnuplot-nox)";
+  const auto dir = fresh_dir("hostile");
+  const std::string marker = dir + "/ran";
+  auto doc = nlohmann::json::parse(slurp(topo("h20-8.json")));
+  doc["name"] = "h20 `touch " + marker + "` $(touch " + marker + ") @x ' \\ \"";
+  {
+    std::ofstream f(dir + "/t.json");
+    f << doc.dump(1);
+  }
+  const auto r =
+      run_charm("sweep --topology " + dir + "/t.json --batch 1 --seq 8k,16k --heads 8 --head-dim 128 --out " + dir +
+                "/s.csv --plot " + dir + "/s.png --plot-script " + dir + "/s.gp");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_FALSE(fs::exists(marker)) << "gnuplot ran a command from the topology name";
+  EXPECT_EQ(slurp(dir + "/s.png").substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+  const std::string gp = slurp(dir + "/s.gp");
+  EXPECT_EQ(gp.find("`touch"), std::string::npos) << "a backquote in double quotes is written as \\140";
+  // A control character in a name never reaches a terminal or a script: the file is refused.
+  for (const std::string& bad : {std::string("a\nb"), std::string("a\x1b[2Jb"), std::string("a\rb")}) {
+    doc["name"] = bad;
+    {
+      std::ofstream f(dir + "/c.json");
+      f << doc.dump(1);
+    }
+    const auto c = run_charm("simulate --topology " + dir + "/c.json --algo ring --seq 8k --heads 8 --head-dim 128");
+    EXPECT_EQ(c.code, 2) << c.out;
+    EXPECT_NE(c.out.find("control character"), std::string::npos) << c.out;
+    EXPECT_EQ(c.out.find('\x1b'), std::string::npos) << "the byte itself is not echoed";
+  }
+}
+
 TEST(Sweep, WithoutGnuplotTheCsvIsStillWritten) {
   const auto dir = fresh_dir("nognuplot");
   const auto r =

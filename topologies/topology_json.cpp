@@ -113,14 +113,27 @@ Ex<long> get_int(const Node& n, const char* key, bool required, long def, long m
   return int_in(n.at(key), min_value, max_value);
 }
 
+/// A string that may reach a terminal or a generated script: control characters (newline, ESC, NUL, ...) are
+/// refused rather than printed raw.
+Ex<std::string> text_of(const Node& v, const char* what = "a string") {
+  if (!v.j.is_string()) return v.error(fmt::format("must be {}, got {}", what, v.j.dump()));
+  const auto& s = v.j.get_ref<const std::string&>();
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7f)
+      return v.error(fmt::format("holds a control character (byte {:#04x} at offset {}): names and notes are "
+                                 "printed to terminals and scripts, so they must be plain text",
+                                 c, i));
+  }
+  return s;
+}
+
 Ex<std::string> get_string(const Node& n, const char* key, bool required, const std::string& def) {
   if (!n.has(key)) {
     if (required) return n.missing(key);
     return def;
   }
-  const Node v = n.at(key);
-  if (!v.j.is_string()) return v.error(fmt::format("must be a string, got {}", v.j.dump()));
-  return v.j.get<std::string>();
+  return text_of(n.at(key));
 }
 
 #define TRY_ASSIGN(var, expr)                                                                                          \
@@ -247,8 +260,8 @@ Status parse_explicit(const Node& root, Topology& t, int& num_gpus_out) {
     const Node lv = root.at("levels");
     if (!lv.j.is_array()) return lv.error("must be an array of level names, outermost first");
     for (std::size_t i = 0; i < lv.j.size(); ++i) {
-      if (!lv.j[i].is_string()) return lv.at(i).error("must be a string");
-      t.levels.push_back(lv.j[i].get<std::string>());
+      TRY_ASSIGN(level, text_of(lv.at(i)));
+      t.levels.push_back(std::move(level));
     }
   }
   if (!root.has("gpus")) return root.missing("gpus");
@@ -267,7 +280,8 @@ Status parse_explicit(const Node& root, Topology& t, int& num_gpus_out) {
     for (std::size_t i = 0; i < gp.j.size(); ++i) {
       const Node g = gp.at(i);
       if (g.j.is_string()) {
-        t.vertex_names.push_back(g.j.get<std::string>());
+        TRY_ASSIGN(gname, text_of(g));
+        t.vertex_names.push_back(std::move(gname));
         t.gpu_place.push_back(std::vector<int>(t.levels.size(), 0));
         continue;
       }
@@ -298,8 +312,8 @@ Status parse_explicit(const Node& root, Topology& t, int& num_gpus_out) {
     const Node sw = root.at("switches");
     if (!sw.j.is_array()) return sw.error("must be an array of names");
     for (std::size_t i = 0; i < sw.j.size(); ++i) {
-      if (!sw.j[i].is_string()) return sw.at(i).error("must be a string");
-      t.vertex_names.push_back(sw.j[i].get<std::string>());
+      TRY_ASSIGN(swname, text_of(sw.at(i)));
+      t.vertex_names.push_back(std::move(swname));
     }
   }
   for (std::size_t v = 0; v < t.vertex_names.size(); ++v) {
@@ -572,12 +586,13 @@ Expected<Topology> parse_topology(const nlohmann::json& j, const std::string& so
   t.name = name_ex.value();
   if (root.has("notes")) {
     const Node n = root.at("notes");
-    if (n.j.is_string())
-      t.notes = n.j.get<std::string>();
-    else if (n.j.is_array()) {
-      for (const auto& s : n.j) {
-        if (!s.is_string()) return n.error("must be a string or an array of strings");
-        t.notes += (t.notes.empty() ? "" : "\n") + s.get<std::string>();
+    if (n.j.is_string()) {
+      TRY_ASSIGN(note, text_of(n));
+      t.notes = std::move(note);
+    } else if (n.j.is_array()) {
+      for (std::size_t k = 0; k < n.j.size(); ++k) {
+        TRY_ASSIGN(note, text_of(n.at(k), "a string or an array of strings"));
+        t.notes += (t.notes.empty() ? "" : "\n") + note;
       }
     } else
       return n.error("must be a string or an array of strings");
