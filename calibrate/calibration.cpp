@@ -31,7 +31,15 @@ struct Row {
   ir::Plan plan;
   std::size_t variant = 0;  // index into Model::variant_nodes
   int ranks = 0, domains = 0;
+  sim::SimOptions charge;   // the run, or one side of it alone (the row's metric)
 };
+
+sim::SimOptions charge_of(Metric m) {
+  sim::SimOptions o;
+  if (m == Metric::Comm) o.compute = false;
+  if (m == Metric::Compute) o.comm = false;
+  return o;
+}
 
 /// What is being fitted: the base document, the topology variants the rows need (the base
 /// as it is, or re-generated with more nodes), each row's plan, and the parameters.
@@ -77,7 +85,7 @@ struct Model {
     auto work = [&] {
       for (std::size_t k; (k = next.fetch_add(1)) < todo.size();) {
         const std::size_t i = todo[k];
-        auto e = sim::evaluate_plan(rows[i].plan, (*topos)[rows[i].variant]);
+        auto e = sim::evaluate_plan(rows[i].plan, (*topos)[rows[i].variant], rows[i].charge);
         if (!e) {
           const std::lock_guard lock(mu);
           if (!error) error = e.error();
@@ -298,7 +306,8 @@ Status build_rows(Model& model, const MeasurementSet& data, std::vector<double>&
       return Error{data.where(m, column_of_flag(st.error().where)), st.error().what};
     auto plan = sched::make_plan(req);
     if (!plan) return Error{data.where(m, column_of_flag(plan.error().where)), plan.error().what};
-    auto e = sim::evaluate_plan(*plan, t);
+    row.charge = charge_of(m.metric);
+    auto e = sim::evaluate_plan(*plan, t, row.charge);
     if (!e) return Error{at_ranks, fmt::format("the simulator cannot run this row: {}", e.error().message())};
     base_ms.push_back(e->summary.time_s * 1e3);
     row.plan = std::move(plan).value();
@@ -318,6 +327,15 @@ Expected<std::vector<FitParameter>> choose_parameters(const Model& model, const 
   auto add = [&](const std::string& path) -> Status {
     auto v = parameter_value(model.base, path, model.source);
     if (!v) return v.error();
+    // A rate limit of 0 means "none below the link": the link's own rate is where a fit starts.
+    if (*v == 0 && path.size() > 5 && path.compare(path.size() - 5, 5, "_gbps") == 0) {
+      const std::string link = path.substr(0, path.rfind('.')) + ".bandwidth_gbps";
+      if (auto bw = parameter_value(model.base, link, model.source); bw && *bw > 0) {
+        notes.push_back(fmt::format("{}: 0 (no limit) in the base; fitted from {} = {:g}", path, link, *bw));
+        set_parameter(const_cast<json&>(model.base), path, *bw);
+        v = *bw;
+      }
+    }
     auto b = bounds_for(path, *v);
     if (!b) return b.error();
     FitParameter p;
@@ -424,6 +442,8 @@ Expected<Calibration> calibrate(const json& base, const std::string& base_source
   model.base = base;
   model.source = base_source;
   model.jobs = std::max(1, options.jobs);
+  // Every documented field is a parameter, spelt out in the file or not (its default is the base).
+  if (auto st = topo::complete_document(model.base, base_source); !st) return st.error();
   for (const auto& f : fixed) set_parameter(model.base, f.path, f.value);
 
   // The parameter list first: a misspelt path fails before any simulation.
@@ -585,21 +605,25 @@ Expected<Calibration> calibrate(const json& base, const std::string& base_source
   {
     std::map<std::string, std::size_t> ring_of;
     for (std::size_t i = 0; i < n; ++i)
-      if (data.rows[i].algo == "ring") ring_of.emplace(row_key(data.rows[i], c.rows[i].ranks), i);
+      if (data.rows[i].algo == "ring" && data.rows[i].metric == Metric::Time)
+        ring_of.emplace(row_key(data.rows[i], c.rows[i].ranks), i);
     for (std::size_t i = 0; i < n; ++i) {
-      if (data.rows[i].algo == "ring") continue;
+      if (data.rows[i].algo == "ring" || data.rows[i].metric != Metric::Time) continue;
       if (auto it = ring_of.find(row_key(data.rows[i], c.rows[i].ranks)); it != ring_of.end())
         c.pairs.push_back({it->second, i});
     }
   }
   {
-    std::vector<double> rb, rf, rl, sb, sf, sl;
+    std::vector<double> rb, rf, rl, sb, sf, sl, cb, cf, cl;
     for (std::size_t i = 0; i < n; ++i) {
       const double m = data.rows[i].time_ms;
-      rb.push_back(c.rows[i].base_ms / m);
-      rf.push_back(c.rows[i].predicted_ms / m);
-      if (!std::isnan(c.rows[i].loo_ms)) rl.push_back(c.rows[i].loo_ms / m);
+      const bool run = data.rows[i].metric == Metric::Time;
+      (run ? rb : cb).push_back(c.rows[i].base_ms / m);
+      (run ? rf : cf).push_back(c.rows[i].predicted_ms / m);
+      if (!std::isnan(c.rows[i].loo_ms)) (run ? rl : cl).push_back(c.rows[i].loo_ms / m);
     }
+    c.time_rows = rb.size();
+    c.component = {mean_abs_pct(cb), mean_abs_pct(cf), mean_abs_pct(cl)};
     for (const auto& pr : c.pairs) {
       const auto &r = c.rows[pr.ring], &o = c.rows[pr.other];
       const double measured = data.rows[pr.ring].time_ms / data.rows[pr.other].time_ms;
@@ -660,7 +684,12 @@ Expected<Calibration> calibrate(const json& base, const std::string& base_source
                                   {{"base", num(c.time.base)},
                                    {"in_sample", num(c.time.in_sample)},
                                    {"leave_one_out", num(c.time.loo)},
-                                   {"rows", n}}},
+                                   {"rows", c.time_rows}}},
+                                 {"components",
+                                  {{"base", num(c.component.base)},
+                                   {"in_sample", num(c.component.in_sample)},
+                                   {"leave_one_out", num(c.component.loo)},
+                                   {"rows", n - c.time_rows}}},
                                  {"speedup",
                                   {{"base", num(c.speedup.base)},
                                    {"in_sample", num(c.speedup.in_sample)},
@@ -678,7 +707,9 @@ json report_json(const Calibration& c, const MeasurementSet& data) {
     const auto& r = c.rows[i];
     const auto& w = m.workload;
     json row = ir::workload_to_json(w);  // keys sorted: the same object as one written out
-    row.update(json{{"line", m.line},
+    row.update(json{{"file", data.files[std::size_t(m.file)]},
+                    {"line", m.line},
+                    {"metric", to_string(m.metric)},
                     {"algo", m.algo},
                     {"ranks", r.ranks},
                     {"domains", r.domains},

@@ -20,9 +20,9 @@ namespace {
 
 constexpr std::array<std::string_view, kNumColumns> kNames{"algo",     "pass",     "batch",  "seq",    "heads",
                                                            "kv_heads", "head_dim", "dtype",  "causal", "layout",
-                                                           "time_ms",  "ranks",    "domains"};
+                                                           "time_ms",  "ranks",    "domains", "metric"};
 
-bool optional_column(Column c) { return c == Column::Ranks || c == Column::Domains; }
+bool optional_column(Column c) { return c == Column::Ranks || c == Column::Domains || c == Column::Metric; }
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
@@ -47,6 +47,13 @@ std::string expected_list() {
   return s;
 }
 
+Expected<Metric> parse_metric(std::string_view v) {
+  if (v.empty() || v == "time") return Metric::Time;
+  if (v == "comm") return Metric::Comm;
+  if (v == "compute") return Metric::Compute;
+  return Error{"", fmt::format("must be time, comm or compute, got '{}'", v)};
+}
+
 /// A whole number in [1, max]; digits only (no sign, no suffix, no fraction).
 Expected<std::int64_t> parse_count(std::string_view s, std::int64_t max) {
   std::int64_t v = 0;
@@ -62,6 +69,18 @@ Expected<std::int64_t> parse_count(std::string_view s, std::int64_t max) {
 
 std::string_view column_name(Column c) { return kNames[static_cast<std::size_t>(c)]; }
 
+std::string_view to_string(Metric m) {
+  switch (m) {
+  case Metric::Comm:
+    return "comm";
+  case Metric::Compute:
+    return "compute";
+  case Metric::Time:
+    break;
+  }
+  return "time";
+}
+
 Column column_of_flag(std::string_view flag) {
   std::string name(flag.substr(flag.rfind("--", 0) == 0 ? 2 : 0));
   std::replace(name.begin(), name.end(), '-', '_');
@@ -71,14 +90,17 @@ Column column_of_flag(std::string_view flag) {
 }
 
 std::string MeasurementSet::where(const Measurement& m, Column c) const {
-  const int col = column_index[static_cast<std::size_t>(c)];
+  const int col = column_index[std::size_t(m.file)][static_cast<std::size_t>(c)];
   // A default (ranks, domains) has no cell: point at the line's first one.
-  return fmt::format("{}:{}:{}", source, m.line, col > 0 ? col : 1);
+  return fmt::format("{}:{}:{}", files[std::size_t(m.file)], m.line, col > 0 ? col : 1);
 }
 
 Expected<MeasurementSet> parse_measurements(std::string_view text, const std::string& source) {
   MeasurementSet set;
   set.source = source;
+  set.files = {source};
+  set.column_index.resize(1);
+  auto& column_index = set.column_index[0];
   std::vector<Column> order;  // column of each header field
   bool have_header = false;
   int header_line = 0;
@@ -103,14 +125,15 @@ Expected<MeasurementSet> parse_measurements(std::string_view text, const std::st
         if (it == kNames.end())
           return at(i, fmt::format("unknown column '{}' (expected: {})", fields[i], expected_list()));
         const auto c = static_cast<Column>(it - kNames.begin());
-        if (set.column_index[std::size_t(c)] != 0) return at(i, fmt::format("column '{}' appears twice", fields[i]));
-        set.column_index[std::size_t(c)] = int(i) + 1;
+        if (column_index[std::size_t(c)] != 0) return at(i, fmt::format("column '{}' appears twice", fields[i]));
+        column_index[std::size_t(c)] = int(i) + 1;
         order.push_back(c);
       }
       for (std::size_t c = 0; c < kNumColumns; ++c)
-        if (set.column_index[c] == 0 && !optional_column(Column(c)))
+        if (column_index[c] == 0 && !optional_column(Column(c)))
           return at(fields.size(),
-                    fmt::format("missing column '{}' (the header needs: {}; ranks and domains are optional)", kNames[c],
+                    fmt::format("missing column '{}' (the header needs: {}; ranks, domains and metric are optional)",
+                                kNames[c],
                                 expected_list()));
       continue;
     }
@@ -197,6 +220,12 @@ Expected<MeasurementSet> parse_measurements(std::string_view text, const std::st
           (c == Column::Ranks ? m.ranks : m.domains) = int(*n);
         }
         break;
+      case Column::Metric: {
+        auto mt = parse_metric(v);
+        if (!mt) return bad(mt.error().what);
+        m.metric = *mt;
+        break;
+      }
       case Column::TimeMs: {
         double t = 0;
         const auto* end = v.data() + v.size();
@@ -219,7 +248,7 @@ Expected<MeasurementSet> parse_measurements(std::string_view text, const std::st
 
 std::string measurements_header() {
   std::string s;
-  for (auto n : kNames) s += fmt::format("{}{}", s.empty() ? "" : ",", n);
+  for (std::size_t c = 0; c < kWrittenColumns; ++c) s += fmt::format("{}{}", s.empty() ? "" : ",", kNames[c]);
   return s;
 }
 
@@ -241,7 +270,7 @@ std::string measurement_row(const Measurement& m) {
   set(Column::Ranks, m.ranks > 0 ? std::to_string(m.ranks) : "");
   set(Column::Domains, m.domains > 0 ? std::to_string(m.domains) : "");
   std::string s;
-  for (std::size_t c = 0; c < kNumColumns; ++c) s += (c == 0 ? "" : ",") + cell[c];
+  for (std::size_t c = 0; c < kWrittenColumns; ++c) s += (c == 0 ? "" : ",") + cell[c];
   return s;
 }
 
@@ -279,10 +308,29 @@ Expected<std::string> read_text_file(const std::string& path, const char* what) 
   return ir::read_input_file(path, what, fmt::format("cannot open {}", what));
 }
 
-Expected<MeasurementSet> load_measurements(const std::string& path) {
-  auto text = read_text_file(path, "a measurements file");
-  if (!text) return text.error();
-  return parse_measurements(*text, path);
+Expected<MeasurementSet> load_measurements(const std::string& paths) {
+  MeasurementSet all;
+  std::size_t start = 0;
+  while (start <= paths.size()) {
+    std::size_t end = paths.find(',', start);
+    if (end == std::string::npos) end = paths.size();
+    const std::string path(trim(std::string_view(paths).substr(start, end - start)));
+    start = end + 1;
+    if (path.empty()) return Error{"--measurements", fmt::format("an empty file name in '{}'", paths)};
+    auto text = read_text_file(path, "a measurements file");
+    if (!text) return text.error();
+    auto set = parse_measurements(*text, path);
+    if (!set) return set.error();
+    const int file = static_cast<int>(all.files.size());
+    all.source += (all.source.empty() ? "" : ",") + path;
+    all.files.push_back(path);
+    all.column_index.push_back(set->column_index[0]);
+    for (auto& m : set->rows) {
+      m.file = file;
+      all.rows.push_back(std::move(m));
+    }
+  }
+  return all;
 }
 
 }  // namespace charm::calib

@@ -2,12 +2,12 @@
 // Measured run times for `charm calibrate`: one CSV row per measured run.
 //
 //   # comment lines (the file's source) anywhere
-//   algo,pass,batch,seq,heads,kv_heads,head_dim,dtype,causal,layout,time_ms[,ranks][,domains]
+//   algo,pass,batch,seq,heads,kv_heads,head_dim,dtype,causal,layout,time_ms[,ranks][,domains][,metric]
 //   ring,fwd,16,26880,12,12,192,bf16,0,contiguous,149.97,16,2
 //
-// Columns may come in any order; `ranks` and `domains` are optional (an empty
-// cell or a missing column means: every GPU of the base topology, and the
-// domains those GPUs span). Every error names the file, line and column as
+// Columns may come in any order; `ranks`, `domains` and `metric` are optional (an
+// empty cell or a missing column means: every GPU of the base topology, the
+// domains those GPUs span, and the run's time). Every error names the file, line and column as
 // `file:line:column`, so the message points at the cell to fix.
 //
 // The writer (`charm run --append-measurements FILE`) uses the same column list:
@@ -38,9 +38,17 @@ enum class Column : std::uint8_t {
   Layout,
   TimeMs,
   Ranks,
-  Domains
+  Domains,
+  Metric
 };
-inline constexpr std::size_t kNumColumns = 13;
+inline constexpr std::size_t kNumColumns = 14;
+/// The columns a run writes (append_measurement): every one but metric, which is always "time" there.
+inline constexpr std::size_t kWrittenColumns = 13;
+
+/// What a row's time measures: the run, or one side of it alone as if the other were free
+/// (the paper's T_comm and T_comp: each step's communication, or computation, one after another).
+enum class Metric : std::uint8_t { Time, Comm, Compute };
+[[nodiscard]] std::string_view to_string(Metric m);
 
 /// The header name of a column ("kv_heads").
 [[nodiscard]] std::string_view column_name(Column c);
@@ -54,12 +62,15 @@ struct Measurement {
   int ranks = 0;          // 0: every GPU of the base topology
   int domains = 0;        // 0: the domains the first `ranks` GPUs span
   double time_ms = 0;
+  Metric metric = Metric::Time;
+  int file = 0;  // which file of the set it came from
 };
 
 struct MeasurementSet {
-  std::string source;  // the file name, as given
-  /// Column index (1-based) of each column in the header; 0 when the file has no such column.
-  std::array<int, kNumColumns> column_index{};
+  std::string source;  // the file name, as given (several: their names joined by commas)
+  /// Per file: its name and the column index (1-based) of each column in its header (0: no such column).
+  std::vector<std::string> files;
+  std::vector<std::array<int, kNumColumns>> column_index;
   std::vector<Measurement> rows;
 
   /// "file:line:column" of one cell, for errors found after parsing (a planner refusal, say).
@@ -68,8 +79,8 @@ struct MeasurementSet {
 
 /// Parses the CSV text; `source` prefixes every error.
 [[nodiscard]] Expected<MeasurementSet> parse_measurements(std::string_view text, const std::string& source);
-/// Reads and parses a measurements file.
-[[nodiscard]] Expected<MeasurementSet> load_measurements(const std::string& path);
+/// Reads and parses a measurements file, or several (comma-separated) as one set.
+[[nodiscard]] Expected<MeasurementSet> load_measurements(const std::string& paths);
 
 /// "algo,pass,...,time_ms,ranks,domains": every column, in Column order (no newline).
 [[nodiscard]] std::string measurements_header();

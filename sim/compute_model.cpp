@@ -1,8 +1,47 @@
 #include "sim/compute_model.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace charm::sim {
+
+namespace {
+
+/// FLOPs per visible (query, key) pair of one batch-head: 4*D forward, 2.5x that backward.
+double flops_per_pair(const ir::Workload& w, ir::Phase phase) {
+  return 4.0 * double(w.head_dim) * (phase == ir::Phase::Fwd ? 1.0 : 2.5);
+}
+
+/// Query and key tokens of a block from its visible pairs and its mask piece.
+struct BlockShape {
+  double q = 0, kv = 0;
+  bool triangle = false;  // a causal diagonal: query tile i sees keys up to its own end
+};
+
+BlockShape shape_of(double pairs, ir::MaskPiece mask) {
+  switch (mask) {
+  case ir::MaskPiece::Causal:
+  case ir::MaskPiece::ZigzagDiag: {
+    // s(s+1)/2 pairs with the diagonal (zigzag: two such triangles of s/2 and a square of s/2: the same).
+    const double side = (std::sqrt(1 + 8 * pairs) - 1) / 2;
+    return {side, side, true};
+  }
+  case ir::MaskPiece::ZigzagKvHead: {  // all queries, the first half of the keys
+    const double q = std::sqrt(2 * pairs);
+    return {q, q / 2, false};
+  }
+  case ir::MaskPiece::ZigzagQTail: {  // the second half of the queries, all keys
+    const double kv = std::sqrt(2 * pairs);
+    return {kv / 2, kv, false};
+  }
+  default: {
+    const double side = std::sqrt(pairs);
+    return {side, side, false};
+  }
+  }
+}
+
+}  // namespace
 
 ComputeModel ComputeModel::from_gpu(const topo::GpuSpec& g, ir::DType dtype) {
   ComputeModel m;
@@ -12,28 +51,78 @@ ComputeModel ComputeModel::from_gpu(const topo::GpuSpec& g, ir::DType dtype) {
   m.half_tokens = g.half_tokens;
   m.launch_s = g.launch_us * 1e-6;
   m.hbm_bytes_per_s = g.hbm_gbps * 1e9;
+  m.sm_count = g.sm_count;
+  m.tile_fwd = g.tile_fwd;
+  m.tile_bwd = g.tile_bwd;
   return m;
 }
 
-Seconds ComputeModel::compute_seconds(ir::Flops flops, ir::Phase phase, const ir::Workload& w) const {
-  if (flops <= 0) return launch_s;
-  double eff = phase == ir::Phase::Fwd ? efficiency_fwd : efficiency_bwd;
-  if (half_tokens > 0) {
-    // FLOPs per visible (query, key) pair of one batch-head: 4*D forward, 2.5x that backward.
-    const double per_pair = 4.0 * double(w.head_dim) * (phase == ir::Phase::Fwd ? 1.0 : 2.5);
-    const double pairs = flops / (per_pair * double(w.batch) * double(w.heads));
-    const double side = std::sqrt(std::max(pairs, 0.0));
-    eff *= side / (side + half_tokens);
+ComputeModel ComputeModel::from_topology(const topo::Topology& t, ir::DType dtype) {
+  ComputeModel m = from_gpu(t.gpu, dtype);
+  m.step_s = t.stack.step_us * 1e-6;
+  m.update_passes = t.stack.update_passes;
+  m.merge_traffic = t.stack.merge_traffic;
+  return m;
+}
+
+Seconds ComputeModel::kernel_seconds(ir::Flops flops, ir::Phase phase, const ir::Workload& w,
+                                     ir::MaskPiece mask) const {
+  const bool fwd = phase == ir::Phase::Fwd;
+  const double eff = fwd ? efficiency_fwd : efficiency_bwd;
+  const double per_pair = flops_per_pair(w, phase);
+  const double batch_heads = double(w.batch) * double(w.heads);
+  const double pairs = std::max(flops / (per_pair * batch_heads), 0.0);
+  const topo::KernelTile tile = fwd ? tile_fwd : tile_bwd;
+  if (sm_count <= 0 || tile.q <= 0 || tile.kv <= 0) {
+    double e = eff;
+    if (half_tokens > 0) {
+      const double side = std::sqrt(pairs);
+      e *= side / (side + half_tokens);
+    }
+    return flops / (peak_flops * e) + launch_s;
   }
-  return flops / (peak_flops * eff) + launch_s;
+  // The forward kernel gives each thread block query tiles and loops over keys; the backward
+  // one (FlashAttention-2) the other way round: its outer tiles are the keys.
+  BlockShape b = shape_of(pairs, mask);
+  if (!fwd) std::swap(b.q, b.kv);
+  const double outer = std::ceil(b.q / tile.q - 1e-9), inner = std::ceil(b.kv / tile.kv - 1e-9);
+  const double sms = double(sm_count);
+  double steps;
+  if (!b.triangle) {
+    steps = std::ceil(batch_heads * outer / sms - 1e-9) * inner;
+  } else {
+    // Outer tile i (0-based) sees inner tiles up to the diagonal: ceil((i+1) * tile.q / tile.kv), at most all.
+    double loops = 0;
+    for (double i = 0; i < outer; ++i) loops += std::min(inner, std::ceil((i + 1) * tile.q / tile.kv - 1e-9));
+    steps = std::max(std::ceil(batch_heads * loops / sms - 1e-9), inner);
+  }
+  const double t_tile = per_pair * tile.q * tile.kv / (peak_flops / sms * eff);
+  return steps * t_tile + launch_s;
+}
+
+Seconds ComputeModel::compute_seconds(ir::Flops flops, ir::Phase phase, const ir::Workload& w,
+                                      ir::MaskPiece mask) const {
+  if (flops <= 0) return launch_s;
+  Seconds update = 0;
+  if (update_passes > 0 && hbm_bytes_per_s > 0) {
+    const double pairs = flops / (flops_per_pair(w, phase) * double(w.batch) * double(w.heads));
+    const BlockShape b = shape_of(std::max(pairs, 0.0), mask);
+    const double per_token = double(w.head_dim) * double(w.batch);
+    const double elements = phase == ir::Phase::Fwd
+                                ? b.q * per_token * double(w.heads)
+                                : (b.q * double(w.heads) + 2 * b.kv * double(w.kv_heads)) * per_token;
+    update = update_passes * 12.0 * elements / hbm_bytes_per_s;
+  }
+  return kernel_seconds(flops, phase, w, mask) + step_s + update;
 }
 
 Seconds ComputeModel::op_seconds(const ir::Op& op, const ir::Workload& w) const {
   switch (op.kind) {
   case ir::OpKind::Compute:
-    return compute_seconds(op.flops, op.phase, w);
+    return compute_seconds(op.flops, op.phase, w, op.mask);
   case ir::OpKind::Merge:
   case ir::OpKind::Accumulate:
+    return (hbm_bytes_per_s > 0 ? double(op.bytes) * merge_traffic / hbm_bytes_per_s : 0.0) + launch_s;
   case ir::OpKind::Copy:
     return (hbm_bytes_per_s > 0 ? double(op.bytes) / hbm_bytes_per_s : 0.0) + launch_s;
   case ir::OpKind::Send:

@@ -1,11 +1,29 @@
 #pragma once
 // ComputeModel: how long one op of a plan keeps its stream busy.
 //
+// An attention block, with the kernel's shape known (sm_count > 0):
+//
+//   tiles      q_tiles = ceil(Lq / tile_q), kv_tiles = ceil(Lk / tile_kv) per batch-head
+//   thread blocks  one per (batch, head, query tile), each running its kv loop;
+//              a full block's loop is kv_tiles long, a causal diagonal's i-th query
+//              tile sees the tiles up to the diagonal (tile granularity: a diagonal
+//              tile costs a whole one)
+//   waves      full:   ceil(B*H*q_tiles / SMs) * kv_tiles tile steps per SM
+//              causal: max(ceil(sum of loops / SMs), longest loop)
+//   time       launch + tile steps * t_tile,   t_tile = flops(tile) / (peak/SMs * efficiency)
+//
+// so small blocks leave SMs idle and pay the launch, and at large sizes the time
+// tends to flops / (peak * efficiency). Without the shape (sm_count 0):
+//
 //   compute:        flops / (peak(dtype) * efficiency(pass, block side)) + launch
 //   efficiency:     e_pass * side / (side + half_tokens), side = sqrt(visible pairs per batch-head)
-//   merge/acc/copy: bytes / hbm_bandwidth + launch    (free when hbm_bandwidth is 0)
+//
+// Every attention block also pays the stack's per-step cost (the framework issuing it) and
+// its update of the running results: update_passes * 12 bytes per fp32 result element
+// (forward: O of the block's queries; backward: dQ, dK and dV) over the HBM rate.
+//   merge/acc/copy: bytes * merge_traffic / hbm_bandwidth + launch   (free when hbm_bandwidth is 0)
 // A user calibrates it from measured kernel times through the topology's "gpu"
-// block (efficiency, half_tokens, launch_us, hbm_gbps).
+// block (efficiency, sm_count, kernel tiles, launch_us, hbm_gbps) and "stack".
 
 #include "scheduler/ir/plan.hpp"
 #include "topologies/topology.hpp"
@@ -20,12 +38,23 @@ struct ComputeModel {
   double half_tokens = 0;
   Seconds launch_s = 0;
   double hbm_bytes_per_s = 0;  // 0: memory-bound ops take no time
+  int sm_count = 0;            // 0: no kernel shape
+  topo::KernelTile tile_fwd, tile_bwd;
+  Seconds step_s = 0;        // the stack's cost per attention block
+  double update_passes = 0;  // the stack's fused passes over a block's fp32 results (12 bytes an element)
+  double merge_traffic = 1;  // merge bytes in fused passes
 
   [[nodiscard]] static ComputeModel from_gpu(const topo::GpuSpec& g, ir::DType dtype);
+  /// The GPU's model with the topology's stack.
+  [[nodiscard]] static ComputeModel from_topology(const topo::Topology& t, ir::DType dtype);
   /// Time of an op that runs on a stream by itself (Compute, Merge, Accumulate, Copy).
   [[nodiscard]] Seconds op_seconds(const ir::Op& op, const ir::Workload& w) const;
-  /// Time of a compute block of `flops` in `phase` (the closed forms use this too).
-  [[nodiscard]] Seconds compute_seconds(ir::Flops flops, ir::Phase phase, const ir::Workload& w) const;
+  /// Time of a compute block of `flops` in `phase` with mask piece `mask` (the closed forms use this too).
+  [[nodiscard]] Seconds compute_seconds(ir::Flops flops, ir::Phase phase, const ir::Workload& w,
+                                        ir::MaskPiece mask = ir::MaskPiece::Full) const;
+  /// The kernel alone (no per-step cost): the tile model when the shape is known.
+  [[nodiscard]] Seconds kernel_seconds(ir::Flops flops, ir::Phase phase, const ir::Workload& w,
+                                       ir::MaskPiece mask) const;
 };
 
 }  // namespace charm::sim

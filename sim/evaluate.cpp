@@ -15,7 +15,7 @@ int default_domains(const topo::Topology& t, int ranks) {
 sched::PlanRequest normalised_request(sched::PlanRequest req) { return sched::normalised(std::move(req)); }
 
 ComputeModel compute_model_for(const topo::Topology& t, const ir::Workload& w) {
-  return ComputeModel::from_gpu(t.gpu, w.dtype);
+  return ComputeModel::from_topology(t, w.dtype);
 }
 
 ClosedForm closed_form_on(const std::string& algo, const topo::Topology& t, int ranks, const ir::Workload& w,
@@ -52,9 +52,9 @@ ClosedForm closed_form_on(const std::string& algo, const topo::Topology& t, int 
   return total;
 }
 
-Expected<Evaluation> evaluate_plan(ir::Plan plan, const topo::Topology& t) {
+Expected<Evaluation> evaluate_plan(ir::Plan plan, const topo::Topology& t, SimOptions options) {
   const auto model = compute_model_for(t, plan.workload);
-  auto res = simulate(plan, t, model);
+  auto res = simulate(plan, t, model, options);
   if (!res) return res.error();
   Evaluation e{std::move(plan), std::move(res).value(), {}, {}};
   e.summary = summarize(e.result);

@@ -44,7 +44,7 @@ struct Evaluation {
 
 /// Simulates an already built plan on `t`. Errors are the simulator's (a plan
 /// that needs more GPUs than `t` has, a deadlock): not the user's request.
-[[nodiscard]] Expected<Evaluation> evaluate_plan(ir::Plan plan, const topo::Topology& t);
+[[nodiscard]] Expected<Evaluation> evaluate_plan(ir::Plan plan, const topo::Topology& t, SimOptions options = {});
 
 /// Plans `req` (normalised) and evaluates it. Planner refusals and simulator
 /// failures both come back as errors; callers that must tell them apart call

@@ -50,6 +50,7 @@ int FairShareNetwork::add_flow(std::span<const std::int32_t> route, double bytes
   f.rate = 0;
   f.last_s = now_s;
   f.cap = kInf;
+  f.scale = 1;
   for (std::size_t k = 0; k < route.size(); ++k) {
     const auto c = std::size_t(route[k]);
     if (!ch_[c].shared) f.cap = std::min(f.cap, ch_[c].capacity_bytes_per_s);
@@ -90,6 +91,14 @@ void FairShareNetwork::remove_flow(int id, double now_s) {
   ++f.version;
   --active_;
   free_.push_back(id);
+}
+
+void FairShareNetwork::set_scale(int id, double scale, double now_s) {
+  Flow& f = flows_[std::size_t(id)];
+  if (!f.active || f.scale == scale) return;
+  settle(f, now_s);
+  f.scale = scale;
+  dirty_flows_.push_back(id);
 }
 
 void FairShareNetwork::settle(Flow& f, double now_s) {
@@ -156,7 +165,7 @@ void FairShareNetwork::solve(double now_s) {
       const auto c = std::size_t(f.route[k]);
       if (ch_[c].shared) --ch_count_[c];
     }
-    const double r = std::min(level, f.cap);
+    const double r = std::min(level, f.cap) * f.scale;
     if (r != f.rate) {
       settle(f, now_s);
       f.rate = r;

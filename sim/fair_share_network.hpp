@@ -35,6 +35,9 @@ class FairShareNetwork {
   int add_flow(std::span<const std::int32_t> route, double bytes, double now_s);
   /// Ends a flow (its bytes are counted on each channel of its route).
   void remove_flow(int id, double now_s);
+  /// Scales what the flow attains of its fair share (1: all of it): an endpoint that is busy
+  /// elsewhere (its GPU computing) moves its bytes slower; the share it leaves is not handed on.
+  void set_scale(int id, double scale, double now_s);
   /// Recomputes the rates of flows affected since the last call; calls on_change(id) for each flow whose rate changed.
   template <class F>
   void resolve(double now_s, F&& on_change) {
@@ -61,7 +64,7 @@ class FairShareNetwork {
     std::uint8_t hops = 0;
     bool active = false;
     std::uint32_t version = 0;
-    double bytes = 0, remaining = 0, rate = 0, cap = kInf, last_s = 0;
+    double bytes = 0, remaining = 0, rate = 0, cap = kInf, last_s = 0, scale = 1;
   };
   struct ChannelStats {
     double bytes = 0, busy_s = 0, busy_since_s = 0;

@@ -23,8 +23,9 @@ enum EventKind : std::uint32_t { kOpDone, kFlowDrained, kFlowDone };
 
 class Engine {
  public:
-  Engine(const Plan& plan, const topo::Topology& t, const ComputeModel& m)
-      : plan_(plan), topo_(t), model_(m), net_(FairShareNetwork::channels_of(t)), sym_(plan.symmetry) {}
+  Engine(const Plan& plan, const topo::Topology& t, const ComputeModel& m, SimOptions o)
+      : plan_(plan), topo_(t), model_(m), opt_(o), net_(FairShareNetwork::channels_of(t)), sym_(plan.symmetry),
+        overlap_(o.compute && o.comm && t.stack.overlap_costs()) {}
 
   Expected<SimResult> run();
 
@@ -36,6 +37,17 @@ class Engine {
   void complete(OpId op);
   void start_flow(OpId send, OpId recv);
   void touch(RankId r);  // accounts the time since the rank's last state change
+  // Overlap costs (the stack's compute_slowdown and comm_slowdown).
+  struct Running {
+    OpId op;
+    double left_s, since_s, rate, end_s;  // left: seconds of work at full rate
+  };
+  [[nodiscard]] bool stale(const Event& e) const;
+  void start_running(OpId id, Seconds work_s);
+  void stop_running(OpId id);
+  void reschedule(RankId r);     // the rank's compute rate follows its flows
+  void rescale_flows(RankId r);  // its flows' rate follows its compute
+  void flow_endpoints(int f, int delta);
   void critical_path();
   void release_replay_state();
   void peak_memory();
@@ -45,11 +57,15 @@ class Engine {
   const Plan& plan_;
   const topo::Topology& topo_;
   const ComputeModel& model_;
+  SimOptions opt_;
   FairShareNetwork net_;
   EventQueue q_;
   double now_ = 0;
   SimResult res_;
   RankSymmetry sym_;  // a quotient plan's
+  bool overlap_ = false;
+  std::vector<std::vector<Running>> running_;  // per rank: its attention blocks in progress
+  std::vector<std::vector<int>> rank_flows_;   // per rank: its flows in flight (either end)
 
   // Lanes (rank, stream) in stream order, groups, partners, dependents (built by build()).
   std::optional<PlanIndex> idx_;
@@ -95,6 +111,10 @@ Status Engine::build() {
   rank_last_s_.assign(ranks, 0);
   comm_out_.assign(ranks, 0);
   compute_busy_.assign(ranks, 0);
+  if (overlap_) {
+    running_.assign(ranks, {});
+    rank_flows_.assign(ranks, {});
+  }
   q_.reserve(1024);
   return {};
 }
@@ -150,14 +170,90 @@ void Engine::issue(OpId id) {
     return;
   }
   if (o.stream == Stream::Compute) compute_busy_[std::size_t(o.rank)] = 1;
-  q_.push(now_ + model_.op_seconds(o, plan_.workload), kOpDone, id);
+  const Seconds work = opt_.compute ? model_.op_seconds(o, plan_.workload) : 0.0;
+  if (overlap_ && o.kind == OpKind::Compute) {
+    start_running(id, work);
+    return;
+  }
+  q_.push(now_ + work, kOpDone, id);
+}
+
+// While a rank has a flow in flight its blocks run at 1/(1 + compute_slowdown); a block's
+// end is re-planned whenever that changes, and the earlier event goes stale.
+void Engine::start_running(OpId id, Seconds work_s) {
+  const RankId r = plan_.op(id).rank;
+  auto& run = running_[std::size_t(r)];
+  const double rate = rank_flows_[std::size_t(r)].empty() ? 1.0 : 1.0 / (1.0 + topo_.stack.compute_slowdown);
+  run.push_back({id, work_s, now_, rate, now_ + work_s / rate});
+  q_.push(run.back().end_s, kOpDone, id);
+  if (run.size() == 1) rescale_flows(r);
+}
+
+void Engine::stop_running(OpId id) {
+  const RankId r = plan_.op(id).rank;
+  auto& run = running_[std::size_t(r)];
+  for (std::size_t k = 0; k < run.size(); ++k)
+    if (run[k].op == id) {
+      run[k] = run.back();
+      run.pop_back();
+      break;
+    }
+  if (run.empty()) rescale_flows(r);
+}
+
+bool Engine::stale(const Event& e) const {
+  if (e.kind == kFlowDrained) return net_.version(e.id) != e.version;
+  if (!overlap_ || e.kind != kOpDone || plan_.op(e.id).kind != OpKind::Compute) return false;
+  for (const Running& x : running_[std::size_t(plan_.op(e.id).rank)])
+    if (x.op == e.id) return x.end_s != e.time_s;
+  return true;
+}
+
+void Engine::reschedule(RankId r) {
+  const double rate = rank_flows_[std::size_t(r)].empty() ? 1.0 : 1.0 / (1.0 + topo_.stack.compute_slowdown);
+  for (Running& x : running_[std::size_t(r)]) {
+    if (x.rate == rate) continue;
+    x.left_s = std::max(0.0, x.left_s - (now_ - x.since_s) * x.rate);
+    x.since_s = now_;
+    x.rate = rate;
+    x.end_s = now_ + x.left_s / rate;
+    q_.push(x.end_s, kOpDone, x.op);
+  }
+}
+
+// A flow attains 1/(1 + comm_slowdown) of its share while either end computes.
+void Engine::rescale_flows(RankId r) {
+  const double slow = 1.0 / (1.0 + topo_.stack.comm_slowdown);
+  for (const int f : rank_flows_[std::size_t(r)]) {
+    const OpId s = flow_send_[std::size_t(f)];
+    const RankId a = plan_.op(s).rank, b = plan_.op(idx_->partner(s)).rank;
+    const bool busy = !running_[std::size_t(a)].empty() || !running_[std::size_t(b)].empty();
+    net_.set_scale(f, busy ? slow : 1.0, now_);
+  }
+}
+
+void Engine::flow_endpoints(int f, int delta) {
+  const OpId s = flow_send_[std::size_t(f)];
+  for (const RankId r : {plan_.op(s).rank, plan_.op(idx_->partner(s)).rank}) {
+    auto& list = rank_flows_[std::size_t(r)];
+    const bool was_empty = list.empty();
+    if (delta > 0)
+      list.push_back(f);
+    else
+      list.erase(std::find(list.begin(), list.end(), f));
+    if (was_empty != list.empty()) reschedule(r);
+  }
 }
 
 void Engine::start_flow(OpId send, OpId recv) {
   const Op& s = plan_.op(send);
   // The receiver is s.peer: the receive's own rank in a full plan, its image's in a quotient plan.
   res_.flow_start_s[std::size_t(send)] = res_.flow_start_s[std::size_t(recv)] = now_;
-  const double lat = topo_.route_latency_us(s.rank, s.peer) * 1e-6;
+  if (!opt_.comm) {
+    q_.push(now_, kFlowDone, send);
+    return;
+  }
+  const double lat = (topo_.route_latency_us(s.rank, s.peer) + topo_.stack.message_us) * 1e-6;
   if (s.bytes == 0) {
     q_.push(now_ + lat, kFlowDone, send);  // nothing to move: the pair completes after the latency
     return;
@@ -175,6 +271,12 @@ void Engine::start_flow(OpId send, OpId recv) {
   }
   flow_send_[std::size_t(f)] = send;
   flow_latency_s_[std::size_t(f)] = lat;
+  if (overlap_) {
+    flow_endpoints(f, +1);
+    const RankId a = s.rank, b = plan_.op(recv).rank;
+    if (!running_[std::size_t(a)].empty() || !running_[std::size_t(b)].empty())
+      net_.set_scale(f, 1.0 / (1.0 + topo_.stack.comm_slowdown), now_);
+  }
 }
 
 void Engine::complete(OpId id) {
@@ -186,6 +288,7 @@ void Engine::complete(OpId id) {
     --comm_out_[std::size_t(o.rank)];
   else if (o.stream == Stream::Compute)
     compute_busy_[std::size_t(o.rank)] = 0;
+  if (overlap_ && o.kind == OpKind::Compute) stop_running(id);
   auto& rs = res_.ranks[std::size_t(o.rank)];
   rs.end_s = std::max(rs.end_s, now_);
   const std::size_t S = PlanIndex::lane(o.rank, o.stream);
@@ -221,9 +324,9 @@ Expected<SimResult> Engine::run() {
     if (net_.dirty() && (q_.empty() || q_.top().time_s > now_)) net_.resolve(now_, on_change);
     if (q_.empty()) break;
     const Event e = q_.pop();
-    // A drain event of a flow whose rate changed since is stale (a newer one
-    // stands): it is dropped before it can move the clock.
-    if (e.kind == kFlowDrained && net_.version(e.id) != e.version) continue;
+    // A drain event of a flow whose rate changed since, or the end of a block whose
+    // rate changed since, is stale (a newer one stands): dropped before it moves the clock.
+    if (stale(e)) continue;
     ++res_.events;
     now_ = e.time_s;
     switch (e.kind) {
@@ -231,6 +334,7 @@ Expected<SimResult> Engine::run() {
       complete(e.id);
       break;
     case kFlowDrained: {
+      if (overlap_) flow_endpoints(e.id, -1);
       net_.remove_flow(e.id, now_);  // the slot may be reused at once: the done event names the send
       q_.push(now_ + flow_latency_s_[std::size_t(e.id)], kFlowDone, flow_send_[std::size_t(e.id)]);
       break;
@@ -442,8 +546,9 @@ int representative_channel(const topo::Topology& t, const RankSymmetry& s, int c
   return (block % blocks_per_class) * per_block + ch % per_block;
 }
 
-Expected<SimResult> simulate(const Plan& plan, const topo::Topology& topology, const ComputeModel& model) {
-  Engine e(plan, topology, model);
+Expected<SimResult> simulate(const Plan& plan, const topo::Topology& topology, const ComputeModel& model,
+                             SimOptions options) {
+  Engine e(plan, topology, model, options);
   return e.run();
 }
 

@@ -8,6 +8,11 @@
 //   rendezvous), shares the links of its route max-min fairly
 //   (FairShareNetwork) and completes its route latency after its last byte.
 // - Compute, Merge, Accumulate and Copy take ComputeModel time.
+// - Overlap is not free (the topology's stack): while a GPU has a flow in
+//   flight its attention blocks progress at 1/(1 + compute_slowdown) of their
+//   rate, and while it computes its flows attain 1/(1 + comm_slowdown) of
+//   theirs; both rates change, and the ends move, whenever either side starts
+//   or stops. Each message also pays the stack's message_us beside the route.
 // Everything lives in the Simulator object: several simulations can run in
 // one process, in parallel.
 
@@ -46,6 +51,13 @@ struct SimResult {
   std::uint64_t events = 0;
 };
 
+/// What a simulation charges: everything, or one side alone as if the other were free (the
+/// paper's T_comm and T_comp of a schedule: its steps' communication, or computation, one after another).
+struct SimOptions {
+  bool compute = true;  // false: compute, merges and copies take no time
+  bool comm = true;     // false: every transfer completes as soon as both sides are issued
+};
+
 /// Simulates `plan` on the first plan.ranks GPUs of `topology` (rank r on GPU r).
 /// A quotient plan (ir::Plan::symmetry) is simulated as one class of ranks: its
 /// representatives' flows stand for their images, and each channel's flows are
@@ -56,7 +68,7 @@ struct SimResult {
 /// Errors: too few GPUs, a plan that deadlocks (ops left unfinished), a quotient
 /// plan whose symmetry the topology lacks.
 [[nodiscard]] Expected<SimResult> simulate(const ir::Plan& plan, const topo::Topology& topology,
-                                           const ComputeModel& model);
+                                           const ComputeModel& model, SimOptions options = {});
 
 /// Whether a quotient simulation under `s` of `ranks` ranks is exact on `t`: t's
 /// routes come from its block structure with no overrides, every class is made of

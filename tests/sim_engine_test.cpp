@@ -24,7 +24,7 @@ topo::Topology topo_of(const std::string& text) {
 
 /// 3 GPUs on one switch; GPU links of 10 GB/s (1e10 B/s), `sharing`, no latency unless given.
 std::string star(const char* sharing, double latency_us = 0) {
-  return std::string(R"({"gpu": {"tflops": 1}, "gpus": 3, "switches": ["sw"], "links": [)") +
+  return std::string(R"({"stack": "none", "gpu": {"tflops": 1}, "gpus": 3, "switches": ["sw"], "links": [)") +
          R"({"a": "gpu0", "b": "sw", "bandwidth_gbps": 10, "sharing": ")" + sharing + R"(", "latency_us": )" +
          std::to_string(latency_us) + "}," + R"({"a": "gpu1", "b": "sw", "bandwidth_gbps": 10, "sharing": ")" +
          sharing + R"("},)" + R"({"a": "gpu2", "b": "sw", "bandwidth_gbps": 10, "sharing": ")" + sharing + R"("}]})";
@@ -86,6 +86,50 @@ TEST(SimEngine, OneFlow) {
   EXPECT_NEAR(r->ranks[0].exposed_comm_s, 0.100004, kTol);  // compute idle all along while the send is outstanding
 }
 
+/// star() with a stack of its own in place of the ideal one.
+std::string star_with_stack(const std::string& stack) {
+  std::string s = star("shared");
+  s.replace(s.find(R"("stack": "none")"), 15, R"("stack": )" + stack);
+  return s;
+}
+
+TEST(SimEngine, EveryMessagePaysTheStacksMessageCost) {
+  // OneFlow's 0.1 s of bytes and no latency, plus message_us 30: 0.10003 s.
+  auto t = topo_of(star_with_stack(R"({"preset": "none", "message_us": 30})"));
+  Plan p = empty_plan(2);
+  send(p, 0, 1, 1'000'000'000);
+  recv(p, 1, 0, 1'000'000'000);
+  auto r = simulate(p, t, tflops1());
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  EXPECT_NEAR(r->makespan_s, 0.10003, kTol);
+}
+
+TEST(SimEngine, OverlapSlowsBothSides) {
+  // Rank 0 computes 10 ms of work while it sends 50 MB (5 ms at 10 GB/s); compute_slowdown 1 and
+  // comm_slowdown 1: while both run, each goes at half its rate. The flow attains 5 GB/s and drains at
+  // 10 ms; by then the block has done 5 ms of its work and finishes the other 5 ms alone: 15 ms.
+  auto t = topo_of(star_with_stack(R"({"preset": "none", "compute_slowdown": 1, "comm_slowdown": 1})"));
+  Plan p = empty_plan(2);
+  const OpId c = compute(p, 0, 1e10);
+  const OpId s = send(p, 0, 1, 50'000'000);
+  recv(p, 1, 0, 50'000'000);
+  auto r = simulate(p, t, tflops1());
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  EXPECT_NEAR(r->end_s[std::size_t(s)], 0.010, kTol);
+  EXPECT_NEAR(r->end_s[std::size_t(c)], 0.015, kTol);
+  // Alone, each takes its own time: the options charge one side only (the paper's T_comp and T_comm).
+  auto only_compute = simulate(p, t, tflops1(), {.compute = true, .comm = false});
+  ASSERT_TRUE(only_compute.ok());
+  EXPECT_NEAR(only_compute->makespan_s, 0.010, kTol);
+  auto only_comm = simulate(p, t, tflops1(), {.compute = false, .comm = true});
+  ASSERT_TRUE(only_comm.ok());
+  EXPECT_NEAR(only_comm->makespan_s, 0.005, kTol);
+  // Without the stack's overlap costs the two simply overlap: 10 ms.
+  auto free = simulate(p, topo_of(star("shared")), tflops1());
+  ASSERT_TRUE(free.ok());
+  EXPECT_NEAR(free->makespan_s, 0.010, kTol);
+}
+
 TEST(SimEngine, TwoFlowsOnASharedLinkTakeTwiceAsLong) {
   // gpu0 sends 1 GB to gpu1 and 1 GB to gpu2 at once (two streams). Both
   // cross gpu0->sw (shared, 10 GB/s): 5 GB/s each, 1e9 / 5e9 = 0.2 s.
@@ -137,7 +181,7 @@ std::string capped_star(const char* sharing, double per_flow) {
     links += std::string(g ? "," : "") + R"({"a": "gpu)" + std::to_string(g) +
              R"(", "b": "sw", "bandwidth_gbps": 10, "sharing": ")" + sharing + R"(", "per_flow_gbps": )" +
              std::to_string(per_flow) + "}";
-  return std::string(R"({"gpu": {"tflops": 1}, "gpus": 3, "switches": ["sw"], "links": [)") + links + "]}";
+  return std::string(R"({"stack": "none", "gpu": {"tflops": 1}, "gpus": 3, "switches": ["sw"], "links": [)") + links + "]}";
 }
 
 TEST(SimEngine, PerFlowCapLimitsALoneFlow) {
@@ -191,7 +235,7 @@ TEST(SimEngine, InjectionLimitIsSharedByAGpusFlows) {
   for (int g = 0; g < 3; ++g)
     links += std::string(g ? "," : "") + R"({"a": "gpu)" + std::to_string(g) +
              R"(", "b": "sw", "bandwidth_gbps": 10, "sharing": "dedicated", "injection_gbps": 6})";
-  auto t = topo_of(std::string(R"({"gpu": {"tflops": 1}, "gpus": 3, "switches": ["sw"], "links": [)") + links + "]}");
+  auto t = topo_of(std::string(R"({"stack": "none", "gpu": {"tflops": 1}, "gpus": 3, "switches": ["sw"], "links": [)") + links + "]}");
   Plan two = empty_plan(3);
   send(two, 0, 1, 1'000'000'000, Stream::Kv);
   send(two, 0, 2, 1'000'000'000, Stream::Q);
@@ -222,7 +266,7 @@ TEST(SimEngine, PerFlowCapAboveTheLinkLeavesTheLinkRate) {
 TEST(SimEngine, RouteOverTwoHopsTakesTheNarrowestLinkAndBothLatencies) {
   // gpu0 -(20 GB/s, 1 us)- swA -(8 GB/s, 2 us)- gpu1: a lone flow runs at
   // min(20, 8) = 8 GB/s: 0.8 GB / 8e9 = 0.1 s, plus 1 + 2 us = 0.100003 s.
-  auto t = topo_of(R"({"gpu": {"tflops": 1}, "gpus": 2, "switches": ["swA"], "links": [
+  auto t = topo_of(R"({"stack": "none", "gpu": {"tflops": 1}, "gpus": 2, "switches": ["swA"], "links": [
       {"a": "gpu0", "b": "swA", "bandwidth_gbps": 20, "latency_us": 1, "sharing": "shared"},
       {"a": "swA", "b": "gpu1", "bandwidth_gbps": 8, "latency_us": 2, "sharing": "shared"}]})");
   ASSERT_EQ(t.route(0, 1).size(), 2u);
@@ -256,7 +300,7 @@ TEST(SimEngine, ComputeAndCommunicationOverlapOnDifferentStreams) {
 
 /// 2 nodes x 4 GPUs, NVSwitch inside; each NIC (50 GB/s port) serves two GPUs over PCIe.
 std::string shared_nics(double pcie_gbps) {
-  return R"({"gpu": {"tflops": 1}, "nodes": 2, "gpus_per_node": 4, "intra": {"bandwidth_gbps": 300, "sharing": "dedicated"},
+  return R"({"stack": "none", "gpu": {"tflops": 1}, "nodes": 2, "gpus_per_node": 4, "intra": {"bandwidth_gbps": 300, "sharing": "dedicated"},
             "inter": {"bandwidth_gbps": 50, "sharing": "shared", "gpus_per_nic": 2, "pcie_gbps": )" +
          std::to_string(pcie_gbps) + "}}";
 }

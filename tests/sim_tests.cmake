@@ -1,5 +1,7 @@
 # Simulator tests: exact hand-computed times, formula agreement, reports, CLI.
 charm_add_test(sim_engine_test SOURCES sim_engine_test.cpp LIBS charm::sim charm::scheduler LABELS unit TIMEOUT 60)
+# The kernel's shape and the stack's costs per block.
+charm_add_test(compute_model_test SOURCES compute_model_test.cpp LIBS charm::sim LABELS unit TIMEOUT 60)
 charm_add_test(sim_formula_test SOURCES sim_formula_test.cpp LIBS charm::evaluate charm::scheduler LABELS unit TIMEOUT 600)
 charm_add_test(sim_cli_test SOURCES sim_cli_test.cpp LIBS nlohmann_json::nlohmann_json LABELS integration TIMEOUT 300)
 # Every preset x algorithm x pass x mask: the reported time is the end of the last op and of the critical path.

@@ -83,16 +83,21 @@ void print_text(const calib::Calibration& c, const calib::MeasurementSet& data, 
     const auto& m = data.rows[i];
     const auto& r = c.rows[i];
     std::cout << fmt::format(
-        "  {:>5} {:<12} {:>4} {:>5} {:>5} {:>8} {:>10.3f} {:>10.3f} {:>10.3f} {:>8} {:>10} {:>8}\n", m.line, m.algo,
+        "  {:>5} {:<12} {:>4} {:>5} {:>5} {:>8} {:>10.3f} {:>10.3f} {:>10.3f} {:>8} {:>10} {:>8}\n", m.line,
+        m.metric == calib::Metric::Time ? m.algo : fmt::format("{}:{}", m.algo, calib::to_string(m.metric)),
         to_string(m.workload.pass), r.ranks, m.workload.batch, m.workload.seq, m.time_ms, r.base_ms, r.predicted_ms,
         signed_pct(r.predicted_ms / m.time_ms), std::isnan(r.loo_ms) ? "-" : fmt::format("{:.3f}", r.loo_ms),
         signed_pct(r.loo_ms / m.time_ms));
   }
   for (const auto& n : c.notes) std::cout << "# note: " << n << "\n";
+  if (c.time_rows < data.rows.size())
+    std::cout << fmt::format("# comm/compute rows MAPE {} in-sample, {} leave-one-out (base {}; {} rows)\n",
+                             pct(c.component.in_sample), pct(c.component.loo), pct(c.component.base),
+                             data.rows.size() - c.time_rows);
   std::cout << fmt::format("# time MAPE {} in-sample, {} leave-one-out (base {}; {} rows); speedup over ring MAPE {} "
                            "in-sample, {} leave-one-out (base {}; {} "
                            "pairs); wrote {}\n",
-                           pct(c.time.in_sample), pct(c.time.loo), pct(c.time.base), data.rows.size(),
+                           pct(c.time.in_sample), pct(c.time.loo), pct(c.time.base), c.time_rows,
                            pct(c.speedup.in_sample), pct(c.speedup.loo), pct(c.speedup.base), c.pairs.size(), out);
 }
 
@@ -107,13 +112,14 @@ void register_calibrate(CLI::App& app) {
                                  "fit topology parameters (bandwidths, efficiencies, overheads) to measured run times");
   sub->add_option("--topology,-t", o->topology, "base topology JSON file")->required();
   sub->add_option("--measurements,-m", o->measurements,
-                  "measured runs, CSV (see README: algo,pass,batch,seq,...,time_ms[,ranks,domains])")
+                  "measured runs, CSV, one file or several comma-separated (see README: "
+                  "algo,pass,batch,seq,...,time_ms[,ranks,domains,metric])")
       ->required();
   sub->add_option("--nccl-tests", o->nccl,
                   "CLASS=LOG,...: nccl-tests logs that fix a link class's bandwidth and latency (intra, numa, inter)");
   sub->add_option("--fit", o->fit,
-                  "comma-separated parameter paths in the topology JSON (default: inter bandwidth, intra injection, "
-                  "numa bandwidth)");
+                  "comma-separated parameter paths in the topology JSON, spelt out in the file or not (default: "
+                  "every link rate, kernel efficiency and stack cost the rows move)");
   sub->add_option("--out,-o", o->out, "calibrated topology JSON to write")->required();
   sub->add_flag("--json", o->json_out, "print the report as JSON");
   sub->add_option("--jobs,-j", o->jobs, "threads that simulate rows in parallel (default: all cores)");

@@ -35,6 +35,8 @@
 
 #include "scheduler/ir/expected.hpp"
 #include "scheduler/ir/workload.hpp"
+#include "topologies/gpu_arch.hpp"
+#include "topologies/stack.hpp"
 
 namespace charm::topo {
 
@@ -63,6 +65,10 @@ struct GpuSpec {
   double half_tokens = 0;       // efficiency halves for a block side of this many tokens (0: shape-independent)
   double launch_us = 0;         // per-kernel launch overhead
   double memory_gb = 0;         // device memory in GB (1e9 bytes), datasheet figure; 0: unknown (no fit verdict)
+  /// The kernel's shape (gpu_arch.hpp): SMs and the attention kernel's tiles. sm_count 0: a block's
+  /// time is its FLOPs over the attained peak (the shape-free model, with half_tokens).
+  int sm_count = 0;
+  KernelTile tile_fwd, tile_bwd;
   [[nodiscard]] double peak_flops(ir::DType t) const {
     return 1e12 * (t == ir::DType::FP32 ? tflops_fp32 : t == ir::DType::FP16 ? tflops_fp16 : tflops_bf16);
   }
@@ -143,7 +149,8 @@ class Topology {
  public:
   std::string name;
   std::string notes;
-  GpuSpec gpu;  // every GPU has this spec
+  GpuSpec gpu;      // every GPU has this spec
+  StackSpec stack;  // the software around the kernels (stack.hpp)
   std::vector<std::string> vertex_names;
   std::vector<Link> links;
   /// Hierarchy level names, outermost first (e.g. {"node", "numa"}), and per GPU its index at each level.

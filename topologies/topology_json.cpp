@@ -141,13 +141,91 @@ Ex<std::string> get_string(const Node& n, const char* key, bool required, const 
   if (!var##_ex) return var##_ex.error();                                                                              \
   auto var = std::move(var##_ex).value()
 
+/// "sm_count" and "kernel": {"fwd": {"tile_q", "tile_kv"}, "bwd": {...}}, over the architecture's defaults.
+Status parse_kernel_shape(const Node& n, GpuSpec& g) {
+  TRY_ASSIGN(sms, get_int(n, "sm_count", false, g.sm_count, 0, 100000));
+  g.sm_count = static_cast<int>(sms);
+  if (!n.has("kernel")) return {};
+  const Node k = n.at("kernel");
+  if (!k.j.is_object()) return k.error("must be an object {\"fwd\": {\"tile_q\", \"tile_kv\"}, \"bwd\": {...}}");
+  if (auto s = check_fields(k, {"fwd", "bwd"}); !s) return s;
+  for (const char* pass : {"fwd", "bwd"}) {
+    if (!k.has(pass)) continue;
+    const Node p = k.at(pass);
+    if (!p.j.is_object()) return p.error("must be an object {\"tile_q\", \"tile_kv\"}");
+    if (auto s = check_fields(p, {"tile_q", "tile_kv"}); !s) return s;
+    KernelTile& t = std::string_view(pass) == "fwd" ? g.tile_fwd : g.tile_bwd;
+    TRY_ASSIGN(q, get_int(p, "tile_q", t.q == 0, t.q, 1, 4096));
+    TRY_ASSIGN(kv, get_int(p, "tile_kv", t.kv == 0, t.kv, 1, 4096));
+    t = {static_cast<int>(q), static_cast<int>(kv)};
+  }
+  return {};
+}
+
+/// "stack": a preset name, or an object of a preset (default: the default stack) and fields over it.
+Status parse_stack(const Node& root, StackSpec& st) {
+  if (!root.has("stack")) {
+    st = stack_preset(kDefaultStack).value();
+    return {};
+  }
+  const Node n = root.at("stack");
+  if (n.j.is_string()) {
+    TRY_ASSIGN(name, text_of(n));
+    auto p = stack_preset(name);
+    if (!p) return n.error(p.error().what);
+    st = *p;
+    return {};
+  }
+  if (!n.j.is_object()) return n.error("must be a preset name or an object {\"preset\", \"step_us\", ...}");
+  if (auto s = check_fields(n, {"preset", "step_us", "update_passes", "merge_traffic", "message_us", "compute_slowdown", "comm_slowdown",
+                                "intra_flow_gbps", "intra_injection_gbps"});
+      !s)
+    return s;
+  TRY_ASSIGN(name, get_string(n, "preset", false, std::string(kDefaultStack)));
+  auto p = stack_preset(name);
+  if (!p) return n.at("preset").error(p.error().what);
+  st = *p;
+  TRY_ASSIGN(step, get_quantity(n, "step_us", false, st.step_us, Quantity::Latency));
+  TRY_ASSIGN(msg, get_quantity(n, "message_us", false, st.message_us, Quantity::Latency));
+  TRY_ASSIGN(passes, get_number(n, "update_passes", false, st.update_passes, false, true));
+  if (passes > 100) return n.at("update_passes").error(fmt::format("must be in [0, 100] passes, got {}", passes));
+  st.update_passes = passes;
+  TRY_ASSIGN(traffic, get_number(n, "merge_traffic", false, st.merge_traffic, true, false));
+  if (traffic < 0.1 || traffic > 100)
+    return n.at("merge_traffic").error(fmt::format("must be in [0.1, 100] fused passes, got {}", traffic));
+  TRY_ASSIGN(cs, get_number(n, "compute_slowdown", false, st.compute_slowdown, false, true));
+  TRY_ASSIGN(ms, get_number(n, "comm_slowdown", false, st.comm_slowdown, false, true));
+  for (const auto& [key, x] : {std::pair{"compute_slowdown", cs}, std::pair{"comm_slowdown", ms}})
+    if (x > 10) return n.at(key).error(fmt::format("must be in [0, 10] (1 = twice as long), got {}", x));
+  TRY_ASSIGN(flow, get_quantity(n, "intra_flow_gbps", false, st.intra_flow_gbps, Quantity::Bandwidth, true));
+  TRY_ASSIGN(inj, get_quantity(n, "intra_injection_gbps", false, st.intra_injection_gbps, Quantity::Bandwidth, true));
+  st.step_us = step;
+  st.message_us = msg;
+  st.merge_traffic = traffic;
+  st.compute_slowdown = cs;
+  st.comm_slowdown = ms;
+  st.intra_flow_gbps = flow;
+  st.intra_injection_gbps = inj;
+  return {};
+}
+
 Status parse_gpu(const Node& n, GpuSpec& g) {
   if (!n.j.is_object()) return n.error("must be an object");
-  if (auto s = check_fields(n, {"model", "tflops", "hbm_gbps", "efficiency", "half_tokens", "launch_us", "memory_gb"});
+  if (auto s = check_fields(n, {"model", "tflops", "hbm_gbps", "efficiency", "half_tokens", "launch_us", "memory_gb",
+                                "sm_count", "kernel"});
       !s)
     return s;
   TRY_ASSIGN(model, get_string(n, "model", false, "gpu"));
   g.model = model;
+  // A GPU the architecture table knows gets its datasheet SMs, its kernel's tiles and their attainment.
+  if (const auto arch = gpu_arch(model)) {
+    g.sm_count = arch->sm_count;
+    g.tile_fwd = arch->tile_fwd;
+    g.tile_bwd = arch->tile_bwd;
+    g.efficiency_fwd = arch->efficiency_fwd;
+    g.efficiency_bwd = arch->efficiency_bwd;
+  }
+  if (auto s = parse_kernel_shape(n, g); !s) return s;
   if (!n.has("tflops")) return n.missing("tflops");
   const Node tf = n.at("tflops");
   if (tf.j.is_number()) {
@@ -251,7 +329,8 @@ Status parse_link_params(const Node& n, Link& l, const char* default_sharing) {
 Status parse_explicit(const Node& root, Topology& t, int& num_gpus_out) {
   if (auto s = check_fields(
           root,
-          {"schema", "name", "notes", "gpu", "levels", "gpus", "switches", "links", "domain", "routes", "calibration"},
+          {"schema", "name", "notes", "gpu", "stack", "levels", "gpus", "switches", "links", "domain", "routes",
+           "calibration"},
           " in an explicit topology (one with \"gpus\" and \"links\")");
       !s)
     return s;
@@ -359,10 +438,20 @@ Status parse_explicit(const Node& root, Topology& t, int& num_gpus_out) {
   return {};
 }
 
+/// On a dedicated GPU link (NVLink through NVSwitch) the wire is rarely the limit: what the
+/// collective library's channels attain is. Where the file leaves those fields out, the stack's apply.
+void apply_stack_limits(const Node& intra_node, const StackSpec& st, Link& intra) {
+  if (intra.sharing != Sharing::Dedicated) return;
+  if (!intra_node.has("per_flow_gbps") && st.intra_flow_gbps > 0)
+    intra.per_flow_gbps = std::min(st.intra_flow_gbps, intra.bandwidth_gbps);
+  if (!intra_node.has("injection_gbps") && st.intra_injection_gbps > 0)
+    intra.injection_gbps = std::min(st.intra_injection_gbps, intra.bandwidth_gbps);
+}
+
 Status parse_generator(const Node& root, Topology& t, int& num_gpus_out) {
   if (auto s = check_fields(root,
-                            {"schema", "name", "notes", "gpu", "nodes", "gpus_per_node", "numa_per_node", "intra",
-                             "numa", "inter", "domain", "routes", "calibration"},
+                            {"schema", "name", "notes", "gpu", "stack", "nodes", "gpus_per_node", "numa_per_node",
+                             "intra", "numa", "inter", "domain", "routes", "calibration"},
                             " in a generated topology (one with \"nodes\")");
       !s)
     return s;
@@ -383,6 +472,7 @@ Status parse_generator(const Node& root, Topology& t, int& num_gpus_out) {
   // bridge and the NIC, so the choice only names the links.
   if (intra.kind == LinkKind::Unspecified)
     intra.kind = intra.sharing == Sharing::Dedicated ? LinkKind::NvLink : LinkKind::Pcie;
+  apply_stack_limits(root.at("intra"), t.stack, intra);
   Link numa_link, inter;
   numa_link.kind = LinkKind::Host;
   inter.kind = LinkKind::Nic;  // one link stands for the NIC and its port on the non-blocking fabric
@@ -607,6 +697,7 @@ Expected<Topology> parse_topology(const nlohmann::json& j, const std::string& so
     return root.at("calibration").error("must be an object");
   if (!root.has("gpu")) return root.missing("gpu");
   if (auto s = parse_gpu(root.at("gpu"), t.gpu); !s) return s.error();
+  if (auto s = parse_stack(root, t.stack); !s) return s.error();
   int num_gpus = 0;
   Status st = root.has("nodes") ? parse_generator(root, t, num_gpus) : parse_explicit(root, t, num_gpus);
   if (!st) return st.error();
@@ -670,6 +761,53 @@ Expected<Topology> load_topology(const std::string& path) {
   auto j = read_topology_json(path);
   if (!j) return j.error();
   return parse_topology(*j, path);
+}
+
+namespace {
+
+nlohmann::json stack_json(const StackSpec& st) {
+  return {{"preset", st.preset},
+          {"step_us", st.step_us},
+          {"update_passes", st.update_passes},
+          {"merge_traffic", st.merge_traffic},
+          {"message_us", st.message_us},
+          {"compute_slowdown", st.compute_slowdown},
+          {"comm_slowdown", st.comm_slowdown},
+          {"intra_flow_gbps", st.intra_flow_gbps},
+          {"intra_injection_gbps", st.intra_injection_gbps}};
+}
+
+void complete_gpu(nlohmann::json& g, const GpuSpec& spec) {
+  if (!g.contains("efficiency")) g["efficiency"] = {{"fwd", spec.efficiency_fwd}, {"bwd", spec.efficiency_bwd}};
+  if (g["efficiency"].is_number()) g["efficiency"] = {{"fwd", spec.efficiency_fwd}, {"bwd", spec.efficiency_bwd}};
+  if (!g["efficiency"].contains("bwd")) g["efficiency"]["bwd"] = spec.efficiency_bwd;
+  for (const auto& [key, value] : {std::pair{"hbm_gbps", spec.hbm_gbps}, std::pair{"half_tokens", spec.half_tokens},
+                                   std::pair{"launch_us", spec.launch_us}})
+    if (!g.contains(key)) g[key] = value;
+  if (!g.contains("sm_count")) g["sm_count"] = spec.sm_count;
+  if (spec.sm_count == 0) return;
+  for (const auto& [pass, tile] : {std::pair{"fwd", spec.tile_fwd}, std::pair{"bwd", spec.tile_bwd}}) {
+    auto& k = g["kernel"][pass];
+    if (!k.contains("tile_q")) k["tile_q"] = tile.q;
+    if (!k.contains("tile_kv")) k["tile_kv"] = tile.kv;
+  }
+}
+
+}  // namespace
+
+Status complete_document(nlohmann::json& doc, const std::string& source) {
+  auto t = parse_topology(doc, source);
+  if (!t) return t.error();
+  complete_gpu(doc["gpu"], t->gpu);
+  doc["stack"] = stack_json(t->stack);
+  // A generated node's GPU links: the first link of the file's form is GPU 0's.
+  if (doc.contains("nodes") && doc.contains("intra") && !t->links.empty()) {
+    auto& intra = doc["intra"];
+    const Link& l = t->links.front();
+    if (!intra.contains("per_flow_gbps")) intra["per_flow_gbps"] = l.per_flow_gbps;
+    if (!intra.contains("injection_gbps")) intra["injection_gbps"] = l.injection_gbps;
+  }
+  return {};
 }
 
 Status set_number(nlohmann::json& doc, const std::string& path, double value, const std::string& source) {

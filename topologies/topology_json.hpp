@@ -26,6 +26,10 @@ namespace charm::topo {
 /// in a topology document, for what-if sweeps. Only the path is checked here (it must name a number
 /// the document has); whether the value is acceptable is parse_topology's verdict on the edited
 /// document. A whole value is written as an integer, so count fields such as `nodes` can be swept.
+/// Writes into `doc` every documented field it leaves to a default, with the value that default
+/// takes (the GPU's architecture, the stack preset's fields, the stack's limits on generated GPU
+/// links), so that `--set` and `--fit` reach them; the document describes the same cluster after.
+[[nodiscard]] Status complete_document(nlohmann::json& doc, const std::string& source);
 [[nodiscard]] Status set_number(nlohmann::json& doc, const std::string& path, double value, const std::string& source);
 /// A summary for `charm topo`: GPUs, switches, links, domains.
 [[nodiscard]] nlohmann::json topology_summary(const Topology& t);

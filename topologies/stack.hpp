@@ -1,0 +1,55 @@
+#pragma once
+// StackSpec: what the software around the kernels costs on given hardware.
+//
+// The hardware layer (links, datasheet rates) says what the wires carry; the
+// stack says what a framework and its collective library attain on them:
+//
+//   step_us            per schedule step (one attention block issued by the framework:
+//                      the Python/C++ dispatch of the kernel, its merge and its bookkeeping)
+//   update_passes      fused passes over a block's fp32 results that the framework adds to
+//                      fold them into the running ones (a pass: read both, write one, 12 bytes
+//                      an element); 0 where the kernel accumulates in place
+//   merge_traffic      HBM bytes a merge/accumulate op of the plan moves, in units of one fused
+//                      pass (read partial and accumulator, write the accumulator)
+//   message_us         per point-to-point message (issuing the send/recv pair, waiting on it)
+//   compute_slowdown   while a GPU has transfers in flight its attention kernels take
+//                      (1 + x) as long: the library's channels run as thread blocks on the
+//                      SMs and its traffic takes HBM bandwidth
+//   comm_slowdown      while a GPU computes, its transfers take (1 + y) as long
+//   intra_flow_gbps    the most one transfer attains on a GPU link of a generated node
+//   intra_injection_gbps  what a GPU's concurrent transfers attain together there
+//                      (0: no limit below the link; a file's own intra fields win)
+//
+// Named presets (stack_preset) let a datasheet description inherit a realistic
+// stack; "none" is the ideal one, under which the paper's closed forms hold.
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "scheduler/ir/expected.hpp"
+
+namespace charm::topo {
+
+struct StackSpec {
+  std::string preset = "none";
+  double step_us = 0;
+  double update_passes = 0;
+  double merge_traffic = 1;
+  double message_us = 0;
+  double compute_slowdown = 0;
+  double comm_slowdown = 0;
+  double intra_flow_gbps = 0;
+  double intra_injection_gbps = 0;
+
+  /// Whether compute and communication slow each other (the simulator then tracks both per GPU).
+  [[nodiscard]] bool overlap_costs() const { return compute_slowdown > 0 || comm_slowdown > 0; }
+};
+
+/// The preset of that name; errors list the names.
+[[nodiscard]] Expected<StackSpec> stack_preset(std::string_view name);
+[[nodiscard]] const std::vector<std::string>& stack_preset_names();
+/// The preset a topology file gets when it names none.
+inline constexpr std::string_view kDefaultStack = "pytorch-nccl";
+
+}  // namespace charm::topo
