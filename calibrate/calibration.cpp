@@ -31,7 +31,7 @@ struct Row {
   ir::Plan plan;
   std::size_t variant = 0;  // index into Model::variant_nodes
   int ranks = 0, domains = 0;
-  sim::SimOptions charge;   // the run, or one side of it alone (the row's metric)
+  sim::SimOptions charge;  // the run, or one side of it alone (the row's metric)
 };
 
 sim::SimOptions charge_of(Metric m) {

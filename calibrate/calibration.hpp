@@ -102,8 +102,8 @@ struct Calibration {
   double base_objective = 0, objective = 0;
   int evaluations = 0;
   Mape time, speedup;
-  Mape component;              // rows of the comm / compute metric
-  std::size_t time_rows = 0;   // rows of the time metric (the time MAPE's)
+  Mape component;             // rows of the comm / compute metric
+  std::size_t time_rows = 0;  // rows of the time metric (the time MAPE's)
   std::vector<std::string> notes;
   double seconds = 0;
 };

@@ -18,8 +18,8 @@ namespace charm::calib {
 
 namespace {
 
-constexpr std::array<std::string_view, kNumColumns> kNames{"algo",     "pass",     "batch",  "seq",    "heads",
-                                                           "kv_heads", "head_dim", "dtype",  "causal", "layout",
+constexpr std::array<std::string_view, kNumColumns> kNames{"algo",     "pass",     "batch",   "seq",    "heads",
+                                                           "kv_heads", "head_dim", "dtype",   "causal", "layout",
                                                            "time_ms",  "ranks",    "domains", "metric"};
 
 bool optional_column(Column c) { return c == Column::Ranks || c == Column::Domains || c == Column::Metric; }
@@ -133,8 +133,7 @@ Expected<MeasurementSet> parse_measurements(std::string_view text, const std::st
         if (column_index[c] == 0 && !optional_column(Column(c)))
           return at(fields.size(),
                     fmt::format("missing column '{}' (the header needs: {}; ranks, domains and metric are optional)",
-                                kNames[c],
-                                expected_list()));
+                                kNames[c], expected_list()));
       continue;
     }
     if (fields.size() != order.size())

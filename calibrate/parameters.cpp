@@ -103,10 +103,10 @@ const std::vector<std::string>& default_fit_parameters() {
   // per-step, per-message and merge costs and how much overlap costs each side.
   // calibrate drops those no row moves and reports the ones the rows cannot
   // tell apart (J^T J singular) rather than trusting their values.
-  static const std::vector<std::string> params{
-      "inter.bandwidth_gbps",   "intra.injection_gbps", "numa.bandwidth_gbps",     "gpu.efficiency.fwd",
-      "gpu.efficiency.bwd",     "stack.step_us",        "stack.update_passes",     "stack.merge_traffic",     "stack.message_us",
-      "stack.compute_slowdown", "stack.comm_slowdown"};
+  static const std::vector<std::string> params{"inter.bandwidth_gbps",   "intra.injection_gbps", "numa.bandwidth_gbps",
+                                               "gpu.efficiency.fwd",     "gpu.efficiency.bwd",   "stack.step_us",
+                                               "stack.update_passes",    "stack.merge_traffic",  "stack.message_us",
+                                               "stack.compute_slowdown", "stack.comm_slowdown"};
   return params;
 }
 

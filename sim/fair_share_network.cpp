@@ -11,6 +11,7 @@ FairShareNetwork::FairShareNetwork(std::vector<Channel> channels) : ch_(std::mov
   ch_mark_.assign(ch_.size(), 0);
   ch_rem_.assign(ch_.size(), 0);
   ch_count_.assign(ch_.size(), 0);
+  ch_scale_.assign(ch_.size(), 1.0);
 }
 
 std::vector<FairShareNetwork::Channel> FairShareNetwork::channels_of(const topo::Topology& t) {
@@ -49,12 +50,9 @@ int FairShareNetwork::add_flow(std::span<const std::int32_t> route, double bytes
   f.bytes = f.remaining = bytes;
   f.rate = 0;
   f.last_s = now_s;
-  f.cap = kInf;
-  f.scale = 1;
+  f.cap = flow_cap(f);
   for (std::size_t k = 0; k < route.size(); ++k) {
     const auto c = std::size_t(route[k]);
-    if (!ch_[c].shared) f.cap = std::min(f.cap, ch_[c].capacity_bytes_per_s);
-    f.cap = std::min(f.cap, ch_[c].flow_cap_bytes_per_s);
     auto& list = on_ch_[c];
     if (list.empty()) stats_[c].busy_since_s = now_s;
     f.pos[k] = static_cast<std::int32_t>(list.size());
@@ -93,12 +91,27 @@ void FairShareNetwork::remove_flow(int id, double now_s) {
   free_.push_back(id);
 }
 
-void FairShareNetwork::set_scale(int id, double scale, double now_s) {
-  Flow& f = flows_[std::size_t(id)];
-  if (!f.active || f.scale == scale) return;
-  settle(f, now_s);
-  f.scale = scale;
-  dirty_flows_.push_back(id);
+double FairShareNetwork::flow_cap(const Flow& f) const {
+  double cap = kInf;
+  for (int k = 0; k < f.hops; ++k) {
+    const auto c = std::size_t(f.route[k]);
+    if (!ch_[c].shared) cap = std::min(cap, ch_[c].capacity_bytes_per_s * ch_scale_[c]);
+    cap = std::min(cap, ch_[c].flow_cap_bytes_per_s * ch_scale_[c]);
+  }
+  return cap;
+}
+
+void FairShareNetwork::set_channel_scale(int ch, double scale, double now_s) {
+  const auto c = std::size_t(ch);
+  if (ch_scale_[c] == scale) return;
+  ch_scale_[c] = scale;
+  for (const int id : on_ch_[c]) {
+    Flow& f = flows_[std::size_t(id)];
+    settle(f, now_s);
+    f.cap = flow_cap(f);
+    dirty_flows_.push_back(id);
+  }
+  if (ch_[c].shared) dirty_channels_.push_back(ch);
 }
 
 void FairShareNetwork::settle(Flow& f, double now_s) {
@@ -150,7 +163,7 @@ void FairShareNetwork::solve(double now_s) {
   // Progressive filling: every unfrozen flow rises at the same level until a
   // shared channel saturates or the flow reaches its dedicated cap.
   for (int c : comp_ch_) {
-    ch_rem_[std::size_t(c)] = ch_[std::size_t(c)].capacity_bytes_per_s;
+    ch_rem_[std::size_t(c)] = ch_[std::size_t(c)].capacity_bytes_per_s * ch_scale_[std::size_t(c)];
     ch_count_[std::size_t(c)] = static_cast<int>(on_ch_[std::size_t(c)].size());
   }
   for (int id : comp_flows_) frozen_[std::size_t(id)] = 0;
@@ -165,7 +178,7 @@ void FairShareNetwork::solve(double now_s) {
       const auto c = std::size_t(f.route[k]);
       if (ch_[c].shared) --ch_count_[c];
     }
-    const double r = std::min(level, f.cap) * f.scale;
+    const double r = std::min(level, f.cap);
     if (r != f.rate) {
       settle(f, now_s);
       f.rate = r;
@@ -198,7 +211,7 @@ void FairShareNetwork::solve(double now_s) {
       bool stop = f.cap < kInf && f.cap - level <= kEps * f.cap;
       for (int k = 0; k < f.hops && !stop; ++k) {
         const auto c = std::size_t(f.route[k]);
-        stop = ch_[c].shared && ch_rem_[c] <= kEps * ch_[c].capacity_bytes_per_s;
+        stop = ch_[c].shared && ch_rem_[c] <= kEps * ch_[c].capacity_bytes_per_s * ch_scale_[c];
       }
       if (stop) freeze(id);
     }

@@ -35,9 +35,9 @@ class FairShareNetwork {
   int add_flow(std::span<const std::int32_t> route, double bytes, double now_s);
   /// Ends a flow (its bytes are counted on each channel of its route).
   void remove_flow(int id, double now_s);
-  /// Scales what the flow attains of its fair share (1: all of it): an endpoint that is busy
-  /// elsewhere (its GPU computing) moves its bytes slower; the share it leaves is not handed on.
-  void set_scale(int id, double scale, double now_s);
+  /// Scales a channel's capacity and per-flow cap (1: as built): the links of a GPU that is busy
+  /// computing carry less while it does. Its flows are re-shared at the next resolve.
+  void set_channel_scale(int ch, double scale, double now_s);
   /// Recomputes the rates of flows affected since the last call; calls on_change(id) for each flow whose rate changed.
   template <class F>
   void resolve(double now_s, F&& on_change) {
@@ -64,7 +64,7 @@ class FairShareNetwork {
     std::uint8_t hops = 0;
     bool active = false;
     std::uint32_t version = 0;
-    double bytes = 0, remaining = 0, rate = 0, cap = kInf, last_s = 0, scale = 1;
+    double bytes = 0, remaining = 0, rate = 0, cap = kInf, last_s = 0;
   };
   struct ChannelStats {
     double bytes = 0, busy_s = 0, busy_since_s = 0;
@@ -74,8 +74,10 @@ class FairShareNetwork {
   /// The flows and shared channels connected to the changes since the last solve, into comp_flows_ and comp_ch_.
   void collect_component();
   void settle(Flow& f, double now_s);
+  [[nodiscard]] double flow_cap(const Flow& f) const;
 
   std::vector<Channel> ch_;
+  std::vector<double> ch_scale_;                  // per channel, 1 unless set_channel_scale
   std::vector<std::vector<std::int32_t>> on_ch_;  // active flows per channel
   std::vector<ChannelStats> stats_;
   std::vector<Flow> flows_;

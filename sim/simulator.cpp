@@ -46,7 +46,7 @@ class Engine {
   void start_running(OpId id, Seconds work_s);
   void stop_running(OpId id);
   void reschedule(RankId r);     // the rank's compute rate follows its flows
-  void rescale_flows(RankId r);  // its flows' rate follows its compute
+  void rescale_flows(RankId r);  // its links' rate follows its compute
   void flow_endpoints(int f, int delta);
   void critical_path();
   void release_replay_state();
@@ -64,8 +64,9 @@ class Engine {
   SimResult res_;
   RankSymmetry sym_;  // a quotient plan's
   bool overlap_ = false;
-  std::vector<std::vector<Running>> running_;  // per rank: its attention blocks in progress
-  std::vector<std::vector<int>> rank_flows_;   // per rank: its flows in flight (either end)
+  std::vector<std::vector<Running>> running_;   // per rank: its attention blocks in progress
+  std::vector<std::vector<int>> rank_flows_;    // per rank: its flows in flight (either end)
+  std::vector<std::vector<int>> gpu_channels_;  // per rank: the channels of its GPU's own links
 
   // Lanes (rank, stream) in stream order, groups, partners, dependents (built by build()).
   std::optional<PlanIndex> idx_;
@@ -114,6 +115,12 @@ Status Engine::build() {
   if (overlap_) {
     running_.assign(ranks, {});
     rank_flows_.assign(ranks, {});
+    gpu_channels_.assign(ranks, {});
+    for (int c = 0; c < topo_.num_channels(); ++c) {
+      const topo::Link& l = topo_.channel_link(c);
+      for (const int v : {l.a, l.b})
+        if (v < plan_.ranks) gpu_channels_[std::size_t(v)].push_back(c);
+    }
   }
   q_.reserve(1024);
   return {};
@@ -221,15 +228,11 @@ void Engine::reschedule(RankId r) {
   }
 }
 
-// A flow attains 1/(1 + comm_slowdown) of its share while either end computes.
+// While a GPU computes, its own links carry 1/(1 + comm_slowdown) of their rate: the copy
+// engines and NCCL's thread blocks compete with the kernels for SMs and HBM.
 void Engine::rescale_flows(RankId r) {
-  const double slow = 1.0 / (1.0 + topo_.stack.comm_slowdown);
-  for (const int f : rank_flows_[std::size_t(r)]) {
-    const OpId s = flow_send_[std::size_t(f)];
-    const RankId a = plan_.op(s).rank, b = plan_.op(idx_->partner(s)).rank;
-    const bool busy = !running_[std::size_t(a)].empty() || !running_[std::size_t(b)].empty();
-    net_.set_scale(f, busy ? slow : 1.0, now_);
-  }
+  const double scale = running_[std::size_t(r)].empty() ? 1.0 : 1.0 / (1.0 + topo_.stack.comm_slowdown);
+  for (const int c : gpu_channels_[std::size_t(r)]) net_.set_channel_scale(c, scale, now_);
 }
 
 void Engine::flow_endpoints(int f, int delta) {
@@ -271,12 +274,7 @@ void Engine::start_flow(OpId send, OpId recv) {
   }
   flow_send_[std::size_t(f)] = send;
   flow_latency_s_[std::size_t(f)] = lat;
-  if (overlap_) {
-    flow_endpoints(f, +1);
-    const RankId a = s.rank, b = plan_.op(recv).rank;
-    if (!running_[std::size_t(a)].empty() || !running_[std::size_t(b)].empty())
-      net_.set_scale(f, 1.0 / (1.0 + topo_.stack.comm_slowdown), now_);
-  }
+  if (overlap_) flow_endpoints(f, +1);
 }
 
 void Engine::complete(OpId id) {

@@ -102,15 +102,15 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         BadCsv{"empty", "# only a comment\n",
                "runs.csv: no header line (expected the columns: algo, pass, batch, seq, heads, kv_heads, head_dim, "
-               "dtype, causal, layout, time_ms, ranks, domains)"},
+               "dtype, causal, layout, time_ms, ranks, domains, metric)"},
         BadCsv{"no_rows", std::string(kHeader), "runs.csv:1: no measurements after the header"},
         BadCsv{"unknown_column", "algo,pass,bogus\n",
                "runs.csv:1:3: unknown column 'bogus' (expected: algo, pass, batch, seq, heads, kv_heads, head_dim, "
-               "dtype, causal, layout, time_ms, ranks, domains)"},
+               "dtype, causal, layout, time_ms, ranks, domains, metric)"},
         BadCsv{"duplicate_column", "algo,pass,algo\n", "runs.csv:1:3: column 'algo' appears twice"},
         BadCsv{"missing_column", "algo,pass,batch,seq,heads,kv_heads,head_dim,dtype,causal,layout\n",
                "runs.csv:1:11: missing column 'time_ms' (the header needs: algo, pass, batch, seq, heads, kv_heads, "
-               "head_dim, dtype, causal, layout, time_ms, ranks, domains; ranks and domains are optional)"},
+               "head_dim, dtype, causal, layout, time_ms, ranks, domains, metric; ranks, domains and metric are optional)"},
         BadCsv{"too_few_fields", std::string(kHeader) + "ring,fwd,1\n",
                "runs.csv:2:4: expected 11 fields as in the header (line 1), got 3"},
         BadCsv{"too_many_fields", std::string(kHeader) + kRow + "1,2\n",
@@ -536,7 +536,11 @@ TEST(Calibrate, DefaultsSkipWhatNoRowMoves) {
   ASSERT_TRUE(c) << c.error().message();
   std::vector<std::string> paths;
   for (const auto& p : c->parameters) paths.push_back(p.path);
-  EXPECT_EQ(paths, (std::vector<std::string>{"intra.bandwidth_gbps"}));
+  // The shared PCIe links' rate is fitted; what no row moves (backward efficiency, the stack's merges:
+  // a ring has none) is dropped, each with a note.
+  EXPECT_NE(std::find(paths.begin(), paths.end(), "intra.bandwidth_gbps"), paths.end());
+  for (const char* dropped : {"numa.bandwidth_gbps", "gpu.efficiency.bwd", "stack.merge_traffic"})
+    EXPECT_EQ(std::find(paths.begin(), paths.end(), dropped), paths.end()) << dropped;
   EXPECT_NE(std::find(c->notes.begin(), c->notes.end(), "numa.bandwidth_gbps: not fitted, no row depends on it"),
             c->notes.end());
 }

@@ -82,12 +82,13 @@ INSTANTIATE_TEST_SUITE_P(Presets, ClockConsistency,
 // at 627.496 ms; letting a stale drain event that pops after the last real one
 // move the clock (the bug) ends it at 799.333 ms.
 TEST(ClockConsistency, StaleDrainEventDoesNotMoveTheClock) {
-  auto t = topo::parse_topology_text(R"({"name": "l20-8-2numa", "gpu": {"model": "NVIDIA L20", "tflops": {"bf16": 119.5,
+  auto t = topo::parse_topology_text(
+      R"({"name": "l20-8-2numa", "stack": "none", "gpu": {"model": "NVIDIA L20", "sm_count": 0, "tflops": {"bf16": 119.5,
       "fp16": 119.5, "fp32": 59.8}, "hbm_gbps": 864, "efficiency": {"fwd": 0.5, "bwd": 0.4}, "half_tokens": 128,
       "launch_us": 10}, "nodes": 1, "gpus_per_node": 8, "numa_per_node": 2,
       "intra": {"bandwidth_gbps": 24.0, "latency_us": 5, "sharing": "shared"},
       "numa": {"bandwidth_gbps": 14.7, "latency_us": 8, "sharing": "shared"}, "domain": "numa"})",
-                                     "l20");
+      "l20");
   ASSERT_TRUE(t.ok()) << t.error().message();
   Workload w;
   w.batch = 16;

@@ -181,7 +181,8 @@ std::string capped_star(const char* sharing, double per_flow) {
     links += std::string(g ? "," : "") + R"({"a": "gpu)" + std::to_string(g) +
              R"(", "b": "sw", "bandwidth_gbps": 10, "sharing": ")" + sharing + R"(", "per_flow_gbps": )" +
              std::to_string(per_flow) + "}";
-  return std::string(R"({"stack": "none", "gpu": {"tflops": 1}, "gpus": 3, "switches": ["sw"], "links": [)") + links + "]}";
+  return std::string(R"({"stack": "none", "gpu": {"tflops": 1}, "gpus": 3, "switches": ["sw"], "links": [)") + links +
+         "]}";
 }
 
 TEST(SimEngine, PerFlowCapLimitsALoneFlow) {
@@ -235,7 +236,8 @@ TEST(SimEngine, InjectionLimitIsSharedByAGpusFlows) {
   for (int g = 0; g < 3; ++g)
     links += std::string(g ? "," : "") + R"({"a": "gpu)" + std::to_string(g) +
              R"(", "b": "sw", "bandwidth_gbps": 10, "sharing": "dedicated", "injection_gbps": 6})";
-  auto t = topo_of(std::string(R"({"stack": "none", "gpu": {"tflops": 1}, "gpus": 3, "switches": ["sw"], "links": [)") + links + "]}");
+  auto t = topo_of(std::string(R"({"stack": "none", "gpu": {"tflops": 1}, "gpus": 3, "switches": ["sw"], "links": [)") +
+                   links + "]}");
   Plan two = empty_plan(3);
   send(two, 0, 1, 1'000'000'000, Stream::Kv);
   send(two, 0, 2, 1'000'000'000, Stream::Q);

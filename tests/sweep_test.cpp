@@ -289,9 +289,11 @@ TEST(Sweep, SetSweepsATopologyFieldAsAColumn) {
   }
   ASSERT_EQ(ring_ms.size(), 3u);
   // Ring crosses the NIC every step, so more bandwidth is less time, until the calibrated
-  // intra.injection_gbps (about 47 GB/s) becomes the slower link.
-  EXPECT_GT(ring_ms["25"], ring_ms["50"]);
-  EXPECT_GE(ring_ms["50"], ring_ms["100"]);
+  // intra.injection_gbps (about 47 GB/s) becomes the slower link. Past it, the stack's overlap
+  // costs move the figure a little either way (faster steps line communication up with more of
+  // the computation, which both slow), never by much.
+  EXPECT_GT(ring_ms["25"], 1.3 * ring_ms["50"]);
+  EXPECT_NEAR(ring_ms["100"] / ring_ms["50"], 1.0, 0.1);
   const json j = json::parse(slurp(dir + "/s.json"));
   EXPECT_EQ(j["configs"], 3);
   EXPECT_EQ(j["columns"][1], "inter.bandwidth_gbps");

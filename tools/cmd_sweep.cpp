@@ -413,10 +413,13 @@ void register_sweep(CLI::App& app) {
       auto doc = topo::read_topology_json(files[i]);
       auto t = doc ? topo::parse_topology(*doc, files[i]) : Expected<topo::Topology>(doc.error());
       if (!t) fail(Error{"--topology", t.error().message()});
-      if (sets.empty())
+      if (sets.empty()) {
         spec.topologies.push_back(std::move(t).value());
-      else
+      } else {
+        // Every documented field can be set, spelt out in the file or not (its default is the base).
+        if (auto st = topo::complete_document(*doc, files[i]); !st) fail(Error{"--topology", st.error().message()});
         add_set_points(spec, *doc, files[i], i, sets);
+      }
     }
     // Workload lists.
     spec.batch = unwrap(parse_list(o->batch, "--batch"));

@@ -177,8 +177,8 @@ Status parse_stack(const Node& root, StackSpec& st) {
     return {};
   }
   if (!n.j.is_object()) return n.error("must be a preset name or an object {\"preset\", \"step_us\", ...}");
-  if (auto s = check_fields(n, {"preset", "step_us", "update_passes", "merge_traffic", "message_us", "compute_slowdown", "comm_slowdown",
-                                "intra_flow_gbps", "intra_injection_gbps"});
+  if (auto s = check_fields(n, {"preset", "step_us", "update_passes", "merge_traffic", "message_us", "compute_slowdown",
+                                "comm_slowdown", "intra_flow_gbps", "intra_injection_gbps"});
       !s)
     return s;
   TRY_ASSIGN(name, get_string(n, "preset", false, std::string(kDefaultStack)));
@@ -327,11 +327,10 @@ Status parse_link_params(const Node& n, Link& l, const char* default_sharing) {
 }
 
 Status parse_explicit(const Node& root, Topology& t, int& num_gpus_out) {
-  if (auto s = check_fields(
-          root,
-          {"schema", "name", "notes", "gpu", "stack", "levels", "gpus", "switches", "links", "domain", "routes",
-           "calibration"},
-          " in an explicit topology (one with \"gpus\" and \"links\")");
+  if (auto s = check_fields(root,
+                            {"schema", "name", "notes", "gpu", "stack", "levels", "gpus", "switches", "links", "domain",
+                             "routes", "calibration"},
+                            " in an explicit topology (one with \"gpus\" and \"links\")");
       !s)
     return s;
   // levels
