@@ -109,10 +109,32 @@ struct WorkloadFlags {
 /// judged by what it points to, which is what gets written. `flag` names the option.
 void check_output_path(const std::string& path, const std::string& flag);
 
+/// (flag, path) pairs; an empty path is a flag not given.
+using FlagPaths = std::vector<std::pair<std::string, std::string>>;
+
 /// check_output_path for each (flag, path) with a path, and then that no two name
 /// one file (the same path, through a symbolic link, or as hard links): the
 /// second write would silently replace the first.
-void check_output_paths(const std::vector<std::pair<std::string, std::string>>& outputs);
+void check_output_paths(const FlagPaths& outputs);
+
+/// Every file a command reads and writes, for check_command_files.
+struct CommandFiles {
+  FlagPaths inputs;   // files read (a topology, a plan, a log)
+  FlagPaths outputs;  // files written (replaced whole)
+  /// A folder the command writes files of these names into (run --dump): the folder may not
+  /// exist yet; each of its files is an output like the others.
+  struct Folder {
+    std::string flag, path;
+    std::vector<std::string> names;
+  };
+  std::vector<Folder> folders;
+};
+
+/// The one check of a command's paths, before any work: check_output_paths on the
+/// outputs (and the folders' files), check_output_dir on the folders, and then that
+/// no output names an input (the same path, through a symbolic link, or a hard link
+/// to it): an output never replaces what the command reads. Fails naming both flags.
+void check_command_files(const CommandFiles& files);
 
 /// Fails now when `dir` cannot become a folder of outputs: it exists and is not a
 /// folder, or it (or, when missing, the nearest folder above it) is not writable.

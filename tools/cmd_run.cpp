@@ -71,6 +71,13 @@ nlohmann::json err_json(const rt::CheckReport& r, double rt::TensorError::*field
   return j;
 }
 
+/// The files a dump may hold: the tensors and meta.json.
+const std::vector<std::string>& dump_files() {
+  static const std::vector<std::string> names{"q.npy",   "k.npy",  "v.npy",  "dout.npy", "out.npy",
+                                              "lse.npy", "dq.npy", "dk.npy", "dv.npy",   "meta.json"};
+  return names;
+}
+
 /// Writes the dump as a whole or not at all: a failure (or an interrupt) takes away
 /// the files written so far and the folders made for them, since a partial dump
 /// would read as a complete one with tensors missing.
@@ -93,6 +100,9 @@ class DumpWriter {
     }
   }
   void write(const std::string& name, const std::string& bytes) {
+    // Only the names checked before the run (check_command_files) may be written.
+    CHARM_ASSERT(std::find(dump_files().begin(), dump_files().end(), name) != dump_files().end(),
+                 "a dump file outside dump_files()");
     const std::string path = (std::filesystem::path(dir_) / name).string();
     try {
       write_file_atomic(path, bytes);
@@ -384,8 +394,13 @@ void register_run(CLI::App& app) {
                                job->size, o->backend, o->backend == "cuda-local" ? " or cuda" : "")});
       if (sub->count("--ranks") == 0 && !o->plan.from_file()) o->plan.ranks = job->size;
     }
-    // Before the run, not after minutes of compute: where the dump goes must take files.
-    check_output_dir(o->dump, "--dump");
+    // Before the run, not after minutes of compute: where the dump and the trace go must take
+    // files, and neither may replace the plan file.
+    CommandFiles files{{{"--plan", o->plan.plan_file}}, {{"--trace", o->trace}}, {{"--dump", o->dump, dump_files()}}};
+    for (const auto& b : run_backends())
+      if (std::find(b.names.begin(), b.names.end(), o->backend) != b.names.end())
+        for (auto& out : b.outputs()) files.outputs.push_back(std::move(out));
+    check_command_files(files);
     for (const auto& b : run_backends())
       if (std::find(b.names.begin(), b.names.end(), o->backend) != b.names.end()) {
         RunRequest req{&o->plan, o->backend, o->seed, o->check, o->json, o->inject_stall, o->timeout_s, o->trace, {}};
@@ -403,7 +418,6 @@ void register_run(CLI::App& app) {
       fail(Error{"--backend", fmt::format("unknown backend '{}' (expected one of: {})", o->backend, known)});
     }
     if (!(o->timeout_s >= 0)) fail(Error{"--timeout-s", "must be >= 0"});
-    check_output_path(o->trace, "--trace");
     rt::RunOptions ropt{o->timeout_s, !o->trace.empty()};
     if (o->backend == "threads") {
       // A thread per stream of every rank, in this process.

@@ -91,7 +91,6 @@ int run_cuda(const RunRequest& req, const CudaFlags& f) {
   if (f.warmup < 0) fail(Error{"--warmup", "must be >= 0"});
   const auto budget = unwrap(parse_size(f.tile_budget, "--tile-budget"));
   if (budget < (1 << 20)) fail(Error{"--tile-budget", "must be at least 1M"});
-  check_output_paths({{"--trace", req.trace}, {"--append-measurements", f.append_measurements}});
   const rt::cuda::CudaRunOptions opt{req.timeout_s, f.warmup, f.device, std::size_t(budget)};
   auto plan = req.plan->make();
   if (auto s = rt::cuda::supports(plan); !s) fail(Error{"--backend " + req.backend, s.error().what});
@@ -188,7 +187,10 @@ const bool registered = [] {
                        "(the header first when the file is new)")
             ->group(g);
       },
-      [f](const RunRequest& req) { return run_cuda(req, *f); }});
+      [f](const RunRequest& req) { return run_cuda(req, *f); },
+      [f] {
+        return FlagPaths{{"--append-measurements", f->append_measurements}};
+      }});
   return true;
 }();
 

@@ -458,8 +458,12 @@ void register_sweep(CLI::App& app) {
     if (o->out.empty() && o->json.empty() && !o->json_stdout)
       fail(Error{"--out", "give --out FILE (CSV), --json-out FILE, or --json (JSON on stdout)"});
     // Now, not after an hour of simulation.
-    check_output_paths(
-        {{"--out", o->out}, {"--json-out", o->json}, {"--plot", o->plot}, {"--plot-script", o->plot_script}});
+    FlagPaths inputs;
+    for (const auto& f : files) inputs.emplace_back("--topology", f);
+    check_command_files(
+        {inputs,
+         {{"--out", o->out}, {"--json-out", o->json}, {"--plot", o->plot}, {"--plot-script", o->plot_script}},
+         {}});
     const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     // Omitted: every core. Given, it is a count (no value stands for "every core").
     const int jobs = sub->count("--jobs") == 0 ? hw : o->jobs;
