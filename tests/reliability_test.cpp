@@ -9,8 +9,10 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "test_util.hpp"
+#include "tools/cli_common.hpp"
 
 namespace charm::test {
 namespace {
@@ -38,7 +40,8 @@ class Reliability : public ::testing::Test {
     const auto end = out.find_last_not_of('\n');
     if (end == std::string::npos) return {};
     const auto start = out.rfind('\n', end);
-    return out.substr(start == std::string::npos ? 0 : start + 1, end - (start == std::string::npos ? 0 : start + 1) + 1);
+    return out.substr(start == std::string::npos ? 0 : start + 1,
+                      end - (start == std::string::npos ? 0 : start + 1) + 1);
   }
   fs::path dir_;
 };
@@ -63,8 +66,8 @@ TEST_F(Reliability, ADumpNeverReplacesThePlanItRuns) {
 TEST_F(Reliability, AHardLinkToTheTopologyIsTheTopology) {
   fs::copy_file(repo("topologies/l20-4.json"), at("t.json"));
   fs::create_hard_link(at("t.json"), at("out.csv"));
-  const auto r = run_charm("sweep -t " + at("t.json") + " --batch 1 --seq 4k --heads 8 --head-dim 128 --out " +
-                           at("out.csv"));
+  const auto r =
+      run_charm("sweep -t " + at("t.json") + " --batch 1 --seq 4k --heads 8 --head-dim 128 --out " + at("out.csv"));
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("--out: " + at("out.csv") + ": is also the --topology input (" + at("t.json") + ")"),
             std::string::npos)
@@ -82,6 +85,26 @@ TEST_F(Reliability, AFullStdoutFailsTheSweep) {
   const auto big = run_cmd("{ " + std::string(CHARM_BIN) + " commlist --ranks 1024 > /dev/full; }");
   EXPECT_EQ(big.code, 2) << big.out;
   EXPECT_EQ(big.out, "charm: error: stdout: No space left on device\n");
+}
+
+TEST(SplitList, SpacesInsideANameSurvive) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(cli::split_list("topo/my topo.json"), V{"topo/my topo.json"});
+  EXPECT_EQ(cli::split_list(" a , b c ,,\td\t, "), (V{"a", "b c", "d"}));
+  EXPECT_EQ(cli::split_list(""), V{});
+  EXPECT_EQ(cli::split_list(" , ,"), V{});
+}
+
+TEST_F(Reliability, ATopologyWithASpaceInItsNameIsThatFile) {
+  fs::create_directory(at("topo"));
+  fs::copy_file(repo("topologies/l20-4.json"), at("topo/my topo.json"));
+  fs::copy_file(repo("topologies/h100-2x8.json"), at("topo/mytopo.json"));  // what the old splitter read
+  const auto r = run_charm("sweep -t '" + at("topo/my topo.json") +
+                           "' --batch 1 --seq 4k --heads 8 --head-dim 128 --algos ring --out " + at("s.csv"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string csv = read(at("s.csv"));
+  EXPECT_NE(csv.find("\nl20-4,4,"), std::string::npos) << csv;
+  EXPECT_EQ(csv.find("h100"), std::string::npos) << csv;
 }
 
 }  // namespace

@@ -125,14 +125,14 @@ Expected<std::int64_t> parse_size(const std::string& text, const std::string& fl
 
 std::vector<std::string> split_list(const std::string& s) {
   std::vector<std::string> out;
-  std::string cur;
-  for (char c : s + ",") {
-    if (c == ',') {
-      if (!cur.empty()) out.push_back(cur);
-      cur.clear();
-    } else if (c != ' ') {
-      cur += c;
-    }
+  constexpr const char* kSpace = " \t\n\r\f\v";
+  for (std::size_t start = 0; start <= s.size();) {
+    const std::size_t comma = std::min(s.find(',', start), s.size());
+    const std::string item = s.substr(start, comma - start);
+    start = comma + 1;
+    // Spaces around an item go; spaces inside it ("my topo.json") are part of the name.
+    const auto first = item.find_first_not_of(kSpace);
+    if (first != std::string::npos) out.push_back(item.substr(first, item.find_last_not_of(kSpace) - first + 1));
   }
   return out;
 }

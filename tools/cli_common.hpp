@@ -91,7 +91,8 @@ enum class NumberKind : std::uint8_t {
 /// the type each option converts to, so that no flag can escape the grammar.
 void apply_number_grammar(CLI::App& app);
 
-/// "a, b,,c" -> {"a", "b", "c"}: comma-separated items, spaces and empty items dropped.
+/// "a, b,,c d " -> {"a", "b", "c d"}: comma-separated items, the whitespace around each
+/// item and empty items dropped; spaces inside an item (a file name) are kept.
 [[nodiscard]] std::vector<std::string> split_list(const std::string& s);
 
 /// The workload flags shared by plan, simulate, compare and run.
