@@ -105,6 +105,20 @@ struct SetFlag {
   std::vector<double> values;  // distinct, in the order given
 };
 
+/// Whether walking lo..hi by `step` (op '+': an increment, '*': a factor) ends within the
+/// values a list may hold: the step must move lo in double arithmetic, and the values it
+/// makes must number at most kMaxListValues. Judged before the walk, which could otherwise
+/// run forever (1..2+1e-22 never leaves 1).
+Status check_range(const std::string& item, double lo, double hi, char op, double step) {
+  if ((op == '*' ? lo * step : lo + step) == lo)
+    return Error{"", fmt::format("range '{}': the step {} does not move {} (a double has 16 digits)", item, step, lo)};
+  const double count = 1 + (op == '*' ? std::log(hi / lo) / std::log(step) : (hi - lo) / step);
+  if (!(count <= double(kMaxListValues)))
+    return Error{"", fmt::format("range '{}' makes {:.3g} values, more than the {} a list may hold", item,
+                                 std::floor(count), kMaxListValues)};
+  return {};
+}
+
 /// "inter.bandwidth_gbps=25,50,100", ranges as in the other lists but of any numbers:
 /// "gpu.tflops.bf16=100..800*2" (geometric), "inter.latency_us=0..10+2.5" (arithmetic).
 /// No value is judged here: the topology's own checks do that once it is edited.
@@ -153,12 +167,14 @@ Expected<SetFlag> parse_set(const std::string& text) {
     if (op == '*' && !(*lo > 0 && *step > 1))
       return bad(fmt::format("range '{}' needs a start > 0 and a factor > 1", item));
     if (op == '+' && !(*step > 0)) return bad(fmt::format("range '{}' needs a step > 0", item));
-    // Each value from the start (no running sum to drift), rounded to 12 digits so 0.1..0.3+0.1 ends at 0.3.
+    if (auto st = check_range(item, *lo, *hi, op, *step); !st) return bad(st.error().what);
+    // Each value from the start (no running sum to drift), rounded to 12 digits so 0.1..0.3+0.1 ends at 0.3;
+    // check_range bounds the count, so the walk ends even where rounding makes values repeat.
     const double slack = 1e-9 * std::max(std::abs(*lo), std::abs(*hi));
-    for (int k = 0;; ++k) {
-      const double raw = op == '*' ? *lo * std::pow(*step, k) : *lo + k * *step;
+    for (std::size_t k = 0; k <= kMaxListValues; ++k) {
+      const double raw = op == '*' ? *lo * std::pow(*step, double(k)) : *lo + double(k) * *step;
+      if (raw > *hi + slack) break;
       const double v = std::strtod(fmt::format("{:.12g}", raw).c_str(), nullptr);
-      if (v > *hi + slack) break;
       if (auto st = push(std::min(v, *hi)); !st) return st.error();
     }
   }
