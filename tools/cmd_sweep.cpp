@@ -22,9 +22,11 @@
 #include <filesystem>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "scheduler/planners/planners.hpp"
 #include "sim/evaluate.hpp"
+#include "sim/simulator.hpp"
 #include "sim/sweep.hpp"
 #include "sim/sweep_plot.hpp"
 #include "tools/cli_common.hpp"
@@ -202,6 +204,47 @@ void add_set_points(sim::SweepSpec& spec, const nlohmann::json& doc, const std::
     if (!t) fail(Error{"--set", fmt::format("{}: {}", fmt::join(assigned, ", "), t.error().message())});
     spec.topologies.push_back(std::move(t).value());
     spec.points.push_back(std::move(point));
+  }
+}
+
+// ---- memory: each configuration's simulation is judged as charm simulate judges it ----
+
+/// Where topology `t` of the sweep came from, for a message: its file, and its --set values.
+Error config_error(const sim::SweepSpec& spec, std::size_t t, const std::vector<std::string>& files,
+                   const std::string& what) {
+  if (spec.set_fields.empty()) return Error{"--topology", fmt::format("{}: {}", files[t], what)};
+  std::vector<std::string> assigned;
+  for (std::size_t k = 0; k < spec.set_fields.size(); ++k)
+    assigned.push_back(fmt::format("{}={}", spec.set_fields[k], spec.points[t].values[k]));
+  return Error{"--set", fmt::format("{}: {}", fmt::join(assigned, ", "), what)};
+}
+
+/// Refuses, before any simulation, a sweep with a configuration whose simulation would not
+/// fit: the estimate of charm simulate (check_plan_budget on the plan sim::evaluate builds,
+/// a quotient one where the topology allows), for every (configuration, algorithm, pass) the
+/// planner accepts. The estimate depends on the topology, algorithm, pass, layout and mask
+/// only, so each of those is estimated once.
+void check_sweep_memory(const sim::SweepSpec& spec, const std::vector<std::string>& files) {
+  std::set<std::tuple<std::size_t, std::string, int, int, bool>> fit;
+  std::vector<std::string> algos = spec.algos;
+  algos.push_back("ring");  // the baseline runs whether listed or not
+  for (std::size_t i = 0; i < spec.num_configs(); ++i) {
+    const sim::SweepConfig c = sim::sweep_config(spec, i);
+    const topo::Topology& t = spec.topologies[c.topology];
+    for (const ir::Phase phase : spec.passes)
+      for (const auto& algo : algos) {
+        ir::Workload w = c.workload;
+        w.pass = phase == ir::Phase::Fwd ? ir::PassKind::Fwd : ir::PassKind::Bwd;
+        const auto req = sim::normalised_request({algo, w, t.num_gpus(), sim::default_domains(t)});
+        const auto key = std::tuple{c.topology, req.algo, int(w.pass), int(req.workload.layout), w.causal};
+        if (fit.count(key) > 0 || !sched::check_request(req)) continue;
+        try {
+          check_plan_budget(req, 60, "the simulation", sim::quotient_symmetry(sched::plan_symmetry(req), t, req.ranks));
+        } catch (const UsageError& e) {
+          fail(config_error(spec, c.topology, files, e.error.what));
+        }
+        fit.insert(key);
+      }
   }
 }
 
@@ -406,6 +449,7 @@ void register_sweep(CLI::App& app) {
   sub->add_option("--reserved-gb", o->reserved_gb,
                   "GB per GPU the rest of the model holds, added to the attention buffers for the fits column")
       ->capture_default_str();
+  add_max_memory(*sub);
 
   sub->callback([o, sub] {
     sim::SweepSpec spec;
@@ -490,6 +534,8 @@ void register_sweep(CLI::App& app) {
           "--seq",
           fmt::format("the lists make {} configurations, more than {}; narrow --batch/--seq/--heads/--head-dim/--set",
                       configs, kMaxConfigs)});
+
+    check_sweep_memory(spec, files);
 
     // Run.
     const bool tty = ::isatty(STDERR_FILENO) != 0;
