@@ -524,6 +524,11 @@ std::optional<LaunchedJob> launched_job() {
   return std::nullopt;
 }
 
+EarlyFailure& early_failure_handler() {
+  static EarlyFailure handler;
+  return handler;
+}
+
 bool quiet_rank() {
   const auto job = launched_job();
   return job && job->size > 1 && job->rank > 0;

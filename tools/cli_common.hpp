@@ -54,9 +54,17 @@ struct LaunchedJob {
   int rank = 0, size = 1;
 };
 [[nodiscard]] std::optional<LaunchedJob> launched_job();
-/// True in every process of a launched job but the first: usage errors, the same
-/// on every rank, are printed once, by rank 0.
+/// True in every process of a launched job but the first.
 [[nodiscard]] bool quiet_rank();
+
+/// Under mpirun, a failure of `run` that one process finds before the processes agreed on
+/// anything (a flag, a path; main's handlers call this) must neither be lost nor said by
+/// every rank. Where MPI is built, cmd_run sets this handler: the process joins the
+/// agreement the others hold on their plan, rank 0 says the lowest failing rank's line
+/// (flushed before any process exits), and the agreed exit code comes back. nullopt where no
+/// agreement can be had (MPI already started in this process): the process says its own line.
+using EarlyFailure = std::function<std::optional<int>(const Error& error, int code)>;
+EarlyFailure& early_failure_handler();
 
 /// Work that would not fit is refused before it starts, with its estimate: the budget is
 /// --max-memory (commands that build plans take it) or half of this machine's memory.

@@ -113,6 +113,16 @@ int run_cuda(const RunRequest& req, const CudaFlags& f) {
   auto ctx_e = rt::MpiContext::init();
   if (!ctx_e) throw RuntimeFailure{ctx_e.error().message()};
   auto ctx = std::move(*ctx_e);
+  // A process that failed before MPI started joins here with its error (early_failure_handler):
+  // rank 0 says the lowest failing rank's line, flushed while every process is in MPI.
+  if (const auto a = ctx->agree(Status{}, 0, req.timeout_s, "the setup"); !a) {
+    std::fprintf(stderr, "charm: error: %s\n", a.error().message().c_str());
+    ctx->abort(kExitRuntime);
+  } else if (!a->status) {
+    if (ctx->rank() == 0) std::fprintf(stderr, "charm: error: %s\n", a->status.error().message().c_str());
+    std::fflush(stderr);
+    throw QuietExit{a->code};
+  }
   if (plan.ranks != ctx->size())
     fail(Error{"--ranks", fmt::format("{} ranks asked for, but mpirun started {} processes", plan.ranks, ctx->size())});
   if (ctx->rank() == 0) {

@@ -127,6 +127,19 @@ std::string version_text() {
   );
 }
 
+/// A usage error's one line and exit code. Under mpirun the processes of `run` agree on it
+/// first (early_failure_handler), so that it is said once however many ranks found it;
+/// otherwise the process that found it says it: a line is never left unsaid.
+int usage_failure(const charm::Error& e, int argc, char** argv) {
+  const auto job = charm::cli::launched_job();
+  auto& agree = charm::cli::early_failure_handler();
+  if (job && job->size > 1 && argc > 1 && std::string(argv[1]) == "run" && agree)
+    if (const auto code = agree(e, charm::cli::kExitUsage)) return *code;
+  std::fprintf(stderr, "charm: error: %s\n", e.message().c_str());
+  std::fflush(stderr);
+  return charm::cli::kExitUsage;
+}
+
 int run_command(int argc, char** argv) {
   // An interrupt removes the temporaries of the output being written (cli_common.hpp).
   charm::cli::install_interrupt_cleanup();
@@ -160,13 +173,9 @@ int run_command(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     std::string what = e.what();
     if (what.empty()) what = e.get_name();
-    what = with_suggestions(what, app);
-    if (!charm::cli::quiet_rank()) std::fprintf(stderr, "charm: error: %s\n", what.c_str());
-    return charm::cli::kExitUsage;
+    return usage_failure(charm::Error{"", with_suggestions(what, app)}, argc, argv);
   } catch (const charm::cli::UsageError& e) {
-    // Bad input is the same on every rank of an mpirun job: rank 0 says it, once.
-    if (!charm::cli::quiet_rank()) std::fprintf(stderr, "charm: error: %s\n", e.error.message().c_str());
-    return charm::cli::kExitUsage;
+    return usage_failure(e.error, argc, argv);
   } catch (const charm::cli::QuietExit& e) {
     return e.code;
   } catch (const charm::cli::RuntimeFailure& e) {
