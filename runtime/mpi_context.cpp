@@ -91,6 +91,13 @@ Expected<std::unique_ptr<MpiContext>> MpiContext::init() {
   return c;
 }
 
+bool MpiContext::started() {
+  int initialized = 0, finalized = 0;
+  (void)MPI_Initialized(&initialized);
+  (void)MPI_Finalized(&finalized);
+  return initialized != 0 || finalized != 0;
+}
+
 MpiContext::~MpiContext() {
   if (comms_)
     for (MPI_Comm* c : {&comms_->comm, &comms_->hb})

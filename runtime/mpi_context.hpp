@@ -30,6 +30,8 @@ class MpiContext {
  public:
   /// MPI_Init_thread asking for MPI_THREAD_MULTIPLE; SERIALIZED is accepted (calls then take a mutex).
   [[nodiscard]] static Expected<std::unique_ptr<MpiContext>> init();
+  /// Whether this process has initialised MPI already (and maybe finalised it): init() is once a process.
+  [[nodiscard]] static bool started();
   ~MpiContext();  // MPI_Finalize
   MpiContext(const MpiContext&) = delete;
   MpiContext& operator=(const MpiContext&) = delete;

@@ -3,9 +3,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <sstream>
 #include <variant>
 
+#include "scheduler/ir/json_text.hpp"
 #include "scheduler/ir/op_args.hpp"
 #include "scheduler/ir/plan_index.hpp"
 #include "scheduler/ir/plan_io.hpp"
@@ -263,4 +265,38 @@ TEST(OpArgs, DecodeNamesSlotsAndRefusesBadOnes) {
   while (p.buffer(other).rank == o.rank || p.buffer(other).kind != BufKind::Q) ++other;
   o.buf[0] = other;
   EXPECT_NE(decode(p, c).error().what.find("rank-local"), std::string::npos) << decode(p, c).error().what;
+}
+
+TEST(JsonText, NestingIsBoundedBeforeTheParseGoesDeep) {
+  const auto nested = [](std::size_t depth) { return std::string(depth, '[') + std::string(depth, ']'); };
+  EXPECT_TRUE(bool(parse_json_strict(nested(256), "f.json")));
+  const auto deep = parse_json_strict(nested(257), "f.json");
+  ASSERT_FALSE(bool(deep));
+  EXPECT_EQ(deep.error().message(),
+            "f.json: malformed JSON: arrays and objects nested more than 256 deep (at the top level)");
+  // 30 MB of '[' stops at the 257th: at once, not after gigabytes of nesting.
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(bool(parse_json_strict(std::string(30u << 20, '['), "f.json")));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+  const auto in_object = parse_json_strict("{\"a\": {\"b\": " + nested(300) + "}}", "f.json");
+  ASSERT_FALSE(bool(in_object));
+  EXPECT_NE(in_object.error().what.find("(at a.b)"), std::string::npos) << in_object.error().what;
+}
+
+TEST(JsonText, ManyKeysAreCheckedInLinearithmicTime) {
+  std::string text = "{";
+  for (int i = 0; i < 400000; ++i) text += (i > 0 ? ",\"k" : "\"k") + std::to_string(i) + "\":1";
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto j = parse_json_strict(text + "}", "f.json");
+  ASSERT_TRUE(bool(j)) << j.error().message();
+  EXPECT_EQ(j->size(), 400000u);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 20.0);  // was over 60 s
+  // A repeat is found among many keys as among a few, and the object after a large one starts afresh.
+  const auto dup = parse_json_strict(text + ",\"k123\":2}", "f.json");
+  ASSERT_FALSE(bool(dup));
+  EXPECT_NE(dup.error().what.find("duplicate key 'k123' in the top level"), std::string::npos) << dup.error().what;
+  std::string two = "[{";
+  for (int i = 0; i < 100; ++i) two += (i > 0 ? ",\"k" : "\"k") + std::to_string(i) + "\":1";
+  EXPECT_TRUE(bool(parse_json_strict(two + "}, {\"k1\": 1, \"k2\": 2}]", "f.json")));
+  EXPECT_FALSE(bool(parse_json_strict(two + "}, {\"k1\": 1, \"k1\": 2}]", "f.json")));
 }

@@ -127,6 +127,40 @@ TEST_F(OutputFiles, TwoOutputsNamingOneFileAreRefused) {
             "");
 }
 
+TEST_F(OutputFiles, NoOutputMayNameAnInput) {
+  cli::write_file_atomic(at("plan.json"), "plan");
+  fs::create_hard_link(at("plan.json"), at("hard.json"));
+  fs::create_symlink("plan.json", at("soft.json"));
+  fs::create_directory(at("dump"));
+  cli::write_file_atomic(at("dump/meta.json"), "plan");
+  const std::string rel = fs::relative(at("plan.json")).string();
+  for (const std::string& out : {at("plan.json"), at("hard.json"), at("soft.json"), at("./plan.json"), rel}) {
+    const auto why = usage_error([&] {
+      cli::check_command_files({{{"--plan", at("plan.json")}}, {{"--trace", out}}, {}});
+    });
+    EXPECT_EQ(why.rfind("--trace: " + out + ": is also the --plan input", 0), 0u) << why;
+  }
+  // A folder's files are outputs too: the plan, or another output, may not be one of them.
+  const cli::CommandFiles::Folder dump{"--dump", at("dump"), {"q.npy", "meta.json"}};
+  EXPECT_NE(usage_error([&] {
+              cli::check_command_files({{{"--plan", at("dump/meta.json")}}, {}, {dump}});
+            }).find("--dump: " + at("dump/meta.json") + ": is also the --plan input"),
+            std::string::npos);
+  EXPECT_NE(usage_error([&] {
+              cli::check_command_files({{}, {{"--trace", at("dump/q.npy")}}, {dump}});
+            }).find("is also the --trace output"),
+            std::string::npos);
+  // Beside them, anything goes; the inputs and the folder are left as they were.
+  EXPECT_EQ(usage_error([&] {
+              cli::check_command_files(
+                  {{{"--plan", at("plan.json")}, {"--topology", ""}}, {{"--trace", at("t.json")}}, {dump}});
+            }),
+            "");
+  EXPECT_EQ(usage_error([&] { cli::check_command_files({{{"--plan", at("dump/other.json")}}, {}, {dump}}); }), "");
+  EXPECT_EQ(read(at("plan.json")), "plan");
+  EXPECT_EQ(entries(), (std::vector<std::string>{"dump", "hard.json", "plan.json", "soft.json"}));
+}
+
 /// Forks a child that writes `bytes` bytes to `path` (after installing the interrupt cleanup) and exits 0.
 pid_t spawn_writer(const std::string& path, std::size_t bytes, Temporary how) {
   const pid_t pid = ::fork();

@@ -19,3 +19,4 @@ target_compile_definitions(errors_table_test PRIVATE CHARM_MPIRUN="${_charm_erro
 set_property(SOURCE errors_table_test.cpp APPEND PROPERTY OBJECT_DEPENDS ${PROJECT_SOURCE_DIR}/docs/errors.md)
 charm_add_test(determinism_test SOURCES determinism_test.cpp LABELS integration TIMEOUT 600)
 charm_add_test(output_files_test SOURCES output_files_test.cpp LIBS charm_cli_common LABELS unit TIMEOUT 300)
+charm_add_test(reliability_test SOURCES reliability_test.cpp LIBS charm_cli_common LABELS integration TIMEOUT 600)

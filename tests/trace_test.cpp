@@ -1,6 +1,10 @@
 // The trace layer: Chrome traces from a timeline, and a measured trace beside a predicted one.
 #include <gtest/gtest.h>
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "scheduler/trace/diff.hpp"
 #include "scheduler/trace/trace.hpp"
 
@@ -43,6 +47,38 @@ TEST(TraceDiff, TracesOfDifferentPlansAreRefused) {
   d = charm::trace::diff_traces(three_ops(1, 1, 1), json{{"ops", json::array()}}, "p", "plan.json");
   ASSERT_FALSE(d);
   EXPECT_EQ(d.error().where, "plan.json");
+}
+
+TEST(TraceDiff, AFieldOfTheWrongTypeNamesTheFileAndThePath) {
+  // Every field diff_traces reads, given a type it cannot be: one error naming the file and
+  // the JSON path, never nlohmann's type_error.
+  struct Case {
+    const char* pointer;
+    json value;
+    const char* path;
+  };
+  const std::vector<Case> cases{{"/traceEvents/1/ph", 1, "traceEvents[1].ph"},
+                                {"/traceEvents/1/name", 5, "traceEvents[1].name"},
+                                {"/traceEvents/1/cat", true, "traceEvents[1].cat"},
+                                {"/traceEvents/1/pid", "x", "traceEvents[1].pid"},
+                                {"/traceEvents/1/dur", json::array(), "traceEvents[1].dur"},
+                                {"/traceEvents/1/args/op", 1.5, "traceEvents[1].args.op"},
+                                {"/traceEvents/1/args/op", -1, "traceEvents[1].args.op"},
+                                {"/otherData/makespan_ms", "x", "otherData.makespan_ms"}};
+  for (const auto& c : cases) {
+    json bad = three_ops(1, 1, 1);
+    bad[json::json_pointer(c.pointer)] = c.value;
+    const auto d = charm::trace::diff_traces(three_ops(1, 1, 1), bad, "p.json", "m.json");
+    ASSERT_FALSE(d) << c.pointer;
+    EXPECT_EQ(d.error().where, "m.json") << c.pointer;
+    EXPECT_EQ(d.error().what.rfind(std::string(c.path) + ": must be", 0), 0u) << d.error().what;
+  }
+  json no_makespan = three_ops(1, 1, 1);
+  no_makespan.erase("otherData");
+  no_makespan["traceEvents"][0]["ts"] = "0";
+  const auto d = charm::trace::diff_traces(three_ops(1, 1, 1), no_makespan, "p.json", "m.json");
+  ASSERT_FALSE(d);
+  EXPECT_EQ(d.error().message(), "m.json: traceEvents[0].ts: must be a number, got string");
 }
 
 }  // namespace

@@ -125,14 +125,14 @@ Expected<std::int64_t> parse_size(const std::string& text, const std::string& fl
 
 std::vector<std::string> split_list(const std::string& s) {
   std::vector<std::string> out;
-  std::string cur;
-  for (char c : s + ",") {
-    if (c == ',') {
-      if (!cur.empty()) out.push_back(cur);
-      cur.clear();
-    } else if (c != ' ') {
-      cur += c;
-    }
+  constexpr const char* kSpace = " \t\n\r\f\v";
+  for (std::size_t start = 0; start <= s.size();) {
+    const std::size_t comma = std::min(s.find(',', start), s.size());
+    const std::string item = s.substr(start, comma - start);
+    start = comma + 1;
+    // Spaces around an item go; spaces inside it ("my topo.json") are part of the name.
+    const auto first = item.find_first_not_of(kSpace);
+    if (first != std::string::npos) out.push_back(item.substr(first, item.find_last_not_of(kSpace) - first + 1));
   }
   return out;
 }
@@ -401,26 +401,59 @@ void check_output_path(const std::string& path, const std::string& flag) {
                fmt::format("{}: cannot open for writing: folder '{}' is not writable: {}", path, dir.string(), why)});
 }
 
-void check_output_paths(const std::vector<std::pair<std::string, std::string>>& outputs) {
-  struct Seen {
-    std::string flag, path, canonical;
-    bool exists;
-    struct stat st;
-  };
-  std::vector<Seen> seen;
-  for (const auto& [flag, path] : outputs) {
-    if (path.empty()) continue;
-    check_output_path(path, flag);
-    std::error_code ec;
-    Seen s{flag, path, fs::weakly_canonical(fs::absolute(output_target(path), ec), ec).string(), false, {}};
-    if (ec) s.canonical = path;
-    s.exists = ::stat(path.c_str(), &s.st) == 0;
-    for (const auto& e : seen)
-      if (e.canonical == s.canonical ||
-          (e.exists && s.exists && e.st.st_dev == s.st.st_dev && e.st.st_ino == s.st.st_ino))
+namespace {
+
+/// A file as a command names it, and what identifies it: its normalized absolute path
+/// (symbolic links resolved) and, where it exists, its device and inode (hard links).
+struct FileId {
+  std::string flag, path, canonical;
+  bool exists = false;
+  struct stat st {};
+  [[nodiscard]] bool same(const FileId& o) const {
+    return canonical == o.canonical || (exists && o.exists && st.st_dev == o.st.st_dev && st.st_ino == o.st.st_ino);
+  }
+};
+
+FileId file_id(const std::string& flag, const std::string& path, const std::string& target) {
+  std::error_code ec;
+  FileId id{flag, path, fs::weakly_canonical(fs::absolute(target, ec), ec).string(), false, {}};
+  if (ec) id.canonical = fs::path(target).lexically_normal().string();
+  id.exists = ::stat(target.c_str(), &id.st) == 0;
+  return id;
+}
+
+}  // namespace
+
+void check_output_paths(const FlagPaths& outputs) { check_command_files({{}, outputs, {}}); }
+
+void check_command_files(const CommandFiles& files) {
+  std::vector<FileId> written;
+  auto add_output = [&written](const std::string& flag, const std::string& path) {
+    FileId s = file_id(flag, path, output_target(path));
+    for (const auto& e : written)
+      if (e.same(s))
         fail(Error{flag,
                    fmt::format("{}: is also the {} output ({}); give each output its own file", path, e.flag, e.path)});
-    seen.push_back(std::move(s));
+    written.push_back(std::move(s));
+  };
+  for (const auto& [flag, path] : files.outputs) {
+    if (path.empty()) continue;
+    check_output_path(path, flag);
+    add_output(flag, path);
+  }
+  for (const auto& f : files.folders) {
+    if (f.path.empty()) continue;
+    check_output_dir(f.path, f.flag);
+    for (const auto& name : f.names) add_output(f.flag, (fs::path(f.path) / name).string());
+  }
+  for (const auto& [flag, path] : files.inputs) {
+    if (path.empty()) continue;
+    const FileId in = file_id(flag, path, path);
+    for (const auto& out : written)
+      if (out.same(in))
+        fail(Error{out.flag, fmt::format("{}: is also the {} input ({}); an output may not replace what the command "
+                                         "reads",
+                                         out.path, flag, path)});
   }
 }
 
@@ -489,6 +522,11 @@ std::optional<LaunchedJob> launched_job() {
     return LaunchedJob{int(rank), int(size)};
   }
   return std::nullopt;
+}
+
+EarlyFailure& early_failure_handler() {
+  static EarlyFailure handler;
+  return handler;
 }
 
 bool quiet_rank() {

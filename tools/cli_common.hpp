@@ -54,9 +54,17 @@ struct LaunchedJob {
   int rank = 0, size = 1;
 };
 [[nodiscard]] std::optional<LaunchedJob> launched_job();
-/// True in every process of a launched job but the first: usage errors, the same
-/// on every rank, are printed once, by rank 0.
+/// True in every process of a launched job but the first.
 [[nodiscard]] bool quiet_rank();
+
+/// Under mpirun, a failure of `run` that one process finds before the processes agreed on
+/// anything (a flag, a path; main's handlers call this) must neither be lost nor said by
+/// every rank. Where MPI is built, cmd_run sets this handler: the process joins the
+/// agreement the others hold on their plan, rank 0 says the lowest failing rank's line
+/// (flushed before any process exits), and the agreed exit code comes back. nullopt where no
+/// agreement can be had (MPI already started in this process): the process says its own line.
+using EarlyFailure = std::function<std::optional<int>(const Error& error, int code)>;
+EarlyFailure& early_failure_handler();
 
 /// Work that would not fit is refused before it starts, with its estimate: the budget is
 /// --max-memory (commands that build plans take it) or half of this machine's memory.
@@ -91,7 +99,8 @@ enum class NumberKind : std::uint8_t {
 /// the type each option converts to, so that no flag can escape the grammar.
 void apply_number_grammar(CLI::App& app);
 
-/// "a, b,,c" -> {"a", "b", "c"}: comma-separated items, spaces and empty items dropped.
+/// "a, b,,c d " -> {"a", "b", "c d"}: comma-separated items, the whitespace around each
+/// item and empty items dropped; spaces inside an item (a file name) are kept.
 [[nodiscard]] std::vector<std::string> split_list(const std::string& s);
 
 /// The workload flags shared by plan, simulate, compare and run.
@@ -109,10 +118,32 @@ struct WorkloadFlags {
 /// judged by what it points to, which is what gets written. `flag` names the option.
 void check_output_path(const std::string& path, const std::string& flag);
 
+/// (flag, path) pairs; an empty path is a flag not given.
+using FlagPaths = std::vector<std::pair<std::string, std::string>>;
+
 /// check_output_path for each (flag, path) with a path, and then that no two name
 /// one file (the same path, through a symbolic link, or as hard links): the
 /// second write would silently replace the first.
-void check_output_paths(const std::vector<std::pair<std::string, std::string>>& outputs);
+void check_output_paths(const FlagPaths& outputs);
+
+/// Every file a command reads and writes, for check_command_files.
+struct CommandFiles {
+  FlagPaths inputs;   // files read (a topology, a plan, a log)
+  FlagPaths outputs;  // files written (replaced whole)
+  /// A folder the command writes files of these names into (run --dump): the folder may not
+  /// exist yet; each of its files is an output like the others.
+  struct Folder {
+    std::string flag, path;
+    std::vector<std::string> names;
+  };
+  std::vector<Folder> folders;
+};
+
+/// The one check of a command's paths, before any work: check_output_paths on the
+/// outputs (and the folders' files), check_output_dir on the folders, and then that
+/// no output names an input (the same path, through a symbolic link, or a hard link
+/// to it): an output never replaces what the command reads. Fails naming both flags.
+void check_command_files(const CommandFiles& files);
 
 /// Fails now when `dir` cannot become a folder of outputs: it exists and is not a
 /// folder, or it (or, when missing, the nearest folder above it) is not writable.

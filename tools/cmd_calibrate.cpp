@@ -126,7 +126,10 @@ void register_calibrate(CLI::App& app) {
   sub->add_option("--restarts", o->restarts, "optimizer starts besides the base values")->capture_default_str();
   sub->add_flag("--no-loo", o->no_loo, "skip the leave-one-out refits");
   sub->callback([o, sub] {
-    check_output_path(o->out, "--out");
+    // Every file read, so that -o can never replace one of them.
+    FlagPaths inputs{{"--topology", o->topology}, {"--measurements", o->measurements}};
+    for (const auto& item : split_list(o->nccl)) inputs.emplace_back("--nccl-tests", item.substr(item.find('=') + 1));
+    check_command_files({inputs, {{"--out", o->out}}, {}});
     const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     // Omitted: every core. Given, it is a count (no value stands for "every core").
     const int jobs = sub->count("--jobs") == 0 ? hw : o->jobs;

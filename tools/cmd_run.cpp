@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <new>
 #include <optional>
 #include <unistd.h>
 #include <vector>
@@ -71,6 +72,13 @@ nlohmann::json err_json(const rt::CheckReport& r, double rt::TensorError::*field
   return j;
 }
 
+/// The files a dump may hold: the tensors and meta.json.
+const std::vector<std::string>& dump_files() {
+  static const std::vector<std::string> names{"q.npy",   "k.npy",  "v.npy",  "dout.npy", "out.npy",
+                                              "lse.npy", "dq.npy", "dk.npy", "dv.npy",   "meta.json"};
+  return names;
+}
+
 /// Writes the dump as a whole or not at all: a failure (or an interrupt) takes away
 /// the files written so far and the folders made for them, since a partial dump
 /// would read as a complete one with tensors missing.
@@ -93,6 +101,9 @@ class DumpWriter {
     }
   }
   void write(const std::string& name, const std::string& bytes) {
+    // Only the names checked before the run (check_command_files) may be written.
+    CHARM_ASSERT(std::find(dump_files().begin(), dump_files().end(), name) != dump_files().end(),
+                 "a dump file outside dump_files()");
     const std::string path = (std::filesystem::path(dir_) / name).string();
     try {
       write_file_atomic(path, bytes);
@@ -274,25 +285,47 @@ rt::WorkFields work_fields(const ir::Plan& plan, const RunOpts& o) {
 }
 
 /// Where the processes cannot agree (MPI failed, a peer never came): this process's own
-/// line, then MPI_Abort ends the job with exit 3.
-[[noreturn]] void abort_job(rt::MpiContext& ctx, const Error& e) {
+/// line, flushed, then MPI_Abort ends the job with `code`.
+[[noreturn]] void abort_job(rt::MpiContext& ctx, const Error& e, int code = kExitRuntime) {
   std::fprintf(stderr, "charm: error: %s\n", e.message().c_str());
-  ctx.abort(kExitRuntime);
+  ctx.abort(code);
 }
 
-/// An agreed failure: the same error on every process; rank 0 says it, every process exits
-/// with `code` (through main's handlers, so MPI_Finalize runs on the way out).
-[[noreturn]] void agreed_failure(const rt::MpiContext::Agreement& a) {
-  if (a.code == kExitUsage) throw UsageError{a.status.error()};
-  if (!quiet_rank()) std::fprintf(stderr, "charm: error: %s\n", a.status.error().message().c_str());
+/// An agreed failure: the same error on every process. Rank 0 says it and flushes it while
+/// every process is still in MPI (a process that left first could have mpirun end the job
+/// before the line was out); then every process exits with `code`, through MPI_Finalize.
+[[noreturn]] void agreed_failure(const rt::MpiContext& ctx, const rt::MpiContext::Agreement& a) {
+  if (ctx.rank() == 0) std::fprintf(stderr, "charm: error: %s\n", a.status.error().message().c_str());
   std::fflush(stderr);
   throw QuietExit{a.code};
 }
 
-void run_mpi(const RunOpts& o, rt::RunOptions ropt) {
+/// How long a process that failed before the agreement waits for the others to reach it
+/// (they may be building a large plan): then it says its own line and ends the job.
+constexpr double kEarlyAgreementS = 120;
+
+/// early_failure_handler for backends mpi and cuda: this process failed before MPI started
+/// (a flag, a path), while the others wait in their first agreement (run_mpi's on the plan,
+/// run_cuda's on the setup): it joins them with its error.
+std::optional<int> agree_on_early_failure(const Error& e, int code) {
+  if (rt::MpiContext::started()) return std::nullopt;
   auto ctx_e = rt::MpiContext::init();
-  if (!ctx_e) throw RuntimeFailure{ctx_e.error().message()};
-  auto ctx = std::move(*ctx_e);
+  if (!ctx_e) return std::nullopt;
+  auto& ctx = **ctx_e;
+  auto a = ctx.agree(e, code, kEarlyAgreementS, "the plan");
+  if (!a) abort_job(ctx, e, code);
+  if (ctx.rank() == 0) std::fprintf(stderr, "charm: error: %s\n", a->status.error().message().c_str());
+  std::fflush(stderr);
+  return a->code;
+}
+
+const bool early_failure_registered = [] {
+  early_failure_handler() = agree_on_early_failure;
+  return true;
+}();
+
+/// The mpi backend once MPI is up: build the plan, agree, run, and rank 0 reports.
+void run_mpi_job(rt::MpiContext& ctx, const RunOpts& o, rt::RunOptions ropt) {
   const double tmo = o.timeout_s;
   // Each process builds its plan; a bad flag on one of them reaches every one (the processes
   // of an MPMD job may have been given different flags), before any other collective.
@@ -302,10 +335,10 @@ void run_mpi(const RunOpts& o, rt::RunOptions ropt) {
   try {
     plan.emplace(o.plan.make());
     check_run_memory(*plan, o.check, false);
-    if (plan->ranks != ctx->size())
+    if (plan->ranks != ctx.size())
       fail(Error{o.plan.from_file() ? "--plan" : "--ranks",
                  fmt::format("{} ranks {}, but mpirun started {} processes", plan->ranks,
-                             o.plan.from_file() ? "in the plan" : "asked for", ctx->size())});
+                             o.plan.from_file() ? "in the plan" : "asked for", ctx.size())});
   } catch (const UsageError& e) {
     made = e.error;
     made_code = kExitUsage;
@@ -316,38 +349,57 @@ void run_mpi(const RunOpts& o, rt::RunOptions ropt) {
     made = Error{"", "out of memory"};
     made_code = kExitRuntime;
   }
-  auto a = ctx->agree(made, made_code, tmo, "the plan");
-  if (!a) abort_job(*ctx, a.error());
-  if (!a->status) agreed_failure(*a);
+  auto a = ctx.agree(made, made_code, tmo, "the plan");
+  if (!a) abort_job(ctx, a.error());
+  if (!a->status) agreed_failure(ctx, *a);
   Status valid;
-  if (ctx->rank() == 0 && !o.plan.from_file())
+  if (ctx.rank() == 0 && !o.plan.from_file())
     if (auto rep = sched::validate(*plan); !rep.ok())
       valid = Error{"", "internal: the planner produced an invalid plan: " + rep.summary(*plan)};
   inject_faults(*plan, o);
   // The same work on every process, or one line from rank 0 and exit 2 on all: a rank with
   // another sequence length would receive into buffers of the wrong size.
-  auto same = ctx->same_work(work_fields(*plan, o), tmo);
-  if (!same) abort_job(*ctx, same.error());
-  if (!*same) agreed_failure({*same, kExitUsage});
-  a = ctx->agree(valid, kExitRuntime, tmo, "the plan's validation");
-  if (!a) abort_job(*ctx, a.error());
-  if (!a->status) agreed_failure(*a);
+  auto same = ctx.same_work(work_fields(*plan, o), tmo);
+  if (!same) abort_job(ctx, same.error());
+  if (!*same) agreed_failure(ctx, {*same, kExitUsage});
+  a = ctx.agree(valid, kExitRuntime, tmo, "the plan's validation");
+  if (!a) abort_job(ctx, a.error());
+  if (!a->status) agreed_failure(ctx, *a);
   const auto in = rt::plan_inputs(plan->workload, o.seed);
   ropt.inject_short_recv = o.inject_short_recv;
-  auto res = ctx->run(*plan, in, ropt);
+  auto res = ctx.run(*plan, in, ropt);
   if (!res) {
-    if (ctx->failure_agreed()) agreed_failure({res.error(), kExitRuntime});
-    abort_job(*ctx, res.error());
+    if (ctx.failure_agreed()) agreed_failure(ctx, {res.error(), kExitRuntime});
+    abort_job(ctx, res.error());
   }
   // Rank 0 checks and reports while the others wait for its verdict (exit code).
-  auto code = ctx->rank0_decides(
+  auto code = ctx.rank0_decides(
       [&] {
         write_measured_trace(o.trace, *plan, *res, "mpi");
         return report(*plan, o, in, *res);
       },
       exit_code_of, tmo);
-  if (!code) abort_job(*ctx, code.error());
+  if (!code) abort_job(ctx, code.error());
   exit_code() = *code;
+}
+
+void run_mpi(const RunOpts& o, const rt::RunOptions& ropt) {
+  auto ctx_e = rt::MpiContext::init();
+  if (!ctx_e) throw RuntimeFailure{ctx_e.error().message()};
+  auto ctx = std::move(*ctx_e);
+  // An error that leaves here (rank 0's report: a dump that cannot be written) is said now,
+  // while MPI is up, not by main after MPI_Finalize, when the job may already be ending.
+  try {
+    run_mpi_job(*ctx, o, ropt);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "charm: error: %s\n", e.error.message().c_str());
+    std::fflush(stderr);
+    throw QuietExit{kExitUsage};
+  } catch (const RuntimeFailure& e) {
+    std::fprintf(stderr, "charm: error: %s\n", e.message.c_str());
+    std::fflush(stderr);
+    throw QuietExit{kExitRuntime};
+  }
 }
 #endif
 
@@ -384,8 +436,13 @@ void register_run(CLI::App& app) {
                                job->size, o->backend, o->backend == "cuda-local" ? " or cuda" : "")});
       if (sub->count("--ranks") == 0 && !o->plan.from_file()) o->plan.ranks = job->size;
     }
-    // Before the run, not after minutes of compute: where the dump goes must take files.
-    check_output_dir(o->dump, "--dump");
+    // Before the run, not after minutes of compute: where the dump and the trace go must take
+    // files, and neither may replace the plan file.
+    CommandFiles files{{{"--plan", o->plan.plan_file}}, {{"--trace", o->trace}}, {{"--dump", o->dump, dump_files()}}};
+    for (const auto& b : run_backends())
+      if (std::find(b.names.begin(), b.names.end(), o->backend) != b.names.end())
+        for (auto& out : b.outputs()) files.outputs.push_back(std::move(out));
+    check_command_files(files);
     for (const auto& b : run_backends())
       if (std::find(b.names.begin(), b.names.end(), o->backend) != b.names.end()) {
         RunRequest req{&o->plan, o->backend, o->seed, o->check, o->json, o->inject_stall, o->timeout_s, o->trace, {}};
@@ -403,7 +460,6 @@ void register_run(CLI::App& app) {
       fail(Error{"--backend", fmt::format("unknown backend '{}' (expected one of: {})", o->backend, known)});
     }
     if (!(o->timeout_s >= 0)) fail(Error{"--timeout-s", "must be >= 0"});
-    check_output_path(o->trace, "--trace");
     rt::RunOptions ropt{o->timeout_s, !o->trace.empty()};
     if (o->backend == "threads") {
       // A thread per stream of every rank, in this process.

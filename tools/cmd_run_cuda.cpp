@@ -91,7 +91,6 @@ int run_cuda(const RunRequest& req, const CudaFlags& f) {
   if (f.warmup < 0) fail(Error{"--warmup", "must be >= 0"});
   const auto budget = unwrap(parse_size(f.tile_budget, "--tile-budget"));
   if (budget < (1 << 20)) fail(Error{"--tile-budget", "must be at least 1M"});
-  check_output_paths({{"--trace", req.trace}, {"--append-measurements", f.append_measurements}});
   const rt::cuda::CudaRunOptions opt{req.timeout_s, f.warmup, f.device, std::size_t(budget)};
   auto plan = req.plan->make();
   if (auto s = rt::cuda::supports(plan); !s) fail(Error{"--backend " + req.backend, s.error().what});
@@ -114,6 +113,16 @@ int run_cuda(const RunRequest& req, const CudaFlags& f) {
   auto ctx_e = rt::MpiContext::init();
   if (!ctx_e) throw RuntimeFailure{ctx_e.error().message()};
   auto ctx = std::move(*ctx_e);
+  // A process that failed before MPI started joins here with its error (early_failure_handler):
+  // rank 0 says the lowest failing rank's line, flushed while every process is in MPI.
+  if (const auto a = ctx->agree(Status{}, 0, req.timeout_s, "the setup"); !a) {
+    std::fprintf(stderr, "charm: error: %s\n", a.error().message().c_str());
+    ctx->abort(kExitRuntime);
+  } else if (!a->status) {
+    if (ctx->rank() == 0) std::fprintf(stderr, "charm: error: %s\n", a->status.error().message().c_str());
+    std::fflush(stderr);
+    throw QuietExit{a->code};
+  }
   if (plan.ranks != ctx->size())
     fail(Error{"--ranks", fmt::format("{} ranks asked for, but mpirun started {} processes", plan.ranks, ctx->size())});
   if (ctx->rank() == 0) {
@@ -188,7 +197,10 @@ const bool registered = [] {
                        "(the header first when the file is new)")
             ->group(g);
       },
-      [f](const RunRequest& req) { return run_cuda(req, *f); }});
+      [f](const RunRequest& req) { return run_cuda(req, *f); },
+      [f] {
+        return FlagPaths{{"--append-measurements", f->append_measurements}};
+      }});
   return true;
 }();
 

@@ -155,7 +155,8 @@ void register_simulate(CLI::App& app) {
                                                    : SymmetryUse::Auto;
     if (use == SymmetryUse::On && o->plan.from_file())
       fail(Error{"--symmetry", "a plan file holds every rank's ops; --symmetry applies to --algo runs"});
-    check_output_path(o->trace, "--trace");
+    check_command_files(
+        {{{"--topology", o->cluster.topology}, {"--plan", o->plan.plan_file}}, {{"--trace", o->trace}}, {}});
     // A saved or hand-edited plan fixes algorithm, ranks, domains and workload.
     std::optional<ir::Plan> file_plan;
     if (o->plan.from_file()) {

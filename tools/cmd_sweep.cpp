@@ -22,9 +22,11 @@
 #include <filesystem>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "scheduler/planners/planners.hpp"
 #include "sim/evaluate.hpp"
+#include "sim/simulator.hpp"
 #include "sim/sweep.hpp"
 #include "sim/sweep_plot.hpp"
 #include "tools/cli_common.hpp"
@@ -105,6 +107,20 @@ struct SetFlag {
   std::vector<double> values;  // distinct, in the order given
 };
 
+/// Whether walking lo..hi by `step` (op '+': an increment, '*': a factor) ends within the
+/// values a list may hold: the step must move lo in double arithmetic, and the values it
+/// makes must number at most kMaxListValues. Judged before the walk, which could otherwise
+/// run forever (1..2+1e-22 never leaves 1).
+Status check_range(const std::string& item, double lo, double hi, char op, double step) {
+  if ((op == '*' ? lo * step : lo + step) == lo)
+    return Error{"", fmt::format("range '{}': the step {} does not move {} (a double has 16 digits)", item, step, lo)};
+  const double count = 1 + (op == '*' ? std::log(hi / lo) / std::log(step) : (hi - lo) / step);
+  if (!(count <= double(kMaxListValues)))
+    return Error{"", fmt::format("range '{}' makes {:.3g} values, more than the {} a list may hold", item,
+                                 std::floor(count), kMaxListValues)};
+  return {};
+}
+
 /// "inter.bandwidth_gbps=25,50,100", ranges as in the other lists but of any numbers:
 /// "gpu.tflops.bf16=100..800*2" (geometric), "inter.latency_us=0..10+2.5" (arithmetic).
 /// No value is judged here: the topology's own checks do that once it is edited.
@@ -153,12 +169,14 @@ Expected<SetFlag> parse_set(const std::string& text) {
     if (op == '*' && !(*lo > 0 && *step > 1))
       return bad(fmt::format("range '{}' needs a start > 0 and a factor > 1", item));
     if (op == '+' && !(*step > 0)) return bad(fmt::format("range '{}' needs a step > 0", item));
-    // Each value from the start (no running sum to drift), rounded to 12 digits so 0.1..0.3+0.1 ends at 0.3.
+    if (auto st = check_range(item, *lo, *hi, op, *step); !st) return bad(st.error().what);
+    // Each value from the start (no running sum to drift), rounded to 12 digits so 0.1..0.3+0.1 ends at 0.3;
+    // check_range bounds the count, so the walk ends even where rounding makes values repeat.
     const double slack = 1e-9 * std::max(std::abs(*lo), std::abs(*hi));
-    for (int k = 0;; ++k) {
-      const double raw = op == '*' ? *lo * std::pow(*step, k) : *lo + k * *step;
+    for (std::size_t k = 0; k <= kMaxListValues; ++k) {
+      const double raw = op == '*' ? *lo * std::pow(*step, double(k)) : *lo + double(k) * *step;
+      if (raw > *hi + slack) break;
       const double v = std::strtod(fmt::format("{:.12g}", raw).c_str(), nullptr);
-      if (v > *hi + slack) break;
       if (auto st = push(std::min(v, *hi)); !st) return st.error();
     }
   }
@@ -186,6 +204,47 @@ void add_set_points(sim::SweepSpec& spec, const nlohmann::json& doc, const std::
     if (!t) fail(Error{"--set", fmt::format("{}: {}", fmt::join(assigned, ", "), t.error().message())});
     spec.topologies.push_back(std::move(t).value());
     spec.points.push_back(std::move(point));
+  }
+}
+
+// ---- memory: each configuration's simulation is judged as charm simulate judges it ----
+
+/// Where topology `t` of the sweep came from, for a message: its file, and its --set values.
+Error config_error(const sim::SweepSpec& spec, std::size_t t, const std::vector<std::string>& files,
+                   const std::string& what) {
+  if (spec.set_fields.empty()) return Error{"--topology", fmt::format("{}: {}", files[t], what)};
+  std::vector<std::string> assigned;
+  for (std::size_t k = 0; k < spec.set_fields.size(); ++k)
+    assigned.push_back(fmt::format("{}={}", spec.set_fields[k], spec.points[t].values[k]));
+  return Error{"--set", fmt::format("{}: {}", fmt::join(assigned, ", "), what)};
+}
+
+/// Refuses, before any simulation, a sweep with a configuration whose simulation would not
+/// fit: the estimate of charm simulate (check_plan_budget on the plan sim::evaluate builds,
+/// a quotient one where the topology allows), for every (configuration, algorithm, pass) the
+/// planner accepts. The estimate depends on the topology, algorithm, pass, layout and mask
+/// only, so each of those is estimated once.
+void check_sweep_memory(const sim::SweepSpec& spec, const std::vector<std::string>& files) {
+  std::set<std::tuple<std::size_t, std::string, int, int, bool>> fit;
+  std::vector<std::string> algos = spec.algos;
+  algos.push_back("ring");  // the baseline runs whether listed or not
+  for (std::size_t i = 0; i < spec.num_configs(); ++i) {
+    const sim::SweepConfig c = sim::sweep_config(spec, i);
+    const topo::Topology& t = spec.topologies[c.topology];
+    for (const ir::Phase phase : spec.passes)
+      for (const auto& algo : algos) {
+        ir::Workload w = c.workload;
+        w.pass = phase == ir::Phase::Fwd ? ir::PassKind::Fwd : ir::PassKind::Bwd;
+        const auto req = sim::normalised_request({algo, w, t.num_gpus(), sim::default_domains(t)});
+        const auto key = std::tuple{c.topology, req.algo, int(w.pass), int(req.workload.layout), w.causal};
+        if (fit.count(key) > 0 || !sched::check_request(req)) continue;
+        try {
+          check_plan_budget(req, 60, "the simulation", sim::quotient_symmetry(sched::plan_symmetry(req), t, req.ranks));
+        } catch (const UsageError& e) {
+          fail(config_error(spec, c.topology, files, e.error.what));
+        }
+        fit.insert(key);
+      }
   }
 }
 
@@ -390,6 +449,7 @@ void register_sweep(CLI::App& app) {
   sub->add_option("--reserved-gb", o->reserved_gb,
                   "GB per GPU the rest of the model holds, added to the attention buffers for the fits column")
       ->capture_default_str();
+  add_max_memory(*sub);
 
   sub->callback([o, sub] {
     sim::SweepSpec spec;
@@ -461,8 +521,12 @@ void register_sweep(CLI::App& app) {
     if (o->out.empty() && o->json.empty() && !o->json_stdout)
       fail(Error{"--out", "give --out FILE (CSV), --json-out FILE, or --json (JSON on stdout)"});
     // Now, not after an hour of simulation.
-    check_output_paths(
-        {{"--out", o->out}, {"--json-out", o->json}, {"--plot", o->plot}, {"--plot-script", o->plot_script}});
+    FlagPaths inputs;
+    for (const auto& f : files) inputs.emplace_back("--topology", f);
+    check_command_files(
+        {inputs,
+         {{"--out", o->out}, {"--json-out", o->json}, {"--plot", o->plot}, {"--plot-script", o->plot_script}},
+         {}});
     const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     // Omitted: every core. Given, it is a count (no value stands for "every core").
     const int jobs = sub->count("--jobs") == 0 ? hw : o->jobs;
@@ -473,6 +537,8 @@ void register_sweep(CLI::App& app) {
           "--seq",
           fmt::format("the lists make {} configurations, more than {}; narrow --batch/--seq/--heads/--head-dim/--set",
                       configs, kMaxConfigs)});
+
+    check_sweep_memory(spec, files);
 
     // Run.
     const bool tty = ::isatty(STDERR_FILENO) != 0;

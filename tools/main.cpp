@@ -3,11 +3,17 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
+#include <iostream>
 #include <new>
+#include <streambuf>
 #include <string>
 #include <vector>
 
@@ -45,6 +51,71 @@ std::string with_suggestions(const std::string& what, const CLI::App& app) {
   return out;
 }
 
+// ---- stdout: every byte written is checked ----
+//
+// stdio forgets why a write failed (a later fflush succeeds on the emptied buffer, and errno is
+// long overwritten), so stdout is replaced by a stream whose writes go to file descriptor 1
+// here, keeping the first error; std::cout writes into it too. finish_stdout() turns a
+// failed write or close into the command's failure.
+
+int g_stdout_errno = 0;
+
+ssize_t write_fd1(void* /*cookie*/, const char* buf, std::size_t n) {
+  std::size_t done = 0;
+  while (done < n) {
+    const ssize_t w = ::write(STDOUT_FILENO, buf + done, n - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      if (g_stdout_errno == 0) g_stdout_errno = w < 0 ? errno : EIO;
+      return done > 0 ? ssize_t(done) : -1;
+    }
+    done += std::size_t(w);
+  }
+  return ssize_t(n);
+}
+
+int close_fd1(void* /*cookie*/) {
+  // EBADF: stdout was closed to begin with; a write would have said so.
+  if (::close(STDOUT_FILENO) == 0 || errno == EINTR || errno == EBADF) return 0;
+  if (g_stdout_errno == 0) g_stdout_errno = errno;
+  return -1;
+}
+
+/// std::cout's buffer: every character to the C stream stdout (which buffers it).
+class StdoutBuf final : public std::streambuf {
+ protected:
+  int_type overflow(int_type c) override {
+    if (traits_type::eq_int_type(c, traits_type::eof())) return traits_type::not_eof(c);
+    return std::fputc(traits_type::to_char_type(c), stdout) == EOF ? traits_type::eof() : c;
+  }
+  std::streamsize xsputn(const char* s, std::streamsize n) override {
+    return std::streamsize(std::fwrite(s, 1, std::size_t(n), stdout));
+  }
+  int sync() override { return std::fflush(stdout) == 0 ? 0 : -1; }
+};
+
+void install_checked_stdout() {
+  static StdoutBuf buf;
+  FILE* f = ::fopencookie(nullptr, "w", cookie_io_functions_t{nullptr, write_fd1, nullptr, close_fd1});
+  if (f == nullptr) return;  // stdout stays as it was
+  // As stdio does for stdout: line by line on a terminal, in blocks otherwise.
+  std::setvbuf(f, nullptr, ::isatty(STDOUT_FILENO) != 0 ? _IOLBF : _IOFBF, BUFSIZ);
+  stdout = f;
+  std::cout.rdbuf(&buf);
+}
+
+/// The exit code once stdout is flushed and closed: `code`, or exit 2 with the reason
+/// where a byte of the answer (exit 0, or 1 for a verdict) could not be written. A command
+/// that failed otherwise has said its one line already.
+int finish_stdout(int code) {
+  std::cout.flush();
+  const bool failed = std::fflush(stdout) != 0 || std::ferror(stdout) != 0 || !std::cout.good() ||
+                      std::fclose(stdout) != 0 || g_stdout_errno != 0;
+  if (!failed || (code != 0 && code != charm::cli::kExitInvalid)) return code;
+  std::fprintf(stderr, "charm: error: stdout: %s\n", std::strerror(g_stdout_errno != 0 ? g_stdout_errno : EIO));
+  return charm::cli::kExitUsage;
+}
+
 std::string version_text() {
   return fmt::format("charm {} (commit {}, {} build, CUDA backend {})", CHARM_VERSION, CHARM_GIT_COMMIT,
                      CHARM_BUILD_TYPE,
@@ -56,9 +127,20 @@ std::string version_text() {
   );
 }
 
-}  // namespace
+/// A usage error's one line and exit code. Under mpirun the processes of `run` agree on it
+/// first (early_failure_handler), so that it is said once however many ranks found it;
+/// otherwise the process that found it says it: a line is never left unsaid.
+int usage_failure(const charm::Error& e, int argc, char** argv) {
+  const auto job = charm::cli::launched_job();
+  auto& agree = charm::cli::early_failure_handler();
+  if (job && job->size > 1 && argc > 1 && std::string(argv[1]) == "run" && agree)
+    if (const auto code = agree(e, charm::cli::kExitUsage)) return *code;
+  std::fprintf(stderr, "charm: error: %s\n", e.message().c_str());
+  std::fflush(stderr);
+  return charm::cli::kExitUsage;
+}
 
-int main(int argc, char** argv) {
+int run_command(int argc, char** argv) {
   // An interrupt removes the temporaries of the output being written (cli_common.hpp).
   charm::cli::install_interrupt_cleanup();
   CLI::App app{"charm: plan, validate, simulate and run distributed attention (CHARM+, RM+, Ring, ...)", "charm"};
@@ -91,13 +173,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     std::string what = e.what();
     if (what.empty()) what = e.get_name();
-    what = with_suggestions(what, app);
-    if (!charm::cli::quiet_rank()) std::fprintf(stderr, "charm: error: %s\n", what.c_str());
-    return charm::cli::kExitUsage;
+    return usage_failure(charm::Error{"", with_suggestions(what, app)}, argc, argv);
   } catch (const charm::cli::UsageError& e) {
-    // Bad input is the same on every rank of an mpirun job: rank 0 says it, once.
-    if (!charm::cli::quiet_rank()) std::fprintf(stderr, "charm: error: %s\n", e.error.message().c_str());
-    return charm::cli::kExitUsage;
+    return usage_failure(e.error, argc, argv);
   } catch (const charm::cli::QuietExit& e) {
     return e.code;
   } catch (const charm::cli::RuntimeFailure& e) {
@@ -113,4 +191,11 @@ int main(int argc, char** argv) {
     return charm::cli::kExitRuntime;
   }
   return charm::cli::exit_code();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  install_checked_stdout();
+  return finish_stdout(run_command(argc, argv));
 }

@@ -35,6 +35,7 @@ struct RunBackend {
   std::vector<std::string> names;
   std::function<void(CLI::App& run)> add_flags;
   std::function<int(const RunRequest&)> run;  // the exit code; throws UsageError / RuntimeFailure like the rest
+  std::function<FlagPaths()> outputs;         // the files its own flags write, besides --trace and --dump
 };
 
 /// Drops the plan's first Send: its Recv never completes (the watchdog's test hook, in every backend).

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <istream>
+#include <iterator>
+#include <unordered_set>
 #include <vector>
 
 namespace charm {
@@ -12,11 +14,18 @@ namespace {
 
 using json = nlohmann::json;
 
-/// nlohmann's own DOM builder, driven by its SAX parser, with one more check: a key
-/// repeated in one object stops the parse. (A DOM parse with a per-event callback is
-/// about eight times slower on a 135 MB plan, and a separate SAX pass doubles the
-/// parse; this adds a sorted-vector lookup per key.) sax_parse is a template on the
-/// handler, so nothing here is virtual.
+/// Arrays and objects nest at most this deep: a plan or a topology needs about 5 levels,
+/// and 30 MB of '[' would otherwise take gigabytes before the parser reached their end.
+constexpr std::size_t kMaxDepth = 256;
+/// An object's keys are kept in a sorted vector up to this many, in a hash set past it,
+/// so that an object of 400,000 keys costs no quadratic insertion.
+constexpr std::size_t kMaxSortedKeys = 32;
+
+/// nlohmann's own DOM builder, driven by its SAX parser, with two more checks: a key
+/// repeated in one object and nesting past kMaxDepth stop the parse at once. (A DOM
+/// parse with a per-event callback is about eight times slower on a 135 MB plan, and a
+/// separate SAX pass doubles the parse; this adds a lookup per key.) sax_parse is a
+/// template on the handler, so nothing here is virtual.
 class StrictDomParser {
  public:
   using number_integer_t = json::number_integer_t;
@@ -27,6 +36,7 @@ class StrictDomParser {
 
   explicit StrictDomParser(json& root) : dom_(root, /*allow_exceptions=*/true) {}
   std::string duplicate, where;
+  bool too_deep = false;  // `where` is then the path of the deepest array or object
 
   bool null() { return dom_.null(); }
   bool boolean(bool v) { return dom_.boolean(v); }
@@ -35,19 +45,13 @@ class StrictDomParser {
   bool number_float(number_float_t v, const string_t& s) { return dom_.number_float(v, s); }
   bool string(string_t& v) { return dom_.string(v); }
   bool binary(binary_t& v) { return dom_.binary(v); }
-  bool start_object(std::size_t n) {
-    open(true);
-    return dom_.start_object(n);
-  }
+  bool start_object(std::size_t n) { return open(true) && dom_.start_object(n); }
   bool key(string_t& k) {
-    auto& keys = open_[depth_ - 1].keys;  // sorted: objects here have a handful of keys
-    const auto at = std::lower_bound(keys.begin(), keys.end(), k);
-    if (at != keys.end() && *at == k) {
+    if (!open_[depth_ - 1].insert(k)) {
       duplicate = k;
       where = path();
       return false;
     }
-    keys.insert(at, k);
     last_key_ = k;
     return dom_.key(k);
   }
@@ -55,10 +59,7 @@ class StrictDomParser {
     --depth_;
     return dom_.end_object();
   }
-  bool start_array(std::size_t n) {
-    open(false);
-    return dom_.start_array(n);
-  }
+  bool start_array(std::size_t n) { return open(false) && dom_.start_array(n); }
   bool end_array() {
     --depth_;
     return dom_.end_array();
@@ -71,8 +72,22 @@ class StrictDomParser {
  private:
   struct Frame {
     bool object = false;
-    std::vector<std::string> keys;
-    std::string name;  // the key this object or array hangs under ("" inside an array)
+    std::vector<std::string> keys;         // sorted: most objects have a handful of keys
+    std::unordered_set<std::string> many;  // all of them, once there are more than kMaxSortedKeys
+    std::string name;                      // the key this object or array hangs under ("" inside an array)
+    /// False when `k` is a key of this object already.
+    bool insert(const std::string& k) {
+      if (!many.empty()) return many.insert(k).second;
+      const auto at = std::lower_bound(keys.begin(), keys.end(), k);
+      if (at != keys.end() && *at == k) return false;
+      if (keys.size() < kMaxSortedKeys) {
+        keys.insert(at, k);
+        return true;
+      }
+      many.insert(std::make_move_iterator(keys.begin()), std::make_move_iterator(keys.end()));
+      keys.clear();
+      return many.insert(k).second;
+    }
   };
   nlohmann::detail::json_sax_dom_parser<json> dom_;
   // Frames are reused level by level (depth_ of them are open), so that a plan's
@@ -81,13 +96,20 @@ class StrictDomParser {
   std::size_t depth_ = 0;
   std::string last_key_;
 
-  void open(bool object) {
+  bool open(bool object) {
+    if (depth_ == kMaxDepth) {
+      too_deep = true;
+      where = path();
+      return false;
+    }
     if (depth_ == open_.size()) open_.emplace_back();
     Frame& f = open_[depth_];
     f.name = depth_ > 0 && open_[depth_ - 1].object ? last_key_ : std::string();
     f.object = object;
     f.keys.clear();
+    if (!f.many.empty()) f.many = {};  // clear() would walk a large object's buckets for every small one after it
     ++depth_;
+    return true;
   }
   [[nodiscard]] std::string path() const {
     std::string p;
@@ -104,6 +126,9 @@ Expected<json> parse_strict(Input&& input, const std::string& source) {
     StrictDomParser p(j);
     // strict: nothing but whitespace may follow the document.
     json::sax_parse(std::forward<Input>(input), &p, json::input_format_t::json, /*strict=*/true);
+    if (p.too_deep)
+      return Error{source, fmt::format("malformed JSON: arrays and objects nested more than {} deep (at {})", kMaxDepth,
+                                       p.where)};
     if (!p.duplicate.empty())
       return Error{source, fmt::format("malformed JSON: duplicate key '{}' in {} (JSON would keep only the last one)",
                                        p.duplicate, p.where)};
