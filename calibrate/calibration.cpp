@@ -309,7 +309,14 @@ Status build_rows(Model& model, const MeasurementSet& data, std::vector<double>&
     row.charge = charge_of(m.metric);
     auto e = sim::evaluate_plan(*plan, t, row.charge);
     if (!e) return Error{at_ranks, fmt::format("the simulator cannot run this row: {}", e.error().message())};
-    base_ms.push_back(e->summary.time_s * 1e3);
+    const double predicted = e->summary.time_s * 1e3;
+    // No fit within the physical bounds moves a time by 100x: such a row is a unit mistake.
+    if (const double ratio = m.time_ms / predicted; !(ratio > 1e-2 && ratio < 1e2))
+      return Error{data.where(m, Column::TimeMs),
+                   fmt::format("time_ms {} is {:.3g}x what the base topology predicts for this run ({:.4g} ms); "
+                               "time_ms is in milliseconds (a time in seconds or microseconds?)",
+                               m.time_ms, ratio, predicted)};
+    base_ms.push_back(predicted);
     row.plan = std::move(plan).value();
     model.rows.push_back(std::move(row));
   }
@@ -633,6 +640,10 @@ Expected<Calibration> calibrate(const json& base, const std::string& base_source
     }
     c.time = {mean_abs_pct(rb), mean_abs_pct(rf), mean_abs_pct(rl)};
     c.speedup = {mean_abs_pct(sb), mean_abs_pct(sf), mean_abs_pct(sl)};
+    if (c.speedup.in_sample > c.speedup.base)
+      c.notes.push_back(fmt::format("the fitted model predicts speedups over ring worse than the base ({:.1f}% "
+                                    "against {:.1f}% MAPE): the fit traded them for times; check the rows",
+                                    c.speedup.in_sample, c.speedup.base));
   }
   c.evaluations = evaluations;
   c.parameters = model.params;

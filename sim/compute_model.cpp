@@ -120,11 +120,12 @@ Seconds ComputeModel::op_seconds(const ir::Op& op, const ir::Workload& w) const 
   switch (op.kind) {
   case ir::OpKind::Compute:
     return compute_seconds(op.flops, op.phase, w, op.mask);
+  // The framework issues merges and copies too: each pays its per-op cost beside the kernel's.
   case ir::OpKind::Merge:
   case ir::OpKind::Accumulate:
-    return (hbm_bytes_per_s > 0 ? double(op.bytes) * merge_traffic / hbm_bytes_per_s : 0.0) + launch_s;
+    return (hbm_bytes_per_s > 0 ? double(op.bytes) * merge_traffic / hbm_bytes_per_s : 0.0) + launch_s + step_s;
   case ir::OpKind::Copy:
-    return (hbm_bytes_per_s > 0 ? double(op.bytes) / hbm_bytes_per_s : 0.0) + launch_s;
+    return (hbm_bytes_per_s > 0 ? double(op.bytes) / hbm_bytes_per_s : 0.0) + launch_s + step_s;
   case ir::OpKind::Send:
   case ir::OpKind::Recv:
     break;

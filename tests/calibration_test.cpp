@@ -110,7 +110,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCsv{"duplicate_column", "algo,pass,algo\n", "runs.csv:1:3: column 'algo' appears twice"},
         BadCsv{"missing_column", "algo,pass,batch,seq,heads,kv_heads,head_dim,dtype,causal,layout\n",
                "runs.csv:1:11: missing column 'time_ms' (the header needs: algo, pass, batch, seq, heads, kv_heads, "
-               "head_dim, dtype, causal, layout, time_ms, ranks, domains, metric; ranks, domains and metric are optional)"},
+               "head_dim, dtype, causal, layout, time_ms, ranks, domains, metric; ranks, domains and metric are "
+               "optional)"},
         BadCsv{"too_few_fields", std::string(kHeader) + "ring,fwd,1\n",
                "runs.csv:2:4: expected 11 fields as in the header (line 1), got 3"},
         BadCsv{"too_many_fields", std::string(kHeader) + kRow + "1,2\n",

@@ -10,20 +10,22 @@ namespace {
 // (ring-flash-attention's structure). Per step it dispatches the kernel, the out/LSE update
 // as four unfused fp32 elementwise kernels (about 38 bytes of HBM traffic per output element,
 // against about 6 for one fused pass: merge_traffic 6) and a batched isend/irecv with its wait.
-// Its per-step, per-message and overlap costs and what its NCCL channels attain over NVLink
-// (NCCL gives a point-to-point peer a few channels, one thread block each) are the values
-// `charm calibrate` found on the paper's own H100 measurements (calibration/paper-table5-h100.csv
-// and paper-table9-h100.csv, docs/validation.md): a property of this software, carried to any
-// hardware it runs on.
+// Its per-step, update, per-message and overlap costs are the values `charm calibrate` found on
+// the paper's own H100 measurements (calibration/paper-table5-h100.csv and paper-table9-h100.csv,
+// 103 runs and 54 of Ring's T_comm / T_comp; docs/validation.md): a property of this software,
+// carried to any hardware it runs on. Where those rows could not tell a value (merge traffic:
+// sigma over 500%; compute_slowdown: at 0, its bound) the physical guess stays: one fused pass, none.
+// What its NCCL channels attain over NVLink together is the same fit's intra.injection_gbps (NCCL
+// gives a point-to-point peer a few channels, one thread block each, well below NVLink's rate).
 StackSpec pytorch_nccl() {
   StackSpec s;
   s.preset = "pytorch-nccl";
-  s.step_us = 80;
-  s.update_passes = 3;
-  s.merge_traffic = 3;
-  s.message_us = 20;
-  s.compute_slowdown = 0.3;
-  s.comm_slowdown = 0.3;
+  s.step_us = 51.5;
+  s.update_passes = 3.13;
+  s.merge_traffic = 1;
+  s.message_us = 44.7;
+  s.compute_slowdown = 0;
+  s.comm_slowdown = 0.186;
   s.intra_flow_gbps = 0;
   s.intra_injection_gbps = 45;
   return s;
@@ -31,7 +33,7 @@ StackSpec pytorch_nccl() {
 
 // A fused C++ stack (this project's CUDA backend): one launch per kernel, the merge fused into
 // one pass, NCCL send/recv grouped per step; overlap still costs the SMs NCCL's channels occupy
-// (a few thread blocks of 100+ SMs: about 5%).
+// (a few thread blocks of 100+ SMs: about 5%). Not measured here: a physical guess to compare against.
 StackSpec fused() {
   StackSpec s;
   s.preset = "fused";

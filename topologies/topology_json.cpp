@@ -855,7 +855,11 @@ nlohmann::json topology_summary(const Topology& t) {
             {"efficiency_fwd", t.gpu.efficiency_fwd},
             {"efficiency_bwd", t.gpu.efficiency_bwd},
             {"launch_us", t.gpu.launch_us},
-            {"memory_gb", t.gpu.memory_gb}}},
+            {"memory_gb", t.gpu.memory_gb},
+            {"sm_count", t.gpu.sm_count},
+            {"tile_fwd", {t.gpu.tile_fwd.q, t.gpu.tile_fwd.kv}},
+            {"tile_bwd", {t.gpu.tile_bwd.q, t.gpu.tile_bwd.kv}}}},
+          {"stack", stack_json(t.stack)},
           {"links", links},
           {"notes", t.notes}};
 }
