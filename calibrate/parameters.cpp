@@ -67,7 +67,7 @@ const std::vector<Rule>& registry() {
        [](double) {
          return Bounds{0, 1000, Scale::Linear, "software cost: [0, 1000] us", true};
        }},
-      {[](const std::string& p) { return last_key(p) == "update_passes"; },
+      {[](const std::string& p) { return last_key(p) == "update_passes" || last_key(p) == "bwd_update_passes"; },
        [](double) {
          return Bounds{0, 20, Scale::Linear, "update passes: [0, 20]", true};
        }},

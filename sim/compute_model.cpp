@@ -61,6 +61,7 @@ ComputeModel ComputeModel::from_topology(const topo::Topology& t, ir::DType dtyp
   ComputeModel m = from_gpu(t.gpu, dtype);
   m.step_s = t.stack.step_us * 1e-6;
   m.update_passes = t.stack.update_passes;
+  m.bwd_update_passes = t.stack.bwd_update_passes;
   m.merge_traffic = t.stack.merge_traffic;
   return m;
 }
@@ -104,14 +105,15 @@ Seconds ComputeModel::compute_seconds(ir::Flops flops, ir::Phase phase, const ir
                                       ir::MaskPiece mask) const {
   if (flops <= 0) return launch_s;
   Seconds update = 0;
-  if (update_passes > 0 && hbm_bytes_per_s > 0) {
+  const double passes = phase == ir::Phase::Fwd ? update_passes : bwd_update_passes;
+  if (passes > 0 && hbm_bytes_per_s > 0) {
     const double pairs = flops / (flops_per_pair(w, phase) * double(w.batch) * double(w.heads));
     const BlockShape b = shape_of(std::max(pairs, 0.0), mask);
     const double per_token = double(w.head_dim) * double(w.batch);
     const double elements = phase == ir::Phase::Fwd
                                 ? b.q * per_token * double(w.heads)
                                 : (b.q * double(w.heads) + 2 * b.kv * double(w.kv_heads)) * per_token;
-    update = update_passes * 12.0 * elements / hbm_bytes_per_s;
+    update = passes * 12.0 * elements / hbm_bytes_per_s;
   }
   return kernel_seconds(flops, phase, w, mask) + step_s + update;
 }

@@ -19,8 +19,8 @@
 //   efficiency:     e_pass * side / (side + half_tokens), side = sqrt(visible pairs per batch-head)
 //
 // Every attention block also pays the stack's per-step cost (the framework issuing it) and
-// its update of the running results: update_passes * 12 bytes per fp32 result element
-// (forward: O of the block's queries; backward: dQ, dK and dV) over the HBM rate.
+// its update of the running results: update_passes * 12 bytes per fp32 result element of the
+// forward's O, bwd_update_passes * 12 per element of the backward's dQ, dK and dV, over the HBM rate.
 //   merge/acc/copy: bytes * merge_traffic / hbm_bandwidth + launch   (free when hbm_bandwidth is 0)
 // A user calibrates it from measured kernel times through the topology's "gpu"
 // block (efficiency, sm_count, kernel tiles, launch_us, hbm_gbps) and "stack".
@@ -40,9 +40,10 @@ struct ComputeModel {
   double hbm_bytes_per_s = 0;  // 0: memory-bound ops take no time
   int sm_count = 0;            // 0: no kernel shape
   topo::KernelTile tile_fwd, tile_bwd;
-  Seconds step_s = 0;        // the stack's cost per attention block
-  double update_passes = 0;  // the stack's fused passes over a block's fp32 results (12 bytes an element)
-  double merge_traffic = 1;  // merge bytes in fused passes
+  Seconds step_s = 0;            // the stack's cost per attention block
+  double update_passes = 0;      // the stack's fused passes over a block's fp32 results (12 bytes an element)
+  double bwd_update_passes = 0;  // ... over the backward's dQ, dK and dV
+  double merge_traffic = 1;      // merge bytes in fused passes
 
   [[nodiscard]] static ComputeModel from_gpu(const topo::GpuSpec& g, ir::DType dtype);
   /// The GPU's model with the topology's stack.

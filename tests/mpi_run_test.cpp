@@ -41,6 +41,14 @@ Result shell(const std::string& command) {
   ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
   ::setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
   ::setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1);
+  // A session directory of this process's own: another test's mpirun finishing at the same moment
+  // removes the shared one's top folder while this one creates its job's (ORTE_ERROR_LOG in session_dir.c).
+  static const std::string session = [] {
+    const auto d = std::filesystem::temp_directory_path() / ("charm_ompi_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(d);
+    return d.string();
+  }();
+  ::setenv("OMPI_MCA_orte_tmpdir_base", session.c_str(), 1);
   const std::string cmd = command + " 2>&1";
   Result r;
   FILE* p = popen(cmd.c_str(), "r");
@@ -167,8 +175,13 @@ TEST(MpiRun, TheLineOfAFailureIsNeverLost) {
                           " --seq 256 : -np 1 " + run + " --seq 512";
   const std::string dir = ::testing::TempDir() + "charm_mpi_lines_" + std::to_string(::getpid());
   std::filesystem::create_directories(dir);
+  // The two jobs at once each get a session directory of their own (see shell()).
+  std::filesystem::create_directories(dir + "/sa");
+  std::filesystem::create_directories(dir + "/sb");
+  const std::string job_a = "OMPI_MCA_orte_tmpdir_base=" + dir + "/sa " + job,
+                    job_b = "OMPI_MCA_orte_tmpdir_base=" + dir + "/sb " + job;
   for (int i = 0; i < 6; ++i) {
-    const auto r = shell("{ " + job + " > " + dir + "/a 2>&1; echo $? >> " + dir + "/a; } & " + job + " > " + dir +
+    const auto r = shell("{ " + job_a + " > " + dir + "/a 2>&1; echo $? >> " + dir + "/a; } & " + job_b + " > " + dir +
                          "/b 2>&1; echo $? >> " + dir + "/b; wait");
     ASSERT_EQ(r.code, 0) << r.out;
     for (const char* f : {"/a", "/b"}) {

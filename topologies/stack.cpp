@@ -22,6 +22,7 @@ StackSpec pytorch_nccl() {
   s.preset = "pytorch-nccl";
   s.step_us = 51.5;
   s.update_passes = 3.13;
+  s.bwd_update_passes = 1;
   s.merge_traffic = 1;
   s.message_us = 44.7;
   s.compute_slowdown = 0;

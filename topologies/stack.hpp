@@ -9,6 +9,7 @@
 //   update_passes      fused passes over a block's fp32 results that the framework adds to
 //                      fold them into the running ones (a pass: read both, write one, 12 bytes
 //                      an element); 0 where the kernel accumulates in place
+//   bwd_update_passes  the same for the backward pass's dQ, dK and dV (each a plain `+=`: one pass)
 //   merge_traffic      HBM bytes a merge/accumulate op of the plan moves, in units of one fused
 //                      pass (read partial and accumulator, write the accumulator)
 //   message_us         per point-to-point message (issuing the send/recv pair, waiting on it)
@@ -35,6 +36,7 @@ struct StackSpec {
   std::string preset = "none";
   double step_us = 0;
   double update_passes = 0;
+  double bwd_update_passes = 0;
   double merge_traffic = 1;
   double message_us = 0;
   double compute_slowdown = 0;

@@ -177,8 +177,9 @@ Status parse_stack(const Node& root, StackSpec& st) {
     return {};
   }
   if (!n.j.is_object()) return n.error("must be a preset name or an object {\"preset\", \"step_us\", ...}");
-  if (auto s = check_fields(n, {"preset", "step_us", "update_passes", "merge_traffic", "message_us", "compute_slowdown",
-                                "comm_slowdown", "intra_flow_gbps", "intra_injection_gbps"});
+  if (auto s =
+          check_fields(n, {"preset", "step_us", "update_passes", "bwd_update_passes", "merge_traffic", "message_us",
+                           "compute_slowdown", "comm_slowdown", "intra_flow_gbps", "intra_injection_gbps"});
       !s)
     return s;
   TRY_ASSIGN(name, get_string(n, "preset", false, std::string(kDefaultStack)));
@@ -190,6 +191,10 @@ Status parse_stack(const Node& root, StackSpec& st) {
   TRY_ASSIGN(passes, get_number(n, "update_passes", false, st.update_passes, false, true));
   if (passes > 100) return n.at("update_passes").error(fmt::format("must be in [0, 100] passes, got {}", passes));
   st.update_passes = passes;
+  TRY_ASSIGN(bwd_passes, get_number(n, "bwd_update_passes", false, st.bwd_update_passes, false, true));
+  if (bwd_passes > 100)
+    return n.at("bwd_update_passes").error(fmt::format("must be in [0, 100] passes, got {}", bwd_passes));
+  st.bwd_update_passes = bwd_passes;
   TRY_ASSIGN(traffic, get_number(n, "merge_traffic", false, st.merge_traffic, true, false));
   if (traffic < 0.1 || traffic > 100)
     return n.at("merge_traffic").error(fmt::format("must be in [0.1, 100] fused passes, got {}", traffic));
@@ -768,6 +773,7 @@ nlohmann::json stack_json(const StackSpec& st) {
   return {{"preset", st.preset},
           {"step_us", st.step_us},
           {"update_passes", st.update_passes},
+          {"bwd_update_passes", st.bwd_update_passes},
           {"merge_traffic", st.merge_traffic},
           {"message_us", st.message_us},
           {"compute_slowdown", st.compute_slowdown},
