@@ -111,7 +111,8 @@ void FairShareNetwork::set_channel_scale(int ch, double scale, double now_s) {
     f.cap = flow_cap(f);
     dirty_flows_.push_back(id);
   }
-  if (ch_[c].shared) dirty_channels_.push_back(ch);
+  // An idle channel takes its new rate with nothing to re-share.
+  if (ch_[c].shared && !on_ch_[c].empty()) dirty_channels_.push_back(ch);
 }
 
 void FairShareNetwork::settle(Flow& f, double now_s) {

@@ -505,7 +505,7 @@ Status parse_generator(const Node& root, Topology& t, int& num_gpus_out) {
       gpus_per_nic = k;
     }
     // PCIe 5.0 x16: 64 GB/s per direction, the datasheet rate of the GPU-to-NIC hop.
-    TRY_ASSIGN(pcie, get_number(in, "pcie_gbps", false, 64, true, false));
+    TRY_ASSIGN(pcie, get_quantity(in, "pcie_gbps", false, 64, Quantity::Bandwidth));
     if (in.has("pcie_gbps") && gpus_per_nic == 1)
       return in.at("pcie_gbps").error("applies with \"gpus_per_nic\" > 1 only (a NIC per GPU is one link)");
     nic_pcie.bandwidth_gbps = pcie;
