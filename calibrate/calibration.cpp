@@ -323,8 +323,9 @@ Status build_rows(Model& model, const MeasurementSet& data, std::vector<double>&
   return {};
 }
 
-/// The parameters to fit, with their bounds; errors name the path.
-Expected<std::vector<FitParameter>> choose_parameters(const Model& model, const std::vector<std::string>& requested,
+/// The parameters to fit, with their bounds; errors name the path. A rate limit of 0 ("none") in the base
+/// becomes its link's rate there, where the fit starts.
+Expected<std::vector<FitParameter>> choose_parameters(Model& model, const std::vector<std::string>& requested,
                                                       const std::vector<FixedParameter>& fixed,
                                                       std::vector<std::string>& notes) {
   auto is_fixed = [&](const std::string& p) {
@@ -339,7 +340,7 @@ Expected<std::vector<FitParameter>> choose_parameters(const Model& model, const 
       const std::string link = path.substr(0, path.rfind('.')) + ".bandwidth_gbps";
       if (auto bw = parameter_value(model.base, link, model.source); bw && *bw > 0) {
         notes.push_back(fmt::format("{}: 0 (no limit) in the base; fitted from {} = {:g}", path, link, *bw));
-        set_parameter(const_cast<json&>(model.base), path, *bw);
+        set_parameter(model.base, path, *bw);
         v = *bw;
       }
     }
