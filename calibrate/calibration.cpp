@@ -16,6 +16,7 @@
 
 #include "scheduler/ir/plan_io.hpp"
 #include "scheduler/planners/planners.hpp"
+#include "sim/compute_model.hpp"
 #include "sim/evaluate.hpp"
 #include "topologies/topology_json.hpp"
 
@@ -31,14 +32,30 @@ struct Row {
   ir::Plan plan;
   std::size_t variant = 0;  // index into Model::variant_nodes
   int ranks = 0, domains = 0;
+  Metric metric = Metric::Time;
   sim::SimOptions charge;  // the run, or one side of it alone (the row's metric)
 };
 
 sim::SimOptions charge_of(Metric m) {
   sim::SimOptions o;
-  if (m == Metric::Comm) o.compute = false;
-  if (m == Metric::Compute) o.comm = false;
+  if (m == Metric::CommAlone) o.compute = false;
+  if (m == Metric::ComputeAlone) o.comm = false;
   return o;
+}
+
+/// The figure of a simulation that a row of metric `m` measured (ms).
+double figure_of(const sim::Summary& s, Metric m) {
+  switch (m) {
+  case Metric::Compute:
+    return s.busy_mean_s * 1e3;
+  case Metric::Comm:
+    return s.comm_busy_mean_s * 1e3;
+  case Metric::Time:
+  case Metric::CommAlone:
+  case Metric::ComputeAlone:
+    break;
+  }
+  return s.time_s * 1e3;
 }
 
 /// What is being fitted: the base document, the topology variants the rows need (the base
@@ -48,6 +65,8 @@ struct Model {
   std::string source;
   std::vector<long> variant_nodes;  // 0: the base as it is; else re-generate with this many nodes
   std::vector<Row> rows;
+  std::vector<KernelTime> kernels;  // single-GPU kernel times: predicted after the rows
+  std::vector<double> measured;     // ms: every row's, then every kernel's
   std::vector<FitParameter> params;
   int jobs = 1;
 
@@ -69,7 +88,15 @@ struct Model {
     return out;
   }
 
-  /// Predicted times (ms) of the rows with use[i]; NaN for the others.
+  /// Kernel k's time (ms) on topology t: the kernel model alone, as a single-GPU benchmark times it.
+  [[nodiscard]] static double kernel_ms(const KernelTime& k, const topo::Topology& t) {
+    const auto model = sim::ComputeModel::from_topology(t, k.workload.dtype);
+    const auto phase = k.workload.pass == ir::PassKind::Bwd ? ir::Phase::Bwd : ir::Phase::Fwd;
+    const sim::BlockShape shape{double(k.q_tokens), double(k.kv_tokens), k.causal};
+    return model.kernel_seconds(shape, phase, k.workload) * 1e3;
+  }
+
+  /// Predicted times (ms) of the rows, then the kernels, with use[i]; NaN for the others.
   [[nodiscard]] Expected<std::vector<double>> predict(const std::vector<double>& values,
                                                       const std::vector<char>& use) const {
     auto topos = topologies(document(values));
@@ -77,7 +104,9 @@ struct Model {
     std::vector<std::size_t> todo;
     for (std::size_t i = 0; i < rows.size(); ++i)
       if (use[i]) todo.push_back(i);
-    std::vector<double> out(rows.size(), kNaN);
+    std::vector<double> out(rows.size() + kernels.size(), kNaN);
+    for (std::size_t k = 0; k < kernels.size(); ++k)
+      if (use[rows.size() + k]) out[rows.size() + k] = kernel_ms(kernels[k], topos->front());
     std::atomic<std::size_t> next{0};
     std::mutex mu;
     std::optional<Error> error;
@@ -91,7 +120,7 @@ struct Model {
           if (!error) error = e.error();
           continue;
         }
-        out[i] = e->summary.time_s * 1e3;
+        out[i] = figure_of(e->summary, rows[i].metric);
       }
     };
     const int threads = std::max(1, std::min<int>(jobs, static_cast<int>(todo.size())));
@@ -126,11 +155,12 @@ std::vector<double> values_of(const std::vector<FitParameter>& ps, const std::ve
   return v;
 }
 
-double objective_of(const std::vector<double>& predicted, const MeasurementSet& data, const std::vector<char>& use) {
+double objective_of(const std::vector<double>& predicted, const std::vector<double>& measured,
+                    const std::vector<char>& use) {
   double f = 0;
   for (std::size_t i = 0; i < predicted.size(); ++i)
     if (use[i]) {
-      const double r = std::log(predicted[i] / data.rows[i].time_ms);
+      const double r = std::log(predicted[i] / measured[i]);
       f += r * r;
     }
   return f;
@@ -140,7 +170,6 @@ double objective_of(const std::vector<double>& predicted, const MeasurementSet& 
 /// optimizer on a simulation error (kept to be returned, not swallowed).
 struct Objective {
   const Model& model;
-  const MeasurementSet& data;
   std::vector<char> use;
   const CalibrationOptions& options;
   std::string stage;
@@ -155,7 +184,7 @@ struct Objective {
       error = p.error();
       throw nlopt::forced_stop();
     }
-    const double f = objective_of(*p, data, use);
+    const double f = objective_of(*p, model.measured, use);
     ++evaluations;
     if (f < best) {
       best = f;
@@ -306,10 +335,11 @@ Status build_rows(Model& model, const MeasurementSet& data, std::vector<double>&
       return Error{data.where(m, column_of_flag(st.error().where)), st.error().what};
     auto plan = sched::make_plan(req);
     if (!plan) return Error{data.where(m, column_of_flag(plan.error().where)), plan.error().what};
+    row.metric = m.metric;
     row.charge = charge_of(m.metric);
     auto e = sim::evaluate_plan(*plan, t, row.charge);
     if (!e) return Error{at_ranks, fmt::format("the simulator cannot run this row: {}", e.error().message())};
-    const double predicted = e->summary.time_s * 1e3;
+    const double predicted = figure_of(e->summary, m.metric);
     // No fit within the physical bounds moves a time by 100x: such a row is a unit mistake.
     if (const double ratio = m.time_ms / predicted; !(ratio > 1e-2 && ratio < 1e2))
       return Error{data.where(m, Column::TimeMs),
@@ -319,6 +349,26 @@ Status build_rows(Model& model, const MeasurementSet& data, std::vector<double>&
     base_ms.push_back(predicted);
     row.plan = std::move(plan).value();
     model.rows.push_back(std::move(row));
+  }
+  return {};
+}
+
+/// Adds the single-GPU kernel times to the model (after the runs) with their base predictions.
+/// A time 100x off the base's kernel model is a unit mistake, refused by its cell.
+Status add_kernels(Model& model, const KernelTimeSet& kernels, std::vector<double>& base_ms) {
+  if (kernels.rows.empty()) return {};
+  auto t = topo::parse_topology(model.base, model.source);
+  if (!t) return t.error();
+  for (const auto& k : kernels.rows) {
+    const double predicted = Model::kernel_ms(k, *t);
+    if (const double ratio = k.time_ms / predicted; !(ratio > 1e-2 && ratio < 1e2))
+      return Error{fmt::format("{}:{}", kernels.source, k.line),
+                   fmt::format("time_ms {} is {:.3g}x what the base topology's kernel model gives ({:.4g} ms); "
+                               "time_ms is in milliseconds (a time in seconds or microseconds?)",
+                               k.time_ms, ratio, predicted)};
+    model.kernels.push_back(k);
+    model.measured.push_back(k.time_ms);
+    base_ms.push_back(predicted);
   }
   return {};
 }
@@ -461,13 +511,16 @@ Expected<Calibration> calibrate(const json& base, const std::string& base_source
 
   std::vector<double> base_ms;
   if (auto st = build_rows(model, data, base_ms); !st) return st.error();
-  const std::size_t n = model.rows.size();
+  const std::size_t n = model.rows.size();  // measured runs (the left-out rows, the MAPEs)
+  for (const auto& m : data.rows) model.measured.push_back(m.time_ms);
+  if (auto st = add_kernels(model, options.kernels, base_ms); !st) return st.error();
+  const std::size_t N = model.measured.size();  // runs and kernels: the objective's rows
   for (std::size_t v = 1; v < model.variant_nodes.size(); ++v)
     c.notes.push_back(fmt::format("rows with {} GPUs: {} re-generated with nodes = {}",
                                   model.variant_nodes[v] * base.value("gpus_per_node", 1L), base_source,
                                   model.variant_nodes[v]));
   const std::size_t p = model.params.size();
-  const std::vector<char> all(n, 1);
+  const std::vector<char> all(N, 1);
 
   // Defaults no row depends on (efficiency.bwd with forward rows only) are dropped: the fit
   // could not tell their value, and the report would show a meaningless one.
@@ -484,7 +537,7 @@ Expected<Calibration> calibrate(const json& base, const std::string& base_source
       auto pred = model.predict(moved, all);
       if (!pred) return pred.error();
       bool moves = false;
-      for (std::size_t i = 0; i < n; ++i) moves = moves || std::abs((*pred)[i] / base_ms[i] - 1) > 1e-9;
+      for (std::size_t i = 0; i < N; ++i) moves = moves || std::abs((*pred)[i] / base_ms[i] - 1) > 1e-9;
       if (moves)
         kept.push_back(q);
       else
@@ -494,11 +547,11 @@ Expected<Calibration> calibrate(const json& base, const std::string& base_source
     model.params = std::move(kept);
   }
   const std::size_t np = model.params.size();
-  c.base_objective = objective_of(base_ms, data, all);
+  c.base_objective = objective_of(base_ms, model.measured, all);
 
   // The fit: from the base values, then from fixed interior points (reproducible runs).
   const int max_evals = options.max_evaluations > 0 ? options.max_evaluations : int(150 * (np + 1));
-  Objective obj{model, data, all, options, "", 0, HUGE_VAL, {}, {}};
+  Objective obj{model, all, options, "", 0, HUGE_VAL, {}, {}};
   std::vector<std::vector<double>> starts;
   {
     std::vector<double> u0;
@@ -520,12 +573,12 @@ Expected<Calibration> calibrate(const json& base, const std::string& base_source
   const std::vector<double> best = values_of(model.params, best_u);
   auto pred = model.predict(best, all);
   if (!pred) return pred.error();
-  c.objective = objective_of(*pred, data, all);
+  c.objective = objective_of(*pred, model.measured, all);
   int evaluations = obj.evaluations + 1;
 
   // Uncertainty: J = d(log residual)/d(theta), theta = log(value) (log scale) or value (linear).
   {
-    std::vector<std::vector<double>> J(n, std::vector<double>(np, 0.0));
+    std::vector<std::vector<double>> J(N, std::vector<double>(np, 0.0));
     std::vector<char> moves(np, 0);
     for (std::size_t k = 0; k < np; ++k) {
       const auto& q = model.params[k];
@@ -546,7 +599,7 @@ Expected<Calibration> calibrate(const json& base, const std::string& base_source
       if (!pu) return pu.error();
       if (!pd) return pd.error();
       evaluations += 2;
-      for (std::size_t i = 0; i < n; ++i) {
+      for (std::size_t i = 0; i < N; ++i) {
         J[i][k] = (std::log((*pu)[i]) - std::log((*pd)[i])) / (up - down);
         moves[k] = moves[k] || J[i][k] != 0;
       }
@@ -555,10 +608,10 @@ Expected<Calibration> calibrate(const json& base, const std::string& base_source
     std::vector<std::vector<double>> jtj(np, std::vector<double>(np, 0.0));
     for (std::size_t a = 0; a < np; ++a)
       for (std::size_t b = 0; b < np; ++b)
-        for (std::size_t i = 0; i < n; ++i) jtj[a][b] += J[i][a] * J[i][b];
+        for (std::size_t i = 0; i < N; ++i) jtj[a][b] += J[i][a] * J[i][b];
     const auto inv = invert(jtj);
-    const bool dof = n > np;
-    const double sigma2 = dof ? c.objective / double(n - np) : kNaN;
+    const bool dof = N > np;
+    const double sigma2 = dof ? c.objective / double(N - np) : kNaN;
     for (std::size_t k = 0; k < np; ++k) {
       auto& q = model.params[k];
       q.value = best[k];
@@ -591,16 +644,26 @@ Expected<Calibration> calibrate(const json& base, const std::string& base_source
     c.rows[i].base_ms = base_ms[i];
     c.rows[i].predicted_ms = (*pred)[i];
   }
+  {
+    std::vector<double> kb, kf;
+    for (std::size_t k = 0; k < model.kernels.size(); ++k) {
+      c.kernel_rows.push_back({model.kernels[k], base_ms[n + k], (*pred)[n + k]});
+      kb.push_back(base_ms[n + k] / model.measured[n + k]);
+      kf.push_back((*pred)[n + k] / model.measured[n + k]);
+    }
+    c.kernels = {mean_abs_pct(kb), mean_abs_pct(kf), kNaN};
+    c.kernel_source = options.kernels.source;
+  }
 
   // Leave-one-out: each row predicted by a fit on the others, started from the full fit.
   if (options.leave_one_out && n > 1) {
     for (std::size_t i = 0; i < n; ++i) {
-      std::vector<char> use(n, 1);
+      std::vector<char> use(N, 1);
       use[i] = 0;
-      Objective loo{model, data, use, options, fmt::format("leave-one-out {}/{}", i + 1, n), 0, HUGE_VAL, {}, {}};
+      Objective loo{model, use, options, fmt::format("leave-one-out {}/{}", i + 1, n), 0, HUGE_VAL, {}, {}};
       // One row less moves the optimum a little: a small first step from the full fit's.
       if (auto st = local_search(loo, best_u, max_evals, 0.02); !st) return st.error();
-      std::vector<char> only(n, 0);
+      std::vector<char> only(N, 0);
       only[i] = 1;
       auto pi = model.predict(values_of(model.params, loo.best_u), only);
       if (!pi) return pi.error();
@@ -702,6 +765,10 @@ Expected<Calibration> calibrate(const json& base, const std::string& base_source
                                    {"in_sample", num(c.component.in_sample)},
                                    {"leave_one_out", num(c.component.loo)},
                                    {"rows", n - c.time_rows}}},
+                                 {"kernels",
+                                  {{"base", num(c.kernels.base)},
+                                   {"in_sample", num(c.kernels.in_sample)},
+                                   {"rows", c.kernel_rows.size()}}},
                                  {"speedup",
                                   {{"base", num(c.speedup.base)},
                                    {"in_sample", num(c.speedup.in_sample)},
@@ -733,6 +800,23 @@ json report_json(const Calibration& c, const MeasurementSet& data) {
                     {"loo_error", num(r.loo_ms / m.time_ms - 1)}});
     rows.push_back(std::move(row));
   }
+  json kernels = json::array();
+  for (const auto& k : c.kernel_rows) {
+    json row = ir::workload_to_json(k.kernel.workload);
+    row.erase("seq");
+    row.erase("layout");
+    row.erase("causal");
+    row.update(json{{"file", c.kernel_source},
+                    {"line", k.kernel.line},
+                    {"q_tokens", k.kernel.q_tokens},
+                    {"kv_tokens", k.kernel.kv_tokens},
+                    {"mask", k.kernel.causal ? "causal" : "full"},
+                    {"measured_ms", k.kernel.time_ms},
+                    {"base_ms", k.base_ms},
+                    {"predicted_ms", k.predicted_ms},
+                    {"error", k.predicted_ms / k.kernel.time_ms - 1}});
+    kernels.push_back(std::move(row));
+  }
   json pairs = json::array();
   for (const auto& pr : c.pairs) {
     const auto &r = c.rows[pr.ring], &o = c.rows[pr.other];
@@ -751,6 +835,7 @@ json report_json(const Calibration& c, const MeasurementSet& data) {
           {"measurements", data.source},
           {"rows", rows},
           {"speedups", pairs},
+          {"kernels", kernels},
           {"parameters", cal["fitted"]},
           {"fixed", cal["fixed"]},
           {"mape_percent", cal["mape_percent"]},

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "calibrate/kernel_times.hpp"
 #include "calibrate/measurements.hpp"
 #include "calibrate/nccl_tests.hpp"
 #include "calibrate/parameters.hpp"
@@ -90,6 +91,13 @@ struct CalibrationOptions {
   bool leave_one_out = true;
   int max_evaluations = 0;                           // per start; 0: 150 x (parameters + 1)
   std::function<void(const FitProgress&)> progress;  // called on the calling thread after every evaluation
+  KernelTimeSet kernels;  // single-GPU kernel times fitted with the runs (calibrate --kernels)
+};
+
+/// A kernel time as predicted by the base and by the fit (ms).
+struct KernelPrediction {
+  KernelTime kernel;  // the measured row
+  double base_ms = 0, predicted_ms = 0;
 };
 
 struct Calibration {
@@ -103,6 +111,9 @@ struct Calibration {
   int evaluations = 0;
   Mape time, speedup;
   Mape component;             // rows of the comm / compute metric
+  std::vector<KernelPrediction> kernel_rows;  // one per kernel time (options.kernels), in file order
+  Mape kernels;                               // over them (no leave-one-out: they stay in every refit)
+  std::string kernel_source;                  // their file
   std::size_t time_rows = 0;  // rows of the time metric (the time MAPE's)
   std::vector<std::string> notes;
   double seconds = 0;

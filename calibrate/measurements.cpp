@@ -51,7 +51,9 @@ Expected<Metric> parse_metric(std::string_view v) {
   if (v.empty() || v == "time") return Metric::Time;
   if (v == "comm") return Metric::Comm;
   if (v == "compute") return Metric::Compute;
-  return Error{"", fmt::format("must be time, comm or compute, got '{}'", v)};
+  if (v == "comm-alone") return Metric::CommAlone;
+  if (v == "compute-alone") return Metric::ComputeAlone;
+  return Error{"", fmt::format("must be time, comm, compute, comm-alone or compute-alone, got '{}'", v)};
 }
 
 /// A whole number in [1, max]; digits only (no sign, no suffix, no fraction).
@@ -75,6 +77,10 @@ std::string_view to_string(Metric m) {
     return "comm";
   case Metric::Compute:
     return "compute";
+  case Metric::CommAlone:
+    return "comm-alone";
+  case Metric::ComputeAlone:
+    return "compute-alone";
   case Metric::Time:
     break;
   }

@@ -3,6 +3,7 @@
 //
 //   # comment lines (the file's source) anywhere
 //   algo,pass,batch,seq,heads,kv_heads,head_dim,dtype,causal,layout,time_ms[,ranks][,domains][,metric]
+//   (metric: time, comm, compute, comm-alone or compute-alone; see Metric)
 //   ring,fwd,16,26880,12,12,192,bf16,0,contiguous,149.97,16,2
 //
 // Columns may come in any order; `ranks`, `domains` and `metric` are optional (an
@@ -45,9 +46,11 @@ inline constexpr std::size_t kNumColumns = 14;
 /// The columns a run writes (append_measurement): every one but metric, which is always "time" there.
 inline constexpr std::size_t kWrittenColumns = 13;
 
-/// What a row's time measures: the run, or one side of it alone as if the other were free
-/// (the paper's T_comm and T_comp: each step's communication, or computation, one after another).
-enum class Metric : std::uint8_t { Time, Comm, Compute };
+/// What a row's time measures: the run; or, per GPU in that run, the time its compute stream
+/// is busy (`compute`) or a transfer of it is outstanding (`comm`), what a profiler's kernel
+/// durations add up to; or one side of the schedule alone as if the other were free
+/// (`compute-alone`, `comm-alone`: each step's computation, or communication, one after another).
+enum class Metric : std::uint8_t { Time, Comm, Compute, CommAlone, ComputeAlone };
 [[nodiscard]] std::string_view to_string(Metric m);
 
 /// The header name of a column ("kv_heads").

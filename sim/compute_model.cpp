@@ -5,43 +5,6 @@
 
 namespace charm::sim {
 
-namespace {
-
-/// FLOPs per visible (query, key) pair of one batch-head: 4*D forward, 2.5x that backward.
-double flops_per_pair(const ir::Workload& w, ir::Phase phase) {
-  return 4.0 * double(w.head_dim) * (phase == ir::Phase::Fwd ? 1.0 : 2.5);
-}
-
-/// Query and key tokens of a block from its visible pairs and its mask piece.
-struct BlockShape {
-  double q = 0, kv = 0;
-  bool triangle = false;  // a causal diagonal: query tile i sees keys up to its own end
-};
-
-BlockShape shape_of(double pairs, ir::MaskPiece mask) {
-  switch (mask) {
-  case ir::MaskPiece::Causal:
-  case ir::MaskPiece::ZigzagDiag: {
-    // s(s+1)/2 pairs with the diagonal (zigzag: two such triangles of s/2 and a square of s/2: the same).
-    const double side = (std::sqrt(1 + 8 * pairs) - 1) / 2;
-    return {side, side, true};
-  }
-  case ir::MaskPiece::ZigzagKvHead: {  // all queries, the first half of the keys
-    const double q = std::sqrt(2 * pairs);
-    return {q, q / 2, false};
-  }
-  case ir::MaskPiece::ZigzagQTail: {  // the second half of the queries, all keys
-    const double kv = std::sqrt(2 * pairs);
-    return {kv / 2, kv, false};
-  }
-  default: {
-    const double side = std::sqrt(pairs);
-    return {side, side, false};
-  }
-  }
-}
-
-}  // namespace
 
 ComputeModel ComputeModel::from_gpu(const topo::GpuSpec& g, ir::DType dtype) {
   ComputeModel m;
@@ -66,25 +29,54 @@ ComputeModel ComputeModel::from_topology(const topo::Topology& t, ir::DType dtyp
   return m;
 }
 
-Seconds ComputeModel::kernel_seconds(ir::Flops flops, ir::Phase phase, const ir::Workload& w,
-                                     ir::MaskPiece mask) const {
+double ComputeModel::flops_per_pair(const ir::Workload& w, ir::Phase phase) {
+  return 4.0 * double(w.head_dim) * (phase == ir::Phase::Fwd ? 1.0 : 2.5);
+}
+
+BlockShape BlockShape::of(double pairs, ir::MaskPiece mask) {
+  pairs = std::max(pairs, 0.0);
+  switch (mask) {
+  case ir::MaskPiece::Causal:
+  case ir::MaskPiece::ZigzagDiag: {
+    // s(s+1)/2 pairs with the diagonal (zigzag: two such triangles of s/2 and a square of s/2: the same).
+    const double side = (std::sqrt(1 + 8 * pairs) - 1) / 2;
+    return {side, side, true};
+  }
+  case ir::MaskPiece::ZigzagKvHead: {  // all queries, the first half of the keys
+    const double q = std::sqrt(2 * pairs);
+    return {q, q / 2, false};
+  }
+  case ir::MaskPiece::ZigzagQTail: {  // the second half of the queries, all keys
+    const double kv = std::sqrt(2 * pairs);
+    return {kv / 2, kv, false};
+  }
+  default: {
+    const double side = std::sqrt(pairs);
+    return {side, side, false};
+  }
+  }
+}
+
+double BlockShape::pairs() const { return triangle ? q * (q + 1) / 2 : q * kv; }
+
+Seconds ComputeModel::kernel_seconds(const BlockShape& block, ir::Phase phase, const ir::Workload& w) const {
   const bool fwd = phase == ir::Phase::Fwd;
   const double eff = fwd ? efficiency_fwd : efficiency_bwd;
   const double per_pair = flops_per_pair(w, phase);
   const double batch_heads = double(w.batch) * double(w.heads);
-  const double pairs = std::max(flops / (per_pair * batch_heads), 0.0);
+  const double flops = block.pairs() * per_pair * batch_heads;
   const topo::KernelTile tile = fwd ? tile_fwd : tile_bwd;
   if (sm_count <= 0 || tile.q <= 0 || tile.kv <= 0) {
     double e = eff;
     if (half_tokens > 0) {
-      const double side = std::sqrt(pairs);
+      const double side = std::sqrt(block.pairs());
       e *= side / (side + half_tokens);
     }
     return flops / (peak_flops * e) + launch_s;
   }
   // The forward kernel gives each thread block query tiles and loops over keys; the backward
   // one (FlashAttention-2) the other way round: its outer tiles are the keys.
-  BlockShape b = shape_of(pairs, mask);
+  BlockShape b = block;
   if (!fwd) std::swap(b.q, b.kv);
   const double outer = std::ceil(b.q / tile.q - 1e-9), inner = std::ceil(b.kv / tile.kv - 1e-9);
   const double sms = double(sm_count);
@@ -104,18 +96,17 @@ Seconds ComputeModel::kernel_seconds(ir::Flops flops, ir::Phase phase, const ir:
 Seconds ComputeModel::compute_seconds(ir::Flops flops, ir::Phase phase, const ir::Workload& w,
                                       ir::MaskPiece mask) const {
   if (flops <= 0) return launch_s;
+  const BlockShape b = BlockShape::of(flops / (flops_per_pair(w, phase) * double(w.batch) * double(w.heads)), mask);
   Seconds update = 0;
   const double passes = phase == ir::Phase::Fwd ? update_passes : bwd_update_passes;
   if (passes > 0 && hbm_bytes_per_s > 0) {
-    const double pairs = flops / (flops_per_pair(w, phase) * double(w.batch) * double(w.heads));
-    const BlockShape b = shape_of(std::max(pairs, 0.0), mask);
     const double per_token = double(w.head_dim) * double(w.batch);
     const double elements = phase == ir::Phase::Fwd
                                 ? b.q * per_token * double(w.heads)
                                 : (b.q * double(w.heads) + 2 * b.kv * double(w.kv_heads)) * per_token;
     update = passes * 12.0 * elements / hbm_bytes_per_s;
   }
-  return kernel_seconds(flops, phase, w, mask) + step_s + update;
+  return kernel_seconds(b, phase, w) + step_s + update;
 }
 
 Seconds ComputeModel::op_seconds(const ir::Op& op, const ir::Workload& w) const {

@@ -32,6 +32,19 @@ namespace charm::sim {
 
 using Seconds = double;
 
+/// The query and key tokens of one attention block (per batch-head) and whether it is a causal
+/// diagonal (query i sees keys up to its own position: q == kv).
+struct BlockShape {
+  double q = 0, kv = 0;
+  bool triangle = false;
+
+  /// The shape a planner's block of `pairs` visible pairs per batch-head and mask piece has
+  /// (square unless the piece says otherwise).
+  [[nodiscard]] static BlockShape of(double pairs, ir::MaskPiece mask);
+  /// Visible (query, key) pairs per batch-head.
+  [[nodiscard]] double pairs() const;
+};
+
 struct ComputeModel {
   double peak_flops = 1e14;
   double efficiency_fwd = 1.0, efficiency_bwd = 1.0;
@@ -53,9 +66,11 @@ struct ComputeModel {
   /// Time of a compute block of `flops` in `phase` with mask piece `mask` (the closed forms use this too).
   [[nodiscard]] Seconds compute_seconds(ir::Flops flops, ir::Phase phase, const ir::Workload& w,
                                         ir::MaskPiece mask = ir::MaskPiece::Full) const;
-  /// The kernel alone (no per-step cost): the tile model when the shape is known.
-  [[nodiscard]] Seconds kernel_seconds(ir::Flops flops, ir::Phase phase, const ir::Workload& w,
-                                       ir::MaskPiece mask) const;
+  /// The kernel alone (no per-step cost, no update): the tile model when the GPU's shape is
+  /// known. What a single-GPU kernel benchmark times.
+  [[nodiscard]] Seconds kernel_seconds(const BlockShape& block, ir::Phase phase, const ir::Workload& w) const;
+  /// FLOPs per visible (query, key) pair of one batch-head: 4*D forward, 2.5x that backward.
+  [[nodiscard]] static double flops_per_pair(const ir::Workload& w, ir::Phase phase);
 };
 
 }  // namespace charm::sim

@@ -19,12 +19,14 @@ Summary summarize(const SimResult& r) {
     s.idle_mean_s += rk.idle_s;
     s.idle_max_s = std::max(s.idle_max_s, rk.idle_s);
     s.busy_mean_s += rk.compute_busy_s;
+    s.comm_busy_mean_s += rk.comm_busy_s;
     s.peak_mem_bytes = std::max(s.peak_mem_bytes, rk.peak_mem_bytes);
   }
   const double n = double(r.ranks.size());
   s.exposed_comm_mean_s /= n;
   s.idle_mean_s /= n;
   s.busy_mean_s /= n;
+  s.comm_busy_mean_s /= n;
   return s;
 }
 

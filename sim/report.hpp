@@ -16,6 +16,7 @@ struct Summary {
   Seconds exposed_comm_mean_s = 0, exposed_comm_max_s = 0;
   Seconds idle_mean_s = 0, idle_max_s = 0;
   Seconds busy_mean_s = 0;
+  Seconds comm_busy_mean_s = 0;  // mean time with a send/recv outstanding
   ir::Bytes peak_mem_bytes = 0;  // max over ranks
 };
 [[nodiscard]] Summary summarize(const SimResult& r);

@@ -130,6 +130,7 @@ void Engine::touch(RankId r) {
   const auto R = std::size_t(r);
   const double dt = now_ - rank_last_s_[R];
   if (dt > 0) {
+    if (comm_out_[R] > 0) res_.ranks[R].comm_busy_s += dt;
     if (compute_busy_[R])
       res_.ranks[R].compute_busy_s += dt;
     else if (comm_out_[R] > 0)

@@ -28,6 +28,7 @@ namespace charm::sim {
 struct RankStats {
   Seconds compute_busy_s = 0;    // the compute stream runs an op
   Seconds exposed_comm_s = 0;    // the compute stream is idle while a send/recv of this rank is outstanding
+  Seconds comm_busy_s = 0;       // a send/recv of this rank is outstanding (what a profiler shows as NCCL kernels)
   Seconds idle_s = 0;            // makespan - compute_busy
   Seconds end_s = 0;             // when the rank's last op completed
   ir::Bytes peak_mem_bytes = 0;  // high-water mark of live buffers (a buffer lives from first to last access)

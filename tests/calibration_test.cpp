@@ -12,6 +12,7 @@
 
 #include "calibrate/calibration.hpp"
 #include "scheduler/planners/planners.hpp"
+#include "sim/compute_model.hpp"
 #include "sim/evaluate.hpp"
 #include "topologies/topology_json.hpp"
 
@@ -487,6 +488,90 @@ TEST(Calibrate, RecoversScaledParametersAndPredictsHeldOutRows) {
   EXPECT_EQ(cal["fitted"].size(), 3u);
   EXPECT_EQ(c->document["name"], "h100-2x8-calibrated");
   for (const auto& p : cal["fitted"]) EXPECT_TRUE(p["relative_sigma"].is_number()) << p.dump();
+}
+
+TEST(KernelTimes, ParseWriteAndRefuseWithTheCell) {
+  const std::string text =
+      "\xEF\xBB\xBF# a FlashAttention benchmark\r\n"
+      "pass,batch,heads,kv_heads,head_dim,dtype,q_tokens,kv_tokens,mask,time_ms\r\n"
+      "fwd,2,12,,192,bf16,4096,8192,full,1.25\r\n"
+      "bwd,1,12,4,192,bf16,4096,4096,causal,2.5\n";
+  auto k = parse_kernel_times(text, "k.csv");
+  ASSERT_TRUE(k) << k.error().message();
+  ASSERT_EQ(k->rows.size(), 2u);
+  EXPECT_EQ(k->rows[0].line, 3);
+  EXPECT_EQ(k->rows[0].workload.kv_heads, 12);  // empty: = heads
+  EXPECT_EQ(k->rows[0].kv_tokens, 8192);
+  EXPECT_FALSE(k->rows[0].causal);
+  EXPECT_TRUE(k->rows[1].causal);
+  EXPECT_EQ(k->rows[1].workload.pass, ir::PassKind::Bwd);
+  // What the writer writes reads back the same.
+  auto again = parse_kernel_times(kernel_times_header() + "\n" + kernel_time_row(k->rows[1]) + "\n", "again.csv");
+  ASSERT_TRUE(again) << again.error().message();
+  EXPECT_EQ(again->rows[0].time_ms, 2.5);
+  EXPECT_EQ(again->rows[0].workload.kv_heads, 4);
+  const std::string head = "pass,batch,heads,kv_heads,head_dim,dtype,q_tokens,kv_tokens,mask,time_ms\n";
+  const std::pair<std::string, std::string> bad[] = {
+      {head + "fwd,1,8,8,128,bf16,1024,2048,causal,1\n",
+       "k.csv:2:8: kv_tokens: a causal row is a diagonal block, q_tokens == kv_tokens (got 1024 and 2048)"},
+      {head + "fwd,1,8,8,128,bf16,1024,1024,sliding,1\n", "k.csv:2:9: mask: must be full or causal, got 'sliding'"},
+      {head + "both,1,8,8,128,bf16,1024,1024,full,1\n", "k.csv:2:1: pass: must be fwd or bwd, got 'both'"},
+      {head + "fwd,1,8,3,128,bf16,1024,1024,full,1\n", "k.csv:2:4: kv_heads: 3 does not divide heads 8"},
+      {head + "fwd,1,8,8,128,bf16,1024,1024,full,-1\n", "k.csv:2:10: time_ms: must be > 0, got -1"},
+      {"pass,batch,heads,head_dim,dtype,q_tokens,kv_tokens,mask,time_ms\n",
+       "k.csv:1:10: missing column 'kv_heads' (the header needs: "
+       "pass,batch,heads,kv_heads,head_dim,dtype,q_tokens,kv_tokens,mask,time_ms)"},
+      {head, "k.csv:1: no kernel times after the header"}};
+  for (const auto& [csv, want] : bad) {
+    auto e = parse_kernel_times(csv, "k.csv");
+    ASSERT_FALSE(e) << csv;
+    EXPECT_EQ(e.error().message(), want);
+  }
+}
+
+TEST(Calibrate, KernelTimesPinTheGpuApartFromTheLinks) {
+  // Ring forward at 8k on 2 x 4 H100 is bound by the NIC: its time says little about the GPU.
+  // Single-GPU kernel times of the truth's GPU (efficiency 0.7x the base's) pin the kernel,
+  // and the run pins the NIC: both come back.
+  json base = load_json("topologies/nominal/h100-2x8.json");
+  base["gpus_per_node"] = 4;
+  json truth = base;
+  truth["inter"]["bandwidth_gbps"] = 42.5 * 0.6;
+  truth["gpu"]["efficiency"] = {{"fwd", 0.35 * 0.7}, {"bwd", 0.28}};
+  auto data = parse_measurements(simulate_csv(truth, {{"ring", ir::PassKind::Fwd, 1, 8192}}, 8, 2), "train.csv");
+  ASSERT_TRUE(data) << data.error().message();
+  auto truth_t = topo::parse_topology(truth, "truth");
+  ASSERT_TRUE(truth_t);
+  const auto model = sim::ComputeModel::from_topology(*truth_t, ir::DType::BF16);
+  std::string csv = kernel_times_header() + "\n";
+  for (const std::int64_t t : {1024, 4096, 16384})
+    for (const bool causal : {false, true}) {
+      KernelTime k;
+      k.workload.batch = 1;
+      k.workload.heads = 8;
+      k.workload.kv_heads = 8;
+      k.workload.head_dim = 128;
+      k.q_tokens = k.kv_tokens = t;
+      k.causal = causal;
+      k.time_ms = model.kernel_seconds({double(t), double(t), causal}, ir::Phase::Fwd, k.workload) * 1e3;
+      csv += kernel_time_row(k) + "\n";
+    }
+  CalibrationOptions opt;
+  opt.fit = {"inter.bandwidth_gbps", "gpu.efficiency.fwd"};
+  opt.jobs = 2;
+  opt.restarts = 1;
+  opt.leave_one_out = false;
+  auto kernels = parse_kernel_times(csv, "kernels.csv");
+  ASSERT_TRUE(kernels) << kernels.error().message();
+  opt.kernels = *kernels;
+  auto c = calibrate(base, "h100-2x4", *data, {}, opt);
+  ASSERT_TRUE(c) << c.error().message();
+  ASSERT_EQ(c->kernel_rows.size(), 6u);
+  EXPECT_NEAR(c->parameters[0].value / (42.5 * 0.6), 1.0, 0.01);
+  EXPECT_NEAR(c->parameters[1].value / (0.35 * 0.7), 1.0, 0.01);
+  EXPECT_LT(c->kernels.in_sample, 0.5);
+  EXPECT_GT(c->kernels.base, 20.0);  // the base's GPU is 1/0.7 as fast
+  EXPECT_EQ(report_json(*c, *data)["kernels"].size(), 6u);
 }
 
 TEST(Calibrate, RowsBeyondTheBaseRegenerateItAndSpeedupsPair) {

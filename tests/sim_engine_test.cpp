@@ -117,6 +117,12 @@ TEST(SimEngine, OverlapSlowsBothSides) {
   ASSERT_TRUE(r.ok()) << r.error().message();
   EXPECT_NEAR(r->end_s[std::size_t(s)], 0.010, kTol);
   EXPECT_NEAR(r->end_s[std::size_t(c)], 0.015, kTol);
+  // What a profiler shows in that run: rank 0's compute kernel busy 15 ms, its send 10 ms;
+  // rank 1's receive is outstanding the same 10 ms and it computes nothing.
+  EXPECT_NEAR(r->ranks[0].compute_busy_s, 0.015, kTol);
+  EXPECT_NEAR(r->ranks[0].comm_busy_s, 0.010, kTol);
+  EXPECT_NEAR(r->ranks[1].comm_busy_s, 0.010, kTol);
+  EXPECT_NEAR(r->ranks[1].compute_busy_s, 0.0, kTol);
   // Alone, each takes its own time: the options charge one side only (the paper's T_comp and T_comm).
   auto only_compute = simulate(p, t, tflops1(), {.compute = true, .comm = false});
   ASSERT_TRUE(only_compute.ok());

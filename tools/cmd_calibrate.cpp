@@ -89,6 +89,19 @@ void print_text(const calib::Calibration& c, const calib::MeasurementSet& data, 
         signed_pct(r.predicted_ms / m.time_ms), std::isnan(r.loo_ms) ? "-" : fmt::format("{:.3f}", r.loo_ms),
         signed_pct(r.loo_ms / m.time_ms));
   }
+  if (!c.kernel_rows.empty()) {
+    std::cout << fmt::format("# {:>5} {:<12} {:>4} {:>5} {:>5} {:>8} {:>8} {:>10} {:>10} {:>10} {:>8}\n", "line",
+                             "kernel", "pass", "B", "H", "q", "kv", "measured", "base", "fitted", "err");
+    for (const auto& k : c.kernel_rows) {
+      const auto& w = k.kernel.workload;
+      std::cout << fmt::format("  {:>5} {:<12} {:>4} {:>5} {:>5} {:>8} {:>8} {:>10.4f} {:>10.4f} {:>10.4f} {:>8}\n",
+                               k.kernel.line, k.kernel.causal ? "causal" : "full", to_string(w.pass), w.batch, w.heads,
+                               k.kernel.q_tokens, k.kernel.kv_tokens, k.kernel.time_ms, k.base_ms, k.predicted_ms,
+                               signed_pct(k.predicted_ms / k.kernel.time_ms));
+    }
+    std::cout << fmt::format("# kernel times MAPE {} fitted (base {}; {} kernels from {})\n", pct(c.kernels.in_sample),
+                             pct(c.kernels.base), c.kernel_rows.size(), c.kernel_source);
+  }
   for (const auto& n : c.notes) std::cout << "# note: " << n << "\n";
   if (c.time_rows < data.rows.size())
     std::cout << fmt::format("# comm/compute rows MAPE {} in-sample, {} leave-one-out (base {}; {} rows)\n",
@@ -103,7 +116,7 @@ void print_text(const calib::Calibration& c, const calib::MeasurementSet& data, 
 
 void register_calibrate(CLI::App& app) {
   struct Opts {
-    std::string topology, measurements, nccl, fit, out;
+    std::string topology, measurements, kernels, nccl, fit, out;
     bool json_out = false, no_loo = false;
     int jobs = 0, restarts = 3;  // jobs omitted: every core
   };
@@ -115,6 +128,9 @@ void register_calibrate(CLI::App& app) {
                   "measured runs, CSV, one file or several comma-separated (see README: "
                   "algo,pass,batch,seq,...,time_ms[,ranks,domains,metric])")
       ->required();
+  sub->add_option("--kernels", o->kernels,
+                  "single-GPU attention kernel times, CSV (pass,batch,heads,kv_heads,head_dim,dtype,q_tokens,kv_tokens,"
+                  "mask,time_ms; charm bench-kernels writes one), fitted with the runs");
   sub->add_option("--nccl-tests", o->nccl,
                   "CLASS=LOG,...: nccl-tests logs that fix a link class's bandwidth and latency (intra, numa, inter)");
   sub->add_option("--fit", o->fit,
@@ -128,6 +144,7 @@ void register_calibrate(CLI::App& app) {
   sub->callback([o, sub] {
     // Every file read, so that -o can never replace one of them.
     FlagPaths inputs{{"--topology", o->topology}, {"--measurements", o->measurements}};
+    if (!o->kernels.empty()) inputs.emplace_back("--kernels", o->kernels);
     for (const auto& item : split_list(o->nccl)) inputs.emplace_back("--nccl-tests", item.substr(item.find('=') + 1));
     check_command_files({inputs, {{"--out", o->out}}, {}});
     const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -159,6 +176,7 @@ void register_calibrate(CLI::App& app) {
     opt.jobs = jobs;
     opt.restarts = o->restarts;
     opt.leave_one_out = !o->no_loo;
+    if (!o->kernels.empty()) opt.kernels = unwrap(calib::load_kernel_times(o->kernels));
     Progress progress;
     opt.progress = [&progress](const calib::FitProgress& p) { progress.update(p); };
     auto result = calib::calibrate(base, o->topology, data, fixed, opt);

@@ -203,6 +203,7 @@ void register_simulate(CLI::App& app) {
           {"exposed_comm_per_rank_ms", {{"mean", s.exposed_comm_mean_s * 1e3}, {"max", s.exposed_comm_max_s * 1e3}}},
           {"idle_ms", {{"mean", s.idle_mean_s * 1e3}, {"max", s.idle_max_s * 1e3}}},
           {"compute_busy_ms", {{"mean", s.busy_mean_s * 1e3}}},
+          {"comm_busy_ms", {{"mean", s.comm_busy_mean_s * 1e3}}},
           {"ccr", ccr},
           {"peak_mem_bytes", s.peak_mem_bytes},
           {"peak_mem_per_rank_bytes", peaks},
@@ -242,6 +243,7 @@ void register_simulate(CLI::App& app) {
     std::cout << fmt::format("{:<28}{:>12.3f} ms  (max {:.3f})\n", "compute idle (mean)", s.idle_mean_s * 1e3,
                              s.idle_max_s * 1e3);
     std::cout << fmt::format("{:<28}{:>12.3f} ms\n", "compute busy (mean)", s.busy_mean_s * 1e3);
+    std::cout << fmt::format("{:<28}{:>12.3f} ms\n", "transfers in flight (mean)", s.comm_busy_mean_s * 1e3);
     std::cout << fmt::format("{:<28}{:>12.3f}\n", "CCR (Eq. 7)", ccr);
     std::cout << fmt::format("{:<28}{:>12.1f} MiB  ({})\n", "peak buffer memory", double(s.peak_mem_bytes) / (1 << 20),
                              mem.line());

@@ -1,0 +1,194 @@
+#include "calibrate/kernel_times.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cmath>
+
+#include "calibrate/measurements.hpp"
+
+namespace charm::calib {
+
+namespace {
+
+enum class Col : std::uint8_t { Pass, Batch, Heads, KvHeads, HeadDim, DType, QTokens, KvTokens, Mask, TimeMs };
+constexpr std::size_t kCols = 10;
+constexpr std::array<std::string_view, kCols> kNames{"pass",  "batch",    "heads",     "kv_heads", "head_dim",
+                                                     "dtype", "q_tokens", "kv_tokens", "mask",     "time_ms"};
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  return s;
+}
+
+std::vector<std::string_view> split_fields(std::string_view line) {
+  std::vector<std::string_view> out;
+  std::size_t start = 0;
+  for (std::size_t i = 0; i <= line.size(); ++i)
+    if (i == line.size() || line[i] == ',') {
+      out.push_back(trim(line.substr(start, i - start)));
+      start = i + 1;
+    }
+  return out;
+}
+
+std::string header_list() {
+  std::string s;
+  for (auto n : kNames) s += fmt::format("{}{}", s.empty() ? "" : ",", n);
+  return s;
+}
+
+Expected<std::int64_t> parse_count(std::string_view s, std::int64_t max) {
+  std::int64_t v = 0;
+  const auto* end = s.data() + s.size();
+  const auto r = std::from_chars(s.data(), end, v);
+  if (s.empty() || r.ec != std::errc{} || r.ptr != end || s.front() == '-' || s.front() == '+')
+    return Error{"", fmt::format("must be a whole number > 0, got '{}'", s)};
+  if (v < 1 || v > max) return Error{"", fmt::format("must be in [1, {}], got {}", max, v)};
+  return v;
+}
+
+}  // namespace
+
+Expected<KernelTimeSet> parse_kernel_times(std::string_view text, const std::string& source) {
+  KernelTimeSet set;
+  set.source = source;
+  std::array<int, kCols> index{};  // 1-based field of each column
+  std::vector<Col> order;
+  int header_line = 0, line_no = 0;
+  std::size_t pos = 0;
+  if (text.substr(0, 3) == "\xEF\xBB\xBF") pos = 3;  // a UTF-8 byte order mark
+  while (pos < text.size()) {
+    const std::size_t nl = text.find('\n', pos);
+    const std::string_view raw = text.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos);
+    pos = nl == std::string_view::npos ? text.size() : nl + 1;
+    ++line_no;
+    const std::string_view line = trim(raw);
+    if (line.empty() || line.front() == '#') continue;
+    const auto fields = split_fields(line);
+    auto at = [&](std::size_t field, const std::string& what) {
+      return Error{fmt::format("{}:{}:{}", source, line_no, field + 1), what};
+    };
+    if (header_line == 0) {
+      header_line = line_no;
+      for (std::size_t i = 0; i < fields.size(); ++i) {
+        const auto it = std::find(kNames.begin(), kNames.end(), fields[i]);
+        if (it == kNames.end())
+          return at(i, fmt::format("unknown column '{}' (a kernel-times file has: {})", fields[i], header_list()));
+        const auto c = std::size_t(it - kNames.begin());
+        if (index[c] != 0) return at(i, fmt::format("column '{}' appears twice", fields[i]));
+        index[c] = int(i) + 1;
+        order.push_back(Col(c));
+      }
+      for (std::size_t c = 0; c < kCols; ++c)
+        if (index[c] == 0)
+          return at(fields.size(), fmt::format("missing column '{}' (the header needs: {})", kNames[c], header_list()));
+      continue;
+    }
+    if (fields.size() != order.size())
+      return at(std::min(fields.size(), order.size()),
+                fmt::format("expected {} fields as in the header (line {}), got {}", order.size(), header_line,
+                            fields.size()));
+    KernelTime k;
+    k.line = line_no;
+    bool kv_heads_given = false;
+    for (std::size_t i = 0; i < fields.size(); ++i) {
+      const Col c = order[i];
+      const std::string_view v = fields[i];
+      auto bad = [&](const std::string& what) {
+        return at(i, fmt::format("{}: {}", kNames[std::size_t(c)], what));
+      };
+      if (v.empty() && c != Col::KvHeads) return bad("missing value");
+      auto count = [&](std::int64_t max, std::int64_t& out) -> Status {
+        auto n = parse_count(v, max);
+        if (!n) return bad(n.error().what);
+        out = *n;
+        return {};
+      };
+      Status st;
+      switch (c) {
+      case Col::Pass: {
+        auto p = ir::parse_pass(v);
+        if (!p || *p == ir::PassKind::Both) return bad(fmt::format("must be fwd or bwd, got '{}'", v));
+        k.workload.pass = *p;
+        break;
+      }
+      case Col::DType: {
+        auto d = ir::parse_dtype(v);
+        if (!d) return bad(d.error().what);
+        k.workload.dtype = *d;
+        break;
+      }
+      case Col::Mask:
+        if (v != "full" && v != "causal") return bad(fmt::format("must be full or causal, got '{}'", v));
+        k.causal = v == "causal";
+        break;
+      case Col::Batch:
+        st = count(ir::kMaxBatch, k.workload.batch);
+        break;
+      case Col::Heads:
+        st = count(ir::kMaxHeads, k.workload.heads);
+        break;
+      case Col::KvHeads:
+        if (!v.empty()) {
+          st = count(ir::kMaxHeads, k.workload.kv_heads);
+          kv_heads_given = true;
+        }
+        break;
+      case Col::HeadDim:
+        st = count(ir::kMaxHeadDim, k.workload.head_dim);
+        break;
+      case Col::QTokens:
+        st = count(std::int64_t{1} << 32, k.q_tokens);
+        break;
+      case Col::KvTokens:
+        st = count(std::int64_t{1} << 32, k.kv_tokens);
+        break;
+      case Col::TimeMs: {
+        double t = 0;
+        const auto* end = v.data() + v.size();
+        const auto r = std::from_chars(v.data(), end, t);
+        if (r.ec != std::errc{} || r.ptr != end || !std::isfinite(t))
+          return bad(fmt::format("must be a number of milliseconds, got '{}'", v));
+        if (!(t > 0)) return bad(fmt::format("must be > 0, got {}", v));
+        k.time_ms = t;
+        break;
+      }
+      }
+      if (!st) return st.error();
+    }
+    if (!kv_heads_given) k.workload.kv_heads = k.workload.heads;
+    if (k.workload.heads % k.workload.kv_heads != 0)
+      return at(std::size_t(index[std::size_t(Col::KvHeads)] - 1),
+                fmt::format("kv_heads: {} does not divide heads {}", k.workload.kv_heads, k.workload.heads));
+    if (k.causal && k.q_tokens != k.kv_tokens)
+      return at(std::size_t(index[std::size_t(Col::KvTokens)] - 1),
+                fmt::format("kv_tokens: a causal row is a diagonal block, q_tokens == kv_tokens (got {} and {})",
+                            k.q_tokens, k.kv_tokens));
+    k.workload.seq = k.q_tokens;
+    k.workload.causal = k.causal;
+    set.rows.push_back(k);
+  }
+  if (header_line == 0) return Error{source, fmt::format("no header line (expected the columns: {})", header_list())};
+  if (set.rows.empty()) return Error{fmt::format("{}:{}", source, header_line), "no kernel times after the header"};
+  return set;
+}
+
+Expected<KernelTimeSet> load_kernel_times(const std::string& path) {
+  auto text = read_text_file(path, "a kernel-times file");
+  if (!text) return text.error();
+  return parse_kernel_times(*text, path);
+}
+
+std::string kernel_times_header() { return header_list(); }
+
+std::string kernel_time_row(const KernelTime& k) {
+  const auto& w = k.workload;
+  return fmt::format("{},{},{},{},{},{},{},{},{},{}", ir::to_string(w.pass), w.batch, w.heads, w.kv_heads, w.head_dim,
+                     ir::to_string(w.dtype), k.q_tokens, k.kv_tokens, k.causal ? "causal" : "full", k.time_ms);
+}
+
+}  // namespace charm::calib
