@@ -1,11 +1,12 @@
 """Builds charm._core with the project's CMake (pyproject.toml holds the metadata).
 
 Only the extension's target is built, without tests, benchmarks, executors, MPI or CUDA. The build folder is
-setuptools' temporary one; CMAKE_CXX_COMPILER_LAUNCHER=ccache in the environment is honoured by CMake.
+setuptools' temporary one; CMAKE_ARGS in the environment adds configure arguments.
 """
 
 import os
 import pathlib
+import shlex
 import shutil
 import subprocess
 import sys
@@ -27,6 +28,7 @@ class CMakeBuild(build_ext):
                      "-DCHARM_BUILD_TESTS=OFF", "-DCHARM_BUILD_BENCH=OFF", "-DCHARM_BUILD_RUNTIME=OFF",
                      "-DCHARM_WITH_MPI=OFF", "-DCHARM_WITH_CUDA=OFF", "-DCHARM_PYTHON=ON",
                      f"-DPython3_EXECUTABLE={sys.executable}"]
+        configure += shlex.split(os.environ.get("CMAKE_ARGS", ""))  # e.g. -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
         if shutil.which("ninja"):
             configure += ["-G", "Ninja"]
         subprocess.check_call(configure)
