@@ -11,3 +11,5 @@ charm_add_test(sim_explain_test SOURCES sim_explain_test.cpp LIBS charm::evaluat
 # The trace layer: measured beside predicted.
 charm_add_test(trace_test SOURCES trace_test.cpp LIBS charm::trace LABELS unit TIMEOUT 60)
 charm_add_test(sim_quotient_test SOURCES sim_quotient_test.cpp LIBS charm::evaluate charm::scheduler LABELS unit TIMEOUT 120)
+# The Megatron-LM / TransformerEngine / ring-flash-attention counterparts: the table, its copy in the docs, advise's line.
+charm_add_test(frameworks_test SOURCES frameworks_test.cpp LIBS charm::evaluate charm::scheduler LABELS unit TIMEOUT 120)

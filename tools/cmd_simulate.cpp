@@ -19,6 +19,7 @@
 #include "sim/evaluate.hpp"
 #include "sim/explain.hpp"
 #include "sim/formulas.hpp"
+#include "sim/frameworks.hpp"
 #include "sim/report.hpp"
 #include "sim/simulator.hpp"
 #include "tools/cli_common.hpp"
@@ -476,6 +477,8 @@ void register_advise(CLI::App& app) {
                   {"fits", c.memory.known ? json(c.memory.fits) : json(nullptr)},
                   {"memory", memory_json(c.memory)},
                   {"bottleneck", c.bottleneck}};
+        j["frameworks"] =
+            sim::framework_json(sim::framework_settings(c.algo, c.layout, w.causal, adv.ranks, c.domains));
         json cp = json::object();
         if (c.fwd) cp["fwd"] = c.fwd->critical_path;
         if (c.bwd) cp["bwd"] = c.bwd->critical_path;
@@ -535,6 +538,8 @@ void register_advise(CLI::App& app) {
                                  : "",
                              b.memory.line());
     std::cout << fmt::format("#   why: {}\n", b.bottleneck);
+    std::cout << fmt::format("#   {}\n",
+                             sim::framework_settings(b.algo, b.layout, w.causal, adv.ranks, b.domains).line());
     if (b.fwd) std::cout << fmt::format("#   fwd critical path: {}\n", b.fwd->critical_path);
     if (b.bwd) std::cout << fmt::format("#   bwd critical path: {}\n", b.bwd->critical_path);
     for (const auto& r : adv.refused) std::cout << fmt::format("# refused: {}: {}\n", r.label, r.reason);

@@ -1,0 +1,891 @@
+// charm._core: the `charm` command's plan, validate, simulate, compare, advise and sweep as Python
+// functions. Each takes the command's flags as keyword arguments (--head-dim is head_dim, --pass is
+// pass_) and calls the library the command calls: the CLI's own flag objects (PlanFlags, ClusterFlags,
+// WorkloadFlags: the same defaults, checks and messages), sched::make_plan, sim::evaluate_plan,
+// sim::advise, sim::run_sweep. Results are the command's --json documents as dicts; compare and sweep
+// give one flat dict per row, every row with the same keys. A usage error (cli::fail, an Error value)
+// is a ValueError whose text is the line the command prints after "charm: error: "; a simulator
+// failure (the command's exit 3) is a RuntimeError.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "scheduler/ir/plan_io.hpp"
+#include "scheduler/planners/planners.hpp"
+#include "scheduler/validate/validator.hpp"
+#include "sim/advise.hpp"
+#include "sim/evaluate.hpp"
+#include "sim/explain.hpp"
+#include "sim/frameworks.hpp"
+#include "sim/report.hpp"
+#include "sim/simulator.hpp"
+#include "sim/sweep.hpp"
+#include "tools/cli_common.hpp"
+#include "tools/cluster_flags.hpp"
+#include "tools/plan_flags.hpp"
+#include "topologies/topology_json.hpp"
+
+namespace py = pybind11;
+using nlohmann::json;
+
+namespace charm::python {
+namespace {
+
+using cli::fail;
+
+// ---- JSON <-> Python ----
+
+py::object to_py(const json& j) {
+  switch (j.type()) {
+  case json::value_t::null:
+    return py::none();
+  case json::value_t::boolean:
+    return py::bool_(j.get<bool>());
+  case json::value_t::number_integer:
+    return py::int_(j.get<std::int64_t>());
+  case json::value_t::number_unsigned:
+    return py::int_(j.get<std::uint64_t>());
+  case json::value_t::number_float:
+    return py::float_(j.get<double>());
+  case json::value_t::string:
+    return py::str(j.get_ref<const std::string&>());
+  case json::value_t::array: {
+    py::list l;
+    for (const auto& e : j) l.append(to_py(e));
+    return l;
+  }
+  case json::value_t::object: {
+    py::dict d;
+    for (const auto& [k, v] : j.items()) d[py::str(k)] = to_py(v);
+    return d;
+  }
+  default:
+    return py::none();
+  }
+}
+
+json from_py(py::handle h, const std::string& where) {
+  if (h.is_none()) return nullptr;
+  if (py::isinstance<py::bool_>(h)) return h.cast<bool>();
+  if (py::isinstance<py::int_>(h)) return h.cast<std::int64_t>();
+  if (py::isinstance<py::float_>(h)) return h.cast<double>();
+  if (py::isinstance<py::str>(h)) return h.cast<std::string>();
+  if (py::isinstance<py::dict>(h)) {
+    json o = json::object();
+    for (auto [k, v] : h.cast<py::dict>()) {
+      if (!py::isinstance<py::str>(k)) fail(Error{where, "keys of a JSON object must be strings"});
+      const auto key = k.cast<std::string>();
+      o[key] = from_py(v, where + "." + key);
+    }
+    return o;
+  }
+  if (py::isinstance<py::list>(h) || py::isinstance<py::tuple>(h)) {
+    json a = json::array();
+    std::size_t i = 0;
+    for (auto v : h) a.push_back(from_py(v, fmt::format("{}[{}]", where, i++)));
+    return a;
+  }
+  fail(Error{where, fmt::format("a {} is not a JSON value",
+                                py::str(py::type::handle_of(h).attr("__name__")).cast<std::string>())});
+}
+
+// ---- arguments ----
+
+bool given(const py::object& o) { return !o.is_none(); }
+
+/// A path given as str or os.PathLike.
+std::optional<std::string> path_arg(const py::object& o) {
+  if (!given(o) || py::isinstance<py::dict>(o)) return std::nullopt;
+  return py::module_::import("os").attr("fspath")(o).cast<std::string>();
+}
+
+/// A count or size as the command reads it ("26880", "4k"): an int or a str.
+std::string size_text(const py::object& o, const std::string& flag) {
+  if (py::isinstance<py::bool_>(o)) fail(Error{flag, "expected a number, got a bool"});
+  if (py::isinstance<py::int_>(o)) return std::to_string(o.cast<long long>());
+  if (py::isinstance<py::str>(o)) return o.cast<std::string>();
+  fail(Error{flag, fmt::format("expected an int or a size like '4k', got {}", py::repr(o).cast<std::string>())});
+}
+
+std::string text_arg(const py::object& o, const std::string& flag) {
+  if (!py::isinstance<py::str>(o))
+    fail(Error{flag, fmt::format("expected a str, got {}", py::repr(o).cast<std::string>())});
+  return o.cast<std::string>();
+}
+
+/// A list flag: a str (comma-separated, as on the command line), or a list/tuple of items.
+std::vector<std::string> list_items(const py::object& o, const std::string& flag, bool sizes = false) {
+  if (py::isinstance<py::str>(o) || py::isinstance<py::int_>(o))
+    return cli::split_list(sizes ? size_text(o, flag) : text_arg(o, flag));
+  std::vector<std::string> out;
+  for (auto v : o) {
+    const py::object item = py::reinterpret_borrow<py::object>(v);
+    out.push_back(sizes ? size_text(item, flag) : text_arg(item, flag));
+  }
+  return out;
+}
+
+std::string algos_text(const py::object& o) {
+  if (!given(o)) return {};
+  std::string s;
+  for (const auto& a : list_items(o, "--algos")) s += (s.empty() ? "" : ",") + a;
+  if (s.empty()) fail(Error{"--algos", "names no algorithm"});
+  return s;
+}
+
+/// The workload flags; each argument None is the command's default.
+struct WorkloadArgs {
+  py::object batch, seq, heads, kv_heads, head_dim, dtype, layout, pass, causal;
+  [[nodiscard]] bool any_given() const {
+    return given(batch) || given(seq) || given(heads) || given(kv_heads) || given(head_dim) || given(dtype) ||
+           given(layout) || given(pass) || given(causal);
+  }
+  [[nodiscard]] cli::WorkloadFlags flags() const {
+    cli::WorkloadFlags f;
+    if (given(batch)) f.batch = size_text(batch, "--batch");
+    if (given(seq)) f.seq = size_text(seq, "--seq");
+    if (given(heads)) f.heads = size_text(heads, "--heads");
+    if (given(kv_heads)) f.kv_heads = size_text(kv_heads, "--kv-heads");
+    if (given(head_dim)) f.head_dim = size_text(head_dim, "--head-dim");
+    if (given(dtype)) f.dtype = text_arg(dtype, "--dtype");
+    if (given(layout)) f.layout = text_arg(layout, "--layout");
+    if (given(pass)) f.pass = text_arg(pass, "--pass");
+    if (given(causal)) f.causal = causal.cast<bool>();
+    return f;
+  }
+};
+
+#define CHARM_WORKLOAD_ARGS                                                                                            \
+  py::arg("batch") = py::none(), py::arg("seq") = py::none(), py::arg("heads") = py::none(),                           \
+  py::arg("kv_heads") = py::none(), py::arg("head_dim") = py::none(), py::arg("dtype") = py::none(),                   \
+  py::arg("layout") = py::none(), py::arg("pass_") = py::none(), py::arg("causal") = py::none()
+
+std::string algo_arg(const py::object& o) {
+  if (!given(o)) return "charm";
+  auto a = sched::resolve_algorithm(text_arg(o, "--algo"), "--algo");
+  if (!a) fail(a.error());
+  return *a;
+}
+
+/// Where the cluster comes from: topology (a file, or its JSON as a dict) or uniform=True with its numbers.
+struct ClusterArgs {
+  py::object topology, uniform, ranks, bw_gbps, tflops, latency_us, hbm_gbps, domains, reserved_gb;
+
+  [[nodiscard]] cli::ClusterFlags flags() const {
+    cli::ClusterFlags f;
+    f.uniform = given(uniform) && uniform.cast<bool>();
+    if (auto p = path_arg(topology)) f.topology = *p;
+    if (given(ranks)) f.ranks = ranks.cast<int>();
+    if (given(bw_gbps)) f.bw_gbps = bw_gbps.cast<double>();
+    if (given(tflops)) f.tflops = tflops.cast<double>();
+    if (given(latency_us)) f.latency_us = latency_us.cast<double>();
+    if (given(hbm_gbps)) f.hbm_gbps = hbm_gbps.cast<double>();
+    if (given(reserved_gb)) f.reserved_gb = reserved_gb.cast<double>();
+    if (given(domains)) {
+      f.domains = domains.cast<int>();
+      if (f.domains < 1)
+        fail(Error{"--domains", fmt::format("must be >= 1 (or omitted: from the topology), got {}", f.domains)});
+    }
+    return f;
+  }
+  /// The topology, checked as ClusterFlags::get checks the command's flags.
+  [[nodiscard]] topo::Topology get(cli::ClusterFlags& f) const {
+    const bool dict = py::isinstance<py::dict>(topology);
+    if (!f.uniform) {
+      const std::pair<const char*, const py::object*> uniform_only[] = {{"--ranks", &ranks},
+                                                                        {"--bw-gbps", &bw_gbps},
+                                                                        {"--tflops", &tflops},
+                                                                        {"--latency-us", &latency_us},
+                                                                        {"--hbm-gbps", &hbm_gbps}};
+      for (const auto& [flag, o] : uniform_only)
+        if (given(*o))
+          fail(Error{flag, "describes the --uniform cluster only; with --topology the file's numbers apply "
+                           "(edit a copy of the file to ask what if)"});
+    }
+    if (!dict) return f.get();
+    if (f.uniform) fail(Error{"--topology", "give exactly one of --topology FILE and --uniform"});
+    // The dict's own checks are the file's; reserved_gb's are ClusterFlags'.
+    if (!(f.reserved_gb >= 0) || !std::isfinite(f.reserved_gb) || f.reserved_gb > 1e4)
+      fail(Error{"--reserved-gb", fmt::format("must be a number of GB in [0, 10000], got {}", f.reserved_gb)});
+    auto t = topo::parse_topology(from_py(topology, "topology"), "topology");
+    if (!t) fail(t.error());
+    return std::move(t).value();
+  }
+};
+
+#define CHARM_CLUSTER_ARGS                                                                                             \
+  py::arg("topology") = py::none(), py::arg("uniform") = py::none(), py::arg("ranks") = py::none(),                    \
+  py::arg("bw_gbps") = py::none(), py::arg("tflops") = py::none(), py::arg("latency_us") = py::none(),                 \
+  py::arg("hbm_gbps") = py::none(), py::arg("domains") = py::none(), py::arg("reserved_gb") = py::none()
+
+/// Runs `f` with the command's error path: a usage error is a ValueError, a runtime failure a RuntimeError.
+template <class F>
+auto guarded(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const cli::UsageError& e) {
+    throw py::value_error(e.error.message());
+  } catch (const cli::RuntimeFailure& e) {
+    throw std::runtime_error(e.message);
+  }
+}
+
+// ---- JSON pieces, as the command writes them ----
+
+json workload_json(const ir::Workload& w) {
+  json j = ir::workload_to_json(w);
+  j.erase("pass");
+  return j;
+}
+
+json formula_json(double t_s, double o_s) { return {{"time_ms", t_s * 1e3}, {"exposed_comm_ms", o_s * 1e3}}; }
+
+json bottleneck_json(const sim::Bottleneck& b) {
+  json traffic = json::array();
+  for (const auto& k : b.traffic)
+    traffic.push_back({{"kind", std::string(to_string(k.kind))}, {"messages", k.messages}, {"bytes", k.bytes}});
+  json j = {{"text", b.line()},          {"resource", b.resource},
+            {"class", b.resource_class}, {"utilisation", b.utilisation},
+            {"saturated", b.saturated},  {"figure", b.figure}};
+  if (b.resource_class == "compute" || b.resource_class == "memory") j["rank"] = b.rank;
+  if (!traffic.empty()) j["traffic"] = traffic;
+  return j;
+}
+
+json path_shares_json(const std::vector<sim::PathShare>& path) {
+  json a = json::array();
+  for (const auto& p : path) a.push_back({{"what", p.what}, {"ms", p.seconds * 1e3}});
+  return a;
+}
+
+json memory_json(const sim::MemoryVerdict& m) {
+  if (!m.known) return {{"known", false}, {"buffers_gb", m.buffers_gb}, {"reserved_gb", m.reserved_gb}};
+  return {{"known", true},
+          {"fits", m.fits},
+          {"buffers_gb", m.buffers_gb},
+          {"reserved_gb", m.reserved_gb},
+          {"need_gb", m.need_gb},
+          {"gpu_memory_gb", m.have_gb}};
+}
+
+// ---- plan and validate ----
+
+/// A plan argument: a plan file (read and validated as `--plan FILE` is) or a plan's JSON as a dict.
+ir::Plan plan_arg(const py::object& plan) {
+  if (!py::isinstance<py::dict>(plan)) {
+    cli::PlanFlags f;
+    f.plan_file = *path_arg(plan);
+    return f.make();
+  }
+  auto p = ir::plan_from_json(from_py(plan, "plan"), "plan");
+  if (!p) fail(Error{"--plan", p.error().message()});
+  if (auto rep = sched::validate(*p); !rep.ok())
+    fail(Error{"--plan", fmt::format("the plan dict is not a valid plan: {}", rep.summary(*p))});
+  return std::move(p).value();
+}
+
+py::object plan_fn(const py::object& algo, const py::object& ranks, const py::object& domains, WorkloadArgs w,
+                   const py::object& out, bool validate) {
+  return guarded([&] {
+    cli::PlanFlags f;
+    f.algo = algo_arg(algo);
+    if (given(ranks)) f.ranks = ranks.cast<int>();
+    if (given(domains)) f.domains = domains.cast<int>();
+    f.workload = w.flags();
+    const auto out_path = path_arg(out);
+    if (out_path) cli::check_output_paths({{"--out", *out_path}});
+    json j;
+    {
+      py::gil_scoped_release nogil;
+      auto p = f.make(2000, "the plan and its JSON");
+      if (validate) {
+        auto rep = sched::validate(p);
+        if (!rep.ok()) throw cli::RuntimeFailure{"internal: the planner produced an invalid plan: " + rep.summary(p)};
+      }
+      j = ir::plan_to_json(p);
+      if (out_path) cli::write_file_atomic(*out_path, j.dump(1) + "\n");
+    }
+    return to_py(j);
+  });
+}
+
+py::object validate_fn(const py::object& plan, bool all) {
+  return guarded([&] {
+    ir::Plan p;
+    if (py::isinstance<py::dict>(plan)) {
+      auto e = ir::plan_from_json(from_py(plan, "plan"), "plan");
+      if (!e) fail(e.error());
+      p = std::move(e).value();
+    } else {
+      p = cli::unwrap(ir::load_plan(*path_arg(plan)));
+    }
+    sched::ValidateOptions opt;
+    if (all) opt.max_violations = std::numeric_limits<std::size_t>::max();
+    json j;
+    {
+      py::gil_scoped_release nogil;
+      const auto rep = sched::validate(p, opt);
+      json v = json::array();
+      for (const auto& x : rep.violations) v.push_back({{"rule", x.rule}, {"message", x.message}});
+      j = {{"valid", rep.ok()},        {"summary", rep.summary(p)},
+           {"violations", v},          {"capped", rep.capped},
+           {"ops", rep.ops},           {"computes", rep.computes},
+           {"messages", rep.messages}, {"bytes_moved", rep.bytes_moved},
+           {"flops", rep.flops}};
+    }
+    return to_py(j);
+  });
+}
+
+// ---- simulate ----
+
+enum class SymmetryUse { Auto, On, Off };
+constexpr double kQuotientFromOps = 1 << 20;  // as charm simulate: --symmetry auto from 1M ops
+
+ir::RankSymmetry quotient_for(const sched::PlanRequest& req, const topo::Topology& t, SymmetryUse use) {
+  if (use == SymmetryUse::Off) return {};
+  const ir::RankSymmetry plan_sym = sched::plan_symmetry(req);
+  const auto q =
+      plan_sym.active()
+          ? sim::topology_quotient(plan_sym, t, req.ranks)
+          : Expected<ir::RankSymmetry>(Error{"", fmt::format("{} has no rank symmetry on this workload (a causal "
+                                                             "mask breaks every one but usp's on zigzag)",
+                                                             req.algo)});
+  if (use == SymmetryUse::On && !q)
+    fail(Error{"--symmetry", fmt::format("cannot simulate one class of ranks for all: {}", q.error().message())});
+  if (!q || (use == SymmetryUse::Auto && sched::estimate_plan(req).ops < kQuotientFromOps)) return {};
+  return *q;
+}
+
+/// charm simulate's run_one: a planner refusal is a usage error, a simulator failure is not.
+sim::Evaluation run_one(const std::string& algo, const ir::Workload& w, const topo::Topology& t, int domains, int ranks,
+                        SymmetryUse use = SymmetryUse::Auto) {
+  const auto req = sim::normalised_request({algo, w, ranks, domains});
+  if (auto s = sched::check_request(req); !s) fail(s.error());
+  const ir::RankSymmetry q = quotient_for(req, t, use);
+  cli::check_plan_budget(req, 60, "the simulation", q);
+  ir::Plan plan = cli::unwrap(sched::make_plan(req, q));
+  auto r = sim::evaluate_plan(std::move(plan), t);
+  if (!r) throw cli::RuntimeFailure{r.error().message()};
+  return std::move(r).value();
+}
+
+std::size_t full_ops(const ir::Plan& p) {
+  return p.symmetry.active() ? p.size() * std::size_t(p.symmetry.elements(p.ranks)) : p.size();
+}
+
+py::object simulate_fn(const py::object& algo, const py::object& plan, WorkloadArgs wa, ClusterArgs ca,
+                       const py::object& symmetry, std::size_t path_limit, const py::object& trace) {
+  return guarded([&] {
+    const std::string sym = given(symmetry) ? text_arg(symmetry, "--symmetry") : "auto";
+    if (sym != "auto" && sym != "on" && sym != "off")
+      fail(Error{"--symmetry", fmt::format("{} not in {{auto,on,off}}", sym)});
+    const SymmetryUse use = sym == "on" ? SymmetryUse::On : sym == "off" ? SymmetryUse::Off : SymmetryUse::Auto;
+    cli::ClusterFlags cf = ca.flags();
+    const auto trace_path = path_arg(trace);
+    std::optional<ir::Plan> file_plan;
+    if (given(plan)) {
+      if (use == SymmetryUse::On)
+        fail(Error{"--symmetry", "a plan file holds every rank's ops; --symmetry applies to --algo runs"});
+      if (given(algo) || wa.any_given())
+        fail(Error{given(algo) ? "--algo" : "--seq",
+                   "the plan fixes the algorithm, ranks and workload; drop the workload arguments or plan"});
+      file_plan = plan_arg(plan);
+      if (cf.domains > 0) fail(Error{"--domains", "the plan file fixes the domains; drop --domains or --plan"});
+      if (cf.uniform && !given(ca.ranks)) cf.ranks = file_plan->ranks;
+    }
+    const auto topo = ca.get(cf);
+    if (trace_path) cli::check_output_paths({{"--trace", *trace_path}});
+    json j;
+    {
+      py::gil_scoped_release nogil;
+      sim::Evaluation r;
+      if (file_plan) {
+        if (file_plan->ranks > topo.num_gpus())
+          fail(Error{"--plan", fmt::format("the plan has {} ranks; {} has {} GPUs", file_plan->ranks, topo.name,
+                                           topo.num_gpus())});
+        auto e = sim::evaluate_plan(std::move(*file_plan), topo);
+        if (!e) throw cli::RuntimeFailure{e.error().message()};
+        r = std::move(e).value();
+      } else {
+        r = run_one(algo_arg(algo), wa.flags().get(), topo, cf.domains_for(topo),
+                    cf.uniform ? cf.ranks : topo.num_gpus(), use);
+      }
+      const ir::Workload& w = r.plan.workload;
+      const auto& s = r.summary;
+      if (trace_path) cli::write_file_atomic(*trace_path, sim::chrome_trace(r.plan, r.result).dump() + "\n");
+      std::vector<ir::Bytes> peaks;
+      for (const auto& rk : r.result.ranks) peaks.push_back(rk.peak_mem_bytes);
+      const sim::Explanation ex = sim::explain(r.plan, r.result, topo);
+      const sim::MemoryVerdict mem = sim::memory_verdict(s.peak_mem_bytes, cf.reserved_gb, topo.gpu);
+      j = {{"schema", 1},
+           {"algo", r.plan.algo},
+           {"pass", std::string(to_string(w.pass))},
+           {"topology", topo.name},
+           {"ranks", r.plan.ranks},
+           {"domains", r.plan.domains},
+           {"workload", workload_json(w)},
+           {"time_ms", s.time_s * 1e3},
+           {"exposed_comm_ms", s.exposed_comm_s * 1e3},
+           {"exposed_comm_per_rank_ms", {{"mean", s.exposed_comm_mean_s * 1e3}, {"max", s.exposed_comm_max_s * 1e3}}},
+           {"idle_ms", {{"mean", s.idle_mean_s * 1e3}, {"max", s.idle_max_s * 1e3}}},
+           {"compute_busy_ms", {{"mean", s.busy_mean_s * 1e3}}},
+           {"ccr", r.formula.ccr},
+           {"peak_mem_bytes", s.peak_mem_bytes},
+           {"peak_mem_per_rank_bytes", peaks},
+           {"critical_path", sim::critical_path_json(r.plan, r.result, path_limit)},
+           {"critical_path_length", r.result.critical_path.size()},
+           {"critical_path_shares", path_shares_json(ex.path)},
+           {"bottleneck", bottleneck_json(ex.bottleneck)},
+           {"memory", memory_json(mem)},
+           {"links", sim::links_json(topo, r.result)},
+           {"ops", full_ops(r.plan)},
+           {"events", r.result.events}};
+      if (r.plan.symmetry.active())
+        j["symmetry"] = {{"kind", to_string(r.plan.symmetry.kind)},
+                         {"block", r.plan.symmetry.block},
+                         {"classes", r.plan.symmetry.elements(r.plan.ranks)},
+                         {"simulated_ops", r.plan.size()}};
+      if (r.formula.available) {
+        j["formula"] = formula_json(r.formula.time_s, r.formula.exposed_s);
+        j["formula"]["basis"] = cf.uniform ? "uniform" : "slowest ring hop as a uniform link";
+        j["formula"]["applies"] = r.formula.applies;
+        if (!r.formula.applies) j["formula"]["why_not"] = r.formula.why_not;
+        j["formula_paper"] = formula_json(r.formula.paper_time_s, r.formula.paper_exposed_s);
+      }
+    }
+    return to_py(j);
+  });
+}
+
+// ---- compare ----
+
+py::object compare_fn(const py::object& algos, WorkloadArgs wa, ClusterArgs ca) {
+  return guarded([&] {
+    cli::ClusterFlags cf = ca.flags();
+    const auto topo = ca.get(cf);
+    ir::Workload w = wa.flags().get();
+    if (!given(wa.pass)) w.pass = ir::PassKind::Both;  // compare shows fwd and bwd unless told otherwise
+    if (w.causal && !given(wa.layout)) w.layout = ir::Layout::Zigzag;  // the balanced layout, as charm compare
+    const int ranks = cf.uniform ? cf.ranks : topo.num_gpus();
+    const int domains = cf.domains_for(topo);
+    const std::string names = algos_text(algos);
+    const auto list = names.empty() ? sched::algorithm_names() : cli::algorithm_list(names);
+    std::vector<ir::PassKind> passes;
+    if (w.pass != ir::PassKind::Bwd) passes.push_back(ir::PassKind::Fwd);
+    if (w.pass != ir::PassKind::Fwd) passes.push_back(ir::PassKind::Bwd);
+    struct Row {
+      std::string algo, pass, note, layout;
+      bool ok = false;
+      sim::Summary s;
+      sim::ClosedForm f;
+      sim::Bottleneck b;
+      sim::MemoryVerdict m;
+    };
+    std::vector<Row> rows;
+    {
+      py::gil_scoped_release nogil;
+      for (auto p : passes) {
+        ir::Workload wp = w;
+        wp.pass = p;
+        for (const auto& a : list) {
+          const sched::PlanRequest req = sim::normalised_request({a, wp, ranks, domains});
+          Row row{a, std::string(to_string(p)), {}, std::string(to_string(req.workload.layout)), false, {}, {}, {}, {}};
+          if (auto st = sched::check_request(req); !st) {
+            row.note = st.error().message();
+          } else {
+            sim::Evaluation r = run_one(a, wp, topo, domains, ranks);
+            row.ok = true;
+            row.s = r.summary;
+            row.f = r.formula;
+            row.b = sim::explain(r.plan, r.result, topo).bottleneck;
+            row.m = sim::memory_verdict(r.summary.peak_mem_bytes, cf.reserved_gb, topo.gpu);
+          }
+          rows.push_back(std::move(row));
+        }
+      }
+    }
+    if (std::none_of(rows.begin(), rows.end(), [](const Row& r) { return r.ok; }))
+      fail(Error{"--algos", fmt::format("no algorithm could run this workload (the first: {} {}: {})",
+                                        rows.front().algo, rows.front().pass, rows.front().note)});
+    auto ring_time = [&](const std::string& pass) {
+      for (const auto& r : rows)
+        if (r.ok && r.algo == "ring" && r.pass == pass) return r.s.time_s;
+      return 0.0;
+    };
+    // One flat row per (algo, pass), the same keys in every row (None where a value does not apply).
+    json out = json::array();
+    for (const auto& r : rows) {
+      const double rt = ring_time(r.pass);
+      auto num = [&](double v) { return r.ok ? json(v) : json(nullptr); };
+      out.push_back({{"topology", topo.name},
+                     {"ranks", ranks},
+                     {"domains", domains},
+                     {"algo", r.algo},
+                     {"pass", r.pass},
+                     {"layout", r.layout},
+                     {"time_ms", num(r.s.time_s * 1e3)},
+                     {"exposed_comm_ms", num(r.s.exposed_comm_s * 1e3)},
+                     {"idle_mean_ms", num(r.s.idle_mean_s * 1e3)},
+                     {"idle_max_ms", num(r.s.idle_max_s * 1e3)},
+                     {"speedup_vs_ring", r.ok && rt > 0 ? json(rt / r.s.time_s) : json(nullptr)},
+                     {"peak_mem_bytes", r.ok ? json(r.s.peak_mem_bytes) : json(nullptr)},
+                     {"ccr", num(r.f.ccr)},
+                     {"bottleneck", r.ok ? json(r.b.line()) : json(nullptr)},
+                     {"bound_by", r.ok ? json(r.b.brief()) : json(nullptr)},
+                     {"fits", r.ok && r.m.known ? json(r.m.fits) : json(nullptr)},
+                     {"formula_time_ms", r.ok && r.f.available ? json(r.f.time_s * 1e3) : json(nullptr)},
+                     {"formula_exposed_comm_ms", r.ok && r.f.available ? json(r.f.exposed_s * 1e3) : json(nullptr)},
+                     {"error", r.ok ? json(nullptr) : json(r.note)}});
+    }
+    return to_py(out);
+  });
+}
+
+// ---- advise ----
+
+py::object advise_fn(const py::object& algos, WorkloadArgs wa, ClusterArgs ca, const py::object& jobs) {
+  return guarded([&] {
+    cli::ClusterFlags cf = ca.flags();
+    const auto topo = ca.get(cf);
+    ir::Workload w = wa.flags().get();
+    if (!given(wa.pass)) w.pass = ir::PassKind::Both;
+    sim::AdviseOptions opt;
+    const std::string names = algos_text(algos);
+    if (!names.empty()) opt.algos = cli::algorithm_list(names);
+    if (given(wa.layout)) opt.layout = w.layout;
+    if (cf.domains > 0) opt.domains = cf.domains;
+    opt.ranks = cf.uniform ? cf.ranks : topo.num_gpus();
+    opt.reserved_gb = cf.reserved_gb;
+    opt.max_plan_bytes = cli::memory_budget_bytes();
+    const int hw = int(std::max(1u, std::thread::hardware_concurrency()));
+    opt.jobs = given(jobs) ? jobs.cast<int>() : hw;
+    if (opt.jobs < 1 || opt.jobs > 1024)
+      fail(Error{"--jobs", fmt::format("must be in [1, 1024] (or omitted), got {}", opt.jobs)});
+    Expected<sim::Advice> adv_ex = Error{"", ""};
+    {
+      py::gil_scoped_release nogil;
+      adv_ex = sim::advise(w, topo, opt);
+    }
+    if (!adv_ex) {
+      if (adv_ex.error().where == "simulate") throw cli::RuntimeFailure{adv_ex.error().message()};
+      fail(adv_ex.error());
+    }
+    const sim::Advice& adv = *adv_ex;
+    if (adv.candidates.empty())
+      fail(Error{"--algos", fmt::format("no candidate can run this workload ({} refused; the first: {}: {})",
+                                        adv.refused.size(), adv.refused.empty() ? "-" : adv.refused.front().label,
+                                        adv.refused.empty() ? "-" : adv.refused.front().reason)});
+    json cands = json::array();
+    for (const auto& c : adv.candidates) {
+      json j = {{"label", c.label()},
+                {"algo", c.algo},
+                {"layout", std::string(to_string(c.layout))},
+                {"domains", c.domains},
+                {"fwd_ms", c.fwd ? json(c.fwd->time_ms) : json(nullptr)},
+                {"bwd_ms", c.bwd ? json(c.bwd->time_ms) : json(nullptr)},
+                {"total_ms", c.total_ms},
+                {"peak_mem_bytes", c.peak_mem_bytes},
+                {"fits", c.memory.known ? json(c.memory.fits) : json(nullptr)},
+                {"memory", memory_json(c.memory)},
+                {"bottleneck", c.bottleneck},
+                {"frameworks",
+                 sim::framework_json(sim::framework_settings(c.algo, c.layout, w.causal, adv.ranks, c.domains))}};
+      json cp = json::object();
+      if (c.fwd) cp["fwd"] = c.fwd->critical_path;
+      if (c.bwd) cp["bwd"] = c.bwd->critical_path;
+      j["critical_path"] = cp;
+      cands.push_back(j);
+    }
+    json refused = json::array();
+    for (const auto& r : adv.refused) refused.push_back({{"candidate", r.label}, {"reason", r.reason}});
+    const json j = {{"schema", 1},
+                    {"topology", {{"name", topo.name}, {"gpus", adv.ranks}, {"gpu_memory_gb", topo.gpu.memory_gb}}},
+                    {"workload", workload_json(w)},
+                    {"ranked_by", w.pass == ir::PassKind::Both ? "fwd+bwd" : std::string(to_string(w.pass))},
+                    {"reserved_gb", cf.reserved_gb},
+                    {"best", cands.front()},
+                    {"candidates", cands},
+                    {"refused", refused},
+                    {"simulations", adv.simulations}};
+    return to_py(j);
+  });
+}
+
+// ---- sweep ----
+
+std::vector<std::int64_t> size_list(const py::object& o, const std::string& flag) {
+  std::vector<std::int64_t> out;
+  for (const auto& item : list_items(o, flag, /*sizes=*/true)) {
+    const auto v = cli::unwrap(cli::parse_size(item, flag));
+    if (v < 1) fail(Error{flag, fmt::format("values must be >= 1, got {}", v)});
+    if (std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
+  }
+  if (out.empty()) fail(Error{flag, "expected one or more values"});
+  return out;
+}
+
+/// The hardware points of `set` ({"inter.bandwidth_gbps": [25, 50]}): one topology per point of the cross product.
+void add_set_points(sim::SweepSpec& spec, const json& doc, const std::string& file, std::size_t file_index,
+                    const std::vector<std::pair<std::string, std::vector<double>>>& sets) {
+  std::size_t points = 1;
+  for (const auto& s : sets) points *= s.second.size();
+  for (std::size_t i = 0; i < points; ++i) {
+    sim::SweepSpec::Point point{file_index, std::vector<double>(sets.size())};
+    for (std::size_t k = sets.size(), rest = i; k-- > 0; rest /= sets[k].second.size())
+      point.values[k] = sets[k].second[rest % sets[k].second.size()];
+    json edited = doc;
+    std::string assigned;
+    for (std::size_t k = 0; k < sets.size(); ++k) {
+      if (auto st = topo::set_number(edited, sets[k].first, point.values[k], file); !st)
+        fail(Error{"--set", st.error().message()});
+      assigned += fmt::format("{}{}={}", assigned.empty() ? "" : ", ", sets[k].first, point.values[k]);
+    }
+    auto t = topo::parse_topology(edited, file);
+    if (!t) fail(Error{"--set", fmt::format("{}: {}", assigned, t.error().message())});
+    spec.topologies.push_back(std::move(t).value());
+    spec.points.push_back(std::move(point));
+  }
+}
+
+py::object sweep_fn(const py::object& topology, const py::object& batch, const py::object& seq, const py::object& heads,
+                    const py::object& head_dim, const py::object& kv_heads, const py::object& dtype, bool causal,
+                    const py::object& layout, const py::object& algos, const std::string& pass, const py::object& jobs,
+                    double reserved_gb, const py::object& set) {
+  return guarded([&] {
+    sim::SweepSpec spec;
+    std::vector<std::pair<std::string, std::vector<double>>> sets;
+    if (given(set)) {
+      for (auto [k, v] : set.cast<py::dict>()) {
+        const auto field = py::str(k).cast<std::string>();
+        std::vector<double> values;
+        const py::object vo = py::reinterpret_borrow<py::object>(v);
+        if (py::isinstance<py::int_>(vo) || py::isinstance<py::float_>(vo)) {
+          values.push_back(vo.cast<double>());
+        } else {
+          for (auto x : vo) {
+            const double d = x.cast<double>();
+            if (std::find(values.begin(), values.end(), d) == values.end()) values.push_back(d);
+          }
+        }
+        if (values.empty()) fail(Error{"--set", fmt::format("{}: expected one or more values", field)});
+        spec.set_fields.push_back(field);
+        sets.emplace_back(field, std::move(values));
+      }
+    }
+    // Topologies: a file, a dict, or a list of them (a str may list files comma-separated, as the flag does).
+    std::vector<py::object> topo_args;
+    if (py::isinstance<py::list>(topology) || py::isinstance<py::tuple>(topology)) {
+      for (auto t : topology) topo_args.push_back(py::reinterpret_borrow<py::object>(t));
+    } else if (py::isinstance<py::str>(topology)) {
+      for (const auto& f : cli::split_list(topology.cast<std::string>())) topo_args.emplace_back(py::str(f));
+    } else {
+      topo_args.push_back(topology);
+    }
+    if (topo_args.empty()) fail(Error{"--topology", "expected one or more topology files"});
+    for (std::size_t i = 0; i < topo_args.size(); ++i) {
+      const bool dict = py::isinstance<py::dict>(topo_args[i]);
+      const std::string name = dict ? fmt::format("topology[{}]", i) : *path_arg(topo_args[i]);
+      auto doc = dict ? Expected<json>(from_py(topo_args[i], name)) : topo::read_topology_json(name);
+      auto t = doc ? topo::parse_topology(*doc, name) : Expected<topo::Topology>(doc.error());
+      if (!t) fail(Error{"--topology", t.error().message()});
+      if (sets.empty()) {
+        spec.topologies.push_back(std::move(t).value());
+      } else {
+        if (auto st = topo::complete_document(*doc, name); !st) fail(Error{"--topology", st.error().message()});
+        add_set_points(spec, *doc, name, i, sets);
+      }
+    }
+    spec.batch = size_list(batch, "--batch");
+    spec.seq = size_list(seq, "--seq");
+    spec.heads = size_list(heads, "--heads");
+    spec.head_dim = size_list(head_dim, "--head-dim");
+    if (given(kv_heads)) spec.kv_heads = size_list(kv_heads, "--kv-heads");
+    spec.dtypes.clear();
+    for (const auto& d : list_items(dtype, "--dtype")) {
+      auto v = ir::parse_dtype(d);
+      if (!v) fail(Error{"--dtype", v.error().what});
+      if (std::find(spec.dtypes.begin(), spec.dtypes.end(), *v) == spec.dtypes.end()) spec.dtypes.push_back(*v);
+    }
+    if (spec.dtypes.empty()) fail(Error{"--dtype", "expected bf16, fp16 or fp32"});
+    spec.layouts.clear();
+    for (const auto& l : list_items(layout, "--layout")) {
+      auto v = ir::parse_layout(l);
+      if (!v) fail(Error{"--layout", v.error().what});
+      if (std::find(spec.layouts.begin(), spec.layouts.end(), *v) == spec.layouts.end()) spec.layouts.push_back(*v);
+    }
+    if (spec.layouts.empty()) fail(Error{"--layout", "expected contiguous or zigzag"});
+    spec.causal = {causal};
+    const std::string names = algos_text(algos);
+    spec.algos = names.empty() ? sched::algorithm_names() : cli::algorithm_list(names);
+    if (!(reserved_gb >= 0) || !std::isfinite(reserved_gb) || reserved_gb > 1e4)
+      fail(Error{"--reserved-gb", fmt::format("must be a number of GB in [0, 10000], got {}", reserved_gb)});
+    spec.reserved_gb = reserved_gb;
+    if (pass == "fwd")
+      spec.passes = {ir::Phase::Fwd};
+    else if (pass == "bwd")
+      spec.passes = {ir::Phase::Bwd};
+    else if (pass == "both")
+      spec.passes = {ir::Phase::Fwd, ir::Phase::Bwd};
+    else
+      fail(Error{"--pass", fmt::format("expected fwd, bwd or both, got '{}'", pass)});
+    const int hw = int(std::max(1u, std::thread::hardware_concurrency()));
+    sim::SweepControl control;
+    control.jobs = given(jobs) ? jobs.cast<int>() : hw;
+    if (control.jobs < 1 || control.jobs > 1024)
+      fail(Error{"--jobs", fmt::format("must be in [1, 1024], got {}", control.jobs)});
+    // Each (topology, algorithm, pass, layout, mask)'s simulation must fit, as charm sweep checks before it runs.
+    std::set<std::tuple<std::size_t, std::string, int, int, bool>> fit;
+    std::vector<std::string> budget_algos = spec.algos;
+    budget_algos.push_back("ring");
+    for (std::size_t i = 0; i < spec.num_configs(); ++i) {
+      const sim::SweepConfig c = sim::sweep_config(spec, i);
+      const topo::Topology& t = spec.topologies[c.topology];
+      for (const ir::Phase phase : spec.passes)
+        for (const auto& a : budget_algos) {
+          ir::Workload wp = c.workload;
+          wp.pass = phase == ir::Phase::Fwd ? ir::PassKind::Fwd : ir::PassKind::Bwd;
+          const auto req = sim::normalised_request({a, wp, t.num_gpus(), sim::default_domains(t)});
+          const auto key = std::tuple{c.topology, req.algo, int(wp.pass), int(req.workload.layout), wp.causal};
+          if (fit.count(key) > 0 || !sched::check_request(req)) continue;
+          cli::check_plan_budget(req, 60, "the simulation",
+                                 sim::quotient_symmetry(sched::plan_symmetry(req), t, req.ranks));
+          fit.insert(key);
+        }
+    }
+    json j;
+    {
+      py::gil_scoped_release nogil;
+      const sim::SweepResult res = sim::run_sweep(spec, control);
+      if (!res.failures.empty())
+        throw cli::RuntimeFailure{fmt::format("{} simulations failed (a simulator bug), the first: {}",
+                                              res.failures.size(), res.failures.front())};
+      if (res.rows.empty())
+        fail(Error{
+            "--algos",
+            fmt::format("no row: the planner refused every (configuration, algorithm, pass){}",
+                        res.skip_reasons.empty() ? "" : "; the first reason: " + res.skip_reasons.begin()->first)});
+      j = sim::sweep_json(spec, res)["rows"];
+    }
+    return to_py(j);
+  });
+}
+
+// ---- frameworks ----
+
+py::object frameworks_fn(const py::object& algo, const py::object& layout, bool causal, int ranks, int domains) {
+  return guarded([&] {
+    if (!given(algo)) {
+      json rows = json::array();
+      for (const auto& r : sim::framework_table())
+        rows.push_back({{"algo", r.algo},
+                        {"layout", r.layout ? json(std::string(to_string(*r.layout))) : json(nullptr)},
+                        {"megatron_cp_comm_type", r.megatron.empty() ? json(nullptr) : json(r.megatron)},
+                        {"transformer_engine_cp_comm_type", r.te.empty() ? json(nullptr) : json(r.te)},
+                        {"ring_flash_attention", r.ring_flash_attn.empty() ? json(nullptr) : json(r.ring_flash_attn)},
+                        {"note", r.note}});
+      return to_py(rows);
+    }
+    ir::Layout l = ir::Layout::Contiguous;
+    if (given(layout)) {
+      auto v = ir::parse_layout(text_arg(layout, "--layout"));
+      if (!v) fail(Error{"--layout", v.error().what});
+      l = *v;
+    }
+    ir::Workload w;
+    w.layout = l;
+    const auto req = sim::normalised_request({algo_arg(algo), w, ranks, domains});
+    return to_py(
+        sim::framework_json(sim::framework_settings(req.algo, req.workload.layout, causal, req.ranks, req.domains)));
+  });
+}
+
+}  // namespace
+}  // namespace charm::python
+
+PYBIND11_MODULE(_core, m) {
+  using namespace charm::python;
+  m.doc() = "CHARM+ planner and simulator: the charm command's library calls (see the charm package's docstring)";
+  m.attr("__version__") = CHARM_VERSION;
+  m.def(
+      "algorithms", [] { return charm::sched::algorithm_names(); }, "The algorithms' names, as --algo takes them.");
+  m.def(
+      "plan",
+      [](const py::object& algo, const py::object& ranks, const py::object& domains, const py::object& batch,
+         const py::object& seq, const py::object& heads, const py::object& kv_heads, const py::object& head_dim,
+         const py::object& dtype, const py::object& layout, const py::object& pass, const py::object& causal,
+         const py::object& out, bool validate) {
+        return plan_fn(algo, ranks, domains, {batch, seq, heads, kv_heads, head_dim, dtype, layout, pass, causal}, out,
+                       validate);
+      },
+      py::kw_only(), py::arg("algo") = py::none(), py::arg("ranks") = py::none(), py::arg("domains") = py::none(),
+      CHARM_WORKLOAD_ARGS, py::arg("out") = py::none(), py::arg("validate") = true,
+      "charm plan: the plan's JSON as a dict (written to `out` too when given); validated unless validate=False.");
+  m.def("validate", &validate_fn, py::arg("plan"), py::kw_only(), py::arg("all") = false,
+        "charm validate: a plan file or a plan dict -> {'valid', 'summary', 'violations', ...}.");
+  m.def(
+      "simulate",
+      [](const py::object& algo, const py::object& plan, const py::object& batch, const py::object& seq,
+         const py::object& heads, const py::object& kv_heads, const py::object& head_dim, const py::object& dtype,
+         const py::object& layout, const py::object& pass, const py::object& causal, const py::object& topology,
+         const py::object& uniform, const py::object& ranks, const py::object& bw_gbps, const py::object& tflops,
+         const py::object& latency_us, const py::object& hbm_gbps, const py::object& domains,
+         const py::object& reserved_gb, const py::object& symmetry, std::size_t path_limit, const py::object& trace) {
+        return simulate_fn(algo, plan, {batch, seq, heads, kv_heads, head_dim, dtype, layout, pass, causal},
+                           {topology, uniform, ranks, bw_gbps, tflops, latency_us, hbm_gbps, domains, reserved_gb},
+                           symmetry, path_limit, trace);
+      },
+      py::kw_only(), py::arg("algo") = py::none(), py::arg("plan") = py::none(), CHARM_WORKLOAD_ARGS,
+      CHARM_CLUSTER_ARGS, py::arg("symmetry") = py::none(), py::arg("path_limit") = 64, py::arg("trace") = py::none(),
+      "charm simulate --json as a dict.");
+  m.def(
+      "compare",
+      [](const py::object& algos, const py::object& batch, const py::object& seq, const py::object& heads,
+         const py::object& kv_heads, const py::object& head_dim, const py::object& dtype, const py::object& layout,
+         const py::object& pass, const py::object& causal, const py::object& topology, const py::object& uniform,
+         const py::object& ranks, const py::object& bw_gbps, const py::object& tflops, const py::object& latency_us,
+         const py::object& hbm_gbps, const py::object& domains, const py::object& reserved_gb) {
+        return compare_fn(algos, {batch, seq, heads, kv_heads, head_dim, dtype, layout, pass, causal},
+                          {topology, uniform, ranks, bw_gbps, tflops, latency_us, hbm_gbps, domains, reserved_gb});
+      },
+      py::kw_only(), py::arg("algos") = py::none(), CHARM_WORKLOAD_ARGS, CHARM_CLUSTER_ARGS,
+      "charm compare: one dict per (algo, pass), every row with the same keys (None where not run).");
+  m.def(
+      "advise",
+      [](const py::object& algos, const py::object& batch, const py::object& seq, const py::object& heads,
+         const py::object& kv_heads, const py::object& head_dim, const py::object& dtype, const py::object& layout,
+         const py::object& pass, const py::object& causal, const py::object& topology, const py::object& uniform,
+         const py::object& ranks, const py::object& bw_gbps, const py::object& tflops, const py::object& latency_us,
+         const py::object& hbm_gbps, const py::object& domains, const py::object& reserved_gb, const py::object& jobs) {
+        return advise_fn(algos, {batch, seq, heads, kv_heads, head_dim, dtype, layout, pass, causal},
+                         {topology, uniform, ranks, bw_gbps, tflops, latency_us, hbm_gbps, domains, reserved_gb}, jobs);
+      },
+      py::kw_only(), py::arg("algos") = py::none(), CHARM_WORKLOAD_ARGS, CHARM_CLUSTER_ARGS,
+      py::arg("jobs") = py::none(),
+      "charm advise --json as a dict: 'best', 'candidates' (fastest first, each with its 'frameworks'), 'refused'.");
+  m.def("sweep", &sweep_fn, py::kw_only(), py::arg("topology"), py::arg("batch"), py::arg("seq"), py::arg("heads"),
+        py::arg("head_dim"), py::arg("kv_heads") = py::none(), py::arg("dtype") = "bf16", py::arg("causal") = false,
+        py::arg("layout") = "contiguous", py::arg("algos") = py::none(), py::arg("pass_") = "fwd",
+        py::arg("jobs") = py::none(), py::arg("reserved_gb") = 0.0, py::arg("set") = py::none(),
+        "charm sweep: the rows of --json, one dict per (configuration, pass, algorithm), the same keys in each. "
+        "Lists are Python lists (or one value, or a comma-separated str); set={'inter.bandwidth_gbps': [25, 50]} "
+        "sweeps numbers of the topology JSON.");
+  m.def("frameworks", &frameworks_fn, py::kw_only(), py::arg("algo") = py::none(), py::arg("layout") = py::none(),
+        py::arg("causal") = false, py::arg("ranks") = 8, py::arg("domains") = 1,
+        "The Megatron-LM / TransformerEngine / ring-flash-attention counterparts: the whole table, or one "
+        "candidate's settings (the line charm advise prints).");
+}

@@ -1,0 +1,125 @@
+#include "sim/frameworks.hpp"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <vector>
+
+namespace charm::sim {
+
+using ir::Layout;
+
+namespace {
+
+constexpr std::string_view kNoMegatron = "";
+constexpr std::optional<Layout> kAny = std::nullopt;
+
+// The one table. Megatron-LM spells the all-gather type `allgather`, TransformerEngine `all_gather`.
+constexpr std::array kTable{
+    FrameworkRow{"ring", Layout::Contiguous, "p2p", "p2p", Layout::Zigzag, "ring_flash_attn", Layout::Contiguous,
+                 "Megatron-LM's causal split is zigzag: that is ring [zigzag]"},
+    FrameworkRow{"ring", Layout::Zigzag, "p2p", "p2p", Layout::Zigzag, "zigzag_ring_flash_attn", Layout::Zigzag, ""},
+    FrameworkRow{"ring-zigzag", kAny, "p2p", "p2p", Layout::Zigzag, "zigzag_ring_flash_attn", Layout::Zigzag,
+                 "ring on the zigzag layout"},
+    FrameworkRow{"allgather-kv", kAny, "allgather", "all_gather", Layout::Zigzag, "llama3_flash_attn",
+                 Layout::Contiguous, "KV gathered whole before attention"},
+    FrameworkRow{"ulysses", kAny, "a2a", "a2a", kAny, "", kAny, "ring-flash-attention has no all-to-all"},
+    FrameworkRow{"usp", kAny, "a2a+p2p", "a2a+p2p", Layout::Zigzag, "", kAny, "ring-flash-attention has no all-to-all"},
+    FrameworkRow{"merge", kAny, kNoMegatron, "", kAny, "", kAny,
+                 "this project's merge schedule (the paper's baseline)"},
+    FrameworkRow{"rm+", kAny, kNoMegatron, "", kAny, "", kAny, "the paper's re-merge schedule"},
+    FrameworkRow{"charm", kAny, kNoMegatron, "", kAny, "", kAny, "the paper's cross-hardware schedule"},
+    FrameworkRow{"tasp", kAny, kNoMegatron, "", kAny, "", kAny, "TASP's Hamiltonian-cycle schedule"},
+    FrameworkRow{"tasp-zigzag", kAny, kNoMegatron, "", kAny, "", kAny, "tasp on the zigzag layout"},
+};
+
+const FrameworkRow* find_row(std::string_view algo, Layout layout) {
+  for (const auto& r : kTable)
+    if (r.algo == algo && (!r.layout || *r.layout == layout)) return &r;
+  return nullptr;
+}
+
+/// Whether a counterpart that takes `shards` holds for a candidate on `layout`: any layout without a mask.
+bool holds(std::optional<Layout> shards, Layout layout, bool causal) { return !causal || !shards || *shards == layout; }
+
+std::string layout_text(std::optional<Layout> l) { return l ? std::string(ir::to_string(*l)) : "any"; }
+
+}  // namespace
+
+std::span<const FrameworkRow> framework_table() { return kTable; }
+
+FrameworkSettings framework_settings(std::string_view algo, Layout layout, bool causal, int ranks, int domains) {
+  FrameworkSettings s;
+  const FrameworkRow* row = find_row(algo, layout);
+  if (row == nullptr) {
+    s.note = fmt::format("{} is not in the table of counterparts", algo);
+    return s;
+  }
+  s.note = std::string(row->note);
+  std::vector<std::string> ruled_out;
+  if (!row->megatron.empty()) {
+    if (holds(row->megatron_shards, layout, causal)) {
+      std::string type(row->megatron), te(row->te), extra;
+      if (algo == "usp") {
+        // USP's degrees: Ulysses over n/D adjacent ranks, the ring over D; a degenerate split is one of them.
+        const int inner = domains > 0 ? ranks / domains : ranks;
+        if (domains <= 1) {
+          type = te = "a2a";
+        } else if (inner <= 1) {
+          type = te = "p2p";
+        } else {
+          extra = fmt::format(" --hierarchical-context-parallel-sizes {} {}", inner, domains);
+        }
+      }
+      s.megatron_args = fmt::format("--context-parallel-size {} --cp-comm-type {}{}", ranks, type, extra);
+      s.te = te;
+    } else {
+      ruled_out.push_back(fmt::format("Megatron-LM splits a causal sequence {}", layout_text(row->megatron_shards)));
+    }
+  }
+  if (!row->ring_flash_attn.empty()) {
+    if (holds(row->rfa_shards, layout, causal))
+      s.ring_flash_attn = std::string(row->ring_flash_attn);
+    else
+      ruled_out.push_back(fmt::format("{} takes {} shards", row->ring_flash_attn, layout_text(row->rfa_shards)));
+  }
+  for (const auto& why : ruled_out) s.note += (s.note.empty() ? "" : "; ") + why;
+  return s;
+}
+
+std::string FrameworkSettings::line() const {
+  const std::string why = note.empty() ? "" : fmt::format(" ({})", note);
+  if (megatron_args.empty() && ring_flash_attn.empty())
+    return "no counterpart in Megatron-LM/TE or ring-flash-attention" + why;
+  const std::string megatron =
+      megatron_args.empty() ? "none" : fmt::format("{} (TransformerEngine cp_comm_type \"{}\")", megatron_args, te);
+  return fmt::format("in Megatron-LM: {}; ring-flash-attention: {}{}", megatron,
+                     ring_flash_attn.empty() ? "none" : ring_flash_attn, why);
+}
+
+nlohmann::json framework_json(const FrameworkSettings& s) {
+  using nlohmann::json;
+  auto or_null = [](const std::string& v) { return v.empty() ? json(nullptr) : json(v); };
+  return {{"megatron_lm", or_null(s.megatron_args)},
+          {"transformer_engine_cp_comm_type", or_null(s.te)},
+          {"ring_flash_attention", or_null(s.ring_flash_attn)},
+          {"note", s.note},
+          {"line", s.line()}};
+}
+
+std::string framework_table_markdown() {
+  std::string out =
+      "| algo | layout | Megatron-LM `--cp-comm-type` | TransformerEngine `cp_comm_type` | Megatron-LM's causal "
+      "shards | ring-flash-attention | its shards | note |\n"
+      "|---|---|---|---|---|---|---|---|\n";
+  auto code = [](std::string_view s) { return s.empty() ? std::string("none") : fmt::format("`{}`", s); };
+  for (const auto& r : kTable) {
+    const bool m = !r.megatron.empty(), f = !r.ring_flash_attn.empty();
+    out += fmt::format("| `{}` | {} | {} | {} | {} | {} | {} | {} |\n", r.algo, layout_text(r.layout), code(r.megatron),
+                       code(r.te), m ? layout_text(r.megatron_shards) : "-", code(r.ring_flash_attn),
+                       f ? layout_text(r.rfa_shards) : "-", r.note.empty() ? "-" : std::string(r.note));
+  }
+  return out;
+}
+
+}  // namespace charm::sim

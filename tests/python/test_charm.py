@@ -1,0 +1,144 @@
+"""The Python module against the charm command: the same library, the same figures, the same messages.
+
+Run by CTest (python_test, from the repository root, PYTHONPATH=<build>/python, CHARM_BIN=<build>/tools/charm),
+or by hand: PYTHONPATH=build/python python3 -m pytest tests/python
+"""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+import charm
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+H100 = os.path.join(ROOT, "topologies", "h100-2x8.json")
+CHARM_BIN = os.environ.get("CHARM_BIN", os.path.join(ROOT, "build", "tools", "charm"))
+# The paper's workload (README), small enough to simulate in a moment.
+PAPER = dict(seq=26880, batch=16, heads=12, head_dim=192)
+
+
+def cli(*args):
+    """The command's exit code, stdout and stderr."""
+    p = subprocess.run([CHARM_BIN, *map(str, args)], capture_output=True, text=True, cwd=ROOT)
+    return p.returncode, p.stdout, p.stderr
+
+
+def test_plan_validate_round_trip(tmp_path):
+    out = tmp_path / "ring.json"
+    p = charm.plan(algo="ring", ranks=4, seq="8k", heads=8, head_dim=64, pass_="both", causal=True, out=str(out))
+    assert p["algo"] == "ring" and p["ranks"] == 4
+    assert p["workload"]["pass"] == "both" and p["workload"]["causal"] is True
+    assert json.loads(out.read_text()) == p  # the file is the dict
+    for plan in (p, str(out), out):
+        v = charm.validate(plan)
+        assert v["valid"] and v["violations"] == []
+        assert v["summary"].startswith("valid")
+    code, stdout, _ = cli("validate", out)
+    assert code == 0 and stdout.strip() == v["summary"]
+    # A broken plan: an op's dependency removed is a violation, reported as the command reports it.
+    bad = json.loads(out.read_text())
+    bad["ops"] = bad["ops"][:-1]
+    bad_file = tmp_path / "bad.json"
+    bad_file.write_text(json.dumps(bad))
+    v = charm.validate(bad)
+    assert not v["valid"] and v["violations"]
+    code, stdout, _ = cli("validate", bad_file)
+    assert code == 1 and stdout.strip() == v["summary"]
+
+
+def test_simulate_equals_the_cli():
+    args = dict(topology=H100, algo="charm", pass_="bwd", **PAPER)
+    py = charm.simulate(**args)
+    code, stdout, stderr = cli("simulate", "-t", H100, "--algo", "charm", "--pass", "bwd", "--seq", 26880,
+                               "--batch", 16, "--heads", 12, "--head-dim", 192, "--json")
+    assert code == 0, stderr
+    assert py == json.loads(stdout)  # every figure, to the last bit
+    assert py["time_ms"] > 0 and py["ranks"] == 16
+
+
+def test_simulate_takes_a_topology_dict_and_a_plan():
+    with open(H100) as f:
+        doc = json.load(f)
+    by_path = charm.simulate(topology=H100, algo="ring", **PAPER)
+    by_dict = charm.simulate(topology=doc, algo="ring", **PAPER)
+    assert by_dict["time_ms"] == by_path["time_ms"]
+    p = charm.plan(algo="ring", ranks=16, domains=2, **PAPER)
+    from_plan = charm.simulate(topology=H100, plan=p)
+    assert from_plan["time_ms"] == by_path["time_ms"]
+
+
+def test_compare_rows():
+    rows = charm.compare(topology=H100, algos=["ring", "charm", "ulysses"], **PAPER)
+    assert len(rows) == 6  # three algorithms x (fwd, bwd)
+    keys = set(rows[0])
+    assert all(set(r) == keys for r in rows)  # pandas.DataFrame(rows) takes them as they are
+    ring = [r for r in rows if r["algo"] == "ring"]
+    assert all(r["speedup_vs_ring"] == 1.0 and r["error"] is None for r in ring)
+    uly = [r for r in rows if r["algo"] == "ulysses"]
+    assert all(r["time_ms"] is None and "12 heads do not divide" in r["error"] for r in uly)
+    code, stdout, stderr = cli("compare", "-t", H100, "--algos", "ring,charm,ulysses", "--seq", 26880, "--batch", 16,
+                               "--heads", 12, "--head-dim", 192, "--json")
+    assert code == 0, stderr
+    results = json.loads(stdout)["results"]
+    assert [(r["algo"], r["pass"]) for r in results] == [(r["algo"], r["pass"]) for r in rows]
+    for r, c in zip(rows, results):
+        assert r["time_ms"] == c.get("time_ms") and r["speedup_vs_ring"] == c.get("speedup_vs_ring")
+
+
+def test_sweep_rows():
+    rows = charm.sweep(topology=H100, batch=1, seq=[8192, "16k"], heads=16, head_dim=128, algos="ring,charm",
+                       pass_="both", jobs=2)
+    assert len(rows) == 2 * 2 * 2  # seq x pass x algo
+    keys = set(rows[0])
+    assert all(set(r) == keys for r in rows)
+    assert {"topology", "seq", "algo", "pass", "time_ms", "speedup_vs_ring", "ccr", "fits"} <= keys
+    assert sorted({r["seq"] for r in rows}) == [8192, 16384]
+    hw = charm.sweep(topology=H100, batch=1, seq="8k", heads=16, head_dim=128, algos=["ring"],
+                     set={"inter.bandwidth_gbps": [25, 50]})
+    assert [r["inter.bandwidth_gbps"] for r in hw] == [25, 50]
+    assert hw[0]["time_ms"] > hw[1]["time_ms"]
+
+
+def test_advise():
+    adv = charm.advise(topology=H100, jobs=2, **PAPER)
+    cands = adv["candidates"]
+    assert cands and adv["best"] == cands[0]
+    assert [c["total_ms"] for c in cands] == sorted(c["total_ms"] for c in cands)
+    fw = adv["best"]["frameworks"]
+    assert fw["line"] == charm.frameworks(algo=cands[0]["algo"], layout=cands[0]["layout"], ranks=16,
+                                          domains=cands[0]["domains"])["line"]
+    code, stdout, stderr = cli("advise", "-t", H100, "--seq", 26880, "--batch", 16, "--heads", 12, "--head-dim", 192,
+                               "--jobs", 2, "--json")
+    assert code == 0, stderr
+    assert [c["algo"] for c in json.loads(stdout)["candidates"]] == [c["algo"] for c in cands]
+    assert "#   " + fw["line"] + "\n" in cli("advise", "-t", H100, "--seq", 26880, "--batch", 16, "--heads", 12,
+                                             "--head-dim", 192, "--jobs", 2)[1]
+
+
+def test_frameworks_table():
+    table = charm.frameworks()
+    assert {r["algo"] for r in table} == set(charm.algorithms())
+    ring = charm.frameworks(algo="ring-zigzag", ranks=16, domains=2, causal=True)
+    assert ring["megatron_lm"] == "--context-parallel-size 16 --cp-comm-type p2p"
+    assert ring["ring_flash_attention"] == "zigzag_ring_flash_attn"
+    assert charm.frameworks(algo="charm", ranks=16, domains=2)["megatron_lm"] is None
+
+
+def test_errors_are_value_errors_with_the_cli_message():
+    with pytest.raises(ValueError) as e:
+        charm.simulate(topology=H100, algo="ulysses", **PAPER)
+    code, _, stderr = cli("simulate", "-t", H100, "--algo", "ulysses", "--seq", 26880, "--batch", 16, "--heads", 12,
+                          "--head-dim", 192)
+    assert code == 2
+    assert stderr == "charm: error: " + str(e.value) + "\n"
+    with pytest.raises(ValueError) as e:
+        charm.compare(topology=H100, seq="12q", heads=12)
+    assert str(e.value).startswith("--seq: ")
+    with pytest.raises(ValueError, match="--topology"):
+        charm.simulate(algo="ring")
+    with pytest.raises(ValueError, match="describes the --uniform cluster only"):
+        charm.simulate(topology=H100, ranks=4)
+    with pytest.raises(TypeError):
+        charm.simulate(topology=H100, sequence=4096)  # not a flag
