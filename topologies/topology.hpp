@@ -171,7 +171,8 @@ class Topology {
   /// Channels from GPU src to GPU dst, in order.
   [[nodiscard]] Route route(int src, int dst) const;
   [[nodiscard]] double route_latency_us(int src, int dst) const;
-  /// Bandwidth a lone flow gets from src to dst (the narrowest channel).
+  /// The narrowest channel's bandwidth_gbps from src to dst. What a lone flow attains (per-flow and
+  /// injection limits too) is the simulator's: sim::route_flow_gbps.
   [[nodiscard]] GBps route_bandwidth_gbps(int src, int dst) const;
   /// The least preferred link kind on the route (its transport).
   [[nodiscard]] LinkKind route_kind(int src, int dst) const;
