@@ -13,6 +13,7 @@
 
 #if CHARM_CLI_HAVE_CALIBRATE
 #include "calibrate/calibration.hpp"
+#include "tools/cluster_flags.hpp"
 #include "topologies/topology_json.hpp"
 #endif
 
@@ -138,7 +139,7 @@ void register_calibrate(CLI::App& app) {
     if (o->restarts < 0 || o->restarts > 100)
       fail(Error{"--restarts", fmt::format("must be in [0, 100], got {}", o->restarts)});
     // The topology is checked by its loader first (its errors name the JSON path), then kept as a document to edit.
-    (void)unwrap(topo::load_topology(o->topology));
+    (void)load_topology_file(o->topology);
     const json base = json::parse(unwrap(calib::read_text_file(o->topology, "a topology file")));
     const auto data = unwrap(calib::load_measurements(o->measurements));
     for (const auto& w : data.warnings) std::cerr << "charm: warning: " << w << "\n";

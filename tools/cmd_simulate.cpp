@@ -662,7 +662,7 @@ void register_topo(CLI::App& app) {
       ->allow_extra_args(false);
   sub->add_flag("--json", o->json_out, "JSON output: the summary, with the routes asked for");
   sub->callback([o] {
-    const auto t = unwrap(topo::load_topology(o->file));
+    const auto t = load_topology_file(o->file);
     // Every ordered pair is a route to find and describe: GPUs^2 of them (65,536 GPUs: 4.3e9, hours).
     const double max_routes = o->json_out ? kMaxJsonRoutes : kMaxRoutes;
     if (const double routes = double(t.num_gpus()) * double(t.num_gpus() - 1); o->routes && routes > max_routes)

@@ -149,6 +149,9 @@ class Topology {
  public:
   std::string name;
   std::string notes;
+  /// What the file says that the loader read past, one line each (a `numa` block where numa_per_node is 1): the
+  /// CLI prints them on stderr; programs that generate documents may ignore them.
+  std::vector<std::string> warnings;
   GpuSpec gpu;      // every GPU has this spec
   StackSpec stack;  // the software around the kernels (stack.hpp)
   std::vector<std::string> vertex_names;
