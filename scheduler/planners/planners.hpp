@@ -25,7 +25,8 @@ struct PlanRequest {
 /// memory. The op counts are ~c x ranks^2 (each rank meets every other rank's shard), with
 /// c measured per algorithm and pass on 32-rank plans and rounded up; TASP multiplies by
 /// its part count; a causal mask on the contiguous layout takes the blocks it hides off
-/// (rm+ and charm about half their ops, the ring family a sixth of the forward's). An estimate, for refusing up front what would not fit, never for sizing.
+/// (rm+ and charm about half their ops, the ring family a sixth of the forward's). An estimate, for refusing up front
+/// what would not fit, never for sizing.
 struct PlanEstimate {
   double ops = 0;
   double plan_bytes = 0;  // ops, dependencies and buffers in memory (about 120 bytes an op, measured 1024-rank ring)
