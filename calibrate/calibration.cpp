@@ -273,7 +273,9 @@ std::string row_key(const Measurement& m, int ranks) {
 
 /// Builds the model: checks every row against the base (its GPUs, domains, the planner, the
 /// simulator) and names the cell at fault.
-Status build_rows(Model& model, const MeasurementSet& data, std::vector<double>& base_ms) {
+Status build_rows(Model& model, const MeasurementSet& data, const CalibrationOptions& options,
+                  std::vector<double>& base_ms) {
+  double held_bytes = 0;  // the plans of the rows before: kept for the fit
   auto base_topo = topo::parse_topology(model.base, model.source);
   if (!base_topo) return base_topo.error();
   const int base_gpus = base_topo->num_gpus();
@@ -333,6 +335,18 @@ Status build_rows(Model& model, const MeasurementSet& data, std::vector<double>&
     const sched::PlanRequest req = sim::normalised_request({m.algo, m.workload, row.ranks, row.domains});
     if (auto st = sched::check_request(req); !st)
       return Error{data.where(m, column_of_flag(st.error().where)), st.error().what};
+    // The budget `charm simulate` applies, before the plan is built: its plan and one simulation of it,
+    // beside every plan held already.
+    const auto estimate = sched::estimate_plan(req);
+    if (const double bytes = held_bytes + estimate.plan_bytes + sched::kSimBytesPerOp * estimate.ops;
+        options.memory_budget_bytes > 0 && bytes > options.memory_budget_bytes)
+      return Error{
+          fmt::format("{}:{}", data.files[std::size_t(m.file)], m.line),
+          sched::over_budget_text(
+              fmt::format("planning and simulating this row ({} on {} ranks: about {:.2g} ops{})", m.algo, row.ranks,
+                          estimate.ops, held_bytes > 0 ? fmt::format(", beside the plans of the rows before it") : ""),
+              bytes, options.memory_budget_bytes, options.memory_budget_name)};
+    held_bytes += estimate.plan_bytes;
     auto plan = sched::make_plan(req);
     if (!plan) return Error{data.where(m, column_of_flag(plan.error().where)), plan.error().what};
     row.metric = m.metric;
@@ -510,7 +524,7 @@ Expected<Calibration> calibrate(const json& base, const std::string& base_source
   model.params = std::move(params).value();
 
   std::vector<double> base_ms;
-  if (auto st = build_rows(model, data, base_ms); !st) return st.error();
+  if (auto st = build_rows(model, data, options, base_ms); !st) return st.error();
   const std::size_t n = model.rows.size();  // measured runs (the left-out rows, the MAPEs)
   for (const auto& m : data.rows) model.measured.push_back(m.time_ms);
   if (auto st = add_kernels(model, options.kernels, base_ms); !st) return st.error();

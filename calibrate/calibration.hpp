@@ -91,6 +91,11 @@ struct CalibrationOptions {
   bool leave_one_out = true;
   int max_evaluations = 0;                           // per start; 0: 150 x (parameters + 1)
   std::function<void(const FitProgress&)> progress;  // called on the calling thread after every evaluation
+  /// Rows are refused before they are planned when their plan (held for the fit, with every row planned
+  /// before it) and its simulation would need more (sched::estimate_plan; 0: no limit). The error names
+  /// the row's file:line and the budget by `memory_budget_name`.
+  double memory_budget_bytes = 0;
+  std::string memory_budget_name = "--max-memory";
   KernelTimeSet kernels;  // single-GPU kernel times fitted with the runs (calibrate --kernels)
 };
 

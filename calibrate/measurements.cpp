@@ -1,6 +1,7 @@
 #include "calibrate/measurements.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -9,9 +10,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "scheduler/ir/input_file.hpp"
+#include "scheduler/ir/suggest.hpp"
 #include "scheduler/planners/planners.hpp"
 
 namespace charm::calib {
@@ -30,16 +33,103 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-std::vector<std::string_view> split_fields(std::string_view line) {
-  std::vector<std::string_view> out;
-  std::size_t start = 0;
-  for (std::size_t i = 0; i <= line.size(); ++i)
-    if (i == line.size() || line[i] == ',') {
-      out.push_back(trim(line.substr(start, i - start)));
-      start = i + 1;
-    }
+/// Text of the file echoed in a message: a control character (a quoted field may hold a line break) is '?', so
+/// that every message stays one line.
+std::string printable(std::string_view s) {
+  std::string out(s);
+  for (char& c : out)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
   return out;
 }
+
+/// One record of the file: its fields (quotes removed) and the line it starts on.
+struct Record {
+  int line = 0;
+  std::vector<std::string> fields;
+};
+
+/// Reads the file as RFC 4180 records: fields separated by commas, a field in double quotes may hold
+/// commas, line breaks and doubled quotes (""), lines end in LF or CRLF, and a UTF-8 byte order mark at the
+/// start is skipped. Besides the RFC: blank lines and lines whose first non-blank character is '#' are
+/// comments, and blanks around an unquoted field are trimmed. Errors name the line and column.
+class RecordReader {
+ public:
+  RecordReader(std::string_view text, const std::string& source) : t_(text), source_(source) {
+    if (t_.substr(0, 3) == "\xEF\xBB\xBF") t_.remove_prefix(3);
+  }
+  /// The next record: false at the end of the text.
+  Expected<bool> next(Record& r) {
+    while (pos_ < t_.size()) {
+      const std::size_t nl = t_.find('\n', pos_);
+      const std::string_view line = trim(t_.substr(pos_, nl == std::string_view::npos ? nl : nl - pos_));
+      if (!line.empty() && line.front() != '#') break;
+      pos_ = nl == std::string_view::npos ? t_.size() : nl + 1;
+      ++line_;
+    }
+    if (pos_ >= t_.size()) return false;
+    r.line = line_;
+    r.fields.clear();
+    while (true) {
+      auto f = field(r);
+      if (!f) return f.error();
+      r.fields.push_back(std::move(*f));
+      if (pos_ >= t_.size()) break;
+      const char c = t_[pos_++];
+      if (c == '\n') {
+        ++line_;
+        break;
+      }
+      // field() stops at a comma or a line end only.
+    }
+    return true;
+  }
+
+ private:
+  Expected<std::string> field(const Record& r) {
+    while (pos_ < t_.size() && (t_[pos_] == ' ' || t_[pos_] == '\t')) ++pos_;
+    if (pos_ < t_.size() && t_[pos_] == '"') {
+      const int open_line = line_;
+      ++pos_;
+      std::string out;
+      while (true) {
+        if (pos_ >= t_.size())
+          return Error{fmt::format("{}:{}:{}", source_, open_line, r.fields.size() + 1),
+                       "a quoted field is not closed (a \" with no closing \" before the end of the file)"};
+        const char c = t_[pos_++];
+        if (c == '"') {
+          if (pos_ < t_.size() && t_[pos_] == '"') {
+            out += '"';
+            ++pos_;
+            continue;
+          }
+          break;
+        }
+        if (c == '\n') ++line_;
+        if (c == '\r' && pos_ < t_.size() && t_[pos_] == '\n') continue;  // CRLF inside quotes reads as LF
+        out += c;
+      }
+      while (pos_ < t_.size() && (t_[pos_] == ' ' || t_[pos_] == '\t' || t_[pos_] == '\r')) ++pos_;
+      if (pos_ < t_.size() && t_[pos_] != ',' && t_[pos_] != '\n')
+        return Error{fmt::format("{}:{}:{}", source_, line_, r.fields.size() + 1),
+                     "text after a quoted field's closing quote (a quote inside a quoted field is written \"\")"};
+      return out;
+    }
+    const std::size_t end = t_.find_first_of(",\n", pos_);
+    const std::string_view v = t_.substr(pos_, end == std::string_view::npos ? end : end - pos_);
+    pos_ = end == std::string_view::npos ? t_.size() : end;
+    if (v.find('"') != std::string_view::npos)
+      return Error{fmt::format("{}:{}:{}", source_, line_, r.fields.size() + 1),
+                   fmt::format("a quote inside an unquoted field ('{}'): quote the whole field, with \"\" for each "
+                               "quote in it",
+                               trim(v))};
+    return std::string(trim(v));
+  }
+
+  std::string_view t_;
+  const std::string& source_;
+  std::size_t pos_ = 0;
+  int line_ = 1;
+};
 
 std::string expected_list() {
   std::string s;
@@ -107,29 +197,33 @@ Expected<MeasurementSet> parse_measurements(std::string_view text, const std::st
   set.files = {source};
   set.column_index.resize(1);
   auto& column_index = set.column_index[0];
-  std::vector<Column> order;  // column of each header field
+  std::vector<std::optional<Column>> order;  // column of each header field (none: ignored)
   bool have_header = false;
   int header_line = 0;
   int line_no = 0;
-  std::size_t pos = 0;
-  while (pos < text.size()) {
-    const std::size_t nl = text.find('\n', pos);
-    const std::string_view raw = text.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos);
-    pos = nl == std::string_view::npos ? text.size() : nl + 1;
-    ++line_no;
-    const std::string_view line = trim(raw);
-    if (line.empty() || line.front() == '#') continue;
-    const auto fields = split_fields(line);
+  std::vector<std::string> ignored;  // header names charm does not read, kept by the user
+  RecordReader reader(text, source);
+  for (Record rec;;) {
+    auto more = reader.next(rec);
+    if (!more) return more.error();
+    if (!*more) break;
+    line_no = rec.line;
+    const auto& fields = rec.fields;
     auto at = [&](std::size_t field, const std::string& what) {
-      return Error{fmt::format("{}:{}:{}", source, line_no, field + 1), what};
+      return Error{fmt::format("{}:{}:{}", source, line_no, field + 1), printable(what)};
     };
     if (!have_header) {
       have_header = true;
       header_line = line_no;
       for (std::size_t i = 0; i < fields.size(); ++i) {
         const auto it = std::find(kNames.begin(), kNames.end(), fields[i]);
-        if (it == kNames.end())
-          return at(i, fmt::format("unknown column '{}' (expected: {})", fields[i], expected_list()));
+        if (it == kNames.end()) {
+          // A column of the user's own (a note, the GPU model): read past, and named in one warning.
+          if (fields[i].empty()) return at(i, "an empty column name in the header");
+          ignored.push_back(fields[i]);
+          order.push_back(std::nullopt);
+          continue;
+        }
         const auto c = static_cast<Column>(it - kNames.begin());
         if (column_index[std::size_t(c)] != 0) return at(i, fmt::format("column '{}' appears twice", fields[i]));
         column_index[std::size_t(c)] = int(i) + 1;
@@ -140,6 +234,17 @@ Expected<MeasurementSet> parse_measurements(std::string_view text, const std::st
           return at(fields.size(),
                     fmt::format("missing column '{}' (the header needs: {}; ranks, domains and metric are optional)",
                                 kNames[c], expected_list()));
+      if (!ignored.empty()) {
+        std::vector<std::string> names;
+        std::vector<std::string> known(kNames.begin(), kNames.end());
+        for (const auto& n : ignored) {
+          const auto near = closest_name(n, known);
+          names.push_back(fmt::format("'{}'{}", printable(n), near ? fmt::format(" (did you mean '{}'?)", *near) : ""));
+        }
+        set.warnings.push_back(fmt::format("{}:{}: ignoring column{} {}: not one charm reads (expected: {})", source,
+                                           header_line, ignored.size() == 1 ? "" : "s", fmt::join(names, ", "),
+                                           expected_list()));
+      }
       continue;
     }
     if (fields.size() != order.size())
@@ -150,7 +255,8 @@ Expected<MeasurementSet> parse_measurements(std::string_view text, const std::st
     m.line = line_no;
     std::string kv_heads;
     for (std::size_t i = 0; i < fields.size(); ++i) {
-      const Column c = order[i];
+      if (!order[i]) continue;  // a column charm does not read
+      const Column c = *order[i];
       const std::string_view v = fields[i];
       const std::string name(column_name(c));
       auto bad = [&](const std::string& what) { return at(i, fmt::format("{}: {}", name, what)); };
@@ -288,7 +394,7 @@ Status append_measurement(const std::string& path, const Measurement& m) {
   }
   // The file's header: its first line that is neither empty nor a comment.
   std::string_view header;
-  for (std::size_t pos = 0; pos < existing.size() && header.empty();) {
+  for (std::size_t pos = existing.rfind("\xEF\xBB\xBF", 0) == 0 ? 3 : 0; pos < existing.size() && header.empty();) {
     const std::size_t nl = existing.find('\n', pos);
     const std::string_view line = trim(std::string_view(existing).substr(pos, nl - pos));
     pos = nl == std::string::npos ? existing.size() : nl + 1;
@@ -330,6 +436,7 @@ Expected<MeasurementSet> load_measurements(const std::string& paths) {
     all.source += (all.source.empty() ? "" : ",") + path;
     all.files.push_back(path);
     all.column_index.push_back(set->column_index[0]);
+    for (auto& w : set->warnings) all.warnings.push_back(std::move(w));
     for (auto& m : set->rows) {
       m.file = file;
       all.rows.push_back(std::move(m));

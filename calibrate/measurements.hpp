@@ -6,6 +6,9 @@
 //   (metric: time, comm, compute, comm-alone or compute-alone; see Metric)
 //   ring,fwd,16,26880,12,12,192,bf16,0,contiguous,149.97,16,2
 //
+// The file is RFC 4180 CSV: a field in double quotes may hold commas, line breaks and doubled
+// quotes; lines end in LF or CRLF; a UTF-8 byte order mark at the start is skipped. Columns of
+// the user's own (a note, the GPU model) are read past, named in one warning.
 // Columns may come in any order; `ranks`, `domains` and `metric` are optional (an
 // empty cell or a missing column means: every GPU of the base topology, the
 // domains those GPUs span, and the run's time). Every error names the file, line and column as
@@ -75,6 +78,8 @@ struct MeasurementSet {
   std::vector<std::string> files;
   std::vector<std::array<int, kNumColumns>> column_index;
   std::vector<Measurement> rows;
+  /// What the reader passed over (columns charm does not read), one line each, for stderr.
+  std::vector<std::string> warnings;
 
   /// "file:line:column" of one cell, for errors found after parsing (a planner refusal, say).
   [[nodiscard]] std::string where(const Measurement& m, Column c) const;

@@ -40,6 +40,12 @@ Expected<NcclLog> parse_nccl_tests(std::string_view text, const std::string& sou
   Layout layout;
   int line_no = 0;
   std::size_t pos = 0;
+  // Where each run starts: its header line, or the row whose size restarts the table. A header right
+  // after another (no rows between) is the same run's (nccl-tests prints two header lines).
+  std::vector<int> runs;
+  const auto run_start = [&](int line) {
+    if (runs.empty() || (!log.samples.empty() && log.samples.back().line > runs.back())) runs.push_back(line);
+  };
   while (pos < text.size()) {
     const std::size_t nl = text.find('\n', pos);
     std::string_view line = text.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos);
@@ -74,6 +80,7 @@ Expected<NcclLog> parse_nccl_tests(std::string_view text, const std::string& sou
       if (l.time == tok.size() || l.algbw == tok.size() || l.busbw == tok.size())
         return at("a nccl-tests header without time, algbw and busbw columns");
       layout = l;
+      run_start(line_no);
       continue;
     }
     // Not a table row: NCCL's own lines ("NCCL version 2.19.3", "host:123 [0] NCCL INFO ...").
@@ -89,6 +96,10 @@ Expected<NcclLog> parse_nccl_tests(std::string_view text, const std::string& sou
     if (!parse_double(tok[0], bytes) || bytes < 0 || bytes != std::floor(bytes))
       return at(fmt::format("size: must be a whole number of bytes, got '{}'", tok[0]));
     s.bytes = static_cast<std::int64_t>(bytes);
+    // One run prints each size once, growing: a smaller size starts another run (a size printed twice is
+    // refused by the fit, which needs two sizes).
+    if (!log.samples.empty() && log.samples.back().line > runs.back() && s.bytes < log.samples.back().bytes)
+      run_start(line_no);
     if (!parse_double(tok[layout.time], s.time_us) || !(s.time_us > 0))
       return at(fmt::format("time: must be a number of microseconds > 0, got '{}'", tok[layout.time]));
     if (!parse_double(tok[layout.algbw], s.algbw_gbps) || s.algbw_gbps < 0)
@@ -99,6 +110,19 @@ Expected<NcclLog> parse_nccl_tests(std::string_view text, const std::string& sou
   }
   if (log.samples.empty())
     return Error{source, "no nccl-tests table rows (expected the output of sendrecv_perf, alltoall_perf, ...)"};
+  if (runs.size() > 1) {
+    std::string lines;
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+      if (i == 8 && runs.size() > 9) {
+        lines += fmt::format(", ... {}", runs.back());
+        break;
+      }
+      lines += fmt::format("{}{}", i == 0 ? "" : ", ", runs[i]);
+    }
+    return Error{source, fmt::format("holds {} nccl-tests runs (they start on lines {}): one fit needs one run; split "
+                                     "it into one file per run",
+                                     runs.size(), lines)};
+  }
   return log;
 }
 

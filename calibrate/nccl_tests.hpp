@@ -10,7 +10,9 @@
 // Older versions print no `root` column and `error` for `#wrong`; the header line says
 // which, so the columns are located by name. `#` lines are comments; lines that do not
 // start with a number (NCCL's INFO lines, "NCCL version ...") are skipped; an mpirun
-// "[1,0]<stdout>:" prefix is dropped.
+// "[1,0]<stdout>:" prefix is dropped. A log holds one run: a header after table rows, or a
+// smaller size than the row before (a run prints each size once, growing), starts another, and a log
+// of several is refused with the line each starts on (one fit needs one run).
 
 #include <cstdint>
 #include <string>

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-30}; shift || true
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(fuzz_plan fuzz_workload fuzz_topology)
+[ ${#targets[@]} -eq 0 ] && targets=(fuzz_plan fuzz_workload fuzz_topology fuzz_measurements fuzz_trace)
 # -O1 -g1 as in the ASan stage: about a third less compile time than -O2 -g, file:line kept in reports.
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -g1" -DCHARM_FUZZ=ON \
   -DCHARM_SANITIZE=address,undefined -DCHARM_BUILD_TESTS=OFF -DCHARM_BUILD_BENCH=OFF -DCHARM_BUILD_RUNTIME=OFF \

@@ -1,7 +1,11 @@
 #include "sim/evaluate.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <utility>
+
+#include "sim/fair_share_network.hpp"
 
 namespace charm::sim {
 
@@ -18,13 +22,20 @@ ComputeModel compute_model_for(const topo::Topology& t, const ir::Workload& w) {
   return ComputeModel::from_topology(t, w.dtype);
 }
 
+namespace {
+/// Algorithms whose backward pass begins before the forward ends (pass both), so the sum of the two passes'
+/// closed forms is not the run's time.
+bool passes_overlap(const std::string& algo) { return algo == "merge" || algo == "rm+"; }
+}  // namespace
+
 ClosedForm closed_form_on(const std::string& algo, const topo::Topology& t, int ranks, const ir::Workload& w,
                           const ComputeModel& model) {
   double bw = 1e300, lat = 0;
   for (int r = 0; r < ranks && ranks > 1; ++r) {
     const int d = (r + 1) % ranks;
-    if (t.route_bandwidth_gbps(r, d) < bw) {
-      bw = t.route_bandwidth_gbps(r, d);
+    // The rate the simulator gives a lone flow there (per-flow and injection limits included), not the wire's.
+    if (const double f = route_flow_gbps(t, r, d); f < bw) {
+      bw = f;
       lat = t.route_latency_us(r, d);
     }
   }
@@ -48,6 +59,15 @@ ClosedForm closed_form_on(const std::string& algo, const topo::Topology& t, int 
     total.applies = false;
     total.why_not = "a uniform link stands in for the slowest ring hop; contention, the other links and the GPU's "
                     "efficiency curve are not in the form";
+  } else if (model.hbm_bytes_per_s > 0) {
+    total.applies = false;
+    total.why_not = "memory-bound work (merges, accumulations, copies, result updates) takes time at the HBM rate "
+                    "(--hbm-gbps); the closed forms count it free";
+  } else if (w.pass == ir::PassKind::Both && passes_overlap(algo)) {
+    total.applies = false;
+    total.why_not = fmt::format("{}'s backward starts while its forward's last steps still run; the closed forms add "
+                                "the two passes' times",
+                                algo);
   }
   return total;
 }

@@ -1,6 +1,7 @@
 #include "sim/fair_share_network.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 namespace charm::sim {
@@ -14,20 +15,32 @@ FairShareNetwork::FairShareNetwork(std::vector<Channel> channels) : ch_(std::mov
   ch_scale_.assign(ch_.size(), 1.0);
 }
 
+FairShareNetwork::Channel FairShareNetwork::channel_of(const topo::Link& l) {
+  const double bw = l.bandwidth_gbps * 1e9, per_flow = l.per_flow_gbps > 0 ? l.per_flow_gbps * 1e9 : kInf;
+  // An aggregate limit makes the channel shared at that rate; on a dedicated
+  // link each flow still may not exceed the link's own bandwidth.
+  if (l.injection_gbps > 0) return {l.injection_gbps * 1e9, true, std::min(per_flow, bw)};
+  return {bw, l.sharing == topo::Sharing::Shared, per_flow};
+}
+
 std::vector<FairShareNetwork::Channel> FairShareNetwork::channels_of(const topo::Topology& t) {
   std::vector<Channel> c(static_cast<std::size_t>(t.num_channels()));
-  for (int i = 0; i < t.num_channels(); ++i) {
-    const auto& l = t.channel_link(i);
-    const double bw = l.bandwidth_gbps * 1e9, per_flow = l.per_flow_gbps > 0 ? l.per_flow_gbps * 1e9 : kInf;
-    if (l.injection_gbps > 0) {
-      // An aggregate limit makes the channel shared at that rate; on a dedicated
-      // link each flow still may not exceed the link's own bandwidth.
-      c[std::size_t(i)] = {l.injection_gbps * 1e9, true, std::min(per_flow, bw)};
-    } else {
-      c[std::size_t(i)] = {bw, l.sharing == topo::Sharing::Shared, per_flow};
-    }
-  }
+  for (int i = 0; i < t.num_channels(); ++i) c[std::size_t(i)] = channel_of(t.channel_link(i));
   return c;
+}
+
+double FairShareNetwork::lone_flow_rate(std::span<const Channel> route_channels) {
+  // Alone, a flow takes a shared channel's whole capacity, a dedicated one's too, and no more than any cap.
+  double r = kInf;
+  for (const auto& c : route_channels) r = std::min({r, c.capacity_bytes_per_s, c.flow_cap_bytes_per_s});
+  return r;
+}
+
+double route_flow_gbps(const topo::Topology& t, int src, int dst) {
+  std::array<FairShareNetwork::Channel, topo::kMaxHops> on_route{};
+  std::size_t n = 0;
+  for (const auto c : t.route(src, dst)) on_route[n++] = FairShareNetwork::channel_of(t.channel_link(c));
+  return FairShareNetwork::lone_flow_rate(std::span(on_route.data(), n)) / 1e9;
 }
 
 int FairShareNetwork::add_flow(std::span<const std::int32_t> route, double bytes, double now_s) {

@@ -18,6 +18,11 @@
 
 namespace charm::sim {
 
+/// What one transfer from GPU src to dst attains by itself in the simulator (GB/s): the least, over
+/// its route, of each link's bandwidth, per-flow rate and injection limit (FairShareNetwork::lone_flow_rate).
+/// Not topo::Topology::route_bandwidth_gbps, the narrowest link's bandwidth_gbps alone.
+[[nodiscard]] double route_flow_gbps(const topo::Topology& t, int src, int dst);
+
 class FairShareNetwork {
  public:
   static constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -30,6 +35,11 @@ class FairShareNetwork {
   explicit FairShareNetwork(std::vector<Channel> channels);
   /// The channels of a topology, in its channel numbering.
   [[nodiscard]] static std::vector<Channel> channels_of(const topo::Topology& t);
+  /// One direction of a link as the network models it: bandwidth, sharing, per_flow_gbps and injection_gbps.
+  [[nodiscard]] static Channel channel_of(const topo::Link& l);
+  /// The rate one flow reaches over the channels of its route with nothing else in flight (bytes/s): the
+  /// least of each channel's capacity and per-flow cap.
+  [[nodiscard]] static double lone_flow_rate(std::span<const Channel> route_channels);
 
   /// Starts a flow of `bytes` over `route` (copied: at most topo::kMaxHops channels). Returns its id.
   int add_flow(std::span<const std::int32_t> route, double bytes, double now_s);

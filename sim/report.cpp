@@ -1,6 +1,7 @@
 #include "sim/report.hpp"
 
 #include "scheduler/trace/trace.hpp"
+#include "sim/fair_share_network.hpp"
 
 #include <algorithm>
 
@@ -64,6 +65,13 @@ nlohmann::json links_json(const topo::Topology& t, const SimResult& r) {
     if (s.bytes <= 0) continue;
     const auto& l = t.channel_link(int(c));
     const double avg_gbps = r.makespan_s > 0 ? s.bytes / r.makespan_s / 1e9 : 0;
+    // What the channel can carry at once in the model: a shared channel its capacity (the injection limit where
+    // one is set); a dedicated one gives every flow its full rate, so at most its most flows at once times that.
+    const auto ch = FairShareNetwork::channel_of(l);
+    const double capacity_gbps =
+        (ch.shared ? ch.capacity_bytes_per_s
+                   : std::min(ch.capacity_bytes_per_s, ch.flow_cap_bytes_per_s) * std::max(1, s.max_flows)) /
+        1e9;
     a.push_back({{"link", t.channel_name(int(c))},
                  {"sharing", l.sharing == topo::Sharing::Shared ? "shared" : "dedicated"},
                  {"bandwidth_gbps", l.bandwidth_gbps},
@@ -71,7 +79,8 @@ nlohmann::json links_json(const topo::Topology& t, const SimResult& r) {
                  {"busy_ms", s.busy_s * 1e3},
                  {"busy_fraction", r.makespan_s > 0 ? s.busy_s / r.makespan_s : 0},
                  {"avg_gbps", avg_gbps},
-                 {"utilisation", avg_gbps / l.bandwidth_gbps},
+                 {"capacity_gbps", capacity_gbps},
+                 {"utilisation", capacity_gbps > 0 ? std::min(1.0, avg_gbps / capacity_gbps) : 0.0},
                  {"max_flows", s.max_flows}});
   }
   return a;

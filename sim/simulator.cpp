@@ -379,9 +379,12 @@ Expected<SimResult> Engine::run() {
   // A quotient plan's other ranks live their representative's timeline.
   for (int r = simulated_ranks(); r < plan_.ranks; ++r)
     res_.ranks[std::size_t(r)] = res_.ranks[std::size_t(sym_.rep(r))];
+  // The rank that finishes last: the lowest whose end is within a relative 1e-9 of the latest, so that float
+  // noise between ranks that end together cannot move it (exposed_comm_ms is this rank's).
+  Seconds latest = 0;
+  for (const auto& rk : res_.ranks) latest = std::max(latest, rk.end_s);
   int last = 0;
-  for (int r = 0; r < plan_.ranks; ++r)
-    if (res_.ranks[std::size_t(r)].end_s > res_.ranks[std::size_t(last)].end_s) last = r;
+  while (last + 1 < plan_.ranks && res_.ranks[std::size_t(last)].end_s < latest * (1 - 1e-9)) ++last;
   res_.last_rank = last;
   return std::move(res_);
 }

@@ -42,7 +42,7 @@ struct ChannelStats {
 
 struct SimResult {
   Seconds makespan_s = 0;
-  int last_rank = 0;                  // the rank that finishes last
+  int last_rank = 0;                  // the rank that finishes last (the lowest within a relative 1e-9 of the last end)
   std::vector<Seconds> start_s;       // per op: issue time
   std::vector<Seconds> end_s;         // per op: completion time
   std::vector<Seconds> flow_start_s;  // per Send/Recv: when both sides were issued (else = start)

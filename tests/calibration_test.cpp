@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <tuple>
 
 #include "calibrate/calibration.hpp"
 #include "scheduler/planners/planners.hpp"
@@ -83,6 +84,58 @@ TEST(Measurements, ShippedPaperDataParse) {
             32u);  // 16 table rows x {Ring, CHARM+}
 }
 
+/// The RFC 4180 forms of one file (tests/data/csv): every field quoted (with a note column whose
+/// commas, doubled quotes and line break are read past), CRLF line ends, a UTF-8 byte order mark,
+/// and columns of the user's own. Each reads as the plain file does.
+TEST(Measurements, Rfc4180FormsReadAsThePlainFile) {
+  auto plain = load_measurements(source_path("tests/data/csv/plain.csv"));
+  ASSERT_TRUE(plain) << plain.error().message();
+  EXPECT_TRUE(plain->warnings.empty());
+  ASSERT_EQ(plain->rows.size(), 14u);
+  for (const char* name : {"crlf", "bom", "quoted", "extra-columns"}) {
+    SCOPED_TRACE(name);
+    auto s = load_measurements(source_path(fmt::format("tests/data/csv/{}.csv", name)));
+    ASSERT_TRUE(s) << s.error().message();
+    ASSERT_EQ(s->rows.size(), plain->rows.size());
+    for (std::size_t i = 0; i < s->rows.size(); ++i) {
+      const auto &a = s->rows[i], &b = plain->rows[i];
+      EXPECT_EQ(a.algo, b.algo);
+      const auto &x = a.workload, &y = b.workload;
+      EXPECT_EQ(std::tie(x.batch, x.seq, x.heads, x.kv_heads, x.head_dim, x.dtype, x.causal, x.layout, x.pass),
+                std::tie(y.batch, y.seq, y.heads, y.kv_heads, y.head_dim, y.dtype, y.causal, y.layout, y.pass));
+      EXPECT_EQ(a.time_ms, b.time_ms);  // the same digits: the same double
+      EXPECT_EQ(a.ranks, b.ranks);
+      EXPECT_EQ(a.domains, b.domains);
+      EXPECT_EQ(a.metric, b.metric);
+    }
+    const bool extra = std::string(name) == "quoted" || std::string(name) == "extra-columns";
+    EXPECT_EQ(s->warnings.size(), extra ? 1u : 0u);
+  }
+  // A quoted row's line is the line it starts on; the note's line break moves the rows after it.
+  auto q = load_measurements(source_path("tests/data/csv/quoted.csv"));
+  EXPECT_EQ(q->rows[1].line, 4);
+  EXPECT_EQ(q->rows[2].line, 6);
+  EXPECT_NE(q->warnings.front().find("ignoring column 'note, free text': not one charm reads"), std::string::npos)
+      << q->warnings.front();
+  auto e = load_measurements(source_path("tests/data/csv/extra-columns.csv"));
+  EXPECT_NE(e->warnings.front().find("ignoring columns 'gpu', 'host'"), std::string::npos) << e->warnings.front();
+  EXPECT_EQ(e->where(e->rows[0], Column::Seq), source_path("tests/data/csv/extra-columns.csv") + ":2:5");
+}
+
+TEST(Measurements, QuotedFieldsInText) {
+  const std::string text =
+      "\xEF\xBB\xBF\"algo\",pass,batch,seq,heads,kv_heads,head_dim,dtype,causal,layout,time_ms,\"a \"\"note\"\"\"\r\n"
+      "\"ring\" ,fwd,1,4096,8,8,128,bf16,0,contiguous, \"1.5\",\"x,\r\ny\"\r\n"
+      "ring,fwd,1,4096,8,8,128,bf16,0,contiguous,2,\r\n";
+  auto s = parse_measurements(text, "q.csv");
+  ASSERT_TRUE(s) << s.error().message();
+  ASSERT_EQ(s->rows.size(), 2u);
+  EXPECT_EQ(s->rows[0].time_ms, 1.5);
+  EXPECT_EQ(s->rows[1].line, 4);
+  ASSERT_EQ(s->warnings.size(), 1u);
+  EXPECT_NE(s->warnings[0].find("'a \"note\"'"), std::string::npos) << s->warnings[0];
+}
+
 struct BadCsv {
   const char* name;
   std::string text;
@@ -105,9 +158,18 @@ INSTANTIATE_TEST_SUITE_P(
                "runs.csv: no header line (expected the columns: algo, pass, batch, seq, heads, kv_heads, head_dim, "
                "dtype, causal, layout, time_ms, ranks, domains, metric)"},
         BadCsv{"no_rows", std::string(kHeader), "runs.csv:1: no measurements after the header"},
-        BadCsv{"unknown_column", "algo,pass,bogus\n",
-               "runs.csv:1:3: unknown column 'bogus' (expected: algo, pass, batch, seq, heads, kv_heads, head_dim, "
-               "dtype, causal, layout, time_ms, ranks, domains, metric)"},
+        BadCsv{"unclosed_quote", std::string(kHeader) + kRow + "\"1.5\n",
+               "runs.csv:2:11: a quoted field is not closed (a \" with no closing \" before the end of the file)"},
+        BadCsv{"text_after_quote", std::string(kHeader) + kRow + "\"1\"5\n",
+               "runs.csv:2:11: text after a quoted field's closing quote (a quote inside a quoted field is written "
+               "\"\")"},
+        BadCsv{"stray_quote", std::string(kHeader) + kRow + "1\"5\n",
+               "runs.csv:2:11: a quote inside an unquoted field ('1\"5'): quote the whole field, with \"\" for each "
+               "quote in it"},
+        BadCsv{"control_in_value", std::string(kHeader) + "\"ri\nng\",fwd,1,4096,8,8,128,bf16,0,contiguous,1\n",
+               "runs.csv:2:1: algo: unknown algorithm 'ri?ng' (expected one of: ring, ring-zigzag, merge, rm+, charm, "
+               "allgather-kv, tasp, tasp-zigzag, ulysses, usp)"},
+        BadCsv{"empty_column_name", "algo,,pass\n", "runs.csv:1:2: an empty column name in the header"},
         BadCsv{"duplicate_column", "algo,pass,algo\n", "runs.csv:1:3: column 'algo' appears twice"},
         BadCsv{"missing_column", "algo,pass,batch,seq,heads,kv_heads,head_dim,dtype,causal,layout\n",
                "runs.csv:1:11: missing column 'time_ms' (the header needs: algo, pass, batch, seq, heads, kv_heads, "
@@ -281,6 +343,16 @@ TEST(NcclTests, ErrorsNameFileAndLine) {
   };
   EXPECT_EQ(err("# nothing\n"),
             "x.txt: no nccl-tests table rows (expected the output of sendrecv_perf, alltoall_perf, ...)");
+  // Several runs in one log: each header after rows, or a size that does not grow, starts one.
+  const std::string row1 = "1024 256 float sum -1 10 0.1 0.1 0 10 0.1 0.1 0\n",
+                    row2 = "2048 512 float sum -1 11 0.2 0.2 0 11 0.2 0.2 0\n";
+  EXPECT_EQ(err(header + row1 + row2 + header + row1 + row2),
+            "x.txt: holds 2 nccl-tests runs (they start on lines 1, 4): one fit needs one run; split it into one file "
+            "per run");
+  EXPECT_EQ(err(header + header + row1 + row2 + row1 + row2 + row1),
+            "x.txt: holds 3 nccl-tests runs (they start on lines 1, 5, 7): one fit needs one run; split it into one "
+            "file per run");
+  EXPECT_EQ(err(header + "# (B) (elements)\n" + header + row1 + row2), "ok");  // header lines before rows: one run
   EXPECT_EQ(err("1024 256 float sum -1 10 0.1 0.1 0 10 0.1 0.1 0\n"),
             "x.txt:1: a table row before the nccl-tests header (# size count type ... time algbw busbw ...)");
   EXPECT_EQ(err(header + "1024 256 float sum -1 10 0.1\n"),

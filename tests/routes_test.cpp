@@ -383,8 +383,11 @@ TEST(Routes, TopoCliShowsRoutes) {
   EXPECT_NE(one.text.find("route 0 -> 9 (n0.gpu0 -> n1.gpu1): nic, 2 hops, 42.5 GB/s, 16 us"), std::string::npos)
       << one.text;
   EXPECT_NE(one.text.find("n0.gpu0->fabric"), std::string::npos) << one.text;
-  EXPECT_NE(one.text.find("route 3 -> 5 (n0.gpu3 -> n0.gpu5): nvlink, 2 hops, 365.1 GB/s, 6 us"), std::string::npos)
+  // The rate a lone flow attains (the stack's 45 GB/s injection limit), beside the links' bandwidth.
+  EXPECT_NE(one.text.find("route 3 -> 5 (n0.gpu3 -> n0.gpu5): nvlink, 2 hops, 45 GB/s a flow (links 365.1 GB/s), 6 us"),
+            std::string::npos)
       << one.text;
+  EXPECT_NE(one.text.find("dedicated, 45 GB/s injection"), std::string::npos) << one.text;
   EXPECT_NE(one.text.find("n0.switch->n0.gpu5"), std::string::npos) << one.text;
 
   auto all = run("topo " + preset("h100-4x8.json") + " --routes");
@@ -400,6 +403,15 @@ TEST(Routes, TopoCliShowsRoutes) {
   ASSERT_EQ(doc["routes"].size(), 56u);
   EXPECT_EQ(doc["routes"][3]["kind"], "host");  // 0 -> 4 crosses the NUMA nodes
   EXPECT_EQ(doc["links"][0]["kind"], "pcie");
+  // Across the NUMA nodes a flow attains the host link's per-flow rate, below its bandwidth.
+  EXPECT_LT(doc["routes"][3]["flow_gbps"].get<double>(), doc["routes"][3]["bandwidth_gbps"].get<double>());
+
+  // Every pair of 65,536 GPUs is 4.3e9 routes (hours): refused before the first.
+  auto big = run("topo " + std::string(CHARM_SOURCE_DIR) + "/tests/data/bad/topo-65536-gpus.json --routes --json");
+  EXPECT_EQ(big.code, 2) << big.text;
+  EXPECT_NE(big.text.find("more than the 65280 routes --routes --json lists; show pairs with --route SRC,DST"),
+            std::string::npos)
+      << big.text;
 
   for (const auto& [args, msg] : std::vector<std::pair<std::string, std::string>>{
            {"--route 0", "--route: '0': expected SRC,DST"},

@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -236,6 +237,84 @@ TEST(SimCli, TraceStructure) {
   EXPECT_EQ(procs.size(), 16u);
   EXPECT_FALSE(starts.empty());
   EXPECT_EQ(starts, finishes);  // every arrow has both ends
+  EXPECT_EQ(j["otherData"]["ranks"], 16);
+  EXPECT_EQ(j["otherData"]["ranks_in_trace"], 16);
+  EXPECT_EQ(j["otherData"]["symmetric"], false);
+}
+
+// A symmetric run simulates one class of ranks: its trace says it holds that class, of how many ranks.
+TEST(SimCli, SymmetricTraceSaysWhatItHolds) {
+  const std::string path = std::string(::testing::TempDir()) + "/charm_trace_sym.json";
+  auto o = run("simulate --algo ring --uniform --ranks 64 --bw-gbps 50 --tflops 100 --seq 64k --symmetry on --trace " +
+               path);
+  ASSERT_EQ(o.code, 0) << o.text;
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto j = nlohmann::json::parse(ss.str());
+  EXPECT_EQ(j["otherData"]["ranks"], 64);
+  EXPECT_EQ(j["otherData"]["ranks_in_trace"], 1);
+  EXPECT_EQ(j["otherData"]["symmetric"], true);
+  std::set<int> pids;
+  for (const auto& e : j["traceEvents"])
+    if (e["ph"] == "X" || (e["ph"] == "M" && e["name"] == "process_name")) pids.insert(e["pid"].get<int>());
+  EXPECT_EQ(pids, std::set<int>{0});
+}
+
+// A block the generated shape never reads (numa with one NUMA node, inter on one node) is read past and said in one
+// warning (it used to be ignored silently); the topology still loads.
+TEST(SimCli, UnusedTopologyBlocksAreNamedInAWarning) {
+  const std::string dir = std::string(CHARM_SOURCE_DIR) + "/tests/data/bad/";
+  for (const auto& [file, what] : std::vector<std::pair<std::string, std::string>>{
+           {"topo-numa-unused.json", "numa: ignored: it applies with numa_per_node > 1 only"},
+           {"topo-inter-one-node.json", "inter: ignored: it applies with nodes > 1 only"}}) {
+    auto o = run("topo " + dir + file + " --route 0,1");
+    EXPECT_EQ(o.code, 0) << o.text;
+    EXPECT_NE(o.text.find("charm: warning: " + dir + file + ": " + what), std::string::npos) << o.text;
+  }
+}
+
+// A link's utilisation is a share of what it can carry: dedicated links give every flow the full rate, so their
+// capacity counts the flows at once (avg_gbps / bandwidth_gbps once reached 16 there).
+TEST(SimCli, LinkUtilisationIsAShare) {
+  for (const std::string& args :
+       std::vector<std::string>{"--uniform --ranks 16 --bw-gbps 50 --tflops 100 --algo allgather-kv",
+                                "--topology " + topo("h20-8.json") + " --algo charm",
+                                "--topology " + topo("l20-8-2numa.json") + " --algo ring"}) {
+    auto o = run("simulate --seq 16k --json " + args);
+    ASSERT_EQ(o.code, 0) << o.text;
+    const auto links = nlohmann::json::parse(o.text)["links"];
+    ASSERT_FALSE(links.empty()) << args;
+    for (const auto& l : links) {
+      EXPECT_GE(l["utilisation"].get<double>(), 0) << l.dump();
+      EXPECT_LE(l["utilisation"].get<double>(), 1) << l.dump();
+      EXPECT_NEAR(l["utilisation"].get<double>(), l["avg_gbps"].get<double>() / l["capacity_gbps"].get<double>(), 1e-12)
+          << l.dump();
+    }
+  }
+}
+
+// The closed form does not describe runs whose memory-bound ops cost time, nor passes that overlap; compare says so
+// as simulate does.
+TEST(SimCli, FormulaAppliesOnlyWhereItDescribesTheRun) {
+  auto applies = [](const std::string& args) {
+    auto o = run("simulate --uniform --ranks 8 --bw-gbps 1 --tflops 100 --seq 32k --json " + args);
+    EXPECT_EQ(o.code, 0) << o.text;
+    const auto j = nlohmann::json::parse(o.text);
+    return j["formula"]["applies"].get<bool>() ? std::string("applies") : j["formula"]["why_not"].get<std::string>();
+  };
+  EXPECT_EQ(applies("--algo ring --pass both"), "applies");
+  EXPECT_NE(applies("--algo ring --hbm-gbps 2000").find("--hbm-gbps"), std::string::npos);
+  EXPECT_NE(applies("--algo merge --pass both").find("add the two passes"), std::string::npos);
+  EXPECT_NE(applies("--algo rm+ --pass both").find("add the two passes"), std::string::npos);
+  EXPECT_EQ(applies("--algo rm+ --pass fwd"), "applies");
+  auto c =
+      run("compare --uniform --ranks 8 --bw-gbps 1 --tflops 100 --seq 32k --algos ring,rm+ --hbm-gbps 2000 --json");
+  ASSERT_EQ(c.code, 0) << c.text;
+  for (const auto& r : nlohmann::json::parse(c.text)["results"]) {
+    EXPECT_EQ(r["formula"]["applies"], false) << r.dump();
+    EXPECT_TRUE(r["formula"].contains("why_not")) << r.dump();
+  }
 }
 
 TEST(SimCli, TopologyErrorsExit2WithOneLine) {

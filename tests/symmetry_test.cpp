@@ -6,6 +6,8 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -366,3 +368,33 @@ TEST(EstimateQuotientPlan, CoversWhatThePlannerMakes) {
       EXPECT_GE(e.plan_bytes, double(q->memory_bytes()) / 2) << what;
     }
 }
+
+namespace {
+// estimate_plan against the plans themselves, full and causal: a causal plan on the contiguous layout skips the
+// blocks its mask hides (about half), and the estimate that refuses a request up front must count that.
+TEST(EstimatePlan, CountsTheMaskedPlan) {
+  for (const auto& algo : sched::algorithm_names())
+    for (auto pass : {ir::PassKind::Fwd, ir::PassKind::Both})
+      for (bool causal : {false, true})
+        for (auto layout : {ir::Layout::Contiguous, ir::Layout::Zigzag}) {
+          sched::PlanRequest req{algo, base_workload(), 32, algo == "charm" || algo == "usp" ? 4 : 1};
+          req.workload.pass = pass;
+          req.workload.causal = causal;
+          req.workload.layout = layout;
+          req = sched::normalised(req);
+          if (!sched::check_request(req)) continue;
+          const auto plan = sched::make_plan(req);
+          ASSERT_TRUE(plan.ok()) << algo;
+          const auto e = sched::estimate_plan(req);
+          const double real = double(plan->size()), est = e.ops;
+          const std::string what = fmt::format("{} {} {} {}: estimate {} ops, plan {}; estimate {} bytes, plan {}",
+                                               algo, ir::to_string(pass), causal ? "causal" : "full",
+                                               ir::to_string(layout), est, real, e.plan_bytes, plan->memory_bytes());
+          if (std::getenv("CHARM_PRINT_ESTIMATES") != nullptr) std::printf("%s\n", what.c_str());
+          EXPECT_GE(est, 0.9 * real) << what;
+          EXPECT_LE(est, 1.5 * real) << what;
+          EXPECT_GE(e.plan_bytes, double(plan->memory_bytes()) / 2) << what;
+          EXPECT_LE(e.plan_bytes, 4.0 * double(plan->memory_bytes())) << what;
+        }
+}
+}  // namespace

@@ -557,14 +557,27 @@ double memory_budget_bytes() {
   return pages > 0 && page > 0 ? 0.5 * double(pages) * double(page) : 8e9;
 }
 
+std::string memory_budget_name() {
+  return max_memory_text().empty() ? "half of this machine's memory" : "--max-memory";
+}
+
 void check_budget(double bytes, const std::string& what, const std::string& flag) {
   const double budget = memory_budget_bytes();
   if (bytes <= budget) return;
-  auto gb = [](double b) { return b >= 1e12 ? fmt::format("{:.3g} TB", b / 1e12) : fmt::format("{:.3g} GB", b / 1e9); };
-  fail(Error{flag,
-             fmt::format("{} would need about {}, more than the {} budget ({}); make it smaller, or raise --max-memory",
-                         what, gb(bytes), gb(budget),
-                         max_memory_text().empty() ? "half of this machine's memory" : "--max-memory")});
+  fail(Error{flag, sched::over_budget_text(what, bytes, budget, memory_budget_name())});
+}
+
+void check_plan_file_budget(const std::string& path, const std::string& flag) {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec) return;  // the loader says what is wrong with the path
+  // A plan file holds about 270 bytes of text an op (measured: a 64-rank ring, 12,160 ops in 3.3 MB); reading
+  // one takes the text, nlohmann's tree and the plan, about 2 kB an op in all (the JSON copy charm plan
+  // budgets), and a simulation of it 60 bytes an op more.
+  const double ops = double(size) / 270;
+  check_budget(ops * (2000 + sched::kSimBytesPerOp),
+               fmt::format("reading the plan file {} ({:.3g} MB, about {:.2g} ops)", path, double(size) / 1e6, ops),
+               flag);
 }
 
 void check_plan_budget(const sched::PlanRequest& req, double extra_bytes_per_op, const std::string& what,

@@ -72,6 +72,10 @@ void add_max_memory(CLI::App& app);
 [[nodiscard]] double memory_budget_bytes();
 /// Fails naming `flag` when `bytes` (an estimate of `what`) exceeds the budget.
 void check_budget(double bytes, const std::string& what, const std::string& flag);
+/// How the budget is named in a refusal: "--max-memory" when given, else "half of this machine's memory".
+[[nodiscard]] std::string memory_budget_name();
+/// check_budget for reading the plan file at `path` (estimated from its size), before it is read.
+void check_plan_file_budget(const std::string& path, const std::string& flag);
 /// check_budget for building (and, per op, `extra_bytes_per_op` more: a JSON copy, simulator state) this plan.
 /// With an active `quotient`, for the quotient plan (its phantom buffers and the schedule's tables included).
 void check_plan_budget(const sched::PlanRequest& req, double extra_bytes_per_op, const std::string& what,

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <iostream>
 #include <tuple>
 #include <vector>
 
@@ -13,6 +14,13 @@
 #include "topologies/topology_json.hpp"
 
 namespace charm::cli {
+
+/// A topology file, loaded (its errors are the user's), with what the loader read past said on stderr.
+inline topo::Topology load_topology_file(const std::string& path) {
+  auto t = unwrap(topo::load_topology(path));
+  for (const auto& w : t.warnings) std::cerr << "charm: warning: " << w << "\n";
+  return t;
+}
 
 /// Where the cluster comes from: a topology file, or the uniform contention-free model.
 struct ClusterFlags {
@@ -58,7 +66,7 @@ struct ClusterFlags {
                                     "(edit a copy of the file to ask what if)"});
     if (!(reserved_gb >= 0) || !std::isfinite(reserved_gb) || reserved_gb > 1e4)
       fail(Error{"--reserved-gb", fmt::format("must be a number of GB in [0, 10000], got {}", reserved_gb)});
-    if (!uniform) return unwrap(topo::load_topology(topology));
+    if (!uniform) return load_topology_file(topology);
     if (ranks < 1 || ranks > (1 << 16)) fail(Error{"--ranks", fmt::format("must be in [1, 65536], got {}", ranks)});
     // CLI11 reads "nan" and "inf" as doubles; neither is a bandwidth.
     if (!(bw_gbps > 0) || !std::isfinite(bw_gbps))

@@ -13,6 +13,7 @@
 
 #if CHARM_CLI_HAVE_CALIBRATE
 #include "calibrate/calibration.hpp"
+#include "tools/cluster_flags.hpp"
 #include "topologies/topology_json.hpp"
 #endif
 
@@ -141,6 +142,7 @@ void register_calibrate(CLI::App& app) {
   sub->add_option("--jobs,-j", o->jobs, "threads that simulate rows in parallel (default: all cores)");
   sub->add_option("--restarts", o->restarts, "optimizer starts besides the base values")->capture_default_str();
   sub->add_flag("--no-loo", o->no_loo, "skip the leave-one-out refits");
+  add_max_memory(*sub);
   sub->callback([o, sub] {
     // Every file read, so that -o can never replace one of them.
     FlagPaths inputs{{"--topology", o->topology}, {"--measurements", o->measurements}};
@@ -154,9 +156,10 @@ void register_calibrate(CLI::App& app) {
     if (o->restarts < 0 || o->restarts > 100)
       fail(Error{"--restarts", fmt::format("must be in [0, 100], got {}", o->restarts)});
     // The topology is checked by its loader first (its errors name the JSON path), then kept as a document to edit.
-    (void)unwrap(topo::load_topology(o->topology));
+    (void)load_topology_file(o->topology);
     const json base = json::parse(unwrap(calib::read_text_file(o->topology, "a topology file")));
     const auto data = unwrap(calib::load_measurements(o->measurements));
+    for (const auto& w : data.warnings) std::cerr << "charm: warning: " << w << "\n";
     std::vector<calib::FixedParameter> fixed;
     for (const auto& item : split_list(o->nccl)) {
       const auto eq = item.find('=');
@@ -177,6 +180,8 @@ void register_calibrate(CLI::App& app) {
     opt.restarts = o->restarts;
     opt.leave_one_out = !o->no_loo;
     if (!o->kernels.empty()) opt.kernels = unwrap(calib::load_kernel_times(o->kernels));
+    opt.memory_budget_bytes = memory_budget_bytes();
+    opt.memory_budget_name = memory_budget_name();
     Progress progress;
     opt.progress = [&progress](const calib::FitProgress& p) { progress.update(p); };
     auto result = calib::calibrate(base, o->topology, data, fixed, opt);

@@ -98,7 +98,9 @@ void register_validate(CLI::App& app) {
   auto* sub = app.add_subcommand("validate", "check a plan: acyclic, matched, deadlock-free, hazard-free, complete");
   sub->add_option("plan", o->file, "plan JSON file")->required();
   sub->add_flag("--all", o->all, "list every violation found, not just the first");
+  add_max_memory(*sub);
   sub->callback([o] {
+    check_plan_file_budget(o->file, "plan");
     auto plan = unwrap(ir::load_plan(o->file));
     sched::ValidateOptions opt;
     if (o->all) opt.max_violations = std::numeric_limits<std::size_t>::max();  // every one, as the flag says
@@ -122,7 +124,9 @@ void register_show(CLI::App& app) {
   auto* sub = app.add_subcommand("show", "print a plan's per-rank listing");
   sub->add_option("plan", o->file, "plan JSON file")->required();
   sub->add_option("--rank", o->rank, "only this rank");
+  add_max_memory(*sub);
   sub->callback([o, sub] {
+    check_plan_file_budget(o->file, "plan");
     auto plan = unwrap(ir::load_plan(o->file));
     // -1 stands for "every rank" inside; given, it names a rank.
     if ((sub->count("--rank") > 0 && o->rank < 0) || o->rank >= plan.ranks)

@@ -518,6 +518,11 @@ void register_sweep(CLI::App& app) {
     // Outputs and jobs.
     if (!o->plot.empty() && !o->plot.ends_with(".png") && !o->plot.ends_with(".svg"))
       fail(Error{"--plot", fmt::format("'{}' must end in .png or .svg", o->plot)});
+    // The script is the figure's: without --plot there is none to write, and the flag would be read past.
+    if (!o->plot_script.empty() && o->plot.empty())
+      fail(Error{"--plot-script", fmt::format("{}: is the gnuplot script of the --plot figure; give --plot FILE.png "
+                                              "(or .svg) with it",
+                                              o->plot_script)});
     if (o->out.empty() && o->json.empty() && !o->json_stdout)
       fail(Error{"--out", "give --out FILE (CSV), --json-out FILE, or --json (JSON on stdout)"});
     // Now, not after an hour of simulation.

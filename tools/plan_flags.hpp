@@ -64,6 +64,7 @@ struct PlanFlags {
       if (app_ != nullptr && app_->get_option_no_throw(f) != nullptr && app_->count(f) > 0)
         fail(Error{f, fmt::format("the plan file {} fixes the algorithm, ranks and workload; drop {} or --plan",
                                   plan_file, f)});
+    check_plan_file_budget(plan_file, "--plan");
     ir::Plan plan = unwrap(ir::load_plan(plan_file));
     if (auto rep = sched::validate(plan); !rep.ok())
       fail(Error{"--plan", fmt::format("{} is not a valid plan: {}", plan_file, rep.summary(plan))});

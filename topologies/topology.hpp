@@ -149,6 +149,9 @@ class Topology {
  public:
   std::string name;
   std::string notes;
+  /// What the file says that the loader read past, one line each (a `numa` block where numa_per_node is 1): the
+  /// CLI prints them on stderr; programs that generate documents may ignore them.
+  std::vector<std::string> warnings;
   GpuSpec gpu;      // every GPU has this spec
   StackSpec stack;  // the software around the kernels (stack.hpp)
   std::vector<std::string> vertex_names;
@@ -171,7 +174,8 @@ class Topology {
   /// Channels from GPU src to GPU dst, in order.
   [[nodiscard]] Route route(int src, int dst) const;
   [[nodiscard]] double route_latency_us(int src, int dst) const;
-  /// Bandwidth a lone flow gets from src to dst (the narrowest channel).
+  /// The narrowest channel's bandwidth_gbps from src to dst. What a lone flow attains (per-flow and
+  /// injection limits too) is the simulator's: sim::route_flow_gbps.
   [[nodiscard]] GBps route_bandwidth_gbps(int src, int dst) const;
   /// The least preferred link kind on the route (its transport).
   [[nodiscard]] LinkKind route_kind(int src, int dst) const;

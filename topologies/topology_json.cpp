@@ -480,6 +480,18 @@ Status parse_generator(const Node& root, Topology& t, int& num_gpus_out) {
   Link numa_link, inter;
   numa_link.kind = LinkKind::Host;
   inter.kind = LinkKind::Nic;  // one link stands for the NIC and its port on the non-blocking fabric
+  // A block the shape does not use is read past (a sweep over nodes reaches 1 with the file's inter block):
+  // said in a warning, since its numbers change nothing.
+  if (numa == 1 && root.has("numa"))
+    t.warnings.push_back(root.at("numa")
+                             .error("ignored: it applies with numa_per_node > 1 only (one NUMA node per node has no "
+                                    "links between NUMA nodes, so its numbers change nothing)")
+                             .message());
+  if (nodes == 1 && root.has("inter"))
+    t.warnings.push_back(root.at("inter")
+                             .error("ignored: it applies with nodes > 1 only (one node has no links between nodes, "
+                                    "so its numbers change nothing)")
+                             .message());
   if (numa > 1) {
     if (!root.has("numa")) return root.missing("numa");
     if (auto s = parse_link_params(root.at("numa"), numa_link, "shared"); !s) return s.error();

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -13,6 +14,7 @@
 #include <limits>
 #include <optional>
 #include <ostream>
+#include <span>
 #include <sstream>
 
 #include "scheduler/ir/input_file.hpp"
@@ -468,13 +470,31 @@ Expected<Plan> load_plan(const std::string& path) {
   return e;
 }
 
+namespace {
+/// Each rank's op ids in id order, in one pass over the plan (a counting sort by rank): a listing of
+/// every rank walks the plan once, not once per rank.
+struct OpsByRank {
+  std::vector<std::size_t> start;  // ranks + 1 offsets into ids
+  std::vector<OpId> ids;
+  explicit OpsByRank(const Plan& plan) : start(std::size_t(std::max(0, plan.ranks)) + 1, 0), ids(plan.size()) {
+    for (OpId id = 0; id < static_cast<OpId>(plan.size()); ++id) ++start[std::size_t(plan.op(id).rank) + 1];
+    for (std::size_t r = 1; r < start.size(); ++r) start[r] += start[r - 1];
+    std::vector<std::size_t> next(start.begin(), start.end() - 1);
+    for (OpId id = 0; id < static_cast<OpId>(plan.size()); ++id) ids[next[std::size_t(plan.op(id).rank)]++] = id;
+  }
+  [[nodiscard]] std::span<const OpId> of(int r) const {
+    return {ids.data() + start[std::size_t(r)], ids.data() + start[std::size_t(r) + 1]};
+  }
+};
+}  // namespace
+
 void write_dot(const Plan& plan, std::ostream& os) {
   os << "digraph plan {\n  rankdir=LR;\n  node [shape=box, fontname=\"monospace\", fontsize=10];\n";
+  const OpsByRank by_rank(plan);
   for (int r = 0; r < plan.ranks; ++r) {
     os << fmt::format("  subgraph cluster_rank{} {{\n    label=\"rank {}\";\n", r, r);
-    for (OpId id = 0; id < static_cast<OpId>(plan.size()); ++id) {
+    for (OpId id : by_rank.of(r)) {
       const Op& op = plan.op(id);
-      if (op.rank != r) continue;
       const char* color = op.kind == OpKind::Compute                             ? "lightblue"
                           : (op.kind == OpKind::Send || op.kind == OpKind::Recv) ? "lightyellow"
                                                                                  : "lightgrey";
@@ -495,12 +515,12 @@ void write_dot(const Plan& plan, std::ostream& os) {
 
 void write_listing(const Plan& plan, std::ostream& os, int only_rank) {
   os << fmt::format("# plan {} ranks={} domains={} ops={}\n", plan.algo, plan.ranks, plan.domains, plan.size());
+  const OpsByRank by_rank(plan);
   for (int r = 0; r < plan.ranks; ++r) {
     if (only_rank >= 0 && r != only_rank) continue;
     os << fmt::format("rank {}:\n", r);
-    for (OpId id = 0; id < static_cast<OpId>(plan.size()); ++id) {
+    for (OpId id : by_rank.of(r)) {
       const Op& op = plan.op(id);
-      if (op.rank != r) continue;
       std::string deps;
       for (OpId d : plan.deps(id)) deps += fmt::format("{}{}", deps.empty() ? "" : ",", d);
       os << fmt::format("  #{:<6} {:<8} {:<32}", id, to_string(op.stream), op_label(plan, id));

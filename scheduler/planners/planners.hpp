@@ -24,7 +24,9 @@ struct PlanRequest {
 /// What building a plan would cost, known before building it: op count and the plan's
 /// memory. The op counts are ~c x ranks^2 (each rank meets every other rank's shard), with
 /// c measured per algorithm and pass on 32-rank plans and rounded up; TASP multiplies by
-/// its part count. An estimate, for refusing up front what would not fit, never for sizing.
+/// its part count; a causal mask on the contiguous layout takes the blocks it hides off
+/// (rm+ and charm about half their ops, the ring family a sixth of the forward's). An estimate, for refusing up front
+/// what would not fit, never for sizing.
 struct PlanEstimate {
   double ops = 0;
   double plan_bytes = 0;  // ops, dependencies and buffers in memory (about 120 bytes an op, measured 1024-rank ring)
@@ -34,6 +36,13 @@ struct PlanEstimate {
   double planner_bytes = 0;    // the schedule's tables over all ranks (merge, allgather-kv: ranks^2 ids)
 };
 [[nodiscard]] PlanEstimate estimate_plan(const PlanRequest& req);
+/// The memory building and then simulating this plan takes: the plan, and the simulator's state
+/// (about 60 bytes an op). What `charm simulate`, `show` and `calibrate` check against the budget.
+inline constexpr double kSimBytesPerOp = 60;
+/// The line that refuses work estimated to need `bytes` over a `budget` of bytes, named
+/// `budget_name` ("--max-memory", "half of this machine's memory"): one text for every command.
+[[nodiscard]] std::string over_budget_text(const std::string& what, double bytes, double budget,
+                                           const std::string& budget_name);
 /// The same for the quotient plan under `quotient` (a coarsening of plan_symmetry(req)): its ops
 /// and memory, with the phantom buffers and the schedule's tables, which the planner still makes
 /// for every rank (it describes every rank, and emits the representatives' ops only).

@@ -19,7 +19,9 @@ Timeline Timeline::zeros(const Plan& plan) {
 nlohmann::json chrome_trace(const Plan& plan, std::span<const double> start_s, std::span<const double> end_s,
                             std::span<const double> flow_start_s, double makespan_s, const nlohmann::json& other) {
   nlohmann::json ev = nlohmann::json::array();
-  for (int rk = 0; rk < plan.ranks; ++rk) {
+  // A quotient plan (the simulator's symmetric runs) holds the ops of its representatives only: ranks [0, block).
+  const int in_trace = plan.symmetry.active() ? std::min<int>(plan.symmetry.block, plan.ranks) : plan.ranks;
+  for (int rk = 0; rk < in_trace; ++rk) {
     ev.push_back({{"ph", "M"},
                   {"name", "process_name"},
                   {"pid", rk},
@@ -84,7 +86,13 @@ nlohmann::json chrome_trace(const Plan& plan, std::span<const double> start_s, s
                   {"tid", int(o.stream)},
                   {"ts", end_s[std::size_t(rv)] * us}});
   }
-  nlohmann::json meta = {{"algo", plan.algo}, {"ranks", plan.ranks}, {"makespan_ms", makespan_s * 1e3}};
+  // What the trace holds: `ranks_in_trace` of the plan's `ranks`; a symmetric run's other ranks do what their
+  // representative (rank r % ranks_in_trace) does, moved by the symmetry.
+  nlohmann::json meta = {{"algo", plan.algo},
+                         {"ranks", plan.ranks},
+                         {"ranks_in_trace", in_trace},
+                         {"symmetric", plan.symmetry.active()},
+                         {"makespan_ms", makespan_s * 1e3}};
   if (other.is_object()) meta.update(other);
   return {{"traceEvents", ev}, {"displayTimeUnit", "ms"}, {"otherData", meta}};
 }
