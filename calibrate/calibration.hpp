@@ -115,11 +115,11 @@ struct Calibration {
   double base_objective = 0, objective = 0;
   int evaluations = 0;
   Mape time, speedup;
-  Mape component;             // rows of the comm / compute metric
+  Mape component;                             // rows of the comm / compute metric
   std::vector<KernelPrediction> kernel_rows;  // one per kernel time (options.kernels), in file order
   Mape kernels;                               // over them (no leave-one-out: they stay in every refit)
   std::string kernel_source;                  // their file
-  std::size_t time_rows = 0;  // rows of the time metric (the time MAPE's)
+  std::size_t time_rows = 0;                  // rows of the time metric (the time MAPE's)
   std::vector<std::string> notes;
   double seconds = 0;
 };

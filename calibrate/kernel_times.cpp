@@ -1,12 +1,15 @@
 #include "calibrate/kernel_times.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <array>
 #include <charconv>
 #include <cmath>
+#include <optional>
 
+#include "calibrate/csv_records.hpp"
 #include "calibrate/measurements.hpp"
 
 namespace charm::calib {
@@ -17,23 +20,6 @@ enum class Col : std::uint8_t { Pass, Batch, Heads, KvHeads, HeadDim, DType, QTo
 constexpr std::size_t kCols = 10;
 constexpr std::array<std::string_view, kCols> kNames{"pass",  "batch",    "heads",     "kv_heads", "head_dim",
                                                      "dtype", "q_tokens", "kv_tokens", "mask",     "time_ms"};
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
-  return s;
-}
-
-std::vector<std::string_view> split_fields(std::string_view line) {
-  std::vector<std::string_view> out;
-  std::size_t start = 0;
-  for (std::size_t i = 0; i <= line.size(); ++i)
-    if (i == line.size() || line[i] == ',') {
-      out.push_back(trim(line.substr(start, i - start)));
-      start = i + 1;
-    }
-  return out;
-}
 
 std::string header_list() {
   std::string s;
@@ -56,28 +42,30 @@ Expected<std::int64_t> parse_count(std::string_view s, std::int64_t max) {
 Expected<KernelTimeSet> parse_kernel_times(std::string_view text, const std::string& source) {
   KernelTimeSet set;
   set.source = source;
-  std::array<int, kCols> index{};  // 1-based field of each column
-  std::vector<Col> order;
+  std::array<int, kCols> index{};         // 1-based field of each column
+  std::vector<std::optional<Col>> order;  // none: a column of the user's own, read past
+  std::vector<std::string> ignored;
   int header_line = 0, line_no = 0;
-  std::size_t pos = 0;
-  if (text.substr(0, 3) == "\xEF\xBB\xBF") pos = 3;  // a UTF-8 byte order mark
-  while (pos < text.size()) {
-    const std::size_t nl = text.find('\n', pos);
-    const std::string_view raw = text.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos);
-    pos = nl == std::string_view::npos ? text.size() : nl + 1;
-    ++line_no;
-    const std::string_view line = trim(raw);
-    if (line.empty() || line.front() == '#') continue;
-    const auto fields = split_fields(line);
+  RecordReader reader(text, source);
+  for (Record rec;;) {
+    auto more = reader.next(rec);
+    if (!more) return more.error();
+    if (!*more) break;
+    line_no = rec.line;
+    const auto& fields = rec.fields;
     auto at = [&](std::size_t field, const std::string& what) {
-      return Error{fmt::format("{}:{}:{}", source, line_no, field + 1), what};
+      return Error{fmt::format("{}:{}:{}", source, line_no, field + 1), printable(what)};
     };
     if (header_line == 0) {
       header_line = line_no;
       for (std::size_t i = 0; i < fields.size(); ++i) {
         const auto it = std::find(kNames.begin(), kNames.end(), fields[i]);
-        if (it == kNames.end())
-          return at(i, fmt::format("unknown column '{}' (a kernel-times file has: {})", fields[i], header_list()));
+        if (it == kNames.end()) {
+          if (fields[i].empty()) return at(i, "an empty column name in the header");
+          ignored.push_back(fields[i]);
+          order.push_back(std::nullopt);
+          continue;
+        }
         const auto c = std::size_t(it - kNames.begin());
         if (index[c] != 0) return at(i, fmt::format("column '{}' appears twice", fields[i]));
         index[c] = int(i) + 1;
@@ -86,6 +74,10 @@ Expected<KernelTimeSet> parse_kernel_times(std::string_view text, const std::str
       for (std::size_t c = 0; c < kCols; ++c)
         if (index[c] == 0)
           return at(fields.size(), fmt::format("missing column '{}' (the header needs: {})", kNames[c], header_list()));
+      if (!ignored.empty())
+        set.warnings.push_back(printable(fmt::format("{}:{}: ignoring column{} {}: not one charm reads (expected: {})",
+                                                     source, header_line, ignored.size() == 1 ? "" : "s",
+                                                     fmt::join(ignored, ", "), header_list())));
       continue;
     }
     if (fields.size() != order.size())
@@ -96,11 +88,10 @@ Expected<KernelTimeSet> parse_kernel_times(std::string_view text, const std::str
     k.line = line_no;
     bool kv_heads_given = false;
     for (std::size_t i = 0; i < fields.size(); ++i) {
-      const Col c = order[i];
-      const std::string_view v = fields[i];
-      auto bad = [&](const std::string& what) {
-        return at(i, fmt::format("{}: {}", kNames[std::size_t(c)], what));
-      };
+      if (!order[i]) continue;
+      const Col c = *order[i];
+      const std::string_view v = fields[i];  // quotes removed, blanks trimmed
+      auto bad = [&](const std::string& what) { return at(i, fmt::format("{}: {}", kNames[std::size_t(c)], what)); };
       if (v.empty() && c != Col::KvHeads) return bad("missing value");
       auto count = [&](std::int64_t max, std::int64_t& out) -> Status {
         auto n = parse_count(v, max);

@@ -6,7 +6,9 @@
 //   pass,batch,heads,kv_heads,head_dim,dtype,q_tokens,kv_tokens,mask,time_ms
 //   fwd,1,12,12,192,bf16,13440,13440,full,7.9
 //
-// Columns may come in any order; every one is required (kv_heads may be empty: = heads).
+// The CSV forms of calibrate/csv_records.hpp (RFC 4180, CRLF, a byte order mark); columns may come
+// in any order; every one is required (kv_heads may be empty: = heads); other columns (a benchmark's
+// TFLOP/s, a note) are read past and named in one warning.
 // mask is full or causal; a causal row has q_tokens == kv_tokens (the diagonal block).
 // Such a row is predicted by the topology's kernel model alone (sim::ComputeModel::kernel_seconds:
 // the launch and the tile waves, no framework step and no result update), so it pins the GPU's
@@ -32,6 +34,7 @@ struct KernelTime {
 struct KernelTimeSet {
   std::string source;
   std::vector<KernelTime> rows;
+  std::vector<std::string> warnings;  // columns read past (a user's own: TFLOP/s, a note)
 };
 
 /// Parses the CSV text; `source` prefixes every error.

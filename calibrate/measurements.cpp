@@ -1,5 +1,7 @@
 #include "calibrate/measurements.hpp"
 
+#include "calibrate/csv_records.hpp"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -26,110 +28,6 @@ constexpr std::array<std::string_view, kNumColumns> kNames{"algo",     "pass",  
                                                            "time_ms",  "ranks",    "domains", "metric"};
 
 bool optional_column(Column c) { return c == Column::Ranks || c == Column::Domains || c == Column::Metric; }
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
-  return s;
-}
-
-/// Text of the file echoed in a message: a control character (a quoted field may hold a line break) is '?', so
-/// that every message stays one line.
-std::string printable(std::string_view s) {
-  std::string out(s);
-  for (char& c : out)
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-  return out;
-}
-
-/// One record of the file: its fields (quotes removed) and the line it starts on.
-struct Record {
-  int line = 0;
-  std::vector<std::string> fields;
-};
-
-/// Reads the file as RFC 4180 records: fields separated by commas, a field in double quotes may hold
-/// commas, line breaks and doubled quotes (""), lines end in LF or CRLF, and a UTF-8 byte order mark at the
-/// start is skipped. Besides the RFC: blank lines and lines whose first non-blank character is '#' are
-/// comments, and blanks around an unquoted field are trimmed. Errors name the line and column.
-class RecordReader {
- public:
-  RecordReader(std::string_view text, const std::string& source) : t_(text), source_(source) {
-    if (t_.substr(0, 3) == "\xEF\xBB\xBF") t_.remove_prefix(3);
-  }
-  /// The next record: false at the end of the text.
-  Expected<bool> next(Record& r) {
-    while (pos_ < t_.size()) {
-      const std::size_t nl = t_.find('\n', pos_);
-      const std::string_view line = trim(t_.substr(pos_, nl == std::string_view::npos ? nl : nl - pos_));
-      if (!line.empty() && line.front() != '#') break;
-      pos_ = nl == std::string_view::npos ? t_.size() : nl + 1;
-      ++line_;
-    }
-    if (pos_ >= t_.size()) return false;
-    r.line = line_;
-    r.fields.clear();
-    while (true) {
-      auto f = field(r);
-      if (!f) return f.error();
-      r.fields.push_back(std::move(*f));
-      if (pos_ >= t_.size()) break;
-      const char c = t_[pos_++];
-      if (c == '\n') {
-        ++line_;
-        break;
-      }
-      // field() stops at a comma or a line end only.
-    }
-    return true;
-  }
-
- private:
-  Expected<std::string> field(const Record& r) {
-    while (pos_ < t_.size() && (t_[pos_] == ' ' || t_[pos_] == '\t')) ++pos_;
-    if (pos_ < t_.size() && t_[pos_] == '"') {
-      const int open_line = line_;
-      ++pos_;
-      std::string out;
-      while (true) {
-        if (pos_ >= t_.size())
-          return Error{fmt::format("{}:{}:{}", source_, open_line, r.fields.size() + 1),
-                       "a quoted field is not closed (a \" with no closing \" before the end of the file)"};
-        const char c = t_[pos_++];
-        if (c == '"') {
-          if (pos_ < t_.size() && t_[pos_] == '"') {
-            out += '"';
-            ++pos_;
-            continue;
-          }
-          break;
-        }
-        if (c == '\n') ++line_;
-        if (c == '\r' && pos_ < t_.size() && t_[pos_] == '\n') continue;  // CRLF inside quotes reads as LF
-        out += c;
-      }
-      while (pos_ < t_.size() && (t_[pos_] == ' ' || t_[pos_] == '\t' || t_[pos_] == '\r')) ++pos_;
-      if (pos_ < t_.size() && t_[pos_] != ',' && t_[pos_] != '\n')
-        return Error{fmt::format("{}:{}:{}", source_, line_, r.fields.size() + 1),
-                     "text after a quoted field's closing quote (a quote inside a quoted field is written \"\")"};
-      return out;
-    }
-    const std::size_t end = t_.find_first_of(",\n", pos_);
-    const std::string_view v = t_.substr(pos_, end == std::string_view::npos ? end : end - pos_);
-    pos_ = end == std::string_view::npos ? t_.size() : end;
-    if (v.find('"') != std::string_view::npos)
-      return Error{fmt::format("{}:{}:{}", source_, line_, r.fields.size() + 1),
-                   fmt::format("a quote inside an unquoted field ('{}'): quote the whole field, with \"\" for each "
-                               "quote in it",
-                               trim(v))};
-    return std::string(trim(v));
-  }
-
-  std::string_view t_;
-  const std::string& source_;
-  std::size_t pos_ = 0;
-  int line_ = 1;
-};
 
 std::string expected_list() {
   std::string s;

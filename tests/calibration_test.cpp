@@ -563,11 +563,10 @@ TEST(Calibrate, RecoversScaledParametersAndPredictsHeldOutRows) {
 }
 
 TEST(KernelTimes, ParseWriteAndRefuseWithTheCell) {
-  const std::string text =
-      "\xEF\xBB\xBF# a FlashAttention benchmark\r\n"
-      "pass,batch,heads,kv_heads,head_dim,dtype,q_tokens,kv_tokens,mask,time_ms\r\n"
-      "fwd,2,12,,192,bf16,4096,8192,full,1.25\r\n"
-      "bwd,1,12,4,192,bf16,4096,4096,causal,2.5\n";
+  const std::string text = "\xEF\xBB\xBF# a FlashAttention benchmark\r\n"
+                           "pass,batch,heads,kv_heads,head_dim,dtype,q_tokens,kv_tokens,mask,time_ms\r\n"
+                           "fwd,2,12,,192,bf16,4096,8192,full,1.25\r\n"
+                           "bwd,1,12,4,192,bf16,4096,4096,causal,2.5\n";
   auto k = parse_kernel_times(text, "k.csv");
   ASSERT_TRUE(k) << k.error().message();
   ASSERT_EQ(k->rows.size(), 2u);
@@ -582,6 +581,14 @@ TEST(KernelTimes, ParseWriteAndRefuseWithTheCell) {
   ASSERT_TRUE(again) << again.error().message();
   EXPECT_EQ(again->rows[0].time_ms, 2.5);
   EXPECT_EQ(again->rows[0].workload.kv_heads, 4);
+  // A benchmark's own columns are read past, named in one warning.
+  auto extra = parse_kernel_times("pass,batch,heads,kv_heads,head_dim,dtype,q_tokens,kv_tokens,mask,time_ms,TFLOPs\n"
+                                  "fwd,1,8,8,128,bf16,1024,1024,full,1,\"350,5\"\n",
+                                  "x.csv");
+  ASSERT_TRUE(extra) << extra.error().message();
+  ASSERT_EQ(extra->warnings.size(), 1u);
+  EXPECT_NE(extra->warnings[0].find("x.csv:1: ignoring column TFLOPs"), std::string::npos) << extra->warnings[0];
+  EXPECT_EQ(extra->rows[0].time_ms, 1.0);
   const std::string head = "pass,batch,heads,kv_heads,head_dim,dtype,q_tokens,kv_tokens,mask,time_ms\n";
   const std::pair<std::string, std::string> bad[] = {
       {head + "fwd,1,8,8,128,bf16,1024,2048,causal,1\n",
@@ -593,7 +600,10 @@ TEST(KernelTimes, ParseWriteAndRefuseWithTheCell) {
       {"pass,batch,heads,head_dim,dtype,q_tokens,kv_tokens,mask,time_ms\n",
        "k.csv:1:10: missing column 'kv_heads' (the header needs: "
        "pass,batch,heads,kv_heads,head_dim,dtype,q_tokens,kv_tokens,mask,time_ms)"},
-      {head, "k.csv:1: no kernel times after the header"}};
+      {head, "k.csv:1: no kernel times after the header"},
+      {"pass,batch,heads,kv_heads,head_dim,dtype,q_tokens,kv_tokens,mask,time_ms\nfwd,1,8,8,128,bf16,\"1024,1024,full,"
+       "1\n",
+       "k.csv:2:7: a quoted field is not closed (a \" with no closing \" before the end of the file)"}};
   for (const auto& [csv, want] : bad) {
     auto e = parse_kernel_times(csv, "k.csv");
     ASSERT_FALSE(e) << csv;

@@ -179,7 +179,10 @@ void register_calibrate(CLI::App& app) {
     opt.jobs = jobs;
     opt.restarts = o->restarts;
     opt.leave_one_out = !o->no_loo;
-    if (!o->kernels.empty()) opt.kernels = unwrap(calib::load_kernel_times(o->kernels));
+    if (!o->kernels.empty()) {
+      opt.kernels = unwrap(calib::load_kernel_times(o->kernels));
+      for (const auto& w : opt.kernels.warnings) std::cerr << "charm: warning: " << w << "\n";
+    }
     opt.memory_budget_bytes = memory_budget_bytes();
     opt.memory_budget_name = memory_budget_name();
     Progress progress;

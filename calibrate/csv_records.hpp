@@ -1,0 +1,44 @@
+#pragma once
+// The CSV records of the measurement files (`calibrate -m`, `calibrate --kernels`): RFC 4180
+// fields separated by commas, a field in double quotes may hold commas, line breaks and doubled
+// quotes (""), lines end in LF or CRLF, and a UTF-8 byte order mark at the start is skipped.
+// Besides the RFC: blank lines and lines whose first non-blank character is '#' are comments,
+// and blanks around an unquoted field are trimmed. Errors name file:line:column.
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "scheduler/ir/expected.hpp"
+
+namespace charm::calib {
+
+/// `s` without the blanks (and a CR) around it.
+[[nodiscard]] std::string_view trim(std::string_view s);
+/// Text of a file echoed in a message: a control character (a quoted field may hold a line
+/// break) is '?', so that every message stays one line.
+[[nodiscard]] std::string printable(std::string_view s);
+
+/// One record of the file: its fields (quotes removed) and the line it starts on.
+struct Record {
+  int line = 0;
+  std::vector<std::string> fields;
+};
+
+/// Reads `text` record by record; `source` (the file name) prefixes every error and must outlive it.
+class RecordReader {
+ public:
+  RecordReader(std::string_view text, const std::string& source);
+  /// The next record: false at the end of the text.
+  [[nodiscard]] Expected<bool> next(Record& r);
+
+ private:
+  [[nodiscard]] Expected<std::string> field(const Record& r);
+
+  std::string_view t_;
+  const std::string& source_;
+  std::size_t pos_ = 0;
+  int line_ = 1;
+};
+
+}  // namespace charm::calib
