@@ -444,6 +444,7 @@ py::object simulate_fn(const py::object& algo, const py::object& plan, WorkloadA
            {"exposed_comm_per_rank_ms", {{"mean", s.exposed_comm_mean_s * 1e3}, {"max", s.exposed_comm_max_s * 1e3}}},
            {"idle_ms", {{"mean", s.idle_mean_s * 1e3}, {"max", s.idle_max_s * 1e3}}},
            {"compute_busy_ms", {{"mean", s.busy_mean_s * 1e3}}},
+           {"comm_busy_ms", {{"mean", s.comm_busy_mean_s * 1e3}}},
            {"ccr", r.formula.ccr},
            {"peak_mem_bytes", s.peak_mem_bytes},
            {"peak_mem_per_rank_bytes", peaks},

@@ -5,6 +5,7 @@
 # The fitted parameters are the physical ones the data identifies
 # (docs/validation.md explains the choice); everything else stays nominal.
 # Needs a build (scripts/build.sh) and python3 for deriving the sibling presets.
+# CALIBRATE_FLAGS=--no-loo skips the leave-one-out refits (the H100 fit's take half an hour on 2 cores).
 # scripts/calibrate-presets.sh [all|h100|others]: every system, the H100 fit alone, or the others
 # (which inherit the stack the H100 fit gives: copy its values into topologies/stack.cpp first).
 set -euo pipefail
@@ -15,7 +16,7 @@ mkdir -p build/calibration
 
 fit() {  # fit BASE CSV PARAMS OUT
   echo "calibrate-presets: $4 from $1 and $2 (--fit $3)" >&2
-  "$B" calibrate -t "$1" -m "$2" --fit "$3" -o "$4" --json > "build/calibration/$(basename "$4" .json).report.json"
+  "$B" calibrate -t "$1" -m "$2" --fit "$3" -o "$4" --json ${CALIBRATE_FLAGS:-} > "build/calibration/$(basename "$4" .json).report.json"
   python3 - "$4" "$1" "$2" "$3" <<'EOF'
 import json, sys
 out, base, csv, params = sys.argv[1:5]

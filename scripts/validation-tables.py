@@ -10,7 +10,11 @@ import sys
 
 
 def pct(x):
-    return "-" if x is None else f"{x:+.1%}".replace("%", "%")
+    return "-" if x is None else f"{x:+.1%}"
+
+
+def num(x):
+    return "-" if x is None else f"{x:.2f}"
 
 
 def mape(errs):
@@ -37,7 +41,8 @@ def main(path):
         print(f"| {name} | {len(g)} | {mape([x['error'] for x in g])} | {mape([x['loo_error'] for x in g])} |")
     def speedup(ring, x):
         return {"measured": ring["measured_ms"] / x["measured_ms"], "predicted": ring["predicted_ms"] / x["predicted_ms"],
-                "loo_predicted": ring["loo_predicted_ms"] / x["loo_predicted_ms"]}
+                "loo_predicted": ring["loo_predicted_ms"] / x["loo_predicted_ms"]
+                if ring["loo_predicted_ms"] and x["loo_predicted_ms"] else None}
 
     def ms(x):
         return f"{x['measured_ms']:.2f} → {x['predicted_ms']:.2f} ({x['error']:+.0%})"
@@ -57,8 +62,8 @@ def main(path):
         gpus = "2×8" if x["ranks"] == 16 else "4×8"
         print(f"| {gpus} | {x['batch']} | {x['seq']} | {x['pass']} | {ring['measured_ms']:.2f} | "
               f"{ring['predicted_ms']:.2f} ({ring['error']:+.1%}) | {x['measured_ms']:.2f} | "
-              f"{x['predicted_ms']:.2f} ({x['error']:+.1%}) | {x['loo_error']:+.1%} | {p['measured']:.2f} | "
-              f"{p['predicted']:.2f} | {p['loo_predicted']:.2f} |")
+              f"{x['predicted_ms']:.2f} ({x['error']:+.1%}) | {pct(x['loo_error'])} | {p['measured']:.2f} | "
+              f"{p['predicted']:.2f} | {num(p['loo_predicted'])} |")
     print()
     print("H100, Table 9 (forward, 2×8; ms, predicted in-sample, error; speedup = Ring / CHARM+):")
     print()
@@ -74,7 +79,7 @@ def main(path):
         cell = lambda a, m="time": ms(g[(a, m)]) if (a, m) in g else "-"
         p = speedup(g[("ring", "time")], g[("charm", "time")])
         print(f"| {b} | {s} | {cell('ring', 'comm')} | {cell('ring', 'compute')} | {cell('ring')} | {cell('tasp')} | "
-              f"{cell('charm')} | {p['measured']:.2f} | {p['predicted']:.2f} | {p['loo_predicted']:.2f} |")
+              f"{cell('charm')} | {p['measured']:.2f} | {p['predicted']:.2f} | {num(p['loo_predicted'])} |")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,6 @@
 
 namespace charm::sim {
 
-
 ComputeModel ComputeModel::from_gpu(const topo::GpuSpec& g, ir::DType dtype) {
   ComputeModel m;
   m.peak_flops = g.peak_flops(dtype);

@@ -19,7 +19,7 @@ struct KernelBenchSpec {
   ir::DType dtype = ir::DType::BF16;
   int repeats = 5;  // timed calls per row; the row holds their median
   int warmup = 1;
-  int device = 0;   // cuda
+  int device = 0;  // cuda
 };
 
 /// One median time (ms) per row, in the order passes x tokens x causal; `progress` after each.

@@ -85,8 +85,7 @@ void register_bench_kernels(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand(
       "bench-kernels", "time the attention block kernels on one device and write the CSV calibrate --kernels fits");
-  sub->add_option("--backend", o->backend, "cpu (this machine's cores, fp32) or cuda (one GPU)")
-      ->capture_default_str();
+  sub->add_option("--backend", o->backend, "cpu (this machine's cores, fp32) or cuda (one GPU)")->capture_default_str();
   sub->add_option("--out,-o", o->out, "kernel-times CSV to write")->required();
   sub->add_option("--pass", o->pass, "fwd, bwd or both")->capture_default_str();
   sub->add_option("--tokens", o->tokens, "comma-separated query (= key) tokens of a block")->capture_default_str();

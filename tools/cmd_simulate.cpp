@@ -559,7 +559,8 @@ void register_advise(CLI::App& app) {
                                  : "",
                              b.memory.line());
     std::cout << fmt::format("#   why: {}\n", b.bottleneck);
-    if (const auto caveat = all_to_all_caveat(b.algo, b.domains > 0 ? adv.ranks / b.domains : adv.ranks); !caveat.empty())
+    if (const auto caveat = all_to_all_caveat(b.algo, b.domains > 0 ? adv.ranks / b.domains : adv.ranks);
+        !caveat.empty())
       std::cout << fmt::format("#   caution: {}\n", caveat);
     std::cout << fmt::format("#   {}\n",
                              sim::framework_settings(b.algo, b.layout, w.causal, adv.ranks, b.domains).line());
