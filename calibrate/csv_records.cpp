@@ -86,5 +86,4 @@ Expected<std::string> RecordReader::field(const Record& r) {
   return std::string(trim(v));
 }
 
-
 }  // namespace charm::calib
