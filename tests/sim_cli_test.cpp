@@ -311,7 +311,8 @@ TEST(SimCli, FormulaAppliesOnlyWhereItDescribesTheRun) {
   auto c =
       run("compare --uniform --ranks 8 --bw-gbps 1 --tflops 100 --seq 32k --algos ring,rm+ --hbm-gbps 2000 --json");
   ASSERT_EQ(c.code, 0) << c.text;
-  for (const auto& r : nlohmann::json::parse(c.text)["results"]) {
+  const auto report = nlohmann::json::parse(c.text);  // named: a loop over a temporary's member dangles
+  for (const auto& r : report["results"]) {
     EXPECT_EQ(r["formula"]["applies"], false) << r.dump();
     EXPECT_TRUE(r["formula"].contains("why_not")) << r.dump();
   }
