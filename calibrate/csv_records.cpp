@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
+
 namespace charm::calib {
 
 std::string_view trim(std::string_view s) {
@@ -15,6 +17,16 @@ std::string printable(std::string_view s) {
   for (char& c : out)
     if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
   return out;
+}
+
+Expected<std::int64_t> parse_count(std::string_view s, std::int64_t max) {
+  std::int64_t v = 0;
+  const auto* end = s.data() + s.size();
+  const auto r = std::from_chars(s.data(), end, v);
+  if (s.empty() || r.ec != std::errc{} || r.ptr != end || s.front() == '-' || s.front() == '+')
+    return Error{"", fmt::format("must be a whole number > 0, got '{}'", s)};
+  if (v < 1 || v > max) return Error{"", fmt::format("must be in [1, {}], got {}", max, v)};
+  return v;
 }
 
 RecordReader::RecordReader(std::string_view text, const std::string& source) : t_(text), source_(source) {

@@ -5,6 +5,7 @@
 // Besides the RFC: blank lines and lines whose first non-blank character is '#' are comments,
 // and blanks around an unquoted field are trimmed. Errors name file:line:column.
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,6 +19,10 @@ namespace charm::calib {
 /// Text of a file echoed in a message: a control character (a quoted field may hold a line
 /// break) is '?', so that every message stays one line.
 [[nodiscard]] std::string printable(std::string_view s);
+
+/// A cell holding a whole number in [1, max]: digits only (no sign, no suffix, no fraction).
+/// The error has no place; the caller names the cell.
+[[nodiscard]] Expected<std::int64_t> parse_count(std::string_view s, std::int64_t max);
 
 /// One record of the file: its fields (quotes removed) and the line it starts on.
 struct Record {

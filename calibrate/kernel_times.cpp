@@ -27,16 +27,6 @@ std::string header_list() {
   return s;
 }
 
-Expected<std::int64_t> parse_count(std::string_view s, std::int64_t max) {
-  std::int64_t v = 0;
-  const auto* end = s.data() + s.size();
-  const auto r = std::from_chars(s.data(), end, v);
-  if (s.empty() || r.ec != std::errc{} || r.ptr != end || s.front() == '-' || s.front() == '+')
-    return Error{"", fmt::format("must be a whole number > 0, got '{}'", s)};
-  if (v < 1 || v > max) return Error{"", fmt::format("must be in [1, {}], got {}", max, v)};
-  return v;
-}
-
 }  // namespace
 
 Expected<KernelTimeSet> parse_kernel_times(std::string_view text, const std::string& source) {

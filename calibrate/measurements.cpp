@@ -44,17 +44,6 @@ Expected<Metric> parse_metric(std::string_view v) {
   return Error{"", fmt::format("must be time, comm, compute, comm-alone or compute-alone, got '{}'", v)};
 }
 
-/// A whole number in [1, max]; digits only (no sign, no suffix, no fraction).
-Expected<std::int64_t> parse_count(std::string_view s, std::int64_t max) {
-  std::int64_t v = 0;
-  const auto* end = s.data() + s.size();
-  const auto r = std::from_chars(s.data(), end, v);
-  if (s.empty() || r.ec != std::errc{} || r.ptr != end || s.front() == '-' || s.front() == '+')
-    return Error{"", fmt::format("must be a whole number > 0, got '{}'", s)};
-  if (v < 1 || v > max) return Error{"", fmt::format("must be in [1, {}], got {}", max, v)};
-  return v;
-}
-
 }  // namespace
 
 std::string_view column_name(Column c) { return kNames[static_cast<std::size_t>(c)]; }
