@@ -128,7 +128,7 @@ void stop_and_join(std::span<RankExecutor* const> execs) {
 /// The stall report of one process of a job: what waits here, and whether the others still answer.
 std::string job_stall_message(const ir::Plan& plan, std::span<RankExecutor* const> execs,
                               const std::vector<BlockedOp>& blocked, double timeout_s, double silent_s,
-                              double in_plan_s) {
+                              double quiet_s) {
   std::string msg =
       blocked.empty()
           ? fmt::format("stall: no progress for {:.1f} s: rank {} finished its ops and waits for the others", timeout_s,
@@ -136,9 +136,9 @@ std::string job_stall_message(const ir::Plan& plan, std::span<RankExecutor* cons
           : stall_message(plan, blocked, timeout_s);
   if (silent_s > timeout_s)
     msg += fmt::format(
-        "; the other ranks have not answered for {:.1f} s, this one started the plan {:.1f} s ago (a peer is "
+        "; the other ranks have not answered for {:.1f} s, this one last made progress {:.1f} s ago (a peer is "
         "stopped, dead or stuck outside the plan)",
-        silent_s, in_plan_s);
+        silent_s, quiet_s);
   return msg;
 }
 
@@ -191,10 +191,10 @@ DriveOutcome drive_job(std::span<RankExecutor* const> execs, const ir::Plan& pla
   CHARM_ASSERT(opt.monitor != nullptr, "drive_job needs a JobMonitor");
   JobMonitor& mon = *opt.monitor;
   for (auto* e : execs) e->start();
-  const auto started = Clock::now();
   std::optional<Error> local;  // this process's first failure
   std::uint64_t ticks = 0, last_local = ~0ull, last_job = ~0ull;
   auto last_change = Clock::now();
+  auto last_local_change = last_change;  // this process's own last progress (a running compute counts)
   bool deferred = false;
   DriveOutcome out;
   for (;;) {
@@ -207,7 +207,7 @@ DriveOutcome drive_job(std::span<RankExecutor* const> execs, const ir::Plan& pla
     const auto now = Clock::now();
     if (st.progress != last_local || st.running) {
       last_local = st.progress;
-      last_change = now;
+      last_change = last_local_change = now;
     }
     const JobState mine{st.progress + ticks, (st.all_done || local) ? 1u : 0u, local ? 1u : 0u};
     auto job = mon.poll(mine);
@@ -246,7 +246,7 @@ DriveOutcome drive_job(std::span<RankExecutor* const> execs, const ir::Plan& pla
         continue;
       }
       out.status = Error{"", job_stall_message(plan, execs, blocked, opt.timeout_s, mon.waiting_s(),
-                                               std::chrono::duration<double>(now - started).count())};
+                                               std::chrono::duration<double>(now - last_local_change).count())};
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
