@@ -63,7 +63,9 @@ const std::vector<Rule>& registry() {
        [](double) {
          return Bounds{0, 1000, Scale::Linear, "launch overhead: [0, 1000] us", true};
        }},
-      {[](const std::string& p) { return last_key(p) == "step_us" || last_key(p) == "message_us"; },
+      {[](const std::string& p) {
+         return last_key(p) == "step_us" || last_key(p) == "host_us" || last_key(p) == "message_us";
+       },
        [](double) {
          return Bounds{0, 1000, Scale::Linear, "software cost: [0, 1000] us", true};
        }},

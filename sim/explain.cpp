@@ -180,14 +180,19 @@ void channel_bottleneck(const Plan& plan, const SimResult& r, const topo::Topolo
 /// The critical path's time by class, largest first.
 void path_shares(const Plan& plan, const SimResult& r, const topo::Topology& t, Seconds span, Explanation& e) {
   // The critical path, op by op: transfers by the transport of their route, the
-  // time before a transfer's rendezvous and gaps between ops as waiting.
+  // time before a transfer's rendezvous and gaps between ops as waiting, or as the
+  // host's where the op started the moment the stack's host thread issued it.
   std::map<std::string, Seconds> share;
+  const std::vector<Seconds> host = host_issue_times(plan, t.stack.host_us * 1e-6);
   Seconds prev_end = 0;
   for (OpId id : r.critical_path) {
     const Op& o = plan.op(id);
     const auto i = std::size_t(id);
     Seconds start = std::max(r.start_s[i], prev_end);
-    if (r.start_s[i] > prev_end) share["wait"] += r.start_s[i] - prev_end;
+    if (r.start_s[i] > prev_end) {
+      const bool host_bound = !host.empty() && std::abs(r.start_s[i] - host[i]) <= 1e-12 * std::max(1.0, host[i]);
+      share[host_bound ? "host" : "wait"] += r.start_s[i] - prev_end;
+    }
     if (o.kind == OpKind::Send || o.kind == OpKind::Recv) {
       const Seconds flow = std::max(start, r.flow_start_s[i]);
       share["wait"] += flow - start;

@@ -19,7 +19,7 @@ using namespace charm::ir;
 
 namespace {
 
-enum EventKind : std::uint32_t { kOpDone, kFlowDrained, kFlowDone };
+enum EventKind : std::uint32_t { kOpDone, kFlowDrained, kFlowDone, kHostIssued };
 
 class Engine {
  public:
@@ -77,6 +77,8 @@ class Engine {
   std::vector<std::uint32_t> head_, group_end_;  // group_end_: end of the group at the head
   std::vector<std::int32_t> outstanding_;        // ops of the head group issued and not done
   std::vector<std::int32_t> waiting_;            // ops of the head group whose dependencies are not done
+  // The stack's host thread per rank: when it has issued each op (empty: host_us is 0).
+  std::vector<double> issued_by_host_s_;
   // Per flow id of the network: the pair it carries and its latency.
   std::vector<OpId> flow_send_;
   std::vector<double> flow_latency_s_;
@@ -86,6 +88,19 @@ class Engine {
   std::vector<char> compute_busy_;
   std::size_t done_ = 0;
 };
+
+}  // namespace
+
+std::vector<Seconds> host_issue_times(const Plan& plan, Seconds host_s) {
+  std::vector<Seconds> at;
+  if (host_s <= 0) return at;
+  std::vector<Seconds> clock(std::size_t(plan.ranks), 0.0);
+  at.resize(plan.size());
+  for (std::size_t i = 0; i < plan.size(); ++i) at[i] = clock[std::size_t(plan.op(OpId(i)).rank)] += host_s;
+  return at;
+}
+
+namespace {
 
 Status Engine::build() {
   const std::size_t n = plan_.size();
@@ -100,6 +115,7 @@ Status Engine::build() {
   outstanding_.assign(S, 0);
   waiting_.assign(S, 0);
   for (std::size_t s = 0; s < S; ++s) advance_head(static_cast<int>(s));
+  issued_by_host_s_ = host_issue_times(plan_, topo_.stack.host_us * 1e-6);
   for (std::size_t i = 0; i < n; ++i)
     if (is_comm(plan_.op(OpId(i))) && idx_->partner(OpId(i)) == kNone)
       return Error{"plan", fmt::format("op {} ({}) has no matching {}", i, op_label(plan_, OpId(i)),
@@ -157,6 +173,14 @@ void Engine::try_issue(int s) {
   if (outstanding_[S] > 0 || waiting_[S] > 0) return;
   const std::uint32_t p = head_[S], e = group_end_[S];
   if (p >= e) return;
+  if (!issued_by_host_s_.empty()) {
+    double ready = 0;
+    for (std::uint32_t k = p; k < e; ++k) ready = std::max(ready, issued_by_host_s_[std::size_t(idx_->at(k))]);
+    if (ready > now_) {  // the host has not issued the group yet: look again then
+      q_.push(ready, kHostIssued, s);
+      return;
+    }
+  }
   outstanding_[S] = static_cast<std::int32_t>(e - p);
   for (std::uint32_t k = p; k < e; ++k) issue(idx_->at(k));
 }
@@ -344,6 +368,9 @@ Expected<SimResult> Engine::run() {
       complete(r);
       break;
     }
+    case kHostIssued:
+      try_issue(e.id);
+      break;
     default:
       break;
     }

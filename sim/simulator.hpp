@@ -40,6 +40,11 @@ struct ChannelStats {
   int max_flows = 0;   // most flows at once
 };
 
+/// When the stack's host thread of each rank has issued each op: it issues a rank's ops in the
+/// plan's order, `host_s` each, and never waits for the GPU (op k of a rank: (k + 1) * host_s).
+/// Empty when host_s is 0.
+[[nodiscard]] std::vector<Seconds> host_issue_times(const ir::Plan& plan, Seconds host_s);
+
 struct SimResult {
   Seconds makespan_s = 0;
   int last_rank = 0;                  // the rank that finishes last (the lowest within a relative 1e-9 of the last end)

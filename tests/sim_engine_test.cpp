@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "sim/explain.hpp"
 #include "sim/fair_share_network.hpp"
 #include "sim/simulator.hpp"
 #include "topologies/topology_json.hpp"
@@ -102,6 +103,49 @@ TEST(SimEngine, EveryMessagePaysTheStacksMessageCost) {
   auto r = simulate(p, t, tflops1());
   ASSERT_TRUE(r.ok()) << r.error().message();
   EXPECT_NEAR(r->makespan_s, 0.10003, kTol);
+}
+
+TEST(SimEngine, TheHostThreadIssuesEveryOpInProgramOrder) {
+  // host_us 1000: rank 0's host issues its ops at 1, 2 and 3 ms, in the plan's order.
+  // Op 0, a 10 ms block (1e10 FLOP at 1 TFLOP/s), is issued at 1 ms and ends at 11 ms.
+  // Op 1, a 0.1 s send, is issued at 2 ms on its own stream; rank 1's receive (its host's first op)
+  // at 1 ms, so the flow runs from 2 to 102 ms. Op 2, a 1 ms block behind op 0 on the compute
+  // stream, is issued by the host at 3 ms but waits for the stream: 11 to 12 ms. The host never
+  // waits for the GPU, so nothing later slips: the makespan is the send's 102 ms.
+  auto t = topo_of(star_with_stack(R"({"preset": "none", "host_us": 1000})"));
+  Plan p = empty_plan(2);
+  const OpId c0 = compute(p, 0, 1e10);
+  const OpId s = send(p, 0, 1, 1'000'000'000);
+  const OpId c1 = compute(p, 0, 1e9);
+  recv(p, 1, 0, 1'000'000'000);
+  auto r = simulate(p, t, tflops1());
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  EXPECT_NEAR(r->start_s[std::size_t(c0)], 0.001, kTol);
+  EXPECT_NEAR(r->end_s[std::size_t(c0)], 0.011, kTol);
+  EXPECT_NEAR(r->start_s[std::size_t(s)], 0.002, kTol);
+  EXPECT_NEAR(r->end_s[std::size_t(s)], 0.102, kTol);
+  EXPECT_NEAR(r->start_s[std::size_t(c1)], 0.011, kTol);
+  EXPECT_NEAR(r->end_s[std::size_t(c1)], 0.012, kTol);
+  EXPECT_NEAR(r->makespan_s, 0.102, kTol);
+  // Where the host is the bottleneck, the GPU waits for it: 40 blocks of 0.1 ms (1e8 FLOP) issued
+  // every 1 ms end 0.1 ms after the last is issued, at 40.1 ms instead of 4 ms.
+  Plan q = empty_plan(1);
+  for (int k = 0; k < 40; ++k) compute(q, 0, 1e8);
+  auto h = simulate(q, t, tflops1());
+  ASSERT_TRUE(h.ok()) << h.error().message();
+  EXPECT_NEAR(h->makespan_s, 0.0401, kTol);
+  // Its critical path is every block: 4 ms of compute, and 36.1 ms of waiting for the host (1 ms
+  // before the first block, 0.9 ms before each of the other 39).
+  const Explanation e = explain(q, *h, t);
+  ASSERT_EQ(e.path.size(), 2u);
+  EXPECT_EQ(e.path[0].what, "host");
+  EXPECT_NEAR(e.path[0].seconds, 0.0361, 1e-9);
+  EXPECT_EQ(e.path[1].what, "compute");
+  EXPECT_NEAR(e.path[1].seconds, 0.004, 1e-9);
+  // The ideal stack has no host cost: 40 x 0.1 ms back to back.
+  auto ideal = simulate(q, topo_of(star("shared")), tflops1());
+  ASSERT_TRUE(ideal.ok());
+  EXPECT_NEAR(ideal->makespan_s, 0.004, kTol);
 }
 
 TEST(SimEngine, OverlapSlowsBothSides) {

@@ -4,6 +4,10 @@
 // The hardware layer (links, datasheet rates) says what the wires carry; the
 // stack says what a framework and its collective library attain on them:
 //
+//   host_us            host time the framework's one thread per GPU spends issuing one op
+//                      (a kernel call with its bookkeeping, a send or a receive): the thread issues a
+//                      rank's ops in program order and never waits for the GPU, so an op cannot start
+//                      before the thread has issued it and every op before it
 //   step_us            per schedule step (one attention block issued by the framework:
 //                      the Python/C++ dispatch of the kernel, its merge and its bookkeeping)
 //   update_passes      fused passes over a block's fp32 results that the framework adds to
@@ -34,6 +38,7 @@ namespace charm::topo {
 
 struct StackSpec {
   std::string preset = "none";
+  double host_us = 0;
   double step_us = 0;
   double update_passes = 0;
   double bwd_update_passes = 0;

@@ -177,15 +177,16 @@ Status parse_stack(const Node& root, StackSpec& st) {
     return {};
   }
   if (!n.j.is_object()) return n.error("must be a preset name or an object {\"preset\", \"step_us\", ...}");
-  if (auto s =
-          check_fields(n, {"preset", "step_us", "update_passes", "bwd_update_passes", "merge_traffic", "message_us",
-                           "compute_slowdown", "comm_slowdown", "intra_flow_gbps", "intra_injection_gbps"});
+  if (auto s = check_fields(n, {"preset", "host_us", "step_us", "update_passes", "bwd_update_passes", "merge_traffic",
+                                "message_us", "compute_slowdown", "comm_slowdown", "intra_flow_gbps",
+                                "intra_injection_gbps"});
       !s)
     return s;
   TRY_ASSIGN(name, get_string(n, "preset", false, std::string(kDefaultStack)));
   auto p = stack_preset(name);
   if (!p) return n.at("preset").error(p.error().what);
   st = *p;
+  TRY_ASSIGN(host, get_quantity(n, "host_us", false, st.host_us, Quantity::Latency));
   TRY_ASSIGN(step, get_quantity(n, "step_us", false, st.step_us, Quantity::Latency));
   TRY_ASSIGN(msg, get_quantity(n, "message_us", false, st.message_us, Quantity::Latency));
   TRY_ASSIGN(passes, get_number(n, "update_passes", false, st.update_passes, false, true));
@@ -204,6 +205,7 @@ Status parse_stack(const Node& root, StackSpec& st) {
     if (x > 10) return n.at(key).error(fmt::format("must be in [0, 10] (1 = twice as long), got {}", x));
   TRY_ASSIGN(flow, get_quantity(n, "intra_flow_gbps", false, st.intra_flow_gbps, Quantity::Bandwidth, true));
   TRY_ASSIGN(inj, get_quantity(n, "intra_injection_gbps", false, st.intra_injection_gbps, Quantity::Bandwidth, true));
+  st.host_us = host;
   st.step_us = step;
   st.message_us = msg;
   st.merge_traffic = traffic;
@@ -783,6 +785,7 @@ namespace {
 
 nlohmann::json stack_json(const StackSpec& st) {
   return {{"preset", st.preset},
+          {"host_us", st.host_us},
           {"step_us", st.step_us},
           {"update_passes", st.update_passes},
           {"bwd_update_passes", st.bwd_update_passes},
