@@ -32,11 +32,13 @@
 #include "sim/explain.hpp"
 #include "sim/frameworks.hpp"
 #include "sim/report.hpp"
+#include "sim/run_json.hpp"
 #include "sim/simulator.hpp"
 #include "sim/sweep.hpp"
 #include "tools/cli_common.hpp"
 #include "tools/cluster_flags.hpp"
 #include "tools/plan_flags.hpp"
+#include "tools/run_one.hpp"
 #include "topologies/topology_json.hpp"
 
 namespace py = pybind11;
@@ -246,41 +248,8 @@ auto guarded(F&& f) -> decltype(f()) {
 
 // ---- JSON pieces, as the command writes them ----
 
-json workload_json(const ir::Workload& w) {
-  json j = ir::workload_to_json(w);
-  j.erase("pass");
-  return j;
-}
-
-json formula_json(double t_s, double o_s) { return {{"time_ms", t_s * 1e3}, {"exposed_comm_ms", o_s * 1e3}}; }
-
-json bottleneck_json(const sim::Bottleneck& b) {
-  json traffic = json::array();
-  for (const auto& k : b.traffic)
-    traffic.push_back({{"kind", std::string(to_string(k.kind))}, {"messages", k.messages}, {"bytes", k.bytes}});
-  json j = {{"text", b.line()},          {"resource", b.resource},
-            {"class", b.resource_class}, {"utilisation", b.utilisation},
-            {"saturated", b.saturated},  {"figure", b.figure}};
-  if (b.resource_class == "compute" || b.resource_class == "memory") j["rank"] = b.rank;
-  if (!traffic.empty()) j["traffic"] = traffic;
-  return j;
-}
-
-json path_shares_json(const std::vector<sim::PathShare>& path) {
-  json a = json::array();
-  for (const auto& p : path) a.push_back({{"what", p.what}, {"ms", p.seconds * 1e3}});
-  return a;
-}
-
-json memory_json(const sim::MemoryVerdict& m) {
-  if (!m.known) return {{"known", false}, {"buffers_gb", m.buffers_gb}, {"reserved_gb", m.reserved_gb}};
-  return {{"known", true},
-          {"fits", m.fits},
-          {"buffers_gb", m.buffers_gb},
-          {"reserved_gb", m.reserved_gb},
-          {"need_gb", m.need_gb},
-          {"gpu_memory_gb", m.have_gb}};
-}
+using sim::memory_json;
+using sim::workload_json;
 
 // ---- plan and validate ----
 
@@ -353,40 +322,8 @@ py::object validate_fn(const py::object& plan, bool all) {
 
 // ---- simulate ----
 
-enum class SymmetryUse { Auto, On, Off };
-constexpr double kQuotientFromOps = 1 << 20;  // as charm simulate: --symmetry auto from 1M ops
-
-ir::RankSymmetry quotient_for(const sched::PlanRequest& req, const topo::Topology& t, SymmetryUse use) {
-  if (use == SymmetryUse::Off) return {};
-  const ir::RankSymmetry plan_sym = sched::plan_symmetry(req);
-  const auto q =
-      plan_sym.active()
-          ? sim::topology_quotient(plan_sym, t, req.ranks)
-          : Expected<ir::RankSymmetry>(Error{"", fmt::format("{} has no rank symmetry on this workload (a causal "
-                                                             "mask breaks every one but usp's on zigzag)",
-                                                             req.algo)});
-  if (use == SymmetryUse::On && !q)
-    fail(Error{"--symmetry", fmt::format("cannot simulate one class of ranks for all: {}", q.error().message())});
-  if (!q || (use == SymmetryUse::Auto && sched::estimate_plan(req).ops < kQuotientFromOps)) return {};
-  return *q;
-}
-
-/// charm simulate's run_one: a planner refusal is a usage error, a simulator failure is not.
-sim::Evaluation run_one(const std::string& algo, const ir::Workload& w, const topo::Topology& t, int domains, int ranks,
-                        SymmetryUse use = SymmetryUse::Auto) {
-  const auto req = sim::normalised_request({algo, w, ranks, domains});
-  if (auto s = sched::check_request(req); !s) fail(s.error());
-  const ir::RankSymmetry q = quotient_for(req, t, use);
-  cli::check_plan_budget(req, 60, "the simulation", q);
-  ir::Plan plan = cli::unwrap(sched::make_plan(req, q));
-  auto r = sim::evaluate_plan(std::move(plan), t);
-  if (!r) throw cli::RuntimeFailure{r.error().message()};
-  return std::move(r).value();
-}
-
-std::size_t full_ops(const ir::Plan& p) {
-  return p.symmetry.active() ? p.size() * std::size_t(p.symmetry.elements(p.ranks)) : p.size();
-}
+using cli::run_one;
+using cli::SymmetryUse;
 
 py::object simulate_fn(const py::object& algo, const py::object& plan, WorkloadArgs wa, ClusterArgs ca,
                        const py::object& symmetry, std::size_t path_limit, const py::object& trace) {
@@ -425,49 +362,10 @@ py::object simulate_fn(const py::object& algo, const py::object& plan, WorkloadA
         r = run_one(algo_arg(algo), wa.flags().get(), topo, cf.domains_for(topo),
                     cf.uniform ? cf.ranks : topo.num_gpus(), use);
       }
-      const ir::Workload& w = r.plan.workload;
-      const auto& s = r.summary;
       if (trace_path) cli::write_file_atomic(*trace_path, sim::chrome_trace(r.plan, r.result).dump() + "\n");
-      std::vector<ir::Bytes> peaks;
-      for (const auto& rk : r.result.ranks) peaks.push_back(rk.peak_mem_bytes);
       const sim::Explanation ex = sim::explain(r.plan, r.result, topo);
-      const sim::MemoryVerdict mem = sim::memory_verdict(s.peak_mem_bytes, cf.reserved_gb, topo.gpu);
-      j = {{"schema", 1},
-           {"algo", r.plan.algo},
-           {"pass", std::string(to_string(w.pass))},
-           {"topology", topo.name},
-           {"ranks", r.plan.ranks},
-           {"domains", r.plan.domains},
-           {"workload", workload_json(w)},
-           {"time_ms", s.time_s * 1e3},
-           {"exposed_comm_ms", s.exposed_comm_s * 1e3},
-           {"exposed_comm_per_rank_ms", {{"mean", s.exposed_comm_mean_s * 1e3}, {"max", s.exposed_comm_max_s * 1e3}}},
-           {"idle_ms", {{"mean", s.idle_mean_s * 1e3}, {"max", s.idle_max_s * 1e3}}},
-           {"compute_busy_ms", {{"mean", s.busy_mean_s * 1e3}}},
-           {"comm_busy_ms", {{"mean", s.comm_busy_mean_s * 1e3}}},
-           {"ccr", r.formula.ccr},
-           {"peak_mem_bytes", s.peak_mem_bytes},
-           {"peak_mem_per_rank_bytes", peaks},
-           {"critical_path", sim::critical_path_json(r.plan, r.result, path_limit)},
-           {"critical_path_length", r.result.critical_path.size()},
-           {"critical_path_shares", path_shares_json(ex.path)},
-           {"bottleneck", bottleneck_json(ex.bottleneck)},
-           {"memory", memory_json(mem)},
-           {"links", sim::links_json(topo, r.result)},
-           {"ops", full_ops(r.plan)},
-           {"events", r.result.events}};
-      if (r.plan.symmetry.active())
-        j["symmetry"] = {{"kind", to_string(r.plan.symmetry.kind)},
-                         {"block", r.plan.symmetry.block},
-                         {"classes", r.plan.symmetry.elements(r.plan.ranks)},
-                         {"simulated_ops", r.plan.size()}};
-      if (r.formula.available) {
-        j["formula"] = formula_json(r.formula.time_s, r.formula.exposed_s);
-        j["formula"]["basis"] = cf.uniform ? "uniform" : "slowest ring hop as a uniform link";
-        j["formula"]["applies"] = r.formula.applies;
-        if (!r.formula.applies) j["formula"]["why_not"] = r.formula.why_not;
-        j["formula_paper"] = formula_json(r.formula.paper_time_s, r.formula.paper_exposed_s);
-      }
+      const sim::MemoryVerdict mem = sim::memory_verdict(r.summary.peak_mem_bytes, cf.reserved_gb, topo.gpu);
+      j = sim::simulate_json(r, topo, ex, mem, cf.uniform, path_limit);
     }
     return to_py(j);
   });

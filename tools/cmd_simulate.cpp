@@ -22,10 +22,12 @@
 #include "sim/formulas.hpp"
 #include "sim/frameworks.hpp"
 #include "sim/report.hpp"
+#include "sim/run_json.hpp"
 #include "sim/simulator.hpp"
 #include "tools/cli_common.hpp"
 #include "tools/cluster_flags.hpp"
 #include "tools/plan_flags.hpp"
+#include "tools/run_one.hpp"
 #include "topologies/topology_json.hpp"
 
 namespace charm::cli {
@@ -33,104 +35,12 @@ namespace {
 
 using nlohmann::json;
 
-/// The workload without its pass (a run's JSON names the pass beside it).
-json workload_json(const ir::Workload& w) {
-  json j = ir::workload_to_json(w);
-  j.erase("pass");
-  return j;
-}
-
-/// Whether a run may simulate one class of symmetric ranks for all (sim::simulate on a quotient plan).
-enum class SymmetryUse { Auto, On, Off };
-
-/// Full plans at least this large are simulated by their quotient under `--symmetry auto`: below,
-/// every rank's ops are kept (traces and critical paths name every rank) and the run is quick anyway.
-constexpr double kQuotientFromOps = 1 << 20;
-
-/// The quotient to simulate `req` by on `t`, if the use and the symmetries allow one.
-ir::RankSymmetry quotient_for(const sched::PlanRequest& req, const topo::Topology& t, SymmetryUse use) {
-  if (use == SymmetryUse::Off) return {};
-  const ir::RankSymmetry plan_sym = sched::plan_symmetry(req);
-  const auto q =
-      plan_sym.active()
-          ? sim::topology_quotient(plan_sym, t, req.ranks)
-          : Expected<ir::RankSymmetry>(Error{"", fmt::format("{} has no rank symmetry on this workload (a causal "
-                                                             "mask breaks every one but usp's on zigzag)",
-                                                             req.algo)});
-  if (use == SymmetryUse::On && !q)
-    fail(Error{"--symmetry", fmt::format("cannot simulate one class of ranks for all: {}", q.error().message())});
-  if (!q || (use == SymmetryUse::Auto && sched::estimate_plan(req).ops < kQuotientFromOps)) return {};
-  return *q;
-}
-
-/// One algorithm end to end (sim/evaluate.hpp); a planner refusal is the user's (exit 2), a simulator failure is not
-/// (exit 3).
+using sim::bottleneck_json;
+using sim::closed_form_json;
+using sim::formula_json;
+using sim::memory_json;
+using sim::workload_json;
 using Run = sim::Evaluation;
-Run run_one(const std::string& algo, const ir::Workload& w, const topo::Topology& t, int domains, int ranks,
-            SymmetryUse use = SymmetryUse::Auto) {
-  const auto req = sim::normalised_request({algo, w, ranks, domains});
-  if (auto s = sched::check_request(req); !s) fail(s.error());
-  const ir::RankSymmetry q = quotient_for(req, t, use);
-  // The simulator keeps times and state per op: about 30 bytes an op beside the plan (measured:
-  // 148 bytes an op in all for a 3.1M-op ring, 123 for a 2.1M-op charm); 60 leaves a margin.
-  check_plan_budget(req, 60, "the simulation", q);
-  ir::Plan plan = unwrap(sched::make_plan(req, q));
-  auto r = sim::evaluate_plan(std::move(plan), t);
-  if (!r) throw RuntimeFailure{r.error().message()};
-  return std::move(r).value();
-}
-
-/// What a quotient run simulated, for the JSON.
-json symmetry_json(const ir::Plan& p) {
-  return {{"kind", to_string(p.symmetry.kind)},
-          {"block", p.symmetry.block},
-          {"classes", p.symmetry.elements(p.ranks)},
-          {"simulated_ops", p.size()}};
-}
-
-/// The full plan's op count (a quotient plan holds one class: every class is an image of it).
-std::size_t full_ops(const ir::Plan& p) {
-  return p.symmetry.active() ? p.size() * std::size_t(p.symmetry.elements(p.ranks)) : p.size();
-}
-
-json formula_json(double t_s, double o_s) { return {{"time_ms", t_s * 1e3}, {"exposed_comm_ms", o_s * 1e3}}; }
-/// The closed form's figures with whether they describe the run (`applies`; `why_not` when they do not):
-/// simulate --json and compare --json alike.
-json closed_form_json(const sim::ClosedForm& f, bool uniform) {
-  json j = formula_json(f.time_s, f.exposed_s);
-  j["basis"] = uniform ? "uniform" : "slowest ring hop as a uniform link";
-  j["applies"] = f.applies;
-  if (!f.applies) j["why_not"] = f.why_not;
-  return j;
-}
-
-json bottleneck_json(const sim::Bottleneck& b) {
-  json traffic = json::array();
-  for (const auto& k : b.traffic)
-    traffic.push_back({{"kind", std::string(to_string(k.kind))}, {"messages", k.messages}, {"bytes", k.bytes}});
-  json j = {{"text", b.line()},          {"resource", b.resource},
-            {"class", b.resource_class}, {"utilisation", b.utilisation},
-            {"saturated", b.saturated},  {"figure", b.figure}};
-  if (b.resource_class == "compute" || b.resource_class == "memory") j["rank"] = b.rank;
-  if (!traffic.empty()) j["traffic"] = traffic;
-  return j;
-}
-
-json path_shares_json(const std::vector<sim::PathShare>& path) {
-  json a = json::array();
-  for (const auto& p : path) a.push_back({{"what", p.what}, {"ms", p.seconds * 1e3}});
-  return a;
-}
-
-json memory_json(const sim::MemoryVerdict& m) {
-  if (!m.known) return {{"known", false}, {"buffers_gb", m.buffers_gb}, {"reserved_gb", m.reserved_gb}};
-  return {{"known", true},
-          {"fits", m.fits},
-          {"buffers_gb", m.buffers_gb},
-          {"reserved_gb", m.reserved_gb},
-          {"need_gb", m.need_gb},
-          {"gpu_memory_gb", m.have_gb}};
-}
 
 /// One warning line on stderr when the buffers do not fit (the answer itself still goes to stdout).
 void warn_if_not_fits(const sim::MemoryVerdict& m, const std::string& what = "") {
@@ -195,42 +105,11 @@ void register_simulate(CLI::App& app) {
     const auto& s = r.summary;
     if (!o->trace.empty()) write_file_atomic(o->trace, sim::chrome_trace(r.plan, r.result).dump() + "\n");
     const double ccr = r.formula.ccr;
-    std::vector<ir::Bytes> peaks;
-    for (const auto& rk : r.result.ranks) peaks.push_back(rk.peak_mem_bytes);
     const sim::Explanation ex = sim::explain(r.plan, r.result, topo);
     const sim::MemoryVerdict mem = sim::memory_verdict(s.peak_mem_bytes, o->cluster.reserved_gb, topo.gpu);
     warn_if_not_fits(mem);
     if (o->json_out) {
-      json j = {
-          {"schema", 1},
-          {"algo", algo},
-          {"pass", std::string(to_string(w.pass))},
-          {"topology", topo.name},
-          {"ranks", ranks},
-          {"domains", domains},
-          {"workload", workload_json(r.plan.workload)},
-          {"time_ms", s.time_s * 1e3},
-          {"exposed_comm_ms", s.exposed_comm_s * 1e3},
-          {"exposed_comm_per_rank_ms", {{"mean", s.exposed_comm_mean_s * 1e3}, {"max", s.exposed_comm_max_s * 1e3}}},
-          {"idle_ms", {{"mean", s.idle_mean_s * 1e3}, {"max", s.idle_max_s * 1e3}}},
-          {"compute_busy_ms", {{"mean", s.busy_mean_s * 1e3}}},
-          {"comm_busy_ms", {{"mean", s.comm_busy_mean_s * 1e3}}},
-          {"ccr", ccr},
-          {"peak_mem_bytes", s.peak_mem_bytes},
-          {"peak_mem_per_rank_bytes", peaks},
-          {"critical_path", sim::critical_path_json(r.plan, r.result, o->path_limit)},
-          {"critical_path_length", r.result.critical_path.size()},
-          {"critical_path_shares", path_shares_json(ex.path)},
-          {"bottleneck", bottleneck_json(ex.bottleneck)},
-          {"memory", memory_json(mem)},
-          {"links", sim::links_json(topo, r.result)},
-          {"ops", full_ops(r.plan)},
-          {"events", r.result.events}};
-      if (r.plan.symmetry.active()) j["symmetry"] = symmetry_json(r.plan);
-      if (r.formula.available) {
-        j["formula"] = closed_form_json(r.formula, o->cluster.uniform);
-        j["formula_paper"] = formula_json(r.formula.paper_time_s, r.formula.paper_exposed_s);
-      }
+      const json j = sim::simulate_json(r, topo, ex, mem, o->cluster.uniform, o->path_limit);
       std::cout << j.dump(1) << "\n";
       return;
     }
@@ -244,7 +123,7 @@ void register_simulate(CLI::App& app) {
           "# simulated one class of {} rank{} standing for all {} classes ({} symmetry of plan and "
           "topology: {} of {} ops; --symmetry off simulates every rank)\n",
           r.plan.symmetry.block, r.plan.symmetry.block == 1 ? "" : "s", r.plan.symmetry.elements(ranks),
-          to_string(r.plan.symmetry.kind), r.plan.size(), full_ops(r.plan));
+          to_string(r.plan.symmetry.kind), r.plan.size(), sim::full_ops(r.plan));
     std::cout << fmt::format("{:<28}{:>12.3f} ms\n", "time", s.time_s * 1e3);
     std::cout << fmt::format("{:<28}{:>12.3f} ms  (per rank mean {:.3f}, max {:.3f})\n", "exposed communication",
                              s.exposed_comm_s * 1e3, s.exposed_comm_mean_s * 1e3, s.exposed_comm_max_s * 1e3);

@@ -1,0 +1,105 @@
+#include "sim/run_json.hpp"
+
+#include <string>
+
+#include "scheduler/ir/plan_io.hpp"
+
+namespace charm::sim {
+
+using nlohmann::json;
+
+json workload_json(const ir::Workload& w) {
+  json j = ir::workload_to_json(w);
+  j.erase("pass");
+  return j;
+}
+
+json formula_json(Seconds time_s, Seconds exposed_s) {
+  return {{"time_ms", time_s * 1e3}, {"exposed_comm_ms", exposed_s * 1e3}};
+}
+
+json closed_form_json(const ClosedForm& f, bool uniform) {
+  json j = formula_json(f.time_s, f.exposed_s);
+  j["basis"] = uniform ? "uniform" : "slowest ring hop as a uniform link";
+  j["applies"] = f.applies;
+  if (!f.applies) j["why_not"] = f.why_not;
+  return j;
+}
+
+json bottleneck_json(const Bottleneck& b) {
+  json traffic = json::array();
+  for (const auto& k : b.traffic)
+    traffic.push_back({{"kind", std::string(to_string(k.kind))}, {"messages", k.messages}, {"bytes", k.bytes}});
+  json j = {{"text", b.line()},          {"resource", b.resource},
+            {"class", b.resource_class}, {"utilisation", b.utilisation},
+            {"saturated", b.saturated},  {"figure", b.figure}};
+  if (b.resource_class == "compute" || b.resource_class == "memory") j["rank"] = b.rank;
+  if (!traffic.empty()) j["traffic"] = traffic;
+  return j;
+}
+
+json path_shares_json(const std::vector<PathShare>& path) {
+  json a = json::array();
+  for (const auto& p : path) a.push_back({{"what", p.what}, {"ms", p.seconds * 1e3}});
+  return a;
+}
+
+json memory_json(const MemoryVerdict& m) {
+  if (!m.known) return {{"known", false}, {"buffers_gb", m.buffers_gb}, {"reserved_gb", m.reserved_gb}};
+  return {{"known", true},
+          {"fits", m.fits},
+          {"buffers_gb", m.buffers_gb},
+          {"reserved_gb", m.reserved_gb},
+          {"need_gb", m.need_gb},
+          {"gpu_memory_gb", m.have_gb}};
+}
+
+json symmetry_json(const ir::Plan& p) {
+  return {{"kind", to_string(p.symmetry.kind)},
+          {"block", p.symmetry.block},
+          {"classes", p.symmetry.elements(p.ranks)},
+          {"simulated_ops", p.size()}};
+}
+
+std::size_t full_ops(const ir::Plan& p) {
+  return p.symmetry.active() ? p.size() * std::size_t(p.symmetry.elements(p.ranks)) : p.size();
+}
+
+json simulate_json(const Evaluation& r, const topo::Topology& t, const Explanation& ex, const MemoryVerdict& mem,
+                   bool uniform, std::size_t path_limit) {
+  const Summary& s = r.summary;
+  std::vector<ir::Bytes> peaks;
+  for (const auto& rk : r.result.ranks) peaks.push_back(rk.peak_mem_bytes);
+  json j = {{"schema", 1},
+            {"algo", r.plan.algo},
+            {"pass", std::string(to_string(r.plan.workload.pass))},
+            {"topology", t.name},
+            {"ranks", r.plan.ranks},
+            {"domains", r.plan.domains},
+            {"workload", workload_json(r.plan.workload)},
+            {"time_ms", s.time_s * 1e3},
+            {"exposed_comm_ms", s.exposed_comm_s * 1e3},
+            {"exposed_comm_per_rank_ms", {{"mean", s.exposed_comm_mean_s * 1e3}, {"max", s.exposed_comm_max_s * 1e3}}},
+            {"idle_ms", {{"mean", s.idle_mean_s * 1e3}, {"max", s.idle_max_s * 1e3}}},
+            {"compute_busy_ms", {{"mean", s.busy_mean_s * 1e3}}},
+            {"comm_busy_ms", {{"mean", s.comm_busy_mean_s * 1e3}}},
+            {"ccr", r.formula.ccr},
+            {"peak_mem_bytes", s.peak_mem_bytes},
+            {"peak_mem_per_rank_bytes", peaks},
+            {"critical_path", critical_path_json(r.plan, r.result, path_limit)},
+            {"critical_path_length", r.result.critical_path.size()},
+            {"critical_path_shares", path_shares_json(ex.path)},
+            {"bottleneck", bottleneck_json(ex.bottleneck)},
+            {"memory", memory_json(mem)},
+            {"links", links_json(t, r.result)},
+            {"ops", full_ops(r.plan)},
+            {"events", r.result.events}};
+  if (r.plan.symmetry.active()) j["symmetry"] = symmetry_json(r.plan);
+  if (r.formula.available) {
+    j["formula"] = closed_form_json(r.formula, uniform);
+    j["formula_paper"] = formula_json(r.formula.paper_time_s, r.formula.paper_exposed_s);
+  }
+  return j;
+}
+
+}  // namespace charm::sim

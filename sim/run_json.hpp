@@ -1,0 +1,33 @@
+#pragma once
+// The JSON of a simulated run, as `charm simulate --json`, `compare --json`, `advise --json` and the
+// Python module write it: one place for every field, so the command line and `import charm` agree.
+
+#include <nlohmann/json.hpp>
+
+#include <cstddef>
+#include <vector>
+
+#include "sim/evaluate.hpp"
+#include "sim/explain.hpp"
+
+namespace charm::sim {
+
+/// The workload without its pass (a run's JSON names the pass beside it).
+[[nodiscard]] nlohmann::json workload_json(const ir::Workload& w);
+/// {"time_ms", "exposed_comm_ms"} of a closed form.
+[[nodiscard]] nlohmann::json formula_json(Seconds time_s, Seconds exposed_s);
+/// The closed form's figures with whether they describe the run (`applies`; `why_not` when they do not).
+[[nodiscard]] nlohmann::json closed_form_json(const ClosedForm& f, bool uniform);
+[[nodiscard]] nlohmann::json bottleneck_json(const Bottleneck& b);
+[[nodiscard]] nlohmann::json path_shares_json(const std::vector<PathShare>& path);
+[[nodiscard]] nlohmann::json memory_json(const MemoryVerdict& m);
+/// What a quotient run simulated.
+[[nodiscard]] nlohmann::json symmetry_json(const ir::Plan& p);
+/// The full plan's op count (a quotient plan holds one class: every class is an image of it).
+[[nodiscard]] std::size_t full_ops(const ir::Plan& p);
+
+/// The whole `simulate --json` document of one run.
+[[nodiscard]] nlohmann::json simulate_json(const Evaluation& r, const topo::Topology& t, const Explanation& ex,
+                                           const MemoryVerdict& mem, bool uniform, std::size_t path_limit);
+
+}  // namespace charm::sim

@@ -1,0 +1,24 @@
+#pragma once
+// One algorithm planned and simulated end to end, as `charm simulate` and the Python module run it.
+
+#include <string>
+
+#include "scheduler/ir/workload.hpp"
+#include "sim/evaluate.hpp"
+#include "topologies/topology.hpp"
+
+namespace charm::cli {
+
+/// Whether a run may simulate one class of symmetric ranks for all (sim::simulate on a quotient plan).
+enum class SymmetryUse { Auto, On, Off };
+
+/// The quotient to simulate `req` by on `t`, if the use and the symmetries allow one (On where none
+/// does fails with --symmetry).
+[[nodiscard]] ir::RankSymmetry quotient_for(const sched::PlanRequest& req, const topo::Topology& t, SymmetryUse use);
+
+/// A planner refusal or a plan over the memory budget is the user's (UsageError, exit 2); a
+/// simulator failure is not (RuntimeFailure, exit 3).
+[[nodiscard]] sim::Evaluation run_one(const std::string& algo, const ir::Workload& w, const topo::Topology& t,
+                                      int domains, int ranks, SymmetryUse use = SymmetryUse::Auto);
+
+}  // namespace charm::cli
