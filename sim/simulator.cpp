@@ -65,7 +65,7 @@ class Engine {
   RankSymmetry sym_;  // a quotient plan's
   bool overlap_ = false;
   std::vector<std::vector<Running>> running_;   // per rank: its attention blocks in progress
-  std::vector<std::vector<int>> rank_flows_;    // per rank: its flows in flight (either end)
+  std::vector<std::int32_t> rank_flows_;        // per rank: how many flows it has in flight (either end)
   std::vector<std::vector<int>> gpu_channels_;  // per rank: the channels of its GPU's own links
 
   // Lanes (rank, stream) in stream order, groups, partners, dependents (built by build()).
@@ -130,7 +130,7 @@ Status Engine::build() {
   compute_busy_.assign(ranks, 0);
   if (overlap_) {
     running_.assign(ranks, {});
-    rank_flows_.assign(ranks, {});
+    rank_flows_.assign(ranks, 0);
     gpu_channels_.assign(ranks, {});
     for (int c = 0; c < topo_.num_channels(); ++c) {
       const topo::Link& l = topo_.channel_link(c);
@@ -215,7 +215,7 @@ void Engine::issue(OpId id) {
 void Engine::start_running(OpId id, Seconds work_s) {
   const RankId r = plan_.op(id).rank;
   auto& run = running_[std::size_t(r)];
-  const double rate = rank_flows_[std::size_t(r)].empty() ? 1.0 : 1.0 / (1.0 + topo_.stack.compute_slowdown);
+  const double rate = rank_flows_[std::size_t(r)] == 0 ? 1.0 : 1.0 / (1.0 + topo_.stack.compute_slowdown);
   run.push_back({id, work_s, now_, rate, now_ + work_s / rate});
   q_.push(run.back().end_s, kOpDone, id);
   if (run.size() == 1) rescale_flows(r);
@@ -242,7 +242,7 @@ bool Engine::stale(const Event& e) const {
 }
 
 void Engine::reschedule(RankId r) {
-  const double rate = rank_flows_[std::size_t(r)].empty() ? 1.0 : 1.0 / (1.0 + topo_.stack.compute_slowdown);
+  const double rate = rank_flows_[std::size_t(r)] == 0 ? 1.0 : 1.0 / (1.0 + topo_.stack.compute_slowdown);
   for (Running& x : running_[std::size_t(r)]) {
     if (x.rate == rate) continue;
     x.left_s = std::max(0.0, x.left_s - (now_ - x.since_s) * x.rate);
@@ -263,13 +263,10 @@ void Engine::rescale_flows(RankId r) {
 void Engine::flow_endpoints(int f, int delta) {
   const OpId s = flow_send_[std::size_t(f)];
   for (const RankId r : {plan_.op(s).rank, plan_.op(idx_->partner(s)).rank}) {
-    auto& list = rank_flows_[std::size_t(r)];
-    const bool was_empty = list.empty();
-    if (delta > 0)
-      list.push_back(f);
-    else
-      list.erase(std::find(list.begin(), list.end(), f));
-    if (was_empty != list.empty()) reschedule(r);
+    std::int32_t& n = rank_flows_[std::size_t(r)];
+    const bool was_idle = n == 0;
+    n += delta;
+    if (was_idle != (n == 0)) reschedule(r);
   }
 }
 

@@ -28,8 +28,8 @@ ir::RankSymmetry quotient_for(const sched::PlanRequest& req, const topo::Topolog
   return *q;
 }
 
-sim::Evaluation run_one(const std::string& algo, const ir::Workload& w, const topo::Topology& t, int domains,
-                        int ranks, SymmetryUse use) {
+sim::Evaluation run_one(const std::string& algo, const ir::Workload& w, const topo::Topology& t, int domains, int ranks,
+                        SymmetryUse use) {
   const auto req = sim::normalised_request({algo, w, ranks, domains});
   if (auto s = sched::check_request(req); !s) fail(s.error());
   const ir::RankSymmetry q = quotient_for(req, t, use);
