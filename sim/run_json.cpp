@@ -1,5 +1,7 @@
 #include "sim/run_json.hpp"
 
+#include <fmt/format.h>
+
 #include <string>
 
 #include "scheduler/ir/plan_io.hpp"
@@ -65,6 +67,11 @@ std::size_t full_ops(const ir::Plan& p) {
   return p.symmetry.active() ? p.size() * std::size_t(p.symmetry.elements(p.ranks)) : p.size();
 }
 
+std::string placement_text(int ranks, int gpus) {
+  if (ranks >= gpus) return fmt::format("ranks 0-{} on GPUs 0-{} (all {})", ranks - 1, ranks - 1, gpus);
+  return fmt::format("ranks 0-{} on GPUs 0-{} of {}; GPUs {}-{} idle", ranks - 1, ranks - 1, gpus, ranks, gpus - 1);
+}
+
 json simulate_json(const Evaluation& r, const topo::Topology& t, const Explanation& ex, const MemoryVerdict& mem,
                    bool uniform, std::size_t path_limit) {
   const Summary& s = r.summary;
@@ -76,6 +83,7 @@ json simulate_json(const Evaluation& r, const topo::Topology& t, const Explanati
             {"topology", t.name},
             {"ranks", r.plan.ranks},
             {"domains", r.plan.domains},
+            {"placement", {{"gpus", t.num_gpus()}, {"text", placement_text(r.plan.ranks, t.num_gpus())}}},
             {"workload", workload_json(r.plan.workload)},
             {"time_ms", s.time_s * 1e3},
             {"exposed_comm_ms", s.exposed_comm_s * 1e3},

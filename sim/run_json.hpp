@@ -26,6 +26,10 @@ namespace charm::sim {
 /// The full plan's op count (a quotient plan holds one class: every class is an image of it).
 [[nodiscard]] std::size_t full_ops(const ir::Plan& p);
 
+/// Where a plan's ranks run: rank r on GPU r, so a plan of fewer ranks than the topology has GPUs
+/// uses its first ones ("ranks 0-15 on GPUs 0-15 of 32; GPUs 16-31 idle").
+[[nodiscard]] std::string placement_text(int ranks, int gpus);
+
 /// The whole `simulate --json` document of one run.
 [[nodiscard]] nlohmann::json simulate_json(const Evaluation& r, const topo::Topology& t, const Explanation& ex,
                                            const MemoryVerdict& mem, bool uniform, std::size_t path_limit);

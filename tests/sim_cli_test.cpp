@@ -181,6 +181,24 @@ TEST(SimCli, APlanFileSimulatesAsTheSamePlanBuiltFromFlags) {
   std::remove(file.c_str());
 }
 
+TEST(SimCli, APlanThatDoesNotFillTheTopologySaysWhichGpusItUses) {
+  const std::string file = ::testing::TempDir() + "charm_plan_8_of_16.json";
+  auto o = run("plan --algo ring --ranks 8 --seq 8k --heads 4 --head-dim 64 --out " + file);
+  ASSERT_EQ(o.code, 0) << o.text;
+  o = run("simulate --plan " + file + " --topology " + topo("h100-2x8.json"));
+  ASSERT_EQ(o.code, 0) << o.text;
+  EXPECT_NE(o.text.find("charm: warning: the plan does not fill h100-2x8: ranks 0-7 on GPUs 0-7 of 16; GPUs 8-15 idle"),
+            std::string::npos)
+      << o.text;
+  EXPECT_NE(o.text.find("# placement: ranks 0-7 on GPUs 0-7 of 16; GPUs 8-15 idle"), std::string::npos) << o.text;
+  o = run("simulate --algo ring --seq 8k --heads 4 --head-dim 64 --topology " + topo("h100-2x8.json") + " --json");
+  ASSERT_EQ(o.code, 0) << o.text;
+  const auto j = nlohmann::json::parse(o.text);
+  EXPECT_EQ(j["placement"]["gpus"], 16);
+  EXPECT_EQ(j["placement"]["text"], "ranks 0-15 on GPUs 0-15 (all 16)");
+  std::remove(file.c_str());
+}
+
 TEST(SimCli, NoInfOrNanAtTheEdgesOfThePlausibleRanges) {
   // Inside the ranges of topology.hpp every simulated time is finite; the
   // corners are where a unit slip would have produced inf or nan.

@@ -91,6 +91,9 @@ void register_simulate(CLI::App& app) {
       if (file_plan->ranks > topo.num_gpus())
         fail(Error{"--plan",
                    fmt::format("the plan has {} ranks; {} has {} GPUs", file_plan->ranks, topo.name, topo.num_gpus())});
+      if (file_plan->ranks < topo.num_gpus())
+        std::cerr << fmt::format("charm: warning: the plan does not fill {}: {} (nothing else runs on them)\n",
+                                 topo.name, sim::placement_text(file_plan->ranks, topo.num_gpus()));
       auto e = sim::evaluate_plan(std::move(*file_plan), topo);
       if (!e) throw RuntimeFailure{e.error().message()};
       r = std::move(e).value();
@@ -118,6 +121,8 @@ void register_simulate(CLI::App& app) {
     std::cout << fmt::format("# workload: B={} S={} H={}/{} D={} {} {}{}\n", w.batch, w.seq, w.heads, w.kv_heads,
                              w.head_dim, to_string(w.dtype), to_string(r.plan.workload.layout),
                              w.causal ? " causal" : "");
+    if (ranks < topo.num_gpus())
+      std::cout << fmt::format("# placement: {}\n", sim::placement_text(ranks, topo.num_gpus()));
     if (r.plan.symmetry.active())
       std::cout << fmt::format(
           "# simulated one class of {} rank{} standing for all {} classes ({} symmetry of plan and "
