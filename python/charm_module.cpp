@@ -191,7 +191,10 @@ struct ClusterArgs {
     cli::ClusterFlags f;
     f.uniform = given(uniform) && uniform.cast<bool>();
     if (auto p = path_arg(topology)) f.topology = *p;
-    if (given(ranks)) f.ranks = ranks.cast<int>();
+    if (given(ranks)) {
+      f.ranks = ranks.cast<int>();
+      f.ranks_given = true;
+    }
     if (given(bw_gbps)) f.bw_gbps = bw_gbps.cast<double>();
     if (given(tflops)) f.tflops = tflops.cast<double>();
     if (given(latency_us)) f.latency_us = latency_us.cast<double>();
@@ -208,11 +211,8 @@ struct ClusterArgs {
   [[nodiscard]] topo::Topology get(cli::ClusterFlags& f) const {
     const bool dict = py::isinstance<py::dict>(topology);
     if (!f.uniform) {
-      const std::pair<const char*, const py::object*> uniform_only[] = {{"--ranks", &ranks},
-                                                                        {"--bw-gbps", &bw_gbps},
-                                                                        {"--tflops", &tflops},
-                                                                        {"--latency-us", &latency_us},
-                                                                        {"--hbm-gbps", &hbm_gbps}};
+      const std::pair<const char*, const py::object*> uniform_only[] = {
+          {"--bw-gbps", &bw_gbps}, {"--tflops", &tflops}, {"--latency-us", &latency_us}, {"--hbm-gbps", &hbm_gbps}};
       for (const auto& [flag, o] : uniform_only)
         if (given(*o))
           fail(Error{flag, "describes the --uniform cluster only; with --topology the file's numbers apply "
@@ -343,6 +343,8 @@ py::object simulate_fn(const py::object& algo, const py::object& plan, WorkloadA
                    "the plan fixes the algorithm, ranks and workload; drop the workload arguments or plan"});
       file_plan = plan_arg(plan);
       if (cf.domains > 0) fail(Error{"--domains", "the plan file fixes the domains; drop --domains or --plan"});
+      if (!cf.uniform && cf.ranks_given)
+        fail(Error{"--ranks", "the plan file fixes the ranks; drop --ranks or --plan"});
       if (cf.uniform && !given(ca.ranks)) cf.ranks = file_plan->ranks;
     }
     const auto topo = ca.get(cf);
@@ -359,8 +361,7 @@ py::object simulate_fn(const py::object& algo, const py::object& plan, WorkloadA
         if (!e) throw cli::RuntimeFailure{e.error().message()};
         r = std::move(e).value();
       } else {
-        r = run_one(algo_arg(algo), wa.flags().get(), topo, cf.domains_for(topo),
-                    cf.uniform ? cf.ranks : topo.num_gpus(), use);
+        r = run_one(algo_arg(algo), wa.flags().get(), topo, cf.domains_for(topo), cf.ranks_for(topo), use);
       }
       if (trace_path) cli::write_file_atomic(*trace_path, sim::chrome_trace(r.plan, r.result).dump() + "\n");
       const sim::Explanation ex = sim::explain(r.plan, r.result, topo);
@@ -380,7 +381,7 @@ py::object compare_fn(const py::object& algos, WorkloadArgs wa, ClusterArgs ca) 
     ir::Workload w = wa.flags().get();
     if (!given(wa.pass)) w.pass = ir::PassKind::Both;  // compare shows fwd and bwd unless told otherwise
     if (w.causal && !given(wa.layout)) w.layout = ir::Layout::Zigzag;  // the balanced layout, as charm compare
-    const int ranks = cf.uniform ? cf.ranks : topo.num_gpus();
+    const int ranks = cf.ranks_for(topo);
     const int domains = cf.domains_for(topo);
     const std::string names = algos_text(algos);
     const auto list = names.empty() ? sched::algorithm_names() : cli::algorithm_list(names);
@@ -468,7 +469,7 @@ py::object advise_fn(const py::object& algos, WorkloadArgs wa, ClusterArgs ca, c
     if (!names.empty()) opt.algos = cli::algorithm_list(names);
     if (given(wa.layout)) opt.layout = w.layout;
     if (cf.domains > 0) opt.domains = cf.domains;
-    opt.ranks = cf.uniform ? cf.ranks : topo.num_gpus();
+    opt.ranks = cf.ranks_for(topo);
     opt.reserved_gb = cf.reserved_gb;
     opt.max_plan_bytes = cli::memory_budget_bytes();
     const int hw = int(std::max(1u, std::thread::hardware_concurrency()));

@@ -191,11 +191,34 @@ TEST(SimCli, APlanThatDoesNotFillTheTopologySaysWhichGpusItUses) {
             std::string::npos)
       << o.text;
   EXPECT_NE(o.text.find("# placement: ranks 0-7 on GPUs 0-7 of 16; GPUs 8-15 idle"), std::string::npos) << o.text;
+  o = run("simulate --plan " + file + " --topology " + topo("h100-2x8.json") + " --json");
+  ASSERT_EQ(o.code, 0) << o.text;
+  const auto from_file = nlohmann::json::parse(o.text.substr(o.text.find('{')));
+  // --ranks with a topology is the same group on the same first GPUs, bit for bit.
+  o = run("simulate --algo ring --ranks 8 --seq 8k --heads 4 --head-dim 64 --topology " + topo("h100-2x8.json") +
+          " --json");
+  ASSERT_EQ(o.code, 0) << o.text;
+  const auto from_flags = nlohmann::json::parse(o.text);
+  EXPECT_EQ(from_flags["time_ms"].get<double>(), from_file["time_ms"].get<double>());
+  EXPECT_EQ(from_flags["placement"]["text"], "ranks 0-7 on GPUs 0-7 of 16; GPUs 8-15 idle");
   o = run("simulate --algo ring --seq 8k --heads 4 --head-dim 64 --topology " + topo("h100-2x8.json") + " --json");
   ASSERT_EQ(o.code, 0) << o.text;
   const auto j = nlohmann::json::parse(o.text);
   EXPECT_EQ(j["placement"]["gpus"], 16);
   EXPECT_EQ(j["placement"]["text"], "ranks 0-15 on GPUs 0-15 (all 16)");
+  // charm's domains follow the nodes the group spans: one node of h100-2x8, two of h100-4x8.
+  o = run("simulate --algo charm --ranks 8 --seq 8k --heads 4 --head-dim 64 --topology " + topo("h100-2x8.json") +
+          " --json");
+  ASSERT_EQ(o.code, 0) << o.text;
+  EXPECT_EQ(nlohmann::json::parse(o.text)["domains"], 1);
+  o = run("simulate --algo charm --ranks 16 --seq 8k --heads 4 --head-dim 64 --topology " + topo("h100-4x8.json") +
+          " --json");
+  ASSERT_EQ(o.code, 0) << o.text;
+  EXPECT_EQ(nlohmann::json::parse(o.text)["domains"], 2);
+  // A plan file fixes its ranks.
+  o = run("simulate --plan " + file + " --ranks 8 --topology " + topo("h100-2x8.json"));
+  EXPECT_EQ(o.code, 2) << o.text;
+  EXPECT_NE(o.text.find("--ranks: the plan file"), std::string::npos) << o.text;
   std::remove(file.c_str());
 }
 

@@ -34,12 +34,17 @@ struct ClusterFlags {
 
   std::vector<CLI::Option*> uniform_only;  // flags that describe the --uniform cluster and nothing else
   CLI::Option* domains_opt = nullptr;
+  bool ranks_given = false;  // with --topology: one group on the topology's first `ranks` GPUs
 
   void add(CLI::App& app) {
     app.add_option("--topology,-t", topology, "topology JSON file (see docs/topology.md, presets in topologies/)");
     app.add_flag("--uniform", uniform, "contention-free fully connected cluster (needs --ranks, --bw-gbps, --tflops)");
+    app.add_option("--ranks,-n", ranks,
+                   "ranks of the --uniform cluster; with --topology, one context-parallel group on the topology's "
+                   "first N GPUs, the others idle (default: every GPU)")
+        ->capture_default_str()
+        ->each([this](const std::string&) { ranks_given = true; });
     uniform_only = {
-        app.add_option("--ranks,-n", ranks, "ranks of the --uniform cluster")->capture_default_str(),
         app.add_option("--bw-gbps", bw_gbps, "--uniform: link bandwidth in GB/s"),
         app.add_option("--tflops", tflops, "--uniform: peak TFLOP/s per GPU"),
         app.add_option("--latency-us", latency_us, "--uniform: per-message latency in us")->capture_default_str(),
@@ -89,9 +94,19 @@ struct ClusterFlags {
     }
     return topo::make_uniform(ranks, bw_gbps, tflops, latency_us, hbm_gbps);
   }
+  /// The ranks to run: the --uniform cluster's, or on a topology every GPU unless --ranks names fewer.
+  [[nodiscard]] int ranks_for(const topo::Topology& t) const {
+    if (uniform) return ranks;
+    if (!ranks_given) return t.num_gpus();
+    if (ranks < 1 || ranks > t.num_gpus())
+      fail(Error{"--ranks",
+                 fmt::format("must be in [1, {}]: {} has {} GPUs, got {}", t.num_gpus(), t.name, t.num_gpus(), ranks)});
+    return ranks;
+  }
+  /// The domains for charm: given, or 1 on --uniform, or the topology's domains the ranks span.
   [[nodiscard]] int domains_for(const topo::Topology& t) const {
     if (domains > 0) return domains;
-    return uniform ? 1 : sim::default_domains(t);
+    return uniform ? 1 : sim::default_domains(t, ranks_for(t));
   }
 };
 

@@ -98,8 +98,8 @@ void register_simulate(CLI::App& app) {
       if (!e) throw RuntimeFailure{e.error().message()};
       r = std::move(e).value();
     } else {
-      r = run_one(o->plan.algo, o->plan.workload.get(), topo, o->cluster.domains_for(topo),
-                  o->cluster.uniform ? o->cluster.ranks : topo.num_gpus(), use);
+      r = run_one(o->plan.algo, o->plan.workload.get(), topo, o->cluster.domains_for(topo), o->cluster.ranks_for(topo),
+                  use);
     }
     const ir::Workload w = r.plan.workload;
     const int ranks = r.plan.ranks;
@@ -190,7 +190,7 @@ void register_compare(CLI::App& app) {
     // (the last rank sees every block, the first one block); the balanced layout is
     // what anyone would deploy, so it is the default unless --layout says otherwise.
     if (w.causal && sub->count("--layout") == 0) w.layout = ir::Layout::Zigzag;
-    const int ranks = o->cluster.uniform ? o->cluster.ranks : topo.num_gpus();
+    const int ranks = o->cluster.ranks_for(topo);
     const int domains = o->cluster.domains_for(topo);
     const auto algos = o->algos.empty() ? sched::algorithm_names() : algorithm_list(o->algos);
     std::vector<ir::PassKind> passes;
@@ -350,7 +350,7 @@ void register_advise(CLI::App& app) {
     if (!o->algos.empty()) opt.algos = algorithm_list(o->algos);
     if (sub->count("--layout") > 0) opt.layout = w.layout;
     if (o->cluster.domains > 0) opt.domains = o->cluster.domains;
-    opt.ranks = o->cluster.uniform ? o->cluster.ranks : topo.num_gpus();
+    opt.ranks = o->cluster.ranks_for(topo);
     opt.reserved_gb = o->cluster.reserved_gb;
     opt.max_plan_bytes = memory_budget_bytes();
     opt.jobs = o->jobs > 0 ? o->jobs : int(std::max(1u, std::thread::hardware_concurrency()));

@@ -139,6 +139,10 @@ def test_errors_are_value_errors_with_the_cli_message():
     with pytest.raises(ValueError, match="--topology"):
         charm.simulate(algo="ring")
     with pytest.raises(ValueError, match="describes the --uniform cluster only"):
-        charm.simulate(topology=H100, ranks=4)
+        charm.simulate(topology=H100, algo="ring", tflops=100)
+    with pytest.raises(ValueError, match="--ranks: must be in"):
+        charm.simulate(topology=H100, algo="ring", ranks=32)
+    # With a topology, ranks is one group on its first GPUs, as the command line's --ranks.
+    assert charm.simulate(topology=H100, algo="ring", ranks=4, seq=8192)["placement"]["text"].startswith("ranks 0-3")
     with pytest.raises(TypeError):
         charm.simulate(topology=H100, sequence=4096)  # not a flag
