@@ -20,6 +20,11 @@
 #include "scheduler/ir/suggest.hpp"
 #include "tools/cli_common.hpp"
 
+namespace charm::cli {
+/// "charm 0.1.0 (commit ..., Release build, CUDA backend built)" (tools/version.cpp).
+std::string version_text();
+}  // namespace charm::cli
+
 namespace {
 
 /// CLI11's "The following argument(s) was/were not expected: --seqq 4k", with the
@@ -116,17 +121,6 @@ int finish_stdout(int code) {
   return charm::cli::kExitUsage;
 }
 
-std::string version_text() {
-  return fmt::format("charm {} (commit {}, {} build, CUDA backend {})", CHARM_VERSION, CHARM_GIT_COMMIT,
-                     CHARM_BUILD_TYPE,
-#ifdef CHARM_CLI_HAVE_CUDA
-                     "built"
-#else
-                     "not built"
-#endif
-  );
-}
-
 /// A usage error's one line and exit code. Under mpirun the processes of `run` agree on it
 /// first (early_failure_handler), so that it is said once however many ranks found it;
 /// otherwise the process that found it says it: a line is never left unsaid.
@@ -146,9 +140,9 @@ int run_command(int argc, char** argv) {
   CLI::App app{"charm: plan, validate, simulate and run distributed attention (CHARM+, RM+, Ring, ...)", "charm"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "all subcommands' help");
-  app.set_version_flag("--version", version_text());
+  app.set_version_flag("--version", charm::cli::version_text());
   if (argc == 2 && std::string(argv[1]) == "--version") {
-    std::printf("%s\n", version_text().c_str());
+    std::printf("%s\n", charm::cli::version_text().c_str());
     return 0;
   }
   for (auto& reg : charm::cli::registry()) reg(app);
