@@ -326,13 +326,19 @@ using cli::run_one;
 using cli::SymmetryUse;
 
 py::object simulate_fn(const py::object& algo, const py::object& plan, WorkloadArgs wa, ClusterArgs ca,
-                       const py::object& symmetry, std::size_t path_limit, const py::object& trace) {
+                       const py::object& symmetry, std::size_t path_limit, const py::object& trace,
+                       const py::object& cp, const py::object& tp, const py::object& order) {
   return guarded([&] {
     const std::string sym = given(symmetry) ? text_arg(symmetry, "--symmetry") : "auto";
     if (sym != "auto" && sym != "on" && sym != "off")
       fail(Error{"--symmetry", fmt::format("{} not in {{auto,on,off}}", sym)});
     const SymmetryUse use = sym == "on" ? SymmetryUse::On : sym == "off" ? SymmetryUse::Off : SymmetryUse::Auto;
     cli::ClusterFlags cf = ca.flags();
+    if (given(cp)) cf.cp = cp.cast<int>();
+    if (given(tp)) cf.tp = tp.cast<int>();
+    if (given(order)) cf.order = text_arg(order, "--order");
+    if ((cf.cp < 0 || cf.tp < 0) || (given(cp) && cf.cp == 0) || (given(tp) && cf.tp == 0))
+      fail(Error{given(cp) && cf.cp <= 0 ? "--cp" : "--tp", "must be at least 1"});
     const auto trace_path = path_arg(trace);
     std::optional<ir::Plan> file_plan;
     if (given(plan)) {
@@ -360,6 +366,8 @@ py::object simulate_fn(const py::object& algo, const py::object& plan, WorkloadA
         auto e = sim::evaluate_plan(std::move(*file_plan), topo);
         if (!e) throw cli::RuntimeFailure{e.error().message()};
         r = std::move(e).value();
+      } else if (const auto layout = cf.layout_for(topo)) {
+        r = cli::run_deployment(algo_arg(algo), wa.flags().get(), topo, cf.domains_for(topo), *layout, use);
       } else {
         r = run_one(algo_arg(algo), wa.flags().get(), topo, cf.domains_for(topo), cf.ranks_for(topo), use);
       }
@@ -744,14 +752,16 @@ PYBIND11_MODULE(_core, m) {
          const py::object& layout, const py::object& pass, const py::object& causal, const py::object& topology,
          const py::object& uniform, const py::object& ranks, const py::object& bw_gbps, const py::object& tflops,
          const py::object& latency_us, const py::object& hbm_gbps, const py::object& domains,
-         const py::object& reserved_gb, const py::object& symmetry, std::size_t path_limit, const py::object& trace) {
+         const py::object& reserved_gb, const py::object& symmetry, std::size_t path_limit, const py::object& trace,
+         const py::object& cp, const py::object& tp, const py::object& order) {
         return simulate_fn(algo, plan, {batch, seq, heads, kv_heads, head_dim, dtype, layout, pass, causal},
                            {topology, uniform, ranks, bw_gbps, tflops, latency_us, hbm_gbps, domains, reserved_gb},
-                           symmetry, path_limit, trace);
+                           symmetry, path_limit, trace, cp, tp, order);
       },
       py::kw_only(), py::arg("algo") = py::none(), py::arg("plan") = py::none(), CHARM_WORKLOAD_ARGS,
       CHARM_CLUSTER_ARGS, py::arg("symmetry") = py::none(), py::arg("path_limit") = 64, py::arg("trace") = py::none(),
-      "charm simulate --json as a dict.");
+      py::arg("cp") = py::none(), py::arg("tp") = py::none(), py::arg("order") = py::none(),
+      "charm simulate --json as a dict; cp= / tp= / order= simulate every CP group of that layout at once.");
   m.def(
       "compare",
       [](const py::object& algos, const py::object& batch, const py::object& seq, const py::object& heads,

@@ -16,6 +16,15 @@ int default_domains(const topo::Topology& t, int ranks) {
   return t.domain_of(ranks - 1) + 1;
 }
 
+int default_domains(const topo::Topology& t, std::span<const std::int32_t> gpus, int group_ranks) {
+  const std::vector<int> domain_of = t.gpu_domains();
+  std::vector<int> seen;
+  for (int r = 0; r < group_ranks && r < int(gpus.size()); ++r)
+    seen.push_back(domain_of[std::size_t(gpus[std::size_t(r)])]);
+  std::sort(seen.begin(), seen.end());
+  return std::max<int>(1, int(std::unique(seen.begin(), seen.end()) - seen.begin()));
+}
+
 sched::PlanRequest normalised_request(sched::PlanRequest req) { return sched::normalised(std::move(req)); }
 
 ComputeModel compute_model_for(const topo::Topology& t, const ir::Workload& w) {
@@ -78,7 +87,12 @@ Expected<Evaluation> evaluate_plan(ir::Plan plan, const topo::Topology& t, SimOp
   if (!res) return res.error();
   Evaluation e{std::move(plan), std::move(res).value(), {}, {}};
   e.summary = summarize(e.result);
-  e.formula = closed_form_on(e.plan.algo, t, e.plan.ranks, e.plan.workload, model);
+  e.formula = closed_form_on(e.plan.algo, t, e.plan.group_ranks(), e.plan.workload, model);
+  if (e.plan.groups > 1 && e.formula.applies) {
+    e.formula.applies = false;
+    e.formula.why_not =
+        fmt::format("{} context-parallel groups share the links; the closed forms describe one alone", e.plan.groups);
+  }
   return e;
 }
 

@@ -4,6 +4,8 @@
 // `charm simulate`, `charm compare` and `charm sweep` all go through here, so
 // the three report the same numbers for the same request.
 
+#include <cstdint>
+#include <span>
 #include <string>
 
 #include "scheduler/ir/plan.hpp"
@@ -29,6 +31,9 @@ struct Evaluation {
 /// With fewer ranks than GPUs the whole topology's count would be wrong (8 GPUs of a 2 x 8
 /// cluster are one node, one domain).
 [[nodiscard]] int default_domains(const topo::Topology& t, int ranks);
+/// The domains of one CP group of a deployment: those its GPUs (the first `group_ranks` of `gpus`,
+/// rank r on gpus[r]) span.
+[[nodiscard]] int default_domains(const topo::Topology& t, std::span<const std::int32_t> gpus, int group_ranks);
 
 /// The request as the planner runs it (sched::normalised): the -zigzag variants run on the zigzag layout.
 [[nodiscard]] sched::PlanRequest normalised_request(sched::PlanRequest req);

@@ -32,7 +32,7 @@ std::vector<KindTraffic> channel_traffic(const Plan& plan, const topo::Topology&
   const int target = representative_channel(t, sym, channel);
   for (const Op& o : plan.ops()) {
     if (o.kind != OpKind::Send) continue;
-    const auto route = t.route(o.rank, o.peer);
+    const auto route = t.route(plan.gpu_of(o.rank), plan.gpu_of(o.peer));
     if (std::none_of(route.begin(), route.end(), [&](int c) { return representative_channel(t, sym, c) == target; }))
       continue;
     const BufKind kind = plan.buffer(std::get<SendArgs>(args(o)).src).kind;

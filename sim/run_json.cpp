@@ -72,6 +72,17 @@ std::string placement_text(int ranks, int gpus) {
   return fmt::format("ranks 0-{} on GPUs 0-{} of {}; GPUs {}-{} idle", ranks - 1, ranks - 1, gpus, ranks, gpus - 1);
 }
 
+std::string placement_text(const ir::Plan& p, int gpus) {
+  if (p.groups == 1 && p.gpus.empty()) return placement_text(p.ranks, gpus);
+  const int n = p.group_ranks(), shown = std::min(n, 6);
+  std::string group0;
+  for (int r = 0; r < shown; ++r) group0 += fmt::format("{}{}", r ? "," : "", p.gpu_of(r));
+  if (shown < n) group0 += fmt::format(",...,{}", p.gpu_of(n - 1));
+  return fmt::format(
+      "{} CP groups of {} ranks at once on {} of {} GPUs; group 0 on GPUs {}{}", p.groups, n, p.ranks, gpus, group0,
+      p.symmetry.active() ? fmt::format(" (simulated: groups 0-{}, standing for all)", p.symmetry.block / n - 1) : "");
+}
+
 json simulate_json(const Evaluation& r, const topo::Topology& t, const Explanation& ex, const MemoryVerdict& mem,
                    bool uniform, std::size_t path_limit) {
   const Summary& s = r.summary;
@@ -83,7 +94,11 @@ json simulate_json(const Evaluation& r, const topo::Topology& t, const Explanati
             {"topology", t.name},
             {"ranks", r.plan.ranks},
             {"domains", r.plan.domains},
-            {"placement", {{"gpus", t.num_gpus()}, {"text", placement_text(r.plan.ranks, t.num_gpus())}}},
+            {"placement",
+             {{"gpus", t.num_gpus()},
+              {"groups", r.plan.groups},
+              {"group_ranks", r.plan.group_ranks()},
+              {"text", placement_text(r.plan, t.num_gpus())}}},
             {"workload", workload_json(r.plan.workload)},
             {"time_ms", s.time_s * 1e3},
             {"exposed_comm_ms", s.exposed_comm_s * 1e3},

@@ -132,10 +132,13 @@ Status Engine::build() {
     running_.assign(ranks, {});
     rank_flows_.assign(ranks, 0);
     gpu_channels_.assign(ranks, {});
+    std::vector<RankId> rank_at(std::size_t(topo_.num_gpus()), kNone);
+    for (RankId r = 0; r < plan_.ranks; ++r) rank_at[std::size_t(plan_.gpu_of(r))] = r;
     for (int c = 0; c < topo_.num_channels(); ++c) {
       const topo::Link& l = topo_.channel_link(c);
       for (const int v : {l.a, l.b})
-        if (v < plan_.ranks) gpu_channels_[std::size_t(v)].push_back(c);
+        if (v < topo_.num_gpus() && rank_at[std::size_t(v)] != kNone)
+          gpu_channels_[std::size_t(rank_at[std::size_t(v)])].push_back(c);
     }
   }
   q_.reserve(1024);
@@ -278,12 +281,13 @@ void Engine::start_flow(OpId send, OpId recv) {
     q_.push(now_, kFlowDone, send);
     return;
   }
-  const double lat = (topo_.route_latency_us(s.rank, s.peer) + topo_.stack.message_us) * 1e-6;
+  const int src = plan_.gpu_of(s.rank), dst = plan_.gpu_of(s.peer);
+  const double lat = (topo_.route_latency_us(src, dst) + topo_.stack.message_us) * 1e-6;
   if (s.bytes == 0) {
     q_.push(now_ + lat, kFlowDone, send);  // nothing to move: the pair completes after the latency
     return;
   }
-  topo::Route route = topo_.route(s.rank, s.peer);
+  topo::Route route = topo_.route(src, dst);
   if (sym_.active()) {
     topo::Route rep;
     for (const std::int32_t c : route) rep.push_back(representative_channel(topo_, sym_, c));
@@ -332,6 +336,7 @@ Expected<SimResult> Engine::run() {
   if (topo_.num_gpus() < plan_.ranks)
     return Error{"--topology", fmt::format("the plan has {} ranks but topology '{}' has only {} GPUs", plan_.ranks,
                                            topo_.name, topo_.num_gpus())};
+  if (auto st = check_placement(plan_, topo_); !st) return st.error();
   if (sym_.active())
     if (auto st = check_topology_symmetry(sym_, topo_, plan_.ranks); !st) return st.error();
   if (auto st = build(); !st) return st.error();
@@ -548,6 +553,31 @@ Status check_topology_symmetry(const RankSymmetry& s, const topo::Topology& t, i
   // Two blocks of one class would share a representative channel that a route between them crossed twice.
   if (!t.block_routes_cross_each_channel_once())
     return refuse("a route between two of its blocks crosses one link of both blocks' copies");
+  return {};
+}
+
+Status check_placement(const Plan& plan, const topo::Topology& t) {
+  if (plan.gpus.empty()) return {};
+  if (plan.gpus.size() != std::size_t(plan.ranks))
+    return Error{"plan", fmt::format("places {} ranks on GPUs, but it has {}", plan.gpus.size(), plan.ranks)};
+  std::vector<RankId> rank_at(std::size_t(t.num_gpus()), kNone);
+  for (RankId r = 0; r < plan.ranks; ++r) {
+    const int g = plan.gpus[std::size_t(r)];
+    if (g < 0 || g >= t.num_gpus())
+      return Error{"--topology", fmt::format("the plan places rank {} on GPU {}, but topology '{}' has {} GPUs", r, g,
+                                             t.name, t.num_gpus())};
+    if (rank_at[std::size_t(g)] != kNone)
+      return Error{"plan", fmt::format("ranks {} and {} are both placed on GPU {}", rank_at[std::size_t(g)], r, g)};
+    rank_at[std::size_t(g)] = r;
+  }
+  // A quotient's classes must be the same GPUs' classes: its rotation moves every rank's GPU alike.
+  const RankSymmetry& s = plan.symmetry;
+  // Generators: element 1 of a rotation; elements 1, 2, 4, ... of an xor group.
+  for (int g = 1; s.active() && g < s.elements(plan.ranks); g = s.kind == RankSymmetry::Kind::Xor ? 2 * g : plan.ranks)
+    for (RankId r = 0; r < plan.ranks; ++r)
+      if (plan.gpu_of(s.apply(g, r, plan.ranks)) != s.apply(g, plan.gpu_of(r), plan.ranks))
+        return Error{"plan", fmt::format("its placement does not have its symmetry ({} of {} ranks): rank {} on GPU {}",
+                                         to_string(s.kind), s.block, r, plan.gpu_of(r))};
   return {};
 }
 

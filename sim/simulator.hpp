@@ -64,7 +64,8 @@ struct SimOptions {
   bool comm = true;     // false: every transfer completes as soon as both sides are issued
 };
 
-/// Simulates `plan` on the first plan.ranks GPUs of `topology` (rank r on GPU r).
+/// Simulates `plan` on `topology`: rank r on GPU plan.gpu_of(r) (the first plan.ranks GPUs
+/// unless the plan is a deployment that places them, ir::Plan::gpus).
 /// A quotient plan (ir::Plan::symmetry) is simulated as one class of ranks: its
 /// representatives' flows stand for their images, and each channel's flows are
 /// those of its representative channel (representative_channel), so every
@@ -81,6 +82,10 @@ struct SimOptions {
 /// whole blocks, and no route meets two channels of one class (each class of
 /// channels then carries, channel by channel, the same flows).
 [[nodiscard]] Status check_topology_symmetry(const ir::RankSymmetry& s, const topo::Topology& t, int ranks);
+
+/// Whether the plan's placement (ir::Plan::gpus) puts its ranks on distinct GPUs of `t`, and, for a
+/// quotient plan, moves every rank's GPU alike under its symmetry's generator.
+[[nodiscard]] Status check_placement(const ir::Plan& plan, const topo::Topology& t);
 
 /// `plan_sym` (active) coarsened to whole blocks of t's block structure, or
 /// check_topology_symmetry's reason why t cannot run it.

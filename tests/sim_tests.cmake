@@ -13,3 +13,5 @@ charm_add_test(trace_test SOURCES trace_test.cpp LIBS charm::trace LABELS unit T
 charm_add_test(sim_quotient_test SOURCES sim_quotient_test.cpp LIBS charm::evaluate charm::scheduler LABELS unit TIMEOUT 120)
 # The Megatron-LM / TransformerEngine / ring-flash-attention counterparts: the table, its copy in the docs, advise's line.
 charm_add_test(frameworks_test SOURCES frameworks_test.cpp LIBS charm::evaluate charm::scheduler LABELS unit TIMEOUT 120)
+# Deployments: CP groups of a CP x TP x DP layout at once, on the GPUs the layout gives them.
+charm_add_test(layout_test SOURCES layout_test.cpp LIBS charm::evaluate charm::scheduler LABELS unit TIMEOUT 120)

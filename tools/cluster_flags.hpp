@@ -6,9 +6,11 @@
 
 #include <cmath>
 #include <iostream>
+#include <optional>
 #include <tuple>
 #include <vector>
 
+#include "scheduler/planners/layout.hpp"
 #include "sim/evaluate.hpp"
 #include "tools/cli_common.hpp"
 #include "topologies/topology_json.hpp"
@@ -35,6 +37,8 @@ struct ClusterFlags {
   std::vector<CLI::Option*> uniform_only;  // flags that describe the --uniform cluster and nothing else
   CLI::Option* domains_opt = nullptr;
   bool ranks_given = false;  // with --topology: one group on the topology's first `ranks` GPUs
+  int cp = 0, tp = 0;        // a deployment's CP and TP sizes (0: not given)
+  std::string order = "tp-cp";
 
   void add(CLI::App& app) {
     app.add_option("--topology,-t", topology, "topology JSON file (see docs/topology.md, presets in topologies/)");
@@ -49,6 +53,14 @@ struct ClusterFlags {
         app.add_option("--tflops", tflops, "--uniform: peak TFLOP/s per GPU"),
         app.add_option("--latency-us", latency_us, "--uniform: per-message latency in us")->capture_default_str(),
         app.add_option("--hbm-gbps", hbm_gbps, "--uniform: HBM bandwidth for merges (default: merges are free)")};
+    app.add_option("--cp", cp,
+                   "with --topology: context-parallel group size of a deployment; every CP group of the layout runs "
+                   "at once (default with --tp: the GPUs / TP)");
+    app.add_option("--tp", tp, "with --topology: tensor-parallel size (splits the heads; DP is the rest of the GPUs)");
+    app.add_option("--order", order,
+                   "GPU numbering of the layout: tp-cp (tensor-parallel peers adjacent, Megatron-LM's default) or "
+                   "cp-tp (a CP group on consecutive GPUs)")
+        ->capture_default_str();
     domains_opt = app.add_option("--domains,-d", domains,
                                  "domains for charm (default: from the topology's hierarchy; 1 for --uniform)");
     app.add_option("--reserved-gb", reserved_gb,
@@ -94,9 +106,27 @@ struct ClusterFlags {
     }
     return topo::make_uniform(ranks, bw_gbps, tflops, latency_us, hbm_gbps);
   }
-  /// The ranks to run: the --uniform cluster's, or on a topology every GPU unless --ranks names fewer.
+  /// The deployment --cp / --tp describe on `t`, if either is given.
+  [[nodiscard]] std::optional<sched::Layout> layout_for(const topo::Topology& t) const {
+    if (cp == 0 && tp == 0) {
+      if (order != "tp-cp") fail(Error{"--order", "orders the axes of a --cp / --tp layout; give one of them"});
+      return std::nullopt;
+    }
+    if (uniform) fail(Error{cp != 0 ? "--cp" : "--tp", "places groups on a --topology; --uniform has no layout"});
+    if (ranks_given) fail(Error{"--ranks", "gives one group on the first N GPUs; with --cp / --tp drop --ranks"});
+    const auto o = unwrap(sched::parse_layout_order(order));
+    const int tp_size = tp == 0 ? 1 : tp;
+    if (tp_size < 1) fail(Error{"--tp", fmt::format("must be at least 1, got {}", tp)});
+    if (cp == 0 && t.num_gpus() % tp_size != 0)
+      fail(Error{"--tp", fmt::format("TP {} does not divide the topology's {} GPUs", tp_size, t.num_gpus())});
+    const int cp_size = cp == 0 ? t.num_gpus() / tp_size : cp;
+    return unwrap(sched::make_layout(t.num_gpus(), cp_size, tp_size, o));
+  }
+  /// The ranks to run: the --uniform cluster's, or on a topology every GPU unless --ranks names fewer
+  /// (a layout's: one CP group's).
   [[nodiscard]] int ranks_for(const topo::Topology& t) const {
     if (uniform) return ranks;
+    if (const auto l = layout_for(t)) return l->cp;
     if (!ranks_given) return t.num_gpus();
     if (ranks < 1 || ranks > t.num_gpus())
       fail(Error{"--ranks",
@@ -106,7 +136,9 @@ struct ClusterFlags {
   /// The domains for charm: given, or 1 on --uniform, or the topology's domains the ranks span.
   [[nodiscard]] int domains_for(const topo::Topology& t) const {
     if (domains > 0) return domains;
-    return uniform ? 1 : sim::default_domains(t, ranks_for(t));
+    if (uniform) return 1;
+    if (const auto l = layout_for(t)) return sim::default_domains(t, sched::layout_gpus(*l), l->cp);
+    return sim::default_domains(t, ranks_for(t));
   }
 };
 

@@ -98,8 +98,11 @@ void register_simulate(CLI::App& app) {
       if (!e) throw RuntimeFailure{e.error().message()};
       r = std::move(e).value();
     } else {
-      r = run_one(o->plan.algo, o->plan.workload.get(), topo, o->cluster.domains_for(topo), o->cluster.ranks_for(topo),
-                  use);
+      if (const auto layout = o->cluster.layout_for(topo))
+        r = run_deployment(o->plan.algo, o->plan.workload.get(), topo, o->cluster.domains_for(topo), *layout, use);
+      else
+        r = run_one(o->plan.algo, o->plan.workload.get(), topo, o->cluster.domains_for(topo),
+                    o->cluster.ranks_for(topo), use);
     }
     const ir::Workload w = r.plan.workload;
     const int ranks = r.plan.ranks;
@@ -116,13 +119,16 @@ void register_simulate(CLI::App& app) {
       std::cout << j.dump(1) << "\n";
       return;
     }
-    std::cout << fmt::format("# charm simulate: {} {} on {} ({} ranks, {} domains){}\n", algo, to_string(w.pass),
-                             topo.name, ranks, domains, o->plan.from_file() ? " from " + o->plan.plan_file : "");
+    const std::string ranks_text = r.plan.groups == 1
+                                       ? fmt::format("{} ranks", ranks)
+                                       : fmt::format("{} CP groups of {} ranks", r.plan.groups, r.plan.group_ranks());
+    std::cout << fmt::format("# charm simulate: {} {} on {} ({}, {} domains){}\n", algo, to_string(w.pass), topo.name,
+                             ranks_text, domains, o->plan.from_file() ? " from " + o->plan.plan_file : "");
     std::cout << fmt::format("# workload: B={} S={} H={}/{} D={} {} {}{}\n", w.batch, w.seq, w.heads, w.kv_heads,
                              w.head_dim, to_string(w.dtype), to_string(r.plan.workload.layout),
                              w.causal ? " causal" : "");
-    if (ranks < topo.num_gpus())
-      std::cout << fmt::format("# placement: {}\n", sim::placement_text(ranks, topo.num_gpus()));
+    if (ranks < topo.num_gpus() || r.plan.groups > 1)
+      std::cout << fmt::format("# placement: {}\n", sim::placement_text(r.plan, topo.num_gpus()));
     if (r.plan.symmetry.active())
       std::cout << fmt::format(
           "# simulated one class of {} rank{} standing for all {} classes ({} symmetry of plan and "
@@ -192,6 +198,9 @@ void register_compare(CLI::App& app) {
     if (w.causal && sub->count("--layout") == 0) w.layout = ir::Layout::Zigzag;
     const int ranks = o->cluster.ranks_for(topo);
     const int domains = o->cluster.domains_for(topo);
+    // A layout: every CP group at once, each planned on TP's share of the heads.
+    const auto layout = o->cluster.layout_for(topo);
+    if (layout) (void)unwrap(sched::group_workload(w, *layout));
     const auto algos = o->algos.empty() ? sched::algorithm_names() : algorithm_list(o->algos);
     std::vector<ir::PassKind> passes;
     if (w.pass != ir::PassKind::Bwd) passes.push_back(ir::PassKind::Fwd);
@@ -210,11 +219,12 @@ void register_compare(CLI::App& app) {
       wp.pass = p;
       for (const auto& a : algos) {
         Row row{a, std::string(to_string(p)), {}, false, {}, {}, {}, {}};
-        const sched::PlanRequest req = sim::normalised_request({a, wp, ranks, domains});
+        const ir::Workload wg = layout ? unwrap(sched::group_workload(wp, *layout)) : wp;
+        const sched::PlanRequest req = sim::normalised_request({a, wg, ranks, domains});
         if (auto st = sched::check_request(req); !st) {
           row.note = st.error().message();
         } else {
-          Run r = run_one(a, wp, topo, domains, ranks);
+          Run r = layout ? run_deployment(a, wp, topo, domains, *layout) : run_one(a, wp, topo, domains, ranks);
           row.ok = true;
           row.s = r.summary;
           row.f = r.formula;
@@ -260,10 +270,17 @@ void register_compare(CLI::App& app) {
                 {"topology", {{"name", topo.name}, {"gpus", ranks}, {"domains", domains}}},
                 {"workload", workload_json(w)},
                 {"results", res}};
+      if (layout)
+        j["layout"] = {{"cp", layout->cp},
+                       {"tp", layout->tp},
+                       {"dp", layout->dp},
+                       {"order", sched::to_string(layout->order)},
+                       {"text", sched::layout_text(*layout)}};
       std::cout << j.dump(1) << "\n";
       return;
     }
     std::cout << fmt::format("# charm compare on {} ({} ranks, {} domains)\n", topo.name, ranks, domains);
+    if (layout) std::cout << fmt::format("# layout: {}\n", sched::layout_text(*layout));
     std::cout << fmt::format("# workload: B={} S={} H={}/{} D={} {} {}{}\n", w.batch, w.seq, w.heads, w.kv_heads,
                              w.head_dim, to_string(w.dtype), to_string(w.layout), w.causal ? " causal" : "");
     std::cout << fmt::format("# {:>12} {:>5} {:>12} {:>12} {:>12} {:>12} {:>10}  {}\n", "algo", "pass", "time",
@@ -350,6 +367,9 @@ void register_advise(CLI::App& app) {
     if (!o->algos.empty()) opt.algos = algorithm_list(o->algos);
     if (sub->count("--layout") > 0) opt.layout = w.layout;
     if (o->cluster.domains > 0) opt.domains = o->cluster.domains;
+    if (o->cluster.layout_for(topo))
+      fail(Error{o->cluster.cp != 0 ? "--cp" : "--tp",
+                 "advise ranks the algorithms of one context-parallel group; simulate and compare take a layout"});
     opt.ranks = o->cluster.ranks_for(topo);
     opt.reserved_gb = o->cluster.reserved_gb;
     opt.max_plan_bytes = memory_budget_bytes();

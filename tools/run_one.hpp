@@ -4,6 +4,7 @@
 #include <string>
 
 #include "scheduler/ir/workload.hpp"
+#include "scheduler/planners/layout.hpp"
 #include "sim/evaluate.hpp"
 #include "topologies/topology.hpp"
 
@@ -20,5 +21,12 @@ enum class SymmetryUse { Auto, On, Off };
 /// simulator failure is not (RuntimeFailure, exit 3).
 [[nodiscard]] sim::Evaluation run_one(const std::string& algo, const ir::Workload& w, const topo::Topology& t,
                                       int domains, int ranks, SymmetryUse use = SymmetryUse::Auto);
+
+/// A deployment: every CP group of layout `l` on `t` runs `algo` at once (TP splits the heads, so each
+/// group plans w with heads / TP), simulated together (by whole groups' rotation where the layout and the
+/// topology share one: the cost of those groups, not of the cluster). Errors as run_one's; heads or kv
+/// heads that TP does not divide are --tp's.
+[[nodiscard]] sim::Evaluation run_deployment(const std::string& algo, const ir::Workload& w, const topo::Topology& t,
+                                             int domains, const sched::Layout& l, SymmetryUse use = SymmetryUse::Auto);
 
 }  // namespace charm::cli

@@ -39,6 +39,18 @@ int Topology::domain_of(int gpu_index) const {
   return d;
 }
 
+std::vector<int> Topology::gpu_domains() const {
+  std::vector<int> d(std::size_t(num_gpus_), 0);
+  if (domain_level < 0) return d;
+  for (int g = 1; g < num_gpus_; ++g) {
+    const auto& a = gpu_place[std::size_t(g - 1)];
+    const auto& b = gpu_place[std::size_t(g)];
+    d[std::size_t(g)] =
+        d[std::size_t(g - 1)] + (std::equal(a.begin(), a.begin() + domain_level + 1, b.begin()) ? 0 : 1);
+  }
+  return d;
+}
+
 int Topology::domains() const { return num_gpus_ == 0 ? 0 : domain_of(num_gpus_ - 1) + 1; }
 
 namespace {

@@ -193,6 +193,8 @@ class Topology {
   /// Number of charm domains and the check that GPUs are numbered domain by domain.
   [[nodiscard]] int domains() const;
   [[nodiscard]] int domain_of(int gpu) const;
+  /// domain_of every GPU, in one pass.
+  [[nodiscard]] std::vector<int> gpu_domains() const;
 
   /// Sets the GPU count (the first n vertices), chooses every route and installs
   /// `route_overrides`; errors name the GPU that no route reaches.

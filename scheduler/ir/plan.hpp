@@ -156,6 +156,16 @@ class Plan {
   int parts = 1;  // token parts per shard that buffer regions count in (TASP sends shards in parts)
   /// Active: a quotient plan (symmetry.hpp), the ops and buffers of ranks [0, symmetry.block) only.
   RankSymmetry symmetry;
+  /// A deployment (sched::place_groups): `groups` independent copies of one context-parallel
+  /// group's plan, group g on ranks [g * group_ranks(), (g + 1) * group_ranks()), each on its
+  /// own data (a tensor-parallel peer's heads, a data-parallel replica's batch); the workload
+  /// is one group's. 1: the plan is one group.
+  int groups = 1;
+  /// Where each rank runs: rank r on GPU gpus[r] of the topology (distinct GPUs); empty: GPU r.
+  std::vector<std::int32_t> gpus;
+
+  [[nodiscard]] int group_ranks() const { return ranks / groups; }
+  [[nodiscard]] std::int32_t gpu_of(RankId r) const { return gpus.empty() ? r : gpus[static_cast<std::size_t>(r)]; }
 
   [[nodiscard]] std::size_t size() const { return ops_.size(); }
   [[nodiscard]] const Op& op(OpId id) const { return ops_[static_cast<std::size_t>(id)]; }

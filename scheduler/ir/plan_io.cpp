@@ -158,6 +158,7 @@ Expected<Workload> workload_from_json(const json& j, std::string_view where) {
 
 json plan_to_json(const Plan& plan) {
   CHARM_ASSERT(!plan.symmetry.active(), "plan files hold every rank's ops, not one class of ranks");
+  CHARM_ASSERT(plan.groups == 1 && plan.gpus.empty(), "plan files hold one group's plan, not its deployment");
   json ops = json::array();
   for (OpId id = 0; id < static_cast<OpId>(plan.size()); ++id) {
     const Op& op = plan.op(id);

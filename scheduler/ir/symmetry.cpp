@@ -279,6 +279,8 @@ Plan quotient_of(const Plan& full, const RankSymmetry& s) {
   q.domains = full.domains;
   q.parts = full.parts;
   q.symmetry = s;
+  q.groups = full.groups;
+  q.gpus = full.gpus;
   const auto kept = [&](RankId r) { return r < s.block; };
   std::vector<BufferId> buf_map(full.buffers().size(), kNone);
   for (std::size_t b = 0; b < full.buffers().size(); ++b) {

@@ -146,3 +146,16 @@ def test_errors_are_value_errors_with_the_cli_message():
     assert charm.simulate(topology=H100, algo="ring", ranks=4, seq=8192)["placement"]["text"].startswith("ranks 0-3")
     with pytest.raises(TypeError):
         charm.simulate(topology=H100, sequence=4096)  # not a flag
+
+
+def test_a_deployment_is_every_cp_group_at_once():
+    h100_4x8 = os.path.join(ROOT, "topologies", "h100-4x8.json")
+    py = charm.simulate(topology=h100_4x8, algo="charm", cp=16, tp=2, seq=32768, batch=4, heads=12, head_dim=128)
+    code, stdout, stderr = cli("simulate", "-t", h100_4x8, "--algo", "charm", "--cp", 16, "--tp", 2, "--seq", 32768,
+                               "--batch", 4, "--heads", 12, "--head-dim", 128, "--json")
+    assert code == 0, stderr
+    assert py == json.loads(stdout)
+    assert py["placement"]["groups"] == 2 and py["placement"]["group_ranks"] == 16
+    assert py["workload"]["heads"] == 6  # TP 2 splits the heads
+    with pytest.raises(ValueError, match="^--cp: CP 5 x TP 2 = 10 does not divide"):
+        charm.simulate(topology=h100_4x8, algo="charm", cp=5, tp=2)
