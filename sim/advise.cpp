@@ -18,7 +18,7 @@ namespace charm::sim {
 using namespace charm::ir;
 
 std::string Candidate::label() const {
-  std::string s = algo;
+  std::string s = tp > 0 ? fmt::format("cp{}xtp{} {}", cp, tp, algo) : algo;
   if (sched::uses_domains(algo)) s += fmt::format(" d={}", domains);
   return s + " [" + std::string(to_string(layout)) + "]";
 }
@@ -29,6 +29,8 @@ struct Job {
   std::size_t candidate = 0;
   Phase phase = Phase::Fwd;
   sched::PlanRequest req;
+  std::optional<sched::Layout> layout;  // a deployment: req is one CP group's, placed `copies` times
+  int copies = 1;
   std::optional<PassOutcome> out;
   std::string error;
 };
@@ -59,14 +61,16 @@ std::vector<Phase> phases_of(PassKind pass) {
 }
 
 /// Why a candidate cannot run (the memory budget, or a planner refusing a pass), or nothing.
-std::optional<std::string> refusal(const sched::PlanRequest& req, PassKind pass, const AdviseOptions& opt) {
+std::optional<std::string> refusal(const sched::PlanRequest& req, PassKind pass, const AdviseOptions& opt, int copies) {
   if (opt.max_plan_bytes > 0) {
     sched::PlanRequest rp = req;
     rp.workload.pass = pass;
     const auto e = sched::estimate_plan(rp);
-    if (e.plan_bytes + 60 * e.ops > opt.max_plan_bytes)  // the simulator's state, as for charm simulate
-      return fmt::format("would need about {:.3g} GB for {:.2g} ops, over the memory budget",
-                         (e.plan_bytes + 60 * e.ops) / 1e9, e.ops);
+    // The simulator's state, as for charm simulate; a deployment holds its group's plan and `copies` placed.
+    const double bytes = (e.plan_bytes + 60 * e.ops) * (copies > 1 ? copies + 1 : 1);
+    if (bytes > opt.max_plan_bytes)
+      return fmt::format("would need about {:.3g} GB for {:.2g} ops, over the memory budget", bytes / 1e9,
+                         e.ops * copies);
   }
   for (Phase ph : phases_of(pass)) {
     sched::PlanRequest rp = req;
@@ -77,17 +81,19 @@ std::optional<std::string> refusal(const sched::PlanRequest& req, PassKind pass,
 }
 
 /// Candidates, each once (a forced layout or an unused domain count collapses to one), and a job per pass.
-void plan_candidates(const Workload& w, const std::vector<std::string>& algos, const AdviseOptions& opt, Advice& adv,
-                     std::vector<Candidate>& cands, std::vector<Job>& jobs) {
+/// One CP group's candidates on `ranks` ranks (in `layout`, placed `copies` times, when searching layouts).
+void plan_candidates(const Workload& w, const std::vector<std::string>& algos, const AdviseOptions& opt, int ranks,
+                     const std::optional<sched::Layout>& layout, int copies, Advice& adv, std::vector<Candidate>& cands,
+                     std::vector<Job>& jobs) {
   const std::vector<Layout> layouts = layouts_to_try(w, opt);
-  const std::vector<int> split = domain_split(adv.ranks, opt);
+  const std::vector<int> split = domain_split(ranks, opt);
   std::set<std::tuple<std::string, Layout, int>> seen;
   for (const auto& a : algos)
     for (Layout l : layouts)
       for (int d : sched::uses_domains(a) ? split : std::vector<int>{1}) {
         Workload wl = w;
         wl.layout = l;
-        sched::PlanRequest req = normalised_request({a, wl, adv.ranks, d});
+        sched::PlanRequest req = normalised_request({a, wl, ranks, d});
         // "ring-zigzag" is ring on the zigzag layout (tasp-zigzag likewise): one candidate, not two.
         std::string base = a;
         if (const auto k = base.rfind("-zigzag");
@@ -101,7 +107,11 @@ void plan_candidates(const Workload& w, const std::vector<std::string>& algos, c
         c.algo = a;
         c.layout = req.workload.layout;
         c.domains = d;
-        if (auto why = refusal(req, w.pass, opt)) {
+        if (layout) {
+          c.tp = layout->tp;
+          c.cp = layout->cp;
+        }
+        if (auto why = refusal(req, w.pass, opt, layout ? copies : 1)) {
           adv.refused.push_back({c.label(), *why});
           continue;
         }
@@ -111,6 +121,8 @@ void plan_candidates(const Workload& w, const std::vector<std::string>& algos, c
           j.phase = ph;
           j.req = req;
           j.req.workload.pass = ph == Phase::Fwd ? PassKind::Fwd : PassKind::Bwd;
+          j.layout = layout;
+          j.copies = copies;
           jobs.push_back(std::move(j));
         }
         cands.push_back(std::move(c));
@@ -125,7 +137,7 @@ void run_jobs(std::vector<Job>& jobs, const topo::Topology& t, int threads) {
       const std::size_t i = next.fetch_add(1);
       if (i >= jobs.size()) return;
       Job& j = jobs[i];
-      auto ev = evaluate(j.req, t);
+      auto ev = j.layout ? evaluate_deployment(j.req, *j.layout, j.copies, t) : evaluate(j.req, t);
       if (!ev) {
         j.error = ev.error().message();
         continue;
@@ -173,7 +185,21 @@ Expected<Advice> advise(const Workload& w, const topo::Topology& t, const Advise
       return Error{"--algos", fmt::format("unknown algorithm '{}'", a)};
   std::vector<Candidate> cands;
   std::vector<Job> jobs;
-  plan_candidates(w, algos, opt, adv, cands, jobs);
+  if (opt.tp.empty()) plan_candidates(w, algos, opt, adv.ranks, std::nullopt, 1, adv, cands, jobs);
+  for (const int tp : opt.tp) {
+    // A layout that does not tile the GPUs, or a TP that does not split the heads, is a refusal of its own.
+    auto l = sched::make_layout(t.num_gpus(), tp >= 1 ? t.num_gpus() / tp : 0, tp, opt.order);
+    auto wg = l ? sched::group_workload(w, *l) : Expected<Workload>(l.error());
+    if (tp >= 1 && t.num_gpus() % tp != 0)
+      wg = Error{"--tp", fmt::format("TP {} does not divide the topology's {} GPUs", tp, t.num_gpus())};
+    if (!wg) {
+      adv.refused.push_back({fmt::format("tp={}", tp), wg.error().message()});
+      continue;
+    }
+    const auto q = deployment_copies(*l, t);
+    // Domains for charm and usp: the divisors of the group's ranks (or the one given), as for one group.
+    plan_candidates(*wg, algos, opt, l->cp, *l, q ? *q : l->groups(), adv, cands, jobs);
+  }
   run_jobs(jobs, t, opt.jobs);
   adv.simulations = jobs.size();
   for (auto& j : jobs) {

@@ -17,12 +17,17 @@
 //     the others run once.
 // A candidate the planner refuses (a constraint of the algorithm) is listed
 // with the planner's reason, not ranked.
+// With AdviseOptions::tp, every candidate above is tried in each CP x TP layout of
+// the topology's GPUs (CP = GPUs / TP), all CP groups at once on TP's share of the
+// heads. The time is the attention core's: the tensor-parallel collectives around
+// it (the projections' all-gather / reduce-scatter) are not in it.
 
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "scheduler/ir/workload.hpp"
+#include "scheduler/planners/layout.hpp"
 #include "sim/explain.hpp"
 #include "topologies/topology.hpp"
 
@@ -36,6 +41,10 @@ struct AdviseOptions {
   double reserved_gb = 0;            // memory the rest of the model holds per GPU
   int jobs = 1;                      // simulations at once
   double max_plan_bytes = 0;         // > 0: a candidate whose plan and simulation would need more is refused
+  /// Tensor-parallel sizes to search (every GPU of the topology in CP x TP layouts, every CP group at
+  /// once, each on TP's share of the heads); empty: one CP group on `ranks` GPUs.
+  std::vector<int> tp;
+  sched::LayoutOrder order = sched::LayoutOrder::TpInner;
 };
 
 struct PassOutcome {
@@ -49,12 +58,14 @@ struct Candidate {
   std::string algo;
   ir::Layout layout = ir::Layout::Contiguous;
   int domains = 1;
+  int tp = 0;  // a CP x TP layout's TP size (0: one CP group, no layout)
+  int cp = 0;  // ... and its CP size
   std::optional<PassOutcome> fwd, bwd;
   double total_ms = 0;           // the passes asked for, added
   ir::Bytes peak_mem_bytes = 0;  // the larger of the passes' peaks
   MemoryVerdict memory;
   std::string bottleneck;  // of the slower pass, with the pass named: "bwd: nic link ..."
-  /// A name for tables: "charm d=2 [zigzag]".
+  /// A name for tables: "charm d=2 [zigzag]", "cp8xtp2 charm d=2 [contiguous]" in a layout search.
   [[nodiscard]] std::string label() const;
 };
 

@@ -105,4 +105,21 @@ Expected<Evaluation> evaluate(const sched::PlanRequest& req, const topo::Topolog
   return evaluate_plan(std::move(plan).value(), t);
 }
 
+Expected<int> deployment_copies(const sched::Layout& l, const topo::Topology& t) {
+  const int block = sched::layout_block(sched::layout_gpus(l), l.cp);
+  if (block >= l.gpus()) return Error{"", "the layout interleaves its CP groups on the GPUs"};
+  auto q = topology_quotient({ir::RankSymmetry::Kind::Rotate, block}, t, l.gpus());
+  if (!q) return q.error();
+  if (q->block % l.cp != 0 || q->block >= l.gpus())
+    return Error{"", fmt::format("the topology's blocks ({} GPUs) span every CP group", t.blocks.gpus)};
+  return q->block / l.cp;
+}
+
+Expected<Evaluation> evaluate_deployment(const sched::PlanRequest& group_req, const sched::Layout& l, int copies,
+                                         const topo::Topology& t) {
+  auto group = sched::make_plan(group_req, {});
+  if (!group) return group.error();
+  return evaluate_plan(sched::place_groups(*group, l, copies), t);
+}
+
 }  // namespace charm::sim

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "scheduler/ir/plan.hpp"
+#include "scheduler/planners/layout.hpp"
 #include "scheduler/planners/planners.hpp"
 #include "sim/compute_model.hpp"
 #include "sim/formulas.hpp"
@@ -64,5 +65,16 @@ struct Evaluation {
 /// [recv, send]), so its shares by class may differ.
 [[nodiscard]] Expected<Evaluation> evaluate(const sched::PlanRequest& req, const topo::Topology& t,
                                             bool by_symmetry = false);
+
+/// How many CP groups of layout `l` to simulate for all on `t`: the smallest class of whole groups that
+/// the layout's rotation of ranks and the topology's blocks share, or every group where none is
+/// (TP peers interleaving one replica's groups; blocks spanning them all). Error: why not, for --symmetry on.
+[[nodiscard]] Expected<int> deployment_copies(const sched::Layout& l, const topo::Topology& t);
+
+/// A deployment (sched/layout.hpp): `group_req` (one CP group's request: l.cp ranks, TP's share of the
+/// heads; normalised and checked by the caller) planned once and placed as `copies` groups of `l` on `t`
+/// (l.groups(): every group; fewer: the quotient deployment_copies allows), then simulated.
+[[nodiscard]] Expected<Evaluation> evaluate_deployment(const sched::PlanRequest& group_req, const sched::Layout& l,
+                                                       int copies, const topo::Topology& t);
 
 }  // namespace charm::sim

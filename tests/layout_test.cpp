@@ -3,12 +3,15 @@
 // of whole groups simulated alone gives every figure of the whole cluster.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "scheduler/planners/layout.hpp"
 #include "scheduler/planners/planners.hpp"
+#include "sim/advise.hpp"
 #include "sim/evaluate.hpp"
 #include "sim/simulator.hpp"
 #include "topologies/topology_json.hpp"
@@ -50,11 +53,11 @@ sim::SimResult simulate(const ir::Plan& p, const topo::Topology& t) {
 TEST(Layout, NumbersGpusInnermostAxisFirst) {
   const Layout tp_inner = *make_layout(32, 16, 2, LayoutOrder::TpInner);
   EXPECT_EQ(tp_inner.dp, 1);
-  EXPECT_EQ(layout_gpu(tp_inner, 0, 3), 6);   // CP rank 3 of TP rank 0
-  EXPECT_EQ(layout_gpu(tp_inner, 1, 3), 7);   // its TP peer next to it
+  EXPECT_EQ(layout_gpu(tp_inner, 0, 3), 6);                              // CP rank 3 of TP rank 0
+  EXPECT_EQ(layout_gpu(tp_inner, 1, 3), 7);                              // its TP peer next to it
   const Layout cp_inner = *make_layout(32, 8, 2, LayoutOrder::CpInner);  // DP 2
-  EXPECT_EQ(layout_gpu(cp_inner, 1, 3), 11);  // group 1 = TP rank 1 of replica 0: GPUs 8-15
-  EXPECT_EQ(layout_gpu(cp_inner, 2, 0), 16);  // replica 1
+  EXPECT_EQ(layout_gpu(cp_inner, 1, 3), 11);                             // group 1 = TP rank 1 of replica 0: GPUs 8-15
+  EXPECT_EQ(layout_gpu(cp_inner, 2, 0), 16);                             // replica 1
   // The rotation each layout is invariant under: none where TP peers interleave the only replica's
   // groups; a group where they are consecutive; a replica (CP x TP) otherwise.
   EXPECT_EQ(layout_block(layout_gpus(tp_inner), 16), 32);
@@ -129,3 +132,37 @@ TEST(Layout, TheSimulatorRefusesAGpuNamedTwice) {
 
 }  // namespace
 }  // namespace charm::sched
+
+namespace charm::sim {
+namespace {
+
+TEST(LayoutAdvise, RanksEachLayoutAsADeploymentRunsIt) {
+  auto t = topo::load_topology(std::string(CHARM_SOURCE_DIR) + "/topologies/h100-2x8.json");
+  ASSERT_TRUE(t.ok());
+  ir::Workload w;
+  w.seq = 32768;
+  w.heads = 8;
+  w.kv_heads = 8;
+  w.head_dim = 128;
+  w.pass = ir::PassKind::Fwd;
+  AdviseOptions opt;
+  opt.algos = {"ring"};
+  opt.tp = {1, 2, 3};  // 3 divides neither 16 GPUs nor 8 heads: refused, named
+  auto adv = advise(w, *t, opt);
+  ASSERT_TRUE(adv.ok()) << adv.error().message();
+  ASSERT_EQ(adv->candidates.size(), 2u);
+  ASSERT_EQ(adv->refused.size(), 1u);
+  EXPECT_EQ(adv->refused[0].label, "tp=3");
+  for (const Candidate& c : adv->candidates) {
+    SCOPED_TRACE(c.label());
+    const sched::Layout l = *sched::make_layout(16, 16 / c.tp, c.tp, sched::LayoutOrder::TpInner);
+    const auto req = normalised_request({"ring", *sched::group_workload(w, l), l.cp, 1});
+    auto e = evaluate_deployment(req, l, l.groups(), *t);
+    ASSERT_TRUE(e.ok());
+    EXPECT_EQ(c.fwd->time_ms, e->summary.time_s * 1e3);
+    EXPECT_EQ(c.label(), fmt::format("cp{}xtp{} ring [contiguous]", l.cp, l.tp));
+  }
+}
+
+}  // namespace
+}  // namespace charm::sim

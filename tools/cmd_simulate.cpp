@@ -346,6 +346,7 @@ void register_advise(CLI::App& app) {
     bool json_out = false;
     int jobs = 0;
     int top = 0;
+    std::string tp_search;
   };
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand(
@@ -356,6 +357,10 @@ void register_advise(CLI::App& app) {
   sub->add_flag("--json", o->json_out, "JSON output");
   sub->add_option("--jobs,-j", o->jobs, "simulations at once (default: the machine's cores)");
   sub->add_option("--top", o->top, "rows of the text table (default: all)");
+  sub->add_option("--tp-search", o->tp_search,
+                  "comma-separated TP sizes: rank every CP x TP layout of the topology's GPUs (CP = GPUs / TP), all "
+                  "CP groups at once on TP's share of the heads (--tp T alone: that one); the TP collectives are "
+                  "not in the times");
   sub->callback([o, sub] {
     const auto topo = o->cluster.get();
     ir::Workload w = o->workload.get();
@@ -367,14 +372,31 @@ void register_advise(CLI::App& app) {
     if (!o->algos.empty()) opt.algos = algorithm_list(o->algos);
     if (sub->count("--layout") > 0) opt.layout = w.layout;
     if (o->cluster.domains > 0) opt.domains = o->cluster.domains;
-    if (o->cluster.layout_for(topo))
-      fail(Error{o->cluster.cp != 0 ? "--cp" : "--tp",
-                 "advise ranks the algorithms of one context-parallel group; simulate and compare take a layout"});
-    opt.ranks = o->cluster.ranks_for(topo);
+    if (o->cluster.cp != 0)
+      fail(Error{"--cp", "advise takes CP = GPUs / TP for each TP of --tp / --tp-search; simulate and compare take "
+                         "--cp"});
+    if (o->cluster.tp != 0 && !o->tp_search.empty()) fail(Error{"--tp", "give --tp or --tp-search, not both"});
+    if (o->cluster.tp != 0) opt.tp = {o->cluster.tp};
+    for (const auto& item : split_list(o->tp_search)) {
+      const std::int64_t v = unwrap(parse_size(item, "--tp-search"));
+      if (v < 1 || v > topo.num_gpus())
+        fail(Error{"--tp-search", fmt::format("TP sizes must be in [1, {}], got {}", topo.num_gpus(), v)});
+      opt.tp.push_back(int(v));
+    }
+    if (!o->tp_search.empty() && opt.tp.empty()) fail(Error{"--tp-search", "names no TP size"});
+    if (!opt.tp.empty()) {
+      opt.order = unwrap(sched::parse_layout_order(o->cluster.order));
+      if (o->cluster.ranks_given) fail(Error{"--ranks", "a layout search takes every GPU; drop --ranks"});
+    } else if (o->cluster.order != "tp-cp") {
+      fail(Error{"--order", "orders the axes of a --tp / --tp-search layout; give one of them"});
+    }
+    opt.ranks = opt.tp.empty() ? o->cluster.ranks_for(topo) : 0;
     opt.reserved_gb = o->cluster.reserved_gb;
     opt.max_plan_bytes = memory_budget_bytes();
     opt.jobs = o->jobs > 0 ? o->jobs : int(std::max(1u, std::thread::hardware_concurrency()));
     auto adv_ex = sim::advise(w, topo, opt);
+    // A candidate's context-parallel group: its layout's CP size, or every rank advised.
+    const auto group_ranks = [&](const sim::Candidate& c) { return c.tp > 0 ? c.cp : adv_ex ? adv_ex->ranks : 0; };
     if (!adv_ex) {
       if (adv_ex.error().where == "simulate") throw RuntimeFailure{adv_ex.error().message()};
       fail(adv_ex.error());
@@ -400,8 +422,9 @@ void register_advise(CLI::App& app) {
                   {"memory", memory_json(c.memory)},
                   {"bottleneck", c.bottleneck}};
         j["frameworks"] =
-            sim::framework_json(sim::framework_settings(c.algo, c.layout, w.causal, adv.ranks, c.domains));
-        if (const auto caveat = all_to_all_caveat(c.algo, c.domains > 0 ? adv.ranks / c.domains : adv.ranks);
+            sim::framework_json(sim::framework_settings(c.algo, c.layout, w.causal, group_ranks(c), c.domains));
+        if (c.tp > 0) j["layout"] = {{"cp", c.cp}, {"tp", c.tp}, {"order", sched::to_string(opt.order)}};
+        if (const auto caveat = all_to_all_caveat(c.algo, c.domains > 0 ? group_ranks(c) / c.domains : group_ranks(c));
             !caveat.empty())
           j["caveat"] = caveat;
         json cp = json::object();
@@ -430,8 +453,9 @@ void register_advise(CLI::App& app) {
     std::cout << fmt::format(
         "# {} candidates, {} simulations in {:.2f} s; {} refused by their planner (listed at the end)\n",
         adv.candidates.size(), adv.simulations, adv.wall_s, adv.refused.size());
-    std::cout << fmt::format("# {:>2}  {:<24}{:>10}{:>10}{:>11}{:>8}{:>9}{:>6}  {}\n", "", "candidate", "fwd ms",
-                             "bwd ms", "total ms", "x best", "peak GB", "fits", "bound by (slower pass)");
+    const int label_w = opt.tp.empty() ? 24 : 32;  // a layout search's labels name the layout too
+    std::cout << fmt::format("# {:>2}  {:<{}}{:>10}{:>10}{:>11}{:>8}{:>9}{:>6}  {}\n", "", "candidate", label_w,
+                             "fwd ms", "bwd ms", "total ms", "x best", "peak GB", "fits", "bound by (slower pass)");
     const double best = adv.candidates.front().total_ms;
     const std::size_t rows =
         o->top > 0 ? std::min<std::size_t>(std::size_t(o->top), adv.candidates.size()) : adv.candidates.size();
@@ -441,8 +465,9 @@ void register_advise(CLI::App& app) {
     for (std::size_t i = 0; i < rows; ++i) {
       const auto& c = adv.candidates[i];
       const auto* slower = c.bwd && (!c.fwd || c.bwd->time_ms >= c.fwd->time_ms) ? &*c.bwd : c.fwd ? &*c.fwd : nullptr;
-      std::cout << fmt::format("  {:>2}  {:<24}{:>10}{:>10}{:>11.2f}{:>8.2f}{:>9.2f}{:>6}  {}{}\n", i + 1, c.label(),
-                               ms(c.fwd), ms(c.bwd), c.total_ms, c.total_ms / best, double(c.peak_mem_bytes) / 1e9,
+      std::cout << fmt::format("  {:>2}  {:<{}}{:>10}{:>10}{:>11.2f}{:>8.2f}{:>9.2f}{:>6}  {}{}\n", i + 1, c.label(),
+                               label_w, ms(c.fwd), ms(c.bwd), c.total_ms, c.total_ms / best,
+                               double(c.peak_mem_bytes) / 1e9,
                                !c.memory.known ? "?"
                                : c.memory.fits ? "yes"
                                                : "NO",
@@ -463,11 +488,15 @@ void register_advise(CLI::App& app) {
                                  : "",
                              b.memory.line());
     std::cout << fmt::format("#   why: {}\n", b.bottleneck);
-    if (const auto caveat = all_to_all_caveat(b.algo, b.domains > 0 ? adv.ranks / b.domains : adv.ranks);
+    if (b.tp > 0)
+      std::cout << fmt::format("#   layout: CP {} x TP {} ({}), every CP group at once; the times are attention's "
+                               "core alone: the TP collectives around it (projections) are not in them\n",
+                               b.cp, b.tp, sched::to_string(opt.order));
+    if (const auto caveat = all_to_all_caveat(b.algo, b.domains > 0 ? group_ranks(b) / b.domains : group_ranks(b));
         !caveat.empty())
       std::cout << fmt::format("#   caution: {}\n", caveat);
     std::cout << fmt::format("#   {}\n",
-                             sim::framework_settings(b.algo, b.layout, w.causal, adv.ranks, b.domains).line());
+                             sim::framework_settings(b.algo, b.layout, w.causal, group_ranks(b), b.domains).line());
     if (b.fwd) std::cout << fmt::format("#   fwd critical path: {}\n", b.fwd->critical_path);
     if (b.bwd) std::cout << fmt::format("#   bwd critical path: {}\n", b.bwd->critical_path);
     for (const auto& r : adv.refused) std::cout << fmt::format("# refused: {}: {}\n", r.label, r.reason);

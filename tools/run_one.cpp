@@ -47,27 +47,21 @@ sim::Evaluation run_deployment(const std::string& algo, const ir::Workload& w, c
   const ir::Workload group_w = unwrap(sched::group_workload(w, l));
   const auto req = sim::normalised_request({algo, group_w, l.cp, domains});
   if (auto s = sched::check_request(req); !s) fail(s.error());
-  // Whole groups stand for the others where the layout's rotation is one the topology has.
-  // As for one group, --symmetry auto keeps every rank below a million ops.
+  // Whole groups stand for the others where the layout's rotation is one the topology has; as for one
+  // group, --symmetry auto keeps every rank below a million ops.
   const auto e = sched::estimate_plan(req);
   int copies = l.groups();
-  const auto gpus = sched::layout_gpus(l);
-  const int block = sched::layout_block(gpus, l.cp);
   if (use == SymmetryUse::On || (use == SymmetryUse::Auto && e.ops * l.groups() >= kQuotientFromOps)) {
-    const auto q = block < l.gpus()
-                       ? sim::topology_quotient({ir::RankSymmetry::Kind::Rotate, block}, t, l.gpus())
-                       : Expected<ir::RankSymmetry>(Error{"", "the layout interleaves its groups on the GPUs"});
-    if (q && q->block % l.cp == 0) copies = q->block / l.cp;
-    if (use == SymmetryUse::On && copies == l.groups())
-      fail(Error{"--symmetry", fmt::format("cannot simulate a class of CP groups for all: {}",
-                                           q ? "the topology's blocks span every group" : q.error().message())});
+    const auto q = sim::deployment_copies(l, t);
+    if (q) copies = *q;
+    if (use == SymmetryUse::On && !q)
+      fail(Error{"--symmetry", fmt::format("cannot simulate a class of CP groups for all: {}", q.error().message())});
   }
   check_budget((e.plan_bytes + 60 * e.ops) * (copies + 1),
                fmt::format("the simulation of {} CP group{} ({} on {} ranks each: about {:.2g} ops)", copies,
                            copies == 1 ? "" : "s", algo, l.cp, e.ops * copies),
                "--cp");
-  const ir::Plan group = unwrap(sched::make_plan(req, {}));
-  auto r = sim::evaluate_plan(sched::place_groups(group, l, copies), t);
+  auto r = sim::evaluate_deployment(req, l, copies, t);
   if (!r) throw RuntimeFailure{r.error().message()};
   return std::move(r).value();
 }

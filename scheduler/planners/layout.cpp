@@ -56,7 +56,8 @@ int layout_block(std::span<const std::int32_t> gpus, int cp) {
   for (std::int64_t b = cp; b < n; b += cp) {
     if (n % b != 0) continue;
     bool shifts = true;
-    for (std::int64_t k = 0; k < n && shifts; ++k) shifts = gpus[std::size_t((k + b) % n)] == (gpus[std::size_t(k)] + b) % n;
+    for (std::int64_t k = 0; k < n && shifts; ++k)
+      shifts = gpus[std::size_t((k + b) % n)] == (gpus[std::size_t(k)] + b) % n;
     if (shifts) return int(b);
   }
   return int(n);
