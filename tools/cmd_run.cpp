@@ -160,7 +160,7 @@ void dump_tensors(const std::string& dir, const ir::Plan& plan, const RunOpts& o
   put("dq", res.dq, qshape);
   put("dk", res.dk, kvshape);
   put("dv", res.dv, kvshape);
-  const nlohmann::json meta{{"schema_version", 1},
+  const nlohmann::json meta{{"schema", 1},
                             {"softmax_scale", 1.0 / std::sqrt(double(w.head_dim))},
                             {"causal", w.causal},
                             {"layout", std::string(ir::to_string(w.layout))},
@@ -195,7 +195,7 @@ int report(const ir::Plan& plan, const RunOpts& o, const rt::GlobalTensors& in, 
   const bool ok = !rep || rep->ok();
   if (!o.dump.empty()) dump_tensors(o.dump, plan, o, in, res.out);
   if (o.json) {
-    nlohmann::json j{{"schema_version", 1},
+    nlohmann::json j{{"schema", 1},
                      {"ok", ok},
                      {"algo", plan.algo},
                      {"backend", o.backend},
