@@ -19,7 +19,7 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 /// Per-thread scratch, grown on demand (kernels run on many worker threads).
 struct Scratch {
   std::vector<float> kt, kp, vp, vt, s, dp, qt, dot, ot, dqt, dkl, dvl;
-  std::vector<std::int64_t> vis;
+  std::vector<std::int64_t> vis, first;  // per row: one past its last visible key, its first
 };
 Scratch& scratch() {
   thread_local Scratch s;
@@ -29,12 +29,20 @@ void grow(std::vector<float>& v, std::int64_t n) {
   if (static_cast<std::int64_t>(v.size()) < n) v.resize(static_cast<std::size_t>(n));
 }
 
-/// Number of keys each query row sees (a prefix of the block, positions ascending).
-void visible_counts(const AttnShape& a, Positions qpos, Positions kpos, std::vector<std::int64_t>& vis) {
+/// The keys each query row sees, [first, vis) of the block (positions ascending): a prefix, unless
+/// documents or a window start it later. A row that sees none has first == vis.
+void visible_counts(const AttnShape& a, Positions qpos, Positions kpos, std::vector<std::int64_t>& vis,
+                    std::vector<std::int64_t>& first) {
   vis.resize(qpos.size());
+  first.assign(qpos.size(), 0);
   const auto tk = static_cast<std::int64_t>(kpos.size());
-  for (std::size_t i = 0; i < qpos.size(); ++i)
+  for (std::size_t i = 0; i < qpos.size(); ++i) {
     vis[i] = a.causal ? std::upper_bound(kpos.begin(), kpos.end(), qpos[i]) - kpos.begin() : tk;
+    if (a.positions != nullptr) {
+      const std::int64_t from = a.positions->first_visible(qpos[i]);
+      first[i] = std::min<std::int64_t>(vis[i], std::lower_bound(kpos.begin(), kpos.end(), from) - kpos.begin());
+    }
+  }
 }
 
 /// s[r][j] = sum_d q[r][d] * kt[d][j] for the kTile rows of qt, j < n.
@@ -84,14 +92,16 @@ void probabilities_and_ds(const AttnShape& a, Scratch& sc, const float* lse, con
   for (std::int64_t r = 0; r < kTile; ++r) {
     float* s = sc.s.data() + r * tk;
     float* dp = sc.dp.data() + r * tk;
-    std::int64_t n = 0;
+    std::int64_t n = 0, j0 = 0;
     float l = kNegInf, dl = 0;
     if (r < rows) {
       l = lse[r];
       dl = delta[r];
       n = l == kNegInf ? 0 : sc.vis[std::size_t(i0 + r)];
+      j0 = std::min(n, sc.first[std::size_t(i0 + r)]);
     }
-    for (std::int64_t j = 0; j < n; ++j) {
+    for (std::int64_t j = 0; j < std::min(j0, nmax); ++j) s[j] = dp[j] = 0.0f;
+    for (std::int64_t j = j0; j < n; ++j) {
       const float p = std::exp(s[j] * a.scale - l);
       s[j] = p;
       dp[j] = p * (dp[j] - dl);
@@ -142,7 +152,7 @@ void attention_fwd_block(const AttnShape& a, const float* q, Positions qpos, con
   const std::int64_t H = a.heads, Hkv = a.kv_heads, D = a.head_dim, group = H / Hkv;
   const auto tq = static_cast<std::int64_t>(qpos.size()), tk = static_cast<std::int64_t>(kpos.size());
   auto& sc = scratch();
-  visible_counts(a, qpos, kpos, sc.vis);
+  visible_counts(a, qpos, kpos, sc.vis, sc.first);
   grow(sc.kt, D * tk);
   grow(sc.vp, D * tk);
   grow(sc.s, kTile * tk);
@@ -164,17 +174,19 @@ void attention_fwd_block(const AttnShape& a, const float* q, Positions qpos, con
           for (std::int64_t r = 0; r < kTile; ++r) {
             float* s = sc.s.data() + r * tk;
             const std::int64_t n = r < rows ? sc.vis[std::size_t(i0 + r)] : 0;
+            const std::int64_t j0 = r < rows ? sc.first[std::size_t(i0 + r)] : 0;
             float mx = kNegInf;
-            for (std::int64_t j = 0; j < n; ++j) mx = std::max(mx, s[j] * a.scale);
+            for (std::int64_t j = j0; j < n; ++j) mx = std::max(mx, s[j] * a.scale);
             double l = 0;
-            for (std::int64_t j = 0; j < n; ++j) {
+            for (std::int64_t j = j0; j < n; ++j) {
               s[j] = std::exp(s[j] * a.scale - mx);
               l += s[j];
             }
-            for (std::int64_t j = n; j < nmax; ++j) s[j] = 0.0f;
+            for (std::int64_t j = 0; j < std::min(j0, nmax); ++j) s[j] = 0.0f;
+            for (std::int64_t j = std::max(n, j0); j < nmax; ++j) s[j] = 0.0f;
             m[r] = mx;
             lrow[r] = static_cast<float>(l);
-            inv[r] = n > 0 ? static_cast<float>(1.0 / l) : 0.0f;
+            inv[r] = n > j0 ? static_cast<float>(1.0 / l) : 0.0f;
           }
           // O tile = P V.
           float* __restrict o0 = sc.ot.data();
@@ -199,7 +211,8 @@ void attention_fwd_block(const AttnShape& a, const float* q, Positions qpos, con
             float* dst = out + ((b * tq + i) * H + h) * D;
             const float* src = sc.ot.data() + r * D;
             for (std::int64_t d = 0; d < D; ++d) dst[d] = src[d] * inv[r];
-            lse[(b * H + h) * tq + i] = sc.vis[std::size_t(i)] > 0 ? m[r] + std::log(lrow[r]) : kNegInf;
+            lse[(b * H + h) * tq + i] =
+                sc.vis[std::size_t(i)] > sc.first[std::size_t(i)] ? m[r] + std::log(lrow[r]) : kNegInf;
           }
         }
       }
@@ -251,7 +264,7 @@ void attention_bwd_block(const AttnShape& a, const float* q, const float* dout, 
   const std::int64_t H = a.heads, Hkv = a.kv_heads, D = a.head_dim, group = H / Hkv;
   const auto tq = static_cast<std::int64_t>(qpos.size()), tk = static_cast<std::int64_t>(kpos.size());
   auto& sc = scratch();
-  visible_counts(a, qpos, kpos, sc.vis);
+  visible_counts(a, qpos, kpos, sc.vis, sc.first);
   grow(sc.kt, D * tk);
   grow(sc.kp, D * tk);
   grow(sc.vt, D * tk);

@@ -2,8 +2,10 @@
 // Attention on the CPU for one (query shard, key/value shard) block, fp32.
 //
 // The mask comes from global token positions (key pos <= query pos under a
-// causal mask), so every layout and mask piece is one rule. Positions of a
-// shard are ascending, so the keys a query row sees are a prefix of the block.
+// causal mask; from the document's start or the window's under those masks), so
+// every layout and mask piece is one rule. Positions of a shard are ascending, so
+// the keys a query row sees are a contiguous run of the block (a prefix unless
+// documents or a window cut its start).
 // Rows that see no key get O = 0 and LSE = -inf; the merge keeps them NaN-free.
 // GQA: query head h reads kv head h / (heads / kv_heads).
 //
@@ -12,12 +14,17 @@
 #include <cstdint>
 #include <span>
 
+#include "scheduler/ir/workload.hpp"
+
 namespace charm::rt {
 
 struct AttnShape {
   std::int64_t batch = 1, heads = 1, kv_heads = 1, head_dim = 1;
   float scale = 1.0f;  // softmax scale, 1/sqrt(head_dim)
   bool causal = false;
+  /// Documents or a window (ir::Workload::position_mask): a query row sees the keys from
+  /// first_visible(its position) up to itself, a contiguous run of the block's ascending keys.
+  const ir::Workload* positions = nullptr;
 };
 
 using Positions = std::span<const std::int64_t>;

@@ -282,6 +282,8 @@ std::uint64_t plan_fingerprint(const ir::Plan& plan) {
   for (auto v : {w.batch, w.seq, w.heads, w.kv_heads, w.head_dim}) f.add(v);
   f.add(w.dtype);
   f.add(w.causal);
+  for (const auto len : w.documents) f.add(len);
+  f.add(w.window);
   f.add(w.layout);
   f.add(w.pass);
   f.add(plan.size());

@@ -40,8 +40,13 @@ RankExecutor::RankExecutor(const ir::Plan& plan, std::unique_ptr<ir::PlanIndex> 
     : own_index_(std::move(own)), plan_(plan), idx_(index != nullptr ? index : own_index_.get()), rank_(rank),
       transport_(transport), store_(plan, rank, std::move(fill)), positions_(plan.workload, plan.ranks, plan.parts) {
   const auto& w = plan.workload;
-  shape_ = AttnShape{w.batch, w.heads, w.kv_heads, w.head_dim, static_cast<float>(1.0 / std::sqrt(double(w.head_dim))),
-                     w.causal};
+  shape_ = AttnShape{w.batch,
+                     w.heads,
+                     w.kv_heads,
+                     w.head_dim,
+                     static_cast<float>(1.0 / std::sqrt(double(w.head_dim))),
+                     w.causal,
+                     w.position_mask() ? &plan.workload : nullptr};
   op_done_.assign(plan.size(), 0);
   if (rank < 0 || rank >= plan.ranks) return;  // no ops: outputs() reports it
   for (int s = 0; s < ir::kNumStreams; ++s) {

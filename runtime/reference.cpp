@@ -41,21 +41,23 @@ Reference reference_attention(const ir::Workload& w, const GlobalTensors& in, bo
       transpose(k, kt);
       transpose(v, vt);
       for (std::int64_t i = 0; i < S; ++i) {
+        // Row i sees keys [j0, n): causal up to itself, from its document's start or its window's.
         const std::int64_t n = w.causal ? i + 1 : S;
+        const std::int64_t j0 = w.position_mask() ? w.first_visible(i) : 0;
         std::fill(p.begin(), p.begin() + n, 0.0);
         for (std::int64_t d = 0; d < D; ++d) {
           const double qd = q[std::size_t(i * D + d)];
           const double* kd = kt.data() + d * S;
-          for (std::int64_t j = 0; j < n; ++j) p[std::size_t(j)] += qd * kd[j];
+          for (std::int64_t j = j0; j < n; ++j) p[std::size_t(j)] += qd * kd[j];
         }
         double m = -std::numeric_limits<double>::infinity();
-        for (std::int64_t j = 0; j < n; ++j) m = std::max(m, p[std::size_t(j)] *= scale);
+        for (std::int64_t j = j0; j < n; ++j) m = std::max(m, p[std::size_t(j)] *= scale);
         double l = 0;
-        for (std::int64_t j = 0; j < n; ++j) l += (p[std::size_t(j)] = std::exp(p[std::size_t(j)] - m));
+        for (std::int64_t j = j0; j < n; ++j) l += (p[std::size_t(j)] = std::exp(p[std::size_t(j)] - m));
         const double lse = m + std::log(l);
         ref.lse[std::size_t((b * H + h) * S + i)] = lse;
         double* o = ref.out.data() + ((b * S + i) * H + h) * D;
-        for (std::int64_t j = 0; j < n; ++j) {
+        for (std::int64_t j = j0; j < n; ++j) {
           const double pj = p[std::size_t(j)] / l;
           p[std::size_t(j)] = pj;
           for (std::int64_t d = 0; d < D; ++d) o[d] += pj * v[std::size_t(j * D + d)];
@@ -69,9 +71,9 @@ Reference reference_attention(const ir::Workload& w, const GlobalTensors& in, bo
         for (std::int64_t d = 0; d < D; ++d) {
           const double gd = g[std::size_t(i * D + d)];
           const double* vd = vt.data() + d * S;
-          for (std::int64_t j = 0; j < n; ++j) dp[std::size_t(j)] += gd * vd[j];
+          for (std::int64_t j = j0; j < n; ++j) dp[std::size_t(j)] += gd * vd[j];
         }
-        for (std::int64_t j = 0; j < n; ++j) {
+        for (std::int64_t j = j0; j < n; ++j) {
           const double ds = p[std::size_t(j)] * (dp[std::size_t(j)] - delta);
           double* dkj = ref.dk.data() + ((b * S + j) * Hkv + hk) * D;
           double* dvj = ref.dv.data() + ((b * S + j) * Hkv + hk) * D;

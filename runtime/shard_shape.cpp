@@ -19,7 +19,7 @@ RegionLayout region_layout(const ir::Plan& plan, ir::BufferId b) {
 }
 
 RegionPositions::RegionPositions(const ir::Workload& w, int ranks, int parts)
-    : causal_(w.causal), part_tokens_(w.seq / ranks / parts) {
+    : causal_(w.causal), mask_(w), part_tokens_(w.seq / ranks / parts) {
   pos_.reserve(std::size_t(ranks));
   for (int r = 0; r < ranks; ++r) pos_.push_back(token_positions(w, r, ranks));
 }

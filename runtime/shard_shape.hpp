@@ -14,6 +14,7 @@
 // (of_region): the tokens of its parts, the query and kv heads of its kv-head
 // range. A whole shard is the one-owner case, with the same layout as above.
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -70,12 +71,20 @@ class RegionPositions {
   }
   /// Whether a (query block, key block) has a visible pair: positions ascend, so a causal
   /// block has one iff its first key is not after its last query.
+  /// Under documents or a window, whether some query's run of visible keys meets the block's keys.
   [[nodiscard]] bool visible(std::span<const std::int64_t> qp, std::span<const std::int64_t> kp) const {
-    return !qp.empty() && !kp.empty() && (!causal_ || kp.front() <= qp.back());
+    if (qp.empty() || kp.empty() || (causal_ && kp.front() > qp.back())) return false;
+    if (!mask_.position_mask()) return true;
+    for (const std::int64_t q : qp) {
+      const auto it = std::lower_bound(kp.begin(), kp.end(), mask_.first_visible(q));
+      if (it != kp.end() && *it <= q) return true;
+    }
+    return false;
   }
 
  private:
   bool causal_ = false;
+  ir::Workload mask_;  // its documents and window
   std::int64_t part_tokens_ = 1;
   std::vector<std::vector<std::int64_t>> pos_;  // per rank
 };

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include <string>
 
 #include "scheduler/ir/plan_io.hpp"
@@ -72,6 +74,13 @@ std::string placement_text(int ranks, int gpus) {
   return fmt::format("ranks 0-{} on GPUs 0-{} of {}; GPUs {}-{} idle", ranks - 1, ranks - 1, gpus, ranks, gpus - 1);
 }
 
+std::vector<double> flops_per_rank(const ir::Plan& p) {
+  std::vector<double> f(std::size_t(p.ranks), 0.0);
+  for (const auto& o : p.ops())
+    if (o.kind == ir::OpKind::Compute) f[std::size_t(o.rank)] += double(o.flops);
+  return f;
+}
+
 std::string placement_text(const ir::Plan& p, int gpus) {
   if (p.groups == 1 && p.gpus.empty()) return placement_text(p.ranks, gpus);
   const int n = p.group_ranks(), shown = std::min(n, 6);
@@ -82,6 +91,20 @@ std::string placement_text(const ir::Plan& p, int gpus) {
       "{} CP groups of {} ranks at once on {} of {} GPUs; group 0 on GPUs {}{}", p.groups, n, p.ranks, gpus, group0,
       p.symmetry.active() ? fmt::format(" (simulated: groups 0-{}, standing for all)", p.symmetry.block / n - 1) : "");
 }
+
+namespace {
+/// Under documents or a window, each rank's share of the visible pairs' FLOPs (min, mean, max); null otherwise.
+json visible_json(const ir::Plan& p) {
+  if (!p.workload.position_mask() || p.symmetry.active()) return nullptr;
+  const auto f = flops_per_rank(p);
+  if (f.empty()) return nullptr;
+  double sum = 0;
+  for (double x : f) sum += x;
+  return {{"min", *std::min_element(f.begin(), f.end()) / 1e12},
+          {"mean", sum / double(f.size()) / 1e12},
+          {"max", *std::max_element(f.begin(), f.end()) / 1e12}};
+}
+}  // namespace
 
 json simulate_json(const Evaluation& r, const topo::Topology& t, const Explanation& ex, const MemoryVerdict& mem,
                    bool uniform, std::size_t path_limit) {
@@ -118,6 +141,7 @@ json simulate_json(const Evaluation& r, const topo::Topology& t, const Explanati
             {"ops", full_ops(r.plan)},
             {"events", r.result.events}};
   if (r.plan.symmetry.active()) j["symmetry"] = symmetry_json(r.plan);
+  if (auto v = visible_json(r.plan); !v.is_null()) j["visible_tflop_per_rank"] = std::move(v);
   if (r.formula.available) {
     j["formula"] = closed_form_json(r.formula, uniform);
     j["formula_paper"] = formula_json(r.formula.paper_time_s, r.formula.paper_exposed_s);

@@ -29,6 +29,9 @@ namespace charm::sim {
 /// Where a plan's ranks run: rank r on GPU r, so a plan of fewer ranks than the topology has GPUs
 /// uses its first ones ("ranks 0-15 on GPUs 0-15 of 32; GPUs 16-31 idle").
 [[nodiscard]] std::string placement_text(int ranks, int gpus);
+/// The attention FLOPs of each rank's compute ops (a mask's load balance: documents and windows leave
+/// ranks unequal work in every layout).
+[[nodiscard]] std::vector<double> flops_per_rank(const ir::Plan& p);
 /// Where a plan's ranks run: placement_text(ranks, gpus) for one group on the first GPUs, else the
 /// deployment's groups and group 0's GPUs.
 [[nodiscard]] std::string placement_text(const ir::Plan& p, int gpus);

@@ -145,6 +145,9 @@ void WorkloadFlags::add(CLI::App& app, bool with_pass) {
   app.add_option("--head-dim", head_dim, "head dimension")->capture_default_str();
   app.add_option("--dtype", dtype, "bf16 | fp16 | fp32")->capture_default_str();
   app.add_flag("--causal", causal, "causal mask");
+  app.add_option("--mask", mask,
+                 "causal | full | document:L1,L2,... (packed documents of these token counts, causal within each; "
+                 "they sum to --seq) | sliding:W (causal, each query sees its W most recent keys)");
   app.add_option("--layout", layout, "contiguous | zigzag")->capture_default_str();
   if (with_pass) app.add_option("--pass", pass, "fwd | bwd | both")->capture_default_str();
 }
@@ -164,6 +167,10 @@ ir::Workload WorkloadFlags::get() const {
   w.layout = with_flag(ir::parse_layout(layout), "--layout");
   w.pass = with_flag(ir::parse_pass(pass), "--pass");
   w.causal = causal;
+  if (!mask.empty()) {
+    if (auto st = ir::apply_mask(w, mask); !st) fail(st.error());
+    if (causal && !w.causal) fail(Error{"--mask", "full contradicts --causal; give one of them"});
+  }
   return w;
 }
 

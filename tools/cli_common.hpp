@@ -112,6 +112,7 @@ struct WorkloadFlags {
   std::string batch = "1", seq = "4k", heads = "8", kv_heads, head_dim = "128";
   std::string dtype = "bf16", layout = "contiguous", pass = "fwd";
   bool causal = false;
+  std::string mask;  // --mask: causal | full | document:L1,L2,... | sliding:W
   void add(CLI::App& app, bool with_pass = true);
   [[nodiscard]] ir::Workload get() const;
 };

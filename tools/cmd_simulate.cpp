@@ -126,7 +126,9 @@ void register_simulate(CLI::App& app) {
                              ranks_text, domains, o->plan.from_file() ? " from " + o->plan.plan_file : "");
     std::cout << fmt::format("# workload: B={} S={} H={}/{} D={} {} {}{}\n", w.batch, w.seq, w.heads, w.kv_heads,
                              w.head_dim, to_string(w.dtype), to_string(r.plan.workload.layout),
-                             w.causal ? " causal" : "");
+                             w.position_mask() ? " " + w.mask_text()
+                             : w.causal        ? " causal"
+                                               : "");
     if (ranks < topo.num_gpus() || r.plan.groups > 1)
       std::cout << fmt::format("# placement: {}\n", sim::placement_text(r.plan, topo.num_gpus()));
     if (r.plan.symmetry.active())
@@ -141,6 +143,13 @@ void register_simulate(CLI::App& app) {
     std::cout << fmt::format("{:<28}{:>12.3f} ms  (max {:.3f})\n", "compute idle (mean)", s.idle_mean_s * 1e3,
                              s.idle_max_s * 1e3);
     std::cout << fmt::format("{:<28}{:>12.3f} ms\n", "compute busy (mean)", s.busy_mean_s * 1e3);
+    if (w.position_mask() && !r.plan.symmetry.active()) {
+      const auto f = sim::flops_per_rank(r.plan);
+      const double mx = *std::max_element(f.begin(), f.end()), mn = *std::min_element(f.begin(), f.end());
+      const double mean = std::accumulate(f.begin(), f.end(), 0.0) / double(f.size());
+      std::cout << fmt::format("{:<28}{:>12.2f} max/mean  ({:.3g}-{:.3g} TFLOP of visible pairs per rank)\n",
+                               "mask imbalance", mean > 0 ? mx / mean : 1.0, mn / 1e12, mx / 1e12);
+    }
     std::cout << fmt::format("{:<28}{:>12.3f} ms\n", "transfers in flight (mean)", s.comm_busy_mean_s * 1e3);
     std::cout << fmt::format("{:<28}{:>12.3f}\n", "CCR (Eq. 7)", ccr);
     std::cout << fmt::format("{:<28}{:>12.1f} MiB  ({})\n", "peak buffer memory", double(s.peak_mem_bytes) / (1 << 20),
@@ -282,7 +291,10 @@ void register_compare(CLI::App& app) {
     std::cout << fmt::format("# charm compare on {} ({} ranks, {} domains)\n", topo.name, ranks, domains);
     if (layout) std::cout << fmt::format("# layout: {}\n", sched::layout_text(*layout));
     std::cout << fmt::format("# workload: B={} S={} H={}/{} D={} {} {}{}\n", w.batch, w.seq, w.heads, w.kv_heads,
-                             w.head_dim, to_string(w.dtype), to_string(w.layout), w.causal ? " causal" : "");
+                             w.head_dim, to_string(w.dtype), to_string(w.layout),
+                             w.position_mask() ? " " + w.mask_text()
+                             : w.causal        ? " causal"
+                                               : "");
     std::cout << fmt::format("# {:>12} {:>5} {:>12} {:>12} {:>12} {:>12} {:>10}  {}\n", "algo", "pass", "time",
                              "exposed", "idle(mean)", "peak mem", "speedup", "bound by");
     std::cout << fmt::format("# {:>12} {:>5} {:>12} {:>12} {:>12} {:>12} {:>10}\n", "", "", "(ms)", "(ms)", "(ms)",

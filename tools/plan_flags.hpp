@@ -60,7 +60,7 @@ struct PlanFlags {
     }
     // The file fixes what these flags describe; given with it they would be silently ignored.
     for (const char* f : {"--algo", "--ranks", "--domains", "--batch", "--seq", "--heads", "--kv-heads", "--head-dim",
-                          "--dtype", "--causal", "--layout", "--pass"})
+                          "--dtype", "--causal", "--mask", "--layout", "--pass"})
       if (app_ != nullptr && app_->get_option_no_throw(f) != nullptr && app_->count(f) > 0)
         fail(Error{f, fmt::format("the plan file {} fixes the algorithm, ranks and workload; drop {} or --plan",
                                   plan_file, f)});

@@ -29,6 +29,10 @@ Expected<std::string> device_description(int device) {
 Status supports(const ir::Plan& plan) {
   if (plan.symmetry.active())
     return Error{"plan", "a quotient plan holds one class of ranks: executors run full plans"};
+  if (plan.workload.position_mask())
+    return Error{"--mask", fmt::format("{}: the GPU kernels take full and causal masks; documents and windows run on "
+                                       "the threads and mpi backends",
+                                       plan.workload.mask_text())};
   // Region plans run (views, ranged computes, region copies); what no executor can store is
   // refused here, before any device or MPI call, with the buffer named.
   for (ir::BufferId b = 0; b < ir::BufferId(plan.buffers().size()); ++b) {

@@ -25,11 +25,15 @@ namespace charm::ir {
 using nlohmann::json;
 
 json workload_to_json(const Workload& w) {
-  return json{{"batch", w.batch},         {"seq", w.seq},
-              {"heads", w.heads},         {"kv_heads", w.kv_heads},
-              {"head_dim", w.head_dim},   {"dtype", to_string(w.dtype)},
-              {"causal", w.causal},       {"layout", to_string(w.layout)},
-              {"pass", to_string(w.pass)}};
+  json j{{"batch", w.batch},         {"seq", w.seq},
+         {"heads", w.heads},         {"kv_heads", w.kv_heads},
+         {"head_dim", w.head_dim},   {"dtype", to_string(w.dtype)},
+         {"causal", w.causal},       {"layout", to_string(w.layout)},
+         {"pass", to_string(w.pass)}};
+  // Written only where set, so files of plain masks read as before.
+  if (!w.documents.empty()) j["documents"] = w.documents;
+  if (w.window > 0) j["window"] = w.window;
+  return j;
 }
 
 namespace {
@@ -132,7 +136,8 @@ class Reader {
 
 Expected<Workload> workload_from_json(const json& j, std::string_view where) {
   Reader r(j, std::string(where));
-  if (auto s = r.known_fields({"batch", "seq", "heads", "kv_heads", "head_dim", "dtype", "causal", "layout", "pass"});
+  if (auto s = r.known_fields({"batch", "seq", "heads", "kv_heads", "head_dim", "dtype", "causal", "layout", "pass",
+                               "documents", "window"});
       !s)
     return s.error();
   Workload w;
@@ -153,6 +158,26 @@ Expected<Workload> workload_from_json(const json& j, std::string_view where) {
   if (!c) return c.error();
   if (!(*c)->is_boolean()) return Error{std::string(where) + ".causal", "must be true or false"};
   w.causal = (*c)->get<bool>();
+  CHARM_TRY_ASSIGN(w.window, r.integer("window", 1, kMaxElements, false, 0));
+  auto docs = r.field("documents", false);
+  if (!docs) return docs.error();
+  if (*docs != nullptr) {
+    const std::string at = std::string(where) + ".documents";
+    if (!(*docs)->is_array() || (*docs)->empty()) return Error{at, "must be a non-empty array of token counts"};
+    std::int64_t sum = 0;
+    for (std::size_t i = 0; i < (*docs)->size(); ++i) {
+      const json& v = (**docs)[i];
+      const auto n = as_int64(v);
+      if (!v.is_number_integer() || !n || *n < 1 || *n > w.seq)
+        return Error{fmt::format("{}[{}]", at, i), fmt::format("must be a token count in [1, {}]", w.seq)};
+      sum += *n;
+      if (sum > w.seq) return Error{at, fmt::format("the lengths sum past seq {}", w.seq)};
+      w.documents.push_back(*n);
+    }
+    if (sum != w.seq) return Error{at, fmt::format("the lengths sum to {}, not seq {}", sum, w.seq)};
+  }
+  if ((!w.documents.empty() || w.window > 0) && !w.causal)
+    return Error{std::string(where) + ".causal", "documents and windows are causal masks: must be true"};
   return w;
 }
 

@@ -78,8 +78,9 @@ double visible_pairs(const Workload& w, int ranks, int parts, std::int32_t q_own
   if (!w.causal) return double(tp * (q_part_end - q_part_begin)) * double(tp * (kv_part_end - kv_part_begin));
   double sum = 0;
   for_local_range(w, q_owner, ranks, tp * q_part_begin, tp * q_part_end, [&](std::int64_t qa, std::int64_t qb) {
-    for_local_range(w, kv_owner, ranks, tp * kv_part_begin, tp * kv_part_end,
-                    [&](std::int64_t ka, std::int64_t kb) { sum += causal_pairs(qa, qb, ka, kb); });
+    for_local_range(w, kv_owner, ranks, tp * kv_part_begin, tp * kv_part_end, [&](std::int64_t ka, std::int64_t kb) {
+      sum += w.position_mask() ? w.pairs_in(qa, qb, ka, kb) : causal_pairs(qa, qb, ka, kb);
+    });
   });
   return sum;
 }

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 
@@ -77,12 +78,14 @@ std::string_view to_string(MaskPiece m) {
     return "zigzag-q-tail";
   case MaskPiece::Mixed:
     return "mixed";
+  case MaskPiece::Positions:
+    return "positions";
   }
   return "?";
 }
 Expected<MaskPiece> parse_mask_piece(std::string_view s) {
   for (auto m : {MaskPiece::Empty, MaskPiece::Full, MaskPiece::Causal, MaskPiece::ZigzagDiag, MaskPiece::ZigzagKvHead,
-                 MaskPiece::ZigzagQTail, MaskPiece::Mixed})
+                 MaskPiece::ZigzagQTail, MaskPiece::Mixed, MaskPiece::Positions})
     if (to_string(m) == s) return m;
   return Error{"", fmt::format("unknown mask piece '{}'", s)};
 }
@@ -113,6 +116,21 @@ Status Workload::check(int ranks) const {
   if (seq % c != 0)
     return Error{"--seq", fmt::format("sequence length {} cannot be split into {} {} chunks for {} ranks", seq, c,
                                       to_string(layout), ranks)};
+  if (!documents.empty() || window != 0) {
+    if (!causal) return Error{"--mask", "documents and sliding windows are causal masks"};
+    std::int64_t sum = 0;
+    for (std::size_t i = 0; i < documents.size(); ++i) {
+      if (documents[i] < 1)
+        return Error{"--mask",
+                     fmt::format("document {} has {} tokens; every document needs at least 1", i, documents[i])};
+      sum += documents[i];
+      if (sum > seq) break;
+    }
+    if (!documents.empty() && sum != seq)
+      return Error{"--mask", fmt::format("the document lengths sum to {}{}, not the sequence length {}", sum,
+                                         sum > seq ? " or more" : "", seq)};
+    if (window < 0) return Error{"--mask", fmt::format("sliding window must be >= 1, got {}", window)};
+  }
   // Keep byte counts far from overflow.
   const double elems = double(batch) * double(seq) * double(heads) * double(head_dim);
   if (elems > double(kMaxElements))
@@ -137,9 +155,106 @@ double causal_pairs(Workload::Range q, Workload::Range k) {
 }
 }  // namespace
 
+namespace {
+/// Sum over query positions q in [u, v) of document start s of the keys below K that q sees:
+/// max(0, min(q, K - 1) - max(s, q - W + 1) + 1), W = 0 for no window. Exact in integers: the
+/// summand is linear between the breakpoints (K, s + W, K + W), so each piece is an arithmetic series.
+std::int64_t rows_below(std::int64_t u, std::int64_t v, std::int64_t s, std::int64_t W, std::int64_t K) {
+  if (u >= v || K <= s) return 0;
+  const auto g = [&](std::int64_t q) {
+    const std::int64_t lo = W > 0 ? std::max(s, q - W + 1) : s;
+    return std::max<std::int64_t>(0, std::min(q, K - 1) - lo + 1);
+  };
+  std::int64_t cut[5] = {u, v, K, W > 0 ? s + W : u, W > 0 ? K + W : u};
+  std::sort(cut, cut + 5);
+  std::int64_t sum = 0;
+  for (int i = 0; i + 1 < 5; ++i) {
+    const std::int64_t x = std::max(cut[i], u), y = std::min(cut[i + 1], v);
+    if (x < y) sum += (y - x) * (g(x) + g(y - 1)) / 2;
+  }
+  return sum;
+}
+}  // namespace
+
+std::int64_t Workload::first_visible(std::int64_t q) const {
+  std::int64_t start = 0;
+  for (std::int64_t s = 0; const std::int64_t len : documents) {
+    if (s > q) break;
+    start = s;
+    s += len;
+  }
+  return window > 0 ? std::max(start, q - window + 1) : start;
+}
+
+double Workload::pairs_in(std::int64_t qa, std::int64_t qb, std::int64_t ka, std::int64_t kb) const {
+  if (qa >= qb || ka >= kb) return 0.0;
+  if (!causal) return double(qb - qa) * double(kb - ka);
+  const std::vector<std::int64_t> one{seq};
+  std::int64_t sum = 0;
+  for (std::int64_t s = 0; const std::int64_t len : documents.empty() ? one : documents) {
+    const std::int64_t u = std::max(qa, s), v = std::min(qb, s + len);
+    if (u < v) sum += rows_below(u, v, s, window, kb) - rows_below(u, v, s, window, ka);
+    s += len;
+    if (s >= qb) break;
+  }
+  return double(sum);
+}
+
+std::string Workload::mask_text() const {
+  if (!causal) return "full";
+  if (!documents.empty()) {
+    std::string s = "document:";
+    for (std::size_t i = 0; i < documents.size(); ++i) s += fmt::format("{}{}", i ? "," : "", documents[i]);
+    return window > 0 ? s + fmt::format(" sliding:{}", window) : s;
+  }
+  return window > 0 ? fmt::format("sliding:{}", window) : "causal";
+}
+
+Status apply_mask(Workload& w, std::string_view spec) {
+  w.documents.clear();
+  w.window = 0;
+  const auto number = [&](std::string_view t) -> Expected<std::int64_t> {
+    std::int64_t v = 0;
+    const auto r = std::from_chars(t.data(), t.data() + t.size(), v);
+    if (t.empty() || r.ec != std::errc{} || r.ptr != t.data() + t.size() || v < 1)
+      return Error{"--mask", fmt::format("'{}' in '{}' is not a token count >= 1", t, spec)};
+    return v;
+  };
+  if (spec == "causal" || spec == "full") {
+    w.causal = spec == "causal";
+  } else if (spec.starts_with("document:")) {
+    w.causal = true;
+    for (std::string_view rest = spec.substr(9);;) {
+      const auto comma = rest.find(',');
+      auto v = number(rest.substr(0, comma));
+      if (!v) return v.error();
+      w.documents.push_back(*v);
+      if (comma == std::string_view::npos) break;
+      rest = rest.substr(comma + 1);
+    }
+  } else if (spec.starts_with("sliding:")) {
+    w.causal = true;
+    auto v = number(spec.substr(8));
+    if (!v) return v.error();
+    w.window = *v;
+  } else {
+    return Error{"--mask", fmt::format("must be causal, full, document:L1,L2,... (token counts of packed documents, "
+                                       "causal within each) or sliding:W (a causal window of W tokens), got '{}'",
+                                       spec)};
+  }
+  return {};
+}
+
 double Workload::visible_pairs(int q_rank, int kv_rank, int ranks) const {
   const double t = double(seq / ranks);
   if (!causal) return t * t;
+  if (position_mask()) {
+    double sum = 0;
+    for (auto q : shard_ranges(q_rank, ranks))
+      for (auto k : shard_ranges(kv_rank, ranks))
+        sum += pairs_in(q.begin, q.begin + q.count, k.begin, k.begin + k.count);
+    return sum;
+  }
   double sum = 0;
   for (auto q : shard_ranges(q_rank, ranks))
     for (auto k : shard_ranges(kv_rank, ranks)) sum += causal_pairs(q, k);
@@ -148,6 +263,7 @@ double Workload::visible_pairs(int q_rank, int kv_rank, int ranks) const {
 
 MaskPiece Workload::mask(int q_rank, int kv_rank, int ranks) const {
   if (!causal) return MaskPiece::Full;
+  if (position_mask()) return visible_pairs(q_rank, kv_rank, ranks) > 0 ? MaskPiece::Positions : MaskPiece::Empty;
   if (layout == Layout::Contiguous) {
     if (kv_rank > q_rank) return MaskPiece::Empty;
     return kv_rank == q_rank ? MaskPiece::Causal : MaskPiece::Full;

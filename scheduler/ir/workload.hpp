@@ -43,6 +43,7 @@ enum class MaskPiece : std::uint8_t {
   ZigzagKvHead,  // zigzag, kv owner before q owner: all queries, first kv chunk
   ZigzagQTail,   // zigzag, kv owner after q owner: second q chunk, all keys
   Mixed,         // a compute over several owners (Ulysses, USP): a piece per pair, from positions
+  Positions,     // packed documents or a sliding window: each query's keys from positions (some visible)
 };
 [[nodiscard]] std::string_view to_string(MaskPiece m);
 [[nodiscard]] Expected<MaskPiece> parse_mask_piece(std::string_view s);
@@ -66,6 +67,20 @@ struct Workload {
   bool causal = false;
   Layout layout = Layout::Contiguous;
   PassKind pass = PassKind::Fwd;
+  /// Packed documents (with causal: a query sees the keys of its own document only): token counts in
+  /// sequence order, summing to seq (cu_seqlens' differences). Empty: one document.
+  std::vector<std::int64_t> documents;
+  /// Sliding window (with causal): a query sees the `window` most recent keys, itself included. 0: none.
+  std::int64_t window = 0;
+
+  /// Documents or a window: visibility comes from positions (MaskPiece::Positions), not from a shape.
+  [[nodiscard]] bool position_mask() const { return !documents.empty() || window > 0; }
+  /// The first key position query position q sees (causal: q is the last); 0 without a position mask.
+  [[nodiscard]] std::int64_t first_visible(std::int64_t q) const;
+  /// (query, key) pairs the mask leaves visible between position ranges [qa, qb) and [ka, kb).
+  [[nodiscard]] double pairs_in(std::int64_t qa, std::int64_t qb, std::int64_t ka, std::int64_t kb) const;
+  /// "causal", "full", "document:4096,1024,...", "sliding:4096" (the --mask spelling).
+  [[nodiscard]] std::string mask_text() const;
 
   /// Checks the workload on its own and against a rank count; names the offending field.
   [[nodiscard]] Status check(int ranks) const;
@@ -98,5 +113,9 @@ struct Workload {
   /// forward 4*B*Hq*D per visible pair (QK^T and PV), backward 2.5x forward.
   [[nodiscard]] Flops block_flops(Phase phase, int q_rank, int kv_rank, int ranks) const;
 };
+
+/// Sets w's mask from its --mask spelling: causal | full | document:L1,L2,... | sliding:W (documents and
+/// windows are causal). Errors name --mask; the lengths' sum is checked against seq by Workload::check.
+[[nodiscard]] Status apply_mask(Workload& w, std::string_view spec);
 
 }  // namespace charm::ir

@@ -237,6 +237,7 @@ RankSymmetry plan_symmetry(const PlanRequest& req_in) {
   const int n = req.ranks, per_domain = req.ranks / req.domains;
   const Workload& w = req.workload;
   RankSymmetry s;
+  if (w.position_mask()) return {};  // documents and windows break every rank symmetry in general
   if (a == "usp" && req.domains > 1) {
     if (!w.causal || (w.layout == Layout::Zigzag && per_domain > 1)) s = {Kind::Rotate, per_domain};
   } else if (w.causal || a == "ulysses" || a == "usp") {
