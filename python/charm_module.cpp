@@ -151,10 +151,10 @@ std::string algos_text(const py::object& o) {
 
 /// The workload flags; each argument None is the command's default.
 struct WorkloadArgs {
-  py::object batch, seq, heads, kv_heads, head_dim, dtype, layout, pass, causal;
+  py::object batch, seq, heads, kv_heads, head_dim, dtype, layout, pass, causal, mask;
   [[nodiscard]] bool any_given() const {
     return given(batch) || given(seq) || given(heads) || given(kv_heads) || given(head_dim) || given(dtype) ||
-           given(layout) || given(pass) || given(causal);
+           given(layout) || given(pass) || given(causal) || given(mask);
   }
   [[nodiscard]] cli::WorkloadFlags flags() const {
     cli::WorkloadFlags f;
@@ -167,6 +167,7 @@ struct WorkloadArgs {
     if (given(layout)) f.layout = text_arg(layout, "--layout");
     if (given(pass)) f.pass = text_arg(pass, "--pass");
     if (given(causal)) f.causal = causal.cast<bool>();
+    if (given(mask)) f.mask = text_arg(mask, "--mask");
     return f;
   }
 };
@@ -174,7 +175,8 @@ struct WorkloadArgs {
 #define CHARM_WORKLOAD_ARGS                                                                                            \
   py::arg("batch") = py::none(), py::arg("seq") = py::none(), py::arg("heads") = py::none(),                           \
   py::arg("kv_heads") = py::none(), py::arg("head_dim") = py::none(), py::arg("dtype") = py::none(),                   \
-  py::arg("layout") = py::none(), py::arg("pass_") = py::none(), py::arg("causal") = py::none()
+  py::arg("layout") = py::none(), py::arg("pass_") = py::none(), py::arg("causal") = py::none(),                       \
+  py::arg("mask") = py::none()
 
 std::string algo_arg(const py::object& o) {
   if (!given(o)) return "charm";
@@ -736,9 +738,9 @@ PYBIND11_MODULE(_core, m) {
       [](const py::object& algo, const py::object& ranks, const py::object& domains, const py::object& batch,
          const py::object& seq, const py::object& heads, const py::object& kv_heads, const py::object& head_dim,
          const py::object& dtype, const py::object& layout, const py::object& pass, const py::object& causal,
-         const py::object& out, bool validate) {
-        return plan_fn(algo, ranks, domains, {batch, seq, heads, kv_heads, head_dim, dtype, layout, pass, causal}, out,
-                       validate);
+         const py::object& mask, const py::object& out, bool validate) {
+        return plan_fn(algo, ranks, domains, {batch, seq, heads, kv_heads, head_dim, dtype, layout, pass, causal, mask},
+                       out, validate);
       },
       py::kw_only(), py::arg("algo") = py::none(), py::arg("ranks") = py::none(), py::arg("domains") = py::none(),
       CHARM_WORKLOAD_ARGS, py::arg("out") = py::none(), py::arg("validate") = true,
@@ -749,12 +751,12 @@ PYBIND11_MODULE(_core, m) {
       "simulate",
       [](const py::object& algo, const py::object& plan, const py::object& batch, const py::object& seq,
          const py::object& heads, const py::object& kv_heads, const py::object& head_dim, const py::object& dtype,
-         const py::object& layout, const py::object& pass, const py::object& causal, const py::object& topology,
-         const py::object& uniform, const py::object& ranks, const py::object& bw_gbps, const py::object& tflops,
-         const py::object& latency_us, const py::object& hbm_gbps, const py::object& domains,
+         const py::object& layout, const py::object& pass, const py::object& causal, const py::object& mask,
+         const py::object& topology, const py::object& uniform, const py::object& ranks, const py::object& bw_gbps,
+         const py::object& tflops, const py::object& latency_us, const py::object& hbm_gbps, const py::object& domains,
          const py::object& reserved_gb, const py::object& symmetry, std::size_t path_limit, const py::object& trace,
          const py::object& cp, const py::object& tp, const py::object& order) {
-        return simulate_fn(algo, plan, {batch, seq, heads, kv_heads, head_dim, dtype, layout, pass, causal},
+        return simulate_fn(algo, plan, {batch, seq, heads, kv_heads, head_dim, dtype, layout, pass, causal, mask},
                            {topology, uniform, ranks, bw_gbps, tflops, latency_us, hbm_gbps, domains, reserved_gb},
                            symmetry, path_limit, trace, cp, tp, order);
       },
@@ -766,10 +768,11 @@ PYBIND11_MODULE(_core, m) {
       "compare",
       [](const py::object& algos, const py::object& batch, const py::object& seq, const py::object& heads,
          const py::object& kv_heads, const py::object& head_dim, const py::object& dtype, const py::object& layout,
-         const py::object& pass, const py::object& causal, const py::object& topology, const py::object& uniform,
-         const py::object& ranks, const py::object& bw_gbps, const py::object& tflops, const py::object& latency_us,
-         const py::object& hbm_gbps, const py::object& domains, const py::object& reserved_gb) {
-        return compare_fn(algos, {batch, seq, heads, kv_heads, head_dim, dtype, layout, pass, causal},
+         const py::object& pass, const py::object& causal, const py::object& mask, const py::object& topology,
+         const py::object& uniform, const py::object& ranks, const py::object& bw_gbps, const py::object& tflops,
+         const py::object& latency_us, const py::object& hbm_gbps, const py::object& domains,
+         const py::object& reserved_gb) {
+        return compare_fn(algos, {batch, seq, heads, kv_heads, head_dim, dtype, layout, pass, causal, mask},
                           {topology, uniform, ranks, bw_gbps, tflops, latency_us, hbm_gbps, domains, reserved_gb});
       },
       py::kw_only(), py::arg("algos") = py::none(), CHARM_WORKLOAD_ARGS, CHARM_CLUSTER_ARGS,
@@ -778,10 +781,11 @@ PYBIND11_MODULE(_core, m) {
       "advise",
       [](const py::object& algos, const py::object& batch, const py::object& seq, const py::object& heads,
          const py::object& kv_heads, const py::object& head_dim, const py::object& dtype, const py::object& layout,
-         const py::object& pass, const py::object& causal, const py::object& topology, const py::object& uniform,
-         const py::object& ranks, const py::object& bw_gbps, const py::object& tflops, const py::object& latency_us,
-         const py::object& hbm_gbps, const py::object& domains, const py::object& reserved_gb, const py::object& jobs) {
-        return advise_fn(algos, {batch, seq, heads, kv_heads, head_dim, dtype, layout, pass, causal},
+         const py::object& pass, const py::object& causal, const py::object& mask, const py::object& topology,
+         const py::object& uniform, const py::object& ranks, const py::object& bw_gbps, const py::object& tflops,
+         const py::object& latency_us, const py::object& hbm_gbps, const py::object& domains,
+         const py::object& reserved_gb, const py::object& jobs) {
+        return advise_fn(algos, {batch, seq, heads, kv_heads, head_dim, dtype, layout, pass, causal, mask},
                          {topology, uniform, ranks, bw_gbps, tflops, latency_us, hbm_gbps, domains, reserved_gb}, jobs);
       },
       py::kw_only(), py::arg("algos") = py::none(), CHARM_WORKLOAD_ARGS, CHARM_CLUSTER_ARGS,

@@ -159,3 +159,15 @@ def test_a_deployment_is_every_cp_group_at_once():
     assert py["workload"]["heads"] == 6  # TP 2 splits the heads
     with pytest.raises(ValueError, match="^--cp: CP 5 x TP 2 = 10 does not divide"):
         charm.simulate(topology=h100_4x8, algo="charm", cp=5, tp=2)
+
+
+def test_masks_take_the_cli_spelling():
+    py = charm.simulate(topology=H100, algo="ring", seq=8192, heads=8, mask="document:4096,2048,2048")
+    code, stdout, stderr = cli("simulate", "-t", H100, "--algo", "ring", "--seq", 8192, "--heads", 8,
+                               "--mask", "document:4096,2048,2048", "--json")
+    assert code == 0, stderr
+    assert py == json.loads(stdout)
+    assert py["workload"]["documents"] == [4096, 2048, 2048]
+    assert py["visible_tflop_per_rank"]["max"] > py["visible_tflop_per_rank"]["min"]
+    with pytest.raises(ValueError, match="^--mask: the document lengths sum to 300"):
+        charm.simulate(topology=H100, algo="ring", seq=8192, mask="document:100,200")
