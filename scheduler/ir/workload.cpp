@@ -129,7 +129,8 @@ Status Workload::check(int ranks) const {
     if (!documents.empty() && sum != seq)
       return Error{"--mask", fmt::format("the document lengths sum to {}{}, not the sequence length {}", sum,
                                          sum > seq ? " or more" : "", seq)};
-    if (window < 0) return Error{"--mask", fmt::format("sliding window must be >= 1, got {}", window)};
+    if (window < 0 || window > seq)
+      return Error{"--mask", fmt::format("a sliding window is 1 to {} tokens (the sequence), got {}", seq, window)};
   }
   // Keep byte counts far from overflow.
   const double elems = double(batch) * double(seq) * double(heads) * double(head_dim);
@@ -157,9 +158,9 @@ double causal_pairs(Workload::Range q, Workload::Range k) {
 
 namespace {
 /// Sum over query positions q in [u, v) of document start s of the keys below K that q sees:
-/// max(0, min(q, K - 1) - max(s, q - W + 1) + 1), W = 0 for no window. Exact in integers: the
-/// summand is linear between the breakpoints (K, s + W, K + W), so each piece is an arithmetic series.
-std::int64_t rows_below(std::int64_t u, std::int64_t v, std::int64_t s, std::int64_t W, std::int64_t K) {
+/// max(0, min(q, K - 1) - max(s, q - W + 1) + 1), W = 0 for no window. The summand is linear
+/// between the breakpoints (K, s + W, K + W), so each piece is an arithmetic series.
+double rows_below(std::int64_t u, std::int64_t v, std::int64_t s, std::int64_t W, std::int64_t K) {
   if (u >= v || K <= s) return 0;
   const auto g = [&](std::int64_t q) {
     const std::int64_t lo = W > 0 ? std::max(s, q - W + 1) : s;
@@ -167,10 +168,11 @@ std::int64_t rows_below(std::int64_t u, std::int64_t v, std::int64_t s, std::int
   };
   std::int64_t cut[5] = {u, v, K, W > 0 ? s + W : u, W > 0 ? K + W : u};
   std::sort(cut, cut + 5);
-  std::int64_t sum = 0;
+  // In doubles: exact below 2^53 pairs, and no overflow for sequences of 2^50 tokens.
+  double sum = 0;
   for (int i = 0; i + 1 < 5; ++i) {
     const std::int64_t x = std::max(cut[i], u), y = std::min(cut[i + 1], v);
-    if (x < y) sum += (y - x) * (g(x) + g(y - 1)) / 2;
+    if (x < y) sum += double(y - x) * double(g(x) + g(y - 1)) / 2;
   }
   return sum;
 }
@@ -190,14 +192,14 @@ double Workload::pairs_in(std::int64_t qa, std::int64_t qb, std::int64_t ka, std
   if (qa >= qb || ka >= kb) return 0.0;
   if (!causal) return double(qb - qa) * double(kb - ka);
   const std::vector<std::int64_t> one{seq};
-  std::int64_t sum = 0;
+  double sum = 0;
   for (std::int64_t s = 0; const std::int64_t len : documents.empty() ? one : documents) {
     const std::int64_t u = std::max(qa, s), v = std::min(qb, s + len);
     if (u < v) sum += rows_below(u, v, s, window, kb) - rows_below(u, v, s, window, ka);
     s += len;
     if (s >= qb) break;
   }
-  return double(sum);
+  return sum;
 }
 
 std::string Workload::mask_text() const {
