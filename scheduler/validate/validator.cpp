@@ -853,6 +853,9 @@ class Validator {
   /// piece, from the first pair (x, y) that has it, serves all pairs.
   bool visible(MaskPiece m, std::int32_t p, std::int32_t pk, RankId x, RankId y) {
     if (p_.parts == 1 || m == MaskPiece::Full) return true;
+    // Documents and windows: the parts a pair sees depend on the pair itself, not on a shape.
+    if (m == MaskPiece::Positions)
+      return visible_pairs(p_.workload, p_.ranks, p_.parts, x, p, p + 1, y, pk, pk + 1) > 0;
     auto& t = part_table_[std::size_t(m)];
     const auto P = std::size_t(p_.parts);
     if (t.empty()) {
@@ -1167,7 +1170,8 @@ class Validator {
   bool reuses_ = false;                   // some buffer takes over the storage of another
   std::vector<std::uint32_t> cell_base_;  // per buffer: its first cell (roots; regions_ only)
   CellStore cells_;
-  std::array<std::vector<char>, 7> part_table_;  // per mask piece: visible (q part, kv part)
+  // Per mask piece of a shape (Positions is computed pair by pair): visible (q part, kv part).
+  std::array<std::vector<char>, std::size_t(MaskPiece::Positions)> part_table_;
   std::vector<std::pair<bool, IntervalSet>> exp_kv_, exp_q_;
 };
 
