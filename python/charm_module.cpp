@@ -329,7 +329,7 @@ using cli::SymmetryUse;
 
 py::object simulate_fn(const py::object& algo, const py::object& plan, WorkloadArgs wa, ClusterArgs ca,
                        const py::object& symmetry, std::size_t path_limit, const py::object& trace,
-                       const py::object& cp, const py::object& tp, const py::object& order) {
+                       const py::object& cp, const py::object& tp, const py::object& order, const py::object& gpus) {
   return guarded([&] {
     const std::string sym = given(symmetry) ? text_arg(symmetry, "--symmetry") : "auto";
     if (sym != "auto" && sym != "on" && sym != "off")
@@ -339,6 +339,14 @@ py::object simulate_fn(const py::object& algo, const py::object& plan, WorkloadA
     if (given(cp)) cf.cp = cp.cast<int>();
     if (given(tp)) cf.tp = tp.cast<int>();
     if (given(order)) cf.order = text_arg(order, "--order");
+    if (given(gpus)) {
+      if (py::isinstance<py::str>(gpus)) {
+        cf.gpus = gpus.cast<std::string>();
+      } else {
+        for (const auto& g : gpus) cf.gpus += (cf.gpus.empty() ? "" : ",") + std::to_string(g.cast<long long>());
+        if (cf.gpus.empty()) fail(Error{"--gpus", "names no GPU"});
+      }
+    }
     if ((cf.cp < 0 || cf.tp < 0) || (given(cp) && cf.cp == 0) || (given(tp) && cf.tp == 0))
       fail(Error{given(cp) && cf.cp <= 0 ? "--cp" : "--tp", "must be at least 1"});
     const auto trace_path = path_arg(trace);
@@ -371,7 +379,8 @@ py::object simulate_fn(const py::object& algo, const py::object& plan, WorkloadA
       } else if (const auto layout = cf.layout_for(topo)) {
         r = cli::run_deployment(algo_arg(algo), wa.flags().get(), topo, cf.domains_for(topo), *layout, use);
       } else {
-        r = run_one(algo_arg(algo), wa.flags().get(), topo, cf.domains_for(topo), cf.ranks_for(topo), use);
+        r = run_one(algo_arg(algo), wa.flags().get(), topo, cf.domains_for(topo), cf.ranks_for(topo), use,
+                    cf.gpu_map(topo));
       }
       if (trace_path) cli::write_file_atomic(*trace_path, sim::chrome_trace(r.plan, r.result).dump() + "\n");
       const sim::Explanation ex = sim::explain(r.plan, r.result, topo);
@@ -755,15 +764,17 @@ PYBIND11_MODULE(_core, m) {
          const py::object& topology, const py::object& uniform, const py::object& ranks, const py::object& bw_gbps,
          const py::object& tflops, const py::object& latency_us, const py::object& hbm_gbps, const py::object& domains,
          const py::object& reserved_gb, const py::object& symmetry, std::size_t path_limit, const py::object& trace,
-         const py::object& cp, const py::object& tp, const py::object& order) {
+         const py::object& cp, const py::object& tp, const py::object& order, const py::object& gpus) {
         return simulate_fn(algo, plan, {batch, seq, heads, kv_heads, head_dim, dtype, layout, pass, causal, mask},
                            {topology, uniform, ranks, bw_gbps, tflops, latency_us, hbm_gbps, domains, reserved_gb},
-                           symmetry, path_limit, trace, cp, tp, order);
+                           symmetry, path_limit, trace, cp, tp, order, gpus);
       },
       py::kw_only(), py::arg("algo") = py::none(), py::arg("plan") = py::none(), CHARM_WORKLOAD_ARGS,
       CHARM_CLUSTER_ARGS, py::arg("symmetry") = py::none(), py::arg("path_limit") = 64, py::arg("trace") = py::none(),
       py::arg("cp") = py::none(), py::arg("tp") = py::none(), py::arg("order") = py::none(),
-      "charm simulate --json as a dict; cp= / tp= / order= simulate every CP group of that layout at once.");
+      py::arg("gpus") = py::none(),
+      "charm simulate --json as a dict; cp= / tp= / order= simulate every CP group of that layout at once, gpus= "
+      "places one group by hand (a list or '0,2,4').");
   m.def(
       "compare",
       [](const py::object& algos, const py::object& batch, const py::object& seq, const py::object& heads,

@@ -87,6 +87,8 @@ std::string placement_text(const ir::Plan& p, int gpus) {
   std::string group0;
   for (int r = 0; r < shown; ++r) group0 += fmt::format("{}{}", r ? "," : "", p.gpu_of(r));
   if (shown < n) group0 += fmt::format(",...,{}", p.gpu_of(n - 1));
+  if (p.groups == 1)
+    return fmt::format("ranks 0-{} on GPUs {} of {}{}", n - 1, group0, gpus, n < gpus ? "; the others idle" : "");
   return fmt::format(
       "{} CP groups of {} ranks at once on {} of {} GPUs; group 0 on GPUs {}{}", p.groups, n, p.ranks, gpus, group0,
       p.symmetry.active() ? fmt::format(" (simulated: groups 0-{}, standing for all)", p.symmetry.block / n - 1) : "");

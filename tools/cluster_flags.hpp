@@ -38,6 +38,7 @@ struct ClusterFlags {
   CLI::Option* domains_opt = nullptr;
   bool ranks_given = false;  // with --topology: one group on the topology's first `ranks` GPUs
   int cp = 0, tp = 0;        // a deployment's CP and TP sizes (0: not given)
+  std::string gpus;          // --gpus: one group placed by hand, rank r on the r-th GPU listed
   std::string order = "tp-cp";
 
   void add(CLI::App& app) {
@@ -57,6 +58,9 @@ struct ClusterFlags {
                    "with --topology: context-parallel group size of a deployment; every CP group of the layout runs "
                    "at once (default with --tp: the GPUs / TP)");
     app.add_option("--tp", tp, "with --topology: tensor-parallel size (splits the heads; DP is the rest of the GPUs)");
+    app.add_option("--gpus", gpus,
+                   "with --topology: one context-parallel group on these GPUs, rank r on the r-th listed (e.g. "
+                   "0,2,4,6,8,10,12,14); the others idle");
     app.add_option("--order", order,
                    "GPU numbering of the layout: tp-cp (tensor-parallel peers adjacent, Megatron-LM's default) or "
                    "cp-tp (a CP group on consecutive GPUs)")
@@ -122,10 +126,31 @@ struct ClusterFlags {
     const int cp_size = cp == 0 ? t.num_gpus() / tp_size : cp;
     return unwrap(sched::make_layout(t.num_gpus(), cp_size, tp_size, o));
   }
+  /// The --gpus map, checked against `t` (empty when not given): every GPU in range, none twice.
+  [[nodiscard]] std::vector<std::int32_t> gpu_map(const topo::Topology& t) const {
+    if (gpus.empty()) return {};
+    if (uniform) fail(Error{"--gpus", "places a group on a --topology; --uniform has no GPUs to choose"});
+    if (ranks_given || cp != 0 || tp != 0)
+      fail(Error{"--gpus", "places one group by hand; drop --ranks, --cp and --tp"});
+    std::vector<std::int32_t> map;
+    std::vector<char> seen(std::size_t(t.num_gpus()), 0);
+    for (const auto& item : split_list(gpus)) {
+      const std::int64_t g = unwrap(parse_size(item, "--gpus"));
+      if (g < 0 || g >= t.num_gpus())
+        fail(Error{"--gpus",
+                   fmt::format("GPU {} is not in [0, {}): {} has {} GPUs", g, t.num_gpus(), t.name, t.num_gpus())});
+      if (seen[std::size_t(g)] != 0) fail(Error{"--gpus", fmt::format("GPU {} is named twice", g)});
+      seen[std::size_t(g)] = 1;
+      map.push_back(std::int32_t(g));
+    }
+    if (map.empty()) fail(Error{"--gpus", "names no GPU"});
+    return map;
+  }
   /// The ranks to run: the --uniform cluster's, or on a topology every GPU unless --ranks names fewer
-  /// (a layout's: one CP group's).
+  /// (a layout's: one CP group's; a --gpus map's: the GPUs it lists).
   [[nodiscard]] int ranks_for(const topo::Topology& t) const {
     if (uniform) return ranks;
+    if (!gpus.empty()) return int(gpu_map(t).size());
     if (const auto l = layout_for(t)) return l->cp;
     if (!ranks_given) return t.num_gpus();
     if (ranks < 1 || ranks > t.num_gpus())
@@ -138,6 +163,10 @@ struct ClusterFlags {
     if (domains > 0) return domains;
     if (uniform) return 1;
     if (const auto l = layout_for(t)) return sim::default_domains(t, sched::layout_gpus(*l), l->cp);
+    if (!gpus.empty()) {
+      const auto map = gpu_map(t);
+      return sim::default_domains(t, map, int(map.size()));
+    }
     return sim::default_domains(t, ranks_for(t));
   }
 };

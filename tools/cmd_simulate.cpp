@@ -102,7 +102,7 @@ void register_simulate(CLI::App& app) {
         r = run_deployment(o->plan.algo, o->plan.workload.get(), topo, o->cluster.domains_for(topo), *layout, use);
       else
         r = run_one(o->plan.algo, o->plan.workload.get(), topo, o->cluster.domains_for(topo),
-                    o->cluster.ranks_for(topo), use);
+                    o->cluster.ranks_for(topo), use, o->cluster.gpu_map(topo));
     }
     const ir::Workload w = r.plan.workload;
     const int ranks = r.plan.ranks;
@@ -233,7 +233,8 @@ void register_compare(CLI::App& app) {
         if (auto st = sched::check_request(req); !st) {
           row.note = st.error().message();
         } else {
-          Run r = layout ? run_deployment(a, wp, topo, domains, *layout) : run_one(a, wp, topo, domains, ranks);
+          Run r = layout ? run_deployment(a, wp, topo, domains, *layout)
+                         : run_one(a, wp, topo, domains, ranks, SymmetryUse::Auto, o->cluster.gpu_map(topo));
           row.ok = true;
           row.s = r.summary;
           row.f = r.formula;
@@ -402,6 +403,9 @@ void register_advise(CLI::App& app) {
     } else if (o->cluster.order != "tp-cp") {
       fail(Error{"--order", "orders the axes of a --tp / --tp-search layout; give one of them"});
     }
+    if (!o->cluster.gpus.empty())
+      fail(Error{"--gpus", "advise ranks a group on the topology's first GPUs or in CP x TP layouts; simulate and "
+                           "compare take --gpus"});
     opt.ranks = opt.tp.empty() ? o->cluster.ranks_for(topo) : 0;
     opt.reserved_gb = o->cluster.reserved_gb;
     opt.max_plan_bytes = memory_budget_bytes();

@@ -29,14 +29,17 @@ ir::RankSymmetry quotient_for(const sched::PlanRequest& req, const topo::Topolog
 }
 
 sim::Evaluation run_one(const std::string& algo, const ir::Workload& w, const topo::Topology& t, int domains, int ranks,
-                        SymmetryUse use) {
+                        SymmetryUse use, const std::vector<std::int32_t>& gpus) {
   const auto req = sim::normalised_request({algo, w, ranks, domains});
   if (auto s = sched::check_request(req); !s) fail(s.error());
-  const ir::RankSymmetry q = quotient_for(req, t, use);
+  if (!gpus.empty() && use == SymmetryUse::On)
+    fail(Error{"--symmetry", "a --gpus map places every rank by hand: it is simulated rank by rank"});
+  const ir::RankSymmetry q = gpus.empty() ? quotient_for(req, t, use) : ir::RankSymmetry{};
   // The simulator keeps times and state per op: about 30 bytes an op beside the plan (measured:
   // 148 bytes an op in all for a 3.1M-op ring, 123 for a 2.1M-op charm); 60 leaves a margin.
   check_plan_budget(req, 60, "the simulation", q);
   ir::Plan plan = unwrap(sched::make_plan(req, q));
+  plan.gpus = gpus;
   auto r = sim::evaluate_plan(std::move(plan), t);
   if (!r) throw RuntimeFailure{r.error().message()};
   return std::move(r).value();

@@ -1,7 +1,9 @@
 #pragma once
 // One algorithm planned and simulated end to end, as `charm simulate` and the Python module run it.
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "scheduler/ir/workload.hpp"
 #include "scheduler/planners/layout.hpp"
@@ -19,8 +21,10 @@ enum class SymmetryUse { Auto, On, Off };
 
 /// A planner refusal or a plan over the memory budget is the user's (UsageError, exit 2); a
 /// simulator failure is not (RuntimeFailure, exit 3).
+/// `gpus` (optional): rank r on GPU gpus[r] (one group placed by hand; simulated rank by rank).
 [[nodiscard]] sim::Evaluation run_one(const std::string& algo, const ir::Workload& w, const topo::Topology& t,
-                                      int domains, int ranks, SymmetryUse use = SymmetryUse::Auto);
+                                      int domains, int ranks, SymmetryUse use = SymmetryUse::Auto,
+                                      const std::vector<std::int32_t>& gpus = {});
 
 /// A deployment: every CP group of layout `l` on `t` runs `algo` at once (TP splits the heads, so each
 /// group plans w with heads / TP), simulated together (by whole groups' rotation where the layout and the

@@ -171,3 +171,15 @@ def test_masks_take_the_cli_spelling():
     assert py["visible_tflop_per_rank"]["max"] > py["visible_tflop_per_rank"]["min"]
     with pytest.raises(ValueError, match="^--mask: the document lengths sum to 300"):
         charm.simulate(topology=H100, algo="ring", seq=8192, mask="document:100,200")
+
+
+def test_a_group_placed_by_hand():
+    py = charm.simulate(topology=H100, algo="ring", seq=8192, heads=8, gpus=[0, 2, 4, 6, 8, 10, 12, 14])
+    code, stdout, stderr = cli("simulate", "-t", H100, "--algo", "ring", "--seq", 8192, "--heads", 8,
+                               "--gpus", "0,2,4,6,8,10,12,14", "--json")
+    assert code == 0, stderr
+    assert py == json.loads(stdout)
+    assert py["ranks"] == 8 and py["domains"] == 2  # the GPUs span both nodes
+    assert py["placement"]["text"].startswith("ranks 0-7 on GPUs 0,2,4,6,8,10,...,14 of 16")
+    with pytest.raises(ValueError, match="^--gpus: GPU 2 is named twice$"):
+        charm.simulate(topology=H100, algo="ring", gpus="0,2,2,6")
