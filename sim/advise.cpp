@@ -188,10 +188,8 @@ Expected<Advice> advise(const Workload& w, const topo::Topology& t, const Advise
   if (opt.tp.empty()) plan_candidates(w, algos, opt, adv.ranks, std::nullopt, 1, adv, cands, jobs);
   for (const int tp : opt.tp) {
     // A layout that does not tile the GPUs, or a TP that does not split the heads, is a refusal of its own.
-    auto l = sched::make_layout(t.num_gpus(), tp >= 1 ? t.num_gpus() / tp : 0, tp, opt.order);
+    auto l = sched::make_tp_layout(t.num_gpus(), tp, opt.order);
     auto wg = l ? sched::group_workload(w, *l) : Expected<Workload>(l.error());
-    if (tp >= 1 && t.num_gpus() % tp != 0)
-      wg = Error{"--tp", fmt::format("TP {} does not divide the topology's {} GPUs", tp, t.num_gpus())};
     if (!wg) {
       adv.refused.push_back({fmt::format("tp={}", tp), wg.error().message()});
       continue;

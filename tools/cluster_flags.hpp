@@ -120,11 +120,8 @@ struct ClusterFlags {
     if (ranks_given) fail(Error{"--ranks", "gives one group on the first N GPUs; with --cp / --tp drop --ranks"});
     const auto o = unwrap(sched::parse_layout_order(order));
     const int tp_size = tp == 0 ? 1 : tp;
-    if (tp_size < 1) fail(Error{"--tp", fmt::format("must be at least 1, got {}", tp)});
-    if (cp == 0 && t.num_gpus() % tp_size != 0)
-      fail(Error{"--tp", fmt::format("TP {} does not divide the topology's {} GPUs", tp_size, t.num_gpus())});
-    const int cp_size = cp == 0 ? t.num_gpus() / tp_size : cp;
-    return unwrap(sched::make_layout(t.num_gpus(), cp_size, tp_size, o));
+    return unwrap(cp == 0 ? sched::make_tp_layout(t.num_gpus(), tp_size, o)
+                          : sched::make_layout(t.num_gpus(), cp, tp_size, o));
   }
   /// The --gpus map, checked against `t` (empty when not given): every GPU in range, none twice.
   [[nodiscard]] std::vector<std::int32_t> gpu_map(const topo::Topology& t) const {

@@ -126,9 +126,7 @@ void register_simulate(CLI::App& app) {
                              ranks_text, domains, o->plan.from_file() ? " from " + o->plan.plan_file : "");
     std::cout << fmt::format("# workload: B={} S={} H={}/{} D={} {} {}{}\n", w.batch, w.seq, w.heads, w.kv_heads,
                              w.head_dim, to_string(w.dtype), to_string(r.plan.workload.layout),
-                             w.position_mask() ? " " + w.mask_text()
-                             : w.causal        ? " causal"
-                                               : "");
+                             w.causal ? " " + w.mask_text() : "");
     if (ranks < topo.num_gpus() || r.plan.groups > 1)
       std::cout << fmt::format("# placement: {}\n", sim::placement_text(r.plan, topo.num_gpus()));
     if (r.plan.symmetry.active())
@@ -292,10 +290,7 @@ void register_compare(CLI::App& app) {
     std::cout << fmt::format("# charm compare on {} ({} ranks, {} domains)\n", topo.name, ranks, domains);
     if (layout) std::cout << fmt::format("# layout: {}\n", sched::layout_text(*layout));
     std::cout << fmt::format("# workload: B={} S={} H={}/{} D={} {} {}{}\n", w.batch, w.seq, w.heads, w.kv_heads,
-                             w.head_dim, to_string(w.dtype), to_string(w.layout),
-                             w.position_mask() ? " " + w.mask_text()
-                             : w.causal        ? " causal"
-                                               : "");
+                             w.head_dim, to_string(w.dtype), to_string(w.layout), w.causal ? " " + w.mask_text() : "");
     std::cout << fmt::format("# {:>12} {:>5} {:>12} {:>12} {:>12} {:>12} {:>10}  {}\n", "algo", "pass", "time",
                              "exposed", "idle(mean)", "peak mem", "speedup", "bound by");
     std::cout << fmt::format("# {:>12} {:>5} {:>12} {:>12} {:>12} {:>12} {:>10}\n", "", "", "(ms)", "(ms)", "(ms)",

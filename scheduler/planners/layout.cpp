@@ -27,6 +27,12 @@ Expected<Layout> make_layout(int gpus, int cp, int tp, LayoutOrder order) {
   return Layout{cp, tp, gpus / (cp * tp), order};
 }
 
+Expected<Layout> make_tp_layout(int gpus, int tp, LayoutOrder order) {
+  if (tp < 1) return Error{"--tp", fmt::format("must be at least 1, got {}", tp)};
+  if (gpus % tp != 0) return Error{"--tp", fmt::format("TP {} does not divide the topology's {} GPUs", tp, gpus)};
+  return make_layout(gpus, gpus / tp, tp, order);
+}
+
 Expected<ir::Workload> group_workload(const ir::Workload& w, const Layout& l) {
   if (w.heads % l.tp != 0 || w.kv_heads % l.tp != 0)
     return Error{"--tp", fmt::format("TP {} must divide the heads ({}) and the kv heads ({}): each TP rank's CP group "

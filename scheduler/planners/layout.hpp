@@ -36,6 +36,10 @@ struct Layout {
 /// of --cp / --tp): sizes below 1, or cp x tp not dividing the GPUs.
 [[nodiscard]] Expected<Layout> make_layout(int gpus, int cp, int tp, LayoutOrder order);
 
+/// The layout of `gpus` GPUs with TP size `tp` and CP the rest (DP 1). Errors (of --tp): tp below 1,
+/// or tp not dividing the GPUs.
+[[nodiscard]] Expected<Layout> make_tp_layout(int gpus, int tp, LayoutOrder order);
+
 /// One CP group's workload: w with TP's share of the heads and kv heads. Error (of --tp) where TP
 /// does not divide them.
 [[nodiscard]] Expected<ir::Workload> group_workload(const ir::Workload& w, const Layout& l);
