@@ -35,6 +35,7 @@
 #include "sim/run_json.hpp"
 #include "sim/simulator.hpp"
 #include "sim/sweep.hpp"
+#include "tools/advise_report.hpp"
 #include "tools/cli_common.hpp"
 #include "tools/cluster_flags.hpp"
 #include "tools/plan_flags.hpp"
@@ -477,71 +478,35 @@ py::object compare_fn(const py::object& algos, WorkloadArgs wa, ClusterArgs ca) 
 
 // ---- advise ----
 
-py::object advise_fn(const py::object& algos, WorkloadArgs wa, ClusterArgs ca, const py::object& jobs) {
+py::object advise_fn(const py::object& algos, WorkloadArgs wa, ClusterArgs ca, const py::object& jobs,
+                     const py::object& tp, const py::object& tp_search, const py::object& order,
+                     const py::object& layers, const py::object& tie) {
   return guarded([&] {
     cli::ClusterFlags cf = ca.flags();
+    if (given(tp)) cf.tp = tp.cast<int>();
+    if (given(tp) && cf.tp < 1) fail(Error{"--tp", "must be at least 1"});
+    if (given(order)) cf.order = order.cast<std::string>();
     const auto topo = ca.get(cf);
-    ir::Workload w = wa.flags().get();
-    if (!given(wa.pass)) w.pass = ir::PassKind::Both;
-    sim::AdviseOptions opt;
-    const std::string names = algos_text(algos);
-    if (!names.empty()) opt.algos = cli::algorithm_list(names);
-    if (given(wa.layout)) opt.layout = w.layout;
-    if (cf.domains > 0) opt.domains = cf.domains;
-    opt.ranks = cf.ranks_for(topo);
-    opt.reserved_gb = cf.reserved_gb;
-    opt.max_plan_bytes = cli::memory_budget_bytes();
-    const int hw = int(std::max(1u, std::thread::hardware_concurrency()));
-    opt.jobs = given(jobs) ? jobs.cast<int>() : hw;
-    if (opt.jobs < 1 || opt.jobs > 1024)
-      fail(Error{"--jobs", fmt::format("must be in [1, 1024] (or omitted), got {}", opt.jobs)});
-    Expected<sim::Advice> adv_ex = Error{"", ""};
+    cli::AdviseFlags f;
+    f.algos = algos_text(algos);
+    f.pass_given = given(wa.pass);
+    f.layout_given = given(wa.layout);
+    if (given(jobs)) f.jobs = jobs.cast<int>();
+    if (given(jobs) && f.jobs == 0) fail(Error{"--jobs", "must be in [1, 1024] (or omitted), got 0"});
+    if (given(tp_search)) {
+      for (const auto& item : list_items(tp_search, "--tp-search", /*sizes=*/true))
+        f.tp_search += (f.tp_search.empty() ? "" : ",") + item;
+      if (f.tp_search.empty()) fail(Error{"--tp-search", "names no TP size"});
+    }
+    if (given(layers)) f.layers = layers.cast<int>();
+    if (given(tie)) f.tie_percent = tie.cast<double>();
+    const cli::AdviseRequest req = cli::advise_request(wa.flags().get(), cf, topo, f);
+    std::optional<sim::Advice> adv;
     {
       py::gil_scoped_release nogil;
-      adv_ex = sim::advise(w, topo, opt);
+      adv = cli::run_advise(req, topo);
     }
-    if (!adv_ex) {
-      if (adv_ex.error().where == "simulate") throw cli::RuntimeFailure{adv_ex.error().message()};
-      fail(adv_ex.error());
-    }
-    const sim::Advice& adv = *adv_ex;
-    if (adv.candidates.empty())
-      fail(Error{"--algos", fmt::format("no candidate can run this workload ({} refused; the first: {}: {})",
-                                        adv.refused.size(), adv.refused.empty() ? "-" : adv.refused.front().label,
-                                        adv.refused.empty() ? "-" : adv.refused.front().reason)});
-    json cands = json::array();
-    for (const auto& c : adv.candidates) {
-      json j = {{"label", c.label()},
-                {"algo", c.algo},
-                {"layout", std::string(to_string(c.layout))},
-                {"domains", c.domains},
-                {"fwd_ms", c.fwd ? json(c.fwd->time_ms) : json(nullptr)},
-                {"bwd_ms", c.bwd ? json(c.bwd->time_ms) : json(nullptr)},
-                {"total_ms", c.total_ms},
-                {"peak_mem_bytes", c.peak_mem_bytes},
-                {"fits", c.memory.known ? json(c.memory.fits) : json(nullptr)},
-                {"memory", memory_json(c.memory)},
-                {"bottleneck", c.bottleneck},
-                {"frameworks",
-                 sim::framework_json(sim::framework_settings(c.algo, c.layout, w.causal, adv.ranks, c.domains))}};
-      json cp = json::object();
-      if (c.fwd) cp["fwd"] = c.fwd->critical_path;
-      if (c.bwd) cp["bwd"] = c.bwd->critical_path;
-      j["critical_path"] = cp;
-      cands.push_back(j);
-    }
-    json refused = json::array();
-    for (const auto& r : adv.refused) refused.push_back({{"candidate", r.label}, {"reason", r.reason}});
-    const json j = {{"schema", 1},
-                    {"topology", {{"name", topo.name}, {"gpus", adv.ranks}, {"gpu_memory_gb", topo.gpu.memory_gb}}},
-                    {"workload", workload_json(w)},
-                    {"ranked_by", w.pass == ir::PassKind::Both ? "fwd+bwd" : std::string(to_string(w.pass))},
-                    {"reserved_gb", cf.reserved_gb},
-                    {"best", cands.front()},
-                    {"candidates", cands},
-                    {"refused", refused},
-                    {"simulations", adv.simulations}};
-    return to_py(j);
+    return to_py(cli::advice_json(req, *adv, topo));
   });
 }
 
@@ -795,13 +760,17 @@ PYBIND11_MODULE(_core, m) {
          const py::object& pass, const py::object& causal, const py::object& mask, const py::object& topology,
          const py::object& uniform, const py::object& ranks, const py::object& bw_gbps, const py::object& tflops,
          const py::object& latency_us, const py::object& hbm_gbps, const py::object& domains,
-         const py::object& reserved_gb, const py::object& jobs) {
+         const py::object& reserved_gb, const py::object& jobs, const py::object& tp, const py::object& tp_search,
+         const py::object& order, const py::object& layers, const py::object& tie) {
         return advise_fn(algos, {batch, seq, heads, kv_heads, head_dim, dtype, layout, pass, causal, mask},
-                         {topology, uniform, ranks, bw_gbps, tflops, latency_us, hbm_gbps, domains, reserved_gb}, jobs);
+                         {topology, uniform, ranks, bw_gbps, tflops, latency_us, hbm_gbps, domains, reserved_gb}, jobs,
+                         tp, tp_search, order, layers, tie);
       },
       py::kw_only(), py::arg("algos") = py::none(), CHARM_WORKLOAD_ARGS, CHARM_CLUSTER_ARGS,
-      py::arg("jobs") = py::none(),
-      "charm advise --json as a dict: 'best', 'candidates' (fastest first, each with its 'frameworks'), 'refused'.");
+      py::arg("jobs") = py::none(), py::arg("tp") = py::none(), py::arg("tp_search") = py::none(),
+      py::arg("order") = py::none(), py::arg("layers") = py::none(), py::arg("tie") = py::none(),
+      "charm advise --json as a dict: 'best', 'candidates' (fastest first, each with its 'frameworks' and 'tie'), "
+      "'refused'; tp_search=[1, 2, 4, 8] ranks CP x TP layouts, layers= scales times to a model.");
   m.def("sweep", &sweep_fn, py::kw_only(), py::arg("topology"), py::arg("batch"), py::arg("seq"), py::arg("heads"),
         py::arg("head_dim"), py::arg("kv_heads") = py::none(), py::arg("dtype") = "bf16", py::arg("causal") = false,
         py::arg("layout") = "contiguous", py::arg("algos") = py::none(), py::arg("pass_") = "fwd",

@@ -74,6 +74,17 @@ std::string placement_text(int ranks, int gpus) {
   return fmt::format("ranks 0-{} on GPUs 0-{} of {}; GPUs {}-{} idle", ranks - 1, ranks - 1, gpus, ranks, gpus - 1);
 }
 
+std::string scope_text(ir::PassKind pass, int layers) {
+  const std::string what = pass == ir::PassKind::Both ? "fwd+bwd" : std::string(to_string(pass));
+  const std::string layer =
+      layers > 1
+          ? fmt::format("{} attention layers' core attention ({}), one after another: times x {}", layers, what, layers)
+          : fmt::format("one attention layer's core attention ({})", what);
+  return fmt::format("{}; the FlashAttention part only (no projections, no TP collectives); times of the slowest "
+                     "GPU; memory per GPU: attention buffers only{}",
+                     layer, layers > 1 ? ", one layer's (each layer frees its buffers)" : "");
+}
+
 std::vector<double> flops_per_rank(const ir::Plan& p) {
   std::vector<double> f(std::size_t(p.ranks), 0.0);
   for (const auto& o : p.ops())
@@ -125,6 +136,7 @@ json simulate_json(const Evaluation& r, const topo::Topology& t, const Explanati
               {"group_ranks", r.plan.group_ranks()},
               {"text", placement_text(r.plan, t.num_gpus())}}},
             {"workload", workload_json(r.plan.workload)},
+            {"scope", scope_text(r.plan.workload.pass)},
             {"time_ms", s.time_s * 1e3},
             {"exposed_comm_ms", s.exposed_comm_s * 1e3},
             {"exposed_comm_per_rank_ms", {{"mean", s.exposed_comm_mean_s * 1e3}, {"max", s.exposed_comm_max_s * 1e3}}},

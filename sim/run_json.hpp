@@ -36,6 +36,12 @@ namespace charm::sim {
 /// deployment's groups and group 0's GPUs.
 [[nodiscard]] std::string placement_text(const ir::Plan& p, int gpus);
 
+/// What every number of a report covers: "one attention layer's core attention (fwd+bwd): the
+/// FlashAttention part, no projections; times of the slowest GPU, memory per GPU: attention buffers
+/// only". With `layers` > 1 the times are of that many layers run one after another (each layer's
+/// buffers are freed before the next: the peak is one layer's).
+[[nodiscard]] std::string scope_text(ir::PassKind pass, int layers = 1);
+
 /// The whole `simulate --json` document of one run.
 [[nodiscard]] nlohmann::json simulate_json(const Evaluation& r, const topo::Topology& t, const Explanation& ex,
                                            const MemoryVerdict& mem, bool uniform, std::size_t path_limit);

@@ -181,6 +181,64 @@ TEST(SimCli, APlanFileSimulatesAsTheSamePlanBuiltFromFlags) {
   std::remove(file.c_str());
 }
 
+TEST(SimCli, APlanFileCarriesItsPlacementAndTakesALayout) {
+  const std::string w = " --algo ring --seq 8k --heads 4 --head-dim 64";
+  const std::string placed = ::testing::TempDir() + "charm_plan_placed.json";
+  const std::string plain = ::testing::TempDir() + "charm_plan_plain.json";
+  ASSERT_EQ(run("plan --ranks 8" + w + " --gpus 0,2,4,6,8,10,12,14 --out " + placed).code, 0);
+  ASSERT_EQ(run("plan --ranks 8" + w + " --out " + plain).code, 0);
+  auto time_of = [](const std::string& args) {
+    auto o = run("simulate --topology " + topo("h100-2x8.json") + " --json " + args);
+    EXPECT_EQ(o.code, 0) << o.text;
+    return o.code == 0 ? nlohmann::json::parse(o.text.substr(o.text.find('{'))) : nlohmann::json{};
+  };
+  // The file's placement, the same map given to the plain file, and the plan built from flags: bit for bit.
+  const auto by_file = time_of("--plan " + placed);
+  const auto by_flag = time_of("--plan " + plain + " --gpus 0,2,4,6,8,10,12,14");
+  const auto built = time_of(w + " --gpus 0,2,4,6,8,10,12,14");
+  ASSERT_TRUE(by_file.contains("time_ms") && by_flag.contains("time_ms") && built.contains("time_ms"));
+  EXPECT_EQ(by_file["time_ms"].get<double>(), built["time_ms"].get<double>());
+  EXPECT_EQ(by_flag["time_ms"].get<double>(), built["time_ms"].get<double>());
+  EXPECT_EQ(by_file["placement"]["text"], "ranks 0-7 on GPUs 0,2,4,6,8,10,...,14 of 16; the others idle");
+  // A group's plan file with --cp: every CP group of the layout at once, as --cp builds it.
+  const auto deployed = time_of("--plan " + plain + " --cp 8");
+  const auto layout = time_of(w + " --cp 8");
+  ASSERT_TRUE(deployed.contains("time_ms") && layout.contains("time_ms"));
+  EXPECT_EQ(deployed["time_ms"].get<double>(), layout["time_ms"].get<double>());
+  EXPECT_EQ(deployed["placement"]["groups"], 2);
+  EXPECT_FALSE(by_file["scope"].get<std::string>().empty());
+  std::remove(placed.c_str());
+  std::remove(plain.c_str());
+}
+
+TEST(SimCli, AdviseMarksTiesAndScalesToLayers) {
+  const std::string args = "advise --topology " + topo("h100-2x8.json") +
+                           " --batch 16 --seq 26880 --heads 12 --head-dim 192 --algos ring,charm,rm+ --json";
+  auto o = run(args + " --layers 4 --tie 15");
+  ASSERT_EQ(o.code, 0) << o.text;
+  const auto j = nlohmann::json::parse(o.text);
+  EXPECT_EQ(j["layers"], 4);
+  EXPECT_EQ(j["tie_percent"], 15.0);
+  EXPECT_NE(j["scope"].get<std::string>().find("4 attention layers"), std::string::npos) << j["scope"];
+  const double best = j["candidates"][0]["total_ms"].get<double>();
+  int ties = 0;
+  for (const auto& c : j["candidates"]) {
+    const double t = c["total_ms"].get<double>();
+    EXPECT_EQ(c["tie"].get<bool>(), t <= best * 1.15) << c["label"];
+    ties += c["tie"].get<bool>();
+    EXPECT_DOUBLE_EQ(c["model_ms"].get<double>(), 4 * t);
+  }
+  EXPECT_GE(ties, 2) << "charm d=2 and d=4 are within 15% of each other here";
+  EXPECT_EQ(j["best"], j["candidates"][0]);
+  // The text marks the same rows and names them on the best line.
+  o = run(args.substr(0, args.size() - 7) + " --tie 15");
+  ASSERT_EQ(o.code, 0) << o.text;
+  EXPECT_NE(o.text.find("#   tie: within 15% of the best"), std::string::npos) << o.text;
+  EXPECT_NE(o.text.find("~"), std::string::npos) << o.text;
+  EXPECT_NE(o.text.find("# scope: one attention layer's core attention (fwd+bwd)"), std::string::npos) << o.text;
+  EXPECT_EQ(run(args + " --layers 0").code, 2);
+}
+
 TEST(SimCli, APlanThatDoesNotFillTheTopologySaysWhichGpusItUses) {
   const std::string file = ::testing::TempDir() + "charm_plan_8_of_16.json";
   auto o = run("plan --algo ring --ranks 8 --seq 8k --heads 4 --head-dim 64 --out " + file);

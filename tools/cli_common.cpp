@@ -123,6 +123,23 @@ Expected<std::int64_t> parse_size(const std::string& text, const std::string& fl
   return static_cast<std::int64_t>(x);
 }
 
+std::vector<std::int32_t> parse_gpu_list(const std::string& s, const std::string& flag, std::int64_t limit,
+                                         const std::string& what) {
+  std::vector<std::int32_t> map;
+  std::vector<std::int32_t> sorted;
+  for (const auto& item : split_list(s)) {
+    const std::int64_t g = unwrap(parse_size(item, flag));
+    if (g < 0 || g >= limit) fail(Error{flag, fmt::format("GPU {} is not in [0, {}): {}", g, limit, what)});
+    map.push_back(std::int32_t(g));
+  }
+  if (map.empty()) fail(Error{flag, "names no GPU"});
+  sorted = map;
+  std::sort(sorted.begin(), sorted.end());
+  if (const auto d = std::adjacent_find(sorted.begin(), sorted.end()); d != sorted.end())
+    fail(Error{flag, fmt::format("GPU {} is named twice", *d)});
+  return map;
+}
+
 std::vector<std::string> split_list(const std::string& s) {
   std::vector<std::string> out;
   constexpr const char* kSpace = " \t\n\r\f\v";

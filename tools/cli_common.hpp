@@ -107,6 +107,11 @@ void apply_number_grammar(CLI::App& app);
 /// item and empty items dropped; spaces inside an item (a file name) are kept.
 [[nodiscard]] std::vector<std::string> split_list(const std::string& s);
 
+/// A --gpus list ("0,2,4,6"): GPU indices below `limit`, none named twice, at least one; errors
+/// name `flag` and `what` (the topology, for the range).
+[[nodiscard]] std::vector<std::int32_t> parse_gpu_list(const std::string& s, const std::string& flag,
+                                                       std::int64_t limit, const std::string& what);
+
 /// The workload flags shared by plan, simulate, compare and run.
 struct WorkloadFlags {
   std::string batch = "1", seq = "4k", heads = "8", kv_heads, head_dim = "128";

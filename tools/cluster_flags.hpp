@@ -65,8 +65,11 @@ struct ClusterFlags {
                    "GPU numbering of the layout: tp-cp (tensor-parallel peers adjacent, Megatron-LM's default) or "
                    "cp-tp (a CP group on consecutive GPUs)")
         ->capture_default_str();
-    domains_opt = app.add_option("--domains,-d", domains,
-                                 "domains for charm (default: from the topology's hierarchy; 1 for --uniform)");
+    domains_opt =
+        app.add_option("--domains,-d", domains,
+                       "domains: charm's (the outer level of its cross-hardware pipeline) and usp's (its ring "
+                       "degree; Ulysses runs over ranks / domains); the other algorithms ignore it (default: "
+                       "from the topology's hierarchy; 1 for --uniform)");
     app.add_option("--reserved-gb", reserved_gb,
                    "GB per GPU the rest of the model already holds (weights, optimizer state, other activations), "
                    "added to the attention buffers for the fits verdict")
@@ -129,19 +132,7 @@ struct ClusterFlags {
     if (uniform) fail(Error{"--gpus", "places a group on a --topology; --uniform has no GPUs to choose"});
     if (ranks_given || cp != 0 || tp != 0)
       fail(Error{"--gpus", "places one group by hand; drop --ranks, --cp and --tp"});
-    std::vector<std::int32_t> map;
-    std::vector<char> seen(std::size_t(t.num_gpus()), 0);
-    for (const auto& item : split_list(gpus)) {
-      const std::int64_t g = unwrap(parse_size(item, "--gpus"));
-      if (g < 0 || g >= t.num_gpus())
-        fail(Error{"--gpus",
-                   fmt::format("GPU {} is not in [0, {}): {} has {} GPUs", g, t.num_gpus(), t.name, t.num_gpus())});
-      if (seen[std::size_t(g)] != 0) fail(Error{"--gpus", fmt::format("GPU {} is named twice", g)});
-      seen[std::size_t(g)] = 1;
-      map.push_back(std::int32_t(g));
-    }
-    if (map.empty()) fail(Error{"--gpus", "names no GPU"});
-    return map;
+    return parse_gpu_list(gpus, "--gpus", t.num_gpus(), fmt::format("{} has {} GPUs", t.name, t.num_gpus()));
   }
   /// The ranks to run: the --uniform cluster's, or on a topology every GPU unless --ranks names fewer
   /// (a layout's: one CP group's; a --gpus map's: the GPUs it lists).

@@ -54,7 +54,7 @@ void register_commlist(CLI::App& app) {
 void register_plan(CLI::App& app) {
   struct Opts {
     PlanFlags plan;
-    std::string out, dot, listing;
+    std::string out, dot, listing, gpus;
     bool no_validate = false;
   };
   auto o = std::make_shared<Opts>();
@@ -64,11 +64,19 @@ void register_plan(CLI::App& app) {
   sub->add_option("--dot", o->dot, "also write Graphviz DOT");
   sub->add_option("--listing", o->listing, "also write the per-rank text listing");
   sub->add_flag("--no-validate", o->no_validate, "skip validation of the plan");
+  sub->add_option("--gpus", o->gpus,
+                  "record where the ranks run: rank r on the r-th GPU listed (e.g. 0,2,4,6); simulate places the plan "
+                  "so on its topology");
   sub->callback([o] {
     check_output_paths({{"--out", o->out}, {"--dot", o->dot}, {"--listing", o->listing}});
     // The JSON copy of a plan takes about 2 kB an op (nlohmann's tree and the text; measured
     // 1.6 GB for a 785k-op ring plan).
     auto plan = o->plan.make(2000, "the plan and its JSON");
+    if (!o->gpus.empty()) {
+      plan.gpus = parse_gpu_list(o->gpus, "--gpus", 1 << 24, "a GPU index");
+      if (plan.gpus.size() != std::size_t(plan.ranks))
+        fail(Error{"--gpus", fmt::format("lists {} GPUs; the plan has {} ranks", plan.gpus.size(), plan.ranks)});
+    }
     if (!o->no_validate) {
       auto rep = sched::validate(plan);
       if (!rep.ok()) throw RuntimeFailure{"internal: the planner produced an invalid plan: " + rep.summary(plan)};

@@ -24,6 +24,7 @@
 #include "sim/report.hpp"
 #include "sim/run_json.hpp"
 #include "sim/simulator.hpp"
+#include "tools/advise_report.hpp"
 #include "tools/cli_common.hpp"
 #include "tools/cluster_flags.hpp"
 #include "tools/plan_flags.hpp"
@@ -45,6 +46,27 @@ using Run = sim::Evaluation;
 /// One warning line on stderr when the buffers do not fit (the answer itself still goes to stdout).
 void warn_if_not_fits(const sim::MemoryVerdict& m, const std::string& what = "") {
   if (m.known && !m.fits) std::cerr << fmt::format("charm: warning: {}{}\n", what.empty() ? "" : what + ": ", m.line());
+}
+
+/// Where a plan file's ranks run: its own placement, a --gpus map, or every CP group of a --cp / --tp
+/// layout (the file is one group's plan, on the group's share of the heads); by default GPU r.
+void place_file_plan(ir::Plan& plan, const ClusterFlags& cluster, const topo::Topology& t) {
+  const auto layout = cluster.layout_for(t);
+  if (!plan.gpus.empty() && (layout || !cluster.gpus.empty()))
+    fail(Error{layout ? (cluster.cp != 0 ? "--cp" : "--tp") : "--gpus",
+               "the plan file places its ranks (its \"placement\"); drop the flag or the file's placement"});
+  if (!cluster.gpus.empty()) {
+    auto map = cluster.gpu_map(t);
+    if (map.size() != std::size_t(plan.ranks))
+      fail(Error{"--gpus", fmt::format("lists {} GPUs; the plan has {} ranks", map.size(), plan.ranks)});
+    plan.gpus = std::move(map);
+  } else if (layout) {
+    if (layout->cp != plan.ranks)
+      fail(Error{cluster.cp != 0 ? "--cp" : "--tp",
+                 fmt::format("places CP groups of {} ranks; the plan has {} ranks", layout->cp, plan.ranks)});
+    plan = sched::place_groups(plan, *layout, layout->groups());
+  }
+  if (auto st = sim::check_placement(plan, t); !st) fail(Error{"--plan", st.error().what});
 }
 
 void register_simulate(CLI::App& app) {
@@ -91,7 +113,8 @@ void register_simulate(CLI::App& app) {
       if (file_plan->ranks > topo.num_gpus())
         fail(Error{"--plan",
                    fmt::format("the plan has {} ranks; {} has {} GPUs", file_plan->ranks, topo.name, topo.num_gpus())});
-      if (file_plan->ranks < topo.num_gpus())
+      place_file_plan(*file_plan, o->cluster, topo);
+      if (file_plan->groups == 1 && file_plan->gpus.empty() && file_plan->ranks < topo.num_gpus())
         std::cerr << fmt::format("charm: warning: the plan does not fill {}: {} (nothing else runs on them)\n",
                                  topo.name, sim::placement_text(file_plan->ranks, topo.num_gpus()));
       auto e = sim::evaluate_plan(std::move(*file_plan), topo);
@@ -127,6 +150,7 @@ void register_simulate(CLI::App& app) {
     std::cout << fmt::format("# workload: B={} S={} H={}/{} D={} {} {}{}\n", w.batch, w.seq, w.heads, w.kv_heads,
                              w.head_dim, to_string(w.dtype), to_string(r.plan.workload.layout),
                              w.causal ? " " + w.mask_text() : "");
+    std::cout << fmt::format("# scope: {}\n", sim::scope_text(w.pass));
     if (ranks < topo.num_gpus() || r.plan.groups > 1)
       std::cout << fmt::format("# placement: {}\n", sim::placement_text(r.plan, topo.num_gpus()));
     if (r.plan.symmetry.active())
@@ -277,6 +301,7 @@ void register_compare(CLI::App& app) {
       json j = {{"schema", 1},
                 {"topology", {{"name", topo.name}, {"gpus", ranks}, {"domains", domains}}},
                 {"workload", workload_json(w)},
+                {"scope", sim::scope_text(w.pass)},
                 {"results", res}};
       if (layout)
         j["layout"] = {{"cp", layout->cp},
@@ -291,6 +316,7 @@ void register_compare(CLI::App& app) {
     if (layout) std::cout << fmt::format("# layout: {}\n", sched::layout_text(*layout));
     std::cout << fmt::format("# workload: B={} S={} H={}/{} D={} {} {}{}\n", w.batch, w.seq, w.heads, w.kv_heads,
                              w.head_dim, to_string(w.dtype), to_string(w.layout), w.causal ? " " + w.mask_text() : "");
+    std::cout << fmt::format("# scope: {}\n", sim::scope_text(w.pass));
     std::cout << fmt::format("# {:>12} {:>5} {:>12} {:>12} {:>12} {:>12} {:>10}  {}\n", "algo", "pass", "time",
                              "exposed", "idle(mean)", "peak mem", "speedup", "bound by");
     std::cout << fmt::format("# {:>12} {:>5} {:>12} {:>12} {:>12} {:>12} {:>10}\n", "", "", "(ms)", "(ms)", "(ms)",
@@ -335,182 +361,51 @@ void register_compare(CLI::App& app) {
   });
 }
 
-/// What the model leaves out for an algorithm built on all-to-all (empty for the others): each
-/// peer's message is a flow of its own, all concurrent, paying the stack's message cost once;
-/// the library's per-peer scheduling beyond that is not modelled.
-std::string all_to_all_caveat(const std::string& algo, int peers) {
-  if (algo != "ulysses" && algo != "usp") return {};
-  return fmt::format("{}'s all-to-all ({} peers) is modelled as concurrent point-to-point flows that pay the "
-                     "stack's per-message cost once, without the collective library's per-peer scheduling: "
-                     "its time is optimistic, more so with more peers",
-                     algo, std::max(1, peers - 1));
-}
-
 void register_advise(CLI::App& app) {
   struct Opts {
     WorkloadFlags workload;
     ClusterFlags cluster;
-    std::string algos;
+    AdviseFlags advise;
     bool json_out = false;
-    int jobs = 0;
     int top = 0;
-    std::string tp_search;
   };
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand(
       "advise", "which algorithm, layout and domain split to run, ranked by fwd+bwd time, with memory and why");
   o->workload.add(*sub);
   o->cluster.add(*sub);
-  sub->add_option("--algos", o->algos, "comma-separated algorithms to consider (default: all)");
+  // advise ranks fwd+bwd unless a pass is asked for; --layout restricts the candidates.
+  sub->get_option("--pass")->description("rank by this pass alone: fwd | bwd (default: fwd+bwd)")->default_str("");
+  sub->get_option("--layout")
+      ->description("contiguous | zigzag: only this layout's candidates (default: both layouts under a causal mask)")
+      ->default_str("");
+  sub->add_option("--algos", o->advise.algos, "comma-separated algorithms to consider (default: all)");
   sub->add_flag("--json", o->json_out, "JSON output");
-  sub->add_option("--jobs,-j", o->jobs, "simulations at once (default: the machine's cores)");
+  sub->add_option("--jobs,-j", o->advise.jobs, "simulations at once (default: the machine's cores)");
   sub->add_option("--top", o->top, "rows of the text table (default: all)");
-  sub->add_option("--tp-search", o->tp_search,
+  sub->add_option("--tp-search", o->advise.tp_search,
                   "comma-separated TP sizes: rank every CP x TP layout of the topology's GPUs (CP = GPUs / TP), all "
                   "CP groups at once on TP's share of the heads (--tp T alone: that one); the TP collectives are "
                   "not in the times");
+  sub->add_option("--layers", o->advise.layers,
+                  "times for a model of this many attention layers, one after another (default: one layer)");
+  sub->add_option("--tie", o->advise.tie_percent,
+                  "percent: candidates this close to the best are marked as ties, which the model cannot order "
+                  "(default: 10, its error on ratios of times against measurements)");
   sub->callback([o, sub] {
-    const auto topo = o->cluster.get();
-    ir::Workload w = o->workload.get();
-    if (sub->count("--pass") == 0) w.pass = ir::PassKind::Both;
-    if (sub->count("--jobs") > 0 && (o->jobs < 1 || o->jobs > 1024))
-      fail(Error{"--jobs", fmt::format("must be in [1, 1024] (or omitted), got {}", o->jobs)});
     if (o->top < 0) fail(Error{"--top", fmt::format("must be >= 1 (or 0 or omitted: all), got {}", o->top)});
-    sim::AdviseOptions opt;
-    if (!o->algos.empty()) opt.algos = algorithm_list(o->algos);
-    if (sub->count("--layout") > 0) opt.layout = w.layout;
-    if (o->cluster.domains > 0) opt.domains = o->cluster.domains;
-    if (o->cluster.cp != 0)
-      fail(Error{"--cp", "advise takes CP = GPUs / TP for each TP of --tp / --tp-search; simulate and compare take "
-                         "--cp"});
-    if (o->cluster.tp != 0 && !o->tp_search.empty()) fail(Error{"--tp", "give --tp or --tp-search, not both"});
-    if (o->cluster.tp != 0) opt.tp = {o->cluster.tp};
-    for (const auto& item : split_list(o->tp_search)) {
-      const std::int64_t v = unwrap(parse_size(item, "--tp-search"));
-      if (v < 1 || v > topo.num_gpus())
-        fail(Error{"--tp-search", fmt::format("TP sizes must be in [1, {}], got {}", topo.num_gpus(), v)});
-      opt.tp.push_back(int(v));
-    }
-    if (!o->tp_search.empty() && opt.tp.empty()) fail(Error{"--tp-search", "names no TP size"});
-    if (!opt.tp.empty()) {
-      opt.order = unwrap(sched::parse_layout_order(o->cluster.order));
-      if (o->cluster.ranks_given) fail(Error{"--ranks", "a layout search takes every GPU; drop --ranks"});
-    } else if (o->cluster.order != "tp-cp") {
-      fail(Error{"--order", "orders the axes of a --tp / --tp-search layout; give one of them"});
-    }
-    if (!o->cluster.gpus.empty())
-      fail(Error{"--gpus", "advise ranks a group on the topology's first GPUs or in CP x TP layouts; simulate and "
-                           "compare take --gpus"});
-    opt.ranks = opt.tp.empty() ? o->cluster.ranks_for(topo) : 0;
-    opt.reserved_gb = o->cluster.reserved_gb;
-    opt.max_plan_bytes = memory_budget_bytes();
-    opt.jobs = o->jobs > 0 ? o->jobs : int(std::max(1u, std::thread::hardware_concurrency()));
-    auto adv_ex = sim::advise(w, topo, opt);
-    // A candidate's context-parallel group: its layout's CP size, or every rank advised.
-    const auto group_ranks = [&](const sim::Candidate& c) { return c.tp > 0 ? c.cp : adv_ex ? adv_ex->ranks : 0; };
-    if (!adv_ex) {
-      if (adv_ex.error().where == "simulate") throw RuntimeFailure{adv_ex.error().message()};
-      fail(adv_ex.error());
-    }
-    const sim::Advice& adv = *adv_ex;
-    if (adv.candidates.empty())
-      fail(Error{"--algos", fmt::format("no candidate can run this workload ({} refused; the first: {}: {})",
-                                        adv.refused.size(), adv.refused.empty() ? "-" : adv.refused.front().label,
-                                        adv.refused.empty() ? "-" : adv.refused.front().reason)});
-    const std::string what = w.pass == ir::PassKind::Both ? "fwd+bwd" : std::string(to_string(w.pass));
+    const auto topo = o->cluster.get();
+    o->advise.pass_given = sub->count("--pass") > 0;
+    o->advise.layout_given = sub->count("--layout") > 0;
+    if (sub->count("--jobs") > 0 && o->advise.jobs == 0)
+      fail(Error{"--jobs", "must be in [1, 1024] (or omitted), got 0"});
+    const AdviseRequest req = advise_request(o->workload.get(), o->cluster, topo, o->advise);
+    const sim::Advice adv = run_advise(req, topo);
     for (const auto& c : adv.candidates) warn_if_not_fits(c.memory, c.label());
-    if (o->json_out) {
-      json cands = json::array();
-      for (const auto& c : adv.candidates) {
-        json j = {{"algo", c.algo},
-                  {"layout", std::string(to_string(c.layout))},
-                  {"domains", c.domains},
-                  {"fwd_ms", c.fwd ? json(c.fwd->time_ms) : json(nullptr)},
-                  {"bwd_ms", c.bwd ? json(c.bwd->time_ms) : json(nullptr)},
-                  {"total_ms", c.total_ms},
-                  {"peak_mem_bytes", c.peak_mem_bytes},
-                  {"fits", c.memory.known ? json(c.memory.fits) : json(nullptr)},
-                  {"memory", memory_json(c.memory)},
-                  {"bottleneck", c.bottleneck}};
-        j["frameworks"] =
-            sim::framework_json(sim::framework_settings(c.algo, c.layout, w.causal, group_ranks(c), c.domains));
-        if (c.tp > 0) j["layout"] = {{"cp", c.cp}, {"tp", c.tp}, {"order", sched::to_string(opt.order)}};
-        if (const auto caveat = all_to_all_caveat(c.algo, c.domains > 0 ? group_ranks(c) / c.domains : group_ranks(c));
-            !caveat.empty())
-          j["caveat"] = caveat;
-        json cp = json::object();
-        if (c.fwd) cp["fwd"] = c.fwd->critical_path;
-        if (c.bwd) cp["bwd"] = c.bwd->critical_path;
-        j["critical_path"] = cp;
-        cands.push_back(j);
-      }
-      json refused = json::array();
-      for (const auto& r : adv.refused) refused.push_back({{"candidate", r.label}, {"reason", r.reason}});
-      json j = {{"schema", 1},
-                {"topology", {{"name", topo.name}, {"gpus", adv.ranks}, {"gpu_memory_gb", topo.gpu.memory_gb}}},
-                {"workload", workload_json(w)},
-                {"ranked_by", what},
-                {"reserved_gb", o->cluster.reserved_gb},
-                {"candidates", cands},
-                {"refused", refused},
-                {"simulations", adv.simulations}};
-      std::cout << j.dump(1) << "\n";
-      return;
-    }
-    std::cout << fmt::format("# charm advise: B={} S={} H={}/{} D={} {}{} on {} ({} GPUs{}), ranked by {} time\n",
-                             w.batch, w.seq, w.heads, w.kv_heads, w.head_dim, to_string(w.dtype),
-                             w.causal ? " causal" : "", topo.name, adv.ranks,
-                             topo.gpu.memory_gb > 0 ? fmt::format(" x {:g} GB", topo.gpu.memory_gb) : "", what);
-    std::cout << fmt::format(
-        "# {} candidates, {} simulations in {:.2f} s; {} refused by their planner (listed at the end)\n",
-        adv.candidates.size(), adv.simulations, adv.wall_s, adv.refused.size());
-    const int label_w = opt.tp.empty() ? 24 : 32;  // a layout search's labels name the layout too
-    std::cout << fmt::format("# {:>2}  {:<{}}{:>10}{:>10}{:>11}{:>8}{:>9}{:>6}  {}\n", "", "candidate", label_w,
-                             "fwd ms", "bwd ms", "total ms", "x best", "peak GB", "fits", "bound by (slower pass)");
-    const double best = adv.candidates.front().total_ms;
-    const std::size_t rows =
-        o->top > 0 ? std::min<std::size_t>(std::size_t(o->top), adv.candidates.size()) : adv.candidates.size();
-    auto ms = [](const std::optional<sim::PassOutcome>& p) {
-      return p ? fmt::format("{:.2f}", p->time_ms) : std::string("-");
-    };
-    for (std::size_t i = 0; i < rows; ++i) {
-      const auto& c = adv.candidates[i];
-      const auto* slower = c.bwd && (!c.fwd || c.bwd->time_ms >= c.fwd->time_ms) ? &*c.bwd : c.fwd ? &*c.fwd : nullptr;
-      std::cout << fmt::format("  {:>2}  {:<{}}{:>10}{:>10}{:>11.2f}{:>8.2f}{:>9.2f}{:>6}  {}{}\n", i + 1, c.label(),
-                               label_w, ms(c.fwd), ms(c.bwd), c.total_ms, c.total_ms / best,
-                               double(c.peak_mem_bytes) / 1e9,
-                               !c.memory.known ? "?"
-                               : c.memory.fits ? "yes"
-                                               : "NO",
-                               slower ? (slower == (c.bwd ? &*c.bwd : nullptr) ? "bwd " : "fwd ") : "",
-                               slower ? slower->bottleneck.brief() : "");
-    }
-    const auto& b = adv.candidates.front();
-    const sim::Candidate* ring = nullptr;
-    for (const auto& c : adv.candidates)
-      if (c.algo == "ring" || c.algo == "ring-zigzag") {
-        ring = &c;
-        break;
-      }
-    std::cout << fmt::format("# best: {}: {:.2f} ms {}{}; {}\n", b.label(), b.total_ms, what,
-                             ring && ring != &b
-                                 ? fmt::format(", {:.2f}x the best ring ({}, {:.2f} ms)", ring->total_ms / b.total_ms,
-                                               ring->label(), ring->total_ms)
-                                 : "",
-                             b.memory.line());
-    std::cout << fmt::format("#   why: {}\n", b.bottleneck);
-    if (b.tp > 0)
-      std::cout << fmt::format("#   layout: CP {} x TP {} ({}), every CP group at once; the times are attention's "
-                               "core alone: the TP collectives around it (projections) are not in them\n",
-                               b.cp, b.tp, sched::to_string(opt.order));
-    if (const auto caveat = all_to_all_caveat(b.algo, b.domains > 0 ? group_ranks(b) / b.domains : group_ranks(b));
-        !caveat.empty())
-      std::cout << fmt::format("#   caution: {}\n", caveat);
-    std::cout << fmt::format("#   {}\n",
-                             sim::framework_settings(b.algo, b.layout, w.causal, group_ranks(b), b.domains).line());
-    if (b.fwd) std::cout << fmt::format("#   fwd critical path: {}\n", b.fwd->critical_path);
-    if (b.bwd) std::cout << fmt::format("#   bwd critical path: {}\n", b.bwd->critical_path);
-    for (const auto& r : adv.refused) std::cout << fmt::format("# refused: {}: {}\n", r.label, r.reason);
+    if (o->json_out)
+      std::cout << advice_json(req, adv, topo).dump(1) << "\n";
+    else
+      print_advice(std::cout, req, adv, topo, o->top);
   });
 }
 

@@ -183,7 +183,7 @@ Expected<Workload> workload_from_json(const json& j, std::string_view where) {
 
 json plan_to_json(const Plan& plan) {
   CHARM_ASSERT(!plan.symmetry.active(), "plan files hold every rank's ops, not one class of ranks");
-  CHARM_ASSERT(plan.groups == 1 && plan.gpus.empty(), "plan files hold one group's plan, not its deployment");
+  CHARM_ASSERT(plan.groups == 1, "plan files hold one group's plan, not its deployment");
   json ops = json::array();
   for (OpId id = 0; id < static_cast<OpId>(plan.size()); ++id) {
     const Op& op = plan.op(id);
@@ -256,6 +256,8 @@ json plan_to_json(const Plan& plan) {
            {"ranks", plan.ranks},           {"domains", plan.domains}, {"buffers", std::move(bufs)},
            {"results", std::move(results)}, {"ops", std::move(ops)}};
   if (plan.parts != 1) out["parts"] = plan.parts;
+  // A group placed by hand: rank r on GPU gpus[r] of the topology it is simulated on.
+  if (!plan.gpus.empty()) out["placement"] = {{"gpus", plan.gpus}};
   return out;
 }
 
@@ -430,13 +432,39 @@ Expected<Op> op_from_json(const json& jo, const std::string& w, std::int64_t ind
   return op;
 }
 
+/// "placement": {"gpus": [g0, g1, ...]}: rank r on GPU g_r, one distinct GPU per rank (whether the
+/// topology has them is the simulator's question: sim::check_placement).
+Expected<std::vector<std::int32_t>> placement_from_json(const json& j, const std::string& w, int ranks) {
+  const std::string at = w + ".placement";
+  if (!j.is_object()) return Error{at, "must be an object {\"gpus\": [...]}"};
+  Reader p(j, at);
+  if (auto s = p.known_fields({"gpus"}); !s) return s.error();
+  auto g = p.field("gpus");
+  if (!g) return g.error();
+  if (!(*g)->is_array() || (*g)->size() != std::size_t(ranks))
+    return Error{at + ".gpus", fmt::format("must be an array of {} GPU indices, one per rank", ranks)};
+  std::vector<std::int32_t> gpus;
+  for (std::size_t i = 0; i < (*g)->size(); ++i) {
+    const json& v = (**g)[i];
+    const auto n = as_int64(v);
+    if (!v.is_number_integer() || !n || *n < 0 || *n >= (1 << 24))
+      return Error{fmt::format("{}.gpus[{}]", at, i), "must be a GPU index in [0, 2^24)"};
+    gpus.push_back(std::int32_t(*n));
+  }
+  std::vector<std::int32_t> sorted = gpus;
+  std::sort(sorted.begin(), sorted.end());
+  if (const auto d = std::adjacent_find(sorted.begin(), sorted.end()); d != sorted.end())
+    return Error{at + ".gpus", fmt::format("GPU {} is named twice: each rank needs a GPU of its own", *d)};
+  return gpus;
+}
+
 }  // namespace
 
 Expected<Plan> plan_from_json(const json& j, std::string_view where) {
   const std::string w(where);
   Reader top(j, w);
-  if (auto s =
-          top.known_fields({"schema", "algo", "workload", "ranks", "domains", "parts", "buffers", "results", "ops"});
+  if (auto s = top.known_fields(
+          {"schema", "algo", "workload", "ranks", "domains", "parts", "placement", "buffers", "results", "ops"});
       !s)
     return s.error();
   Plan plan;
@@ -456,6 +484,7 @@ Expected<Plan> plan_from_json(const json& j, std::string_view where) {
   auto wf = top.field("workload");
   if (!wf) return wf.error();
   CHARM_TRY_ASSIGN(plan.workload, workload_from_json(**wf, w + ".workload"));
+  if (j.contains("placement")) CHARM_TRY_ASSIGN(plan.gpus, placement_from_json(j.at("placement"), w, plan.ranks));
   auto bf = top.field("buffers");
   if (!bf) return bf.error();
   if (!(*bf)->is_array()) return Error{w + ".buffers", "must be an array"};

@@ -115,6 +115,18 @@ def test_advise():
     assert [c["algo"] for c in json.loads(stdout)["candidates"]] == [c["algo"] for c in cands]
     assert "#   " + fw["line"] + "\n" in cli("advise", "-t", H100, "--seq", 26880, "--batch", 16, "--heads", 12,
                                              "--head-dim", 192, "--jobs", 2)[1]
+    # The module's advise is the command's: the same document, key for key.
+    assert json.loads(stdout) == adv
+
+
+def test_advise_layouts_layers_and_ties():
+    adv = charm.advise(topology=H100, jobs=2, tp_search=[1, 2, 4], layers=8, tie=20, algos=["ring", "charm"], **PAPER)
+    best = adv["best"]
+    assert adv["layers"] == 8 and best["model_ms"] == 8 * best["total_ms"]
+    assert {c["deployment"]["tp"] for c in adv["candidates"]} == {1, 2, 4}
+    assert all(c["tie"] == (c["total_ms"] <= 1.2 * best["total_ms"]) for c in adv["candidates"])
+    with pytest.raises(ValueError, match="--tp-search: TP sizes must be in"):
+        charm.advise(topology=H100, tp_search=[0], **PAPER)
 
 
 def test_frameworks_table():

@@ -1,0 +1,232 @@
+#include "tools/advise_report.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <ostream>
+#include <thread>
+
+#include "sim/frameworks.hpp"
+#include "sim/run_json.hpp"
+#include "tools/cli_common.hpp"
+
+namespace charm::cli {
+
+using nlohmann::json;
+
+namespace {
+
+/// usp and ulysses exchange heads all-to-all: the model's flows for it, and what they leave out.
+std::string all_to_all_caveat(const std::string& algo, int peers) {
+  if (algo != "ulysses" && algo != "usp") return {};
+  return fmt::format("{}'s all-to-all ({} peers) is modelled as concurrent point-to-point flows that pay the "
+                     "stack's per-message cost once, without the collective library's per-peer scheduling: "
+                     "its time is optimistic, more so with more peers",
+                     algo, std::max(1, peers - 1));
+}
+
+/// A candidate's context-parallel group: its layout's CP size, or every rank advised.
+int group_ranks(const sim::Advice& adv, const sim::Candidate& c) { return c.tp > 0 ? c.cp : adv.ranks; }
+
+/// The ranks one all-to-all spans: the Ulysses degree (group / domains for usp).
+int all_to_all_peers(const sim::Advice& adv, const sim::Candidate& c) {
+  const int g = group_ranks(adv, c);
+  return c.domains > 0 ? g / c.domains : g;
+}
+
+std::vector<int> tp_sizes(const std::string& list, const topo::Topology& t) {
+  std::vector<int> tp;
+  for (const auto& item : split_list(list)) {
+    const std::int64_t v = unwrap(parse_size(item, "--tp-search"));
+    if (v < 1 || v > t.num_gpus())
+      fail(Error{"--tp-search", fmt::format("TP sizes must be in [1, {}], got {}", t.num_gpus(), v)});
+    tp.push_back(int(v));
+  }
+  if (!list.empty() && tp.empty()) fail(Error{"--tp-search", "names no TP size"});
+  return tp;
+}
+
+void check_layout_flags(const ClusterFlags& c, const AdviseFlags& f) {
+  if (c.cp != 0)
+    fail(Error{"--cp", "advise takes CP = GPUs / TP for each TP of --tp / --tp-search; simulate and compare take "
+                       "--cp"});
+  if (c.tp != 0 && !f.tp_search.empty()) fail(Error{"--tp", "give --tp or --tp-search, not both"});
+  if (!c.gpus.empty())
+    fail(Error{"--gpus", "advise ranks a group on the topology's first GPUs or in CP x TP layouts; simulate and "
+                         "compare take --gpus"});
+}
+
+json candidate_json(const AdviseRequest& r, const sim::Advice& adv, const sim::Candidate& c) {
+  json j = {{"label", c.label()},
+            {"algo", c.algo},
+            {"layout", std::string(to_string(c.layout))},
+            {"domains", c.domains},
+            {"fwd_ms", c.fwd ? json(c.fwd->time_ms) : json(nullptr)},
+            {"bwd_ms", c.bwd ? json(c.bwd->time_ms) : json(nullptr)},
+            {"total_ms", c.total_ms},
+            {"x_best", c.total_ms / adv.candidates.front().total_ms},
+            {"tie", is_tie(r, adv, c)},
+            {"peak_mem_bytes", c.peak_mem_bytes},
+            {"fits", c.memory.known ? json(c.memory.fits) : json(nullptr)},
+            {"memory", sim::memory_json(c.memory)},
+            {"bottleneck", c.bottleneck}};
+  if (r.layers > 1) j["model_ms"] = c.total_ms * r.layers;
+  j["frameworks"] =
+      sim::framework_json(sim::framework_settings(c.algo, c.layout, r.workload.causal, group_ranks(adv, c), c.domains));
+  if (c.tp > 0) j["deployment"] = {{"cp", c.cp}, {"tp", c.tp}, {"order", sched::to_string(r.options.order)}};
+  if (const auto caveat = all_to_all_caveat(c.algo, all_to_all_peers(adv, c)); !caveat.empty()) j["caveat"] = caveat;
+  json cp = json::object();
+  if (c.fwd) cp["fwd"] = c.fwd->critical_path;
+  if (c.bwd) cp["bwd"] = c.bwd->critical_path;
+  j["critical_path"] = cp;
+  return j;
+}
+
+std::string ranked_by(const ir::Workload& w) {
+  return w.pass == ir::PassKind::Both ? "fwd+bwd" : std::string(to_string(w.pass));
+}
+
+void print_table(std::ostream& os, const AdviseRequest& r, const sim::Advice& adv, int top) {
+  const int label_w = r.options.tp.empty() ? 24 : 32;  // a layout search's labels name the layout too
+  const double scale = r.layers;                       // every time column is of the model's layers
+  os << fmt::format("# {:>2}  {:<{}}{:>10}{:>10}{:>11}{:>9}{:>9}{:>6}  {}\n", "", "candidate", label_w, "fwd ms",
+                    "bwd ms", "total ms", "x best", "peak GB", "fits", "bound by (slower pass)");
+  const double best = adv.candidates.front().total_ms;
+  const std::size_t rows =
+      top > 0 ? std::min<std::size_t>(std::size_t(top), adv.candidates.size()) : adv.candidates.size();
+  auto ms = [&](const std::optional<sim::PassOutcome>& p) {
+    return p ? fmt::format("{:.2f}", p->time_ms * scale) : std::string("-");
+  };
+  for (std::size_t i = 0; i < rows; ++i) {
+    const auto& c = adv.candidates[i];
+    const bool bwd_slower = c.bwd && (!c.fwd || c.bwd->time_ms >= c.fwd->time_ms);
+    const sim::PassOutcome* slower = bwd_slower ? &*c.bwd : c.fwd ? &*c.fwd : nullptr;
+    const std::string x = fmt::format("{:.2f}{}", c.total_ms / best, i > 0 && is_tie(r, adv, c) ? "~" : " ");
+    os << fmt::format("  {:>2}  {:<{}}{:>10}{:>10}{:>11.2f}{:>9}{:>9.2f}{:>6}  {}{}\n", i + 1, c.label(), label_w,
+                      ms(c.fwd), ms(c.bwd), c.total_ms * scale, x, double(c.peak_mem_bytes) / 1e9,
+                      !c.memory.known ? "?"
+                      : c.memory.fits ? "yes"
+                                      : "NO",
+                      slower ? (bwd_slower ? "bwd " : "fwd ") : "", slower ? slower->bottleneck.brief() : "");
+  }
+}
+
+void print_best(std::ostream& os, const AdviseRequest& r, const sim::Advice& adv) {
+  const auto& b = adv.candidates.front();
+  const sim::Candidate* ring = nullptr;
+  for (const auto& c : adv.candidates)
+    if (c.algo == "ring" || c.algo == "ring-zigzag") {
+      ring = &c;
+      break;
+    }
+  os << fmt::format("# best: {}: {:.2f} ms {}{}; {}\n", b.label(), b.total_ms * r.layers, ranked_by(r.workload),
+                    ring && ring != &b
+                        ? fmt::format(", {:.2f}x the best ring ({}, {:.2f} ms)", ring->total_ms / b.total_ms,
+                                      ring->label(), ring->total_ms * r.layers)
+                        : "",
+                    b.memory.line());
+  std::vector<std::string> ties;
+  for (std::size_t i = 1; i < adv.candidates.size(); ++i)
+    if (is_tie(r, adv, adv.candidates[i])) ties.push_back(adv.candidates[i].label());
+  if (!ties.empty())
+    os << fmt::format("#   tie: within {:g}% of the best (the model's error on ratios; --tie): {}; rows marked ~\n",
+                      r.tie_percent, fmt::join(ties, ", "));
+  os << fmt::format("#   why: {}\n", b.bottleneck);
+  if (b.tp > 0)
+    os << fmt::format("#   layout: CP {} x TP {} ({}), every CP group at once; the TP collectives around "
+                      "attention (projections) are not in the times\n",
+                      b.cp, b.tp, sched::to_string(r.options.order));
+  if (const auto caveat = all_to_all_caveat(b.algo, all_to_all_peers(adv, b)); !caveat.empty())
+    os << fmt::format("#   caution: {}\n", caveat);
+  os << fmt::format(
+      "#   {}\n", sim::framework_settings(b.algo, b.layout, r.workload.causal, group_ranks(adv, b), b.domains).line());
+  if (b.fwd) os << fmt::format("#   fwd critical path: {}\n", b.fwd->critical_path);
+  if (b.bwd) os << fmt::format("#   bwd critical path: {}\n", b.bwd->critical_path);
+}
+
+}  // namespace
+
+AdviseRequest advise_request(ir::Workload w, const ClusterFlags& cluster, const topo::Topology& t,
+                             const AdviseFlags& f) {
+  if (!f.pass_given) w.pass = ir::PassKind::Both;
+  if (f.jobs != 0 && (f.jobs < 1 || f.jobs > 1024))
+    fail(Error{"--jobs", fmt::format("must be in [1, 1024] (or omitted), got {}", f.jobs)});
+  if (f.layers < 1 || f.layers > 100000)
+    fail(Error{"--layers", fmt::format("must be in [1, 100000], got {}", f.layers)});
+  if (!(f.tie_percent >= 0 && f.tie_percent <= 100))
+    fail(Error{"--tie", fmt::format("must be a percentage in [0, 100], got {}", f.tie_percent)});
+  check_layout_flags(cluster, f);
+  AdviseRequest r;
+  r.workload = w;
+  r.layers = f.layers;
+  r.tie_percent = f.tie_percent;
+  r.reserved_gb = cluster.reserved_gb;
+  sim::AdviseOptions& opt = r.options;
+  if (!f.algos.empty()) opt.algos = algorithm_list(f.algos);
+  if (f.layout_given) opt.layout = w.layout;
+  if (cluster.domains > 0) opt.domains = cluster.domains;
+  opt.tp = cluster.tp != 0 ? std::vector<int>{cluster.tp} : tp_sizes(f.tp_search, t);
+  if (!opt.tp.empty()) {
+    opt.order = unwrap(sched::parse_layout_order(cluster.order));
+    if (cluster.ranks_given) fail(Error{"--ranks", "a layout search takes every GPU; drop --ranks"});
+  } else if (cluster.order != "tp-cp") {
+    fail(Error{"--order", "orders the axes of a --tp / --tp-search layout; give one of them"});
+  }
+  opt.ranks = opt.tp.empty() ? cluster.ranks_for(t) : 0;
+  opt.reserved_gb = cluster.reserved_gb;
+  opt.max_plan_bytes = memory_budget_bytes();
+  opt.jobs = f.jobs > 0 ? f.jobs : int(std::max(1u, std::thread::hardware_concurrency()));
+  return r;
+}
+
+sim::Advice run_advise(const AdviseRequest& r, const topo::Topology& t) {
+  auto adv = sim::advise(r.workload, t, r.options);
+  if (!adv) {
+    if (adv.error().where == "simulate") throw RuntimeFailure{adv.error().message()};
+    fail(adv.error());
+  }
+  if (adv->candidates.empty())
+    fail(Error{"--algos", fmt::format("no candidate can run this workload ({} refused; the first: {}: {})",
+                                      adv->refused.size(), adv->refused.empty() ? "-" : adv->refused.front().label,
+                                      adv->refused.empty() ? "-" : adv->refused.front().reason)});
+  return std::move(adv).value();
+}
+
+bool is_tie(const AdviseRequest& r, const sim::Advice& adv, const sim::Candidate& c) {
+  return c.total_ms <= adv.candidates.front().total_ms * (1 + r.tie_percent / 100);
+}
+
+json advice_json(const AdviseRequest& r, const sim::Advice& adv, const topo::Topology& t) {
+  json cands = json::array();
+  for (const auto& c : adv.candidates) cands.push_back(candidate_json(r, adv, c));
+  json refused = json::array();
+  for (const auto& x : adv.refused) refused.push_back({{"candidate", x.label}, {"reason", x.reason}});
+  return {{"schema", 1},
+          {"topology", {{"name", t.name}, {"gpus", adv.ranks}, {"gpu_memory_gb", t.gpu.memory_gb}}},
+          {"workload", sim::workload_json(r.workload)},
+          {"ranked_by", ranked_by(r.workload)},
+          {"scope", sim::scope_text(r.workload.pass, r.layers)},
+          {"layers", r.layers},
+          {"tie_percent", r.tie_percent},
+          {"reserved_gb", r.reserved_gb},
+          {"best", cands.front()},
+          {"candidates", cands},
+          {"refused", refused},
+          {"simulations", adv.simulations}};
+}
+
+void print_advice(std::ostream& os, const AdviseRequest& r, const sim::Advice& adv, const topo::Topology& t, int top) {
+  const ir::Workload& w = r.workload;
+  os << fmt::format("# charm advise: B={} S={} H={}/{} D={} {}{} on {} ({} GPUs{}), ranked by {} time\n", w.batch,
+                    w.seq, w.heads, w.kv_heads, w.head_dim, to_string(w.dtype), w.causal ? " " + w.mask_text() : "",
+                    t.name, adv.ranks, t.gpu.memory_gb > 0 ? fmt::format(" x {:g} GB", t.gpu.memory_gb) : "",
+                    ranked_by(w));
+  os << fmt::format("# scope: {}\n", sim::scope_text(w.pass, r.layers));
+  os << fmt::format("# {} candidates, {} simulations in {:.2f} s; {} refused by their planner (listed at the end)\n",
+                    adv.candidates.size(), adv.simulations, adv.wall_s, adv.refused.size());
+  print_table(os, r, adv, top);
+  print_best(os, r, adv);
+  for (const auto& x : adv.refused) os << fmt::format("# refused: {}: {}\n", x.label, x.reason);
+}
+
+}  // namespace charm::cli

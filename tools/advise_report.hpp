@@ -1,0 +1,60 @@
+#pragma once
+// `charm advise` from its flags to its report, shared by the command and the Python module:
+//
+//   flags --advise_request--> AdviseRequest --run_advise--> sim::Advice --advice_json / print_advice--> report
+//
+// Errors in the flags are the user's (UsageError, exit 2: fail()); a simulator failure is not
+// (RuntimeFailure, exit 3).
+
+#include <nlohmann/json.hpp>
+
+#include <iosfwd>
+#include <string>
+
+#include "scheduler/ir/workload.hpp"
+#include "sim/advise.hpp"
+#include "tools/cluster_flags.hpp"
+#include "topologies/topology.hpp"
+
+namespace charm::cli {
+
+/// What advise's own flags say (beside the workload's and the cluster's).
+struct AdviseFlags {
+  std::string algos;          // --algos: comma-separated (empty: every algorithm)
+  bool pass_given = false;    // --pass given: rank by that pass (default: fwd+bwd)
+  bool layout_given = false;  // --layout given: only that layout's candidates
+  int jobs = 0;               // --jobs (0: the machine's cores)
+  std::string tp_search;      // --tp-search: comma-separated TP sizes
+  int layers = 1;             // --layers: times for a model of this many attention layers
+  double tie_percent = 10;    // --tie: candidates within this many percent of the best are ties
+};
+
+/// Default of --tie: the model's error on ratios of times (the speedup error of the calibrated
+/// H100 preset against the paper's measurements, docs/validation.md), in percent.
+inline constexpr double kDefaultTiePercent = 10;
+
+struct AdviseRequest {
+  ir::Workload workload;
+  sim::AdviseOptions options;
+  int layers = 1;
+  double tie_percent = kDefaultTiePercent;
+  double reserved_gb = 0;
+};
+
+/// Checks advise's flags against the topology and gathers them into a request.
+[[nodiscard]] AdviseRequest advise_request(ir::Workload w, const ClusterFlags& cluster, const topo::Topology& t,
+                                           const AdviseFlags& f);
+
+/// Runs the request: at least one candidate, or a UsageError naming the first refusal.
+[[nodiscard]] sim::Advice run_advise(const AdviseRequest& r, const topo::Topology& t);
+
+/// Candidates within the request's tie tolerance of the fastest: the model cannot order them.
+[[nodiscard]] bool is_tie(const AdviseRequest& r, const sim::Advice& adv, const sim::Candidate& c);
+
+/// The `advise --json` document (the Python module's advise returns it as a dict).
+[[nodiscard]] nlohmann::json advice_json(const AdviseRequest& r, const sim::Advice& adv, const topo::Topology& t);
+
+/// The text table with the best candidate's reasons, frameworks' settings and refusals; `top` rows (0: all).
+void print_advice(std::ostream& os, const AdviseRequest& r, const sim::Advice& adv, const topo::Topology& t, int top);
+
+}  // namespace charm::cli
