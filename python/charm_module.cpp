@@ -38,6 +38,7 @@
 #include "tools/advise_report.hpp"
 #include "tools/cli_common.hpp"
 #include "tools/cluster_flags.hpp"
+#include "tools/compare_report.hpp"
 #include "tools/plan_flags.hpp"
 #include "tools/run_one.hpp"
 #include "topologies/topology_json.hpp"
@@ -325,6 +326,24 @@ py::object validate_fn(const py::object& plan, bool all) {
 
 // ---- simulate ----
 
+/// cp=, tp=, order= and gpus= into the cluster flags, as --cp, --tp, --order and --gpus.
+void placement_flags(cli::ClusterFlags& cf, const py::object& cp, const py::object& tp, const py::object& order,
+                     const py::object& gpus) {
+  if (given(cp)) cf.cp = cp.cast<int>();
+  if (given(tp)) cf.tp = tp.cast<int>();
+  if (given(order)) cf.order = text_arg(order, "--order");
+  if (given(gpus)) {
+    if (py::isinstance<py::str>(gpus)) {
+      cf.gpus = gpus.cast<std::string>();
+    } else {
+      for (const auto& g : gpus) cf.gpus += (cf.gpus.empty() ? "" : ",") + std::to_string(g.cast<long long>());
+      if (cf.gpus.empty()) fail(Error{"--gpus", "names no GPU"});
+    }
+  }
+  if ((cf.cp < 0 || cf.tp < 0) || (given(cp) && cf.cp == 0) || (given(tp) && cf.tp == 0))
+    fail(Error{given(cp) && cf.cp <= 0 ? "--cp" : "--tp", "must be at least 1"});
+}
+
 using cli::run_one;
 using cli::SymmetryUse;
 
@@ -337,19 +356,7 @@ py::object simulate_fn(const py::object& algo, const py::object& plan, WorkloadA
       fail(Error{"--symmetry", fmt::format("{} not in {{auto,on,off}}", sym)});
     const SymmetryUse use = sym == "on" ? SymmetryUse::On : sym == "off" ? SymmetryUse::Off : SymmetryUse::Auto;
     cli::ClusterFlags cf = ca.flags();
-    if (given(cp)) cf.cp = cp.cast<int>();
-    if (given(tp)) cf.tp = tp.cast<int>();
-    if (given(order)) cf.order = text_arg(order, "--order");
-    if (given(gpus)) {
-      if (py::isinstance<py::str>(gpus)) {
-        cf.gpus = gpus.cast<std::string>();
-      } else {
-        for (const auto& g : gpus) cf.gpus += (cf.gpus.empty() ? "" : ",") + std::to_string(g.cast<long long>());
-        if (cf.gpus.empty()) fail(Error{"--gpus", "names no GPU"});
-      }
-    }
-    if ((cf.cp < 0 || cf.tp < 0) || (given(cp) && cf.cp == 0) || (given(tp) && cf.tp == 0))
-      fail(Error{given(cp) && cf.cp <= 0 ? "--cp" : "--tp", "must be at least 1"});
+    placement_flags(cf, cp, tp, order, gpus);
     const auto trace_path = path_arg(trace);
     std::optional<ir::Plan> file_plan;
     if (given(plan)) {
@@ -374,6 +381,7 @@ py::object simulate_fn(const py::object& algo, const py::object& plan, WorkloadA
         if (file_plan->ranks > topo.num_gpus())
           fail(Error{"--plan", fmt::format("the plan has {} ranks; {} has {} GPUs", file_plan->ranks, topo.name,
                                            topo.num_gpus())});
+        cli::place_file_plan(*file_plan, cf, topo);
         auto e = sim::evaluate_plan(std::move(*file_plan), topo);
         if (!e) throw cli::RuntimeFailure{e.error().message()};
         r = std::move(e).value();
@@ -394,85 +402,20 @@ py::object simulate_fn(const py::object& algo, const py::object& plan, WorkloadA
 
 // ---- compare ----
 
-py::object compare_fn(const py::object& algos, WorkloadArgs wa, ClusterArgs ca) {
+py::object compare_fn(const py::object& algos, WorkloadArgs wa, ClusterArgs ca, const py::object& cp,
+                      const py::object& tp, const py::object& order, const py::object& gpus) {
   return guarded([&] {
     cli::ClusterFlags cf = ca.flags();
+    placement_flags(cf, cp, tp, order, gpus);
     const auto topo = ca.get(cf);
-    ir::Workload w = wa.flags().get();
-    if (!given(wa.pass)) w.pass = ir::PassKind::Both;  // compare shows fwd and bwd unless told otherwise
-    if (w.causal && !given(wa.layout)) w.layout = ir::Layout::Zigzag;  // the balanced layout, as charm compare
-    const int ranks = cf.ranks_for(topo);
-    const int domains = cf.domains_for(topo);
-    const std::string names = algos_text(algos);
-    const auto list = names.empty() ? sched::algorithm_names() : cli::algorithm_list(names);
-    std::vector<ir::PassKind> passes;
-    if (w.pass != ir::PassKind::Bwd) passes.push_back(ir::PassKind::Fwd);
-    if (w.pass != ir::PassKind::Fwd) passes.push_back(ir::PassKind::Bwd);
-    struct Row {
-      std::string algo, pass, note, layout;
-      bool ok = false;
-      sim::Summary s;
-      sim::ClosedForm f;
-      sim::Bottleneck b;
-      sim::MemoryVerdict m;
-    };
-    std::vector<Row> rows;
+    const cli::CompareRequest req =
+        cli::compare_request(wa.flags().get(), cf, topo, algos_text(algos), given(wa.pass), given(wa.layout));
+    std::vector<cli::CompareRow> rows;
     {
       py::gil_scoped_release nogil;
-      for (auto p : passes) {
-        ir::Workload wp = w;
-        wp.pass = p;
-        for (const auto& a : list) {
-          const sched::PlanRequest req = sim::normalised_request({a, wp, ranks, domains});
-          Row row{a, std::string(to_string(p)), {}, std::string(to_string(req.workload.layout)), false, {}, {}, {}, {}};
-          if (auto st = sched::check_request(req); !st) {
-            row.note = st.error().message();
-          } else {
-            sim::Evaluation r = run_one(a, wp, topo, domains, ranks);
-            row.ok = true;
-            row.s = r.summary;
-            row.f = r.formula;
-            row.b = sim::explain(r.plan, r.result, topo).bottleneck;
-            row.m = sim::memory_verdict(r.summary.peak_mem_bytes, cf.reserved_gb, topo.gpu);
-          }
-          rows.push_back(std::move(row));
-        }
-      }
+      rows = cli::run_compare(req, topo);
     }
-    if (std::none_of(rows.begin(), rows.end(), [](const Row& r) { return r.ok; }))
-      fail(Error{"--algos", fmt::format("no algorithm could run this workload (the first: {} {}: {})",
-                                        rows.front().algo, rows.front().pass, rows.front().note)});
-    auto ring_time = [&](const std::string& pass) {
-      for (const auto& r : rows)
-        if (r.ok && r.algo == "ring" && r.pass == pass) return r.s.time_s;
-      return 0.0;
-    };
-    // One flat row per (algo, pass), the same keys in every row (None where a value does not apply).
-    json out = json::array();
-    for (const auto& r : rows) {
-      const double rt = ring_time(r.pass);
-      auto num = [&](double v) { return r.ok ? json(v) : json(nullptr); };
-      out.push_back({{"topology", topo.name},
-                     {"ranks", ranks},
-                     {"domains", domains},
-                     {"algo", r.algo},
-                     {"pass", r.pass},
-                     {"layout", r.layout},
-                     {"time_ms", num(r.s.time_s * 1e3)},
-                     {"exposed_comm_ms", num(r.s.exposed_comm_s * 1e3)},
-                     {"idle_mean_ms", num(r.s.idle_mean_s * 1e3)},
-                     {"idle_max_ms", num(r.s.idle_max_s * 1e3)},
-                     {"speedup_vs_ring", r.ok && rt > 0 ? json(rt / r.s.time_s) : json(nullptr)},
-                     {"peak_mem_bytes", r.ok ? json(r.s.peak_mem_bytes) : json(nullptr)},
-                     {"ccr", num(r.f.ccr)},
-                     {"bottleneck", r.ok ? json(r.b.line()) : json(nullptr)},
-                     {"bound_by", r.ok ? json(r.b.brief()) : json(nullptr)},
-                     {"fits", r.ok && r.m.known ? json(r.m.fits) : json(nullptr)},
-                     {"formula_time_ms", r.ok && r.f.available ? json(r.f.time_s * 1e3) : json(nullptr)},
-                     {"formula_exposed_comm_ms", r.ok && r.f.available ? json(r.f.exposed_s * 1e3) : json(nullptr)},
-                     {"error", r.ok ? json(nullptr) : json(r.note)}});
-    }
-    return to_py(out);
+    return to_py(cli::compare_rows_json(req, rows, topo));
   });
 }
 
@@ -747,12 +690,16 @@ PYBIND11_MODULE(_core, m) {
          const py::object& pass, const py::object& causal, const py::object& mask, const py::object& topology,
          const py::object& uniform, const py::object& ranks, const py::object& bw_gbps, const py::object& tflops,
          const py::object& latency_us, const py::object& hbm_gbps, const py::object& domains,
-         const py::object& reserved_gb) {
+         const py::object& reserved_gb, const py::object& cp, const py::object& tp, const py::object& order,
+         const py::object& gpus) {
         return compare_fn(algos, {batch, seq, heads, kv_heads, head_dim, dtype, layout, pass, causal, mask},
-                          {topology, uniform, ranks, bw_gbps, tflops, latency_us, hbm_gbps, domains, reserved_gb});
+                          {topology, uniform, ranks, bw_gbps, tflops, latency_us, hbm_gbps, domains, reserved_gb}, cp,
+                          tp, order, gpus);
       },
-      py::kw_only(), py::arg("algos") = py::none(), CHARM_WORKLOAD_ARGS, CHARM_CLUSTER_ARGS,
-      "charm compare: one dict per (algo, pass), every row with the same keys (None where not run).");
+      py::kw_only(), py::arg("algos") = py::none(), CHARM_WORKLOAD_ARGS, CHARM_CLUSTER_ARGS, py::arg("cp") = py::none(),
+      py::arg("tp") = py::none(), py::arg("order") = py::none(), py::arg("gpus") = py::none(),
+      "charm compare: one dict per (algo, pass), every row with the same keys (None where not run); cp= / tp= / "
+      "order= compare every CP group of that layout at once, gpus= one group placed by hand.");
   m.def(
       "advise",
       [](const py::object& algos, const py::object& batch, const py::object& seq, const py::object& heads,

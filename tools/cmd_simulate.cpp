@@ -27,6 +27,7 @@
 #include "tools/advise_report.hpp"
 #include "tools/cli_common.hpp"
 #include "tools/cluster_flags.hpp"
+#include "tools/compare_report.hpp"
 #include "tools/plan_flags.hpp"
 #include "tools/run_one.hpp"
 #include "topologies/topology_json.hpp"
@@ -46,27 +47,6 @@ using Run = sim::Evaluation;
 /// One warning line on stderr when the buffers do not fit (the answer itself still goes to stdout).
 void warn_if_not_fits(const sim::MemoryVerdict& m, const std::string& what = "") {
   if (m.known && !m.fits) std::cerr << fmt::format("charm: warning: {}{}\n", what.empty() ? "" : what + ": ", m.line());
-}
-
-/// Where a plan file's ranks run: its own placement, a --gpus map, or every CP group of a --cp / --tp
-/// layout (the file is one group's plan, on the group's share of the heads); by default GPU r.
-void place_file_plan(ir::Plan& plan, const ClusterFlags& cluster, const topo::Topology& t) {
-  const auto layout = cluster.layout_for(t);
-  if (!plan.gpus.empty() && (layout || !cluster.gpus.empty()))
-    fail(Error{layout ? (cluster.cp != 0 ? "--cp" : "--tp") : "--gpus",
-               "the plan file places its ranks (its \"placement\"); drop the flag or the file's placement"});
-  if (!cluster.gpus.empty()) {
-    auto map = cluster.gpu_map(t);
-    if (map.size() != std::size_t(plan.ranks))
-      fail(Error{"--gpus", fmt::format("lists {} GPUs; the plan has {} ranks", map.size(), plan.ranks)});
-    plan.gpus = std::move(map);
-  } else if (layout) {
-    if (layout->cp != plan.ranks)
-      fail(Error{cluster.cp != 0 ? "--cp" : "--tp",
-                 fmt::format("places CP groups of {} ranks; the plan has {} ranks", layout->cp, plan.ranks)});
-    plan = sched::place_groups(plan, *layout, layout->groups());
-  }
-  if (auto st = sim::check_placement(plan, t); !st) fail(Error{"--plan", st.error().what});
 }
 
 void register_simulate(CLI::App& app) {
@@ -221,143 +201,14 @@ void register_compare(CLI::App& app) {
   sub->add_flag("--json", o->json_out, "JSON output");
   sub->callback([o, sub] {
     const auto topo = o->cluster.get();
-    ir::Workload w = o->workload.get();
-    if (sub->count("--pass") == 0) w.pass = ir::PassKind::Both;  // compare shows fwd and bwd unless told otherwise
-    // Under a causal mask the contiguous layout leaves ring-style schedules unbalanced
-    // (the last rank sees every block, the first one block); the balanced layout is
-    // what anyone would deploy, so it is the default unless --layout says otherwise.
-    if (w.causal && sub->count("--layout") == 0) w.layout = ir::Layout::Zigzag;
-    const int ranks = o->cluster.ranks_for(topo);
-    const int domains = o->cluster.domains_for(topo);
-    // A layout: every CP group at once, each planned on TP's share of the heads.
-    const auto layout = o->cluster.layout_for(topo);
-    if (layout) (void)unwrap(sched::group_workload(w, *layout));
-    const auto algos = o->algos.empty() ? sched::algorithm_names() : algorithm_list(o->algos);
-    std::vector<ir::PassKind> passes;
-    if (w.pass != ir::PassKind::Bwd) passes.push_back(ir::PassKind::Fwd);
-    if (w.pass != ir::PassKind::Fwd) passes.push_back(ir::PassKind::Bwd);
-    struct Row {
-      std::string algo, pass, note;
-      bool ok = false;
-      sim::Summary s;
-      sim::ClosedForm f;
-      sim::Bottleneck b;
-      sim::MemoryVerdict m;
-    };
-    std::vector<Row> rows;
-    for (auto p : passes) {
-      ir::Workload wp = w;
-      wp.pass = p;
-      for (const auto& a : algos) {
-        Row row{a, std::string(to_string(p)), {}, false, {}, {}, {}, {}};
-        const ir::Workload wg = layout ? unwrap(sched::group_workload(wp, *layout)) : wp;
-        const sched::PlanRequest req = sim::normalised_request({a, wg, ranks, domains});
-        if (auto st = sched::check_request(req); !st) {
-          row.note = st.error().message();
-        } else {
-          Run r = layout ? run_deployment(a, wp, topo, domains, *layout)
-                         : run_one(a, wp, topo, domains, ranks, SymmetryUse::Auto, o->cluster.gpu_map(topo));
-          row.ok = true;
-          row.s = r.summary;
-          row.f = r.formula;
-          row.b = sim::explain(r.plan, r.result, topo).bottleneck;
-          row.m = sim::memory_verdict(r.summary.peak_mem_bytes, o->cluster.reserved_gb, topo.gpu);
-          warn_if_not_fits(row.m, a + " " + row.pass);
-        }
-        rows.push_back(std::move(row));
-      }
-    }
-    // Nothing computed is a failure (exit 2), not an empty answer: one line with the first reason.
-    if (std::none_of(rows.begin(), rows.end(), [](const Row& r) { return r.ok; }))
-      fail(Error{"--algos", fmt::format("no algorithm could run this workload (the first: {} {}: {})",
-                                        rows.front().algo, rows.front().pass, rows.front().note)});
-    auto ring_time = [&](const std::string& pass) {
-      for (const auto& r : rows)
-        if (r.ok && r.algo == "ring" && r.pass == pass) return r.s.time_s;
-      return 0.0;
-    };
-    if (o->json_out) {
-      json res = json::array();
-      for (const auto& r : rows) {
-        json j = {{"algo", r.algo}, {"pass", r.pass}};
-        if (!r.ok) {
-          j["error"] = r.note;
-        } else {
-          const double rt = ring_time(r.pass);
-          j["time_ms"] = r.s.time_s * 1e3;
-          j["exposed_comm_ms"] = r.s.exposed_comm_s * 1e3;
-          j["idle_ms"] = {{"mean", r.s.idle_mean_s * 1e3}, {"max", r.s.idle_max_s * 1e3}};
-          j["speedup_vs_ring"] = rt > 0 ? json(rt / r.s.time_s) : json(nullptr);
-          j["peak_mem_bytes"] = r.s.peak_mem_bytes;
-          j["ccr"] = r.f.ccr;
-          j["bottleneck"] = r.b.line();
-          j["bottleneck_detail"] = bottleneck_json(r.b);
-          j["memory"] = memory_json(r.m);
-          if (r.m.known) j["fits"] = r.m.fits;
-          if (r.f.available) j["formula"] = closed_form_json(r.f, o->cluster.uniform);
-        }
-        res.push_back(j);
-      }
-      json j = {{"schema", 1},
-                {"topology", {{"name", topo.name}, {"gpus", ranks}, {"domains", domains}}},
-                {"workload", workload_json(w)},
-                {"scope", sim::scope_text(w.pass)},
-                {"results", res}};
-      if (layout)
-        j["layout"] = {{"cp", layout->cp},
-                       {"tp", layout->tp},
-                       {"dp", layout->dp},
-                       {"order", sched::to_string(layout->order)},
-                       {"text", sched::layout_text(*layout)}};
-      std::cout << j.dump(1) << "\n";
-      return;
-    }
-    std::cout << fmt::format("# charm compare on {} ({} ranks, {} domains)\n", topo.name, ranks, domains);
-    if (layout) std::cout << fmt::format("# layout: {}\n", sched::layout_text(*layout));
-    std::cout << fmt::format("# workload: B={} S={} H={}/{} D={} {} {}{}\n", w.batch, w.seq, w.heads, w.kv_heads,
-                             w.head_dim, to_string(w.dtype), to_string(w.layout), w.causal ? " " + w.mask_text() : "");
-    std::cout << fmt::format("# scope: {}\n", sim::scope_text(w.pass));
-    std::cout << fmt::format("# {:>12} {:>5} {:>12} {:>12} {:>12} {:>12} {:>10}  {}\n", "algo", "pass", "time",
-                             "exposed", "idle(mean)", "peak mem", "speedup", "bound by");
-    std::cout << fmt::format("# {:>12} {:>5} {:>12} {:>12} {:>12} {:>12} {:>10}\n", "", "", "(ms)", "(ms)", "(ms)",
-                             "(MiB)", "(x ring)");
-    for (const auto& r : rows) {
-      if (!r.ok) {
-        std::cout << fmt::format("  {:>12} {:>5}   n/a: {}\n", r.algo, r.pass, r.note);
-        continue;
-      }
-      const double rt = ring_time(r.pass);
-      const double sp = rt > 0 ? rt / r.s.time_s : 0;
-      std::cout << fmt::format("  {:>12} {:>5} {:>12.3f} {:>12.3f} {:>12.3f} {:>12.1f} {:>10}  {}{}\n", r.algo, r.pass,
-                               r.s.time_s * 1e3, r.s.exposed_comm_s * 1e3, r.s.idle_mean_s * 1e3,
-                               double(r.s.peak_mem_bytes) / (1 << 20), rt > 0 ? fmt::format("{:.2f}", sp) : "-",
-                               r.b.brief(), r.m.known && !r.m.fits ? "  DOES NOT FIT" : "");
-    }
-    // The best algorithm is the one a user would deploy: with both passes, the
-    // fastest fwd + bwd among the algorithms that ran both.
-    std::string best;
-    double best_t = 0, ring_t = 0;
-    for (const auto& a : algos) {
-      double t = 0;
-      int n = 0;
-      for (const auto& r : rows)
-        if (r.ok && r.algo == a) {
-          t += r.s.time_s;
-          ++n;
-        }
-      if (n != int(passes.size())) continue;
-      if (a == "ring") ring_t = t;
-      if (best.empty() || t < best_t) {
-        best = a;
-        best_t = t;
-      }
-    }
-    const std::string what = passes.size() == 2 ? "fwd+bwd" : std::string(to_string(passes.front()));
-    if (!best.empty())
-      std::cout << fmt::format("# best: {} ({} {:.3f} ms{})\n", best, what, best_t * 1e3,
-                               ring_t > 0 ? fmt::format(", {:.2f}x ring", ring_t / best_t) : "");
+    const CompareRequest req = compare_request(o->workload.get(), o->cluster, topo, o->algos, sub->count("--pass") > 0,
+                                               sub->count("--layout") > 0);
+    const std::vector<CompareRow> rows = run_compare(req, topo);
+    for (const auto& r : rows) warn_if_not_fits(r.m, r.algo + " " + r.pass);
+    if (o->json_out)
+      std::cout << compare_json(req, rows, topo).dump(1) << "\n";
     else
-      std::cout << "# best: none (no algorithm could run every pass asked for)\n";
+      print_compare(std::cout, req, rows, topo);
   });
 }
 

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "scheduler/planners/layout.hpp"
 #include "sim/simulator.hpp"
 #include "tools/cli_common.hpp"
 
@@ -67,6 +68,25 @@ sim::Evaluation run_deployment(const std::string& algo, const ir::Workload& w, c
   auto r = sim::evaluate_deployment(req, l, copies, t);
   if (!r) throw RuntimeFailure{r.error().message()};
   return std::move(r).value();
+}
+
+void place_file_plan(ir::Plan& plan, const ClusterFlags& cluster, const topo::Topology& t) {
+  const auto layout = cluster.layout_for(t);
+  if (!plan.gpus.empty() && (layout || !cluster.gpus.empty()))
+    fail(Error{layout ? (cluster.cp != 0 ? "--cp" : "--tp") : "--gpus",
+               "the plan file places its ranks (its \"placement\"); drop the flag or the file's placement"});
+  if (!cluster.gpus.empty()) {
+    auto map = cluster.gpu_map(t);
+    if (map.size() != std::size_t(plan.ranks))
+      fail(Error{"--gpus", fmt::format("lists {} GPUs; the plan has {} ranks", map.size(), plan.ranks)});
+    plan.gpus = std::move(map);
+  } else if (layout) {
+    if (layout->cp != plan.ranks)
+      fail(Error{cluster.cp != 0 ? "--cp" : "--tp",
+                 fmt::format("places CP groups of {} ranks; the plan has {} ranks", layout->cp, plan.ranks)});
+    plan = sched::place_groups(plan, *layout, layout->groups());
+  }
+  if (auto st = sim::check_placement(plan, t); !st) fail(Error{"--plan", st.error().what});
 }
 
 }  // namespace charm::cli

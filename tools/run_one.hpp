@@ -8,6 +8,7 @@
 #include "scheduler/ir/workload.hpp"
 #include "scheduler/planners/layout.hpp"
 #include "sim/evaluate.hpp"
+#include "tools/cluster_flags.hpp"
 #include "topologies/topology.hpp"
 
 namespace charm::cli {
@@ -32,5 +33,10 @@ enum class SymmetryUse { Auto, On, Off };
 /// heads that TP does not divide are --tp's.
 [[nodiscard]] sim::Evaluation run_deployment(const std::string& algo, const ir::Workload& w, const topo::Topology& t,
                                              int domains, const sched::Layout& l, SymmetryUse use = SymmetryUse::Auto);
+
+/// Where a plan file's ranks run: its own placement, a --gpus map, or every CP group of a --cp / --tp
+/// layout (the file is one group's plan, on the group's share of the heads); by default GPU r. A
+/// placement from both the file and a flag, or one the topology cannot hold, is refused (UsageError).
+void place_file_plan(ir::Plan& plan, const ClusterFlags& cluster, const topo::Topology& t);
 
 }  // namespace charm::cli

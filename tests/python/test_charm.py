@@ -87,6 +87,18 @@ def test_compare_rows():
         assert r["time_ms"] == c.get("time_ms") and r["speedup_vs_ring"] == c.get("speedup_vs_ring")
 
 
+def test_compare_layouts_as_the_command():
+    H100_4X8 = os.path.join(ROOT, "topologies", "h100-4x8.json")
+    rows = charm.compare(topology=H100_4X8, cp=16, tp=2, algos="ring,charm", **PAPER)
+    assert {(r["cp"], r["tp"]) for r in rows} == {(16, 2)}
+    code, stdout, stderr = cli("compare", "-t", H100_4X8, "--cp", 16, "--tp", 2, "--algos", "ring,charm", "--seq",
+                               26880, "--batch", 16, "--heads", 12, "--head-dim", 192, "--json")
+    assert code == 0, stderr
+    assert [r["time_ms"] for r in rows] == [r["time_ms"] for r in json.loads(stdout)["results"]]
+    with pytest.raises(ValueError, match="--cp: CP 5 x TP 2 = 10 does not divide"):
+        charm.compare(topology=H100_4X8, cp=5, tp=2, **PAPER)
+
+
 def test_sweep_rows():
     rows = charm.sweep(topology=H100, batch=1, seq=[8192, "16k"], heads=16, head_dim=128, algos="ring,charm",
                        pass_="both", jobs=2)

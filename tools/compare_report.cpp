@@ -1,0 +1,203 @@
+#include "tools/compare_report.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <ostream>
+
+#include "scheduler/planners/planners.hpp"
+#include "sim/run_json.hpp"
+#include "tools/cli_common.hpp"
+#include "tools/run_one.hpp"
+
+namespace charm::cli {
+
+using nlohmann::json;
+
+namespace {
+
+/// Ring's time in `pass` (0 when ring did not run it): the speedup column's denominator.
+double ring_time(const std::vector<CompareRow>& rows, const std::string& pass) {
+  for (const auto& r : rows)
+    if (r.ok && r.algo == "ring" && r.pass == pass) return r.s.time_s;
+  return 0.0;
+}
+
+CompareRow compare_one(const CompareRequest& r, const topo::Topology& t, const std::string& algo, ir::PassKind p) {
+  ir::Workload wp = r.workload;
+  wp.pass = p;
+  const ir::Workload wg = r.layout ? unwrap(sched::group_workload(wp, *r.layout)) : wp;
+  const sched::PlanRequest req = sim::normalised_request({algo, wg, r.ranks, r.domains});
+  CompareRow row{algo, std::string(to_string(p)), std::string(to_string(req.workload.layout)), {}, false, {}, {},
+                 {},   {}};
+  if (auto st = sched::check_request(req); !st) {
+    row.note = st.error().message();
+    return row;
+  }
+  const sim::Evaluation e = r.layout ? run_deployment(algo, wp, t, r.domains, *r.layout)
+                                     : run_one(algo, wp, t, r.domains, r.ranks, SymmetryUse::Auto, r.gpus);
+  row.ok = true;
+  row.s = e.summary;
+  row.f = e.formula;
+  row.b = sim::explain(e.plan, e.result, t).bottleneck;
+  row.m = sim::memory_verdict(e.summary.peak_mem_bytes, r.reserved_gb, t.gpu);
+  return row;
+}
+
+json result_json(const CompareRequest& r, const std::vector<CompareRow>& rows, const CompareRow& row) {
+  json j = {{"algo", row.algo}, {"pass", row.pass}};
+  if (!row.ok) {
+    j["error"] = row.note;
+    return j;
+  }
+  const double rt = ring_time(rows, row.pass);
+  j["time_ms"] = row.s.time_s * 1e3;
+  j["exposed_comm_ms"] = row.s.exposed_comm_s * 1e3;
+  j["idle_ms"] = {{"mean", row.s.idle_mean_s * 1e3}, {"max", row.s.idle_max_s * 1e3}};
+  j["speedup_vs_ring"] = rt > 0 ? json(rt / row.s.time_s) : json(nullptr);
+  j["peak_mem_bytes"] = row.s.peak_mem_bytes;
+  j["ccr"] = row.f.ccr;
+  j["bottleneck"] = row.b.line();
+  j["bottleneck_detail"] = sim::bottleneck_json(row.b);
+  j["memory"] = sim::memory_json(row.m);
+  if (row.m.known) j["fits"] = row.m.fits;
+  if (row.f.available) j["formula"] = sim::closed_form_json(row.f, r.uniform);
+  return j;
+}
+
+/// The algorithm a user would deploy: the fastest over every pass asked for, among those that ran them all.
+void print_best(std::ostream& os, const CompareRequest& r, const std::vector<CompareRow>& rows) {
+  std::string best;
+  double best_t = 0, ring_t = 0;
+  for (const auto& a : r.algos) {
+    double t = 0;
+    std::size_t n = 0;
+    for (const auto& x : rows)
+      if (x.ok && x.algo == a) {
+        t += x.s.time_s;
+        ++n;
+      }
+    if (n != r.passes.size()) continue;
+    if (a == "ring") ring_t = t;
+    if (best.empty() || t < best_t) {
+      best = a;
+      best_t = t;
+    }
+  }
+  const std::string what = r.passes.size() == 2 ? "fwd+bwd" : std::string(to_string(r.passes.front()));
+  if (best.empty()) {
+    os << "# best: none (no algorithm could run every pass asked for)\n";
+    return;
+  }
+  os << fmt::format("# best: {} ({} {:.3f} ms{})\n", best, what, best_t * 1e3,
+                    ring_t > 0 ? fmt::format(", {:.2f}x ring", ring_t / best_t) : "");
+}
+
+}  // namespace
+
+CompareRequest compare_request(ir::Workload w, const ClusterFlags& cluster, const topo::Topology& t,
+                               const std::string& algos, bool pass_given, bool layout_given) {
+  if (!pass_given) w.pass = ir::PassKind::Both;  // compare shows fwd and bwd unless told otherwise
+  // Under a causal mask the contiguous layout leaves ring-style schedules unbalanced (the last rank
+  // sees every block, the first one block); the balanced layout is what anyone would deploy.
+  if (w.causal && !layout_given) w.layout = ir::Layout::Zigzag;
+  CompareRequest r;
+  r.workload = w;
+  r.ranks = cluster.ranks_for(t);
+  r.domains = cluster.domains_for(t);
+  r.layout = cluster.layout_for(t);  // every CP group at once, each on TP's share of the heads
+  if (r.layout) (void)unwrap(sched::group_workload(w, *r.layout));
+  r.gpus = cluster.gpu_map(t);
+  r.algos = algos.empty() ? sched::algorithm_names() : algorithm_list(algos);
+  if (w.pass != ir::PassKind::Bwd) r.passes.push_back(ir::PassKind::Fwd);
+  if (w.pass != ir::PassKind::Fwd) r.passes.push_back(ir::PassKind::Bwd);
+  r.reserved_gb = cluster.reserved_gb;
+  r.uniform = cluster.uniform;
+  return r;
+}
+
+std::vector<CompareRow> run_compare(const CompareRequest& r, const topo::Topology& t) {
+  std::vector<CompareRow> rows;
+  for (const auto p : r.passes)
+    for (const auto& a : r.algos) rows.push_back(compare_one(r, t, a, p));
+  // Nothing computed is a failure (exit 2), not an empty answer: one line with the first reason.
+  if (std::none_of(rows.begin(), rows.end(), [](const CompareRow& x) { return x.ok; }))
+    fail(Error{"--algos", fmt::format("no algorithm could run this workload (the first: {} {}: {})",
+                                      rows.front().algo, rows.front().pass, rows.front().note)});
+  return rows;
+}
+
+json compare_json(const CompareRequest& r, const std::vector<CompareRow>& rows, const topo::Topology& t) {
+  json res = json::array();
+  for (const auto& row : rows) res.push_back(result_json(r, rows, row));
+  json j = {{"schema", 1},
+            {"topology", {{"name", t.name}, {"gpus", r.ranks}, {"domains", r.domains}}},
+            {"workload", sim::workload_json(r.workload)},
+            {"scope", sim::scope_text(r.workload.pass)},
+            {"results", res}};
+  if (r.layout)
+    j["layout"] = {{"cp", r.layout->cp},
+                   {"tp", r.layout->tp},
+                   {"dp", r.layout->dp},
+                   {"order", sched::to_string(r.layout->order)},
+                   {"text", sched::layout_text(*r.layout)}};
+  return j;
+}
+
+json compare_rows_json(const CompareRequest& r, const std::vector<CompareRow>& rows, const topo::Topology& t) {
+  json out = json::array();
+  for (const auto& x : rows) {
+    const double rt = ring_time(rows, x.pass);
+    auto num = [&](double v) { return x.ok ? json(v) : json(nullptr); };
+    out.push_back({{"topology", t.name},
+                   {"ranks", r.ranks},
+                   {"domains", r.domains},
+                   {"cp", r.layout ? json(r.layout->cp) : json(nullptr)},
+                   {"tp", r.layout ? json(r.layout->tp) : json(nullptr)},
+                   {"algo", x.algo},
+                   {"pass", x.pass},
+                   {"layout", x.layout},
+                   {"time_ms", num(x.s.time_s * 1e3)},
+                   {"exposed_comm_ms", num(x.s.exposed_comm_s * 1e3)},
+                   {"idle_mean_ms", num(x.s.idle_mean_s * 1e3)},
+                   {"idle_max_ms", num(x.s.idle_max_s * 1e3)},
+                   {"speedup_vs_ring", x.ok && rt > 0 ? json(rt / x.s.time_s) : json(nullptr)},
+                   {"peak_mem_bytes", x.ok ? json(x.s.peak_mem_bytes) : json(nullptr)},
+                   {"ccr", num(x.f.ccr)},
+                   {"bottleneck", x.ok ? json(x.b.line()) : json(nullptr)},
+                   {"bound_by", x.ok ? json(x.b.brief()) : json(nullptr)},
+                   {"fits", x.ok && x.m.known ? json(x.m.fits) : json(nullptr)},
+                   {"formula_time_ms", x.ok && x.f.available ? json(x.f.time_s * 1e3) : json(nullptr)},
+                   {"formula_exposed_comm_ms", x.ok && x.f.available ? json(x.f.exposed_s * 1e3) : json(nullptr)},
+                   {"error", x.ok ? json(nullptr) : json(x.note)}});
+  }
+  return out;
+}
+
+void print_compare(std::ostream& os, const CompareRequest& r, const std::vector<CompareRow>& rows,
+                   const topo::Topology& t) {
+  const ir::Workload& w = r.workload;
+  os << fmt::format("# charm compare on {} ({} ranks, {} domains)\n", t.name, r.ranks, r.domains);
+  if (r.layout) os << fmt::format("# layout: {}\n", sched::layout_text(*r.layout));
+  os << fmt::format("# workload: B={} S={} H={}/{} D={} {} {}{}\n", w.batch, w.seq, w.heads, w.kv_heads, w.head_dim,
+                    to_string(w.dtype), to_string(w.layout), w.causal ? " " + w.mask_text() : "");
+  os << fmt::format("# scope: {}\n", sim::scope_text(w.pass));
+  os << fmt::format("# {:>12} {:>5} {:>12} {:>12} {:>12} {:>12} {:>10}  {}\n", "algo", "pass", "time", "exposed",
+                    "idle(mean)", "peak mem", "speedup", "bound by");
+  os << fmt::format("# {:>12} {:>5} {:>12} {:>12} {:>12} {:>12} {:>10}\n", "", "", "(ms)", "(ms)", "(ms)", "(MiB)",
+                    "(x ring)");
+  for (const auto& x : rows) {
+    if (!x.ok) {
+      os << fmt::format("  {:>12} {:>5}   n/a: {}\n", x.algo, x.pass, x.note);
+      continue;
+    }
+    const double rt = ring_time(rows, x.pass);
+    os << fmt::format("  {:>12} {:>5} {:>12.3f} {:>12.3f} {:>12.3f} {:>12.1f} {:>10}  {}{}\n", x.algo, x.pass,
+                      x.s.time_s * 1e3, x.s.exposed_comm_s * 1e3, x.s.idle_mean_s * 1e3,
+                      double(x.s.peak_mem_bytes) / (1 << 20), rt > 0 ? fmt::format("{:.2f}", rt / x.s.time_s) : "-",
+                      x.b.brief(), x.m.known && !x.m.fits ? "  DOES NOT FIT" : "");
+  }
+  print_best(os, r, rows);
+}
+
+}  // namespace charm::cli

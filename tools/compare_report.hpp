@@ -1,0 +1,68 @@
+#pragma once
+// `charm compare` from its flags to its report, shared by the command and the Python module:
+//
+//   flags --compare_request--> CompareRequest --run_compare--> CompareRow per (pass, algorithm)
+//         --compare_json / compare_rows_json / print_compare--> report
+//
+// Every algorithm asked for runs each pass on one context-parallel group, a hand-placed group
+// (--gpus) or every CP group of a --cp / --tp layout; an algorithm its planner refuses is a row
+// with the reason. Errors as advise_report's.
+
+#include <nlohmann/json.hpp>
+
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "scheduler/ir/workload.hpp"
+#include "scheduler/planners/layout.hpp"
+#include "sim/evaluate.hpp"
+#include "sim/explain.hpp"
+#include "sim/report.hpp"
+#include "tools/cluster_flags.hpp"
+#include "topologies/topology.hpp"
+
+namespace charm::cli {
+
+struct CompareRequest {
+  ir::Workload workload;  // pass Both unless asked; zigzag under a causal mask unless a layout is given
+  std::vector<std::string> algos;
+  std::vector<ir::PassKind> passes;
+  int ranks = 0, domains = 1;
+  std::optional<sched::Layout> layout;  // every CP group at once
+  std::vector<std::int32_t> gpus;       // one group placed by hand
+  double reserved_gb = 0;
+  bool uniform = false;
+};
+
+/// `algos`: comma-separated (empty: every algorithm); `pass_given` / `layout_given`: whether the
+/// flags named them (compare shows both passes, and the balanced layout under a causal mask).
+[[nodiscard]] CompareRequest compare_request(ir::Workload w, const ClusterFlags& cluster, const topo::Topology& t,
+                                             const std::string& algos, bool pass_given, bool layout_given);
+
+struct CompareRow {
+  std::string algo, pass, layout;
+  std::string note;  // the planner's refusal (ok false)
+  bool ok = false;
+  sim::Summary s;
+  sim::ClosedForm f;
+  sim::Bottleneck b;
+  sim::MemoryVerdict m;
+};
+
+/// Runs every (pass, algorithm): at least one row ok, or a UsageError with the first refusal.
+[[nodiscard]] std::vector<CompareRow> run_compare(const CompareRequest& r, const topo::Topology& t);
+
+/// The `compare --json` document.
+[[nodiscard]] nlohmann::json compare_json(const CompareRequest& r, const std::vector<CompareRow>& rows,
+                                          const topo::Topology& t);
+/// One flat row per (algorithm, pass) with the same keys in each (None/null where a value does not
+/// apply): what the Python module returns, a table pandas takes as it is.
+[[nodiscard]] nlohmann::json compare_rows_json(const CompareRequest& r, const std::vector<CompareRow>& rows,
+                                               const topo::Topology& t);
+/// The text table and the best line.
+void print_compare(std::ostream& os, const CompareRequest& r, const std::vector<CompareRow>& rows,
+                   const topo::Topology& t);
+
+}  // namespace charm::cli
