@@ -211,6 +211,16 @@ TEST(SimCli, APlanFileCarriesItsPlacementAndTakesALayout) {
   std::remove(plain.c_str());
 }
 
+TEST(SimCli, CuSeqlensFileIsTheDocumentMask) {
+  const std::string w = " --algo charm --layout zigzag --seq 128k --json --topology " + topo("h100-2x8.json");
+  auto a =
+      run("simulate" + w + " --mask cu_seqlens:" + std::string(CHARM_SOURCE_DIR) + "/tests/data/cu_seqlens-4docs.txt");
+  auto b = run("simulate" + w + " --mask document:65536,32768,16384,16384");
+  ASSERT_EQ(a.code, 0) << a.text;
+  ASSERT_EQ(b.code, 0) << b.text;
+  EXPECT_EQ(nlohmann::json::parse(a.text), nlohmann::json::parse(b.text));
+}
+
 TEST(SimCli, AdviseMarksTiesAndScalesToLayers) {
   const std::string args = "advise --topology " + topo("h100-2x8.json") +
                            " --batch 16 --seq 26880 --heads 12 --head-dim 192 --algos ring,charm,rm+ --json";

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <climits>
@@ -164,10 +165,44 @@ void WorkloadFlags::add(CLI::App& app, bool with_pass) {
   app.add_flag("--causal", causal, "causal mask");
   app.add_option("--mask", mask,
                  "causal | full | document:L1,L2,... (packed documents of these token counts, causal within each; "
-                 "they sum to --seq) | sliding:W (causal, each query sees its W most recent keys)");
+                 "they sum to --seq) | cu_seqlens:FILE (the same as FlashAttention's cumulative offsets 0,L1,L1+L2,"
+                 "...,S: integers in a text file) | sliding:W (causal, each query sees its W most recent keys)");
   app.add_option("--layout", layout, "contiguous | zigzag")->capture_default_str();
   if (with_pass) app.add_option("--pass", pass, "fwd | bwd | both")->capture_default_str();
 }
+
+namespace {
+
+/// "cu_seqlens:FILE" as "document:L1,L2,...": the file holds FlashAttention's cumulative sequence
+/// offsets (0, L1, L1+L2, ..., S) as integers separated by commas or whitespace (a tensor printed
+/// with numpy.savetxt or as a list). Other specs are returned unchanged.
+std::string mask_from_cu_seqlens(const std::string& spec) {
+  constexpr std::string_view kPrefix = "cu_seqlens:";
+  if (spec.rfind(kPrefix, 0) != 0) return spec;
+  const std::string path = spec.substr(kPrefix.size());
+  const std::string text = unwrap(ir::read_input_file(path, "a cu_seqlens file", "cannot open for reading"));
+  std::string items;
+  for (const char c : text) items += (c == ',' || std::isspace(static_cast<unsigned char>(c))) ? ',' : c;
+  std::vector<std::int64_t> at;
+  for (const auto& item : split_list(items)) {
+    const auto v = parse_size(item, "--mask");
+    if (!v) fail(Error{"--mask", fmt::format("{}: '{}' is not a token offset", path, item)});
+    at.push_back(*v);
+  }
+  if (at.size() < 2 || at.front() != 0)
+    fail(Error{"--mask",
+               fmt::format("{}: cu_seqlens start at 0 and hold one offset more than there are documents", path)});
+  std::string doc = "document:";
+  for (std::size_t i = 1; i < at.size(); ++i) {
+    if (at[i] <= at[i - 1])
+      fail(Error{"--mask",
+                 fmt::format("{}: cu_seqlens must increase: offset {} is {} after {}", path, i, at[i], at[i - 1])});
+    doc += fmt::format("{}{}", i > 1 ? "," : "", at[i] - at[i - 1]);
+  }
+  return doc;
+}
+
+}  // namespace
 
 ir::Workload WorkloadFlags::get() const {
   ir::Workload w;
@@ -185,7 +220,7 @@ ir::Workload WorkloadFlags::get() const {
   w.pass = with_flag(ir::parse_pass(pass), "--pass");
   w.causal = causal;
   if (!mask.empty()) {
-    if (auto st = ir::apply_mask(w, mask); !st) fail(st.error());
+    if (auto st = ir::apply_mask(w, mask_from_cu_seqlens(mask)); !st) fail(st.error());
     if (causal && !w.causal) fail(Error{"--mask", "full contradicts --causal; give one of them"});
   }
   return w;

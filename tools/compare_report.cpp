@@ -28,8 +28,8 @@ CompareRow compare_one(const CompareRequest& r, const topo::Topology& t, const s
   wp.pass = p;
   const ir::Workload wg = r.layout ? unwrap(sched::group_workload(wp, *r.layout)) : wp;
   const sched::PlanRequest req = sim::normalised_request({algo, wg, r.ranks, r.domains});
-  CompareRow row{algo, std::string(to_string(p)), std::string(to_string(req.workload.layout)), {}, false, {}, {},
-                 {},   {}};
+  CompareRow row{algo, std::string(to_string(p)), std::string(to_string(req.workload.layout)), {}, false, {}, {}, {},
+                 {}};
   if (auto st = sched::check_request(req); !st) {
     row.note = st.error().message();
     return row;
@@ -122,8 +122,8 @@ std::vector<CompareRow> run_compare(const CompareRequest& r, const topo::Topolog
     for (const auto& a : r.algos) rows.push_back(compare_one(r, t, a, p));
   // Nothing computed is a failure (exit 2), not an empty answer: one line with the first reason.
   if (std::none_of(rows.begin(), rows.end(), [](const CompareRow& x) { return x.ok; }))
-    fail(Error{"--algos", fmt::format("no algorithm could run this workload (the first: {} {}: {})",
-                                      rows.front().algo, rows.front().pass, rows.front().note)});
+    fail(Error{"--algos", fmt::format("no algorithm could run this workload (the first: {} {}: {})", rows.front().algo,
+                                      rows.front().pass, rows.front().note)});
   return rows;
 }
 
