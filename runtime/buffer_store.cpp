@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "scheduler/ir/buffer_rules.hpp"
 #include "scheduler/ir/op_args.hpp"
 
 namespace charm::rt {
@@ -18,7 +19,7 @@ BufferStore::BufferStore(const ir::Plan& plan, ir::RankId rank, FillInput fill)
     auto s = std::make_unique<Slot>();
     const Slot* parent = buf.parent >= 0 && buf.parent < b ? slots_[std::size_t(buf.parent)].get() : nullptr;
     s->root = b;
-    s->valid = check_region_buffer(plan, b);
+    s->valid = ir::check_buffer(plan, b);
     if (s->valid) {
       s->layout = region_layout(plan, b);
       s->count = s->layout.elems();
@@ -51,42 +52,6 @@ Status check_compute_blocks(const ir::Plan& plan, ir::OpId id, ir::BufferId q, c
   if (rq.head_begin != rk.head_begin || rq.head_end != rk.head_end)
     return Error{
         where, fmt::format("{} and {} hold different kv heads", ir::buffer_label(plan, q), ir::buffer_label(plan, kv))};
-  return {};
-}
-
-Status check_region_buffer(const ir::Plan& plan, ir::BufferId id) {
-  const auto& w = plan.workload;
-  const ir::Buffer& b = plan.buffer(id);
-  auto bad = [&](std::string what) -> Status {
-    return Error{fmt::format("rank {} buffer {} ({})", b.rank, id, ir::buffer_label(plan, id)), std::move(what)};
-  };
-  if (plan.parts < 1 || (w.seq / plan.ranks) % plan.parts != 0)
-    return bad(
-        fmt::format("the plan's {} token parts do not divide a shard's {} tokens", plan.parts, w.seq / plan.ranks));
-  const ir::Region r = plan.region(id);
-  if (r.empty() || r.owner_begin < 0 || r.owner_end > plan.ranks || r.head_begin < 0 || r.head_end > w.kv_heads ||
-      r.part_begin < 0 || r.part_end > plan.parts)
-    return bad(fmt::format("its region (owners {}..{}, kv heads {}..{}, parts {}..{}) lies outside the workload "
-                           "({} ranks, {} kv heads, {} parts)",
-                           r.owner_begin, r.owner_end, r.head_begin, r.head_end, r.part_begin, r.part_end, plan.ranks,
-                           w.kv_heads, plan.parts));
-  if (b.init == ir::BufInit::Input && (b.parent != ir::kNone || r != ir::shard_region(b.owner, w, plan.parts)))
-    return bad("an input buffer must be one whole shard, not a region or a view");
-  if (b.parent == ir::kNone) return {};
-  if (b.parent < 0 || b.parent >= id) return bad(fmt::format("its parent {} is not an earlier buffer", b.parent));
-  const ir::Buffer& p = plan.buffer(b.parent);
-  if (p.rank != b.rank) return bad(fmt::format("it is a view of buffer {} of rank {}", b.parent, p.rank));
-  if (p.kind != b.kind)
-    return bad(fmt::format("a {} view of a {} buffer", ir::to_string(b.kind), ir::to_string(p.kind)));
-  if (p.parent != ir::kNone) return bad(fmt::format("its parent {} is itself a view", b.parent));
-  if (!check_region_buffer(plan, b.parent)) return bad(fmt::format("its parent {} is not a valid buffer", b.parent));
-  const ir::Region pr = plan.region(b.parent);
-  if (pr.head_begin != r.head_begin || pr.head_end != r.head_end || pr.part_begin != r.part_begin ||
-      pr.part_end != r.part_end)
-    return bad(fmt::format("a view must have the heads and parts of its parent {}", b.parent));
-  if (!pr.contains(r)) return bad(fmt::format("its owners lie outside those of its parent {}", b.parent));
-  if (b.init != ir::BufInit::None)
-    return bad(fmt::format("a view is initialised by its parent, but its init is {}", ir::to_string(b.init)));
   return {};
 }
 

@@ -22,12 +22,6 @@
 
 namespace charm::rt {
 
-/// The region rules a buffer must keep to be stored (parts divide a shard, the region lies in
-/// the workload, inputs are whole shards, a view is an owner sub-range of an earlier root of
-/// its rank and kind with its heads and parts); the error names the buffer. Shared by every
-/// executor's storage (this one and the GPU's).
-[[nodiscard]] Status check_region_buffer(const ir::Plan& plan, ir::BufferId id);
-
 /// A compute's Q and KV buffers (regions rq, rk) against the op: they hold the owners it names
 /// (first owners q_owner, kv_owner) and one kv-head range. The error names the op.
 [[nodiscard]] Status check_compute_blocks(const ir::Plan& plan, ir::OpId id, ir::BufferId q, const ir::Region& rq,

@@ -9,6 +9,7 @@
 
 #include "runtime/global_tensors.hpp"
 #include "runtime/region_copy.hpp"
+#include "scheduler/ir/buffer_rules.hpp"
 
 namespace charm::rt {
 
@@ -410,7 +411,7 @@ Expected<RankOutputs> RankExecutor::outputs() {
         plan_.buffer(b).owner != rank_)
       return Error{fmt::format("rank {}", rank_),
                    fmt::format("result buffer {} is not this rank's {}", b, ir::to_string(k))};
-    if (plan_.buffer(b).parent != ir::kNone || plan_.region(b) != ir::shard_region(rank_, plan_.workload, plan_.parts))
+    if (!ir::is_whole_shard(plan_, b, rank_))
       return Error{fmt::format("rank {}", rank_),
                    fmt::format("result buffer {} ({}) is not one whole shard", b, ir::buffer_label(plan_, b))};
     auto data = store_.get(b);

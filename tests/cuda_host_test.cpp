@@ -133,6 +133,7 @@ TEST(Supports, RegionPlansPassAndBrokenRegionsAreRefused) {
   b.kind = ir::BufKind::Kv;
   b.part_begin = 0;
   b.parts = 1;
+  b.bytes = ir::region_bytes(plan.workload, plan.ranks, plan.parts, b.kind, plan.region(b));
   (void)plan.add_buffer(b);
   ASSERT_TRUE(plan.has_regions());
   EXPECT_TRUE(supports(plan).ok()) << supports(plan).error().message();

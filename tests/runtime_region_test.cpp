@@ -11,7 +11,9 @@
 #include "runtime/executor.hpp"
 #include "runtime/reference.hpp"
 #include "runtime/region_copy.hpp"
+#include "scheduler/ir/buffer_rules.hpp"
 #include "scheduler/planners/plan_builder.hpp"
+#include "scheduler/validate/validator.hpp"
 
 namespace charm::rt {
 namespace {
@@ -652,6 +654,30 @@ TEST(RegionRules, ResultsMustBeWholeShards) {
   for (int r = 0; r < 2; ++r) b.results(r).out = b.buffer(r, BufKind::Out, Region{r, r + 1, 0, 2, 0, 1}, BufInit::Zero);
   const auto msg = run_error(std::move(b).finish());
   EXPECT_NE(msg.find("not one whole shard"), std::string::npos) << msg;
+}
+
+TEST(RegionRules, AnInputIsItsOwnRanksShardForTheValidatorAndTheExecutorsAlike) {
+  // Rank 0's Q input holding rank 1's shard: owner and rank differ. One rule (ir::check_buffer)
+  // refuses it in the validator and in every executor's storage, with one message.
+  const auto w = small_fwd();
+  sched::PlanBuilder b("t", w, 2, 1);
+  for (int r = 0; r < 2; ++r) {
+    const BufferId q = b.buffer(r, BufKind::Q, 1 - r, BufInit::Input);
+    const BufferId kv = b.buffer(r, BufKind::Kv, r, BufInit::Input);
+    b.results(r).out = b.buffer(r, BufKind::Out, 1 - r, BufInit::Zero);
+    (void)b.compute_fwd(q, kv, b.results(r).out);
+  }
+  const ir::Plan plan = std::move(b).finish();
+  const auto rule = ir::check_buffer(plan, 0);
+  ASSERT_FALSE(rule.ok());
+  EXPECT_EQ(rule.error().message(),
+            "buffer 0 (q1): an input must be the whole shard of its rank 0 (its own input tensor), not another "
+            "rank's, a region or a view");
+  const auto report = sched::validate(plan);
+  ASSERT_FALSE(report.ok());
+  EXPECT_NE(report.summary(plan).find(rule.error().message()), std::string::npos) << report.summary(plan);
+  const auto msg = run_error(plan);
+  EXPECT_NE(msg.find(rule.error().message()), std::string::npos) << msg;
 }
 
 TEST(RegionRules, PartsThatDoNotDivideTheShardAreAnError) {

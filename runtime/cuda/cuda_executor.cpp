@@ -5,6 +5,7 @@
 #include "runtime/buffer_store.hpp"
 #include "runtime/cuda/cuda_check.hpp"
 #include "runtime/cuda/plan_runner.hpp"
+#include "scheduler/ir/buffer_rules.hpp"
 
 namespace charm::rt::cuda {
 
@@ -40,7 +41,7 @@ Status supports(const ir::Plan& plan) {
     if (buf.rank < 0 || buf.rank >= plan.ranks)
       return Error{"cuda",
                    fmt::format("buffer {} belongs to rank {}, outside the plan's {} ranks", b, buf.rank, plan.ranks)};
-    CHARM_TRY(check_region_buffer(plan, b));
+    CHARM_TRY(ir::check_buffer(plan, b));
   }
   return {};
 }

@@ -40,7 +40,7 @@ struct CudaRunResult {
 };
 
 /// Ok if the GPU backends can run `plan`: every buffer keeps the region rules that storage
-/// needs (check_region_buffer); plain and region plans (Ulysses, USP, TASP) both run.
+/// needs (ir::check_buffer); plain and region plans (Ulysses, USP, TASP) both run.
 [[nodiscard]] Status supports(const ir::Plan& plan);
 
 /// Backend `cuda-local`: runs every rank of `plan` in this process on `opt.device`.

@@ -8,6 +8,7 @@
 #include "runtime/buffer_store.hpp"
 #include "runtime/cuda/cuda_check.hpp"
 #include "runtime/region_copy.hpp"
+#include "scheduler/ir/buffer_rules.hpp"
 
 namespace charm::rt::cuda {
 
@@ -41,7 +42,7 @@ Expected<DeviceBuffers> DeviceBuffers::of(const ir::Plan& plan, const std::vecto
   for (ir::BufferId b = 0; b < ir::BufferId(plan.buffers().size()); ++b) {
     const ir::Buffer& buf = plan.buffer(b);
     if (buf.rank < 0 || buf.rank >= plan.ranks || !local[std::size_t(buf.rank)]) continue;
-    CHARM_TRY(check_region_buffer(plan, b));
+    CHARM_TRY(ir::check_buffer(plan, b));
     DeviceBuffer& x = d.buf[std::size_t(b)];
     x.region = plan.region(b);
     x.block = ShardShape::of_region(w, plan.ranks, plan.parts, x.region);

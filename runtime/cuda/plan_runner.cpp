@@ -10,6 +10,7 @@
 
 #include "runtime/cuda/cuda_check.hpp"
 #include "runtime/cuda/kernels.hpp"
+#include "scheduler/ir/buffer_rules.hpp"
 
 namespace charm::rt::cuda {
 
@@ -206,7 +207,7 @@ Status PlanRunner::init_buffers(const GlobalTensors& in) {
     const auto& buf = plan_.buffers()[b];
     const DeviceBuffer& d = dev_.buf[b];
     const auto& lay = d.layout;
-    if (buf.init == ir::BufInit::Input) {  // one whole shard (check_region_buffer)
+    if (buf.init == ir::BufInit::Input) {  // one whole shard (ir::check_buffer)
       auto& host = host_inputs_[b];
       if (host.empty()) {
         host.resize(std::size_t(lay.host_elems()));
@@ -671,7 +672,7 @@ Expected<RankOutputs> PlanRunner::outputs(ir::RankId rank) {
         plan_.buffer(b).owner != rank || dev_[b].root == ir::kNone)
       return Error{fmt::format("rank {}", rank),
                    fmt::format("result buffer {} is not this rank's {}", b, ir::to_string(k))};
-    if (plan_.buffer(b).parent != ir::kNone || dev_[b].region != ir::shard_region(rank, plan_.workload, plan_.parts))
+    if (!ir::is_whole_shard(plan_, b, rank))
       return Error{fmt::format("rank {}", rank),
                    fmt::format("result buffer {} ({}) is not one whole shard", b, ir::buffer_label(plan_, b))};
     const auto& s = dev_[b].layout.sections[std::size_t(sec)];

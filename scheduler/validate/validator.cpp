@@ -13,6 +13,7 @@
 #include <tuple>
 #include <variant>
 
+#include "scheduler/ir/buffer_rules.hpp"
 #include "scheduler/ir/op_args.hpp"
 #include "scheduler/ir/plan_index.hpp"
 #include "scheduler/validate/cell_store.hpp"
@@ -92,66 +93,17 @@ class Validator {
     return b.owners == 1 && b.head_begin == 0 && b.heads == 0 && b.part_begin == 0 && b.parts == 0 && b.parent == kNone;
   }
 
-  /// Region and view rules of one buffer; also notes which region features the plan uses.
-  void check_buffer(BufferId b, const std::array<Bytes, kNumBufKinds>& shard_bytes) {
+  /// The rules of one buffer (ir::check_buffer); also notes which region features the plan uses.
+  void check_buffer(BufferId b) {
+    if (auto st = ir::check_buffer(p_, b); !st) {
+      fail("structure", st.error().message());
+      return;
+    }
     const Buffer& bf = p_.buffer(b);
-    const int R = p_.ranks;
-    if (bf.rank < 0 || bf.rank >= R || bf.owner < 0 || bf.owner >= R) {
-      fail("structure", fmt::format("buffer {} has rank/owner out of range", b));
-      return;
-    }
-    if (plain(bf)) {
-      if (bf.bytes != shard_bytes[std::size_t(bf.kind)])
-        fail("structure", fmt::format("{} holds {} bytes but a {} shard is {}", label(b), bf.bytes, to_string(bf.kind),
-                                      shard_bytes[std::size_t(bf.kind)]));
-      if (bf.init == BufInit::Input && bf.owner != bf.rank)
-        fail("structure", fmt::format("{}: an input of rank {} must be its own shard", label(b), bf.rank));
-      return;
-    }
+    if (plain(bf)) return;
     regions_ = true;
-    // Ranges in 64 bits: a hand-written plan may hold any int32 here.
-    auto range_ok = [](std::int64_t begin, std::int64_t count, std::int64_t n) {
-      return begin >= 0 && count >= 1 && begin + count <= n;
-    };
-    const std::int64_t hk = kv_heads_;
-    if (!range_ok(bf.owner, bf.owners, R) || bf.heads < 0 || (bf.heads == 0 && bf.head_begin != 0) ||
-        (bf.heads > 0 && !range_ok(bf.head_begin, bf.heads, hk)) || bf.parts < 0 ||
-        (bf.parts == 0 && bf.part_begin != 0) || (bf.parts > 0 && !range_ok(bf.part_begin, bf.parts, p_.parts))) {
-      fail("structure",
-           fmt::format("buffer {}: region owners {}+{}, kv heads {}+{}, parts {}+{} is empty or outside the workload "
-                       "({} ranks, {} kv heads, {} parts; a count of 0 means all and needs begin 0)",
-                       b, bf.owner, bf.owners, bf.head_begin, bf.heads, bf.part_begin, bf.parts, R, hk, p_.parts));
-      return;
-    }
-    const Region r = reg(b);
-    split_heads_ |= r.heads() != kv_heads_;
-    if (bf.parent != kNone) {
-      views_ = true;
-      const BufferId pa = bf.parent;
-      if (pa < 0 || pa >= b) {
-        fail("structure", fmt::format("buffer {} is a view of buffer {}, which is not an earlier buffer", b, pa));
-        return;
-      }
-      const Buffer& pb = p_.buffer(pa);
-      const Region pr = reg(pa);
-      if (pb.parent != kNone || pb.rank != bf.rank || pb.kind != bf.kind || pr.head_begin != r.head_begin ||
-          pr.head_end != r.head_end || pr.part_begin != r.part_begin || pr.part_end != r.part_end ||
-          r.owner_begin < pr.owner_begin || r.owner_end > pr.owner_end) {
-        fail("structure",
-             fmt::format("{} is a view of {} but not an owner sub-range of it (a view keeps the rank, kind, heads "
-                         "and parts of a parent that is no view itself)",
-                         label(b), label(pa)));
-        return;
-      }
-      if (bf.init != BufInit::None)
-        fail("structure", fmt::format("{} is a view but has init {} (a view holds what its parent holds)", label(b),
-                                      to_string(bf.init)));
-    }
-    if (bf.init == BufInit::Input && (bf.parent != kNone || r != shard_region(bf.rank, p_.workload, p_.parts)))
-      fail("structure", fmt::format("{}: an input must be the whole shard of its rank {}, not a region or a view",
-                                    label(b), bf.rank));
-    if (const Bytes want = region_bytes(p_.workload, R, p_.parts, bf.kind, r); bf.bytes != want)
-      fail("structure", fmt::format("{} holds {} bytes but its region needs {}", label(b), bf.bytes, want));
+    split_heads_ |= reg(b).heads() != kv_heads_;
+    views_ |= bf.parent != kNone;
   }
 
   /// Ranks, results list, workload and parts: region sizes, masks and cells are computed from them.
@@ -184,11 +136,7 @@ class Validator {
     if (!check_plan_shape()) return false;
     kv_heads_ = static_cast<std::int32_t>(p_.workload.kv_heads);
     regions_ = p_.parts != 1;
-    std::array<Bytes, kNumBufKinds> shard_bytes{};
-    for (std::size_t k = 0; k < shard_bytes.size(); ++k)
-      shard_bytes[k] =
-          region_bytes(p_.workload, p_.ranks, p_.parts, BufKind(k), shard_region(0, p_.workload, p_.parts));
-    for (BufferId b = 0; b < BufferId(p_.buffers().size()); ++b) check_buffer(b, shard_bytes);
+    for (BufferId b = 0; b < BufferId(p_.buffers().size()); ++b) check_buffer(b);
     if (!report_.ok()) return false;  // the op rules below read regions and follow views
     if (regions_ && !count_cells()) return false;
     for (OpId id = 0; id < OpId(n_); ++id) check_op(id);
@@ -311,7 +259,7 @@ class Validator {
         if (bf.rank != r || bf.owner != r || bf.kind != kind)
           fail("structure", fmt::format("rank {}: its {} result is buffer {} ({} of {} on rank {})", r, what, b,
                                         to_string(bf.kind), bf.owner, bf.rank));
-        else if (!plain(bf) && (bf.parent != kNone || reg(b) != shard_region(r, p_.workload, p_.parts)))
+        else if (!is_whole_shard(p_, b, r))
           fail("structure",
                fmt::format("rank {}: its {} result is {}, not the whole shard of rank {}", r, what, label(b), r));
       };
