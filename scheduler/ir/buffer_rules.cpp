@@ -47,8 +47,8 @@ Status check_rules(const Plan& plan, BufferId id) {
   if (b.rank < 0 || b.rank >= plan.ranks || b.owner < 0 || b.owner >= plan.ranks)
     return Error{"", fmt::format("has rank {} / owner {} out of range ({} ranks)", b.rank, b.owner, plan.ranks)};
   if (plan.parts < 1 || (w.seq / plan.ranks) % plan.parts != 0)
-    return Error{"", fmt::format("the plan's {} token parts do not divide a shard's {} tokens", plan.parts,
-                                 w.seq / plan.ranks)};
+    return Error{
+        "", fmt::format("the plan's {} token parts do not divide a shard's {} tokens", plan.parts, w.seq / plan.ranks)};
   if (!region_in_range(plan, b))
     return Error{"", fmt::format("region owners {}+{}, kv heads {}+{}, parts {}+{} is empty or outside the workload "
                                  "({} ranks, {} kv heads, {} parts; a count of 0 means all and needs begin 0)",

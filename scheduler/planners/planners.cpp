@@ -10,6 +10,7 @@
 #include <cctype>
 
 #include "scheduler/ir/suggest.hpp"
+#include "scheduler/planners/algorithms.hpp"
 #include "scheduler/planners/comm_list.hpp"
 #include "scheduler/planners/schedules.hpp"
 
@@ -18,10 +19,22 @@ namespace charm::sched {
 using namespace charm::ir;
 
 const std::vector<std::string>& algorithm_names() {
-  static const std::vector<std::string> names{"ring",         "ring-zigzag", "merge",       "rm+",     "charm",
-                                              "allgather-kv", "tasp",        "tasp-zigzag", "ulysses", "usp"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const auto& a : algorithms()) v.emplace_back(a.name);
+    return v;
+  }();
   return names;
 }
+
+namespace {
+/// The row of a request's algorithm (check_request has resolved the name).
+const Algorithm& row(const std::string& name) {
+  const Algorithm* a = find_algorithm(name);
+  CHARM_ASSERT(a != nullptr, "a checked request names a known algorithm");
+  return *a;
+}
+}  // namespace
 
 Expected<std::string> resolve_algorithm(std::string_view name, const std::string& flag) {
   const auto& names = algorithm_names();
@@ -36,16 +49,10 @@ Expected<std::string> resolve_algorithm(std::string_view name, const std::string
 }
 
 PlanEstimate estimate_plan(const PlanRequest& req) {
-  // Ops per ranks^2 at 32 ranks (fwd, fwd+bwd): ring 2.9 / 8.9, merge 2.9 / 8.8, rm+ 4.4 / 10.3,
-  // charm 3.8 / 7.9, allgather-kv 2.9 / 8.8, ulysses 8.8 / 17.7, usp 2.4 / 5.1; tasp 2.9 per part.
-  const std::string& a = req.algo;
-  double fwd = 3, both = 9;  // ring, ring-zigzag, merge, allgather-kv
-  if (a == "rm+") fwd = 4.5, both = 10.5;
-  if (a == "charm") fwd = 4, both = 8;
-  if (a == "usp") fwd = 2.5, both = 5.5;
-  if (a == "ulysses") fwd = 9, both = 18;
-  if (a == "tasp" || a == "tasp-zigzag")
-    fwd = both = 3 * double(detail::tasp_cycle_steps(std::max(1, req.ranks)).size());
+  const Algorithm* a = find_algorithm(req.algo);
+  const Algorithm& alg = a != nullptr ? *a : algorithms().front();  // an unchecked name: the ring's figures
+  const double parts = alg.token_parts ? double(detail::tasp_cycle_steps(std::max(1, req.ranks)).size()) : 1;
+  const double fwd = alg.ops_fwd * parts, both = alg.ops_both * parts;
   const double per = req.workload.pass == PassKind::Fwd ? fwd : req.workload.pass == PassKind::Both ? both : both - fwd;
   // The mask: on the contiguous layout a causal plan has no block where a query shard sees none of a kv shard,
   // (n + 1) / 2n of the pairs visible (zigzag spreads every shard over the sequence: each pair sees some). rm+ and
@@ -56,9 +63,9 @@ PlanEstimate estimate_plan(const PlanRequest& req) {
   double masked = 1;
   if (req.workload.causal && req.workload.layout == Layout::Contiguous) {
     const double hidden = 1 - (n + 1) / (2 * n);
-    if (a == "rm+" || a == "charm")
+    if (alg.causal_ops == Algorithm::CausalOps::Pairs)
       masked = 1 - hidden;
-    else if (a != "ulysses" && a != "usp")
+    else if (alg.causal_ops == Algorithm::CausalOps::ComputesOnly)
       masked = 1 - (req.workload.pass == PassKind::Fwd ? 1.0 / 3 : 0.22) * hidden;
   }
   PlanEstimate e;
@@ -82,25 +89,33 @@ PlanEstimate estimate_quotient_plan(const PlanRequest& req, const RankSymmetry& 
   // its gathered blocks (and backward its partials), ranks^2 ids each.
   const PlanEstimate full = estimate_plan(req);
   const double n = std::max(1, req.ranks), block = quotient.active() ? std::clamp(double(quotient.block), 1.0, n) : n;
-  const std::string& a = req.algo;
-  const bool heads = a == "ulysses" || a == "usp", regions = heads || a == "tasp" || a == "tasp-zigzag";
+  const Algorithm* a = find_algorithm(req.algo);
+  const bool heads = a != nullptr && a->heads != Algorithm::HeadSplit::None;
+  const bool regions = heads || (a != nullptr && a->token_parts);
   const bool fits = PhantomBuffers::encodes_shards(int(n), RankId(block));
   PlanEstimate e;
   e.ops = full.ops * block / n;
   e.phantom_buffers = (heads ? 0.7 : 0.5) * full.ops * (n - block) / n;
   e.phantom_bytes = e.phantom_buffers * (regions ? 16.0 + 1.5 * 48 : fits ? 0.0 : 16.0);
-  const double tables = a == "merge" || a == "allgather-kv" ? (req.workload.pass == PassKind::Fwd ? 1 : 2) : 0;
+  const double tables = a != nullptr ? a->gather_tables * (req.workload.pass == PassKind::Fwd ? 1 : 2) : 0;
   e.planner_bytes = tables * 4.0 * n * n + 256.0 * n;
   e.plan_bytes = 120.0 * e.ops + e.phantom_bytes + e.planner_bytes;
   return e;
 }
 
-bool uses_domains(const std::string& algo) { return algo == "charm" || algo == "usp"; }
+bool uses_domains(const std::string& algo) {
+  const Algorithm* a = find_algorithm(algo);
+  return a != nullptr && a->uses_domains;
+}
 
-bool has_backward(const std::string& algo) { return algo != "tasp" && algo != "tasp-zigzag"; }
+bool has_backward(const std::string& algo) {
+  const Algorithm* a = find_algorithm(algo);
+  return a == nullptr || a->no_backward.empty();
+}
 
 PlanRequest normalised(PlanRequest req) {
-  if (req.algo == "ring-zigzag" || req.algo == "tasp-zigzag") req.workload.layout = Layout::Zigzag;
+  if (const Algorithm* a = find_algorithm(req.algo); a != nullptr && a->forced_layout)
+    req.workload.layout = *a->forced_layout;
   return req;
 }
 
@@ -113,38 +128,36 @@ Status check_request(const PlanRequest& req) {
     return Error{"--ranks", fmt::format("must be in [1, 1048576], got {}", req.ranks)};
   if (req.domains < 1 || req.ranks % req.domains != 0)
     return Error{"--domains", fmt::format("{} domains do not divide {} ranks", req.domains, req.ranks)};
-  if (req.algo == "ring-zigzag" && req.workload.layout != Layout::Zigzag)
-    return Error{"--layout", "ring-zigzag runs on the zigzag layout (pass --layout zigzag or use ring)"};
-  if ((req.algo == "merge" || req.algo == "rm+") && !is_power_of_two(req.ranks))
-    return Error{"--ranks", fmt::format("{} needs a power-of-two rank count, got {}", req.algo, req.ranks)};
-  if (req.algo == "charm" && !is_power_of_two(req.ranks / req.domains))
-    return Error{"--domains",
-                 fmt::format("charm needs a power-of-two number of ranks per domain, got {} ranks / {} domains = {}",
-                             req.ranks, req.domains, req.ranks / req.domains)};
-  // Domains only change the charm and usp schedules (uses_domains); the others ignore them.
-  if (auto s = req.workload.check(req.ranks); !s) return s;
+  const Algorithm& a = row(req.algo);
   const auto& w = req.workload;
-  if (req.algo == "tasp-zigzag" && w.layout != Layout::Zigzag)
-    return Error{"--layout", "tasp-zigzag runs on the zigzag layout (pass --layout zigzag or use tasp)"};
-  if (req.algo == "tasp" || req.algo == "tasp-zigzag") {
-    if (!has_backward(req.algo) && w.pass != PassKind::Fwd)
-      return Error{"--pass",
-                   fmt::format("{} defines no backward pass (the TASP paper and its reference code are forward "
-                               "only); use --pass fwd",
-                               req.algo)};
+  if (a.forced_layout && w.layout != *a.forced_layout)
+    return Error{"--layout", fmt::format("{} runs on the {} layout (pass --layout {} or use {})", a.name,
+                                         to_string(*a.forced_layout), to_string(*a.forced_layout), a.base)};
+  if (a.ranks == Algorithm::Ranks::PowerOfTwo && !is_power_of_two(req.ranks))
+    return Error{"--ranks", fmt::format("{} needs a power-of-two rank count, got {}", a.name, req.ranks)};
+  if (a.ranks == Algorithm::Ranks::PowerOfTwoPerDomain && !is_power_of_two(req.ranks / req.domains))
+    return Error{"--domains",
+                 fmt::format("{} needs a power-of-two number of ranks per domain, got {} ranks / {} domains = {}",
+                             a.name, req.ranks, req.domains, req.ranks / req.domains)};
+  // Domains only change the schedules that use them (uses_domains); the others ignore them.
+  if (auto s = w.check(req.ranks); !s) return s;
+  if (!a.no_backward.empty() && w.pass != PassKind::Fwd)
+    return Error{"--pass", fmt::format("{} defines no backward pass ({}); use --pass fwd", a.name, a.no_backward)};
+  if (a.token_parts) {
     const auto m = static_cast<std::int64_t>(detail::tasp_cycle_steps(req.ranks).size());
     if (m > 1 && (w.seq / req.ranks) % m != 0)
       return Error{"--seq", fmt::format("{} cuts each shard into {} parts (one per Hamiltonian cycle of {} ranks): {} "
                                         "tokens per shard do not divide",
-                                        req.algo, m, req.ranks, w.seq / req.ranks)};
+                                        a.name, m, req.ranks, w.seq / req.ranks)};
   }
-  if (req.algo == "ulysses" || req.algo == "usp") {
-    const int u = req.algo == "ulysses" ? req.ranks : req.ranks / req.domains;
+  if (a.heads != Algorithm::HeadSplit::None) {
+    const bool per_domain = a.heads == Algorithm::HeadSplit::PerDomain;
+    const int u = per_domain ? req.ranks / req.domains : req.ranks;
     if (w.kv_heads % u != 0)
       return Error{w.kv_heads == w.heads ? "--heads" : "--kv-heads",
                    fmt::format("{} splits heads over {} ranks{}: {} {}heads do not divide (GQA keeps each kv head "
                                "with its query heads)",
-                               req.algo, u, req.algo == "usp" ? " per domain" : "", w.kv_heads,
+                               a.name, u, per_domain ? " per domain" : "", w.kv_heads,
                                w.kv_heads == w.heads ? "" : "kv ")};
   }
   return {};
@@ -153,51 +166,26 @@ Status check_request(const PlanRequest& req) {
 namespace {
 
 void plan_forward(PlanBuilder& b, std::vector<detail::RankState>& st, const PlanRequest& req) {
-  const std::string& a = req.algo;
   b.set_phase(Phase::Fwd);
-  if (a == "ring" || a == "ring-zigzag")
-    detail::ring_forward(b, st);
-  else if (a == "merge")
-    detail::merge_forward(b, st);
-  else if (a == "allgather-kv")
-    detail::allgather_forward(b, st);
-  else if (a == "rm+")
-    detail::charm_forward(b, st, 1);
-  else if (a == "tasp" || a == "tasp-zigzag")
-    detail::tasp_forward(b, st);
-  else if (a == "ulysses" || a == "usp")
-    detail::usp_forward(b, st, a == "usp" ? req.domains : 1);
-  else
-    detail::charm_forward(b, st, req.domains);
+  row(req.algo).forward(b, st, req);
 }
 
 void plan_backward(PlanBuilder& b, std::vector<detail::RankState>& st, const PlanRequest& req) {
-  const std::string& a = req.algo;
+  const Algorithm& a = row(req.algo);
   b.set_phase(Phase::Bwd);
-  if (a == "ulysses" || a == "usp") {  // packs its bundles on the head shards
-    detail::usp_backward(b, st, a == "usp" ? req.domains : 1);
-    return;
-  }
-  for (std::size_t r = 0; r < st.size(); ++r) {
-    const BufferId dout = b.buffer(RankId(r), BufKind::Dout, RankId(r), BufInit::Input);
-    BufferId out = b.results(RankId(r)).out;
-    if (req.workload.pass == PassKind::Bwd) {
-      out = b.buffer(RankId(r), BufKind::Out, RankId(r), BufInit::Input);
-      b.results(RankId(r)).out = out;
+  if (!a.packs_bundle) {
+    for (std::size_t r = 0; r < st.size(); ++r) {
+      const BufferId dout = b.buffer(RankId(r), BufKind::Dout, RankId(r), BufInit::Input);
+      BufferId out = b.results(RankId(r)).out;
+      if (req.workload.pass == PassKind::Bwd) {
+        out = b.buffer(RankId(r), BufKind::Out, RankId(r), BufInit::Input);
+        b.results(RankId(r)).out = out;
+      }
+      st[r].qbundle = b.buffer(RankId(r), BufKind::QBundle, RankId(r), BufInit::None);
+      b.pack(st[r].q, dout, out, st[r].qbundle);
     }
-    st[r].qbundle = b.buffer(RankId(r), BufKind::QBundle, RankId(r), BufInit::None);
-    b.pack(st[r].q, dout, out, st[r].qbundle);
   }
-  if (a == "ring" || a == "ring-zigzag")
-    detail::ring_backward(b, st);
-  else if (a == "merge")
-    detail::merge_backward(b, st);
-  else if (a == "allgather-kv")
-    detail::allgather_backward(b, st);
-  else if (a == "rm+")
-    detail::charm_backward(b, st, 1);
-  else
-    detail::charm_backward(b, st, req.domains);
+  a.backward(b, st, req);
 }
 
 /// The plan of a checked, normalised request, or its quotient under an active `quotient`.
@@ -208,8 +196,7 @@ Plan build_plan(const PlanRequest& req, const RankSymmetry& quotient, QuotientSt
   // op (half the planner's time at 512 ranks); small ones grow as they go.
   const double ops = quotient.active() ? estimate_quotient_plan(req, quotient).ops : estimate_plan(req).ops;
   if (ops >= 65536) b.reserve(std::size_t(ops * 1.1));
-  if (req.algo == "tasp" || req.algo == "tasp-zigzag")
-    b.set_parts(std::max<int>(1, int(detail::tasp_cycle_steps(n).size())));
+  if (row(req.algo).token_parts) b.set_parts(std::max<int>(1, int(detail::tasp_cycle_steps(n).size())));
   std::vector<detail::RankState> st(static_cast<std::size_t>(n));
   for (std::size_t r = 0; r < st.size(); ++r) {
     st[r].q = b.buffer(RankId(r), BufKind::Q, RankId(r), BufInit::Input);
@@ -232,25 +219,9 @@ Expected<Plan> make_plan(const PlanRequest& req_in) {
 RankSymmetry plan_symmetry(const PlanRequest& req_in) {
   const PlanRequest req = normalised(req_in);
   if (!check_request(req).ok()) return {};
-  using Kind = RankSymmetry::Kind;
-  const std::string& a = req.algo;
-  const int n = req.ranks, per_domain = req.ranks / req.domains;
-  const Workload& w = req.workload;
-  RankSymmetry s;
-  if (w.position_mask()) return {};  // documents and windows break every rank symmetry in general
-  if (a == "usp" && req.domains > 1) {
-    if (!w.causal || (w.layout == Layout::Zigzag && per_domain > 1)) s = {Kind::Rotate, per_domain};
-  } else if (w.causal || a == "ulysses" || a == "usp") {
-    s = {};
-  } else if (a == "ring" || a == "ring-zigzag" || a == "allgather-kv" || a == "tasp" || a == "tasp-zigzag") {
-    s = {Kind::Rotate, 1};
-  } else if (a == "merge") {
-    s = {Kind::Xor, w.pass == PassKind::Fwd ? 1 : std::max(1, n / 2)};
-  } else if (a == "rm+" || req.domains <= 2) {
-    s = {Kind::Xor, 1};
-  } else {
-    s = {Kind::Rotate, per_domain};  // charm on more than two domains
-  }
+  const int n = req.ranks;
+  if (req.workload.position_mask()) return {};  // documents and windows break every rank symmetry in general
+  const RankSymmetry s = row(req.algo).symmetry(req);
   return s.active() && s.block < n ? s : RankSymmetry{};
 }
 

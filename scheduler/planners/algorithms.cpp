@@ -1,0 +1,177 @@
+// The algorithm table (algorithms.hpp): one row per algorithm, the schedules it builds from
+// schedules.hpp, and the rank symmetry of its plans (checked against ir::check_symmetric by the
+// tests over algorithms, passes, masks, layouts, rank and domain counts).
+
+#include "scheduler/planners/algorithms.hpp"
+
+#include <algorithm>
+
+#include "scheduler/planners/planners.hpp"
+#include "scheduler/planners/schedules.hpp"
+
+namespace charm::sched {
+
+using namespace charm::ir;
+using Kind = RankSymmetry::Kind;
+
+namespace {
+
+// ---- symmetries: a causal mask breaks every one but usp's on zigzag (planners.hpp) ----
+
+RankSymmetry rotate_by_rank(const PlanRequest& r) {
+  return r.workload.causal ? RankSymmetry{} : RankSymmetry{Kind::Rotate, 1};
+}
+RankSymmetry merge_symmetry(const PlanRequest& r) {
+  // The backward's reduce-scatter orders the owners it sends by their number: blocks of ranks / 2.
+  if (r.workload.causal) return {};
+  return {Kind::Xor, r.workload.pass == PassKind::Fwd ? 1 : std::max(1, r.ranks / 2)};
+}
+RankSymmetry xor_by_rank(const PlanRequest& r) {
+  return r.workload.causal ? RankSymmetry{} : RankSymmetry{Kind::Xor, 1};
+}
+RankSymmetry charm_symmetry(const PlanRequest& r) {
+  // Queries cross more than two domains as a rotation of whole domains.
+  if (r.workload.causal) return {};
+  return r.domains <= 2 ? RankSymmetry{Kind::Xor, 1} : RankSymmetry{Kind::Rotate, r.ranks / r.domains};
+}
+RankSymmetry no_symmetry(const PlanRequest&) { return {}; }  // a rank's head slice is its own
+RankSymmetry usp_symmetry(const PlanRequest& r) {
+  // Its computes span whole domains, whose pairs all see the same number of keys under zigzag.
+  const int per_domain = r.ranks / r.domains;
+  if (r.domains <= 1) return {};
+  if (r.workload.causal && !(r.workload.layout == Layout::Zigzag && per_domain > 1)) return {};
+  return {Kind::Rotate, per_domain};
+}
+
+// ---- the schedules each algorithm builds ----
+
+void ring_fwd(PlanBuilder& b, std::vector<detail::RankState>& st, const PlanRequest&) { detail::ring_forward(b, st); }
+void ring_bwd(PlanBuilder& b, std::vector<detail::RankState>& st, const PlanRequest&) { detail::ring_backward(b, st); }
+void merge_fwd(PlanBuilder& b, std::vector<detail::RankState>& st, const PlanRequest&) {
+  detail::merge_forward(b, st);
+}
+void merge_bwd(PlanBuilder& b, std::vector<detail::RankState>& st, const PlanRequest&) {
+  detail::merge_backward(b, st);
+}
+void gather_fwd(PlanBuilder& b, std::vector<detail::RankState>& st, const PlanRequest&) {
+  detail::allgather_forward(b, st);
+}
+void gather_bwd(PlanBuilder& b, std::vector<detail::RankState>& st, const PlanRequest&) {
+  detail::allgather_backward(b, st);
+}
+void rmplus_fwd(PlanBuilder& b, std::vector<detail::RankState>& st, const PlanRequest&) {
+  detail::charm_forward(b, st, 1);
+}
+void rmplus_bwd(PlanBuilder& b, std::vector<detail::RankState>& st, const PlanRequest&) {
+  detail::charm_backward(b, st, 1);
+}
+void charm_fwd(PlanBuilder& b, std::vector<detail::RankState>& st, const PlanRequest& r) {
+  detail::charm_forward(b, st, r.domains);
+}
+void charm_bwd(PlanBuilder& b, std::vector<detail::RankState>& st, const PlanRequest& r) {
+  detail::charm_backward(b, st, r.domains);
+}
+void tasp_fwd(PlanBuilder& b, std::vector<detail::RankState>& st, const PlanRequest&) { detail::tasp_forward(b, st); }
+void ulysses_fwd(PlanBuilder& b, std::vector<detail::RankState>& st, const PlanRequest&) {
+  detail::usp_forward(b, st, 1);
+}
+void ulysses_bwd(PlanBuilder& b, std::vector<detail::RankState>& st, const PlanRequest&) {
+  detail::usp_backward(b, st, 1);
+}
+void usp_fwd(PlanBuilder& b, std::vector<detail::RankState>& st, const PlanRequest& r) {
+  detail::usp_forward(b, st, r.domains);
+}
+void usp_bwd(PlanBuilder& b, std::vector<detail::RankState>& st, const PlanRequest& r) {
+  detail::usp_backward(b, st, r.domains);
+}
+
+constexpr std::string_view kTaspForwardOnly = "the TASP paper and its reference code are forward only";
+
+std::vector<Algorithm> make_table() {
+  using A = Algorithm;
+  std::vector<Algorithm> t;
+  // Ops per ranks^2 measured at 32 ranks (fwd, fwd+bwd): ring 2.9 / 8.9, merge 2.9 / 8.8, rm+ 4.4 / 10.3,
+  // charm 3.8 / 7.9, allgather-kv 2.9 / 8.8, ulysses 8.8 / 17.7, usp 2.4 / 5.1; tasp 2.9 per part; rounded up.
+  A ring{.name = "ring", .forward = ring_fwd, .backward = ring_bwd, .symmetry = rotate_by_rank};
+  t.push_back(ring);
+  A ring_zigzag = ring;
+  ring_zigzag.name = "ring-zigzag";
+  ring_zigzag.forced_layout = Layout::Zigzag;
+  ring_zigzag.base = "ring";
+  t.push_back(ring_zigzag);
+  t.push_back(A{.name = "merge",
+                .ranks = A::Ranks::PowerOfTwo,
+                .forward = merge_fwd,
+                .backward = merge_bwd,
+                .symmetry = merge_symmetry});
+  t.back().gather_tables = 1;
+  t.push_back(A{.name = "rm+",
+                .ranks = A::Ranks::PowerOfTwo,
+                .ops_fwd = 4.5,
+                .ops_both = 10.5,
+                .causal_ops = A::CausalOps::Pairs,
+                .forward = rmplus_fwd,
+                .backward = rmplus_bwd,
+                .symmetry = xor_by_rank});
+  t.push_back(A{.name = "charm",
+                .ranks = A::Ranks::PowerOfTwoPerDomain,
+                .uses_domains = true,
+                .ops_fwd = 4,
+                .ops_both = 8,
+                .causal_ops = A::CausalOps::Pairs,
+                .forward = charm_fwd,
+                .backward = charm_bwd,
+                .symmetry = charm_symmetry});
+  t.push_back(A{.name = "allgather-kv",
+                .gather_tables = 1,
+                .forward = gather_fwd,
+                .backward = gather_bwd,
+                .symmetry = rotate_by_rank});
+  A tasp{.name = "tasp",
+         .no_backward = kTaspForwardOnly,
+         .token_parts = true,
+         .forward = tasp_fwd,
+         .symmetry = rotate_by_rank};
+  tasp.ops_fwd = tasp.ops_both = 3;
+  t.push_back(tasp);
+  A tasp_zigzag = tasp;
+  tasp_zigzag.name = "tasp-zigzag";
+  tasp_zigzag.forced_layout = Layout::Zigzag;
+  tasp_zigzag.base = "tasp";
+  t.push_back(tasp_zigzag);
+  t.push_back(A{.name = "ulysses",
+                .heads = A::HeadSplit::AllRanks,
+                .ops_fwd = 9,
+                .ops_both = 18,
+                .causal_ops = A::CausalOps::Unchanged,
+                .forward = ulysses_fwd,
+                .backward = ulysses_bwd,
+                .packs_bundle = true,
+                .symmetry = no_symmetry});
+  t.push_back(A{.name = "usp",
+                .uses_domains = true,
+                .heads = A::HeadSplit::PerDomain,
+                .ops_fwd = 2.5,
+                .ops_both = 5.5,
+                .causal_ops = A::CausalOps::Unchanged,
+                .forward = usp_fwd,
+                .backward = usp_bwd,
+                .packs_bundle = true,
+                .symmetry = usp_symmetry});
+  return t;
+}
+
+}  // namespace
+
+const std::vector<Algorithm>& algorithms() {
+  static const std::vector<Algorithm> table = make_table();
+  return table;
+}
+
+const Algorithm* find_algorithm(std::string_view name) {
+  for (const auto& a : algorithms())
+    if (a.name == name) return &a;
+  return nullptr;
+}
+
+}  // namespace charm::sched

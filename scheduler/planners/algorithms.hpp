@@ -1,0 +1,55 @@
+#pragma once
+// The algorithm table: everything the pass driver, the request checks, the estimates and the
+// symmetry know about one algorithm, in one row (algorithms.cpp). A new algorithm is one row
+// plus its schedule builders (schedules.hpp).
+
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "scheduler/ir/plan.hpp"
+
+namespace charm::sched {
+
+class PlanBuilder;
+struct PlanRequest;
+namespace detail {
+struct RankState;
+}
+
+struct Algorithm {
+  using Build = void (*)(PlanBuilder&, std::vector<detail::RankState>&, const PlanRequest&);
+  using Symmetry = ir::RankSymmetry (*)(const PlanRequest&);
+
+  /// Which rank counts the schedule takes.
+  enum class Ranks : std::uint8_t { Any, PowerOfTwo, PowerOfTwoPerDomain };
+  /// How the schedule splits heads over ranks (Ulysses' all-to-all): not, over every rank, over a domain's.
+  enum class HeadSplit : std::uint8_t { None, AllRanks, PerDomain };
+  /// What a causal mask on the contiguous layout takes off its op count (estimate_plan): the ops of
+  /// hidden pairs (it plans pairs, transfers included), their computes only (the ring family moves
+  /// every shard), or nothing (whole heads computed locally).
+  enum class CausalOps : std::uint8_t { Pairs, ComputesOnly, Unchanged };
+
+  std::string_view name;
+  std::optional<ir::Layout> forced_layout{};  // the layout it always runs on (the -zigzag variants)
+  std::string_view base{};                    // ... and the algorithm that runs on either layout
+  Ranks ranks = Ranks::Any;
+  bool uses_domains = false;            // PlanRequest::domains shapes the schedule (charm, usp)
+  std::string_view no_backward{};         // why it plans no backward pass (empty: it does)
+  HeadSplit heads = HeadSplit::None;    // ulysses, usp
+  bool token_parts = false;             // each shard in one part per Hamiltonian cycle (tasp)
+  double ops_fwd = 3, ops_both = 9;     // estimate_plan: ops per ranks^2 (per part with token_parts)
+  CausalOps causal_ops = CausalOps::ComputesOnly;
+  double gather_tables = 0;             // estimate_quotient_plan: ranks^2 id tables per pass over all ranks
+  Build forward = nullptr;
+  Build backward = nullptr;             // after the driver packs each rank's bundle, unless packs_bundle
+  bool packs_bundle = false;            // the backward packs its own bundles (on head shards)
+  Symmetry symmetry = nullptr;          // its plans' rank symmetry without a position mask (plan_symmetry)
+};
+
+/// Every algorithm, in the order reports list them.
+[[nodiscard]] const std::vector<Algorithm>& algorithms();
+/// The row of a canonical name (resolve_algorithm's); nullptr for any other.
+[[nodiscard]] const Algorithm* find_algorithm(std::string_view name);
+
+}  // namespace charm::sched
