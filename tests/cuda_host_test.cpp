@@ -16,7 +16,6 @@
 #include "runtime/cuda/cublas_loader.hpp"
 #include "runtime/cuda/cuda_executor.hpp"
 #include "runtime/cuda/device_layout.hpp"
-#include "runtime/cuda/timeline.hpp"
 #ifdef CHARM_RT_HAVE_NCCL
 #include "runtime/cuda/nccl_backend.hpp"
 #endif
@@ -70,52 +69,6 @@ TEST(DeviceLayout, SectionsAreAlignedAndInCpuOrder) {
   EXPECT_TRUE(l.sections[2].f32);
   EXPECT_TRUE(l.sections[3].f32);
   EXPECT_GE(l.bytes, l.sections[3].offset + std::size_t(l.sections[3].elems) * 4);
-}
-
-TEST(Timeline, UnionLength) {
-  // [0,2) u [1,3) u [5,6) = [0,3) u [5,6): 3 + 1 = 4; empty and reversed intervals count 0.
-  EXPECT_DOUBLE_EQ(union_length({{1, 3}, {0, 2}, {5, 6}, {7, 7}, {9, 8}}), 4.0);
-  EXPECT_DOUBLE_EQ(union_length({}), 0.0);
-}
-
-TEST(Timeline, ExposedCommIsCommOutsideCompute) {
-  ir::Plan p;
-  p.ranks = 2;
-  auto add = [&](ir::RankId r, ir::Stream s, ir::OpKind k) {
-    ir::Op op;
-    op.rank = r;
-    op.stream = s;
-    op.kind = k;
-    return p.add_op(op, {});
-  };
-  add(0, ir::Stream::Compute, ir::OpKind::Compute);  // 0: [0, 2)
-  add(0, ir::Stream::Kv, ir::OpKind::Send);          // 1: [1, 4)
-  add(1, ir::Stream::Kv, ir::OpKind::Recv);          // 2: [1, 4)
-  add(1, ir::Stream::Compute, ir::OpKind::Compute);  // 3: [4, 5)
-  const std::vector<double> start{0, 1, 1, 4}, end{2, 4, 4, 5};
-  const auto s = summarize_timeline(p, start, end);
-  // Makespan 5. Rank 0: busy 2, comm [1,4) outside [0,2) = 2, idle 3.
-  // Rank 1 (finishes last): busy 1, comm [1,4) fully exposed = 3, idle 4.
-  EXPECT_DOUBLE_EQ(s.time_ms, 5.0);
-  EXPECT_EQ(s.last_rank, 1);
-  EXPECT_DOUBLE_EQ(s.exposed_comm_ms, 3.0);
-  EXPECT_DOUBLE_EQ(s.exposed_comm_mean_ms, 2.5);
-  EXPECT_DOUBLE_EQ(s.exposed_comm_max_ms, 3.0);
-  EXPECT_DOUBLE_EQ(s.compute_busy_mean_ms, 1.5);
-  EXPECT_DOUBLE_EQ(s.idle_mean_ms, 3.5);
-  EXPECT_DOUBLE_EQ(s.idle_max_ms, 4.0);
-  EXPECT_DOUBLE_EQ(s.stream_busy_mean_ms[int(ir::Stream::Kv)], 3.0);
-}
-
-TEST(Timeline, UnmeasuredOpsAreIgnored) {
-  ir::Plan p;
-  p.ranks = 1;
-  ir::Op op;
-  (void)p.add_op(op, {});
-  (void)p.add_op(op, {});
-  const auto s = summarize_timeline(p, {0.0, std::nan("")}, {1.0, std::nan("")});
-  EXPECT_DOUBLE_EQ(s.time_ms, 1.0);
-  EXPECT_DOUBLE_EQ(s.compute_busy_mean_ms, 1.0);
 }
 
 // Region plans (Ulysses, USP, TASP) pass the check that runs before any device or MPI

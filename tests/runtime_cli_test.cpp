@@ -55,6 +55,14 @@ TEST(CliRun, CheckJsonHasTheDocumentedShape) {
     EXPECT_GE(j.at("max_abs_err").at(t).get<double>(), 0.0) << t;
   }
   EXPECT_GT(j.at("time_ms").get<double>(), 0.0);
+  // The simulator's figures, from the measured op times, under simulate --json's names.
+  const double busy = j.at("compute_busy_ms").at("mean").get<double>();
+  EXPECT_GT(busy, 0.0);
+  EXPECT_LE(busy, j.at("time_ms").get<double>() * 1.0001);
+  EXPECT_GE(j.at("exposed_comm_ms").get<double>(), 0.0);
+  EXPECT_GE(j.at("comm_busy_ms").at("mean").get<double>(), j.at("exposed_comm_per_rank_ms").at("mean").get<double>());
+  // Idle + busy is the last op's end, within the plan's wall time.
+  EXPECT_LE(j.at("idle_ms").at("mean").get<double>() + busy, j.at("time_ms").get<double>() * 1.0001);
 }
 
 TEST(CliRun, ForwardOnlyAndBackwardOnlyPassesCheck) {

@@ -18,6 +18,7 @@
 #include "runtime/executor.hpp"
 #include "runtime/npy.hpp"
 #include "runtime/reference.hpp"
+#include "scheduler/trace/summary.hpp"
 #include "scheduler/trace/trace.hpp"
 #include "scheduler/validate/validator.hpp"
 #include "tools/cli_common.hpp"
@@ -212,6 +213,9 @@ int report(const ir::Plan& plan, const RunOpts& o, const rt::GlobalTensors& in, 
       j["max_abs_err"] = nullptr;
       j["max_rel_err"] = nullptr;
     }
+    // The simulator's figures from the measured op times (a GPU backend passes its own in `extra`).
+    if (res.timeline.end_s.size() == plan.size() && !extra.contains("exposed_comm_ms"))
+      j.update(trace::summary_json(trace::summarize(plan, res.timeline)));
     if (extra.is_object()) j.update(extra);
     std::cout << j.dump() << "\n";
   } else {
@@ -228,6 +232,8 @@ int report(const ir::Plan& plan, const RunOpts& o, const rt::GlobalTensors& in, 
           std::cout << fmt::format("  {:<6} {:>12.3e} {:>12.3e} {:>10.1e}{}\n", name, (*e)->max_abs, (*e)->max_rel,
                                    rep->tolerance, (*e)->max_rel <= rep->tolerance ? "" : "  FAIL");
     }
+    if (res.timeline.end_s.size() == plan.size() && extra_text.empty())
+      std::cout << trace::summary_text(trace::summarize(plan, res.timeline));
     std::cout << extra_text;
     std::cout << fmt::format("# time {:.3f} ms, peak buffers {:.2f} MiB per rank{}\n", res.time_ms,
                              double(res.peak_bytes) / (1024.0 * 1024.0),
@@ -460,7 +466,8 @@ void register_run(CLI::App& app) {
       fail(Error{"--backend", fmt::format("unknown backend '{}' (expected one of: {})", o->backend, known)});
     }
     if (!(o->timeout_s >= 0)) fail(Error{"--timeout-s", "must be >= 0"});
-    rt::RunOptions ropt{o->timeout_s, !o->trace.empty()};
+    // The timeline gives the run's summary (--json) and its trace.
+    rt::RunOptions ropt{o->timeout_s, !o->trace.empty() || o->json};
     if (o->backend == "threads") {
       // A thread per stream of every rank, in this process.
       constexpr int kMaxThreadRanks = 1024;

@@ -10,8 +10,8 @@
 
 #include "calibrate/measurements.hpp"
 #include "runtime/cuda/cuda_executor.hpp"
-#include "runtime/cuda/timeline.hpp"
 #include "scheduler/planners/planners.hpp"
+#include "scheduler/trace/summary.hpp"
 #include "scheduler/trace/trace.hpp"
 #include "scheduler/validate/validator.hpp"
 #include "tools/cli_common.hpp"
@@ -53,36 +53,29 @@ void append_time(const std::string& path, calib::Measurement m, double time_ms) 
   if (auto s = calib::append_measurement(path, m); !s) throw RuntimeFailure{s.error().message()};
 }
 
-void write_trace(const std::string& path, const ir::Plan& plan, const rt::cuda::CudaRunResult& r) {
+/// The measured op times as a timeline, seconds from the first op (a transfer starts when its group was issued).
+trace::Timeline measured_timeline(const ir::Plan& plan, const rt::cuda::CudaRunResult& r) {
   trace::Timeline t = trace::Timeline::zeros(plan);
   for (std::size_t i = 0; i < plan.size() && i < r.start_ms.size() && i < r.end_ms.size(); ++i)
-    t.record(ir::OpId(i), r.start_ms[i] * 1e-3, r.end_ms[i] * 1e-3);  // a transfer's start is when its group was issued
+    t.record(ir::OpId(i), r.start_ms[i] * 1e-3, r.end_ms[i] * 1e-3);
   t.makespan_s = r.run.time_ms * 1e-3;
+  return t;
+}
+
+void write_trace(const std::string& path, const ir::Plan& plan, const trace::Timeline& t) {
   write_file_atomic(
       path,
       trace::chrome_trace(plan, t, {{"measured", true}, {"backend", "cuda"}, {"timing", "cuda events"}}).dump() + "\n");
 }
 
-/// The simulator's timing fields, from the measured op times.
-std::pair<nlohmann::json, std::string> timing(const ir::Plan& plan, const rt::cuda::CudaRunResult& r,
+/// The simulator's timing fields, from the measured op times (trace::summarize, as every backend).
+std::pair<nlohmann::json, std::string> timing(const trace::RunSummary& s, const rt::cuda::CudaRunResult& r,
                                               const std::string& device) {
-  const auto s = rt::cuda::summarize_timeline(plan, r.start_ms, r.end_ms);
-  nlohmann::json streams = nlohmann::json::object();
-  for (int k = 0; k < ir::kNumStreams; ++k)
-    streams[std::string(ir::to_string(ir::Stream(k)))] = s.stream_busy_mean_ms[k];
-  nlohmann::json j{{"device", device},
-                   {"timing", "cuda events"},
-                   {"exposed_comm_ms", s.exposed_comm_ms},
-                   {"exposed_comm_per_rank_ms", {{"mean", s.exposed_comm_mean_ms}, {"max", s.exposed_comm_max_ms}}},
-                   {"idle_ms", {{"mean", s.idle_mean_ms}, {"max", s.idle_max_ms}}},
-                   {"compute_busy_ms", {{"mean", s.compute_busy_mean_ms}}},
-                   {"stream_busy_ms", streams},
-                   {"enqueue_ms", r.enqueue_ms}};
-  std::string text = fmt::format(
-      "# device {}\n# exposed comm {:.3f} ms (per rank mean {:.3f}, max {:.3f}), compute busy "
-      "{:.3f} ms (mean), host enqueue {:.3f} ms\n",
-      device, s.exposed_comm_ms, s.exposed_comm_mean_ms, s.exposed_comm_max_ms, s.compute_busy_mean_ms, r.enqueue_ms);
-  return {j, text};
+  nlohmann::json j = trace::summary_json(s);
+  j["device"] = device;
+  j["timing"] = "cuda events";
+  j["enqueue_ms"] = r.enqueue_ms;
+  return {j, fmt::format("# device {}\n{}# host enqueue {:.3f} ms\n", device, trace::summary_text(s), r.enqueue_ms)};
 }
 
 int run_cuda(const RunRequest& req, const CudaFlags& f) {
@@ -103,8 +96,9 @@ int run_cuda(const RunRequest& req, const CudaFlags& f) {
     auto res = rt::cuda::run_cuda_local(plan, in, opt);
     if (!res) throw RuntimeFailure{res.error().message()};
     const auto dev = rt::cuda::device_description(f.device);
-    const auto [extra, text] = timing(plan, *res, dev ? *dev : "unknown");
-    if (!req.trace.empty()) write_trace(req.trace, plan, *res);
+    const trace::Timeline t = measured_timeline(plan, *res);
+    const auto [extra, text] = timing(trace::summarize(plan, t), *res, dev ? *dev : "unknown");
+    if (!req.trace.empty()) write_trace(req.trace, plan, t);
     const int code = req.report(plan, in, res->run, extra, text);
     if (code == 0) append_time(f.append_measurements, row, res->run.time_ms);
     return code;
@@ -162,8 +156,9 @@ int run_cuda(const RunRequest& req, const CudaFlags& f) {
         int dev = 0;
         (void)cudaGetDevice(&dev);
         const auto desc = rt::cuda::device_description(dev);
-        const auto [extra, text] = timing(plan, *res, desc ? *desc : "unknown");
-        if (!req.trace.empty()) write_trace(req.trace, plan, *res);
+        const trace::Timeline t = measured_timeline(plan, *res);
+        const auto [extra, text] = timing(trace::summarize(plan, t), *res, desc ? *desc : "unknown");
+        if (!req.trace.empty()) write_trace(req.trace, plan, t);
         const int rc = req.report(plan, in, res->run, extra, text);
         if (rc == 0) append_time(f.append_measurements, row, res->run.time_ms);
         return rc;

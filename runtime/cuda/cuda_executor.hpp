@@ -10,7 +10,7 @@
 //
 // Both report op start/end times from CUDA events, relative to an event
 // recorded before the first op, so that the simulator's summary and Chrome
-// trace can be computed from a measurement (timeline.hpp).
+// trace can be computed from a measurement (trace::summarize).
 
 #include <string>
 #include <vector>

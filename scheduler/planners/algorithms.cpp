@@ -47,9 +47,7 @@ RankSymmetry usp_symmetry(const PlanRequest& r) {
 
 void ring_fwd(PlanBuilder& b, std::vector<detail::RankState>& st, const PlanRequest&) { detail::ring_forward(b, st); }
 void ring_bwd(PlanBuilder& b, std::vector<detail::RankState>& st, const PlanRequest&) { detail::ring_backward(b, st); }
-void merge_fwd(PlanBuilder& b, std::vector<detail::RankState>& st, const PlanRequest&) {
-  detail::merge_forward(b, st);
-}
+void merge_fwd(PlanBuilder& b, std::vector<detail::RankState>& st, const PlanRequest&) { detail::merge_forward(b, st); }
 void merge_bwd(PlanBuilder& b, std::vector<detail::RankState>& st, const PlanRequest&) {
   detail::merge_backward(b, st);
 }

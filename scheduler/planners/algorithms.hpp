@@ -34,17 +34,17 @@ struct Algorithm {
   std::optional<ir::Layout> forced_layout{};  // the layout it always runs on (the -zigzag variants)
   std::string_view base{};                    // ... and the algorithm that runs on either layout
   Ranks ranks = Ranks::Any;
-  bool uses_domains = false;            // PlanRequest::domains shapes the schedule (charm, usp)
-  std::string_view no_backward{};         // why it plans no backward pass (empty: it does)
-  HeadSplit heads = HeadSplit::None;    // ulysses, usp
-  bool token_parts = false;             // each shard in one part per Hamiltonian cycle (tasp)
-  double ops_fwd = 3, ops_both = 9;     // estimate_plan: ops per ranks^2 (per part with token_parts)
+  bool uses_domains = false;          // PlanRequest::domains shapes the schedule (charm, usp)
+  std::string_view no_backward{};     // why it plans no backward pass (empty: it does)
+  HeadSplit heads = HeadSplit::None;  // ulysses, usp
+  bool token_parts = false;           // each shard in one part per Hamiltonian cycle (tasp)
+  double ops_fwd = 3, ops_both = 9;   // estimate_plan: ops per ranks^2 (per part with token_parts)
   CausalOps causal_ops = CausalOps::ComputesOnly;
-  double gather_tables = 0;             // estimate_quotient_plan: ranks^2 id tables per pass over all ranks
+  double gather_tables = 0;  // estimate_quotient_plan: ranks^2 id tables per pass over all ranks
   Build forward = nullptr;
-  Build backward = nullptr;             // after the driver packs each rank's bundle, unless packs_bundle
-  bool packs_bundle = false;            // the backward packs its own bundles (on head shards)
-  Symmetry symmetry = nullptr;          // its plans' rank symmetry without a position mask (plan_symmetry)
+  Build backward = nullptr;     // after the driver packs each rank's bundle, unless packs_bundle
+  bool packs_bundle = false;    // the backward packs its own bundles (on head shards)
+  Symmetry symmetry = nullptr;  // its plans' rank symmetry without a position mask (plan_symmetry)
 };
 
 /// Every algorithm, in the order reports list them.
