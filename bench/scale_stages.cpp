@@ -3,7 +3,8 @@
 // simulate, each timed once (wall) with the process's resident-set high-water mark over that
 // stage alone (VmHWM reset before each stage where the kernel allows it).
 //
-//   scale_stages N [ALGO] [PASS] [SEQ] [--uniform] [--symmetry] [--stages topology,plan,validate,simulate]
+//   scale_stages N [ALGO] [PASS] [SEQ] [--uniform] [--symmetry] [--causal] [--zigzag]
+//                [--stages topology,plan,validate,simulate]
 //
 // With --symmetry the plan is the quotient `charm simulate --symmetry on` runs (one class of ranks,
 // where the plan and the topology share a rank symmetry) and the validate stage is skipped (the
@@ -68,11 +69,12 @@ struct Stage {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) die("usage: scale_stages N [ALGO] [PASS] [SEQ] [--uniform] [--symmetry] [--stages LIST]");
+  if (argc < 2)
+    die("usage: scale_stages N [ALGO] [PASS] [SEQ] [--uniform] [--symmetry] [--causal] [--zigzag] [--stages LIST]");
   const int n = std::atoi(argv[1]);
   std::string algo = "charm", pass = "both", stages = "topology,plan,validate,simulate";
   long long seq = 1LL << 20;
-  bool uniform = false, by_symmetry = false;
+  bool uniform = false, by_symmetry = false, causal = false, zigzag = false;
   int pos = 0;
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
@@ -80,6 +82,10 @@ int main(int argc, char** argv) {
       uniform = true;
     else if (a == "--symmetry")
       by_symmetry = true;
+    else if (a == "--causal")
+      causal = true;
+    else if (a == "--zigzag")
+      zigzag = true;
     else if (a == "--stages" && i + 1 < argc)
       stages = argv[++i];
     else if (pos == 0) {
@@ -96,8 +102,9 @@ int main(int argc, char** argv) {
   }
   const auto want = [&](const char* s) { return stages.find(s) != std::string::npos; };
   if (n < 8 || n % 8 != 0) die("N must be a multiple of 8");
-  nlohmann::json out = {{"n", n},     {"algo", algo},       {"pass", pass},
-                        {"seq", seq}, {"uniform", uniform}, {"symmetry", by_symmetry}};
+  nlohmann::json out = {{"n", n},           {"algo", algo},       {"pass", pass},
+                        {"seq", seq},       {"uniform", uniform}, {"symmetry", by_symmetry},
+                        {"causal", causal}, {"zigzag", zigzag}};
 
   // Topology: the h100 preset's numbers (NVLink 365.1 GB/s, 42.5 GB/s NIC per GPU), N/8 nodes.
   std::optional<topo::Topology> t;
@@ -138,6 +145,8 @@ int main(int argc, char** argv) {
   req.workload.heads = req.workload.kv_heads = 12;
   req.workload.head_dim = 192;
   req.workload.pass = pass == "fwd" ? ir::PassKind::Fwd : pass == "bwd" ? ir::PassKind::Bwd : ir::PassKind::Both;
+  req.workload.causal = causal;
+  req.workload.layout = zigzag ? ir::Layout::Zigzag : ir::Layout::Contiguous;
   std::optional<ir::Plan> plan;
   {
     Stage st;

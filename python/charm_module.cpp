@@ -376,21 +376,9 @@ py::object simulate_fn(const py::object& algo, const py::object& plan, WorkloadA
     json j;
     {
       py::gil_scoped_release nogil;
-      sim::Evaluation r;
-      if (file_plan) {
-        if (file_plan->ranks > topo.num_gpus())
-          fail(Error{"--plan", fmt::format("the plan has {} ranks; {} has {} GPUs", file_plan->ranks, topo.name,
-                                           topo.num_gpus())});
-        cli::place_file_plan(*file_plan, cf, topo);
-        auto e = sim::evaluate_plan(std::move(*file_plan), topo);
-        if (!e) throw cli::RuntimeFailure{e.error().message()};
-        r = std::move(e).value();
-      } else if (const auto layout = cf.layout_for(topo)) {
-        r = cli::run_deployment(algo_arg(algo), wa.flags().get(), topo, cf.domains_for(topo), *layout, use);
-      } else {
-        r = run_one(algo_arg(algo), wa.flags().get(), topo, cf.domains_for(topo), cf.ranks_for(topo), use,
-                    cf.gpu_map(topo));
-      }
+      const ir::Workload w = file_plan ? ir::Workload{} : wa.flags().get();
+      const std::string name = file_plan ? std::string() : algo_arg(algo);
+      const sim::Evaluation r = cli::run_simulation(std::move(file_plan), name, w, cf, topo, use);
       if (trace_path) cli::write_file_atomic(*trace_path, sim::chrome_trace(r.plan, r.result).dump() + "\n");
       const sim::Explanation ex = sim::explain(r.plan, r.result, topo);
       const sim::MemoryVerdict mem = sim::memory_verdict(r.summary.peak_mem_bytes, cf.reserved_gb, topo.gpu);

@@ -49,16 +49,118 @@ void warn_if_not_fits(const sim::MemoryVerdict& m, const std::string& what = "")
   if (m.known && !m.fits) std::cerr << fmt::format("charm: warning: {}{}\n", what.empty() ? "" : what + ": ", m.line());
 }
 
+/// simulate's flags beyond the plan's and the cluster's.
+struct SimulateOpts {
+  PlanFlags plan;
+  ClusterFlags cluster;
+  std::string trace;
+  bool json_out = false, links = false;
+  std::size_t path_limit = 64;
+  std::string symmetry = "auto";
+};
+
+/// A simulation and the topology it ran on.
+struct Simulated {
+  topo::Topology topo;
+  Run run;
+};
+
+/// The flags to a simulation: a plan file (placed as the flags or the file say) or an algorithm.
+Simulated run_simulate(SimulateOpts& o, const CLI::App& sub) {
+  const SymmetryUse use = o.symmetry == "on"    ? SymmetryUse::On
+                          : o.symmetry == "off" ? SymmetryUse::Off
+                                                : SymmetryUse::Auto;
+  if (use == SymmetryUse::On && o.plan.from_file())
+    fail(Error{"--symmetry", "a plan file holds every rank's ops; --symmetry applies to --algo runs"});
+  check_command_files({{{"--topology", o.cluster.topology}, {"--plan", o.plan.plan_file}}, {{"--trace", o.trace}}, {}});
+  // A saved or hand-edited plan fixes algorithm, ranks, domains and workload.
+  std::optional<ir::Plan> file_plan;
+  if (o.plan.from_file()) {
+    file_plan = o.plan.make();
+    if (o.cluster.domains > 0) fail(Error{"--domains", "the plan file fixes the domains; drop --domains or --plan"});
+    if (o.cluster.uniform && sub.count("--ranks") == 0) o.cluster.ranks = file_plan->ranks;
+  }
+  const auto topo = o.cluster.get();
+  if (file_plan && file_plan->groups == 1 && file_plan->gpus.empty() && o.cluster.gpus.empty() &&
+      !o.cluster.layout_for(topo) && file_plan->ranks < topo.num_gpus())
+    std::cerr << fmt::format("charm: warning: the plan does not fill {}: {} (nothing else runs on them)\n", topo.name,
+                             sim::placement_text(file_plan->ranks, topo.num_gpus()));
+  const ir::Workload w = file_plan ? ir::Workload{} : o.plan.workload.get();
+  Run r = run_simulation(std::move(file_plan), o.plan.algo, w, o.cluster, topo, use);
+  return {topo, std::move(r)};
+}
+
+/// The text report's head: what ran where, and on which class of ranks.
+void print_simulation_head(std::ostream& os, const Run& r, const topo::Topology& topo, const std::string& plan_file) {
+  const ir::Workload& w = r.plan.workload;
+  const std::string ranks_text = r.plan.groups == 1
+                                     ? fmt::format("{} ranks", r.plan.ranks)
+                                     : fmt::format("{} CP groups of {} ranks", r.plan.groups, r.plan.group_ranks());
+  os << fmt::format("# charm simulate: {} {} on {} ({}, {} domains){}\n", r.plan.algo, to_string(w.pass), topo.name,
+                    ranks_text, r.plan.domains, plan_file.empty() ? "" : " from " + plan_file);
+  os << fmt::format("# workload: B={} S={} H={}/{} D={} {} {}{}\n", w.batch, w.seq, w.heads, w.kv_heads, w.head_dim,
+                    to_string(w.dtype), to_string(w.layout), w.causal ? " " + w.mask_text() : "");
+  os << fmt::format("# scope: {}\n", sim::scope_text(w.pass));
+  if (r.plan.ranks < topo.num_gpus() || r.plan.groups > 1)
+    os << fmt::format("# placement: {}\n", sim::placement_text(r.plan, topo.num_gpus()));
+  if (r.plan.symmetry.active())
+    os << fmt::format("# simulated one class of {} rank{} standing for all {} classes ({} symmetry of plan and "
+                      "topology: {} of {} ops; --symmetry off simulates every rank)\n",
+                      r.plan.symmetry.block, r.plan.symmetry.block == 1 ? "" : "s",
+                      r.plan.symmetry.elements(r.plan.ranks), to_string(r.plan.symmetry.kind), r.plan.size(),
+                      sim::full_ops(r.plan));
+}
+
+/// The figures: time, overlap, load, memory, the closed forms, the bottleneck and the critical path.
+void print_simulation_figures(std::ostream& os, const Run& r, const sim::Explanation& ex, const sim::MemoryVerdict& mem,
+                              bool uniform) {
+  const auto& s = r.summary;
+  os << fmt::format("{:<28}{:>12.3f} ms\n", "time", s.time_s * 1e3);
+  os << fmt::format("{:<28}{:>12.3f} ms  (per rank mean {:.3f}, max {:.3f})\n", "exposed communication",
+                    s.exposed_comm_s * 1e3, s.exposed_comm_mean_s * 1e3, s.exposed_comm_max_s * 1e3);
+  os << fmt::format("{:<28}{:>12.3f} ms  (max {:.3f})\n", "compute idle (mean)", s.idle_mean_s * 1e3,
+                    s.idle_max_s * 1e3);
+  os << fmt::format("{:<28}{:>12.3f} ms\n", "compute busy (mean)", s.busy_mean_s * 1e3);
+  if (r.plan.workload.position_mask() && !r.plan.symmetry.active()) {
+    const auto f = sim::flops_per_rank(r.plan);
+    const double mx = *std::max_element(f.begin(), f.end()), mn = *std::min_element(f.begin(), f.end());
+    const double mean = std::accumulate(f.begin(), f.end(), 0.0) / double(f.size());
+    os << fmt::format("{:<28}{:>12.2f} max/mean  ({:.3g}-{:.3g} TFLOP of visible pairs per rank)\n", "mask imbalance",
+                      mean > 0 ? mx / mean : 1.0, mn / 1e12, mx / 1e12);
+  }
+  os << fmt::format("{:<28}{:>12.3f} ms\n", "transfers in flight (mean)", s.comm_busy_mean_s * 1e3);
+  os << fmt::format("{:<28}{:>12.3f}\n", "CCR (Eq. 7)", r.formula.ccr);
+  os << fmt::format("{:<28}{:>12.1f} MiB  ({})\n", "peak buffer memory", double(s.peak_mem_bytes) / (1 << 20),
+                    mem.line());
+  if (r.formula.available) {
+    os << fmt::format("{:<28}{:>12.3f} ms  exposed {:.3f} ms  ({})\n", "formula (realised)", r.formula.time_s * 1e3,
+                      r.formula.exposed_s * 1e3, uniform ? "uniform" : "slowest ring hop");
+    os << fmt::format("{:<28}{:>12.3f} ms  exposed {:.3f} ms\n", "formula (paper)", r.formula.paper_time_s * 1e3,
+                      r.formula.paper_exposed_s * 1e3);
+    if (!r.formula.applies) os << fmt::format("{:<28}does not describe this run: {}\n", "formula", r.formula.why_not);
+  }
+  os << fmt::format("{:<28}{}\n", "bottleneck", ex.bottleneck.line());
+  os << fmt::format("critical path: {} ops, ending at rank {}: {}\n", r.result.critical_path.size(), r.result.last_rank,
+                    sim::path_shares_text(ex.path, s.time_s));
+  if (ex.first_op != ir::kNone) {
+    auto at = [&](ir::OpId id) {
+      return fmt::format("rank {} {} [{:.3f} - {:.3f} ms]", r.plan.op(id).rank, ir::op_label(r.plan, id),
+                         r.result.start_s[std::size_t(id)] * 1e3, r.result.end_s[std::size_t(id)] * 1e3);
+    };
+    os << fmt::format("  first: {}\n  last:  {}\n", at(ex.first_op), at(ex.last_op));
+  }
+}
+
+void print_links(std::ostream& os, const Run& r, const topo::Topology& topo) {
+  os << fmt::format("# {:<32}{:>10}{:>12}{:>10}{:>8}\n", "link", "GB/s", "bytes", "util", "flows");
+  for (const auto& l : sim::links_json(topo, r.result))
+    os << fmt::format("  {:<32}{:>10.1f}{:>12.3g}{:>10.3f}{:>8}\n", l["link"].get<std::string>(),
+                      l["bandwidth_gbps"].get<double>(), l["bytes"].get<double>(), l["utilisation"].get<double>(),
+                      l["max_flows"].get<int>());
+}
+
 void register_simulate(CLI::App& app) {
-  struct Opts {
-    PlanFlags plan;
-    ClusterFlags cluster;
-    std::string trace;
-    bool json_out = false, links = false;
-    std::size_t path_limit = 64;
-    std::string symmetry = "auto";
-  };
-  auto o = std::make_shared<Opts>();
+  auto o = std::make_shared<SimulateOpts>();
   auto* sub = app.add_subcommand(
       "simulate", "simulate one algorithm on a topology (or --uniform) and report time, overlap, memory");
   o->plan.add(*sub, /*with_ranks=*/false, /*with_plan_file=*/true);
@@ -73,115 +175,18 @@ void register_simulate(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   sub->callback([o, sub] {
-    const SymmetryUse use = o->symmetry == "on"    ? SymmetryUse::On
-                            : o->symmetry == "off" ? SymmetryUse::Off
-                                                   : SymmetryUse::Auto;
-    if (use == SymmetryUse::On && o->plan.from_file())
-      fail(Error{"--symmetry", "a plan file holds every rank's ops; --symmetry applies to --algo runs"});
-    check_command_files(
-        {{{"--topology", o->cluster.topology}, {"--plan", o->plan.plan_file}}, {{"--trace", o->trace}}, {}});
-    // A saved or hand-edited plan fixes algorithm, ranks, domains and workload.
-    std::optional<ir::Plan> file_plan;
-    if (o->plan.from_file()) {
-      file_plan = o->plan.make();
-      if (o->cluster.domains > 0) fail(Error{"--domains", "the plan file fixes the domains; drop --domains or --plan"});
-      if (o->cluster.uniform && sub->count("--ranks") == 0) o->cluster.ranks = file_plan->ranks;
-    }
-    const auto topo = o->cluster.get();
-    Run r;
-    if (file_plan) {
-      if (file_plan->ranks > topo.num_gpus())
-        fail(Error{"--plan",
-                   fmt::format("the plan has {} ranks; {} has {} GPUs", file_plan->ranks, topo.name, topo.num_gpus())});
-      place_file_plan(*file_plan, o->cluster, topo);
-      if (file_plan->groups == 1 && file_plan->gpus.empty() && file_plan->ranks < topo.num_gpus())
-        std::cerr << fmt::format("charm: warning: the plan does not fill {}: {} (nothing else runs on them)\n",
-                                 topo.name, sim::placement_text(file_plan->ranks, topo.num_gpus()));
-      auto e = sim::evaluate_plan(std::move(*file_plan), topo);
-      if (!e) throw RuntimeFailure{e.error().message()};
-      r = std::move(e).value();
-    } else {
-      if (const auto layout = o->cluster.layout_for(topo))
-        r = run_deployment(o->plan.algo, o->plan.workload.get(), topo, o->cluster.domains_for(topo), *layout, use);
-      else
-        r = run_one(o->plan.algo, o->plan.workload.get(), topo, o->cluster.domains_for(topo),
-                    o->cluster.ranks_for(topo), use, o->cluster.gpu_map(topo));
-    }
-    const ir::Workload w = r.plan.workload;
-    const int ranks = r.plan.ranks;
-    const int domains = r.plan.domains;
-    const std::string algo = r.plan.algo;
-    const auto& s = r.summary;
+    const auto [topo, r] = run_simulate(*o, *sub);
     if (!o->trace.empty()) write_file_atomic(o->trace, sim::chrome_trace(r.plan, r.result).dump() + "\n");
-    const double ccr = r.formula.ccr;
     const sim::Explanation ex = sim::explain(r.plan, r.result, topo);
-    const sim::MemoryVerdict mem = sim::memory_verdict(s.peak_mem_bytes, o->cluster.reserved_gb, topo.gpu);
+    const sim::MemoryVerdict mem = sim::memory_verdict(r.summary.peak_mem_bytes, o->cluster.reserved_gb, topo.gpu);
     warn_if_not_fits(mem);
     if (o->json_out) {
-      const json j = sim::simulate_json(r, topo, ex, mem, o->cluster.uniform, o->path_limit);
-      std::cout << j.dump(1) << "\n";
+      std::cout << sim::simulate_json(r, topo, ex, mem, o->cluster.uniform, o->path_limit).dump(1) << "\n";
       return;
     }
-    const std::string ranks_text = r.plan.groups == 1
-                                       ? fmt::format("{} ranks", ranks)
-                                       : fmt::format("{} CP groups of {} ranks", r.plan.groups, r.plan.group_ranks());
-    std::cout << fmt::format("# charm simulate: {} {} on {} ({}, {} domains){}\n", algo, to_string(w.pass), topo.name,
-                             ranks_text, domains, o->plan.from_file() ? " from " + o->plan.plan_file : "");
-    std::cout << fmt::format("# workload: B={} S={} H={}/{} D={} {} {}{}\n", w.batch, w.seq, w.heads, w.kv_heads,
-                             w.head_dim, to_string(w.dtype), to_string(r.plan.workload.layout),
-                             w.causal ? " " + w.mask_text() : "");
-    std::cout << fmt::format("# scope: {}\n", sim::scope_text(w.pass));
-    if (ranks < topo.num_gpus() || r.plan.groups > 1)
-      std::cout << fmt::format("# placement: {}\n", sim::placement_text(r.plan, topo.num_gpus()));
-    if (r.plan.symmetry.active())
-      std::cout << fmt::format(
-          "# simulated one class of {} rank{} standing for all {} classes ({} symmetry of plan and "
-          "topology: {} of {} ops; --symmetry off simulates every rank)\n",
-          r.plan.symmetry.block, r.plan.symmetry.block == 1 ? "" : "s", r.plan.symmetry.elements(ranks),
-          to_string(r.plan.symmetry.kind), r.plan.size(), sim::full_ops(r.plan));
-    std::cout << fmt::format("{:<28}{:>12.3f} ms\n", "time", s.time_s * 1e3);
-    std::cout << fmt::format("{:<28}{:>12.3f} ms  (per rank mean {:.3f}, max {:.3f})\n", "exposed communication",
-                             s.exposed_comm_s * 1e3, s.exposed_comm_mean_s * 1e3, s.exposed_comm_max_s * 1e3);
-    std::cout << fmt::format("{:<28}{:>12.3f} ms  (max {:.3f})\n", "compute idle (mean)", s.idle_mean_s * 1e3,
-                             s.idle_max_s * 1e3);
-    std::cout << fmt::format("{:<28}{:>12.3f} ms\n", "compute busy (mean)", s.busy_mean_s * 1e3);
-    if (w.position_mask() && !r.plan.symmetry.active()) {
-      const auto f = sim::flops_per_rank(r.plan);
-      const double mx = *std::max_element(f.begin(), f.end()), mn = *std::min_element(f.begin(), f.end());
-      const double mean = std::accumulate(f.begin(), f.end(), 0.0) / double(f.size());
-      std::cout << fmt::format("{:<28}{:>12.2f} max/mean  ({:.3g}-{:.3g} TFLOP of visible pairs per rank)\n",
-                               "mask imbalance", mean > 0 ? mx / mean : 1.0, mn / 1e12, mx / 1e12);
-    }
-    std::cout << fmt::format("{:<28}{:>12.3f} ms\n", "transfers in flight (mean)", s.comm_busy_mean_s * 1e3);
-    std::cout << fmt::format("{:<28}{:>12.3f}\n", "CCR (Eq. 7)", ccr);
-    std::cout << fmt::format("{:<28}{:>12.1f} MiB  ({})\n", "peak buffer memory", double(s.peak_mem_bytes) / (1 << 20),
-                             mem.line());
-    if (r.formula.available) {
-      std::cout << fmt::format("{:<28}{:>12.3f} ms  exposed {:.3f} ms  ({})\n", "formula (realised)",
-                               r.formula.time_s * 1e3, r.formula.exposed_s * 1e3,
-                               o->cluster.uniform ? "uniform" : "slowest ring hop");
-      std::cout << fmt::format("{:<28}{:>12.3f} ms  exposed {:.3f} ms\n", "formula (paper)",
-                               r.formula.paper_time_s * 1e3, r.formula.paper_exposed_s * 1e3);
-      if (!r.formula.applies)
-        std::cout << fmt::format("{:<28}does not describe this run: {}\n", "formula", r.formula.why_not);
-    }
-    std::cout << fmt::format("{:<28}{}\n", "bottleneck", ex.bottleneck.line());
-    std::cout << fmt::format("critical path: {} ops, ending at rank {}: {}\n", r.result.critical_path.size(),
-                             r.result.last_rank, sim::path_shares_text(ex.path, s.time_s));
-    if (ex.first_op != ir::kNone) {
-      auto at = [&](ir::OpId id) {
-        return fmt::format("rank {} {} [{:.3f} - {:.3f} ms]", r.plan.op(id).rank, ir::op_label(r.plan, id),
-                           r.result.start_s[std::size_t(id)] * 1e3, r.result.end_s[std::size_t(id)] * 1e3);
-      };
-      std::cout << fmt::format("  first: {}\n  last:  {}\n", at(ex.first_op), at(ex.last_op));
-    }
-    if (o->links) {
-      std::cout << fmt::format("# {:<32}{:>10}{:>12}{:>10}{:>8}\n", "link", "GB/s", "bytes", "util", "flows");
-      for (const auto& l : sim::links_json(topo, r.result))
-        std::cout << fmt::format("  {:<32}{:>10.1f}{:>12.3g}{:>10.3f}{:>8}\n", l["link"].get<std::string>(),
-                                 l["bandwidth_gbps"].get<double>(), l["bytes"].get<double>(),
-                                 l["utilisation"].get<double>(), l["max_flows"].get<int>());
-    }
+    print_simulation_head(std::cout, r, topo, o->plan.from_file() ? o->plan.plan_file : "");
+    print_simulation_figures(std::cout, r, ex, mem, o->cluster.uniform);
+    if (o->links) print_links(std::cout, r, topo);
     if (!o->trace.empty()) std::cout << fmt::format("wrote {}\n", o->trace);
   });
 }

@@ -70,6 +70,21 @@ sim::Evaluation run_deployment(const std::string& algo, const ir::Workload& w, c
   return std::move(r).value();
 }
 
+sim::Evaluation run_simulation(std::optional<ir::Plan> file_plan, const std::string& algo, const ir::Workload& w,
+                               const ClusterFlags& cluster, const topo::Topology& t, SymmetryUse use) {
+  if (!file_plan) {
+    if (const auto layout = cluster.layout_for(t))
+      return run_deployment(algo, w, t, cluster.domains_for(t), *layout, use);
+    return run_one(algo, w, t, cluster.domains_for(t), cluster.ranks_for(t), use, cluster.gpu_map(t));
+  }
+  if (file_plan->ranks > t.num_gpus())
+    fail(Error{"--plan", fmt::format("the plan has {} ranks; {} has {} GPUs", file_plan->ranks, t.name, t.num_gpus())});
+  place_file_plan(*file_plan, cluster, t);
+  auto e = sim::evaluate_plan(std::move(*file_plan), t);
+  if (!e) throw RuntimeFailure{e.error().message()};
+  return std::move(e).value();
+}
+
 void place_file_plan(ir::Plan& plan, const ClusterFlags& cluster, const topo::Topology& t) {
   const auto layout = cluster.layout_for(t);
   if (!plan.gpus.empty() && (layout || !cluster.gpus.empty()))

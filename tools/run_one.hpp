@@ -2,6 +2,7 @@
 // One algorithm planned and simulated end to end, as `charm simulate` and the Python module run it.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,13 @@ enum class SymmetryUse { Auto, On, Off };
 /// heads that TP does not divide are --tp's.
 [[nodiscard]] sim::Evaluation run_deployment(const std::string& algo, const ir::Workload& w, const topo::Topology& t,
                                              int domains, const sched::Layout& l, SymmetryUse use = SymmetryUse::Auto);
+
+/// What `charm simulate` (and the Python module's simulate) runs: a plan file, placed on `t` by
+/// place_file_plan, or `algo` on `w` as the cluster flags place it: every CP group of a --cp / --tp
+/// layout, one group by a --gpus map, or one group on the first GPUs. Errors as run_one's.
+[[nodiscard]] sim::Evaluation run_simulation(std::optional<ir::Plan> file_plan, const std::string& algo,
+                                             const ir::Workload& w, const ClusterFlags& cluster,
+                                             const topo::Topology& t, SymmetryUse use);
 
 /// Where a plan file's ranks run: its own placement, a --gpus map, or every CP group of a --cp / --tp
 /// layout (the file is one group's plan, on the group's share of the heads); by default GPU r. A
