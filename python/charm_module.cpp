@@ -41,6 +41,7 @@
 #include "tools/compare_report.hpp"
 #include "tools/plan_flags.hpp"
 #include "tools/run_one.hpp"
+#include "tools/sweep_request.hpp"
 #include "topologies/topology_json.hpp"
 
 namespace py = pybind11;
@@ -454,52 +455,26 @@ std::vector<std::int64_t> size_list(const py::object& o, const std::string& flag
   return out;
 }
 
-/// The hardware points of `set` ({"inter.bandwidth_gbps": [25, 50]}): one topology per point of the cross product.
-void add_set_points(sim::SweepSpec& spec, const json& doc, const std::string& file, std::size_t file_index,
-                    const std::vector<std::pair<std::string, std::vector<double>>>& sets) {
-  std::size_t points = 1;
-  for (const auto& s : sets) points *= s.second.size();
-  for (std::size_t i = 0; i < points; ++i) {
-    sim::SweepSpec::Point point{file_index, std::vector<double>(sets.size())};
-    for (std::size_t k = sets.size(), rest = i; k-- > 0; rest /= sets[k].second.size())
-      point.values[k] = sets[k].second[rest % sets[k].second.size()];
-    json edited = doc;
-    std::string assigned;
-    for (std::size_t k = 0; k < sets.size(); ++k) {
-      if (auto st = topo::set_number(edited, sets[k].first, point.values[k], file); !st)
-        fail(Error{"--set", st.error().message()});
-      assigned += fmt::format("{}{}={}", assigned.empty() ? "" : ", ", sets[k].first, point.values[k]);
-    }
-    auto t = topo::parse_topology(edited, file);
-    if (!t) fail(Error{"--set", fmt::format("{}: {}", assigned, t.error().message())});
-    spec.topologies.push_back(std::move(t).value());
-    spec.points.push_back(std::move(point));
-  }
-}
-
 py::object sweep_fn(const py::object& topology, const py::object& batch, const py::object& seq, const py::object& heads,
                     const py::object& head_dim, const py::object& kv_heads, const py::object& dtype, bool causal,
                     const py::object& layout, const py::object& algos, const std::string& pass, const py::object& jobs,
                     double reserved_gb, const py::object& set) {
   return guarded([&] {
-    sim::SweepSpec spec;
-    std::vector<std::pair<std::string, std::vector<double>>> sets;
+    std::vector<cli::SetFlag> sets;
     if (given(set)) {
       for (auto [k, v] : set.cast<py::dict>()) {
-        const auto field = py::str(k).cast<std::string>();
-        std::vector<double> values;
+        cli::SetFlag f{py::str(k).cast<std::string>(), {}};
         const py::object vo = py::reinterpret_borrow<py::object>(v);
         if (py::isinstance<py::int_>(vo) || py::isinstance<py::float_>(vo)) {
-          values.push_back(vo.cast<double>());
+          f.values.push_back(vo.cast<double>());
         } else {
           for (auto x : vo) {
             const double d = x.cast<double>();
-            if (std::find(values.begin(), values.end(), d) == values.end()) values.push_back(d);
+            if (std::find(f.values.begin(), f.values.end(), d) == f.values.end()) f.values.push_back(d);
           }
         }
-        if (values.empty()) fail(Error{"--set", fmt::format("{}: expected one or more values", field)});
-        spec.set_fields.push_back(field);
-        sets.emplace_back(field, std::move(values));
+        if (f.values.empty()) fail(Error{"--set", fmt::format("{}: expected one or more values", f.field)});
+        sets.push_back(std::move(f));
       }
     }
     // Topologies: a file, a dict, or a list of them (a str may list files comma-separated, as the flag does).
@@ -511,77 +486,37 @@ py::object sweep_fn(const py::object& topology, const py::object& batch, const p
     } else {
       topo_args.push_back(topology);
     }
-    if (topo_args.empty()) fail(Error{"--topology", "expected one or more topology files"});
+    std::vector<cli::SweepTopology> docs;
+    std::vector<std::string> names;
     for (std::size_t i = 0; i < topo_args.size(); ++i) {
       const bool dict = py::isinstance<py::dict>(topo_args[i]);
       const std::string name = dict ? fmt::format("topology[{}]", i) : *path_arg(topo_args[i]);
       auto doc = dict ? Expected<json>(from_py(topo_args[i], name)) : topo::read_topology_json(name);
-      auto t = doc ? topo::parse_topology(*doc, name) : Expected<topo::Topology>(doc.error());
-      if (!t) fail(Error{"--topology", t.error().message()});
-      if (sets.empty()) {
-        spec.topologies.push_back(std::move(t).value());
-      } else {
-        if (auto st = topo::complete_document(*doc, name); !st) fail(Error{"--topology", st.error().message()});
-        add_set_points(spec, *doc, name, i, sets);
-      }
+      if (!doc) fail(Error{"--topology", doc.error().message()});
+      docs.push_back({name, std::move(doc).value()});
+      names.push_back(name);
     }
-    spec.batch = size_list(batch, "--batch");
-    spec.seq = size_list(seq, "--seq");
-    spec.heads = size_list(heads, "--heads");
-    spec.head_dim = size_list(head_dim, "--head-dim");
-    if (given(kv_heads)) spec.kv_heads = size_list(kv_heads, "--kv-heads");
-    spec.dtypes.clear();
-    for (const auto& d : list_items(dtype, "--dtype")) {
-      auto v = ir::parse_dtype(d);
-      if (!v) fail(Error{"--dtype", v.error().what});
-      if (std::find(spec.dtypes.begin(), spec.dtypes.end(), *v) == spec.dtypes.end()) spec.dtypes.push_back(*v);
-    }
-    if (spec.dtypes.empty()) fail(Error{"--dtype", "expected bf16, fp16 or fp32"});
-    spec.layouts.clear();
-    for (const auto& l : list_items(layout, "--layout")) {
-      auto v = ir::parse_layout(l);
-      if (!v) fail(Error{"--layout", v.error().what});
-      if (std::find(spec.layouts.begin(), spec.layouts.end(), *v) == spec.layouts.end()) spec.layouts.push_back(*v);
-    }
-    if (spec.layouts.empty()) fail(Error{"--layout", "expected contiguous or zigzag"});
-    spec.causal = {causal};
-    const std::string names = algos_text(algos);
-    spec.algos = names.empty() ? sched::algorithm_names() : cli::algorithm_list(names);
-    if (!(reserved_gb >= 0) || !std::isfinite(reserved_gb) || reserved_gb > 1e4)
-      fail(Error{"--reserved-gb", fmt::format("must be a number of GB in [0, 10000], got {}", reserved_gb)});
-    spec.reserved_gb = reserved_gb;
-    if (pass == "fwd")
-      spec.passes = {ir::Phase::Fwd};
-    else if (pass == "bwd")
-      spec.passes = {ir::Phase::Bwd};
-    else if (pass == "both")
-      spec.passes = {ir::Phase::Fwd, ir::Phase::Bwd};
-    else
-      fail(Error{"--pass", fmt::format("expected fwd, bwd or both, got '{}'", pass)});
+    sim::SweepSpec spec = cli::sweep_topologies(docs, sets);
+    cli::SweepLists lists;
+    lists.batch = size_list(batch, "--batch");
+    lists.seq = size_list(seq, "--seq");
+    lists.heads = size_list(heads, "--heads");
+    lists.head_dim = size_list(head_dim, "--head-dim");
+    if (given(kv_heads)) lists.kv_heads = size_list(kv_heads, "--kv-heads");
+    lists.dtypes = list_items(dtype, "--dtype");
+    lists.layouts = list_items(layout, "--layout");
+    lists.causal = causal;
+    lists.algos = algos_text(algos);
+    lists.pass = pass;
+    lists.reserved_gb = reserved_gb;
+    cli::set_sweep_lists(spec, lists);
     const int hw = int(std::max(1u, std::thread::hardware_concurrency()));
     sim::SweepControl control;
     control.jobs = given(jobs) ? jobs.cast<int>() : hw;
     if (control.jobs < 1 || control.jobs > 1024)
       fail(Error{"--jobs", fmt::format("must be in [1, 1024], got {}", control.jobs)});
     // Each (topology, algorithm, pass, layout, mask)'s simulation must fit, as charm sweep checks before it runs.
-    std::set<std::tuple<std::size_t, std::string, int, int, bool>> fit;
-    std::vector<std::string> budget_algos = spec.algos;
-    budget_algos.push_back("ring");
-    for (std::size_t i = 0; i < spec.num_configs(); ++i) {
-      const sim::SweepConfig c = sim::sweep_config(spec, i);
-      const topo::Topology& t = spec.topologies[c.topology];
-      for (const ir::Phase phase : spec.passes)
-        for (const auto& a : budget_algos) {
-          ir::Workload wp = c.workload;
-          wp.pass = phase == ir::Phase::Fwd ? ir::PassKind::Fwd : ir::PassKind::Bwd;
-          const auto req = sim::normalised_request({a, wp, t.num_gpus(), sim::default_domains(t)});
-          const auto key = std::tuple{c.topology, req.algo, int(wp.pass), int(req.workload.layout), wp.causal};
-          if (fit.count(key) > 0 || !sched::check_request(req)) continue;
-          cli::check_plan_budget(req, 60, "the simulation",
-                                 sim::quotient_symmetry(sched::plan_symmetry(req), t, req.ranks));
-          fit.insert(key);
-        }
-    }
+    cli::check_sweep_memory(spec, names);
     json j;
     {
       py::gil_scoped_release nogil;

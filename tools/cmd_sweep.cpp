@@ -30,6 +30,7 @@
 #include "sim/sweep.hpp"
 #include "sim/sweep_plot.hpp"
 #include "tools/cli_common.hpp"
+#include "tools/sweep_request.hpp"
 #include "topologies/topology_json.hpp"
 
 extern char** environ;
@@ -101,11 +102,6 @@ Expected<std::vector<std::int64_t>> parse_list(const std::string& text, const st
 }
 
 // ---- hardware sweeps: --set FIELD=LIST, numbers of the topology JSON ----
-
-struct SetFlag {
-  std::string field;           // dotted path, e.g. inter.bandwidth_gbps
-  std::vector<double> values;  // distinct, in the order given
-};
 
 /// Whether walking lo..hi by `step` (op '+': an increment, '*': a factor) ends within the
 /// values a list may hold: the step must move lo in double arithmetic, and the values it
@@ -181,71 +177,6 @@ Expected<SetFlag> parse_set(const std::string& text) {
     }
   }
   return s;
-}
-
-/// Adds one topology per point of the sets' cross product (the first --set varies slowest): the
-/// file's JSON with those numbers replaced, then parsed, so the topology's own checks judge every value.
-void add_set_points(sim::SweepSpec& spec, const nlohmann::json& doc, const std::string& file, std::size_t file_index,
-                    const std::vector<SetFlag>& sets) {
-  std::size_t points = 1;
-  for (const auto& set : sets) points *= set.values.size();
-  for (std::size_t i = 0; i < points; ++i) {
-    sim::SweepSpec::Point point{file_index, std::vector<double>(sets.size())};
-    for (std::size_t k = sets.size(), rest = i; k-- > 0; rest /= sets[k].values.size())
-      point.values[k] = sets[k].values[rest % sets[k].values.size()];
-    nlohmann::json edited = doc;
-    std::vector<std::string> assigned;
-    for (std::size_t k = 0; k < sets.size(); ++k) {
-      if (auto st = topo::set_number(edited, sets[k].field, point.values[k], file); !st)
-        fail(Error{"--set", st.error().message()});
-      assigned.push_back(fmt::format("{}={}", sets[k].field, point.values[k]));
-    }
-    auto t = topo::parse_topology(edited, file);
-    if (!t) fail(Error{"--set", fmt::format("{}: {}", fmt::join(assigned, ", "), t.error().message())});
-    spec.topologies.push_back(std::move(t).value());
-    spec.points.push_back(std::move(point));
-  }
-}
-
-// ---- memory: each configuration's simulation is judged as charm simulate judges it ----
-
-/// Where topology `t` of the sweep came from, for a message: its file, and its --set values.
-Error config_error(const sim::SweepSpec& spec, std::size_t t, const std::vector<std::string>& files,
-                   const std::string& what) {
-  if (spec.set_fields.empty()) return Error{"--topology", fmt::format("{}: {}", files[t], what)};
-  std::vector<std::string> assigned;
-  for (std::size_t k = 0; k < spec.set_fields.size(); ++k)
-    assigned.push_back(fmt::format("{}={}", spec.set_fields[k], spec.points[t].values[k]));
-  return Error{"--set", fmt::format("{}: {}", fmt::join(assigned, ", "), what)};
-}
-
-/// Refuses, before any simulation, a sweep with a configuration whose simulation would not
-/// fit: the estimate of charm simulate (check_plan_budget on the plan sim::evaluate builds,
-/// a quotient one where the topology allows), for every (configuration, algorithm, pass) the
-/// planner accepts. The estimate depends on the topology, algorithm, pass, layout and mask
-/// only, so each of those is estimated once.
-void check_sweep_memory(const sim::SweepSpec& spec, const std::vector<std::string>& files) {
-  std::set<std::tuple<std::size_t, std::string, int, int, bool>> fit;
-  std::vector<std::string> algos = spec.algos;
-  algos.push_back("ring");  // the baseline runs whether listed or not
-  for (std::size_t i = 0; i < spec.num_configs(); ++i) {
-    const sim::SweepConfig c = sim::sweep_config(spec, i);
-    const topo::Topology& t = spec.topologies[c.topology];
-    for (const ir::Phase phase : spec.passes)
-      for (const auto& algo : algos) {
-        ir::Workload w = c.workload;
-        w.pass = phase == ir::Phase::Fwd ? ir::PassKind::Fwd : ir::PassKind::Bwd;
-        const auto req = sim::normalised_request({algo, w, t.num_gpus(), sim::default_domains(t)});
-        const auto key = std::tuple{c.topology, req.algo, int(w.pass), int(req.workload.layout), w.causal};
-        if (fit.count(key) > 0 || !sched::check_request(req)) continue;
-        try {
-          check_plan_budget(req, 60, "the simulation", sim::quotient_symmetry(sched::plan_symmetry(req), t, req.ranks));
-        } catch (const UsageError& e) {
-          fail(config_error(spec, c.topology, files, e.error.what));
-        }
-        fit.insert(key);
-      }
-  }
 }
 
 // ---- Ctrl-C: the handler only raises a flag; the sweep polls it ----
@@ -452,7 +383,6 @@ void register_sweep(CLI::App& app) {
   add_max_memory(*sub);
 
   sub->callback([o, sub] {
-    sim::SweepSpec spec;
     // Topologies, and their hardware points when numbers are --set.
     std::vector<SetFlag> sets;
     std::size_t points = 1;
@@ -463,58 +393,29 @@ void register_sweep(CLI::App& app) {
       points *= set.values.size();
       if (points > kMaxListValues)
         fail(Error{"--set", fmt::format("the sets make more than {} hardware points per topology", kMaxListValues)});
-      spec.set_fields.push_back(set.field);
       sets.push_back(std::move(set));
     }
     const auto files = split_list(o->topologies);
-    if (files.empty()) fail(Error{"--topology", "expected one or more topology files"});
-    for (std::size_t i = 0; i < files.size(); ++i) {
-      // The file as given must be valid too: its own faults are --topology's, not a --set value's.
-      auto doc = topo::read_topology_json(files[i]);
-      auto t = doc ? topo::parse_topology(*doc, files[i]) : Expected<topo::Topology>(doc.error());
-      if (!t) fail(Error{"--topology", t.error().message()});
-      if (sets.empty()) {
-        spec.topologies.push_back(std::move(t).value());
-      } else {
-        // Every documented field can be set, spelt out in the file or not (its default is the base).
-        if (auto st = topo::complete_document(*doc, files[i]); !st) fail(Error{"--topology", st.error().message()});
-        add_set_points(spec, *doc, files[i], i, sets);
-      }
+    std::vector<SweepTopology> docs;
+    for (const auto& f : files) {
+      auto doc = topo::read_topology_json(f);
+      if (!doc) fail(Error{"--topology", doc.error().message()});
+      docs.push_back({f, std::move(doc).value()});
     }
-    // Workload lists.
-    spec.batch = unwrap(parse_list(o->batch, "--batch"));
-    spec.seq = unwrap(parse_list(o->seq, "--seq"));
-    spec.heads = unwrap(parse_list(o->heads, "--heads"));
-    spec.head_dim = unwrap(parse_list(o->head_dim, "--head-dim"));
-    if (!o->kv_heads.empty()) spec.kv_heads = unwrap(parse_list(o->kv_heads, "--kv-heads"));
-    spec.dtypes.clear();
-    for (const auto& d : split_list(o->dtype)) {
-      auto v = ir::parse_dtype(d);
-      if (!v) fail(Error{"--dtype", v.error().what});
-      if (std::find(spec.dtypes.begin(), spec.dtypes.end(), *v) == spec.dtypes.end()) spec.dtypes.push_back(*v);
-    }
-    if (spec.dtypes.empty()) fail(Error{"--dtype", "expected bf16, fp16 or fp32"});
-    spec.layouts.clear();
-    for (const auto& l : split_list(o->layout)) {
-      auto v = ir::parse_layout(l);
-      if (!v) fail(Error{"--layout", v.error().what});
-      if (std::find(spec.layouts.begin(), spec.layouts.end(), *v) == spec.layouts.end()) spec.layouts.push_back(*v);
-    }
-    if (spec.layouts.empty()) fail(Error{"--layout", "expected contiguous or zigzag"});
-    spec.causal = {o->causal};
-    // Algorithms and passes.
-    spec.algos = o->algos.empty() ? sched::algorithm_names() : algorithm_list(o->algos);
-    if (!(o->reserved_gb >= 0) || !std::isfinite(o->reserved_gb) || o->reserved_gb > 1e4)
-      fail(Error{"--reserved-gb", fmt::format("must be a number of GB in [0, 10000], got {}", o->reserved_gb)});
-    spec.reserved_gb = o->reserved_gb;
-    if (o->pass == "fwd")
-      spec.passes = {ir::Phase::Fwd};
-    else if (o->pass == "bwd")
-      spec.passes = {ir::Phase::Bwd};
-    else if (o->pass == "both")
-      spec.passes = {ir::Phase::Fwd, ir::Phase::Bwd};
-    else
-      fail(Error{"--pass", fmt::format("expected fwd, bwd or both, got '{}'", o->pass)});
+    sim::SweepSpec spec = sweep_topologies(docs, sets);
+    SweepLists lists;
+    lists.batch = unwrap(parse_list(o->batch, "--batch"));
+    lists.seq = unwrap(parse_list(o->seq, "--seq"));
+    lists.heads = unwrap(parse_list(o->heads, "--heads"));
+    lists.head_dim = unwrap(parse_list(o->head_dim, "--head-dim"));
+    if (!o->kv_heads.empty()) lists.kv_heads = unwrap(parse_list(o->kv_heads, "--kv-heads"));
+    lists.dtypes = split_list(o->dtype);
+    lists.layouts = split_list(o->layout);
+    lists.causal = o->causal;
+    lists.algos = o->algos;
+    lists.pass = o->pass;
+    lists.reserved_gb = o->reserved_gb;
+    set_sweep_lists(spec, lists);
     // Outputs and jobs.
     if (!o->plot.empty() && !o->plot.ends_with(".png") && !o->plot.ends_with(".svg"))
       fail(Error{"--plot", fmt::format("'{}' must end in .png or .svg", o->plot)});

@@ -1,0 +1,52 @@
+#pragma once
+// `charm sweep` from its parsed flags to a sim::SweepSpec, shared by the command and the Python
+// module: the topologies and their --set hardware points, the workload lists, the algorithms and
+// passes, and the memory check every configuration passes before anything runs. Errors are the
+// user's (UsageError via fail(), exit 2), named by the flag.
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sim/sweep.hpp"
+
+namespace charm::cli {
+
+/// One --set: a documented number of the topology JSON and the values it takes.
+struct SetFlag {
+  std::string field;           // dotted path, e.g. inter.bandwidth_gbps
+  std::vector<double> values;  // distinct, in the order given
+};
+
+/// A topology the sweep reads: its name in messages (the file, or "topology[i]") and its document.
+struct SweepTopology {
+  std::string name;
+  nlohmann::json doc;
+};
+
+/// The workload lists and choices, as the front end parsed them (sizes are >= 1, distinct).
+struct SweepLists {
+  std::vector<std::int64_t> batch, seq, heads, head_dim, kv_heads;  // kv_heads empty: = heads
+  std::vector<std::string> dtypes, layouts;
+  bool causal = false;
+  std::string algos;  // comma-separated (empty: every algorithm)
+  std::string pass = "fwd";
+  double reserved_gb = 0;
+};
+
+/// A spec's topologies: every one (or each one's --set points, the first set varying slowest). Each
+/// topology must be valid as given, and each point as edited.
+[[nodiscard]] sim::SweepSpec sweep_topologies(const std::vector<SweepTopology>& topologies,
+                                              const std::vector<SetFlag>& sets);
+/// The rest of the spec: the workload lists, the algorithms and the passes.
+void set_sweep_lists(sim::SweepSpec& spec, const SweepLists& lists);
+
+/// Refuses, before any simulation, a sweep with a configuration whose simulation would not fit: the
+/// estimate of charm simulate, for every (configuration, algorithm, pass) the planner accepts, each
+/// (topology, algorithm, pass, layout, mask) once. The error names the topology (by `names`) or the
+/// --set values.
+void check_sweep_memory(const sim::SweepSpec& spec, const std::vector<std::string>& names);
+
+}  // namespace charm::cli
