@@ -1,9 +1,11 @@
 # Simulator tests: exact hand-computed times, formula agreement, reports, CLI.
 charm_add_test(sim_engine_test SOURCES sim_engine_test.cpp LIBS charm::sim charm::scheduler LABELS unit TIMEOUT 60)
+charm_add_test(event_queue_test SOURCES event_queue_test.cpp LIBS charm::sim LABELS unit TIMEOUT 60)
 # The kernel's shape and the stack's costs per block.
 charm_add_test(compute_model_test SOURCES compute_model_test.cpp LIBS charm::sim LABELS unit TIMEOUT 60)
 charm_add_test(sim_formula_test SOURCES sim_formula_test.cpp LIBS charm::evaluate charm::scheduler LABELS unit TIMEOUT 600)
 charm_add_test(sim_cli_test SOURCES sim_cli_test.cpp LIBS nlohmann_json::nlohmann_json LABELS integration TIMEOUT 300)
+charm_add_test(golden_test SOURCES golden_test.cpp LABELS integration TIMEOUT 300)
 # Every preset x algorithm x pass x mask: the reported time is the end of the last op and of the critical path.
 charm_add_test(sim_consistency_test SOURCES sim_consistency_test.cpp LIBS charm::evaluate charm::scheduler LABELS unit TIMEOUT 600)
 # What bounds a run, the critical-path shares, the memory verdict, and the advisor's ranking.
