@@ -2,7 +2,10 @@
 add_library(charm_warnings INTERFACE)
 target_compile_options(charm_warnings INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wno-unused-parameter>
-  $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${CHARM_WERROR}>>:-Werror>)
+  $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${CHARM_WERROR}>>:-Werror>
+  # CUDA sources: nvcc's own warnings, and the host compiler's on the host side of the .cu files.
+  $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-Wno-unused-parameter>
+  $<$<AND:$<COMPILE_LANGUAGE:CUDA>,$<BOOL:${CHARM_WERROR}>>:-Werror=all-warnings -Xcompiler=-Werror>)
 if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
   # GCC 12 at -O3 reports false positives inside libstdc++ and Boost.Graph headers
   # (std::string copies, Boost's optional iterators); keep them visible, not fatal.
