@@ -23,8 +23,8 @@ struct Golden {
 // The README's main job and the runs its text shows, on the calibrated presets.
 constexpr Golden kGolden[] = {
     {"advise-h100-2x8.txt", "advise -t topologies/h100-2x8.json --batch 16 --seq 26880 --heads 12 --head-dim 192 -j 2"},
-    {"compare-h100-2x8.txt",
-     "compare -t topologies/h100-2x8.json --batch 16 --seq 26880 --heads 12 --head-dim 192 --algos ring,merge,rm+,charm"},
+    {"compare-h100-2x8.txt", "compare -t topologies/h100-2x8.json --batch 16 --seq 26880 --heads 12 --head-dim 192 "
+                             "--algos ring,merge,rm+,charm"},
     {"simulate-charm-h100-4x8.txt",
      "simulate -t topologies/h100-4x8.json --algo charm --batch 16 --seq 31744 --heads 12 --head-dim 192 --pass both"},
     {"simulate-ring-causal-l20.txt",
@@ -69,8 +69,9 @@ TEST_P(GoldenOutput, IsTheFileByteForByte) {
   ASSERT_TRUE(in.good()) << path_of(g.file) << " is missing: CHARM_GOLDEN_UPDATE=1 build/tests/golden_test";
   std::stringstream want;
   want << in.rdbuf();
-  EXPECT_EQ(got, want.str()) << "charm " << g.args << "\nno longer prints " << g.file
-                             << "; if the change is meant, regenerate with CHARM_GOLDEN_UPDATE=1 build/tests/golden_test";
+  EXPECT_EQ(got, want.str())
+      << "charm " << g.args << "\nno longer prints " << g.file
+      << "; if the change is meant, regenerate with CHARM_GOLDEN_UPDATE=1 build/tests/golden_test";
 }
 
 std::string name(const ::testing::TestParamInfo<Golden>& i) {
