@@ -48,6 +48,8 @@ class Engine {
   void reschedule(RankId r);     // the rank's compute rate follows its flows
   void rescale_flows(RankId r);  // its links' rate follows its compute
   void flow_endpoints(int f, int delta);
+  [[nodiscard]] Error deadlock() const;  // names the first op that never ran
+  void finish();                         // the figures of a complete run: makespan, idle, channels, paths, memory
   void critical_path();
   void release_replay_state();
   void peak_memory();
@@ -377,19 +379,26 @@ Expected<SimResult> Engine::run() {
       break;
     }
   }
-  if (done_ != plan_.size()) {
-    OpId stuck = kNone;
-    for (std::size_t s = 0; s < idx_->lanes() && stuck == kNone; ++s)
-      if (head_[s] < idx_->lane_end(s)) stuck = idx_->at(head_[s]);
-    std::string what = "?";
-    if (stuck != kNone) {
-      const Op& so = plan_.op(stuck);
-      what = fmt::format("rank {} stream {} {}", so.rank, to_string(so.stream), to_string(so.kind));
-      if (is_comm(so)) what += fmt::format(" peer {} tag {}", so.peer, so.tag);
-    }
-    return Error{"simulate", fmt::format("the plan deadlocks: {} of {} ops completed; stuck at op {} ({})", done_,
-                                         plan_.size(), stuck, what)};
+  if (done_ != plan_.size()) return deadlock();
+  finish();
+  return std::move(res_);
+}
+
+Error Engine::deadlock() const {
+  OpId stuck = kNone;
+  for (std::size_t s = 0; s < idx_->lanes() && stuck == kNone; ++s)
+    if (head_[s] < idx_->lane_end(s)) stuck = idx_->at(head_[s]);
+  std::string what = "?";
+  if (stuck != kNone) {
+    const Op& so = plan_.op(stuck);
+    what = fmt::format("rank {} stream {} {}", so.rank, to_string(so.stream), to_string(so.kind));
+    if (is_comm(so)) what += fmt::format(" peer {} tag {}", so.peer, so.tag);
   }
+  return Error{"simulate", fmt::format("the plan deadlocks: {} of {} ops completed; stuck at op {} ({})", done_,
+                                       plan_.size(), stuck, what)};
+}
+
+void Engine::finish() {
   res_.makespan_s = now_;
   for (int r = 0; r < simulated_ranks(); ++r) {
     auto& rs = res_.ranks[std::size_t(r)];
@@ -415,7 +424,6 @@ Expected<SimResult> Engine::run() {
   int last = 0;
   while (last + 1 < plan_.ranks && res_.ranks[std::size_t(last)].end_s < latest * (1 - 1e-9)) ++last;
   res_.last_rank = last;
-  return std::move(res_);
 }
 
 void Engine::critical_path() {
