@@ -17,10 +17,8 @@
 #include <cmath>
 #include <limits>
 #include <optional>
-#include <set>
 #include <string>
 #include <thread>
-#include <tuple>
 #include <utility>
 #include <vector>
 

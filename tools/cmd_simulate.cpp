@@ -37,11 +37,6 @@ namespace {
 
 using nlohmann::json;
 
-using sim::bottleneck_json;
-using sim::closed_form_json;
-using sim::formula_json;
-using sim::memory_json;
-using sim::workload_json;
 using Run = sim::Evaluation;
 
 /// One warning line on stderr when the buffers do not fit (the answer itself still goes to stdout).

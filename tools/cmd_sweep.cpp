@@ -22,7 +22,6 @@
 #include <filesystem>
 #include <set>
 #include <thread>
-#include <tuple>
 
 #include "scheduler/planners/planners.hpp"
 #include "sim/evaluate.hpp"
