@@ -96,13 +96,14 @@ Expected<Evaluation> evaluate_plan(ir::Plan plan, const topo::Topology& t, SimOp
   return e;
 }
 
-Expected<Evaluation> evaluate(const sched::PlanRequest& req, const topo::Topology& t, bool by_symmetry) {
+Expected<Evaluation> evaluate(const sched::PlanRequest& req, const topo::Topology& t, bool by_symmetry,
+                              SimOptions options) {
   const sched::PlanRequest r = normalised_request(req);
   ir::RankSymmetry q;
   if (by_symmetry && sched::check_request(r)) q = quotient_symmetry(sched::plan_symmetry(r), t, r.ranks);
   auto plan = sched::make_plan(r, q);
   if (!plan) return plan.error();
-  return evaluate_plan(std::move(plan).value(), t);
+  return evaluate_plan(std::move(plan).value(), t, options);
 }
 
 Expected<int> deployment_copies(const sched::Layout& l, const topo::Topology& t) {

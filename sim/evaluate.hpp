@@ -63,8 +63,9 @@ struct Evaluation {
 /// as long, but where several tie it may take another than the full simulation's
 /// walk (the ring's rank 0 issues its groups as [send, recv], the others as
 /// [recv, send]), so its shares by class may differ.
+/// `options` as simulate's (a sweep leaves the critical path out).
 [[nodiscard]] Expected<Evaluation> evaluate(const sched::PlanRequest& req, const topo::Topology& t,
-                                            bool by_symmetry = false);
+                                            bool by_symmetry = false, SimOptions options = {});
 
 /// How many CP groups of layout `l` to simulate for all on `t`: the smallest class of whole groups that
 /// the layout's rotation of ranks and the topology's blocks share, or every group where none is

@@ -411,7 +411,7 @@ void Engine::finish() {
     const int k = representative_channel(topo_, sym_, c);
     res_.channels[std::size_t(c)] = {net_.channel_bytes(k), net_.channel_busy_s(k), net_.channel_max_flows(k)};
   }
-  critical_path();
+  if (opt_.critical_path) critical_path();
   release_replay_state();  // before peak_memory's tables, so the two never add up
   peak_memory();
   // A quotient plan's other ranks live their representative's timeline.

@@ -62,6 +62,7 @@ struct SimResult {
 struct SimOptions {
   bool compute = true;  // false: compute, merges and copies take no time
   bool comm = true;     // false: every transfer completes as soon as both sides are issued
+  bool critical_path = true;  // false: SimResult::critical_path stays empty (callers that report figures only)
 };
 
 /// Simulates `plan` on `topology`: rank r on GPU plan.gpu_of(r) (the first plan.ranks GPUs
