@@ -11,13 +11,10 @@
 #include <thread>
 
 #include "runtime/mpi_check.hpp"
+#include "runtime/mpi_comms.hpp"
 #include "runtime/mpi_transport.hpp"
 
 namespace charm::rt {
-
-struct MpiContext::Comms {
-  MPI_Comm comm = MPI_COMM_NULL, hb = MPI_COMM_NULL;
-};
 
 namespace {
 

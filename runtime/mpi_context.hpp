@@ -12,6 +12,8 @@
 // rank stops every rank, a long computation anywhere counts as progress, and a
 // stopped or dead peer is a stall (exit 3) on the others.
 
+#include <atomic>
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -67,6 +69,26 @@ class MpiContext {
   /// propagates on rank 0 (the others get kExitRuntime, or 2 for a usage error: `usage`).
   [[nodiscard]] Expected<int> rank0_decides(const std::function<int()>& work,
                                             const std::function<int(std::exception_ptr)>& code_of, double timeout_s);
+
+  /// Tasks 0..total-1 spread over the processes (a sweep's configurations): each process runs
+  /// `jobs` worker threads; rank 0's take tasks one at a time from the job's queue, the other
+  /// processes' ask rank 0 for chunks that shrink as the queue empties (so that the last tasks
+  /// spread out), and every finished task's bytes (what `task` returns) go to rank 0 at once.
+  /// Rank 0 gets every task's bytes in task order, the others an empty vector. Only the calling
+  /// thread calls MPI. Every process that has work left sends rank 0 a heartbeat five times a
+  /// second, so a long task is not a stall; a process silent for `timeout_s` while it holds tasks
+  /// (stopped, dead) is a stall on rank 0, and a rank 0 that does not answer a request for
+  /// `timeout_s` one on the asker: the error comes back (the caller ends the job). `cancel`
+  /// (a signal) ends the loop on the process where it is set: Error "interrupted".
+  struct TaskShare {
+    std::size_t total = 0;
+    int jobs = 1;
+    std::function<std::string(std::size_t)> task;                       // on a worker thread
+    std::function<void(std::size_t done, std::size_t total)> progress;  // rank 0, about ten times a second
+    const std::atomic<bool>* cancel = nullptr;
+    double timeout_s = 30;
+  };
+  [[nodiscard]] Expected<std::vector<std::string>> share_tasks(const TaskShare& share);
 
   /// Ends every process of the job with `code` (where agreement is impossible).
   [[noreturn]] void abort(int code);

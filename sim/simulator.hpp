@@ -60,8 +60,8 @@ struct SimResult {
 /// What a simulation charges: everything, or one side alone as if the other were free (the
 /// paper's T_comm and T_comp of a schedule: its steps' communication, or computation, one after another).
 struct SimOptions {
-  bool compute = true;  // false: compute, merges and copies take no time
-  bool comm = true;     // false: every transfer completes as soon as both sides are issued
+  bool compute = true;        // false: compute, merges and copies take no time
+  bool comm = true;           // false: every transfer completes as soon as both sides are issued
   bool critical_path = true;  // false: SimResult::critical_path stays empty (callers that report figures only)
 };
 

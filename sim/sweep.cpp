@@ -21,13 +21,6 @@ namespace {
 
 std::size_t kv_count(const SweepSpec& s) { return s.kv_heads.empty() ? 1 : s.kv_heads.size(); }
 
-/// Everything one task produces; each task owns its slot.
-struct TaskOut {
-  std::vector<SweepRow> rows;
-  std::size_t simulations = 0, skipped = 0;
-  std::vector<std::string> skip_reasons, failures;
-};
-
 /// An algorithm that forces its layout (ring-zigzag, tasp-zigzag) would give one and the same row
 /// in every configuration that differs only in layout. It runs in the configuration of the layout
 /// it runs on, so its speedup is over ring on that layout (the ring row with the same key), or,
@@ -39,8 +32,8 @@ bool runs_elsewhere(const SweepSpec& spec, const std::string& algo, const ir::Wo
   return listed || w.layout != spec.layouts.front();
 }
 
-TaskOut run_task(const SweepSpec& spec, std::size_t config, ir::Phase phase) {
-  TaskOut out;
+SweepTaskOut run_task(const SweepSpec& spec, std::size_t config, ir::Phase phase) {
+  SweepTaskOut out;
   const SweepConfig c = sweep_config(spec, config);
   const topo::Topology& t = spec.topologies[c.topology];
   const int ranks = t.num_gpus();
@@ -132,6 +125,37 @@ SweepConfig sweep_config(const SweepSpec& s, std::size_t i) {
   return c;
 }
 
+std::size_t sweep_tasks(const SweepSpec& spec) { return spec.num_configs() * spec.passes.size(); }
+
+SweepTaskOut run_sweep_task(const SweepSpec& spec, std::size_t i) {
+  const std::size_t passes = spec.passes.size();
+  try {
+    return run_task(spec, i / passes, spec.passes[i % passes]);
+  } catch (const std::exception& e) {
+    SweepTaskOut out;
+    out.failures.push_back(fmt::format("task {}: {}", i, e.what()));
+    return out;
+  }
+}
+
+SweepResult sweep_result(const SweepSpec& spec, std::vector<std::optional<SweepTaskOut>> outs, double wall_s) {
+  SweepResult res;
+  res.configs = spec.num_configs();
+  for (auto& slot : outs) {
+    if (!slot) continue;
+    auto& o = *slot;
+    ++res.tasks_done;
+    res.simulations += o.simulations;
+    res.skipped += o.skipped;
+    for (auto& r : o.skip_reasons) ++res.skip_reasons[r];
+    for (auto& f : o.failures) res.failures.push_back(std::move(f));
+    for (auto& r : o.rows) res.rows.push_back(std::move(r));
+  }
+  res.cancelled = res.tasks_done < outs.size();
+  res.wall_s = wall_s;
+  return res;
+}
+
 SweepResult run_sweep(const SweepSpec& spec, const SweepControl& control) {
   CHARM_ASSERT(spec.set_fields.empty() || spec.points.size() == spec.topologies.size(),
                "one hardware point per topology");
@@ -139,12 +163,9 @@ SweepResult run_sweep(const SweepSpec& spec, const SweepControl& control) {
     CHARM_ASSERT(p.values.size() == spec.set_fields.size(), "one value per swept field");
   CHARM_ASSERT(!spec.layouts.empty(), "at least one layout");
   const auto t0 = std::chrono::steady_clock::now();
-  SweepResult res;
-  res.configs = spec.num_configs();
-  const std::size_t passes = spec.passes.size();
-  const std::size_t total = res.configs * passes;
-  std::vector<TaskOut> outs(total);
-  std::vector<char> done_flags(total, 0);
+  const std::size_t total = sweep_tasks(spec);
+  // Each task owns its slot, so the rows come out in task order whatever the workers do.
+  std::vector<std::optional<SweepTaskOut>> outs(total);
 
   std::atomic<std::size_t> next{0}, done{0};
   std::mutex mu;
@@ -155,13 +176,7 @@ SweepResult run_sweep(const SweepSpec& spec, const SweepControl& control) {
       if (cancelled()) break;
       const std::size_t i = next.fetch_add(1, std::memory_order_relaxed);
       if (i >= total) break;
-      try {
-        outs[i] = run_task(spec, i / passes, spec.passes[i % passes]);
-      } catch (const std::exception& e) {
-        outs[i] = {};
-        outs[i].failures.push_back(fmt::format("task {}: {}", i, e.what()));
-      }
-      done_flags[i] = 1;
+      outs[i] = run_sweep_task(spec, i);
       if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == total) {
         const std::lock_guard lock(mu);
         cv.notify_all();
@@ -182,20 +197,70 @@ SweepResult run_sweep(const SweepSpec& spec, const SweepControl& control) {
   }
   for (auto& th : pool) th.join();
   if (control.progress) control.progress(done.load(), total);
+  return sweep_result(spec, std::move(outs),
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
 
-  res.tasks_done = done.load();
-  res.cancelled = res.tasks_done < total;
-  for (std::size_t i = 0; i < total; ++i) {
-    if (!done_flags[i]) continue;
-    auto& o = outs[i];
-    res.simulations += o.simulations;
-    res.skipped += o.skipped;
-    for (auto& r : o.skip_reasons) ++res.skip_reasons[r];
-    for (auto& f : o.failures) res.failures.push_back(std::move(f));
-    for (auto& r : o.rows) res.rows.push_back(std::move(r));
+namespace {
+/// A row on the wire: [topology, ranks, domains, workload, algo, pass, ccr, time_ms, exposed_comm_ms, idle_ms,
+/// speedup_vs_ring, peak_mem_bytes, fits].
+constexpr std::size_t kRowFields = 13;
+}  // namespace
+
+std::string encode_task(const SweepTaskOut& out) {
+  using nlohmann::json;
+  json rows = json::array();
+  for (const auto& r : out.rows)
+    rows.push_back(json::array({r.topology, r.ranks, r.domains, ir::workload_to_json(r.workload), r.algo,
+                                std::string(to_string(r.pass)), r.ccr, r.time_ms, r.exposed_comm_ms, r.idle_ms,
+                                r.speedup_vs_ring, r.peak_mem_bytes, r.fits}));
+  const json j{{"rows", rows},
+               {"simulations", out.simulations},
+               {"skipped", out.skipped},
+               {"skip_reasons", out.skip_reasons},
+               {"failures", out.failures}};
+  const auto bytes = json::to_msgpack(j);
+  return {bytes.begin(), bytes.end()};
+}
+
+Expected<SweepTaskOut> decode_task(const SweepSpec& spec, std::string_view bytes) {
+  using nlohmann::json;
+  const json j = json::from_msgpack(bytes.begin(), bytes.end(), /*strict=*/true, /*allow_exceptions=*/false);
+  auto bad = [](const std::string& why) { return Error{"sweep", "a task's result does not read back: " + why}; };
+  if (j.is_discarded() || !j.is_object()) return bad("not MessagePack of an object");
+  try {
+    SweepTaskOut out;
+    out.simulations = j.at("simulations").get<std::size_t>();
+    out.skipped = j.at("skipped").get<std::size_t>();
+    out.skip_reasons = j.at("skip_reasons").get<std::vector<std::string>>();
+    out.failures = j.at("failures").get<std::vector<std::string>>();
+    for (const auto& a : j.at("rows")) {
+      if (!a.is_array() || a.size() != kRowFields) return bad("a row of the wrong shape");
+      SweepRow r;
+      r.topology = a[0].get<std::size_t>();
+      if (r.topology >= spec.topologies.size()) return bad(fmt::format("topology {} out of range", r.topology));
+      r.ranks = a[1].get<int>();
+      r.domains = a[2].get<int>();
+      auto w = ir::workload_from_json(a[3], "a sweep row");
+      if (!w) return bad(w.error().message());
+      r.workload = *w;
+      r.algo = a[4].get<std::string>();
+      auto pass = ir::parse_pass(a[5].get<std::string>());
+      if (!pass || *pass == ir::PassKind::Both) return bad("a row's pass");
+      r.pass = *pass == ir::PassKind::Fwd ? ir::Phase::Fwd : ir::Phase::Bwd;
+      r.ccr = a[6].get<double>();
+      r.time_ms = a[7].get<double>();
+      r.exposed_comm_ms = a[8].get<double>();
+      r.idle_ms = a[9].get<double>();
+      r.speedup_vs_ring = a[10].get<double>();
+      r.peak_mem_bytes = a[11].get<ir::Bytes>();
+      r.fits = a[12].get<int>();
+      out.rows.push_back(std::move(r));
+    }
+    return out;
+  } catch (const json::exception& e) {
+    return bad(e.what());
   }
-  res.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return res;
 }
 
 std::vector<std::string> sweep_columns(const SweepSpec& spec) {

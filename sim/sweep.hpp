@@ -17,7 +17,9 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "scheduler/ir/workload.hpp"
@@ -84,6 +86,27 @@ struct SweepResult {
   bool cancelled = false;
   double wall_s = 0;
 };
+
+/// What one task (a configuration and a pass) produces: its rows in algorithm order and its counts.
+struct SweepTaskOut {
+  std::vector<SweepRow> rows;
+  std::size_t simulations = 0, skipped = 0;
+  std::vector<std::string> skip_reasons, failures;
+};
+
+/// Tasks of the spec: configurations x passes; task i is configuration i / passes, pass i % passes.
+[[nodiscard]] std::size_t sweep_tasks(const SweepSpec& spec);
+/// Runs task i. Never throws for a planner refusal or a simulator failure (both are counted in the
+/// output); an exception becomes a failure line.
+[[nodiscard]] SweepTaskOut run_sweep_task(const SweepSpec& spec, std::size_t i);
+/// The sweep's result from its tasks' outputs in task order; an empty slot is a task not done
+/// (the sweep was cancelled).
+[[nodiscard]] SweepResult sweep_result(const SweepSpec& spec, std::vector<std::optional<SweepTaskOut>> outs,
+                                       double wall_s);
+/// One task's output as bytes (MessagePack, every double exact) and back, for sweeps spread over
+/// processes. decode_task checks what it reads against the spec (topology index, shape).
+[[nodiscard]] std::string encode_task(const SweepTaskOut& out);
+[[nodiscard]] Expected<SweepTaskOut> decode_task(const SweepSpec& spec, std::string_view bytes);
 
 struct SweepControl {
   int jobs = 1;

@@ -7,3 +7,8 @@ if(CHARM_HAVE_MPI)
   endif()
   target_compile_definitions(mpi_run_test PRIVATE CHARM_MPIRUN="${_charm_mpirun}")
 endif()
+# Sweeps spread over mpirun processes (label mpi).
+if(CHARM_HAVE_MPI)
+  charm_add_test(mpi_sweep_test SOURCES mpi_sweep_test.cpp LABELS mpi TIMEOUT 600)
+  target_compile_definitions(mpi_sweep_test PRIVATE CHARM_MPIRUN="${_charm_mpirun}")
+endif()

@@ -78,6 +78,25 @@ TEST(SweepEngine, SameRowsWhateverTheJobs) {
   EXPECT_EQ(one, sweep_csv(s, run_sweep(s, jobs(64))));
 }
 
+TEST(SweepEngine, TasksReadBackFromTheirBytesGiveTheSameRows) {
+  // What a sweep over MPI does: every task's output to bytes and back, then assembled in task order.
+  auto s = small_spec();
+  s.layouts = {ir::Layout::Contiguous, ir::Layout::Zigzag};
+  const auto csv = sweep_csv(s, run_sweep(s, jobs(2)));
+  std::vector<std::optional<SweepTaskOut>> outs(sweep_tasks(s));
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    auto back = decode_task(s, encode_task(run_sweep_task(s, i)));
+    ASSERT_TRUE(back) << back.error().message();
+    outs[i] = std::move(*back);
+  }
+  EXPECT_EQ(sweep_csv(s, sweep_result(s, std::move(outs), 0)), csv);
+  // Bytes that are not a task's output are an error, not a row.
+  EXPECT_FALSE(decode_task(s, "not msgpack"));
+  SweepTaskOut far;
+  far.rows.emplace_back().topology = 7;  // the spec has two topologies
+  EXPECT_FALSE(decode_task(s, encode_task(far)));
+}
+
 TEST(SweepEngine, RingIsTheBaselineEvenWhenNotListed) {
   auto s = small_spec();
   s.algos = {"charm"};

@@ -22,6 +22,7 @@
 #include "scheduler/trace/trace.hpp"
 #include "scheduler/validate/validator.hpp"
 #include "tools/cli_common.hpp"
+#include "tools/mpi_job.hpp"
 #include "tools/plan_flags.hpp"
 #include "tools/run_backends.hpp"
 #ifdef CHARM_RT_HAVE_MPI
@@ -288,22 +289,6 @@ rt::WorkFields work_fields(const ir::Plan& plan, const RunOpts& o) {
           {"--inject-drop-compute", o.inject_drop_compute ? "on" : "off"},
           {"--inject-short-recv", o.inject_short_recv ? "on" : "off"},
           {"plan", fmt::format("{:016x}", rt::plan_fingerprint(plan))}};
-}
-
-/// Where the processes cannot agree (MPI failed, a peer never came): this process's own
-/// line, flushed, then MPI_Abort ends the job with `code`.
-[[noreturn]] void abort_job(rt::MpiContext& ctx, const Error& e, int code = kExitRuntime) {
-  std::fprintf(stderr, "charm: error: %s\n", e.message().c_str());
-  ctx.abort(code);
-}
-
-/// An agreed failure: the same error on every process. Rank 0 says it and flushes it while
-/// every process is still in MPI (a process that left first could have mpirun end the job
-/// before the line was out); then every process exits with `code`, through MPI_Finalize.
-[[noreturn]] void agreed_failure(const rt::MpiContext& ctx, const rt::MpiContext::Agreement& a) {
-  if (ctx.rank() == 0) std::fprintf(stderr, "charm: error: %s\n", a.status.error().message().c_str());
-  std::fflush(stderr);
-  throw QuietExit{a.code};
 }
 
 /// How long a process that failed before the agreement waits for the others to reach it

@@ -15,6 +15,7 @@
 #include "scheduler/trace/trace.hpp"
 #include "scheduler/validate/validator.hpp"
 #include "tools/cli_common.hpp"
+#include "tools/mpi_job.hpp"
 #include "tools/run_backends.hpp"
 #ifdef CHARM_RT_HAVE_NCCL
 #include "runtime/cuda/nccl_backend.hpp"

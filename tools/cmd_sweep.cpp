@@ -29,6 +29,7 @@
 #include "sim/sweep.hpp"
 #include "sim/sweep_plot.hpp"
 #include "tools/cli_common.hpp"
+#include "tools/mpi_job.hpp"
 #include "tools/sweep_request.hpp"
 #include "topologies/topology_json.hpp"
 
@@ -331,18 +332,263 @@ bool plot(const sim::SweepSpec& spec, const sim::SweepResult& res, const std::st
   return true;
 }
 
-void register_sweep(CLI::App& app) {
-  struct Opts {
-    std::string topologies, batch, seq, heads, kv_heads, head_dim;
-    std::string dtype = "bf16", layout = "contiguous", algos, pass = "fwd";
-    bool causal = false;
-    std::vector<std::string> sets;
-    std::string out, json, plot, plot_script;
-    bool json_stdout = false;
-    int jobs = 0;  // omitted: every core
-    double reserved_gb = 0;
+struct SweepOpts {
+  std::string topologies, batch, seq, heads, kv_heads, head_dim;
+  std::string dtype = "bf16", layout = "contiguous", algos, pass = "fwd";
+  bool causal = false;
+  std::vector<std::string> sets;
+  std::string out, json, plot, plot_script;
+  bool json_stdout = false;
+  int jobs = 0;  // omitted: every core
+  double reserved_gb = 0;
+  double timeout_s = 60;
+};
+
+/// What the flags ask for, checked: the spec, its files and hardware points, the worker threads.
+struct SweepJob {
+  sim::SweepSpec spec;
+  std::vector<std::string> files;
+  std::size_t points = 1;  // hardware points per topology (--set)
+  int jobs = 1;
+};
+
+std::vector<SetFlag> parse_sets(const std::vector<std::string>& texts, std::size_t& points) {
+  std::vector<SetFlag> sets;
+  points = 1;
+  for (const auto& text : texts) {
+    auto set = unwrap(parse_set(text));
+    for (const auto& earlier : sets)
+      if (earlier.field == set.field) fail(Error{"--set", fmt::format("{} is set twice", set.field)});
+    points *= set.values.size();
+    if (points > kMaxListValues)
+      fail(Error{"--set", fmt::format("the sets make more than {} hardware points per topology", kMaxListValues)});
+    sets.push_back(std::move(set));
+  }
+  return sets;
+}
+
+void check_outputs(const SweepOpts& o) {
+  if (!o.plot.empty() && !o.plot.ends_with(".png") && !o.plot.ends_with(".svg"))
+    fail(Error{"--plot", fmt::format("'{}' must end in .png or .svg", o.plot)});
+  // The script is the figure's: without --plot there is none to write, and the flag would be read past.
+  if (!o.plot_script.empty() && o.plot.empty())
+    fail(Error{"--plot-script", fmt::format("{}: is the gnuplot script of the --plot figure; give --plot FILE.png "
+                                            "(or .svg) with it",
+                                            o.plot_script)});
+  if (o.out.empty() && o.json.empty() && !o.json_stdout)
+    fail(Error{"--out", "give --out FILE (CSV), --json-out FILE, or --json (JSON on stdout)"});
+}
+
+SweepJob sweep_job(const SweepOpts& o, bool jobs_given) {
+  SweepJob job;
+  const std::vector<SetFlag> sets = parse_sets(o.sets, job.points);
+  job.files = split_list(o.topologies);
+  std::vector<SweepTopology> docs;
+  for (const auto& f : job.files) {
+    auto doc = topo::read_topology_json(f);
+    if (!doc) fail(Error{"--topology", doc.error().message()});
+    docs.push_back({f, std::move(doc).value()});
+  }
+  job.spec = sweep_topologies(docs, sets);
+  SweepLists lists;
+  lists.batch = unwrap(parse_list(o.batch, "--batch"));
+  lists.seq = unwrap(parse_list(o.seq, "--seq"));
+  lists.heads = unwrap(parse_list(o.heads, "--heads"));
+  lists.head_dim = unwrap(parse_list(o.head_dim, "--head-dim"));
+  if (!o.kv_heads.empty()) lists.kv_heads = unwrap(parse_list(o.kv_heads, "--kv-heads"));
+  lists.dtypes = split_list(o.dtype);
+  lists.layouts = split_list(o.layout);
+  lists.causal = o.causal;
+  lists.algos = o.algos;
+  lists.pass = o.pass;
+  lists.reserved_gb = o.reserved_gb;
+  set_sweep_lists(job.spec, lists);
+  check_outputs(o);
+  // Now, not after an hour of simulation.
+  FlagPaths inputs;
+  for (const auto& f : job.files) inputs.emplace_back("--topology", f);
+  check_command_files(
+      {inputs, {{"--out", o.out}, {"--json-out", o.json}, {"--plot", o.plot}, {"--plot-script", o.plot_script}}, {}});
+  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // Omitted: every core. Given, it is a count (no value stands for "every core").
+  job.jobs = jobs_given ? o.jobs : hw;
+  if (job.jobs < 1 || job.jobs > 1024) fail(Error{"--jobs", fmt::format("must be in [1, 1024], got {}", o.jobs)});
+  if (!(o.timeout_s >= 0)) fail(Error{"--timeout-s", fmt::format("must be >= 0, got {}", o.timeout_s)});
+  const std::size_t configs = job.spec.num_configs();
+  if (configs > kMaxConfigs)
+    fail(Error{
+        "--seq",
+        fmt::format("the lists make {} configurations, more than {}; narrow --batch/--seq/--heads/--head-dim/--set",
+                    configs, kMaxConfigs)});
+  check_sweep_memory(job.spec, job.files);
+  return job;
+}
+
+void say_start(const SweepJob& job, int processes) {
+  const auto& spec = job.spec;
+  const std::string hardware =
+      spec.set_fields.empty() ? "" : fmt::format(" x {} hardware point{}", job.points, job.points == 1 ? "" : "s");
+  const std::string where = processes > 1
+                                ? fmt::format("{} processes x {} job{}", processes, job.jobs, job.jobs == 1 ? "" : "s")
+                                : fmt::format("{} job{}", job.jobs, job.jobs == 1 ? "" : "s");
+  std::fprintf(stderr, "charm sweep: %zu configurations x %zu algorithms x %zu pass%s on %zu topolog%s%s, %s\n",
+               spec.num_configs(), spec.algos.size(), spec.passes.size(), spec.passes.size() == 1 ? "" : "es",
+               job.files.size(), job.files.size() == 1 ? "y" : "ies", hardware.c_str(), where.c_str());
+  std::fflush(stderr);
+}
+
+/// The interrupted sweep's line; the exit code is 128 + the signal. Under mpirun a signal also
+/// comes from mpirun itself when another process of the job died.
+void say_interrupted(const SweepJob& job, std::size_t tasks_done, bool job_of_processes = false) {
+  const int sig = g_signal != 0 ? int(g_signal) : SIGINT;
+  const char* why = !job_of_processes ? ""
+                    : sig == SIGTERM  ? " by SIGTERM (from mpirun: a process of the job died, or the job was stopped)"
+                                      : " by a signal";
+  std::fprintf(stderr, "charm sweep: interrupted%s after %zu of %zu configurations; no output written\n", why,
+               tasks_done / job.spec.passes.size(), job.spec.num_configs());
+  exit_code() = 128 + (g_signal != 0 ? int(g_signal) : SIGINT);
+}
+
+void say_skipped(const sim::SweepResult& res) {
+  if (res.skipped == 0) return;
+  std::fprintf(stderr, "charm sweep: skipped %zu (configuration, algorithm, pass) combinations the planner refuses:\n",
+               res.skipped);
+  std::size_t shown = 0;
+  for (const auto& [what, n] : res.skip_reasons) {
+    if (++shown > 6) {
+      std::fprintf(stderr, "  ... and %zu more reasons (see --json-out)\n", res.skip_reasons.size() - 6);
+      break;
+    }
+    std::fprintf(stderr, "  %6zu x %s\n", n, what.c_str());
+  }
+}
+
+/// A complete sweep's outputs, each written atomically, and its summary lines.
+void report(const SweepJob& job, const SweepOpts& o, const sim::SweepResult& res) {
+  const auto& spec = job.spec;
+  const std::size_t configs = spec.num_configs();
+  // Nothing computed is a failure, not an empty table.
+  if (res.rows.empty() && res.failures.empty())
+    fail(Error{"--algos",
+               fmt::format("no row: the planner refused every (configuration, algorithm, pass){}",
+                           res.skip_reasons.empty() ? "" : "; the first reason: " + res.skip_reasons.begin()->first)});
+  if (!o.out.empty()) write_file_atomic(o.out, sim::sweep_csv(spec, res));
+  if (!o.json.empty()) write_file_atomic(o.json, sim::sweep_json(spec, res).dump(1) + "\n");
+  const double rate = res.wall_s > 0 ? double(configs) / res.wall_s : 0;
+  std::fprintf(
+      stderr,
+      "charm sweep: %zu rows (%zu skipped) from %zu configurations in %.2f s (%.0f configs/s, %zu simulations)\n",
+      res.rows.size(), res.skipped, configs, res.wall_s, rate, res.simulations);
+  say_skipped(res);
+  // With --json, stdout is the JSON document alone; the "wrote" lines go to stderr.
+  FILE* said = o.json_stdout ? stderr : stdout;
+  if (o.json_stdout) std::fprintf(stdout, "%s\n", sim::sweep_json(spec, res).dump(1).c_str());
+  if (!o.out.empty()) std::fprintf(said, "wrote %s (%zu rows)\n", o.out.c_str(), res.rows.size());
+  if (!o.json.empty()) std::fprintf(said, "wrote %s\n", o.json.c_str());
+  if (!o.plot.empty() && plot(spec, res, o.plot, o.plot_script)) std::fprintf(said, "wrote %s\n", o.plot.c_str());
+  if (g_cancel.load()) {
+    std::fprintf(stderr, "charm sweep: interrupted while drawing; %s not written\n", o.plot.c_str());
+    exit_code() = 128 + (g_signal != 0 ? int(g_signal) : SIGINT);
+    return;
+  }
+  if (!res.failures.empty()) {
+    for (std::size_t i = 0; i < res.failures.size() && i < 3; ++i)
+      std::fprintf(stderr, "charm sweep: simulation failed: %s\n", res.failures[i].c_str());
+    std::fprintf(stderr, "charm sweep: %zu simulations failed (a simulator bug; their rows are missing)\n",
+                 res.failures.size());
+    exit_code() = kExitRuntime;
+  }
+}
+
+/// The sweep in this process, on its worker threads.
+void sweep_here(const SweepJob& job, const SweepOpts& o) {
+  say_start(job, 1);
+  Progress progress(job.spec.passes.size(), ::isatty(STDERR_FILENO) != 0);
+  sim::SweepControl control;
+  control.jobs = job.jobs;
+  control.cancel = &g_cancel;
+  control.progress = [&progress](std::size_t done, std::size_t total) { progress.update(done, total); };
+  const sim::SweepResult res = sim::run_sweep(job.spec, control);
+  progress.finish();
+  if (res.cancelled || g_cancel.load()) return say_interrupted(job, res.tasks_done);
+  report(job, o, res);
+}
+
+#ifdef CHARM_RT_HAVE_MPI
+/// What every process of an mpirun sweep must agree on: each flag that changes the rows.
+rt::WorkFields sweep_fields(const SweepJob& job, const SweepOpts& o) {
+  return {{"--topology", o.topologies},
+          {"--batch", o.batch},
+          {"--seq", o.seq},
+          {"--heads", o.heads},
+          {"--kv-heads", o.kv_heads},
+          {"--head-dim", o.head_dim},
+          {"--dtype", o.dtype},
+          {"--layout", o.layout},
+          {"--causal", o.causal ? "on" : "off"},
+          {"--set", fmt::format("{}", fmt::join(o.sets, " "))},
+          {"--algos", fmt::format("{}", fmt::join(job.spec.algos, ","))},
+          {"--pass", o.pass},
+          {"--reserved-gb", fmt::format("{}", o.reserved_gb)},
+          {"configurations", std::to_string(job.spec.num_configs())}};
+}
+
+/// The sweep spread over the processes of an mpirun job: rank 0 hands out the tasks, every
+/// process runs them on its threads, rank 0 assembles the rows in the single-process order and
+/// writes every output while the others wait for its exit code.
+void sweep_over_mpi(const SweepJob& job, const SweepOpts& o) {
+  auto ctx_e = rt::MpiContext::init();
+  if (!ctx_e) throw RuntimeFailure{ctx_e.error().message()};
+  auto& ctx = **ctx_e;
+  const double tmo = o.timeout_s;
+  // The first agreement: a process whose flags failed joins it from main's handler.
+  auto a = ctx.agree({}, 0, tmo, "the sweep's flags");
+  if (!a) abort_job(ctx, a.error());
+  if (!a->status) agreed_failure(ctx, *a);
+  auto same = ctx.same_work(sweep_fields(job, o), tmo);
+  if (!same) abort_job(ctx, same.error());
+  if (!*same) agreed_failure(ctx, {*same, kExitUsage});
+  if (ctx.rank() == 0) say_start(job, ctx.size());
+  const auto t0 = std::chrono::steady_clock::now();
+  Progress progress(job.spec.passes.size(), ctx.rank() == 0 && ::isatty(STDERR_FILENO) != 0);
+  rt::MpiContext::TaskShare share;
+  share.total = sim::sweep_tasks(job.spec);
+  share.jobs = job.jobs;
+  share.task = [&job](std::size_t i) { return sim::encode_task(sim::run_sweep_task(job.spec, i)); };
+  std::size_t tasks_done = 0;
+  share.progress = [&](std::size_t done, std::size_t total) {
+    tasks_done = done;
+    progress.update(done, total);
   };
-  auto o = std::make_shared<Opts>();
+  share.cancel = &g_cancel;
+  share.timeout_s = tmo;
+  auto got = ctx.share_tasks(share);
+  progress.finish();
+  if (!got) {
+    if (!g_cancel.load()) abort_job(ctx, got.error());
+    // A signal (mpirun passes one on when a process of the job dies): rank 0 says it, and the
+    // job ends at once, with no output.
+    if (ctx.rank() == 0) say_interrupted(job, tasks_done, true);
+    std::fflush(stderr);
+    ctx.abort(exit_code());
+  }
+  auto code = ctx.rank0_decides(
+      [&] {
+        std::vector<std::optional<sim::SweepTaskOut>> outs(got->size());
+        for (std::size_t i = 0; i < got->size(); ++i) outs[i] = unwrap(sim::decode_task(job.spec, (*got)[i]));
+        report(job, o,
+               sim::sweep_result(job.spec, std::move(outs),
+                                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
+        return exit_code();
+      },
+      exit_code_of, tmo);
+  if (!code) abort_job(ctx, code.error());
+  exit_code() = *code;
+}
+#endif
+
+void register_sweep(CLI::App& app) {
+  auto o = std::make_shared<SweepOpts>();
   auto* sub = app.add_subcommand(
       "sweep", "what-if sweep: every algorithm over topologies x workload lists, speedup over ring vs CCR "
                "(CSV, JSON, gnuplot figure)");
@@ -351,7 +597,9 @@ void register_sweep(CLI::App& app) {
       "Example: charm sweep --topology topologies/l20-8-2numa.json,topologies/h20-8.json --batch 1,2,4 \\\n"
       "           --seq 8k..128k*2 --heads 8,16,32 --head-dim 64,128 --pass both --out sweep.csv --plot sweep.png\n"
       "Hardware: charm sweep --topology topologies/h100-2x8.json --batch 1 --seq 64k --heads 16 --head-dim 128 \\\n"
-      "           --set inter.bandwidth_gbps=25,50,100 --set gpu.tflops.bf16=312,989 --out hw.csv --plot hw.png");
+      "           --set inter.bandwidth_gbps=25,50,100 --set gpu.tflops.bf16=312,989 --out hw.csv --plot hw.png\n"
+      "Over MPI: mpirun -np 4 charm sweep ... spreads the configurations over the processes (rank 0 hands\n"
+      "           them out and writes the outputs: the same bytes as one process writes).");
   sub->add_option("--topology,-t", o->topologies, "topology JSON files, comma-separated")->required();
   sub->add_option("--batch,-b", o->batch, "batch sizes (list)")->required();
   sub->add_option("--seq,-s", o->seq, "global sequence lengths (list)")->required();
@@ -375,147 +623,24 @@ void register_sweep(CLI::App& app) {
       "--plot", o->plot,
       "draw speedup vs CCR, vs sequence length and vs each --set field, and run time, with gnuplot (.png or .svg)");
   sub->add_option("--plot-script", o->plot_script, "also keep the gnuplot script (data inline) to restyle the figure");
-  sub->add_option("--jobs,-j", o->jobs, "worker threads (default: all cores)");
+  sub->add_option("--jobs,-j", o->jobs, "worker threads (default: all cores; under mpirun, per process)");
+  sub->add_option("--timeout-s", o->timeout_s,
+                  "under mpirun: a process silent this long while it holds work is a stall (exit 3); 0 = never")
+      ->capture_default_str();
   sub->add_option("--reserved-gb", o->reserved_gb,
                   "GB per GPU the rest of the model holds, added to the attention buffers for the fits column")
       ->capture_default_str();
   add_max_memory(*sub);
 
   sub->callback([o, sub] {
-    // Topologies, and their hardware points when numbers are --set.
-    std::vector<SetFlag> sets;
-    std::size_t points = 1;
-    for (const auto& text : o->sets) {
-      auto set = unwrap(parse_set(text));
-      for (const auto& earlier : sets)
-        if (earlier.field == set.field) fail(Error{"--set", fmt::format("{} is set twice", set.field)});
-      points *= set.values.size();
-      if (points > kMaxListValues)
-        fail(Error{"--set", fmt::format("the sets make more than {} hardware points per topology", kMaxListValues)});
-      sets.push_back(std::move(set));
-    }
-    const auto files = split_list(o->topologies);
-    std::vector<SweepTopology> docs;
-    for (const auto& f : files) {
-      auto doc = topo::read_topology_json(f);
-      if (!doc) fail(Error{"--topology", doc.error().message()});
-      docs.push_back({f, std::move(doc).value()});
-    }
-    sim::SweepSpec spec = sweep_topologies(docs, sets);
-    SweepLists lists;
-    lists.batch = unwrap(parse_list(o->batch, "--batch"));
-    lists.seq = unwrap(parse_list(o->seq, "--seq"));
-    lists.heads = unwrap(parse_list(o->heads, "--heads"));
-    lists.head_dim = unwrap(parse_list(o->head_dim, "--head-dim"));
-    if (!o->kv_heads.empty()) lists.kv_heads = unwrap(parse_list(o->kv_heads, "--kv-heads"));
-    lists.dtypes = split_list(o->dtype);
-    lists.layouts = split_list(o->layout);
-    lists.causal = o->causal;
-    lists.algos = o->algos;
-    lists.pass = o->pass;
-    lists.reserved_gb = o->reserved_gb;
-    set_sweep_lists(spec, lists);
-    // Outputs and jobs.
-    if (!o->plot.empty() && !o->plot.ends_with(".png") && !o->plot.ends_with(".svg"))
-      fail(Error{"--plot", fmt::format("'{}' must end in .png or .svg", o->plot)});
-    // The script is the figure's: without --plot there is none to write, and the flag would be read past.
-    if (!o->plot_script.empty() && o->plot.empty())
-      fail(Error{"--plot-script", fmt::format("{}: is the gnuplot script of the --plot figure; give --plot FILE.png "
-                                              "(or .svg) with it",
-                                              o->plot_script)});
-    if (o->out.empty() && o->json.empty() && !o->json_stdout)
-      fail(Error{"--out", "give --out FILE (CSV), --json-out FILE, or --json (JSON on stdout)"});
-    // Now, not after an hour of simulation.
-    FlagPaths inputs;
-    for (const auto& f : files) inputs.emplace_back("--topology", f);
-    check_command_files(
-        {inputs,
-         {{"--out", o->out}, {"--json-out", o->json}, {"--plot", o->plot}, {"--plot-script", o->plot_script}},
-         {}});
-    const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    // Omitted: every core. Given, it is a count (no value stands for "every core").
-    const int jobs = sub->count("--jobs") == 0 ? hw : o->jobs;
-    if (jobs < 1 || jobs > 1024) fail(Error{"--jobs", fmt::format("must be in [1, 1024], got {}", o->jobs)});
-    const std::size_t configs = spec.num_configs();
-    if (configs > kMaxConfigs)
-      fail(Error{
-          "--seq",
-          fmt::format("the lists make {} configurations, more than {}; narrow --batch/--seq/--heads/--head-dim/--set",
-                      configs, kMaxConfigs)});
-
-    check_sweep_memory(spec, files);
-
-    // Run.
-    const bool tty = ::isatty(STDERR_FILENO) != 0;
+    const SweepJob job = sweep_job(*o, sub->count("--jobs") > 0);
     g_cancel.store(false);
     g_signal = 0;
     const SignalGuard guard;
-    const std::string hardware =
-        sets.empty() ? "" : fmt::format(" x {} hardware point{}", points, points == 1 ? "" : "s");
-    std::fprintf(stderr, "charm sweep: %zu configurations x %zu algorithms x %zu pass%s on %zu topolog%s%s, %d job%s\n",
-                 configs, spec.algos.size(), spec.passes.size(), spec.passes.size() == 1 ? "" : "es", files.size(),
-                 files.size() == 1 ? "y" : "ies", hardware.c_str(), jobs, jobs == 1 ? "" : "s");
-    std::fflush(stderr);
-    Progress progress(spec.passes.size(), tty);
-    sim::SweepControl control;
-    control.jobs = jobs;
-    control.cancel = &g_cancel;
-    control.progress = [&progress](std::size_t done, std::size_t total) { progress.update(done, total); };
-    const sim::SweepResult res = sim::run_sweep(spec, control);
-    progress.finish();
-    const int sig = g_signal != 0 ? int(g_signal) : SIGINT;
-    if (res.cancelled || g_cancel.load()) {
-      std::fprintf(stderr, "charm sweep: interrupted after %zu of %zu configurations; no output written\n",
-                   res.tasks_done / spec.passes.size(), configs);
-      exit_code() = 128 + sig;
-      return;
-    }
-
-    // Nothing computed is a failure, not an empty table.
-    if (res.rows.empty() && res.failures.empty())
-      fail(
-          Error{"--algos",
-                fmt::format("no row: the planner refused every (configuration, algorithm, pass){}",
-                            res.skip_reasons.empty() ? "" : "; the first reason: " + res.skip_reasons.begin()->first)});
-    // Outputs, only now and each atomically.
-    if (!o->out.empty()) write_file_atomic(o->out, sim::sweep_csv(spec, res));
-    if (!o->json.empty()) write_file_atomic(o->json, sim::sweep_json(spec, res).dump(1) + "\n");
-    const double rate = res.wall_s > 0 ? double(configs) / res.wall_s : 0;
-    std::fprintf(
-        stderr,
-        "charm sweep: %zu rows (%zu skipped) from %zu configurations in %.2f s (%.0f configs/s, %zu simulations)\n",
-        res.rows.size(), res.skipped, configs, res.wall_s, rate, res.simulations);
-    if (res.skipped > 0) {
-      std::fprintf(stderr,
-                   "charm sweep: skipped %zu (configuration, algorithm, pass) combinations the planner refuses:\n",
-                   res.skipped);
-      std::size_t shown = 0;
-      for (const auto& [what, n] : res.skip_reasons) {
-        if (++shown > 6) {
-          std::fprintf(stderr, "  ... and %zu more reasons (see --json-out)\n", res.skip_reasons.size() - 6);
-          break;
-        }
-        std::fprintf(stderr, "  %6zu x %s\n", n, what.c_str());
-      }
-    }
-    // With --json, stdout is the JSON document alone; the "wrote" lines go to stderr.
-    FILE* said = o->json_stdout ? stderr : stdout;
-    if (o->json_stdout) std::fprintf(stdout, "%s\n", sim::sweep_json(spec, res).dump(1).c_str());
-    if (!o->out.empty()) std::fprintf(said, "wrote %s (%zu rows)\n", o->out.c_str(), res.rows.size());
-    if (!o->json.empty()) std::fprintf(said, "wrote %s\n", o->json.c_str());
-    if (!o->plot.empty() && plot(spec, res, o->plot, o->plot_script)) std::fprintf(said, "wrote %s\n", o->plot.c_str());
-    if (g_cancel.load()) {
-      std::fprintf(stderr, "charm sweep: interrupted while drawing; %s not written\n", o->plot.c_str());
-      exit_code() = 128 + (g_signal != 0 ? int(g_signal) : SIGINT);
-      return;
-    }
-    if (!res.failures.empty()) {
-      for (std::size_t i = 0; i < res.failures.size() && i < 3; ++i)
-        std::fprintf(stderr, "charm sweep: simulation failed: %s\n", res.failures[i].c_str());
-      std::fprintf(stderr, "charm sweep: %zu simulations failed (a simulator bug; their rows are missing)\n",
-                   res.failures.size());
-      exit_code() = kExitRuntime;
-    }
+#ifdef CHARM_RT_HAVE_MPI
+    if (const auto launched = launched_job(); launched && launched->size > 1) return sweep_over_mpi(job, *o);
+#endif
+    sweep_here(job, *o);
   });
 }
 

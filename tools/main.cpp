@@ -121,13 +121,14 @@ int finish_stdout(int code) {
   return charm::cli::kExitUsage;
 }
 
-/// A usage error's one line and exit code. Under mpirun the processes of `run` agree on it
+/// A usage error's one line and exit code. Under mpirun the processes of `run` and `sweep` agree on it
 /// first (early_failure_handler), so that it is said once however many ranks found it;
 /// otherwise the process that found it says it: a line is never left unsaid.
 int usage_failure(const charm::Error& e, int argc, char** argv) {
   const auto job = charm::cli::launched_job();
   auto& agree = charm::cli::early_failure_handler();
-  if (job && job->size > 1 && argc > 1 && std::string(argv[1]) == "run" && agree)
+  const bool job_command = argc > 1 && (std::string(argv[1]) == "run" || std::string(argv[1]) == "sweep");
+  if (job && job->size > 1 && job_command && agree)
     if (const auto code = agree(e, charm::cli::kExitUsage)) return *code;
   std::fprintf(stderr, "charm: error: %s\n", e.message().c_str());
   std::fflush(stderr);

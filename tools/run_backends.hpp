@@ -48,17 +48,6 @@ inline void drop_first_send(ir::Plan& plan) {
     }
 }
 
-/// The exit code of what rank 0's report threw (the others learn it from rank 0).
-inline int exit_code_of(std::exception_ptr e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const UsageError&) {
-    return kExitUsage;
-  } catch (...) {
-    return kExitRuntime;
-  }
-}
-
 inline std::vector<RunBackend>& run_backends() {
   static std::vector<RunBackend> b;
   return b;
