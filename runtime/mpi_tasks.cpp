@@ -182,161 +182,220 @@ bool cancelled(const MpiContext::TaskShare& s) { return s.cancel != nullptr && s
 
 Error interrupted() { return Error{"", "interrupted"}; }
 
-}  // namespace
+/// What the MPI thread of a process shares: the communicator, the lock (SERIALIZED
+/// libraries), the sends in flight and the worker threads.
+struct Endpoint {
+  MPI_Comm comm;
+  std::mutex* mu;
+  const MpiContext::TaskShare& share;
+  Outgoing out;
+  Workers workers;
+  Endpoint(MPI_Comm c, std::mutex* m, const MpiContext::TaskShare& s)
+      : comm(c), mu(m), share(s), out(c, m), workers(s) {}
+  [[nodiscard]] std::unique_lock<std::mutex> lock() const {
+    return mu != nullptr ? std::unique_lock<std::mutex>(*mu) : std::unique_lock<std::mutex>();
+  }
+};
 
-Expected<std::vector<std::string>> MpiContext::share_tasks(const TaskShare& share) {
-  std::mutex* mu = multiple_ ? nullptr : &mu_;
-  auto lock = [mu] { return mu != nullptr ? std::unique_lock<std::mutex>(*mu) : std::unique_lock<std::mutex>(); };
-  const MPI_Comm comm = comms_->comm;
-  const std::size_t total = share.total;
-  Outgoing out(comm, mu);
-  Workers workers(share);
+/// Rank 0: the queue, its own workers, every other process's asks, results and heartbeats.
+class Host {
+ public:
+  Host(Endpoint& ep, int size)
+      : ep_(ep), total_(ep.share.total), results_(total_), holding_(std::size_t(size), 0),
+        heard_(std::size_t(size), Clock::now()), told_done_(std::size_t(size), 0) {
+    told_done_[0] = 1;
+  }
 
-  if (rank_ == 0) {
-    std::vector<std::string> results(total);
-    std::atomic<std::size_t> next{0};
-    std::size_t received = 0;
-    // Per process: tasks given and not yet returned, when it was last heard from, whether it was told "no more".
-    std::vector<std::size_t> holding(std::size_t(size_), 0);
-    std::vector<Clock::time_point> heard(std::size_t(size_), Clock::now());
-    std::vector<char> told_done(std::size_t(size_), 0);
-    told_done[0] = 1;
-    const std::size_t askers = std::size_t(std::max(1, size_ - 1));
-    workers.start([&]() -> std::optional<std::size_t> {
-      const std::size_t i = next.fetch_add(1);
-      return i < total ? std::optional<std::size_t>(i) : std::nullopt;
+  Expected<std::vector<std::string>> run() {
+    ep_.workers.start([this]() -> std::optional<std::size_t> {
+      const std::size_t i = next_.fetch_add(1);
+      return i < total_ ? std::optional<std::size_t>(i) : std::nullopt;
     });
-    auto last_progress = Clock::now() - std::chrono::seconds(1);
+    auto shown = Clock::now() - std::chrono::seconds(1);
     for (;;) {
-      if (cancelled(share)) return interrupted();
-      for (auto& [i, bytes] : workers.finished()) results[i] = std::move(bytes);
-      // Every message waiting, in arrival order.
-      for (;;) {
-        int flag = 0;
-        MPI_Status st;
-        {
-          const auto lk = lock();
-          CHARM_MPI_TRY(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm, &flag, &st));
-        }
-        if (!flag) break;
-        int count = 0;
-        {
-          const auto lk = lock();
-          CHARM_MPI_TRY(MPI_Get_count(&st, MPI_BYTE, &count));
-        }
-        std::string bytes(std::size_t(count), '\0');
-        {
-          const auto lk = lock();
-          CHARM_MPI_TRY(MPI_Recv(bytes.data(), count, MPI_BYTE, st.MPI_SOURCE, st.MPI_TAG, comm, MPI_STATUS_IGNORE));
-        }
-        const auto src = std::size_t(st.MPI_SOURCE);
-        heard[src] = Clock::now();
-        if (st.MPI_TAG == kTagAsk) {
-          // Guided chunks: a share of what is left, so that the tail spreads over every worker.
-          const std::size_t left = total - std::min(total, next.load());
-          const std::size_t want = std::clamp<std::size_t>(left / (4 * askers * std::size_t(std::max(1, share.jobs))),
-                                                           1, 8 * std::size_t(std::max(1, share.jobs)));
-          const std::size_t b = std::min(total, next.fetch_add(want));
-          const std::size_t e = std::min(total, b + want);
-          holding[src] += e - b;
-          if (b == e) told_done[src] = 1;
-          if (auto s = out.send(u64s({b, e}), int(src), kTagGive); !s) return s.error();
-        } else if (st.MPI_TAG == kTagResult) {
-          if (bytes.size() < 8 || u64_at(bytes, 0) >= total)
-            return Error{"mpi", fmt::format("rank {} sent a result for no task", src)};
-          results[u64_at(bytes, 0)] = bytes.substr(8);
-          --holding[src];
-          ++received;
-        }
-      }
-      if (auto s = out.progress(); !s) return s.error();
-      const std::size_t done = workers.done() + received;
-      if (share.progress && seconds_since(last_progress) > 0.1) {
-        share.progress(done, total);
-        last_progress = Clock::now();
+      if (cancelled(ep_.share)) return interrupted();
+      for (auto& [i, bytes] : ep_.workers.finished()) results_[i] = std::move(bytes);
+      if (auto s = receive_all(); !s) return s.error();
+      if (auto s = ep_.out.progress(); !s) return s.error();
+      const std::size_t done = ep_.workers.done() + received_;
+      if (ep_.share.progress && seconds_since(shown) > 0.1) {
+        ep_.share.progress(done, total_);
+        shown = Clock::now();
       }
       // Done when every task is in and every process has heard that none are left (one that asks
       // later would wait for an answer that never comes).
-      if (done == total && out.empty() && std::all_of(told_done.begin(), told_done.end(), [](char c) { return c; }))
+      if (done == total_ && ep_.out.empty() &&
+          std::all_of(told_done_.begin(), told_done_.end(), [](char c) { return c; }))
         break;
-      // A process that holds tasks, or has not heard that none are left, and is silent: a stall.
-      for (int r = 1; r < size_; ++r) {
-        const auto R = std::size_t(r);
-        if ((holding[R] > 0 || !told_done[R]) && share.timeout_s > 0 && seconds_since(heard[R]) > share.timeout_s)
-          return Error{"", fmt::format("stall: rank {} has not been heard from for {:.1f} s while it holds {} "
-                                       "task{} of the sweep (stopped or dead)",
-                                       r, share.timeout_s, holding[R], holding[R] == 1 ? "" : "s")};
-      }
+      if (auto s = stall(); !s) return s.error();
       std::this_thread::sleep_for(kPollEvery);
     }
-    workers.stop();
-    for (auto& [i, bytes] : workers.finished()) results[i] = std::move(bytes);
-    if (share.progress) share.progress(total, total);
-    return results;
+    ep_.workers.stop();
+    for (auto& [i, bytes] : ep_.workers.finished()) results_[i] = std::move(bytes);
+    if (ep_.share.progress) ep_.share.progress(total_, total_);
+    return std::move(results_);
   }
 
-  // Any other rank: ask for chunks while the local queue runs low, send each result as it finishes.
-  workers.start([&] { return workers.take(); });
-  bool asking = false, exhausted = false;
-  std::uint64_t give[2] = {0, 0};
-  MPI_Request give_req = MPI_REQUEST_NULL;
-  auto asked_at = Clock::now(), beat_at = Clock::now();
-  // When rank 0 stops, every other process misses its answer at once: staggered deadlines let the
-  // lowest rank say it (its MPI_Abort ends the others before theirs).
-  const double ask_timeout_s = share.timeout_s + 0.5 * double(rank_ - 1);
-  for (;;) {
-    if (cancelled(share)) {
-      if (asking) {
-        const auto lk = lock();
-        (void)MPI_Cancel(&give_req);
-        (void)MPI_Request_free(&give_req);
-      }
-      return interrupted();
-    }
-    if (!asking && !exhausted && workers.queued() < std::size_t(std::max(1, share.jobs))) {
+ private:
+  /// Every message waiting, in arrival order.
+  Status receive_all() {
+    for (;;) {
+      int flag = 0, count = 0;
+      MPI_Status st;
       {
-        const auto lk = lock();
-        CHARM_MPI_TRY(MPI_Irecv(give, 2, MPI_UINT64_T, 0, kTagGive, comm, &give_req));
+        const auto lk = ep_.lock();
+        CHARM_MPI_TRY(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, ep_.comm, &flag, &st));
+        if (!flag) return {};
+        CHARM_MPI_TRY(MPI_Get_count(&st, MPI_BYTE, &count));
       }
-      if (auto s = out.send(u64s({workers.done()}), 0, kTagAsk); !s) return s.error();
-      asking = true;
-      asked_at = Clock::now();
-    }
-    if (asking) {
-      int flag = 0;
+      std::string bytes(std::size_t(count), '\0');
       {
-        const auto lk = lock();
-        CHARM_MPI_TRY(MPI_Test(&give_req, &flag, MPI_STATUS_IGNORE));
+        const auto lk = ep_.lock();
+        CHARM_MPI_TRY(MPI_Recv(bytes.data(), count, MPI_BYTE, st.MPI_SOURCE, st.MPI_TAG, ep_.comm, MPI_STATUS_IGNORE));
       }
-      if (flag) {
-        asking = false;
-        if (give[0] >= give[1]) {
-          exhausted = true;
-          workers.no_more();
-        } else {
-          workers.add(give[0], give[1]);
-        }
-      } else if (share.timeout_s > 0 && seconds_since(asked_at) > ask_timeout_s) {
-        return Error{"", fmt::format("stall: rank {} waited {:.1f} s for rank 0 to hand out sweep tasks: rank 0 "
-                                     "does not answer (stopped or dead)",
-                                     rank_, share.timeout_s)};
+      const auto src = std::size_t(st.MPI_SOURCE);
+      heard_[src] = Clock::now();
+      if (st.MPI_TAG == kTagAsk) {
+        if (auto s = answer(src); !s) return s;
+      } else if (st.MPI_TAG == kTagResult) {
+        if (bytes.size() < 8 || u64_at(bytes, 0) >= total_)
+          return Error{"mpi", fmt::format("rank {} sent a result for no task", src)};
+        results_[u64_at(bytes, 0)] = bytes.substr(8);
+        --holding_[src];
+        ++received_;
       }
     }
-    for (auto& [i, bytes] : workers.finished()) {
-      std::string msg = u64s({std::uint64_t(i)});
-      msg += bytes;
-      if (auto s = out.send(std::move(msg), 0, kTagResult); !s) return s.error();
-    }
-    // No beat after the last result: rank 0 may have left its loop by then.
-    if (!(exhausted && workers.drained()) && Clock::now() - beat_at > kBeatEvery) {
-      if (auto s = out.send(u64s({workers.done()}), 0, kTagBeat); !s) return s.error();
-      beat_at = Clock::now();
-    }
-    if (auto s = out.progress(); !s) return s.error();
-    if (exhausted && workers.drained() && out.empty()) break;
-    std::this_thread::sleep_for(kPollEvery);
   }
-  workers.stop();
+
+  /// Guided chunks: a share of what is left, so that the tail spreads over every worker.
+  Status answer(std::size_t src) {
+    const auto jobs = std::size_t(std::max(1, ep_.share.jobs));
+    const std::size_t askers = std::max<std::size_t>(1, holding_.size() - 1);
+    const std::size_t left = total_ - std::min(total_, next_.load());
+    const std::size_t want = std::clamp<std::size_t>(left / (4 * askers * jobs), 1, 8 * jobs);
+    const std::size_t b = std::min(total_, next_.fetch_add(want));
+    const std::size_t e = std::min(total_, b + want);
+    holding_[src] += e - b;
+    if (b == e) told_done_[src] = 1;
+    return ep_.out.send(u64s({b, e}), int(src), kTagGive);
+  }
+
+  /// A process that holds tasks, or has not heard that none are left, and is silent: a stall.
+  Status stall() const {
+    const double t = ep_.share.timeout_s;
+    for (std::size_t r = 1; r < holding_.size(); ++r)
+      if ((holding_[r] > 0 || !told_done_[r]) && t > 0 && seconds_since(heard_[r]) > t)
+        return Error{"", fmt::format("stall: rank {} has not been heard from for {:.1f} s while it holds {} task{} of "
+                                     "the sweep (stopped or dead)",
+                                     r, t, holding_[r], holding_[r] == 1 ? "" : "s")};
+    return {};
+  }
+
+  Endpoint& ep_;
+  std::size_t total_;
+  std::vector<std::string> results_;
+  std::atomic<std::size_t> next_{0};
+  std::size_t received_ = 0;
+  // Per process: tasks given and not yet returned, when it was last heard from, whether it was told "no more".
+  std::vector<std::size_t> holding_;
+  std::vector<Clock::time_point> heard_;
+  std::vector<char> told_done_;
+};
+
+/// Any other rank: asks for chunks while its local queue runs low, sends each result as it
+/// finishes, and a heartbeat while it has work.
+class Client {
+ public:
+  Client(Endpoint& ep, int rank)
+      : ep_(ep), rank_(rank),
+        // When rank 0 stops, every other process misses its answer at once: staggered deadlines let
+        // the lowest rank say it (its MPI_Abort ends the others before theirs).
+        ask_timeout_s_(ep.share.timeout_s + 0.5 * double(rank - 1)) {}
+
+  Status run() {
+    ep_.workers.start([this] { return ep_.workers.take(); });
+    auto beat_at = Clock::now();
+    for (;;) {
+      if (cancelled(ep_.share)) return give_up();
+      if (auto s = ask(); !s) return s;
+      if (auto s = read_answer(); !s) return s;
+      for (auto& [i, bytes] : ep_.workers.finished()) {
+        std::string msg = u64s({std::uint64_t(i)});
+        msg += bytes;
+        if (auto s = ep_.out.send(std::move(msg), 0, kTagResult); !s) return s;
+      }
+      // No beat after the last result: rank 0 may have left its loop by then.
+      if (!(exhausted_ && ep_.workers.drained()) && Clock::now() - beat_at > kBeatEvery) {
+        if (auto s = ep_.out.send(u64s({ep_.workers.done()}), 0, kTagBeat); !s) return s;
+        beat_at = Clock::now();
+      }
+      if (auto s = ep_.out.progress(); !s) return s;
+      if (exhausted_ && ep_.workers.drained() && ep_.out.empty()) break;
+      std::this_thread::sleep_for(kPollEvery);
+    }
+    ep_.workers.stop();
+    return {};
+  }
+
+ private:
+  Status ask() {
+    if (asking_ || exhausted_ || ep_.workers.queued() >= std::size_t(std::max(1, ep_.share.jobs))) return {};
+    {
+      const auto lk = ep_.lock();
+      CHARM_MPI_TRY(MPI_Irecv(give_, 2, MPI_UINT64_T, 0, kTagGive, ep_.comm, &give_req_));
+    }
+    asking_ = true;
+    asked_at_ = Clock::now();
+    return ep_.out.send(u64s({ep_.workers.done()}), 0, kTagAsk);
+  }
+
+  Status read_answer() {
+    if (!asking_) return {};
+    int flag = 0;
+    {
+      const auto lk = ep_.lock();
+      CHARM_MPI_TRY(MPI_Test(&give_req_, &flag, MPI_STATUS_IGNORE));
+    }
+    if (flag) {
+      asking_ = false;
+      if (give_[0] >= give_[1]) {
+        exhausted_ = true;
+        ep_.workers.no_more();
+      } else {
+        ep_.workers.add(give_[0], give_[1]);
+      }
+    } else if (ep_.share.timeout_s > 0 && seconds_since(asked_at_) > ask_timeout_s_) {
+      return Error{"", fmt::format("stall: rank {} waited {:.1f} s for rank 0 to hand out sweep tasks: rank 0 does "
+                                   "not answer (stopped or dead)",
+                                   rank_, ep_.share.timeout_s)};
+    }
+    return {};
+  }
+
+  Status give_up() {
+    if (asking_) {
+      const auto lk = ep_.lock();
+      (void)MPI_Cancel(&give_req_);
+      (void)MPI_Request_free(&give_req_);
+    }
+    return interrupted();
+  }
+
+  Endpoint& ep_;
+  int rank_;
+  double ask_timeout_s_;
+  bool asking_ = false, exhausted_ = false;
+  std::uint64_t give_[2] = {0, 0};
+  MPI_Request give_req_ = MPI_REQUEST_NULL;
+  Clock::time_point asked_at_ = Clock::now();
+};
+
+}  // namespace
+
+Expected<std::vector<std::string>> MpiContext::share_tasks(const TaskShare& share) {
+  Endpoint ep(comms_->comm, multiple_ ? nullptr : &mu_, share);
+  if (rank_ == 0) return Host(ep, size_).run();
+  if (auto s = Client(ep, rank_).run(); !s) return s.error();
   return std::vector<std::string>{};
 }
 
