@@ -79,7 +79,9 @@ class MpiContext {
   /// second, so a long task is not a stall; a process silent for `timeout_s` while it holds tasks
   /// (stopped, dead) is a stall on rank 0, and a rank 0 that does not answer a request for
   /// `timeout_s` one on the asker: the error comes back (the caller ends the job). `cancel`
-  /// (a signal) ends the loop on the process where it is set: Error "interrupted".
+  /// (a signal) ends the loop on the process where it is set: Error "interrupted", or on rank 0
+  /// "interrupted after this process was paused" when it did not run for longer than the
+  /// timeout itself (another process has reported it stalled).
   struct TaskShare {
     std::size_t total = 0;
     int jobs = 1;

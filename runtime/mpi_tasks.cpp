@@ -181,6 +181,9 @@ class Workers {
 bool cancelled(const MpiContext::TaskShare& s) { return s.cancel != nullptr && s.cancel->load(); }
 
 Error interrupted() { return Error{"", "interrupted"}; }
+/// Rank 0's interruption after it did not run for longer than the timeout itself (stopped,
+/// starved): another process has reported it as a stall, so the caller stays quiet.
+Error interrupted_after_pause() { return Error{"", "interrupted after this process was paused"}; }
 
 /// What the MPI thread of a process shares: the communicator, the lock (SERIALIZED
 /// libraries), the sends in flight and the worker threads.
@@ -212,8 +215,13 @@ class Host {
       return i < total_ ? std::optional<std::size_t>(i) : std::nullopt;
     });
     auto shown = Clock::now() - std::chrono::seconds(1);
+    auto last_turn = Clock::now();
+    bool paused = false;
     for (;;) {
-      if (cancelled(ep_.share)) return interrupted();
+      const double t = ep_.share.timeout_s;
+      paused = paused || (t > 0 && seconds_since(last_turn) > t);
+      last_turn = Clock::now();
+      if (cancelled(ep_.share)) return paused ? interrupted_after_pause() : interrupted();
       for (auto& [i, bytes] : ep_.workers.finished()) results_[i] = std::move(bytes);
       if (auto s = receive_all(); !s) return s.error();
       if (auto s = ep_.out.progress(); !s) return s.error();
@@ -309,8 +317,9 @@ class Client {
   Client(Endpoint& ep, int rank)
       : ep_(ep), rank_(rank),
         // When rank 0 stops, every other process misses its answer at once: staggered deadlines let
-        // the lowest rank say it (its MPI_Abort ends the others before theirs).
-        ask_timeout_s_(ep.share.timeout_s + 0.5 * double(rank - 1)) {}
+        // the lowest rank say it (its MPI_Abort ends the others before theirs, with seconds to spare
+        // on a loaded machine).
+        ask_timeout_s_(ep.share.timeout_s + std::max(2.0, 0.5 * ep.share.timeout_s) * double(rank - 1)) {}
 
   Status run() {
     ep_.workers.start([this] { return ep_.workers.take(); });

@@ -7,3 +7,7 @@ charm_add_test(validator_region_test SOURCES validator_region_test.cpp LIBS char
 charm_add_test(cell_store_test SOURCES cell_store_test.cpp LIBS charm::scheduler)
 charm_add_test(cli_plan_test SOURCES cli_plan_test.cpp LIBS charm::scheduler LABELS integration)
 charm_add_test(symmetry_test SOURCES symmetry_test.cpp LIBS charm::scheduler TIMEOUT 300)
+# Chakra execution traces, read back by the test's own wire decoder (where protobuf is found).
+if(TARGET charm_chakra)
+  charm_add_test(chakra_test SOURCES chakra_test.cpp LIBS charm::chakra charm::scheduler)
+endif()

@@ -567,8 +567,11 @@ void sweep_over_mpi(const SweepJob& job, const SweepOpts& o) {
   if (!got) {
     if (!g_cancel.load()) abort_job(ctx, got.error());
     // A signal (mpirun passes one on when a process of the job dies): rank 0 says it, and the
-    // job ends at once, with no output.
-    if (ctx.rank() == 0) say_interrupted(job, tasks_done, true);
+    // job ends at once, with no output. A rank 0 that was itself stopped stays quiet: another
+    // process has said why.
+    const bool signalled = got.error().message() == "interrupted";
+    exit_code() = signalled ? 128 + (g_signal != 0 ? int(g_signal) : SIGINT) : kExitRuntime;
+    if (ctx.rank() == 0 && signalled) say_interrupted(job, tasks_done, true);
     std::fflush(stderr);
     ctx.abort(exit_code());
   }
