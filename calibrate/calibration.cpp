@@ -445,6 +445,254 @@ Expected<std::vector<FitParameter>> choose_parameters(Model& model, const std::v
   return out;
 }
 
+/// The default parameters no row depends on (efficiency.bwd with forward rows only) are dropped:
+/// the fit could not tell their value, and the report would show a meaningless one.
+Status drop_unmoved(Model& model, const std::vector<double>& base_ms, std::vector<std::string>& notes) {
+  const std::size_t p = model.params.size(), N = model.measured.size();
+  const std::vector<char> all(N, 1);
+  std::vector<FitParameter> kept;
+  std::vector<double> values;
+  for (const auto& q : model.params) values.push_back(q.base);
+  for (std::size_t k = 0; k < p; ++k) {
+    auto moved = values;
+    const auto& q = model.params[k];
+    moved[k] = q.bounds.scale == Scale::Log ? std::sqrt(q.bounds.lo * q.bounds.hi) : 0.5 * (q.bounds.lo + q.bounds.hi);
+    if (moved[k] == values[k]) moved[k] = q.bounds.lo;
+    auto pred = model.predict(moved, all);
+    if (!pred) return pred.error();
+    bool moves = false;
+    for (std::size_t i = 0; i < N; ++i) moves = moves || std::abs((*pred)[i] / base_ms[i] - 1) > 1e-9;
+    if (moves)
+      kept.push_back(q);
+    else
+      notes.push_back(fmt::format("{}: not fitted, no row depends on it", q.path));
+  }
+  if (kept.empty()) return Error{"--fit", "no row depends on any of the default parameters; name some with --fit"};
+  model.params = std::move(kept);
+  return {};
+}
+
+/// The fit: from the base values, then from fixed interior points (reproducible runs). The best point
+/// seen, in the unit box; `evaluations` counts the simulations.
+Expected<std::vector<double>> fit_units(const Model& model, const CalibrationOptions& options, int max_evals,
+                                        int& evaluations) {
+  const std::size_t np = model.params.size();
+  const std::vector<char> all(model.measured.size(), 1);
+  Objective obj{model, all, options, "", 0, HUGE_VAL, {}, {}};
+  std::vector<std::vector<double>> starts;
+  {
+    std::vector<double> u0;
+    for (const auto& q : model.params) u0.push_back(unit_of(q, q.base));
+    starts.push_back(u0);
+    std::mt19937 rng(12345);
+    std::uniform_real_distribution<double> uni(0.15, 0.85);
+    for (int s = 0; s < std::max(0, options.restarts); ++s) {
+      std::vector<double> u(np);
+      for (auto& x : u) x = uni(rng);
+      starts.push_back(u);
+    }
+  }
+  for (std::size_t s = 0; s < starts.size(); ++s) {
+    obj.stage = fmt::format("start {}/{}", s + 1, starts.size());
+    if (auto st = local_search(obj, starts[s], max_evals, 0.1); !st) return st.error();
+  }
+  evaluations = obj.evaluations;
+  return obj.best_u;
+}
+
+/// Each parameter's uncertainty from J = d(log residual)/d(theta) at the fit, theta = log(value) (log
+/// scale) or value (linear); the values, sigmas and notes go into model.params.
+Status estimate_uncertainty(Model& model, const std::vector<double>& best, const std::vector<double>& best_u,
+                            double objective, const CalibrationOptions& options, int& evaluations) {
+  const std::size_t N = model.measured.size(), np = model.params.size();
+  const std::vector<char> all(N, 1);
+  std::vector<std::vector<double>> J(N, std::vector<double>(np, 0.0));
+  std::vector<char> moves(np, 0);
+  for (std::size_t k = 0; k < np; ++k) {
+    const auto& q = model.params[k];
+    const bool log_scale = q.bounds.scale == Scale::Log;
+    const double theta = log_scale ? std::log(best[k]) : best[k];
+    const double lo = log_scale ? std::log(q.bounds.lo) : q.bounds.lo,
+                 hi = log_scale ? std::log(q.bounds.hi) : q.bounds.hi;
+    const double h = log_scale ? 1e-3 : 1e-3 * (q.bounds.hi - q.bounds.lo);
+    const double up = std::min(theta + h, hi), down = std::max(theta - h, lo);
+    if (!(up > down)) continue;
+    auto at = [&](double th) {
+      auto v = best;
+      v[k] = log_scale ? std::exp(th) : th;
+      v[k] = std::clamp(v[k], q.bounds.lo, q.bounds.hi);
+      return model.predict(v, all);
+    };
+    auto pu = at(up), pd = at(down);
+    if (!pu) return pu.error();
+    if (!pd) return pd.error();
+    evaluations += 2;
+    for (std::size_t i = 0; i < N; ++i) {
+      J[i][k] = (std::log((*pu)[i]) - std::log((*pd)[i])) / (up - down);
+      moves[k] = moves[k] || J[i][k] != 0;
+    }
+    if (options.progress) options.progress({"uncertainty", evaluations, objective});
+  }
+  std::vector<std::vector<double>> jtj(np, std::vector<double>(np, 0.0));
+  for (std::size_t a = 0; a < np; ++a)
+    for (std::size_t b = 0; b < np; ++b)
+      for (std::size_t i = 0; i < N; ++i) jtj[a][b] += J[i][a] * J[i][b];
+  const auto inv = invert(jtj);
+  const bool dof = N > np;
+  const double sigma2 = dof ? objective / double(N - np) : kNaN;
+  for (std::size_t k = 0; k < np; ++k) {
+    auto& q = model.params[k];
+    q.value = best[k];
+    q.at_bound = best_u[k] < 1e-4 || best_u[k] > 1 - 1e-4;
+    if (!moves[k]) {
+      q.note = "not identified: no row depends on it";
+    } else if (!inv) {
+      q.note = "not identified: its effect on the rows is the same as other parameters' (J^T J is singular)";
+    } else if (dof) {
+      const double s = std::sqrt(std::max(0.0, sigma2 * (*inv)[k][k]));
+      if (q.bounds.scale == Scale::Log) {
+        q.relative_sigma = s;
+        q.sigma = s * q.value;
+      } else {
+        q.sigma = s;
+        q.relative_sigma = q.value > 0 ? s / q.value : kNaN;
+      }
+    }
+    if (!dof && q.note.empty()) q.note = "no uncertainty: as many parameters as rows";
+    if (q.at_bound)
+      q.note += fmt::format("{}at its {} bound (the uncertainty is one-sided there)", q.note.empty() ? "" : "; ",
+                            best_u[k] < 0.5 ? "lower" : "upper");
+  }
+  return {};
+}
+
+/// Leave-one-out: each of the n measured rows predicted by a fit on the others, started from the full fit.
+Status leave_one_out(const Model& model, const std::vector<double>& best_u, std::size_t n,
+                     const CalibrationOptions& options, int max_evals, std::vector<RowPrediction>& rows,
+                     int& evaluations) {
+  const std::size_t N = model.measured.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    std::vector<char> use(N, 1);
+    use[i] = 0;
+    Objective loo{model, use, options, fmt::format("leave-one-out {}/{}", i + 1, n), 0, HUGE_VAL, {}, {}};
+    // One row less moves the optimum a little: a small first step from the full fit's.
+    if (auto st = local_search(loo, best_u, max_evals, 0.02); !st) return st.error();
+    std::vector<char> only(N, 0);
+    only[i] = 1;
+    auto pi = model.predict(values_of(model.params, loo.best_u), only);
+    if (!pi) return pi.error();
+    rows[i].loo_ms = (*pi)[i];
+    evaluations += loo.evaluations + 1;
+  }
+  return {};
+}
+
+/// Every row paired with the ring row of its workload and GPUs, and the MAPEs of times, components
+/// and speedups (base, in-sample, leave-one-out).
+void summarize_errors(const MeasurementSet& data, std::size_t n, Calibration& c) {
+  {
+    std::map<std::string, std::size_t> ring_of;
+    for (std::size_t i = 0; i < n; ++i)
+      if (data.rows[i].algo == "ring" && data.rows[i].metric == Metric::Time)
+        ring_of.emplace(row_key(data.rows[i], c.rows[i].ranks), i);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (data.rows[i].algo == "ring" || data.rows[i].metric != Metric::Time) continue;
+      if (auto it = ring_of.find(row_key(data.rows[i], c.rows[i].ranks)); it != ring_of.end())
+        c.pairs.push_back({it->second, i});
+    }
+  }
+  {
+    std::vector<double> rb, rf, rl, sb, sf, sl, cb, cf, cl;
+    for (std::size_t i = 0; i < n; ++i) {
+      const double m = data.rows[i].time_ms;
+      const bool run = data.rows[i].metric == Metric::Time;
+      (run ? rb : cb).push_back(c.rows[i].base_ms / m);
+      (run ? rf : cf).push_back(c.rows[i].predicted_ms / m);
+      if (!std::isnan(c.rows[i].loo_ms)) (run ? rl : cl).push_back(c.rows[i].loo_ms / m);
+    }
+    c.time_rows = rb.size();
+    c.component = {mean_abs_pct(cb), mean_abs_pct(cf), mean_abs_pct(cl)};
+    for (const auto& pr : c.pairs) {
+      const auto &r = c.rows[pr.ring], &o = c.rows[pr.other];
+      const double measured = data.rows[pr.ring].time_ms / data.rows[pr.other].time_ms;
+      sb.push_back(r.base_ms / o.base_ms / measured);
+      sf.push_back(r.predicted_ms / o.predicted_ms / measured);
+      if (!std::isnan(r.loo_ms) && !std::isnan(o.loo_ms)) sl.push_back(r.loo_ms / o.loo_ms / measured);
+    }
+    c.time = {mean_abs_pct(rb), mean_abs_pct(rf), mean_abs_pct(rl)};
+    c.speedup = {mean_abs_pct(sb), mean_abs_pct(sf), mean_abs_pct(sl)};
+    if (c.speedup.in_sample > c.speedup.base)
+      c.notes.push_back(fmt::format("the fitted model predicts speedups over ring worse than the base ({:.1f}% "
+                                    "against {:.1f}% MAPE): the fit traded them for times; check the rows",
+                                    c.speedup.in_sample, c.speedup.base));
+  }
+}
+
+/// The output document: the base with every value written in, and where they came from.
+void write_document(const Model& model, const std::vector<double>& best, const MeasurementSet& data,
+                    const std::string& base_source, std::size_t n, Calibration& c) {
+  c.document = model.document(best);
+  if (c.document.contains("name") && c.document["name"].is_string())
+    c.document["name"] = c.document["name"].get<std::string>() + "-calibrated";
+  {
+    // The base's notes describe its own values; say which ones are no longer those.
+    std::string what;
+    for (const auto& q : c.parameters) what += fmt::format("{}{}", what.empty() ? "" : ", ", q.path);
+    for (const auto& f : c.fixed) what += fmt::format("{}{} (nccl-tests)", what.empty() ? "" : ", ", f.path);
+    json notes = json::array();
+    if (c.document.contains("notes"))
+      notes = c.document["notes"].is_array() ? c.document["notes"] : json::array({c.document["notes"]});
+    notes.push_back(
+        fmt::format("charm calibrate set {} from {} ({} rows); see \"calibration\".", what, data.source, n));
+    c.document["notes"] = notes;
+  }
+  auto num = [](double x) { return std::isnan(x) ? json(nullptr) : json(x); };
+  json fitted = json::array();
+  for (const auto& q : c.parameters) {
+    json j = {{"path", q.path},
+              {"value", q.value},
+              {"base", q.base},
+              {"bounds", {q.bounds.lo, q.bounds.hi}},
+              {"scale", q.bounds.scale == Scale::Log ? "log" : "linear"},
+              {"bounds_rule", q.bounds.rule},
+              {"sigma", num(q.sigma)},
+              {"relative_sigma", num(q.relative_sigma)}};
+    if (!q.note.empty()) j["note"] = q.note;
+    fitted.push_back(j);
+  }
+  json fixed_j = json::array();
+  for (const auto& f : c.fixed)
+    fixed_j.push_back(
+        {{"path", f.path}, {"value", f.value}, {"base", num(f.base)}, {"source", f.source}, {"nccl_tests", f.detail}});
+  c.document["calibration"] = {
+      {"tool", "charm calibrate"},
+      {"base", base_source},
+      {"measurements", {{"file", data.source}, {"rows", n}}},
+      {"objective", "sum over rows of log(predicted / measured)^2"},
+      {"objective_value", {{"base", c.base_objective}, {"fitted", c.objective}}},
+      {"fitted", fitted},
+      {"fixed", fixed_j},
+      {"mape_percent",
+       {{"time",
+         {{"base", num(c.time.base)},
+          {"in_sample", num(c.time.in_sample)},
+          {"leave_one_out", num(c.time.loo)},
+          {"rows", c.time_rows}}},
+        {"components",
+         {{"base", num(c.component.base)},
+          {"in_sample", num(c.component.in_sample)},
+          {"leave_one_out", num(c.component.loo)},
+          {"rows", n - c.time_rows}}},
+        {"kernels",
+         {{"base", num(c.kernels.base)}, {"in_sample", num(c.kernels.in_sample)}, {"rows", c.kernel_rows.size()}}},
+        {"speedup",
+         {{"base", num(c.speedup.base)},
+          {"in_sample", num(c.speedup.in_sample)},
+          {"leave_one_out", num(c.speedup.loo)},
+          {"pairs", c.pairs.size()}}}}},
+      {"notes", c.notes}};
+}
+
 }  // namespace
 
 bool is_link_class(const std::string& cls) { return cls == "intra" || cls == "numa" || cls == "inter"; }
@@ -533,123 +781,25 @@ Expected<Calibration> calibrate(const json& base, const std::string& base_source
     c.notes.push_back(fmt::format("rows with {} GPUs: {} re-generated with nodes = {}",
                                   model.variant_nodes[v] * base.value("gpus_per_node", 1L), base_source,
                                   model.variant_nodes[v]));
-  const std::size_t p = model.params.size();
   const std::vector<char> all(N, 1);
 
-  // Defaults no row depends on (efficiency.bwd with forward rows only) are dropped: the fit
-  // could not tell their value, and the report would show a meaningless one.
-  if (options.fit.empty()) {
-    std::vector<FitParameter> kept;
-    std::vector<double> values;
-    for (const auto& q : model.params) values.push_back(q.base);
-    for (std::size_t k = 0; k < p; ++k) {
-      auto moved = values;
-      const auto& q = model.params[k];
-      moved[k] =
-          q.bounds.scale == Scale::Log ? std::sqrt(q.bounds.lo * q.bounds.hi) : 0.5 * (q.bounds.lo + q.bounds.hi);
-      if (moved[k] == values[k]) moved[k] = q.bounds.lo;
-      auto pred = model.predict(moved, all);
-      if (!pred) return pred.error();
-      bool moves = false;
-      for (std::size_t i = 0; i < N; ++i) moves = moves || std::abs((*pred)[i] / base_ms[i] - 1) > 1e-9;
-      if (moves)
-        kept.push_back(q);
-      else
-        c.notes.push_back(fmt::format("{}: not fitted, no row depends on it", q.path));
-    }
-    if (kept.empty()) return Error{"--fit", "no row depends on any of the default parameters; name some with --fit"};
-    model.params = std::move(kept);
-  }
+  if (options.fit.empty())
+    if (auto st = drop_unmoved(model, base_ms, c.notes); !st) return st.error();
   const std::size_t np = model.params.size();
   c.base_objective = objective_of(base_ms, model.measured, all);
 
-  // The fit: from the base values, then from fixed interior points (reproducible runs).
   const int max_evals = options.max_evaluations > 0 ? options.max_evaluations : int(150 * (np + 1));
-  Objective obj{model, all, options, "", 0, HUGE_VAL, {}, {}};
-  std::vector<std::vector<double>> starts;
-  {
-    std::vector<double> u0;
-    for (const auto& q : model.params) u0.push_back(unit_of(q, q.base));
-    starts.push_back(u0);
-    std::mt19937 rng(12345);
-    std::uniform_real_distribution<double> uni(0.15, 0.85);
-    for (int s = 0; s < std::max(0, options.restarts); ++s) {
-      std::vector<double> u(np);
-      for (auto& x : u) x = uni(rng);
-      starts.push_back(u);
-    }
-  }
-  for (std::size_t s = 0; s < starts.size(); ++s) {
-    obj.stage = fmt::format("start {}/{}", s + 1, starts.size());
-    if (auto st = local_search(obj, starts[s], max_evals, 0.1); !st) return st.error();
-  }
-  const std::vector<double> best_u = obj.best_u;
+  int evaluations = 0;
+  auto units = fit_units(model, options, max_evals, evaluations);
+  if (!units) return units.error();
+  const std::vector<double> best_u = std::move(units).value();
   const std::vector<double> best = values_of(model.params, best_u);
   auto pred = model.predict(best, all);
   if (!pred) return pred.error();
   c.objective = objective_of(*pred, model.measured, all);
-  int evaluations = obj.evaluations + 1;
+  ++evaluations;
 
-  // Uncertainty: J = d(log residual)/d(theta), theta = log(value) (log scale) or value (linear).
-  {
-    std::vector<std::vector<double>> J(N, std::vector<double>(np, 0.0));
-    std::vector<char> moves(np, 0);
-    for (std::size_t k = 0; k < np; ++k) {
-      const auto& q = model.params[k];
-      const bool log_scale = q.bounds.scale == Scale::Log;
-      const double theta = log_scale ? std::log(best[k]) : best[k];
-      const double lo = log_scale ? std::log(q.bounds.lo) : q.bounds.lo,
-                   hi = log_scale ? std::log(q.bounds.hi) : q.bounds.hi;
-      const double h = log_scale ? 1e-3 : 1e-3 * (q.bounds.hi - q.bounds.lo);
-      const double up = std::min(theta + h, hi), down = std::max(theta - h, lo);
-      if (!(up > down)) continue;
-      auto at = [&](double th) {
-        auto v = best;
-        v[k] = log_scale ? std::exp(th) : th;
-        v[k] = std::clamp(v[k], q.bounds.lo, q.bounds.hi);
-        return model.predict(v, all);
-      };
-      auto pu = at(up), pd = at(down);
-      if (!pu) return pu.error();
-      if (!pd) return pd.error();
-      evaluations += 2;
-      for (std::size_t i = 0; i < N; ++i) {
-        J[i][k] = (std::log((*pu)[i]) - std::log((*pd)[i])) / (up - down);
-        moves[k] = moves[k] || J[i][k] != 0;
-      }
-      if (options.progress) options.progress({"uncertainty", evaluations, c.objective});
-    }
-    std::vector<std::vector<double>> jtj(np, std::vector<double>(np, 0.0));
-    for (std::size_t a = 0; a < np; ++a)
-      for (std::size_t b = 0; b < np; ++b)
-        for (std::size_t i = 0; i < N; ++i) jtj[a][b] += J[i][a] * J[i][b];
-    const auto inv = invert(jtj);
-    const bool dof = N > np;
-    const double sigma2 = dof ? c.objective / double(N - np) : kNaN;
-    for (std::size_t k = 0; k < np; ++k) {
-      auto& q = model.params[k];
-      q.value = best[k];
-      q.at_bound = best_u[k] < 1e-4 || best_u[k] > 1 - 1e-4;
-      if (!moves[k]) {
-        q.note = "not identified: no row depends on it";
-      } else if (!inv) {
-        q.note = "not identified: its effect on the rows is the same as other parameters' (J^T J is singular)";
-      } else if (dof) {
-        const double s = std::sqrt(std::max(0.0, sigma2 * (*inv)[k][k]));
-        if (q.bounds.scale == Scale::Log) {
-          q.relative_sigma = s;
-          q.sigma = s * q.value;
-        } else {
-          q.sigma = s;
-          q.relative_sigma = q.value > 0 ? s / q.value : kNaN;
-        }
-      }
-      if (!dof && q.note.empty()) q.note = "no uncertainty: as many parameters as rows";
-      if (q.at_bound)
-        q.note += fmt::format("{}at its {} bound (the uncertainty is one-sided there)", q.note.empty() ? "" : "; ",
-                              best_u[k] < 0.5 ? "lower" : "upper");
-    }
-  }
+  if (auto st = estimate_uncertainty(model, best, best_u, c.objective, options, evaluations); !st) return st.error();
 
   c.rows.resize(n);
   for (std::size_t i = 0; i < n; ++i) {
@@ -669,125 +819,15 @@ Expected<Calibration> calibrate(const json& base, const std::string& base_source
     c.kernel_source = options.kernels.source;
   }
 
-  // Leave-one-out: each row predicted by a fit on the others, started from the full fit.
-  if (options.leave_one_out && n > 1) {
-    for (std::size_t i = 0; i < n; ++i) {
-      std::vector<char> use(N, 1);
-      use[i] = 0;
-      Objective loo{model, use, options, fmt::format("leave-one-out {}/{}", i + 1, n), 0, HUGE_VAL, {}, {}};
-      // One row less moves the optimum a little: a small first step from the full fit's.
-      if (auto st = local_search(loo, best_u, max_evals, 0.02); !st) return st.error();
-      std::vector<char> only(N, 0);
-      only[i] = 1;
-      auto pi = model.predict(values_of(model.params, loo.best_u), only);
-      if (!pi) return pi.error();
-      c.rows[i].loo_ms = (*pi)[i];
-      evaluations += loo.evaluations + 1;
-    }
-  }
+  if (options.leave_one_out && n > 1)
+    if (auto st = leave_one_out(model, best_u, n, options, max_evals, c.rows, evaluations); !st) return st.error();
 
-  // Speedups: every row paired with the ring row of its workload and GPUs.
-  {
-    std::map<std::string, std::size_t> ring_of;
-    for (std::size_t i = 0; i < n; ++i)
-      if (data.rows[i].algo == "ring" && data.rows[i].metric == Metric::Time)
-        ring_of.emplace(row_key(data.rows[i], c.rows[i].ranks), i);
-    for (std::size_t i = 0; i < n; ++i) {
-      if (data.rows[i].algo == "ring" || data.rows[i].metric != Metric::Time) continue;
-      if (auto it = ring_of.find(row_key(data.rows[i], c.rows[i].ranks)); it != ring_of.end())
-        c.pairs.push_back({it->second, i});
-    }
-  }
-  {
-    std::vector<double> rb, rf, rl, sb, sf, sl, cb, cf, cl;
-    for (std::size_t i = 0; i < n; ++i) {
-      const double m = data.rows[i].time_ms;
-      const bool run = data.rows[i].metric == Metric::Time;
-      (run ? rb : cb).push_back(c.rows[i].base_ms / m);
-      (run ? rf : cf).push_back(c.rows[i].predicted_ms / m);
-      if (!std::isnan(c.rows[i].loo_ms)) (run ? rl : cl).push_back(c.rows[i].loo_ms / m);
-    }
-    c.time_rows = rb.size();
-    c.component = {mean_abs_pct(cb), mean_abs_pct(cf), mean_abs_pct(cl)};
-    for (const auto& pr : c.pairs) {
-      const auto &r = c.rows[pr.ring], &o = c.rows[pr.other];
-      const double measured = data.rows[pr.ring].time_ms / data.rows[pr.other].time_ms;
-      sb.push_back(r.base_ms / o.base_ms / measured);
-      sf.push_back(r.predicted_ms / o.predicted_ms / measured);
-      if (!std::isnan(r.loo_ms) && !std::isnan(o.loo_ms)) sl.push_back(r.loo_ms / o.loo_ms / measured);
-    }
-    c.time = {mean_abs_pct(rb), mean_abs_pct(rf), mean_abs_pct(rl)};
-    c.speedup = {mean_abs_pct(sb), mean_abs_pct(sf), mean_abs_pct(sl)};
-    if (c.speedup.in_sample > c.speedup.base)
-      c.notes.push_back(fmt::format("the fitted model predicts speedups over ring worse than the base ({:.1f}% "
-                                    "against {:.1f}% MAPE): the fit traded them for times; check the rows",
-                                    c.speedup.in_sample, c.speedup.base));
-  }
+  summarize_errors(data, n, c);
   c.evaluations = evaluations;
   c.parameters = model.params;
   c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  // The output document: the base with every value written in, and where they came from.
-  c.document = model.document(best);
-  if (c.document.contains("name") && c.document["name"].is_string())
-    c.document["name"] = c.document["name"].get<std::string>() + "-calibrated";
-  {
-    // The base's notes describe its own values; say which ones are no longer those.
-    std::string what;
-    for (const auto& q : c.parameters) what += fmt::format("{}{}", what.empty() ? "" : ", ", q.path);
-    for (const auto& f : c.fixed) what += fmt::format("{}{} (nccl-tests)", what.empty() ? "" : ", ", f.path);
-    json notes = json::array();
-    if (c.document.contains("notes"))
-      notes = c.document["notes"].is_array() ? c.document["notes"] : json::array({c.document["notes"]});
-    notes.push_back(
-        fmt::format("charm calibrate set {} from {} ({} rows); see \"calibration\".", what, data.source, n));
-    c.document["notes"] = notes;
-  }
-  auto num = [](double x) { return std::isnan(x) ? json(nullptr) : json(x); };
-  json fitted = json::array();
-  for (const auto& q : c.parameters) {
-    json j = {{"path", q.path},
-              {"value", q.value},
-              {"base", q.base},
-              {"bounds", {q.bounds.lo, q.bounds.hi}},
-              {"scale", q.bounds.scale == Scale::Log ? "log" : "linear"},
-              {"bounds_rule", q.bounds.rule},
-              {"sigma", num(q.sigma)},
-              {"relative_sigma", num(q.relative_sigma)}};
-    if (!q.note.empty()) j["note"] = q.note;
-    fitted.push_back(j);
-  }
-  json fixed_j = json::array();
-  for (const auto& f : c.fixed)
-    fixed_j.push_back(
-        {{"path", f.path}, {"value", f.value}, {"base", num(f.base)}, {"source", f.source}, {"nccl_tests", f.detail}});
-  c.document["calibration"] = {
-      {"tool", "charm calibrate"},
-      {"base", base_source},
-      {"measurements", {{"file", data.source}, {"rows", n}}},
-      {"objective", "sum over rows of log(predicted / measured)^2"},
-      {"objective_value", {{"base", c.base_objective}, {"fitted", c.objective}}},
-      {"fitted", fitted},
-      {"fixed", fixed_j},
-      {"mape_percent",
-       {{"time",
-         {{"base", num(c.time.base)},
-          {"in_sample", num(c.time.in_sample)},
-          {"leave_one_out", num(c.time.loo)},
-          {"rows", c.time_rows}}},
-        {"components",
-         {{"base", num(c.component.base)},
-          {"in_sample", num(c.component.in_sample)},
-          {"leave_one_out", num(c.component.loo)},
-          {"rows", n - c.time_rows}}},
-        {"kernels",
-         {{"base", num(c.kernels.base)}, {"in_sample", num(c.kernels.in_sample)}, {"rows", c.kernel_rows.size()}}},
-        {"speedup",
-         {{"base", num(c.speedup.base)},
-          {"in_sample", num(c.speedup.in_sample)},
-          {"leave_one_out", num(c.speedup.loo)},
-          {"pairs", c.pairs.size()}}}}},
-      {"notes", c.notes}};
+  write_document(model, best, data, base_source, n, c);
   return c;
 }
 
