@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <sstream>
 
@@ -78,166 +79,216 @@ std::string MeasurementSet::where(const Measurement& m, Column c) const {
   return fmt::format("{}:{}:{}", files[std::size_t(m.file)], m.line, col > 0 ? col : 1);
 }
 
+namespace {
+
+/// Where a field is: "FILE:LINE:COLUMN" and what is wrong there.
+Error field_error(const std::string& source, int line, std::size_t field, const std::string& what) {
+  return Error{fmt::format("{}:{}:{}", source, line, field + 1), printable(what)};
+}
+
+/// The header line: which column each field is (none: a column charm does not read, named in one
+/// warning), and every required column present once.
+Status read_header(const Record& rec, const std::string& source, MeasurementSet& set,
+                   std::vector<std::optional<Column>>& order) {
+  auto& column_index = set.column_index[0];
+  const auto& fields = rec.fields;
+  auto at = [&](std::size_t field, const std::string& what) { return field_error(source, rec.line, field, what); };
+  std::vector<std::string> ignored;  // header names charm does not read, kept by the user
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    const auto it = std::find(kNames.begin(), kNames.end(), fields[i]);
+    if (it == kNames.end()) {
+      // A column of the user's own (a note, the GPU model): read past, and named in one warning.
+      if (fields[i].empty()) return at(i, "an empty column name in the header");
+      ignored.push_back(fields[i]);
+      order.push_back(std::nullopt);
+      continue;
+    }
+    const auto c = static_cast<Column>(it - kNames.begin());
+    if (column_index[std::size_t(c)] != 0) return at(i, fmt::format("column '{}' appears twice", fields[i]));
+    column_index[std::size_t(c)] = int(i) + 1;
+    order.push_back(c);
+  }
+  for (std::size_t c = 0; c < kNumColumns; ++c)
+    if (column_index[c] == 0 && !optional_column(Column(c)))
+      return at(fields.size(),
+                fmt::format("missing column '{}' (the header needs: {}; ranks, domains and metric are optional)",
+                            kNames[c], expected_list()));
+  if (!ignored.empty()) {
+    std::vector<std::string> names;
+    std::vector<std::string> known(kNames.begin(), kNames.end());
+    for (const auto& n : ignored) {
+      const auto near = closest_name(n, known);
+      names.push_back(fmt::format("'{}'{}", printable(n), near ? fmt::format(" (did you mean '{}'?)", *near) : ""));
+    }
+    set.warnings.push_back(fmt::format("{}:{}: ignoring column{} {}: not one charm reads (expected: {})", source,
+                                       rec.line, ignored.size() == 1 ? "" : "s", fmt::join(names, ", "),
+                                       expected_list()));
+  }
+  return {};
+}
+
+using BadCell = std::function<Error(const std::string&)>;
+
+/// A cell that names something: the algorithm, pass, dtype, layout, causal flag or metric.
+Status read_name_cell(Column c, std::string_view v, Measurement& m, const BadCell& bad) {
+  switch (c) {
+  case Column::Algo: {
+    const auto& names = sched::algorithm_names();
+    if (std::find(names.begin(), names.end(), v) == names.end()) {
+      std::string list;
+      for (const auto& n : names) list += fmt::format("{}{}", list.empty() ? "" : ", ", n);
+      return bad(fmt::format("unknown algorithm '{}' (expected one of: {})", v, list));
+    }
+    m.algo = std::string(v);
+    return {};
+  }
+  case Column::Pass: {
+    auto p = ir::parse_pass(v);
+    if (!p) return bad(p.error().what);
+    m.workload.pass = *p;
+    return {};
+  }
+  case Column::DType: {
+    auto d = ir::parse_dtype(v);
+    if (!d) return bad(d.error().what);
+    m.workload.dtype = *d;
+    return {};
+  }
+  case Column::Layout: {
+    auto l = ir::parse_layout(v);
+    if (!l) return bad(l.error().what);
+    m.workload.layout = *l;
+    return {};
+  }
+  case Column::Causal:
+    if (v != "0" && v != "1") return bad(fmt::format("must be 0 or 1, got '{}'", v));
+    m.workload.causal = v == "1";
+    return {};
+  default: {
+    auto mt = parse_metric(v);
+    if (!mt) return bad(mt.error().what);
+    m.metric = *mt;
+    return {};
+  }
+  }
+}
+
+/// A cell that counts or times: the workload's sizes, the ranks and domains, the time.
+Status read_number_cell(Column c, std::string_view v, Measurement& m, std::string& kv_heads, const BadCell& bad) {
+  auto count = [&](std::int64_t max) -> Expected<std::int64_t> {
+    auto n = parse_count(v, max);
+    if (!n) return bad(n.error().what);
+    return n;
+  };
+  switch (c) {
+  case Column::KvHeads:
+    if (!v.empty()) {
+      auto n = count(ir::kMaxHeads);
+      if (!n) return n.error();
+      m.workload.kv_heads = *n;
+    }
+    kv_heads = std::string(v);
+    return {};
+  case Column::Ranks:
+  case Column::Domains:
+    if (!v.empty()) {
+      auto n = count(4096);
+      if (!n) return n.error();
+      (c == Column::Ranks ? m.ranks : m.domains) = int(*n);
+    }
+    return {};
+  case Column::TimeMs: {
+    double t = 0;
+    const auto* end = v.data() + v.size();
+    const auto r = std::from_chars(v.data(), end, t);
+    if (r.ec != std::errc{} || r.ptr != end || !std::isfinite(t))
+      return bad(fmt::format("must be a number of milliseconds, got '{}'", v));
+    if (!(t > 0)) return bad(fmt::format("must be > 0, got {}", v));
+    m.time_ms = t;
+    return {};
+  }
+  default: {
+    // Batch, Seq, Heads, HeadDim: the workload's own bounds (scheduler/ir/workload.hpp), so a row is
+    // refused here, by its column.
+    auto n = count(c == Column::Batch   ? ir::kMaxBatch
+                   : c == Column::Seq   ? std::int64_t{1} << 40
+                   : c == Column::Heads ? ir::kMaxHeads
+                                        : ir::kMaxHeadDim);
+    if (!n) return n.error();
+    (c == Column::Batch   ? m.workload.batch
+     : c == Column::Seq   ? m.workload.seq
+     : c == Column::Heads ? m.workload.heads
+                          : m.workload.head_dim) = *n;
+    return {};
+  }
+  }
+}
+
+/// One cell of a row into `m` (kv_heads: the cell's text, empty when the row leaves it to heads).
+Status read_cell(Column c, std::string_view v, Measurement& m, std::string& kv_heads, const BadCell& bad) {
+  switch (c) {
+  case Column::Algo:
+  case Column::Pass:
+  case Column::DType:
+  case Column::Layout:
+  case Column::Causal:
+  case Column::Metric:
+    return read_name_cell(c, v, m, bad);
+  default:
+    return read_number_cell(c, v, m, kv_heads, bad);
+  }
+}
+
+/// A data line, checked against the header's `order`.
+Expected<Measurement> read_row(const Record& rec, const std::string& source, int header_line,
+                               const std::vector<std::optional<Column>>& order) {
+  const auto& fields = rec.fields;
+  if (fields.size() != order.size())
+    return field_error(
+        source, rec.line, std::min(fields.size(), order.size()),
+        fmt::format("expected {} fields as in the header (line {}), got {}", order.size(), header_line, fields.size()));
+  Measurement m;
+  m.line = rec.line;
+  std::string kv_heads;
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    if (!order[i]) continue;  // a column charm does not read
+    const Column c = *order[i];
+    const std::string_view v = fields[i];
+    const std::string name(column_name(c));
+    auto bad = [&](const std::string& what) {
+      return field_error(source, rec.line, i, fmt::format("{}: {}", name, what));
+    };
+    if (v.empty() && !optional_column(c) && c != Column::KvHeads) return bad("missing value");
+    if (auto st = read_cell(c, v, m, kv_heads, bad); !st) return st.error();
+  }
+  if (kv_heads.empty()) m.workload.kv_heads = m.workload.heads;
+  return m;
+}
+
+}  // namespace
+
 Expected<MeasurementSet> parse_measurements(std::string_view text, const std::string& source) {
   MeasurementSet set;
   set.source = source;
   set.files = {source};
   set.column_index.resize(1);
-  auto& column_index = set.column_index[0];
   std::vector<std::optional<Column>> order;  // column of each header field (none: ignored)
   bool have_header = false;
   int header_line = 0;
-  int line_no = 0;
-  std::vector<std::string> ignored;  // header names charm does not read, kept by the user
   RecordReader reader(text, source);
   for (Record rec;;) {
     auto more = reader.next(rec);
     if (!more) return more.error();
     if (!*more) break;
-    line_no = rec.line;
-    const auto& fields = rec.fields;
-    auto at = [&](std::size_t field, const std::string& what) {
-      return Error{fmt::format("{}:{}:{}", source, line_no, field + 1), printable(what)};
-    };
     if (!have_header) {
       have_header = true;
-      header_line = line_no;
-      for (std::size_t i = 0; i < fields.size(); ++i) {
-        const auto it = std::find(kNames.begin(), kNames.end(), fields[i]);
-        if (it == kNames.end()) {
-          // A column of the user's own (a note, the GPU model): read past, and named in one warning.
-          if (fields[i].empty()) return at(i, "an empty column name in the header");
-          ignored.push_back(fields[i]);
-          order.push_back(std::nullopt);
-          continue;
-        }
-        const auto c = static_cast<Column>(it - kNames.begin());
-        if (column_index[std::size_t(c)] != 0) return at(i, fmt::format("column '{}' appears twice", fields[i]));
-        column_index[std::size_t(c)] = int(i) + 1;
-        order.push_back(c);
-      }
-      for (std::size_t c = 0; c < kNumColumns; ++c)
-        if (column_index[c] == 0 && !optional_column(Column(c)))
-          return at(fields.size(),
-                    fmt::format("missing column '{}' (the header needs: {}; ranks, domains and metric are optional)",
-                                kNames[c], expected_list()));
-      if (!ignored.empty()) {
-        std::vector<std::string> names;
-        std::vector<std::string> known(kNames.begin(), kNames.end());
-        for (const auto& n : ignored) {
-          const auto near = closest_name(n, known);
-          names.push_back(fmt::format("'{}'{}", printable(n), near ? fmt::format(" (did you mean '{}'?)", *near) : ""));
-        }
-        set.warnings.push_back(fmt::format("{}:{}: ignoring column{} {}: not one charm reads (expected: {})", source,
-                                           header_line, ignored.size() == 1 ? "" : "s", fmt::join(names, ", "),
-                                           expected_list()));
-      }
+      header_line = rec.line;
+      if (auto st = read_header(rec, source, set, order); !st) return st.error();
       continue;
     }
-    if (fields.size() != order.size())
-      return at(std::min(fields.size(), order.size()),
-                fmt::format("expected {} fields as in the header (line {}), got {}", order.size(), header_line,
-                            fields.size()));
-    Measurement m;
-    m.line = line_no;
-    std::string kv_heads;
-    for (std::size_t i = 0; i < fields.size(); ++i) {
-      if (!order[i]) continue;  // a column charm does not read
-      const Column c = *order[i];
-      const std::string_view v = fields[i];
-      const std::string name(column_name(c));
-      auto bad = [&](const std::string& what) { return at(i, fmt::format("{}: {}", name, what)); };
-      if (v.empty() && !optional_column(c) && c != Column::KvHeads) return bad("missing value");
-      auto count = [&](std::int64_t max) -> Expected<std::int64_t> {
-        auto n = parse_count(v, max);
-        if (!n) return bad(n.error().what);
-        return n;
-      };
-      switch (c) {
-      case Column::Algo: {
-        const auto& names = sched::algorithm_names();
-        if (std::find(names.begin(), names.end(), v) == names.end()) {
-          std::string list;
-          for (const auto& n : names) list += fmt::format("{}{}", list.empty() ? "" : ", ", n);
-          return bad(fmt::format("unknown algorithm '{}' (expected one of: {})", v, list));
-        }
-        m.algo = std::string(v);
-        break;
-      }
-      case Column::Pass: {
-        auto p = ir::parse_pass(v);
-        if (!p) return bad(p.error().what);
-        m.workload.pass = *p;
-        break;
-      }
-      case Column::DType: {
-        auto d = ir::parse_dtype(v);
-        if (!d) return bad(d.error().what);
-        m.workload.dtype = *d;
-        break;
-      }
-      case Column::Layout: {
-        auto l = ir::parse_layout(v);
-        if (!l) return bad(l.error().what);
-        m.workload.layout = *l;
-        break;
-      }
-      case Column::Causal:
-        if (v != "0" && v != "1") return bad(fmt::format("must be 0 or 1, got '{}'", v));
-        m.workload.causal = v == "1";
-        break;
-      case Column::Batch:
-      case Column::Seq:
-      case Column::Heads:
-      case Column::HeadDim: {
-        // The workload's own bounds (scheduler/ir/workload.hpp), so a row is refused here, by its column.
-        auto n = count(c == Column::Batch   ? ir::kMaxBatch
-                       : c == Column::Seq   ? std::int64_t{1} << 40
-                       : c == Column::Heads ? ir::kMaxHeads
-                                            : ir::kMaxHeadDim);
-        if (!n) return n.error();
-        (c == Column::Batch   ? m.workload.batch
-         : c == Column::Seq   ? m.workload.seq
-         : c == Column::Heads ? m.workload.heads
-                              : m.workload.head_dim) = *n;
-        break;
-      }
-      case Column::KvHeads:
-        if (!v.empty()) {
-          auto n = count(ir::kMaxHeads);
-          if (!n) return n.error();
-          m.workload.kv_heads = *n;
-        }
-        kv_heads = std::string(v);
-        break;
-      case Column::Ranks:
-      case Column::Domains:
-        if (!v.empty()) {
-          auto n = count(4096);
-          if (!n) return n.error();
-          (c == Column::Ranks ? m.ranks : m.domains) = int(*n);
-        }
-        break;
-      case Column::Metric: {
-        auto mt = parse_metric(v);
-        if (!mt) return bad(mt.error().what);
-        m.metric = *mt;
-        break;
-      }
-      case Column::TimeMs: {
-        double t = 0;
-        const auto* end = v.data() + v.size();
-        const auto r = std::from_chars(v.data(), end, t);
-        if (r.ec != std::errc{} || r.ptr != end || !std::isfinite(t))
-          return bad(fmt::format("must be a number of milliseconds, got '{}'", v));
-        if (!(t > 0)) return bad(fmt::format("must be > 0, got {}", v));
-        m.time_ms = t;
-        break;
-      }
-      }
-    }
-    if (kv_heads.empty()) m.workload.kv_heads = m.workload.heads;
-    set.rows.push_back(std::move(m));
+    auto m = read_row(rec, source, header_line, order);
+    if (!m) return m.error();
+    set.rows.push_back(std::move(m).value());
   }
   if (!have_header) return Error{source, fmt::format("no header line (expected the columns: {})", expected_list())};
   if (set.rows.empty()) return Error{fmt::format("{}:{}", source, header_line), "no measurements after the header"};
