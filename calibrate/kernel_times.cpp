@@ -7,6 +7,7 @@
 #include <array>
 #include <charconv>
 #include <cmath>
+#include <functional>
 #include <optional>
 
 #include "calibrate/csv_records.hpp"
@@ -29,129 +30,152 @@ std::string header_list() {
 
 }  // namespace
 
+namespace {
+
+using Index = std::array<int, kCols>;  // 1-based field of each column
+
+Error field_error(const std::string& source, int line, std::size_t field, const std::string& what) {
+  return Error{fmt::format("{}:{}:{}", source, line, field + 1), printable(what)};
+}
+
+/// The header line: which column each field is (none: a column of the user's own, read past and
+/// named in one warning), every column present once.
+Status read_header(const Record& rec, const std::string& source, KernelTimeSet& set, Index& index,
+                   std::vector<std::optional<Col>>& order) {
+  const auto& fields = rec.fields;
+  auto at = [&](std::size_t field, const std::string& what) { return field_error(source, rec.line, field, what); };
+  std::vector<std::string> ignored;
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    const auto it = std::find(kNames.begin(), kNames.end(), fields[i]);
+    if (it == kNames.end()) {
+      if (fields[i].empty()) return at(i, "an empty column name in the header");
+      ignored.push_back(fields[i]);
+      order.push_back(std::nullopt);
+      continue;
+    }
+    const auto c = std::size_t(it - kNames.begin());
+    if (index[c] != 0) return at(i, fmt::format("column '{}' appears twice", fields[i]));
+    index[c] = int(i) + 1;
+    order.push_back(Col(c));
+  }
+  for (std::size_t c = 0; c < kCols; ++c)
+    if (index[c] == 0)
+      return at(fields.size(), fmt::format("missing column '{}' (the header needs: {})", kNames[c], header_list()));
+  if (!ignored.empty())
+    set.warnings.push_back(
+        printable(fmt::format("{}:{}: ignoring column{} {}: not one charm reads (expected: {})", source, rec.line,
+                              ignored.size() == 1 ? "" : "s", fmt::join(ignored, ", "), header_list())));
+  return {};
+}
+
+/// One cell into `k` (kv_heads_given: the row names its kv heads).
+Status read_cell(Col c, std::string_view v, KernelTime& k, bool& kv_heads_given,
+                 const std::function<Error(const std::string&)>& bad) {
+  auto count = [&](std::int64_t max, std::int64_t& out) -> Status {
+    auto n = parse_count(v, max);
+    if (!n) return bad(n.error().what);
+    out = *n;
+    return {};
+  };
+  switch (c) {
+  case Col::Pass: {
+    auto p = ir::parse_pass(v);
+    if (!p || *p == ir::PassKind::Both) return bad(fmt::format("must be fwd or bwd, got '{}'", v));
+    k.workload.pass = *p;
+    return {};
+  }
+  case Col::DType: {
+    auto d = ir::parse_dtype(v);
+    if (!d) return bad(d.error().what);
+    k.workload.dtype = *d;
+    return {};
+  }
+  case Col::Mask:
+    if (v != "full" && v != "causal") return bad(fmt::format("must be full or causal, got '{}'", v));
+    k.causal = v == "causal";
+    return {};
+  case Col::Batch:
+    return count(ir::kMaxBatch, k.workload.batch);
+  case Col::Heads:
+    return count(ir::kMaxHeads, k.workload.heads);
+  case Col::KvHeads:
+    if (v.empty()) return {};
+    kv_heads_given = true;
+    return count(ir::kMaxHeads, k.workload.kv_heads);
+  case Col::HeadDim:
+    return count(ir::kMaxHeadDim, k.workload.head_dim);
+  case Col::QTokens:
+    return count(std::int64_t{1} << 32, k.q_tokens);
+  case Col::KvTokens:
+    return count(std::int64_t{1} << 32, k.kv_tokens);
+  case Col::TimeMs: {
+    double t = 0;
+    const auto* end = v.data() + v.size();
+    const auto r = std::from_chars(v.data(), end, t);
+    if (r.ec != std::errc{} || r.ptr != end || !std::isfinite(t))
+      return bad(fmt::format("must be a number of milliseconds, got '{}'", v));
+    if (!(t > 0)) return bad(fmt::format("must be > 0, got {}", v));
+    k.time_ms = t;
+    return {};
+  }
+  }
+  return {};
+}
+
+/// A data line, checked against the header's `order`, and the row as a whole (GQA, a causal diagonal).
+Expected<KernelTime> read_row(const Record& rec, const std::string& source, int header_line, const Index& index,
+                              const std::vector<std::optional<Col>>& order) {
+  const auto& fields = rec.fields;
+  auto at = [&](std::size_t field, const std::string& what) { return field_error(source, rec.line, field, what); };
+  if (fields.size() != order.size())
+    return at(
+        std::min(fields.size(), order.size()),
+        fmt::format("expected {} fields as in the header (line {}), got {}", order.size(), header_line, fields.size()));
+  KernelTime k;
+  k.line = rec.line;
+  bool kv_heads_given = false;
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    if (!order[i]) continue;
+    const Col c = *order[i];
+    const std::string_view v = fields[i];  // quotes removed, blanks trimmed
+    auto bad = [&](const std::string& what) { return at(i, fmt::format("{}: {}", kNames[std::size_t(c)], what)); };
+    if (v.empty() && c != Col::KvHeads) return bad("missing value");
+    if (auto st = read_cell(c, v, k, kv_heads_given, bad); !st) return st.error();
+  }
+  if (!kv_heads_given) k.workload.kv_heads = k.workload.heads;
+  if (k.workload.heads % k.workload.kv_heads != 0)
+    return at(std::size_t(index[std::size_t(Col::KvHeads)] - 1),
+              fmt::format("kv_heads: {} does not divide heads {}", k.workload.kv_heads, k.workload.heads));
+  if (k.causal && k.q_tokens != k.kv_tokens)
+    return at(std::size_t(index[std::size_t(Col::KvTokens)] - 1),
+              fmt::format("kv_tokens: a causal row is a diagonal block, q_tokens == kv_tokens (got {} and {})",
+                          k.q_tokens, k.kv_tokens));
+  k.workload.seq = k.q_tokens;
+  k.workload.causal = k.causal;
+  return k;
+}
+
+}  // namespace
+
 Expected<KernelTimeSet> parse_kernel_times(std::string_view text, const std::string& source) {
   KernelTimeSet set;
   set.source = source;
-  std::array<int, kCols> index{};         // 1-based field of each column
+  Index index{};
   std::vector<std::optional<Col>> order;  // none: a column of the user's own, read past
-  std::vector<std::string> ignored;
-  int header_line = 0, line_no = 0;
+  int header_line = 0;
   RecordReader reader(text, source);
   for (Record rec;;) {
     auto more = reader.next(rec);
     if (!more) return more.error();
     if (!*more) break;
-    line_no = rec.line;
-    const auto& fields = rec.fields;
-    auto at = [&](std::size_t field, const std::string& what) {
-      return Error{fmt::format("{}:{}:{}", source, line_no, field + 1), printable(what)};
-    };
     if (header_line == 0) {
-      header_line = line_no;
-      for (std::size_t i = 0; i < fields.size(); ++i) {
-        const auto it = std::find(kNames.begin(), kNames.end(), fields[i]);
-        if (it == kNames.end()) {
-          if (fields[i].empty()) return at(i, "an empty column name in the header");
-          ignored.push_back(fields[i]);
-          order.push_back(std::nullopt);
-          continue;
-        }
-        const auto c = std::size_t(it - kNames.begin());
-        if (index[c] != 0) return at(i, fmt::format("column '{}' appears twice", fields[i]));
-        index[c] = int(i) + 1;
-        order.push_back(Col(c));
-      }
-      for (std::size_t c = 0; c < kCols; ++c)
-        if (index[c] == 0)
-          return at(fields.size(), fmt::format("missing column '{}' (the header needs: {})", kNames[c], header_list()));
-      if (!ignored.empty())
-        set.warnings.push_back(printable(fmt::format("{}:{}: ignoring column{} {}: not one charm reads (expected: {})",
-                                                     source, header_line, ignored.size() == 1 ? "" : "s",
-                                                     fmt::join(ignored, ", "), header_list())));
+      header_line = rec.line;
+      if (auto st = read_header(rec, source, set, index, order); !st) return st.error();
       continue;
     }
-    if (fields.size() != order.size())
-      return at(std::min(fields.size(), order.size()),
-                fmt::format("expected {} fields as in the header (line {}), got {}", order.size(), header_line,
-                            fields.size()));
-    KernelTime k;
-    k.line = line_no;
-    bool kv_heads_given = false;
-    for (std::size_t i = 0; i < fields.size(); ++i) {
-      if (!order[i]) continue;
-      const Col c = *order[i];
-      const std::string_view v = fields[i];  // quotes removed, blanks trimmed
-      auto bad = [&](const std::string& what) { return at(i, fmt::format("{}: {}", kNames[std::size_t(c)], what)); };
-      if (v.empty() && c != Col::KvHeads) return bad("missing value");
-      auto count = [&](std::int64_t max, std::int64_t& out) -> Status {
-        auto n = parse_count(v, max);
-        if (!n) return bad(n.error().what);
-        out = *n;
-        return {};
-      };
-      Status st;
-      switch (c) {
-      case Col::Pass: {
-        auto p = ir::parse_pass(v);
-        if (!p || *p == ir::PassKind::Both) return bad(fmt::format("must be fwd or bwd, got '{}'", v));
-        k.workload.pass = *p;
-        break;
-      }
-      case Col::DType: {
-        auto d = ir::parse_dtype(v);
-        if (!d) return bad(d.error().what);
-        k.workload.dtype = *d;
-        break;
-      }
-      case Col::Mask:
-        if (v != "full" && v != "causal") return bad(fmt::format("must be full or causal, got '{}'", v));
-        k.causal = v == "causal";
-        break;
-      case Col::Batch:
-        st = count(ir::kMaxBatch, k.workload.batch);
-        break;
-      case Col::Heads:
-        st = count(ir::kMaxHeads, k.workload.heads);
-        break;
-      case Col::KvHeads:
-        if (!v.empty()) {
-          st = count(ir::kMaxHeads, k.workload.kv_heads);
-          kv_heads_given = true;
-        }
-        break;
-      case Col::HeadDim:
-        st = count(ir::kMaxHeadDim, k.workload.head_dim);
-        break;
-      case Col::QTokens:
-        st = count(std::int64_t{1} << 32, k.q_tokens);
-        break;
-      case Col::KvTokens:
-        st = count(std::int64_t{1} << 32, k.kv_tokens);
-        break;
-      case Col::TimeMs: {
-        double t = 0;
-        const auto* end = v.data() + v.size();
-        const auto r = std::from_chars(v.data(), end, t);
-        if (r.ec != std::errc{} || r.ptr != end || !std::isfinite(t))
-          return bad(fmt::format("must be a number of milliseconds, got '{}'", v));
-        if (!(t > 0)) return bad(fmt::format("must be > 0, got {}", v));
-        k.time_ms = t;
-        break;
-      }
-      }
-      if (!st) return st.error();
-    }
-    if (!kv_heads_given) k.workload.kv_heads = k.workload.heads;
-    if (k.workload.heads % k.workload.kv_heads != 0)
-      return at(std::size_t(index[std::size_t(Col::KvHeads)] - 1),
-                fmt::format("kv_heads: {} does not divide heads {}", k.workload.kv_heads, k.workload.heads));
-    if (k.causal && k.q_tokens != k.kv_tokens)
-      return at(std::size_t(index[std::size_t(Col::KvTokens)] - 1),
-                fmt::format("kv_tokens: a causal row is a diagonal block, q_tokens == kv_tokens (got {} and {})",
-                            k.q_tokens, k.kv_tokens));
-    k.workload.seq = k.q_tokens;
-    k.workload.causal = k.causal;
-    set.rows.push_back(k);
+    auto k = read_row(rec, source, header_line, index, order);
+    if (!k) return k.error();
+    set.rows.push_back(*k);
   }
   if (header_line == 0) return Error{source, fmt::format("no header line (expected the columns: {})", header_list())};
   if (set.rows.empty()) return Error{fmt::format("{}:{}", source, header_line), "no kernel times after the header"};
