@@ -271,6 +271,66 @@ std::string row_key(const Measurement& m, int ranks) {
                      w.head_dim, to_string(w.dtype), w.causal, to_string(w.layout), ranks);
 }
 
+/// The topologies the rows run on: the base, and the base re-generated with more nodes for a row
+/// with more ranks than it has GPUs (one variant per node count).
+struct Variants {
+  std::map<long, std::size_t> of_nodes;  // nodes -> variant
+  std::vector<topo::Topology> topos;
+};
+
+/// Which variant `row` runs on; a new one when its ranks need more nodes than the base has.
+Status place_row(Model& model, Variants& v, const std::string& at_ranks, Row& row) {
+  const int base_gpus = v.topos.front().num_gpus();
+  if (row.ranks <= base_gpus) return {};
+  if (!model.base.contains("nodes"))
+    return Error{at_ranks,
+                 fmt::format("ranks {}: {} has only {} GPUs, and only a generated topology (one with \"nodes\") can be "
+                             "re-generated larger",
+                             row.ranks, model.source, base_gpus)};
+  const long per_node = model.base.value("gpus_per_node", 1L);
+  if (per_node < 1 || row.ranks % per_node != 0)
+    return Error{at_ranks, fmt::format("ranks {}: more GPUs than {} has ({}), and not whole nodes of {} GPUs",
+                                       row.ranks, model.source, base_gpus, per_node)};
+  const long nodes = row.ranks / per_node;
+  if (auto it = v.of_nodes.find(nodes); it != v.of_nodes.end()) {
+    row.variant = it->second;
+  } else {
+    json d = model.base;
+    d["nodes"] = nodes;
+    auto t = topo::parse_topology(d, model.source);
+    if (!t)
+      return Error{at_ranks, fmt::format("ranks {} needs {} re-generated with {} nodes: {}", row.ranks, model.source,
+                                         nodes, t.error().message())};
+    row.variant = model.variant_nodes.size();
+    v.of_nodes[nodes] = row.variant;
+    model.variant_nodes.push_back(nodes);
+    v.topos.push_back(std::move(t).value());
+  }
+  return {};
+}
+
+/// The row's domains: its column, or the topology's default where the first GPUs fill equal domains.
+Status row_domains(const topo::Topology& t, const Measurement& m, const std::string& at_ranks, Row& row) {
+  if (m.domains > 0) {
+    row.domains = m.domains;
+  } else {
+    row.domains = sim::default_domains(t, row.ranks);
+    // The planner's domains are equal blocks of consecutive ranks; the GPUs' must be too.
+    std::vector<int> sizes(std::size_t(row.domains), 0);
+    for (int g = 0; g < row.ranks; ++g) ++sizes[std::size_t(t.domain_of(g))];
+    if (std::any_of(sizes.begin(), sizes.end(), [&](int s) { return s != sizes.front(); })) {
+      std::string list;
+      for (int s : sizes) list += fmt::format("{}{}", list.empty() ? "" : " + ", s);
+      return Error{
+          at_ranks,
+          fmt::format("the first {} GPUs of {} span {} domains of unequal size ({}); give the domains column or "
+                      "ranks that fill whole domains",
+                      row.ranks, t.name, row.domains, list)};
+    }
+  }
+  return {};
+}
+
 /// Builds the model: checks every row against the base (its GPUs, domains, the planner, the
 /// simulator) and names the cell at fault.
 Status build_rows(Model& model, const MeasurementSet& data, const CalibrationOptions& options,
@@ -279,59 +339,16 @@ Status build_rows(Model& model, const MeasurementSet& data, const CalibrationOpt
   auto base_topo = topo::parse_topology(model.base, model.source);
   if (!base_topo) return base_topo.error();
   const int base_gpus = base_topo->num_gpus();
-  std::map<long, std::size_t> variant_of;  // nodes -> variant
   model.variant_nodes = {0};
-  std::vector<topo::Topology> topos;
-  topos.push_back(std::move(base_topo).value());
+  Variants variants;
+  variants.topos.push_back(std::move(base_topo).value());
   for (const auto& m : data.rows) {
     const std::string at_ranks = data.where(m, Column::Ranks);
     Row row;
     row.ranks = m.ranks > 0 ? m.ranks : base_gpus;
-    if (row.ranks > base_gpus) {
-      if (!model.base.contains("nodes"))
-        return Error{
-            at_ranks,
-            fmt::format("ranks {}: {} has only {} GPUs, and only a generated topology (one with \"nodes\") can be "
-                        "re-generated larger",
-                        row.ranks, model.source, base_gpus)};
-      const long per_node = model.base.value("gpus_per_node", 1L);
-      if (per_node < 1 || row.ranks % per_node != 0)
-        return Error{at_ranks, fmt::format("ranks {}: more GPUs than {} has ({}), and not whole nodes of {} GPUs",
-                                           row.ranks, model.source, base_gpus, per_node)};
-      const long nodes = row.ranks / per_node;
-      if (auto it = variant_of.find(nodes); it != variant_of.end()) {
-        row.variant = it->second;
-      } else {
-        json d = model.base;
-        d["nodes"] = nodes;
-        auto t = topo::parse_topology(d, model.source);
-        if (!t)
-          return Error{at_ranks, fmt::format("ranks {} needs {} re-generated with {} nodes: {}", row.ranks,
-                                             model.source, nodes, t.error().message())};
-        row.variant = model.variant_nodes.size();
-        variant_of[nodes] = row.variant;
-        model.variant_nodes.push_back(nodes);
-        topos.push_back(std::move(t).value());
-      }
-    }
-    const topo::Topology& t = topos[row.variant];
-    if (m.domains > 0) {
-      row.domains = m.domains;
-    } else {
-      row.domains = sim::default_domains(t, row.ranks);
-      // The planner's domains are equal blocks of consecutive ranks; the GPUs' must be too.
-      std::vector<int> sizes(std::size_t(row.domains), 0);
-      for (int g = 0; g < row.ranks; ++g) ++sizes[std::size_t(t.domain_of(g))];
-      if (std::any_of(sizes.begin(), sizes.end(), [&](int s) { return s != sizes.front(); })) {
-        std::string list;
-        for (int s : sizes) list += fmt::format("{}{}", list.empty() ? "" : " + ", s);
-        return Error{
-            at_ranks,
-            fmt::format("the first {} GPUs of {} span {} domains of unequal size ({}); give the domains column or "
-                        "ranks that fill whole domains",
-                        row.ranks, t.name, row.domains, list)};
-      }
-    }
+    if (auto st = place_row(model, variants, at_ranks, row); !st) return st;
+    const topo::Topology& t = variants.topos[row.variant];
+    if (auto st = row_domains(t, m, at_ranks, row); !st) return st;
     const sched::PlanRequest req = sim::normalised_request({m.algo, m.workload, row.ranks, row.domains});
     if (auto st = sched::check_request(req); !st)
       return Error{data.where(m, column_of_flag(st.error().where)), st.error().what};

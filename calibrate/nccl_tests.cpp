@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <optional>
 #include <sstream>
 
 #include "calibrate/measurements.hpp"
@@ -34,6 +35,73 @@ struct Layout {
 
 }  // namespace
 
+namespace {
+
+/// A header line's layout: where time, algbw and busbw are ("# size count type redop [root] time algbw
+/// busbw #wrong time ..."); nullopt for a comment line that is not the header.
+Expected<std::optional<Layout>> read_header(std::vector<std::string> tok, int line_no, const std::string& source) {
+  if (tok.front() == "#")
+    tok.erase(tok.begin());
+  else
+    tok.front().erase(0, 1);
+  if (tok.size() < 8 || tok[0] != "size" || tok[1] != "count") return std::optional<Layout>();
+  Layout l;
+  l.header_line = line_no;
+  l.fields = tok.size();
+  const auto find = [&](const char* a, const char* b) {
+    for (std::size_t i = 0; i < tok.size(); ++i)
+      if (tok[i] == a || (b != nullptr && tok[i] == b)) return i;
+    return tok.size();
+  };
+  l.time = find("time", "cputime");
+  l.algbw = find("algbw", nullptr);
+  l.busbw = find("busbw", nullptr);
+  if (l.time == tok.size() || l.algbw == tok.size() || l.busbw == tok.size())
+    return Error{fmt::format("{}:{}", source, line_no), "a nccl-tests header without time, algbw and busbw columns"};
+  return std::optional<Layout>(l);
+}
+
+/// A table row under `layout`.
+Expected<NcclSample> read_sample(const std::vector<std::string>& tok, const Layout& layout, int line_no,
+                                 const std::string& source) {
+  auto at = [&](const std::string& what) { return Error{fmt::format("{}:{}", source, line_no), what}; };
+  if (layout.header_line == 0)
+    return at("a table row before the nccl-tests header (# size count type ... time algbw busbw ...)");
+  if (tok.size() != layout.fields)
+    return at(fmt::format("expected {} fields as in the header (line {}), got {}", layout.fields, layout.header_line,
+                          tok.size()));
+  NcclSample s;
+  s.line = line_no;
+  double bytes = 0;
+  if (!parse_double(tok[0], bytes) || bytes < 0 || bytes != std::floor(bytes))
+    return at(fmt::format("size: must be a whole number of bytes, got '{}'", tok[0]));
+  s.bytes = static_cast<std::int64_t>(bytes);
+  if (!parse_double(tok[layout.time], s.time_us) || !(s.time_us > 0))
+    return at(fmt::format("time: must be a number of microseconds > 0, got '{}'", tok[layout.time]));
+  if (!parse_double(tok[layout.algbw], s.algbw_gbps) || s.algbw_gbps < 0)
+    return at(fmt::format("algbw: must be a number >= 0, got '{}'", tok[layout.algbw]));
+  if (!parse_double(tok[layout.busbw], s.busbw_gbps) || s.busbw_gbps < 0)
+    return at(fmt::format("busbw: must be a number >= 0, got '{}'", tok[layout.busbw]));
+  return s;
+}
+
+/// More than one run in one file is refused, naming the lines where they start.
+Error several_runs(const std::vector<int>& runs, const std::string& source) {
+  std::string lines;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    if (i == 8 && runs.size() > 9) {
+      lines += fmt::format(", ... {}", runs.back());
+      break;
+    }
+    lines += fmt::format("{}{}", i == 0 ? "" : ", ", runs[i]);
+  }
+  return Error{source, fmt::format("holds {} nccl-tests runs (they start on lines {}): one fit needs one run; split "
+                                   "it into one file per run",
+                                   runs.size(), lines)};
+}
+
+}  // namespace
+
 Expected<NcclLog> parse_nccl_tests(std::string_view text, const std::string& source) {
   NcclLog log;
   log.source = source;
@@ -58,71 +126,27 @@ Expected<NcclLog> parse_nccl_tests(std::string_view text, const std::string& sou
         line.remove_prefix(p + 2);
     auto tok = tokens(line);
     if (tok.empty()) continue;
-    auto at = [&](const std::string& what) { return Error{fmt::format("{}:{}", source, line_no), what}; };
     if (tok.front().front() == '#') {
-      // The column header: "# size count type redop [root] time algbw busbw #wrong time ...".
-      if (tok.front() == "#")
-        tok.erase(tok.begin());
-      else
-        tok.front().erase(0, 1);
-      if (tok.size() < 8 || tok[0] != "size" || tok[1] != "count") continue;
-      Layout l;
-      l.header_line = line_no;
-      l.fields = tok.size();
-      const auto find = [&](const char* a, const char* b) {
-        for (std::size_t i = 0; i < tok.size(); ++i)
-          if (tok[i] == a || (b != nullptr && tok[i] == b)) return i;
-        return tok.size();
-      };
-      l.time = find("time", "cputime");
-      l.algbw = find("algbw", nullptr);
-      l.busbw = find("busbw", nullptr);
-      if (l.time == tok.size() || l.algbw == tok.size() || l.busbw == tok.size())
-        return at("a nccl-tests header without time, algbw and busbw columns");
-      layout = l;
+      auto l = read_header(std::move(tok), line_no, source);
+      if (!l) return l.error();
+      if (!*l) continue;
+      layout = **l;
       run_start(line_no);
       continue;
     }
     // Not a table row: NCCL's own lines ("NCCL version 2.19.3", "host:123 [0] NCCL INFO ...").
     if (!std::isdigit(static_cast<unsigned char>(tok.front().front()))) continue;
-    if (layout.header_line == 0)
-      return at("a table row before the nccl-tests header (# size count type ... time algbw busbw ...)");
-    if (tok.size() != layout.fields)
-      return at(fmt::format("expected {} fields as in the header (line {}), got {}", layout.fields, layout.header_line,
-                            tok.size()));
-    NcclSample s;
-    s.line = line_no;
-    double bytes = 0;
-    if (!parse_double(tok[0], bytes) || bytes < 0 || bytes != std::floor(bytes))
-      return at(fmt::format("size: must be a whole number of bytes, got '{}'", tok[0]));
-    s.bytes = static_cast<std::int64_t>(bytes);
+    auto s = read_sample(tok, layout, line_no, source);
+    if (!s) return s.error();
     // One run prints each size once, growing: a smaller size starts another run (a size printed twice is
     // refused by the fit, which needs two sizes).
-    if (!log.samples.empty() && log.samples.back().line > runs.back() && s.bytes < log.samples.back().bytes)
+    if (!log.samples.empty() && log.samples.back().line > runs.back() && s->bytes < log.samples.back().bytes)
       run_start(line_no);
-    if (!parse_double(tok[layout.time], s.time_us) || !(s.time_us > 0))
-      return at(fmt::format("time: must be a number of microseconds > 0, got '{}'", tok[layout.time]));
-    if (!parse_double(tok[layout.algbw], s.algbw_gbps) || s.algbw_gbps < 0)
-      return at(fmt::format("algbw: must be a number >= 0, got '{}'", tok[layout.algbw]));
-    if (!parse_double(tok[layout.busbw], s.busbw_gbps) || s.busbw_gbps < 0)
-      return at(fmt::format("busbw: must be a number >= 0, got '{}'", tok[layout.busbw]));
-    log.samples.push_back(s);
+    log.samples.push_back(*s);
   }
   if (log.samples.empty())
     return Error{source, "no nccl-tests table rows (expected the output of sendrecv_perf, alltoall_perf, ...)"};
-  if (runs.size() > 1) {
-    std::string lines;
-    for (std::size_t i = 0; i < runs.size(); ++i) {
-      if (i == 8 && runs.size() > 9) {
-        lines += fmt::format(", ... {}", runs.back());
-        break;
-      }
-      lines += fmt::format("{}{}", i == 0 ? "" : ", ", runs[i]);
-    }
-    return Error{source, fmt::format("holds {} nccl-tests runs (they start on lines {}): one fit needs one run; split "
-                                     "it into one file per run",
-                                     runs.size(), lines)};
-  }
+  if (runs.size() > 1) return several_runs(runs, source);
   return log;
 }
 
