@@ -137,30 +137,68 @@ LinkKind Topology::route_kind(int src, int dst) const {
   return k;
 }
 
-Status Topology::finalize(int num_gpus, const std::string& where) {
-  num_gpus_ = num_gpus;
-  // Rank r runs on GPU r and charm's domains are runs of consecutive ranks, so a domain
-  // that comes back after another one would be counted twice (and planned as two).
-  if (domain_level >= 0 && !gpu_place.empty()) {
-    std::vector<std::vector<int>> seen;
-    for (std::size_t g = 0; g < std::size_t(num_gpus) && g < gpu_place.size(); ++g) {
-      std::vector<int> prefix(gpu_place[g].begin(), gpu_place[g].begin() + domain_level + 1);
-      if (!seen.empty() && seen.back() == prefix) continue;
-      if (std::find(seen.begin(), seen.end(), prefix) != seen.end())
-        return Error{
-            where,
-            fmt::format(
-                "gpus[{}] ({}) is in {} {} again after another {}: number the GPUs {} by {} (rank r runs on GPU r, "
-                "and charm's domains are runs of consecutive ranks)",
-                g, vertex_names[g], levels.empty() ? "domain" : levels[std::size_t(domain_level)], prefix.back(),
-                levels.empty() ? "domain" : levels[std::size_t(domain_level)],
-                levels.empty() ? "domain" : levels[std::size_t(domain_level)],
-                levels.empty() ? "domain" : levels[std::size_t(domain_level)])};
-      seen.push_back(std::move(prefix));
+/// The route search of finalize: link classes and tie weights, the channels out of each vertex, and
+/// the state reused source after source. from(s, dests, skip): path[d] is the chosen route to every
+/// d < dests (routed[d] = 0: unreachable); pairs that `skip` names are not searched for.
+struct Topology::RouteSearch {
+  const Topology& t;
+  std::vector<int> link_class;
+  std::vector<double> tie;
+  std::vector<int> classes;
+  std::vector<std::vector<std::int32_t>> out;
+  Labels lb;
+  std::vector<std::vector<std::int32_t>> path;
+  std::vector<char> routed;
+
+  template <class Skip>
+  void from(std::size_t s, std::size_t dests, Skip&& skip) {
+    path.resize(dests);
+    routed.assign(dests, 0);
+    std::size_t left = 0;
+    for (std::size_t d = 0; d < dests; ++d) {
+      routed[d] = d == s || skip(s, d);
+      left += routed[d] ? 0 : 1;
+      path[d].clear();
+    }
+    for (const int c : classes) {
+      if (left == 0) break;
+      search(t, out, link_class, tie, int(s), c, lb);
+      for (std::size_t d = 0; d < dests; ++d) {
+        if (routed[d] || lb.hops[d] < 0) continue;
+        for (auto v = d; v != s; v = std::size_t(t.channel_from(lb.via[v]))) path[d].push_back(lb.via[v]);
+        std::reverse(path[d].begin(), path[d].end());
+        routed[d] = 1;
+        --left;
+      }
     }
   }
-  const auto V = static_cast<std::size_t>(num_vertices());
-  const auto n = static_cast<std::size_t>(num_gpus);
+};
+
+/// Rank r runs on GPU r and charm's domains are runs of consecutive ranks, so a domain that comes
+/// back after another one would be counted twice (and planned as two).
+Status Topology::check_domain_order(const std::string& where) const {
+  if (domain_level < 0 || gpu_place.empty()) return {};
+  std::vector<std::vector<int>> seen;
+  for (std::size_t g = 0; g < std::size_t(num_gpus_) && g < gpu_place.size(); ++g) {
+    std::vector<int> prefix(gpu_place[g].begin(), gpu_place[g].begin() + domain_level + 1);
+    if (!seen.empty() && seen.back() == prefix) continue;
+    if (std::find(seen.begin(), seen.end(), prefix) != seen.end())
+      return Error{
+          where,
+          fmt::format(
+              "gpus[{}] ({}) is in {} {} again after another {}: number the GPUs {} by {} (rank r runs on GPU r, "
+              "and charm's domains are runs of consecutive ranks)",
+              g, vertex_names[g], levels.empty() ? "domain" : levels[std::size_t(domain_level)], prefix.back(),
+              levels.empty() ? "domain" : levels[std::size_t(domain_level)],
+              levels.empty() ? "domain" : levels[std::size_t(domain_level)],
+              levels.empty() ? "domain" : levels[std::size_t(domain_level)])};
+    seen.push_back(std::move(prefix));
+  }
+  return {};
+}
+
+/// The search's link classes (by kind, or one class with tie weights) and the channels out of each vertex.
+Status Topology::classify_links(const std::string& where, RouteSearch& rs) const {
   // Kinds are all or none: a kind compared with no kind has no meaning.
   const auto unkinded =
       std::find_if(links.begin(), links.end(), [](const Link& l) { return l.kind == LinkKind::Unspecified; });
@@ -184,24 +222,30 @@ Status Topology::finalize(int num_gpus, const std::string& where) {
   // GPU group under host bridges, as the L20 machines, a star) there is one
   // route per pair and numbers play no part; declaring kinds removes them from
   // the choice everywhere.
-  std::vector<int> link_class(links.size(), 0);
-  std::vector<double> tie(links.size(), 0.0);
+  rs.link_class.assign(links.size(), 0);
+  rs.tie.assign(links.size(), 0.0);
   for (std::size_t i = 0; i < links.size(); ++i) {
     if (by_kind)
-      link_class[i] = static_cast<int>(links[i].kind);
+      rs.link_class[i] = static_cast<int>(links[i].kind);
     else
-      tie[i] = links[i].latency_us + 1000.0 / links[i].bandwidth_gbps;
+      rs.tie[i] = links[i].latency_us + 1000.0 / links[i].bandwidth_gbps;
   }
-  std::vector<int> classes = link_class;
-  std::sort(classes.begin(), classes.end());
-  classes.erase(std::unique(classes.begin(), classes.end()), classes.end());
+  rs.classes = rs.link_class;
+  std::sort(rs.classes.begin(), rs.classes.end());
+  rs.classes.erase(std::unique(rs.classes.begin(), rs.classes.end()), rs.classes.end());
   // Channels leaving each vertex, in increasing id.
-  std::vector<std::vector<std::int32_t>> out(V);
+  rs.out.assign(std::size_t(num_vertices()), {});
   for (std::size_t i = 0; i < links.size(); ++i) {
-    out[std::size_t(links[i].a)].push_back(std::int32_t(2 * i));
-    out[std::size_t(links[i].b)].push_back(std::int32_t(2 * i + 1));
+    rs.out[std::size_t(links[i].a)].push_back(std::int32_t(2 * i));
+    rs.out[std::size_t(links[i].b)].push_back(std::int32_t(2 * i + 1));
   }
-  // Overrides: checked here too, for topologies built in code rather than read from a file.
+  return {};
+}
+
+/// Checks `route_overrides` (here too, for topologies built in code rather than read from a file) and
+/// installs them, a later override of a pair replacing an earlier one.
+Status Topology::install_overrides(const std::string& where) {
+  const auto n = static_cast<std::size_t>(num_gpus_);
   std::vector<std::pair<std::uint64_t, std::size_t>> overrides;
   for (std::size_t k = 0; k < route_overrides.size(); ++k) {
     const RouteOverride& o = route_overrides[k];
@@ -231,71 +275,52 @@ Status Topology::finalize(int num_gpus, const std::string& where) {
     override_key_.push_back(overrides[i].first);
     override_route_.emplace_back(route_overrides[overrides[i].second].channels);
   }
+  return {};
+}
+
+/// By block: the routes from the first block to the first two stand for all. False (and no routes
+/// kept) where the topology has no block structure or a pair they cannot route (none in the clusters
+/// the builders make): the table's search then names the pair.
+bool Topology::route_by_block(RouteSearch& rs) {
+  by_block_ = false;
+  if (!check_blocks(rs.link_class, rs.tie)) return false;
+  layout_ = blocks;
+  const auto g = std::size_t(blocks.gpus), dests = 2 * g;
+  route_begin_.assign(g * dests + 1, 0);
+  bool ok = true;
+  for (std::size_t s = 0; s < g && ok; ++s) {
+    rs.from(s, dests, [](std::size_t, std::size_t) { return false; });
+    for (std::size_t d = 0; d < dests; ++d) {
+      if (d != s) {
+        if (!rs.routed[d] || rs.path[d].size() > std::size_t(kMaxHops))
+          ok = false;
+        else
+          route_ch_.insert(route_ch_.end(), rs.path[d].begin(), rs.path[d].end());
+      }
+      route_begin_[s * dests + d + 1] = static_cast<std::uint32_t>(route_ch_.size());
+    }
+  }
+  by_block_ = ok;
+  // The routes from block 0 to block 1 stand for all: a channel index repeated modulo the block's channels
+  // would be one channel of two blocks' copies.
+  block_routes_once_ = ok;
+  for (std::size_t s = 0; s < g && ok; ++s)
+    for (auto d = g; d < dests; ++d) {
+      std::vector<std::int32_t> local;
+      for (auto k = route_begin_[s * dests + d]; k < route_begin_[s * dests + d + 1]; ++k)
+        local.push_back(route_ch_[k] % (2 * blocks.links));
+      std::sort(local.begin(), local.end());
+      if (std::adjacent_find(local.begin(), local.end()) != local.end()) block_routes_once_ = false;
+    }
+  if (ok) return true;
   route_begin_.clear();
   route_ch_.clear();
-  // Searches from source s; path[d] is the chosen route to d for every d < dests
-  // (routed[d] = 0: unreachable). Pairs that `skip` names are not searched for.
-  Labels lb;
-  std::vector<std::vector<std::int32_t>> path;
-  std::vector<char> routed;
-  auto search_from = [&](std::size_t s, std::size_t dests, auto&& skip) {
-    path.resize(dests);
-    routed.assign(dests, 0);
-    std::size_t left = 0;
-    for (std::size_t d = 0; d < dests; ++d) {
-      routed[d] = d == s || skip(s, d);
-      left += routed[d] ? 0 : 1;
-      path[d].clear();
-    }
-    for (const int c : classes) {
-      if (left == 0) break;
-      search(*this, out, link_class, tie, int(s), c, lb);
-      for (std::size_t d = 0; d < dests; ++d) {
-        if (routed[d] || lb.hops[d] < 0) continue;
-        for (auto v = d; v != s; v = std::size_t(channel_from(lb.via[v]))) path[d].push_back(lb.via[v]);
-        std::reverse(path[d].begin(), path[d].end());
-        routed[d] = 1;
-        --left;
-      }
-    }
-  };
-  // By block: the routes from the first block to the first two stand for all. A
-  // pair they cannot route (none in the clusters the builders make) falls back
-  // to the table, whose errors name the pair.
-  by_block_ = false;
-  if (check_blocks(link_class, tie)) {
-    layout_ = blocks;
-    const auto g = std::size_t(blocks.gpus), dests = 2 * g;
-    route_begin_.assign(g * dests + 1, 0);
-    bool ok = true;
-    for (std::size_t s = 0; s < g && ok; ++s) {
-      search_from(s, dests, [](std::size_t, std::size_t) { return false; });
-      for (std::size_t d = 0; d < dests; ++d) {
-        if (d != s) {
-          if (!routed[d] || path[d].size() > std::size_t(kMaxHops))
-            ok = false;
-          else
-            route_ch_.insert(route_ch_.end(), path[d].begin(), path[d].end());
-        }
-        route_begin_[s * dests + d + 1] = static_cast<std::uint32_t>(route_ch_.size());
-      }
-    }
-    by_block_ = ok;
-    // The routes from block 0 to block 1 stand for all: a channel index repeated modulo the block's channels
-    // would be one channel of two blocks' copies.
-    block_routes_once_ = ok;
-    for (std::size_t s = 0; s < g && ok; ++s)
-      for (auto d = g; d < dests; ++d) {
-        std::vector<std::int32_t> local;
-        for (auto k = route_begin_[s * dests + d]; k < route_begin_[s * dests + d + 1]; ++k)
-          local.push_back(route_ch_[k] % (2 * blocks.links));
-        std::sort(local.begin(), local.end());
-        if (std::adjacent_find(local.begin(), local.end()) != local.end()) block_routes_once_ = false;
-      }
-    if (ok) return {};
-    route_begin_.clear();
-    route_ch_.clear();
-  }
+  return false;
+}
+
+/// The table: a route per GPU pair (overridden pairs excepted).
+Status Topology::route_table(RouteSearch& rs, const std::string& where) {
+  const auto n = static_cast<std::size_t>(num_gpus_);
   // The table holds a route per GPU pair: beyond 4096 GPUs that alone is gigabytes.
   if (n > 4096)
     return Error{
@@ -303,22 +328,34 @@ Status Topology::finalize(int num_gpus, const std::string& where) {
         fmt::format("{} GPUs: routes without a block structure are a table of every GPU pair, kept to 4096 GPUs", n)};
   route_begin_.assign(n * n + 1, 0);
   for (std::size_t s = 0; s < n; ++s) {
-    search_from(s, n, [&](std::size_t a, std::size_t b) { return override_index(int(a), int(b)) >= 0; });
+    rs.from(s, n, [&](std::size_t a, std::size_t b) { return override_index(int(a), int(b)) >= 0; });
     for (std::size_t d = 0; d < n; ++d) {
       const std::size_t idx = s * n + d;
       if (d != s && override_index(int(s), int(d)) < 0) {
-        if (!routed[d])
+        if (!rs.routed[d])
           return Error{where, fmt::format("no route from GPU {} ({}) to GPU {} ({}): GPU {} is unreachable", s,
                                           vertex_names[s], d, vertex_names[d], vertex_names[d])};
-        if (path[d].size() > std::size_t(kMaxHops))
+        if (rs.path[d].size() > std::size_t(kMaxHops))
           return Error{where, fmt::format("route from {} to {} has {} hops, more than the {} supported",
-                                          vertex_names[s], vertex_names[d], path[d].size(), kMaxHops)};
-        route_ch_.insert(route_ch_.end(), path[d].begin(), path[d].end());
+                                          vertex_names[s], vertex_names[d], rs.path[d].size(), kMaxHops)};
+        route_ch_.insert(route_ch_.end(), rs.path[d].begin(), rs.path[d].end());
       }
       route_begin_[idx + 1] = static_cast<std::uint32_t>(route_ch_.size());
     }
   }
   return {};
+}
+
+Status Topology::finalize(int num_gpus, const std::string& where) {
+  num_gpus_ = num_gpus;
+  if (auto st = check_domain_order(where); !st) return st;
+  RouteSearch rs{*this, {}, {}, {}, {}, {}, {}, {}};
+  if (auto st = classify_links(where, rs); !st) return st;
+  if (auto st = install_overrides(where); !st) return st;
+  route_begin_.clear();
+  route_ch_.clear();
+  if (route_by_block(rs)) return {};
+  return route_table(rs, where);
 }
 
 int Topology::override_index(int src, int dst) const {

@@ -201,8 +201,14 @@ class Topology {
   [[nodiscard]] Status finalize(int num_gpus, const std::string& where);
 
  private:
+  struct RouteSearch;  // finalize's search state (topology.cpp)
   [[nodiscard]] int override_index(int src, int dst) const;
   [[nodiscard]] bool check_blocks(const std::vector<int>& link_class, const std::vector<double>& tie) const;
+  [[nodiscard]] Status check_domain_order(const std::string& where) const;
+  [[nodiscard]] Status classify_links(const std::string& where, RouteSearch& rs) const;
+  [[nodiscard]] Status install_overrides(const std::string& where);
+  [[nodiscard]] bool route_by_block(RouteSearch& rs);
+  [[nodiscard]] Status route_table(RouteSearch& rs, const std::string& where);
 
   int num_gpus_ = 0;
   // Table: the route of (s, d) at [s * n + d]. By block: the routes from the
