@@ -454,6 +454,147 @@ void apply_stack_limits(const Node& intra_node, const StackSpec& st, Link& intra
     intra.injection_gbps = std::min(st.intra_injection_gbps, intra.bandwidth_gbps);
 }
 
+/// A generated cluster's shape and link parameters, read from its file.
+struct Generator {
+  long nodes = 1, per_node = 1, numa = 1;
+  Link intra, numa_link, inter;
+  std::string nic = "per_gpu";
+  long gpus_per_nic = 1;  // > 1: a NIC vertex shared by that many GPUs, each reaching it over PCIe
+  Link nic_pcie;          // each GPU's own lanes to the switch the NIC sits on
+};
+
+/// The inter block: the NIC's link, how GPUs share NICs, the PCIe hop to a shared NIC.
+Status read_inter(const Node& root, Generator& g) {
+  if (!root.has("inter")) return root.missing("inter");
+  const Node in = root.at("inter");
+  if (auto s = parse_link_params(in, g.inter, "shared"); !s) return s.error();
+  TRY_ASSIGN(n, get_string(in, "nic", false, "per_gpu"));
+  if (n != "per_gpu" && n != "per_node")
+    return in.at("nic").error(fmt::format("must be \"per_gpu\" or \"per_node\", got \"{}\"", n));
+  g.nic = n;
+  if (in.has("gpus_per_nic")) {
+    if (in.has("nic")) return in.at("gpus_per_nic").error("give \"nic\" or \"gpus_per_nic\", not both");
+    TRY_ASSIGN(k, get_int(in, "gpus_per_nic", true, 1, 1));
+    if (g.per_node % k != 0)
+      return in.at("gpus_per_nic").error(fmt::format("must divide gpus_per_node ({}), got {}", g.per_node, k));
+    g.gpus_per_nic = k;
+  }
+  // PCIe 5.0 x16: 64 GB/s per direction, the datasheet rate of the GPU-to-NIC hop.
+  TRY_ASSIGN(pcie, get_quantity(in, "pcie_gbps", false, 64, Quantity::Bandwidth));
+  if (in.has("pcie_gbps") && g.gpus_per_nic == 1)
+    return in.at("pcie_gbps").error("applies with \"gpus_per_nic\" > 1 only (a NIC per GPU is one link)");
+  g.nic_pcie.bandwidth_gbps = pcie;
+  return {};
+}
+
+/// The link blocks (intra, numa, inter) and the stack limits the intra block carries.
+Status read_generator_links(const Node& root, Topology& t, Generator& g) {
+  if (!root.has("intra")) return root.missing("intra");
+  if (auto s = parse_link_params(root.at("intra"), g.intra, "dedicated"); !s) return s.error();
+  // Dedicated GPU links are NVLink through NVSwitch, shared ones a PCIe switch,
+  // unless intra.kind says otherwise; within a node both rank before the host
+  // bridge and the NIC, so the choice only names the links.
+  if (g.intra.kind == LinkKind::Unspecified)
+    g.intra.kind = g.intra.sharing == Sharing::Dedicated ? LinkKind::NvLink : LinkKind::Pcie;
+  apply_stack_limits(root.at("intra"), t.stack, g.intra);
+  g.numa_link.kind = LinkKind::Host;
+  g.inter.kind = LinkKind::Nic;  // one link stands for the NIC and its port on the non-blocking fabric
+  // A block the shape does not use is read past (a sweep over nodes reaches 1 with the file's inter block):
+  // said in a warning, since its numbers change nothing.
+  if (g.numa == 1 && root.has("numa"))
+    t.warnings.push_back(root.at("numa")
+                             .error("ignored: it applies with numa_per_node > 1 only (one NUMA node per node has no "
+                                    "links between NUMA nodes, so its numbers change nothing)")
+                             .message());
+  if (g.nodes == 1 && root.has("inter"))
+    t.warnings.push_back(root.at("inter")
+                             .error("ignored: it applies with nodes > 1 only (one node has no links between nodes, "
+                                    "so its numbers change nothing)")
+                             .message());
+  if (g.numa > 1) {
+    if (!root.has("numa")) return root.missing("numa");
+    if (auto s = parse_link_params(root.at("numa"), g.numa_link, "shared"); !s) return s.error();
+  }
+  g.nic_pcie.kind = LinkKind::Pcie;
+  g.nic_pcie.sharing = Sharing::Dedicated;
+  if (g.nodes > 1)
+    if (auto s = read_inter(root, g); !s) return s;
+  return {};
+}
+
+/// The vertices (GPUs, switches, host bridges, NICs, the fabric) and links of the generated
+/// cluster, node by node, and its block structure.
+void build_generator_graph(const Generator& gen, Topology& t) {
+  t.levels = {"node", "numa"};
+  const long per_numa = gen.per_node / gen.numa;
+  const int G = static_cast<int>(gen.nodes * gen.per_node);
+  for (long nd = 0; nd < gen.nodes; ++nd)
+    for (long g = 0; g < gen.per_node; ++g) {
+      t.vertex_names.push_back(fmt::format("n{}.gpu{}", nd, g));
+      t.gpu_place.push_back({int(nd), int(g / per_numa)});
+    }
+  auto add_vertex = [&](std::string name) {
+    t.vertex_names.push_back(std::move(name));
+    return static_cast<int>(t.vertex_names.size()) - 1;
+  };
+  const int fabric = gen.nodes > 1 ? add_vertex("fabric") : -1;
+  for (long nd = 0; nd < gen.nodes; ++nd) {
+    std::vector<int> sw;
+    for (long m = 0; m < gen.numa; ++m)
+      sw.push_back(add_vertex(gen.numa > 1 ? fmt::format("n{}.numa{}.switch", nd, m) : fmt::format("n{}.switch", nd)));
+    const int host = gen.numa > 1 ? add_vertex(fmt::format("n{}.host", nd)) : sw[0];
+    for (long g = 0; g < gen.per_node; ++g) {
+      Link l = gen.intra;
+      l.a = int(nd * gen.per_node + g);
+      l.b = sw[std::size_t(g / per_numa)];
+      t.links.push_back(l);
+    }
+    if (gen.numa > 1)
+      for (int s : sw) {
+        Link l = gen.numa_link;
+        l.a = s;
+        l.b = host;
+        t.links.push_back(l);
+      }
+    if (gen.nodes > 1 && gen.gpus_per_nic > 1) {
+      for (long k = 0; k < gen.per_node / gen.gpus_per_nic; ++k) {
+        const int nic_v = add_vertex(fmt::format("n{}.nic{}", nd, k));
+        for (long g = k * gen.gpus_per_nic; g < (k + 1) * gen.gpus_per_nic; ++g) {
+          Link l = gen.nic_pcie;
+          l.a = int(nd * gen.per_node + g);
+          l.b = nic_v;
+          t.links.push_back(l);
+        }
+        Link l = gen.inter;
+        l.a = nic_v;
+        l.b = fabric;
+        t.links.push_back(l);
+      }
+    } else if (gen.nodes > 1) {
+      if (gen.nic == "per_gpu") {
+        for (long g = 0; g < gen.per_node; ++g) {
+          Link l = gen.inter;
+          l.a = int(nd * gen.per_node + g);
+          l.b = fabric;
+          t.links.push_back(l);
+        }
+      } else {
+        Link l = gen.inter;
+        l.a = host;
+        l.b = fabric;
+        t.links.push_back(l);
+      }
+    }
+  }
+  // Nodes are copies of one another joined by the fabric: their vertices and
+  // links were added node by node above, after the GPUs and the fabric.
+  if (gen.nodes > 1) {
+    const auto per_node_vertices = (t.vertex_names.size() - std::size_t(G) - 1) / std::size_t(gen.nodes);
+    t.blocks = {int(gen.nodes), int(gen.per_node), int(t.links.size() / std::size_t(gen.nodes)), G + 1,
+                int(per_node_vertices)};
+  }
+}
+
 Status parse_generator(const Node& root, Topology& t, int& num_gpus_out) {
   if (auto s = check_fields(root,
                             {"schema", "name", "notes", "gpu", "stack", "nodes", "gpus_per_node", "numa_per_node",
@@ -470,127 +611,13 @@ Status parse_generator(const Node& root, Topology& t, int& num_gpus_out) {
   TRY_ASSIGN(numa, get_int(root, "numa_per_node", false, 1, 1, kMaxGpus));
   if (per_node % numa != 0)
     return root.at("numa_per_node").error(fmt::format("must divide gpus_per_node ({}), got {}", per_node, numa));
-  if (!root.has("intra")) return root.missing("intra");
-  Link intra;
-  if (auto s = parse_link_params(root.at("intra"), intra, "dedicated"); !s) return s.error();
-  // Dedicated GPU links are NVLink through NVSwitch, shared ones a PCIe switch,
-  // unless intra.kind says otherwise; within a node both rank before the host
-  // bridge and the NIC, so the choice only names the links.
-  if (intra.kind == LinkKind::Unspecified)
-    intra.kind = intra.sharing == Sharing::Dedicated ? LinkKind::NvLink : LinkKind::Pcie;
-  apply_stack_limits(root.at("intra"), t.stack, intra);
-  Link numa_link, inter;
-  numa_link.kind = LinkKind::Host;
-  inter.kind = LinkKind::Nic;  // one link stands for the NIC and its port on the non-blocking fabric
-  // A block the shape does not use is read past (a sweep over nodes reaches 1 with the file's inter block):
-  // said in a warning, since its numbers change nothing.
-  if (numa == 1 && root.has("numa"))
-    t.warnings.push_back(root.at("numa")
-                             .error("ignored: it applies with numa_per_node > 1 only (one NUMA node per node has no "
-                                    "links between NUMA nodes, so its numbers change nothing)")
-                             .message());
-  if (nodes == 1 && root.has("inter"))
-    t.warnings.push_back(root.at("inter")
-                             .error("ignored: it applies with nodes > 1 only (one node has no links between nodes, "
-                                    "so its numbers change nothing)")
-                             .message());
-  if (numa > 1) {
-    if (!root.has("numa")) return root.missing("numa");
-    if (auto s = parse_link_params(root.at("numa"), numa_link, "shared"); !s) return s.error();
-  }
-  std::string nic = "per_gpu";
-  long gpus_per_nic = 1;  // > 1: a NIC vertex shared by that many GPUs, each reaching it over PCIe
-  Link nic_pcie;
-  nic_pcie.kind = LinkKind::Pcie;
-  nic_pcie.sharing = Sharing::Dedicated;  // each GPU's own lanes to the switch the NIC sits on
-  if (nodes > 1) {
-    if (!root.has("inter")) return root.missing("inter");
-    const Node in = root.at("inter");
-    if (auto s = parse_link_params(in, inter, "shared"); !s) return s.error();
-    TRY_ASSIGN(n, get_string(in, "nic", false, "per_gpu"));
-    if (n != "per_gpu" && n != "per_node")
-      return in.at("nic").error(fmt::format("must be \"per_gpu\" or \"per_node\", got \"{}\"", n));
-    nic = n;
-    if (in.has("gpus_per_nic")) {
-      if (in.has("nic")) return in.at("gpus_per_nic").error("give \"nic\" or \"gpus_per_nic\", not both");
-      TRY_ASSIGN(k, get_int(in, "gpus_per_nic", true, 1, 1));
-      if (per_node % k != 0)
-        return in.at("gpus_per_nic").error(fmt::format("must divide gpus_per_node ({}), got {}", per_node, k));
-      gpus_per_nic = k;
-    }
-    // PCIe 5.0 x16: 64 GB/s per direction, the datasheet rate of the GPU-to-NIC hop.
-    TRY_ASSIGN(pcie, get_quantity(in, "pcie_gbps", false, 64, Quantity::Bandwidth));
-    if (in.has("pcie_gbps") && gpus_per_nic == 1)
-      return in.at("pcie_gbps").error("applies with \"gpus_per_nic\" > 1 only (a NIC per GPU is one link)");
-    nic_pcie.bandwidth_gbps = pcie;
-  }
-  t.levels = {"node", "numa"};
-  const long per_numa = per_node / numa;
+  Generator g;
+  g.nodes = nodes;
+  g.per_node = per_node;
+  g.numa = numa;
+  if (auto s = read_generator_links(root, t, g); !s) return s;
+  build_generator_graph(g, t);
   const int G = static_cast<int>(nodes * per_node);
-  for (long nd = 0; nd < nodes; ++nd)
-    for (long g = 0; g < per_node; ++g) {
-      t.vertex_names.push_back(fmt::format("n{}.gpu{}", nd, g));
-      t.gpu_place.push_back({int(nd), int(g / per_numa)});
-    }
-  auto add_vertex = [&](std::string name) {
-    t.vertex_names.push_back(std::move(name));
-    return static_cast<int>(t.vertex_names.size()) - 1;
-  };
-  const int fabric = nodes > 1 ? add_vertex("fabric") : -1;
-  for (long nd = 0; nd < nodes; ++nd) {
-    std::vector<int> sw;
-    for (long m = 0; m < numa; ++m)
-      sw.push_back(add_vertex(numa > 1 ? fmt::format("n{}.numa{}.switch", nd, m) : fmt::format("n{}.switch", nd)));
-    const int host = numa > 1 ? add_vertex(fmt::format("n{}.host", nd)) : sw[0];
-    for (long g = 0; g < per_node; ++g) {
-      Link l = intra;
-      l.a = int(nd * per_node + g);
-      l.b = sw[std::size_t(g / per_numa)];
-      t.links.push_back(l);
-    }
-    if (numa > 1)
-      for (int s : sw) {
-        Link l = numa_link;
-        l.a = s;
-        l.b = host;
-        t.links.push_back(l);
-      }
-    if (nodes > 1 && gpus_per_nic > 1) {
-      for (long k = 0; k < per_node / gpus_per_nic; ++k) {
-        const int nic_v = add_vertex(fmt::format("n{}.nic{}", nd, k));
-        for (long g = k * gpus_per_nic; g < (k + 1) * gpus_per_nic; ++g) {
-          Link l = nic_pcie;
-          l.a = int(nd * per_node + g);
-          l.b = nic_v;
-          t.links.push_back(l);
-        }
-        Link l = inter;
-        l.a = nic_v;
-        l.b = fabric;
-        t.links.push_back(l);
-      }
-    } else if (nodes > 1) {
-      if (nic == "per_gpu") {
-        for (long g = 0; g < per_node; ++g) {
-          Link l = inter;
-          l.a = int(nd * per_node + g);
-          l.b = fabric;
-          t.links.push_back(l);
-        }
-      } else {
-        Link l = inter;
-        l.a = host;
-        l.b = fabric;
-        t.links.push_back(l);
-      }
-    }
-  }
-  // Nodes are copies of one another joined by the fabric: their vertices and
-  // links were added node by node above, after the GPUs and the fabric.
-  if (nodes > 1) {
-    const auto per_node_vertices = (t.vertex_names.size() - std::size_t(G) - 1) / std::size_t(nodes);
-    t.blocks = {int(nodes), int(per_node), int(t.links.size() / std::size_t(nodes)), G + 1, int(per_node_vertices)};
-  }
   std::string dflt = nodes > 1 ? "node" : numa > 1 ? "numa" : "none";
   TRY_ASSIGN(domain, get_string(root, "domain", false, dflt));
   if (domain == "node")
