@@ -333,25 +333,10 @@ Status parse_link_params(const Node& n, Link& l, const char* default_sharing) {
   return {};
 }
 
-Status parse_explicit(const Node& root, Topology& t, int& num_gpus_out) {
-  if (auto s = check_fields(root,
-                            {"schema", "name", "notes", "gpu", "stack", "levels", "gpus", "switches", "links", "domain",
-                             "routes", "calibration"},
-                            " in an explicit topology (one with \"gpus\" and \"links\")");
-      !s)
-    return s;
-  // levels
-  if (root.has("levels")) {
-    const Node lv = root.at("levels");
-    if (!lv.j.is_array()) return lv.error("must be an array of level names, outermost first");
-    for (std::size_t i = 0; i < lv.j.size(); ++i) {
-      TRY_ASSIGN(level, text_of(lv.at(i)));
-      t.levels.push_back(std::move(level));
-    }
-  }
+/// The "gpus" of an explicit topology: a count, or names and places (one integer per level).
+Status read_explicit_gpus(const Node& root, Topology& t) {
   if (!root.has("gpus")) return root.missing("gpus");
   const Node gp = root.at("gpus");
-  std::map<std::string, int> index;
   if (gp.j.is_number_integer()) {
     TRY_ASSIGN(count, get_int(root, "gpus", true, 0, 1, kMaxGpus));
     for (long g = 0; g < count; ++g) {
@@ -392,20 +377,11 @@ Status parse_explicit(const Node& root, Topology& t, int& num_gpus_out) {
   } else {
     return gp.error("must be a GPU count or an array of GPUs");
   }
-  const int num_gpus = static_cast<int>(t.vertex_names.size());
-  if (root.has("switches")) {
-    const Node sw = root.at("switches");
-    if (!sw.j.is_array()) return sw.error("must be an array of names");
-    for (std::size_t i = 0; i < sw.j.size(); ++i) {
-      TRY_ASSIGN(swname, text_of(sw.at(i)));
-      t.vertex_names.push_back(std::move(swname));
-    }
-  }
-  for (std::size_t v = 0; v < t.vertex_names.size(); ++v) {
-    if (!index.emplace(t.vertex_names[v], int(v)).second)
-      return Error{root.src, fmt::format("{}: duplicate vertex name \"{}\"",
-                                         v < std::size_t(num_gpus) ? "gpus" : "switches", t.vertex_names[v])};
-  }
+  return {};
+}
+
+/// The "links" of an explicit topology, their ends named as GPUs or switches (`index`).
+Status read_explicit_links(const Node& root, Topology& t, const std::map<std::string, int>& index) {
   if (!root.has("links")) return root.missing("links");
   const Node ln = root.at("links");
   if (!ln.j.is_array()) return ln.error("must be an array of links");
@@ -425,6 +401,42 @@ Status parse_explicit(const Node& root, Topology& t, int& num_gpus_out) {
     link.name = nm;
     t.links.push_back(link);
   }
+  return {};
+}
+
+Status parse_explicit(const Node& root, Topology& t, int& num_gpus_out) {
+  if (auto s = check_fields(root,
+                            {"schema", "name", "notes", "gpu", "stack", "levels", "gpus", "switches", "links", "domain",
+                             "routes", "calibration"},
+                            " in an explicit topology (one with \"gpus\" and \"links\")");
+      !s)
+    return s;
+  // levels
+  if (root.has("levels")) {
+    const Node lv = root.at("levels");
+    if (!lv.j.is_array()) return lv.error("must be an array of level names, outermost first");
+    for (std::size_t i = 0; i < lv.j.size(); ++i) {
+      TRY_ASSIGN(level, text_of(lv.at(i)));
+      t.levels.push_back(std::move(level));
+    }
+  }
+  if (auto s = read_explicit_gpus(root, t); !s) return s;
+  const int num_gpus = static_cast<int>(t.vertex_names.size());
+  std::map<std::string, int> index;
+  if (root.has("switches")) {
+    const Node sw = root.at("switches");
+    if (!sw.j.is_array()) return sw.error("must be an array of names");
+    for (std::size_t i = 0; i < sw.j.size(); ++i) {
+      TRY_ASSIGN(swname, text_of(sw.at(i)));
+      t.vertex_names.push_back(std::move(swname));
+    }
+  }
+  for (std::size_t v = 0; v < t.vertex_names.size(); ++v) {
+    if (!index.emplace(t.vertex_names[v], int(v)).second)
+      return Error{root.src, fmt::format("{}: duplicate vertex name \"{}\"",
+                                         v < std::size_t(num_gpus) ? "gpus" : "switches", t.vertex_names[v])};
+  }
+  if (auto s = read_explicit_links(root, t, index); !s) return s;
   // Kinds rank routes against each other, so a link without one cannot be ranked against those with one.
   const auto has_kind = [&](const Link& l) { return l.kind != LinkKind::Unspecified; };
   if (const auto k = std::find_if(t.links.begin(), t.links.end(), has_kind); k != t.links.end())
