@@ -76,13 +76,98 @@ Expected<double> time_cpu_kernel(const KernelBenchSpec& spec, const calib::Kerne
 
 namespace {
 
+struct BenchKernelsOpts {
+  std::string backend = "cpu", out, pass = "both", tokens = "128,256,512,1024", mask = "full,causal";
+  std::string batch = "1", heads = "8", kv_heads, head_dim = "64", dtype = "bf16";
+  int repeats = 5, warmup = 1, device = 0;
+};
+
+/// The flags checked into what to time, and the backend's timer.
+KernelBenchSpec bench_spec(const BenchKernelsOpts& o, KernelTimer& timer) {
+  check_command_files({{}, {{"--out", o.out}}, {}});
+  KernelBenchSpec spec;
+  if (o.backend != "cpu" && o.backend != "cuda")
+    fail(Error{"--backend", fmt::format("must be cpu or cuda, got '{}'", o.backend)});
+  timer = &time_cpu_kernel;
+  if (o.backend == "cuda") {
+#ifdef CHARM_CLI_HAVE_CUDA
+    timer = &time_cuda_kernel;
+#else
+    fail(Error{"--backend", "cuda: this charm was built without the CUDA toolkit"});
+#endif
+  }
+  if (o.pass == "both")
+    spec.passes = {ir::PassKind::Fwd, ir::PassKind::Bwd};
+  else if (o.pass == "fwd" || o.pass == "bwd")
+    spec.passes = {o.pass == "fwd" ? ir::PassKind::Fwd : ir::PassKind::Bwd};
+  else
+    fail(Error{"--pass", fmt::format("must be fwd, bwd or both, got '{}'", o.pass)});
+  for (const auto& m : split_list(o.mask)) {
+    if (m != "full" && m != "causal") fail(Error{"--mask", fmt::format("must be full or causal, got '{}'", m)});
+    spec.causal.push_back(m == "causal");
+  }
+  if (spec.causal.empty()) fail(Error{"--mask", "names no mask"});
+  for (const auto& t : split_list(o.tokens)) {
+    spec.tokens.push_back(count_flag(t, "--tokens", std::int64_t{1} << 20));
+  }
+  if (spec.tokens.empty()) fail(Error{"--tokens", "names no size"});
+  spec.batch = count_flag(o.batch, "--batch", 4096);
+  spec.heads = count_flag(o.heads, "--heads", 4096);
+  spec.kv_heads = o.kv_heads.empty() ? spec.heads : count_flag(o.kv_heads, "--kv-heads", 4096);
+  if (spec.heads % spec.kv_heads != 0)
+    fail(Error{"--kv-heads", fmt::format("{} does not divide --heads {}", spec.kv_heads, spec.heads)});
+  spec.head_dim = count_flag(o.head_dim, "--head-dim", 1024);
+  if (auto d = ir::parse_dtype(o.dtype); d)
+    spec.dtype = *d;
+  else
+    fail(Error{"--dtype", d.error().what});
+  if (o.repeats < 1 || o.repeats > 10000)
+    fail(Error{"--repeats", fmt::format("must be in [1, 10000], got {}", o.repeats)});
+  if (o.warmup < 0 || o.warmup > 10000) fail(Error{"--warmup", fmt::format("must be in [0, 10000], got {}", o.warmup)});
+  spec.repeats = o.repeats;
+  spec.warmup = o.warmup;
+  spec.device = o.device;
+  // The largest block's buffers, before any work: the CPU backend holds about ten of them.
+  const std::int64_t tmax = *std::max_element(spec.tokens.begin(), spec.tokens.end());
+  const double bytes = 10.0 * 4 * double(spec.batch) * double(tmax) * double(spec.heads) * double(spec.head_dim);
+  if (bytes > 16e9)
+    fail(Error{"--tokens",
+               fmt::format("a block of {} tokens needs about {:.1f} GB of buffers; at most 16 GB", tmax, bytes / 1e9)});
+
+  return spec;
+}
+
+/// Times every (pass, tokens, mask) row and writes the CSV.
+void bench_kernels(const BenchKernelsOpts& o, const KernelBenchSpec& spec, KernelTimer timer) {
+  std::string csv = "# charm bench-kernels --backend " + o.backend + ": median of " + std::to_string(spec.repeats) +
+                    " timed calls per row\n" + calib::kernel_times_header() + "\n";
+  const std::size_t total = spec.passes.size() * spec.tokens.size() * spec.causal.size();
+  std::size_t done = 0;
+  for (const auto pass : spec.passes)
+    for (const auto t : spec.tokens)
+      for (const bool causal : spec.causal) {
+        calib::KernelTime row;
+        row.workload.pass = pass;
+        row.workload.batch = spec.batch;
+        row.workload.heads = spec.heads;
+        row.workload.kv_heads = spec.kv_heads;
+        row.workload.head_dim = spec.head_dim;
+        row.workload.dtype = o.backend == "cpu" ? ir::DType::FP32 : spec.dtype;
+        row.workload.seq = t;
+        row.q_tokens = row.kv_tokens = t;
+        row.causal = causal;
+        row.time_ms = unwrap(timer(spec, row));
+        csv += calib::kernel_time_row(row) + "\n";
+        ++done;
+        std::cerr << fmt::format("charm bench-kernels: {}/{}: {} {} tokens {}: {:.4g} ms\n", done, total,
+                                 ir::to_string(pass), t, causal ? "causal" : "full", row.time_ms);
+      }
+  write_file_atomic(o.out, csv);
+  std::cout << fmt::format("wrote {} kernel times to {}\n", total, o.out);
+}
+
 void register_bench_kernels(CLI::App& app) {
-  struct Opts {
-    std::string backend = "cpu", out, pass = "both", tokens = "128,256,512,1024", mask = "full,causal";
-    std::string batch = "1", heads = "8", kv_heads, head_dim = "64", dtype = "bf16";
-    int repeats = 5, warmup = 1, device = 0;
-  };
-  auto o = std::make_shared<Opts>();
+  auto o = std::make_shared<BenchKernelsOpts>();
   auto* sub = app.add_subcommand(
       "bench-kernels", "time the attention block kernels on one device and write the CSV calibrate --kernels fits");
   sub->add_option("--backend", o->backend, "cpu (this machine's cores, fp32) or cuda (one GPU)")->capture_default_str();
@@ -100,82 +185,9 @@ void register_bench_kernels(CLI::App& app) {
   sub->add_option("--warmup", o->warmup, "untimed calls first")->capture_default_str();
   sub->add_option("--device", o->device, "CUDA device (cuda)")->capture_default_str();
   sub->callback([o] {
-    check_command_files({{}, {{"--out", o->out}}, {}});
-    KernelBenchSpec spec;
-    if (o->backend != "cpu" && o->backend != "cuda")
-      fail(Error{"--backend", fmt::format("must be cpu or cuda, got '{}'", o->backend)});
-    KernelTimer timer = &time_cpu_kernel;
-    if (o->backend == "cuda") {
-#ifdef CHARM_CLI_HAVE_CUDA
-      timer = &time_cuda_kernel;
-#else
-      fail(Error{"--backend", "cuda: this charm was built without the CUDA toolkit"});
-#endif
-    }
-    if (o->pass == "both")
-      spec.passes = {ir::PassKind::Fwd, ir::PassKind::Bwd};
-    else if (o->pass == "fwd" || o->pass == "bwd")
-      spec.passes = {o->pass == "fwd" ? ir::PassKind::Fwd : ir::PassKind::Bwd};
-    else
-      fail(Error{"--pass", fmt::format("must be fwd, bwd or both, got '{}'", o->pass)});
-    for (const auto& m : split_list(o->mask)) {
-      if (m != "full" && m != "causal") fail(Error{"--mask", fmt::format("must be full or causal, got '{}'", m)});
-      spec.causal.push_back(m == "causal");
-    }
-    if (spec.causal.empty()) fail(Error{"--mask", "names no mask"});
-    for (const auto& t : split_list(o->tokens)) {
-      spec.tokens.push_back(count_flag(t, "--tokens", std::int64_t{1} << 20));
-    }
-    if (spec.tokens.empty()) fail(Error{"--tokens", "names no size"});
-    spec.batch = count_flag(o->batch, "--batch", 4096);
-    spec.heads = count_flag(o->heads, "--heads", 4096);
-    spec.kv_heads = o->kv_heads.empty() ? spec.heads : count_flag(o->kv_heads, "--kv-heads", 4096);
-    if (spec.heads % spec.kv_heads != 0)
-      fail(Error{"--kv-heads", fmt::format("{} does not divide --heads {}", spec.kv_heads, spec.heads)});
-    spec.head_dim = count_flag(o->head_dim, "--head-dim", 1024);
-    if (auto d = ir::parse_dtype(o->dtype); d)
-      spec.dtype = *d;
-    else
-      fail(Error{"--dtype", d.error().what});
-    if (o->repeats < 1 || o->repeats > 10000)
-      fail(Error{"--repeats", fmt::format("must be in [1, 10000], got {}", o->repeats)});
-    if (o->warmup < 0 || o->warmup > 10000)
-      fail(Error{"--warmup", fmt::format("must be in [0, 10000], got {}", o->warmup)});
-    spec.repeats = o->repeats;
-    spec.warmup = o->warmup;
-    spec.device = o->device;
-    // The largest block's buffers, before any work: the CPU backend holds about ten of them.
-    const std::int64_t tmax = *std::max_element(spec.tokens.begin(), spec.tokens.end());
-    const double bytes = 10.0 * 4 * double(spec.batch) * double(tmax) * double(spec.heads) * double(spec.head_dim);
-    if (bytes > 16e9)
-      fail(Error{"--tokens", fmt::format("a block of {} tokens needs about {:.1f} GB of buffers; at most 16 GB", tmax,
-                                         bytes / 1e9)});
-
-    std::string csv = "# charm bench-kernels --backend " + o->backend + ": median of " + std::to_string(spec.repeats) +
-                      " timed calls per row\n" + calib::kernel_times_header() + "\n";
-    const std::size_t total = spec.passes.size() * spec.tokens.size() * spec.causal.size();
-    std::size_t done = 0;
-    for (const auto pass : spec.passes)
-      for (const auto t : spec.tokens)
-        for (const bool causal : spec.causal) {
-          calib::KernelTime row;
-          row.workload.pass = pass;
-          row.workload.batch = spec.batch;
-          row.workload.heads = spec.heads;
-          row.workload.kv_heads = spec.kv_heads;
-          row.workload.head_dim = spec.head_dim;
-          row.workload.dtype = o->backend == "cpu" ? ir::DType::FP32 : spec.dtype;
-          row.workload.seq = t;
-          row.q_tokens = row.kv_tokens = t;
-          row.causal = causal;
-          row.time_ms = unwrap(timer(spec, row));
-          csv += calib::kernel_time_row(row) + "\n";
-          ++done;
-          std::cerr << fmt::format("charm bench-kernels: {}/{}: {} {} tokens {}: {:.4g} ms\n", done, total,
-                                   ir::to_string(pass), t, causal ? "causal" : "full", row.time_ms);
-        }
-    write_file_atomic(o->out, csv);
-    std::cout << fmt::format("wrote {} kernel times to {}\n", total, o->out);
+    KernelTimer timer = nullptr;
+    const KernelBenchSpec spec = bench_spec(*o, timer);
+    bench_kernels(*o, spec, timer);
   });
 }
 

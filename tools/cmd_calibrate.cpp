@@ -115,6 +115,25 @@ void print_text(const calib::Calibration& c, const calib::MeasurementSet& data, 
                            pct(c.speedup.in_sample), pct(c.speedup.loo), pct(c.speedup.base), c.pairs.size(), out);
 }
 
+/// --nccl-tests CLASS=LOG,...: each link class's bandwidth and latency fixed from its log.
+std::vector<calib::FixedParameter> nccl_fixed(const std::string& nccl, const json& base, const std::string& topology) {
+  std::vector<calib::FixedParameter> fixed;
+  for (const auto& item : split_list(nccl)) {
+    const auto eq = item.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
+      fail(Error{"--nccl-tests", fmt::format("expected CLASS=LOG (CLASS intra, numa or inter), got '{}'", item)});
+    const std::string cls = item.substr(0, eq);
+    if (!calib::is_link_class(cls))
+      fail(Error{"--nccl-tests", fmt::format("unknown link class '{}' (expected intra, numa or inter)", cls)});
+    for (const auto& f : fixed)
+      if (f.path.rfind(cls + ".", 0) == 0)
+        fail(Error{"--nccl-tests", fmt::format("link class '{}' is given twice", cls)});
+    const auto log = unwrap(calib::load_nccl_tests(item.substr(eq + 1)));
+    for (auto& f : unwrap(calib::fixed_from_nccl_tests(base, topology, cls, log))) fixed.push_back(std::move(f));
+  }
+  return fixed;
+}
+
 void register_calibrate(CLI::App& app) {
   struct Opts {
     std::string topology, measurements, kernels, nccl, fit, out;
@@ -160,20 +179,7 @@ void register_calibrate(CLI::App& app) {
     const json base = json::parse(unwrap(calib::read_text_file(o->topology, "a topology file")));
     const auto data = unwrap(calib::load_measurements(o->measurements));
     for (const auto& w : data.warnings) std::cerr << "charm: warning: " << w << "\n";
-    std::vector<calib::FixedParameter> fixed;
-    for (const auto& item : split_list(o->nccl)) {
-      const auto eq = item.find('=');
-      if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
-        fail(Error{"--nccl-tests", fmt::format("expected CLASS=LOG (CLASS intra, numa or inter), got '{}'", item)});
-      const std::string cls = item.substr(0, eq);
-      if (!calib::is_link_class(cls))
-        fail(Error{"--nccl-tests", fmt::format("unknown link class '{}' (expected intra, numa or inter)", cls)});
-      for (const auto& f : fixed)
-        if (f.path.rfind(cls + ".", 0) == 0)
-          fail(Error{"--nccl-tests", fmt::format("link class '{}' is given twice", cls)});
-      const auto log = unwrap(calib::load_nccl_tests(item.substr(eq + 1)));
-      for (auto& f : unwrap(calib::fixed_from_nccl_tests(base, o->topology, cls, log))) fixed.push_back(std::move(f));
-    }
+    const std::vector<calib::FixedParameter> fixed = nccl_fixed(o->nccl, base, o->topology);
     calib::CalibrationOptions opt;
     opt.fit = split_list(o->fit);
     opt.jobs = jobs;

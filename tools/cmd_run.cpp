@@ -394,6 +394,42 @@ void run_mpi(const RunOpts& o, const rt::RunOptions& ropt) {
 }
 #endif
 
+/// Backend threads: a thread per stream of every rank, in this process.
+void run_threads_backend(const RunOpts& o, const rt::RunOptions& ropt) {
+  constexpr int kMaxThreadRanks = 1024;
+  if (!o.plan.from_file() && o.plan.ranks > kMaxThreadRanks)
+    fail(Error{"--ranks",
+               fmt::format("the threads backend runs up to 6 threads per rank in one process; {} ranks is over its "
+                           "{}-rank limit (use --backend mpi)",
+                           o.plan.ranks, kMaxThreadRanks)});
+  auto plan = o.plan.make();  // a --plan file is validated as it is read
+  if (plan.ranks > kMaxThreadRanks)
+    fail(Error{"--plan", fmt::format("the threads backend runs up to {} ranks; the plan has {} (use --backend mpi)",
+                                     kMaxThreadRanks, plan.ranks)});
+  check_run_memory(plan, o.check, true);
+  if (!o.plan.from_file())
+    if (auto rep = sched::validate(plan); !rep.ok())
+      throw RuntimeFailure{"internal: the planner produced an invalid plan: " + rep.summary(plan)};
+  inject_faults(plan, o);
+  const auto in = rt::plan_inputs(plan.workload, o.seed);
+  auto res = rt::run_threads(plan, in, ropt);
+  if (!res) throw RuntimeFailure{res.error().message()};
+  write_measured_trace(o.trace, plan, *res, "threads");
+  exit_code() = report(plan, o, in, *res);
+}
+
+/// Under mpirun the job is the processes: --ranks defaults to their number, and a backend that
+/// runs every rank in one process would run the whole job N times.
+void adopt_job_size(RunOpts& o, bool ranks_given) {
+  const auto job = launched_job();
+  if (!job || job->size <= 1) return;
+  if (o.backend == "threads" || o.backend == "cuda-local")
+    fail(Error{"--backend", fmt::format("mpirun started {} processes, but --backend {} runs every rank in one process "
+                                        "(each would run the whole job): use --backend mpi{}",
+                                        job->size, o.backend, o.backend == "cuda-local" ? " or cuda" : "")});
+  if (!ranks_given && !o.plan.from_file()) o.plan.ranks = job->size;
+}
+
 void register_run(CLI::App& app) {
   auto o = std::make_shared<RunOpts>();
   auto* sub = app.add_subcommand("run", "execute a plan on the CPU (threads or MPI) with real attention math");
@@ -416,17 +452,7 @@ void register_run(CLI::App& app) {
       ->group("");
   for (auto& b : run_backends()) b.add_flags(*sub);
   sub->callback([o, sub] {
-    // Under mpirun the job is the processes: --ranks defaults to their number, and a
-    // backend that runs every rank in one process would run the whole job N times.
-    const auto job = launched_job();
-    if (job && job->size > 1) {
-      if (o->backend == "threads" || o->backend == "cuda-local")
-        fail(Error{"--backend",
-                   fmt::format("mpirun started {} processes, but --backend {} runs every rank in one process "
-                               "(each would run the whole job): use --backend mpi{}",
-                               job->size, o->backend, o->backend == "cuda-local" ? " or cuda" : "")});
-      if (sub->count("--ranks") == 0 && !o->plan.from_file()) o->plan.ranks = job->size;
-    }
+    adopt_job_size(*o, sub->count("--ranks") > 0);
     // Before the run, not after minutes of compute: where the dump and the trace go must take
     // files, and neither may replace the plan file.
     CommandFiles files{{{"--plan", o->plan.plan_file}}, {{"--trace", o->trace}}, {{"--dump", o->dump, dump_files()}}};
@@ -453,30 +479,7 @@ void register_run(CLI::App& app) {
     if (!(o->timeout_s >= 0)) fail(Error{"--timeout-s", "must be >= 0"});
     // The timeline gives the run's summary (--json) and its trace.
     rt::RunOptions ropt{o->timeout_s, !o->trace.empty() || o->json};
-    if (o->backend == "threads") {
-      // A thread per stream of every rank, in this process.
-      constexpr int kMaxThreadRanks = 1024;
-      if (!o->plan.from_file() && o->plan.ranks > kMaxThreadRanks)
-        fail(Error{"--ranks",
-                   fmt::format("the threads backend runs up to 6 threads per rank in one process; {} ranks is over its "
-                               "{}-rank limit (use --backend mpi)",
-                               o->plan.ranks, kMaxThreadRanks)});
-      auto plan = o->plan.make();  // a --plan file is validated as it is read
-      if (plan.ranks > kMaxThreadRanks)
-        fail(Error{"--plan", fmt::format("the threads backend runs up to {} ranks; the plan has {} (use --backend mpi)",
-                                         kMaxThreadRanks, plan.ranks)});
-      check_run_memory(plan, o->check, true);
-      if (!o->plan.from_file())
-        if (auto rep = sched::validate(plan); !rep.ok())
-          throw RuntimeFailure{"internal: the planner produced an invalid plan: " + rep.summary(plan)};
-      inject_faults(plan, *o);
-      const auto in = rt::plan_inputs(plan.workload, o->seed);
-      auto res = rt::run_threads(plan, in, ropt);
-      if (!res) throw RuntimeFailure{res.error().message()};
-      write_measured_trace(o->trace, plan, *res, "threads");
-      exit_code() = report(plan, *o, in, *res);
-      return;
-    }
+    if (o->backend == "threads") return run_threads_backend(*o, ropt);
 #ifdef CHARM_RT_HAVE_MPI
     run_mpi(*o, ropt);
 #else

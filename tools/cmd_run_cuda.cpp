@@ -79,32 +79,28 @@ std::pair<nlohmann::json, std::string> timing(const trace::RunSummary& s, const 
   return {j, fmt::format("# device {}\n{}# host enqueue {:.3f} ms\n", device, trace::summary_text(s), r.enqueue_ms)};
 }
 
-int run_cuda(const RunRequest& req, const CudaFlags& f) {
-  // Without a device nothing else matters: one line, exit 2 (bad input for this machine).
-  if (auto n = rt::cuda::device_count(); !n) fail(Error{"--backend " + req.backend, n.error().message()});
-  if (f.warmup < 0) fail(Error{"--warmup", "must be >= 0"});
-  const auto budget = unwrap(parse_size(f.tile_budget, "--tile-budget"));
-  if (budget < (1 << 20)) fail(Error{"--tile-budget", "must be at least 1M"});
-  const rt::cuda::CudaRunOptions opt{req.timeout_s, f.warmup, f.device, std::size_t(budget)};
-  auto plan = req.plan->make();
-  if (auto s = rt::cuda::supports(plan); !s) fail(Error{"--backend " + req.backend, s.error().what});
-  const calib::Measurement row = f.append_measurements.empty() ? calib::Measurement{} : measurement_of(plan);
-  if (req.backend == "cuda-local") {
-    auto rep = sched::validate(plan);
-    if (!rep.ok()) throw RuntimeFailure{"internal: the planner produced an invalid plan: " + rep.summary(plan)};
-    if (req.inject_stall) drop_first_send(plan);
-    const auto in = rt::plan_inputs(plan.workload, req.seed);
-    auto res = rt::cuda::run_cuda_local(plan, in, opt);
-    if (!res) throw RuntimeFailure{res.error().message()};
-    const auto dev = rt::cuda::device_description(f.device);
-    const trace::Timeline t = measured_timeline(plan, *res);
-    const auto [extra, text] = timing(trace::summarize(plan, t), *res, dev ? *dev : "unknown");
-    if (!req.trace.empty()) write_trace(req.trace, plan, t);
-    const int code = req.report(plan, in, res->run, extra, text);
-    if (code == 0) append_time(f.append_measurements, row, res->run.time_ms);
-    return code;
-  }
+/// Backend cuda-local: every rank of the plan on one GPU.
+int run_on_one_gpu(const RunRequest& req, const CudaFlags& f, ir::Plan& plan, const rt::cuda::CudaRunOptions& opt,
+                   const calib::Measurement& row) {
+  auto rep = sched::validate(plan);
+  if (!rep.ok()) throw RuntimeFailure{"internal: the planner produced an invalid plan: " + rep.summary(plan)};
+  if (req.inject_stall) drop_first_send(plan);
+  const auto in = rt::plan_inputs(plan.workload, req.seed);
+  auto res = rt::cuda::run_cuda_local(plan, in, opt);
+  if (!res) throw RuntimeFailure{res.error().message()};
+  const auto dev = rt::cuda::device_description(f.device);
+  const trace::Timeline t = measured_timeline(plan, *res);
+  const auto [extra, text] = timing(trace::summarize(plan, t), *res, dev ? *dev : "unknown");
+  if (!req.trace.empty()) write_trace(req.trace, plan, t);
+  const int code = req.report(plan, in, res->run, extra, text);
+  if (code == 0) append_time(f.append_measurements, row, res->run.time_ms);
+  return code;
+}
+
 #ifdef CHARM_RT_HAVE_NCCL
+/// Backend cuda: one GPU per rank, one process per rank under mpirun, NCCL between them.
+int run_nccl_job(const RunRequest& req, const CudaFlags& f, ir::Plan& plan, const rt::cuda::CudaRunOptions& opt,
+                 const calib::Measurement& row) {
   auto ctx_e = rt::MpiContext::init();
   if (!ctx_e) throw RuntimeFailure{ctx_e.error().message()};
   auto ctx = std::move(*ctx_e);
@@ -170,6 +166,22 @@ int run_cuda(const RunRequest& req, const CudaFlags& f) {
     ctx->abort(kExitRuntime);
   }
   return *code;
+}
+#endif
+
+int run_cuda(const RunRequest& req, const CudaFlags& f) {
+  // Without a device nothing else matters: one line, exit 2 (bad input for this machine).
+  if (auto n = rt::cuda::device_count(); !n) fail(Error{"--backend " + req.backend, n.error().message()});
+  if (f.warmup < 0) fail(Error{"--warmup", "must be >= 0"});
+  const auto budget = unwrap(parse_size(f.tile_budget, "--tile-budget"));
+  if (budget < (1 << 20)) fail(Error{"--tile-budget", "must be at least 1M"});
+  const rt::cuda::CudaRunOptions opt{req.timeout_s, f.warmup, f.device, std::size_t(budget)};
+  auto plan = req.plan->make();
+  if (auto s = rt::cuda::supports(plan); !s) fail(Error{"--backend " + req.backend, s.error().what});
+  const calib::Measurement row = f.append_measurements.empty() ? calib::Measurement{} : measurement_of(plan);
+  if (req.backend == "cuda-local") return run_on_one_gpu(req, f, plan, opt, row);
+#ifdef CHARM_RT_HAVE_NCCL
+  return run_nccl_job(req, f, plan, opt, row);
 #else
   fail(Error{"--backend", "this charm was built without NCCL or MPI: only cuda-local is available"});
 #endif
