@@ -562,13 +562,8 @@ py::object frameworks_fn(const py::object& algo, const py::object& layout, bool 
   });
 }
 
-}  // namespace
-}  // namespace charm::python
-
-PYBIND11_MODULE(_core, m) {
-  using namespace charm::python;
-  m.doc() = "CHARM+ planner and simulator: the charm command's library calls (see the charm package's docstring)";
-  m.attr("__version__") = CHARM_VERSION;
+/// algorithms, plan, validate.
+void def_planning(py::module_& m) {
   m.def(
       "algorithms", [] { return charm::sched::algorithm_names(); }, "The algorithms' names, as --algo takes them.");
   m.def(
@@ -585,6 +580,10 @@ PYBIND11_MODULE(_core, m) {
       "charm plan: the plan's JSON as a dict (written to `out` too when given); validated unless validate=False.");
   m.def("validate", &validate_fn, py::arg("plan"), py::kw_only(), py::arg("all") = false,
         "charm validate: a plan file or a plan dict -> {'valid', 'summary', 'violations', ...}.");
+}
+
+/// simulate, compare.
+void def_simulation(py::module_& m) {
   m.def(
       "simulate",
       [](const py::object& algo, const py::object& plan, const py::object& batch, const py::object& seq,
@@ -621,6 +620,10 @@ PYBIND11_MODULE(_core, m) {
       py::arg("tp") = py::none(), py::arg("order") = py::none(), py::arg("gpus") = py::none(),
       "charm compare: one dict per (algo, pass), every row with the same keys (None where not run); cp= / tp= / "
       "order= compare every CP group of that layout at once, gpus= one group placed by hand.");
+}
+
+/// advise, sweep, frameworks.
+void def_search(py::module_& m) {
   m.def(
       "advise",
       [](const py::object& algos, const py::object& batch, const py::object& seq, const py::object& heads,
@@ -650,4 +653,16 @@ PYBIND11_MODULE(_core, m) {
         py::arg("causal") = false, py::arg("ranks") = 8, py::arg("domains") = 1,
         "The Megatron-LM / TransformerEngine / ring-flash-attention counterparts: the whole table, or one "
         "candidate's settings (the line charm advise prints).");
+}
+
+}  // namespace
+}  // namespace charm::python
+
+PYBIND11_MODULE(_core, m) {
+  using namespace charm::python;
+  m.doc() = "CHARM+ planner and simulator: the charm command's library calls (see the charm package's docstring)";
+  m.attr("__version__") = CHARM_VERSION;
+  def_planning(m);
+  def_simulation(m);
+  def_search(m);
 }

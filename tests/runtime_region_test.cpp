@@ -262,14 +262,37 @@ ir::Workload workload_of(const Shape& s) {
 // forward splits the kv owners in two computes and merges, the backward
 // accumulates; results come back as views and are placed into whole shards.
 // pack_on_heads: the bundle is packed on the gathered heads (else on whole shards).
-ir::Plan ulysses_plan(const ir::Workload& w, int n, bool pack_on_heads) {
-  sched::PlanBuilder b("ulysses-test", w, n, 1);
-  const int hr = int(w.kv_heads) / n;
-  const auto N = std::size_t(n);
-  auto heads_of = [&](int r, int o0, int o1) { return Region{o0, o1, r * hr, (r + 1) * hr, 0, 1}; };
+/// The plan's builder and what its passes share: the query, kv and output shards, the gathered kv.
+class UlyssesTestPlan {
+ public:
+  UlyssesTestPlan(const ir::Workload& workload, int ranks)
+      : w(workload), n(ranks), hr(int(workload.kv_heads) / ranks), N(std::size_t(ranks)),
+        b("ulysses-test", workload, ranks, 1), q(N), kv(N), out(N) {
+    for (int r = 0; r < n; ++r) {
+      q[std::size_t(r)] = b.buffer(r, BufKind::Q, r, BufInit::Input);
+      kv[std::size_t(r)] = b.buffer(r, BufKind::Kv, r, BufInit::Input);
+    }
+  }
+
+  ir::Plan build(bool pack_on_heads) {
+    if (w.pass != ir::PassKind::Bwd) {
+      const auto gq = forward();
+      if (w.pass != ir::PassKind::Fwd && pack_on_heads) {
+        backward_on_heads(gq);
+        return std::move(b).finish();
+      }
+    }
+    if (w.pass == ir::PassKind::Fwd) return std::move(b).finish();
+    backward();
+    return std::move(b).finish();
+  }
+
+ private:
+  [[nodiscard]] Region heads_of(int r, int o0, int o1) const { return Region{o0, o1, r * hr, (r + 1) * hr, 0, 1}; }
+
   // Every rank's `src` (a whole shard, or any region holding its heads) all-to-all into
   // gathered[r] over (all owners, heads of r).
-  auto all_to_all = [&](Stream st, BufKind kind, const std::vector<BufferId>& src, BufInit init) {
+  std::vector<BufferId> all_to_all(Stream st, BufKind kind, const std::vector<BufferId>& src, BufInit init) {
     std::vector<BufferId> gathered(N);
     for (int r = 0; r < n; ++r) gathered[std::size_t(r)] = b.buffer(r, kind, heads_of(r, 0, n), init);
     std::vector<std::vector<BufferId>> slice(N, std::vector<BufferId>(N, ir::kNone));
@@ -290,9 +313,10 @@ ir::Plan ulysses_plan(const ir::Workload& w, int n, bool pack_on_heads) {
           b.transfer(st, slice[std::size_t(s)][std::size_t(r)], r, g[std::size_t(s)], g[std::size_t(r)], {}, {},
                      b.view(gathered[std::size_t(r)], s));
     return gathered;
-  };
+  }
+
   // Each owner's part of gathered[r] back to the owner, placed into whole[owner].
-  auto scatter_back = [&](Stream st, const std::vector<BufferId>& gathered, const std::vector<BufferId>& whole) {
+  void scatter_back(Stream st, const std::vector<BufferId>& gathered, const std::vector<BufferId>& whole) {
     std::vector<int> g(N);
     for (auto& x : g) x = b.new_group();
     std::vector<std::pair<BufferId, BufferId>> place;
@@ -305,19 +329,14 @@ ir::Plan ulysses_plan(const ir::Workload& w, int n, bool pack_on_heads) {
           place.emplace_back(b.transfer(st, v, s, g[std::size_t(r)], g[std::size_t(s)]).dst, whole[std::size_t(s)]);
       }
     for (auto [from, to] : place) b.copy(Stream::Compute, from, to);
-  };
-
-  std::vector<BufferId> q(N), kv(N), out(N);
-  for (int r = 0; r < n; ++r) {
-    q[std::size_t(r)] = b.buffer(r, BufKind::Q, r, BufInit::Input);
-    kv[std::size_t(r)] = b.buffer(r, BufKind::Kv, r, BufInit::Input);
   }
-  std::vector<BufferId> gkv;
-  if (w.pass != ir::PassKind::Bwd) {
+
+  /// The forward: the gathered queries (kept for a backward packed on heads).
+  std::vector<BufferId> forward() {
     b.set_phase(ir::Phase::Fwd);
     const auto gq = all_to_all(Stream::Q, BufKind::Q, q, BufInit::None);
     gkv = all_to_all(Stream::Kv, BufKind::Kv, kv, BufInit::None);
-    std::vector<BufferId> gout(N);
+    gout.assign(N, ir::kNone);
     for (int r = 0; r < n; ++r) {
       const auto R = std::size_t(r);
       gout[R] = b.buffer(r, BufKind::Out, heads_of(r, 0, n), BufInit::Zero);
@@ -330,67 +349,81 @@ ir::Plan ulysses_plan(const ir::Workload& w, int n, bool pack_on_heads) {
       b.results(r).out = out[R];
     }
     scatter_back(Stream::Out, gout, out);
-    if (w.pass != ir::PassKind::Fwd && pack_on_heads) {
-      b.set_phase(ir::Phase::Bwd);
-      std::vector<BufferId> dout(N);
-      for (int r = 0; r < n; ++r) dout[std::size_t(r)] = b.buffer(r, BufKind::Dout, r, BufInit::Input);
-      const auto gdo = all_to_all(Stream::Q, BufKind::Dout, dout, BufInit::None);
-      std::vector<BufferId> gqb(N);
-      for (int r = 0; r < n; ++r) {
-        const auto R = std::size_t(r);
-        gqb[R] = b.buffer(r, BufKind::QBundle, heads_of(r, 0, n), BufInit::None);
-        b.pack(gq[R], gdo[R], gout[R], gqb[R]);
-      }
-      // Backward over the gathered bundle below.
-      std::vector<BufferId> dq(N), dkv(N), gdq(N), gdkv(N);
-      for (int r = 0; r < n; ++r) {
-        const auto R = std::size_t(r);
-        gdq[R] = b.buffer(r, BufKind::Dq, heads_of(r, 0, n), BufInit::Zero);
-        gdkv[R] = b.buffer(r, BufKind::Dkv, heads_of(r, 0, n), BufInit::Zero);
-        b.compute_bwd(gqb[R], gkv[R], gdq[R], gdkv[R]);
-        dq[R] = b.buffer(r, BufKind::Dq, r, BufInit::None);
-        dkv[R] = b.buffer(r, BufKind::Dkv, r, BufInit::None);
-        b.results(r).dq = dq[R];
-        b.results(r).dkv = dkv[R];
-      }
-      scatter_back(Stream::Q, gdq, dq);
-      scatter_back(Stream::Dkv, gdkv, dkv);
-      return std::move(b).finish();
+    return gq;
+  }
+
+  /// The backward with the bundle packed on the gathered heads.
+  void backward_on_heads(const std::vector<BufferId>& gq) {
+    b.set_phase(ir::Phase::Bwd);
+    std::vector<BufferId> dout(N);
+    for (int r = 0; r < n; ++r) dout[std::size_t(r)] = b.buffer(r, BufKind::Dout, r, BufInit::Input);
+    const auto gdo = all_to_all(Stream::Q, BufKind::Dout, dout, BufInit::None);
+    std::vector<BufferId> gqb(N);
+    for (int r = 0; r < n; ++r) {
+      const auto R = std::size_t(r);
+      gqb[R] = b.buffer(r, BufKind::QBundle, heads_of(r, 0, n), BufInit::None);
+      b.pack(gq[R], gdo[R], gout[R], gqb[R]);
     }
-  }
-  if (w.pass == ir::PassKind::Fwd) return std::move(b).finish();
-  b.set_phase(ir::Phase::Bwd);
-  std::vector<BufferId> qb(N);
-  for (int r = 0; r < n; ++r) {
-    const auto R = std::size_t(r);
-    const BufferId dout = b.buffer(r, BufKind::Dout, r, BufInit::Input);
-    if (w.pass == ir::PassKind::Bwd) {
-      out[R] = b.buffer(r, BufKind::Out, r, BufInit::Input);
-      b.results(r).out = out[R];
+    // Backward over the gathered bundle below.
+    std::vector<BufferId> dq(N), dkv(N), gdq(N), gdkv(N);
+    for (int r = 0; r < n; ++r) {
+      const auto R = std::size_t(r);
+      gdq[R] = b.buffer(r, BufKind::Dq, heads_of(r, 0, n), BufInit::Zero);
+      gdkv[R] = b.buffer(r, BufKind::Dkv, heads_of(r, 0, n), BufInit::Zero);
+      b.compute_bwd(gqb[R], gkv[R], gdq[R], gdkv[R]);
+      dq[R] = b.buffer(r, BufKind::Dq, r, BufInit::None);
+      dkv[R] = b.buffer(r, BufKind::Dkv, r, BufInit::None);
+      b.results(r).dq = dq[R];
+      b.results(r).dkv = dkv[R];
     }
-    qb[R] = b.buffer(r, BufKind::QBundle, r, BufInit::None);
-    b.pack(q[R], dout, out[R], qb[R]);
+    scatter_back(Stream::Q, gdq, dq);
+    scatter_back(Stream::Dkv, gdkv, dkv);
   }
-  const auto gqb = all_to_all(Stream::Q, BufKind::QBundle, qb, BufInit::None);
-  if (gkv.empty()) gkv = all_to_all(Stream::Kv, BufKind::Kv, kv, BufInit::None);
-  std::vector<BufferId> dq(N), dkv(N), gdq(N), gdkv(N);
-  for (int r = 0; r < n; ++r) {
-    const auto R = std::size_t(r);
-    gdq[R] = b.buffer(r, BufKind::Dq, heads_of(r, 0, n), BufInit::Zero);
-    gdkv[R] = b.buffer(r, BufKind::Dkv, heads_of(r, 0, n), BufInit::Zero);
-    const BufferId part = b.buffer(r, BufKind::Dq, heads_of(r, 0, n), BufInit::Zero);
-    const int half = n / 2;
-    b.compute_bwd(gqb[R], b.view(gkv[R], 0, half), part, b.view(gdkv[R], 0, half));
-    b.compute_bwd(gqb[R], b.view(gkv[R], half, n - half), gdq[R], b.view(gdkv[R], half, n - half));
-    b.accumulate(Stream::Compute, part, gdq[R]);
-    dq[R] = b.buffer(r, BufKind::Dq, r, BufInit::None);
-    dkv[R] = b.buffer(r, BufKind::Dkv, r, BufInit::None);
-    b.results(r).dq = dq[R];
-    b.results(r).dkv = dkv[R];
+
+  /// The backward on whole shards.
+  void backward() {
+    b.set_phase(ir::Phase::Bwd);
+    std::vector<BufferId> qb(N);
+    for (int r = 0; r < n; ++r) {
+      const auto R = std::size_t(r);
+      const BufferId dout = b.buffer(r, BufKind::Dout, r, BufInit::Input);
+      if (w.pass == ir::PassKind::Bwd) {
+        out[R] = b.buffer(r, BufKind::Out, r, BufInit::Input);
+        b.results(r).out = out[R];
+      }
+      qb[R] = b.buffer(r, BufKind::QBundle, r, BufInit::None);
+      b.pack(q[R], dout, out[R], qb[R]);
+    }
+    const auto gqb = all_to_all(Stream::Q, BufKind::QBundle, qb, BufInit::None);
+    if (gkv.empty()) gkv = all_to_all(Stream::Kv, BufKind::Kv, kv, BufInit::None);
+    std::vector<BufferId> dq(N), dkv(N), gdq(N), gdkv(N);
+    for (int r = 0; r < n; ++r) {
+      const auto R = std::size_t(r);
+      gdq[R] = b.buffer(r, BufKind::Dq, heads_of(r, 0, n), BufInit::Zero);
+      gdkv[R] = b.buffer(r, BufKind::Dkv, heads_of(r, 0, n), BufInit::Zero);
+      const BufferId part = b.buffer(r, BufKind::Dq, heads_of(r, 0, n), BufInit::Zero);
+      const int half = n / 2;
+      b.compute_bwd(gqb[R], b.view(gkv[R], 0, half), part, b.view(gdkv[R], 0, half));
+      b.compute_bwd(gqb[R], b.view(gkv[R], half, n - half), gdq[R], b.view(gdkv[R], half, n - half));
+      b.accumulate(Stream::Compute, part, gdq[R]);
+      dq[R] = b.buffer(r, BufKind::Dq, r, BufInit::None);
+      dkv[R] = b.buffer(r, BufKind::Dkv, r, BufInit::None);
+      b.results(r).dq = dq[R];
+      b.results(r).dkv = dkv[R];
+    }
+    scatter_back(Stream::Q, gdq, dq);
+    scatter_back(Stream::Dkv, gdkv, dkv);
   }
-  scatter_back(Stream::Q, gdq, dq);
-  scatter_back(Stream::Dkv, gdkv, dkv);
-  return std::move(b).finish();
+
+  const ir::Workload& w;
+  int n, hr;
+  std::size_t N;
+  sched::PlanBuilder b;
+  std::vector<BufferId> q, kv, out, gkv, gout;
+};
+
+ir::Plan ulysses_plan(const ir::Workload& w, int n, bool pack_on_heads) {
+  return UlyssesTestPlan(w, n).build(pack_on_heads);
 }
 
 // TASP-style: KV shards travel in `parts` token parts to every other rank; queries are
