@@ -68,69 +68,85 @@ struct Stage {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  if (argc < 2)
-    die("usage: scale_stages N [ALGO] [PASS] [SEQ] [--uniform] [--symmetry] [--causal] [--zigzag] [--stages LIST]");
-  const int n = std::atoi(argv[1]);
+/// The command line: N [ALGO] [PASS] [SEQ] and the flags.
+struct Args {
+  int n = 0;
   std::string algo = "charm", pass = "both", stages = "topology,plan,validate,simulate";
   long long seq = 1LL << 20;
   bool uniform = false, by_symmetry = false, causal = false, zigzag = false;
+};
+
+Args parse_args(int argc, char** argv) {
+  Args g;
+  g.n = std::atoi(argv[1]);
   int pos = 0;
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--uniform")
-      uniform = true;
+      g.uniform = true;
     else if (a == "--symmetry")
-      by_symmetry = true;
+      g.by_symmetry = true;
     else if (a == "--causal")
-      causal = true;
+      g.causal = true;
     else if (a == "--zigzag")
-      zigzag = true;
+      g.zigzag = true;
     else if (a == "--stages" && i + 1 < argc)
-      stages = argv[++i];
+      g.stages = argv[++i];
     else if (pos == 0) {
-      algo = a;
+      g.algo = a;
       ++pos;
     } else if (pos == 1) {
-      pass = a;
+      g.pass = a;
       ++pos;
     } else if (pos == 2) {
-      seq = std::atoll(a.c_str());
+      g.seq = std::atoll(a.c_str());
       ++pos;
     } else
       die("unexpected argument " + a);
   }
+  return g;
+}
+
+/// The h100 preset's numbers (NVLink 365.1 GB/s, 42.5 GB/s NIC per GPU), N/8 nodes; or --uniform.
+topo::Topology make_topology(int n, bool uniform) {
+  if (uniform) return topo::make_uniform(n, 50, 300);
+  nlohmann::json j = {
+      {"name", fmt::format("h100-{}x8", n / 8)},
+      {"gpu",
+       {{"model", "H100"},
+        {"tflops", 989.0},
+        {"hbm_gbps", 3350},
+        {"efficiency", {{"fwd", 0.35}, {"bwd", 0.28}}},
+        {"half_tokens", 128},
+        {"launch_us", 10},
+        {"memory_gb", 80}}},
+      {"nodes", n / 8},
+      {"gpus_per_node", 8},
+      {"intra", {{"bandwidth_gbps", 365.1}, {"latency_us", 3}, {"sharing", "dedicated"}}},
+      {"inter", {{"bandwidth_gbps", 42.5}, {"latency_us", 8}, {"sharing", "shared"}, {"nic", "per_gpu"}}}};
+  auto r = topo::parse_topology(j, "generated");
+  if (!r) die(r.error().message());
+  return std::move(r).value();
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2)
+    die("usage: scale_stages N [ALGO] [PASS] [SEQ] [--uniform] [--symmetry] [--causal] [--zigzag] [--stages LIST]");
+  const Args g = parse_args(argc, argv);
+  const int n = g.n;
+  const std::string &algo = g.algo, &pass = g.pass, &stages = g.stages;
+  const long long seq = g.seq;
+  const bool uniform = g.uniform, by_symmetry = g.by_symmetry, causal = g.causal, zigzag = g.zigzag;
   const auto want = [&](const char* s) { return stages.find(s) != std::string::npos; };
   if (n < 8 || n % 8 != 0) die("N must be a multiple of 8");
   nlohmann::json out = {{"n", n},           {"algo", algo},       {"pass", pass},
                         {"seq", seq},       {"uniform", uniform}, {"symmetry", by_symmetry},
                         {"causal", causal}, {"zigzag", zigzag}};
 
-  // Topology: the h100 preset's numbers (NVLink 365.1 GB/s, 42.5 GB/s NIC per GPU), N/8 nodes.
   std::optional<topo::Topology> t;
   {
     Stage st;
-    if (uniform) {
-      t = topo::make_uniform(n, 50, 300);
-    } else {
-      nlohmann::json j = {
-          {"name", fmt::format("h100-{}x8", n / 8)},
-          {"gpu",
-           {{"model", "H100"},
-            {"tflops", 989.0},
-            {"hbm_gbps", 3350},
-            {"efficiency", {{"fwd", 0.35}, {"bwd", 0.28}}},
-            {"half_tokens", 128},
-            {"launch_us", 10},
-            {"memory_gb", 80}}},
-          {"nodes", n / 8},
-          {"gpus_per_node", 8},
-          {"intra", {{"bandwidth_gbps", 365.1}, {"latency_us", 3}, {"sharing", "dedicated"}}},
-          {"inter", {{"bandwidth_gbps", 42.5}, {"latency_us", 8}, {"sharing", "shared"}, {"nic", "per_gpu"}}}};
-      auto r = topo::parse_topology(j, "generated");
-      if (!r) die(r.error().message());
-      t = std::move(r).value();
-    }
+    t = make_topology(n, uniform);
     out["topology"] = st.done();
   }
   if (!want("plan")) {

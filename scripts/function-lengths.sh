@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Lists the functions longer than a limit (default 80 lines) in scheduler/, sim/
-# and runtime/, longest first: "lines file:line name". Lambdas count toward the
+# Lists the functions longer than a limit (default 80 lines) in every C++ and CUDA
+# source of the tree (scheduler, sim, runtime, topologies, calibrate, tools, python,
+# bench, tests), longest first: "lines file:line name". Lambdas count toward the
 # function that holds them. Needs Universal Ctags (apt-get install universal-ctags).
 # Usage: scripts/function-lengths.sh [LIMIT] [DIR...]
 set -euo pipefail
@@ -8,7 +9,7 @@ cd "$(dirname "$0")/.."
 limit=${1:-80}
 shift || true
 dirs=("$@")
-[ ${#dirs[@]} -gt 0 ] || dirs=(scheduler sim runtime)
+[ ${#dirs[@]} -gt 0 ] || dirs=(scheduler sim runtime topologies calibrate tools python bench tests)
 if ! ctags --version 2>&1 | grep -q 'Universal Ctags'; then
   echo "function-lengths.sh: needs Universal Ctags (apt-get install universal-ctags)" >&2
   exit 2
