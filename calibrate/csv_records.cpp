@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
+#include <cmath>
 
 namespace charm::calib {
 
@@ -96,6 +98,40 @@ Expected<std::string> RecordReader::field(const Record& r) {
                              "quote in it",
                              trim(v))};
   return std::string(trim(v));
+}
+
+Expected<double> parse_time_ms(std::string_view v) {
+  double t = 0;
+  const auto* end = v.data() + v.size();
+  const auto r = std::from_chars(v.data(), end, t);
+  if (r.ec != std::errc{} || r.ptr != end || !std::isfinite(t))
+    return Error{"", fmt::format("must be a number of milliseconds, got '{}'", v)};
+  if (!(t > 0)) return Error{"", fmt::format("must be > 0, got {}", v)};
+  return t;
+}
+
+Status read_column_names(const Record& rec, const std::string& source, std::span<const std::string_view> names,
+                         std::span<int> index, std::vector<std::optional<std::size_t>>& order,
+                         std::vector<std::string>& ignored) {
+  const auto& fields = rec.fields;
+  auto at = [&](std::size_t field, const std::string& what) {
+    return Error{fmt::format("{}:{}:{}", source, rec.line, field + 1), printable(what)};
+  };
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    const auto it = std::find(names.begin(), names.end(), fields[i]);
+    if (it == names.end()) {
+      // A column of the user's own (a note, the GPU model): read past, and named in one warning.
+      if (fields[i].empty()) return at(i, "an empty column name in the header");
+      ignored.push_back(fields[i]);
+      order.push_back(std::nullopt);
+      continue;
+    }
+    const auto c = std::size_t(it - names.begin());
+    if (index[c] != 0) return at(i, fmt::format("column '{}' appears twice", fields[i]));
+    index[c] = int(i) + 1;
+    order.push_back(c);
+  }
+  return {};
 }
 
 }  // namespace charm::calib

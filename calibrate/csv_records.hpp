@@ -6,6 +6,8 @@
 // and blanks around an unquoted field are trimmed. Errors name file:line:column.
 
 #include <cstdint>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,6 +25,9 @@ namespace charm::calib {
 /// A cell holding a whole number in [1, max]: digits only (no sign, no suffix, no fraction).
 /// The error has no place; the caller names the cell.
 [[nodiscard]] Expected<std::int64_t> parse_count(std::string_view s, std::int64_t max);
+
+/// A cell holding a time in milliseconds, > 0 and finite. The error has no place.
+[[nodiscard]] Expected<double> parse_time_ms(std::string_view s);
 
 /// One record of the file: its fields (quotes removed) and the line it starts on.
 struct Record {
@@ -45,5 +50,14 @@ class RecordReader {
   std::size_t pos_ = 0;
   int line_ = 1;
 };
+
+/// A header line of known column names: order[i] is field i's column (its index in `names`), or
+/// nullopt for a name not among them (the user's own column, listed in `ignored`); index[c] is
+/// column c's 1-based field (index holds names.size() zeros to start with). Errors, by
+/// FILE:LINE:FIELD: an empty name, a column named twice.
+[[nodiscard]] Status read_column_names(const Record& rec, const std::string& source,
+                                       std::span<const std::string_view> names, std::span<int> index,
+                                       std::vector<std::optional<std::size_t>>& order,
+                                       std::vector<std::string>& ignored);
 
 }  // namespace charm::calib

@@ -45,19 +45,9 @@ Status read_header(const Record& rec, const std::string& source, KernelTimeSet& 
   const auto& fields = rec.fields;
   auto at = [&](std::size_t field, const std::string& what) { return field_error(source, rec.line, field, what); };
   std::vector<std::string> ignored;
-  for (std::size_t i = 0; i < fields.size(); ++i) {
-    const auto it = std::find(kNames.begin(), kNames.end(), fields[i]);
-    if (it == kNames.end()) {
-      if (fields[i].empty()) return at(i, "an empty column name in the header");
-      ignored.push_back(fields[i]);
-      order.push_back(std::nullopt);
-      continue;
-    }
-    const auto c = std::size_t(it - kNames.begin());
-    if (index[c] != 0) return at(i, fmt::format("column '{}' appears twice", fields[i]));
-    index[c] = int(i) + 1;
-    order.push_back(Col(c));
-  }
+  std::vector<std::optional<std::size_t>> columns;
+  if (auto st = read_column_names(rec, source, kNames, index, columns, ignored); !st) return st;
+  for (const auto& c : columns) order.push_back(c ? std::optional<Col>(Col(*c)) : std::nullopt);
   for (std::size_t c = 0; c < kCols; ++c)
     if (index[c] == 0)
       return at(fields.size(), fmt::format("missing column '{}' (the header needs: {})", kNames[c], header_list()));
@@ -109,13 +99,9 @@ Status read_cell(Col c, std::string_view v, KernelTime& k, bool& kv_heads_given,
   case Col::KvTokens:
     return count(std::int64_t{1} << 32, k.kv_tokens);
   case Col::TimeMs: {
-    double t = 0;
-    const auto* end = v.data() + v.size();
-    const auto r = std::from_chars(v.data(), end, t);
-    if (r.ec != std::errc{} || r.ptr != end || !std::isfinite(t))
-      return bad(fmt::format("must be a number of milliseconds, got '{}'", v));
-    if (!(t > 0)) return bad(fmt::format("must be > 0, got {}", v));
-    k.time_ms = t;
+    auto t = parse_time_ms(v);
+    if (!t) return bad(t.error().what);
+    k.time_ms = *t;
     return {};
   }
   }

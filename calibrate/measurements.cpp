@@ -94,20 +94,9 @@ Status read_header(const Record& rec, const std::string& source, MeasurementSet&
   const auto& fields = rec.fields;
   auto at = [&](std::size_t field, const std::string& what) { return field_error(source, rec.line, field, what); };
   std::vector<std::string> ignored;  // header names charm does not read, kept by the user
-  for (std::size_t i = 0; i < fields.size(); ++i) {
-    const auto it = std::find(kNames.begin(), kNames.end(), fields[i]);
-    if (it == kNames.end()) {
-      // A column of the user's own (a note, the GPU model): read past, and named in one warning.
-      if (fields[i].empty()) return at(i, "an empty column name in the header");
-      ignored.push_back(fields[i]);
-      order.push_back(std::nullopt);
-      continue;
-    }
-    const auto c = static_cast<Column>(it - kNames.begin());
-    if (column_index[std::size_t(c)] != 0) return at(i, fmt::format("column '{}' appears twice", fields[i]));
-    column_index[std::size_t(c)] = int(i) + 1;
-    order.push_back(c);
-  }
+  std::vector<std::optional<std::size_t>> columns;
+  if (auto st = read_column_names(rec, source, kNames, column_index, columns, ignored); !st) return st;
+  for (const auto& c : columns) order.push_back(c ? std::optional<Column>(Column(*c)) : std::nullopt);
   for (std::size_t c = 0; c < kNumColumns; ++c)
     if (column_index[c] == 0 && !optional_column(Column(c)))
       return at(fields.size(),
@@ -198,13 +187,9 @@ Status read_number_cell(Column c, std::string_view v, Measurement& m, std::strin
     }
     return {};
   case Column::TimeMs: {
-    double t = 0;
-    const auto* end = v.data() + v.size();
-    const auto r = std::from_chars(v.data(), end, t);
-    if (r.ec != std::errc{} || r.ptr != end || !std::isfinite(t))
-      return bad(fmt::format("must be a number of milliseconds, got '{}'", v));
-    if (!(t > 0)) return bad(fmt::format("must be > 0, got {}", v));
-    m.time_ms = t;
+    auto t = parse_time_ms(v);
+    if (!t) return bad(t.error().what);
+    m.time_ms = *t;
     return {};
   }
   default: {
