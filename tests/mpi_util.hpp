@@ -13,6 +13,10 @@
 #include <filesystem>
 #include <string>
 
+#include <gtest/gtest.h>
+
+#include "test_util.hpp"
+
 namespace charm_test_mpi {
 
 struct Result {
@@ -42,15 +46,8 @@ inline Result shell(const std::string& command) {
     return d.string();
   }();
   ::setenv("OMPI_MCA_orte_tmpdir_base", session.c_str(), 1);
-  const std::string cmd = command + " 2>&1";
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  std::array<char, 4096> buf{};
-  while (std::fgets(buf.data(), int(buf.size()), p) != nullptr) r.out += buf.data();
-  const int st = pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+  auto r = charm::test::run_cmd(command);
+  return {r.code, std::move(r.out)};
 }
 
 }  // namespace charm_test_mpi

@@ -16,24 +16,13 @@
 #include <sstream>
 #include <string>
 
+#include "test_util.hpp"
+
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string out;  // stdout and stderr
-};
+using Result = charm::test::CmdResult;
 
-Result run(const std::string& args) {
-  const std::string cmd = std::string(CHARM_BIN) + " " + args + " 2>&1";
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  std::array<char, 4096> buf{};
-  while (std::fgets(buf.data(), int(buf.size()), p) != nullptr) r.out += buf.data();
-  const int st = pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+Result run(const std::string& args) { return charm::test::run_charm(args); }
 
 const std::string kSmall = "run --backend threads --batch 2 --seq 256 --heads 4 --head-dim 32 --dtype fp32";
 
