@@ -190,6 +190,9 @@ extern "C" void on_signal(int sig) {
   g_cancel.store(true);
 }
 
+/// The signal that stopped the sweep (SIGINT when cancelled otherwise).
+int stop_signal() { return g_signal != 0 ? int(g_signal) : SIGINT; }
+
 /// Installs the handlers for the sweep's lifetime and puts the old ones back.
 class SignalGuard {
  public:
@@ -440,13 +443,13 @@ void say_start(const SweepJob& job, int processes) {
 /// The interrupted sweep's line; the exit code is 128 + the signal. Under mpirun a signal also
 /// comes from mpirun itself when another process of the job died.
 void say_interrupted(const SweepJob& job, std::size_t tasks_done, bool job_of_processes = false) {
-  const int sig = g_signal != 0 ? int(g_signal) : SIGINT;
+  const int sig = stop_signal();
   const char* why = !job_of_processes ? ""
                     : sig == SIGTERM  ? " by SIGTERM (from mpirun: a process of the job died, or the job was stopped)"
                                       : " by a signal";
   std::fprintf(stderr, "charm sweep: interrupted%s after %zu of %zu configurations; no output written\n", why,
                tasks_done / job.spec.passes.size(), job.spec.num_configs());
-  exit_code() = 128 + (g_signal != 0 ? int(g_signal) : SIGINT);
+  exit_code() = 128 + sig;
 }
 
 void say_skipped(const sim::SweepResult& res) {
@@ -488,7 +491,7 @@ void report(const SweepJob& job, const SweepOpts& o, const sim::SweepResult& res
   if (!o.plot.empty() && plot(spec, res, o.plot, o.plot_script)) std::fprintf(said, "wrote %s\n", o.plot.c_str());
   if (g_cancel.load()) {
     std::fprintf(stderr, "charm sweep: interrupted while drawing; %s not written\n", o.plot.c_str());
-    exit_code() = 128 + (g_signal != 0 ? int(g_signal) : SIGINT);
+    exit_code() = 128 + stop_signal();
     return;
   }
   if (!res.failures.empty()) {
@@ -570,7 +573,7 @@ void sweep_over_mpi(const SweepJob& job, const SweepOpts& o) {
     // job ends at once, with no output. A rank 0 that was itself stopped stays quiet: another
     // process has said why.
     const bool signalled = got.error().message() == "interrupted";
-    exit_code() = signalled ? 128 + (g_signal != 0 ? int(g_signal) : SIGINT) : kExitRuntime;
+    exit_code() = signalled ? 128 + stop_signal() : kExitRuntime;
     if (ctx.rank() == 0 && signalled) say_interrupted(job, tasks_done, true);
     std::fflush(stderr);
     ctx.abort(exit_code());
