@@ -38,6 +38,38 @@ constexpr auto kBeatEvery = std::chrono::milliseconds(200);
 constexpr auto kPollEvery = std::chrono::microseconds(500);
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+/// The clock of a loop that waits on others: silence is measured only while this process listened.
+/// A turn that starts more than half the timeout after the last one means this process did not run
+/// (stopped, starved): what it did not hear meanwhile is not the others' silence. Each turn's checks
+/// read the turn's start, so a stop that lands inside a turn is seen by the next one, never as a stall.
+class TurnClock {
+ public:
+  explicit TurnClock(double timeout_s) : timeout_s_(timeout_s) {}
+  /// Starts a turn; true when this process was paused since the last one.
+  bool turn() {
+    const auto now = Clock::now();
+    const bool gap = timeout_s_ > 0 && seconds_between(last_, now) > 0.5 * timeout_s_;
+    last_ = now;
+    paused_ = paused_ || gap;
+    return gap;
+  }
+  [[nodiscard]] Clock::time_point now() const { return last_; }
+  /// Whether `since`, counted to this turn's start, is longer than the timeout.
+  [[nodiscard]] bool silent(Clock::time_point since) const {
+    return timeout_s_ > 0 && seconds_between(since, last_) > timeout_s_;
+  }
+  /// Whether this process was ever paused (it then stays quiet on the SIGTERM that may follow).
+  [[nodiscard]] bool was_paused() const { return paused_; }
+
+ private:
+  double timeout_s_;
+  Clock::time_point last_ = Clock::now();
+  bool paused_ = false;
+};
 
 /// Sends in flight: each keeps its buffer until MPI_Test says it is done.
 class Outgoing {
@@ -155,6 +187,10 @@ class Workers {
   void loop() {
     for (;;) {
       if (share_.cancel != nullptr && share_.cancel->load()) return;
+      {
+        const std::lock_guard lk(mu_);
+        if (stopping_) return;
+      }
       const auto i = next_();
       if (!i) return;
       std::string bytes = share_.task(*i);
@@ -208,6 +244,10 @@ class Host {
         heard_(std::size_t(size), Clock::now()), told_done_(std::size_t(size), 0) {
     told_done_[0] = 1;
   }
+  // The workers call back into this object: they end before it does, on every path out of run().
+  ~Host() { ep_.workers.stop(); }
+  Host(const Host&) = delete;
+  Host& operator=(const Host&) = delete;
 
   Expected<std::vector<std::string>> run() {
     ep_.workers.start([this]() -> std::optional<std::size_t> {
@@ -215,13 +255,11 @@ class Host {
       return i < total_ ? std::optional<std::size_t>(i) : std::nullopt;
     });
     auto shown = Clock::now() - std::chrono::seconds(1);
-    auto last_turn = Clock::now();
-    bool paused = false;
     for (;;) {
-      const double t = ep_.share.timeout_s;
-      paused = paused || (t > 0 && seconds_since(last_turn) > t);
-      last_turn = Clock::now();
-      if (cancelled(ep_.share)) return paused ? interrupted_after_pause() : interrupted();
+      // mpirun's SIGCONT before its SIGTERM lets a stopped rank 0 run again for a moment: the
+      // others' silence restarts then, so that it does not name a peer that is being ended.
+      if (clock_.turn()) std::fill(heard_.begin(), heard_.end(), clock_.now());
+      if (cancelled(ep_.share)) return clock_.was_paused() ? interrupted_after_pause() : interrupted();
       for (auto& [i, bytes] : ep_.workers.finished()) results_[i] = std::move(bytes);
       if (auto s = receive_all(); !s) return s.error();
       if (auto s = ep_.out.progress(); !s) return s.error();
@@ -262,7 +300,7 @@ class Host {
         CHARM_MPI_TRY(MPI_Recv(bytes.data(), count, MPI_BYTE, st.MPI_SOURCE, st.MPI_TAG, ep_.comm, MPI_STATUS_IGNORE));
       }
       const auto src = std::size_t(st.MPI_SOURCE);
-      heard_[src] = Clock::now();
+      heard_[src] = clock_.now();
       if (st.MPI_TAG == kTagAsk) {
         if (auto s = answer(src); !s) return s;
       } else if (st.MPI_TAG == kTagResult) {
@@ -292,7 +330,7 @@ class Host {
   Status stall() const {
     const double t = ep_.share.timeout_s;
     for (std::size_t r = 1; r < holding_.size(); ++r)
-      if ((holding_[r] > 0 || !told_done_[r]) && t > 0 && seconds_since(heard_[r]) > t)
+      if ((holding_[r] > 0 || !told_done_[r]) && clock_.silent(heard_[r]))
         return Error{"", fmt::format("stall: rank {} has not been heard from for {:.1f} s while it holds {} task{} of "
                                      "the sweep (stopped or dead)",
                                      r, t, holding_[r], holding_[r] == 1 ? "" : "s")};
@@ -300,6 +338,7 @@ class Host {
   }
 
   Endpoint& ep_;
+  TurnClock clock_{ep_.share.timeout_s};
   std::size_t total_;
   std::vector<std::string> results_;
   std::atomic<std::size_t> next_{0};
@@ -320,11 +359,15 @@ class Client {
         // the lowest rank say it (its MPI_Abort ends the others before theirs, with seconds to spare
         // on a loaded machine).
         ask_timeout_s_(ep.share.timeout_s + std::max(2.0, 0.5 * ep.share.timeout_s) * double(rank - 1)) {}
+  ~Client() { ep_.workers.stop(); }
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
 
   Status run() {
     ep_.workers.start([this] { return ep_.workers.take(); });
     auto beat_at = Clock::now();
     for (;;) {
+      if (clock_.turn()) asked_at_ = clock_.now();  // rank 0's answer may be waiting unread
       if (cancelled(ep_.share)) return give_up();
       if (auto s = ask(); !s) return s;
       if (auto s = read_answer(); !s) return s;
@@ -354,7 +397,7 @@ class Client {
       CHARM_MPI_TRY(MPI_Irecv(give_, 2, MPI_UINT64_T, 0, kTagGive, ep_.comm, &give_req_));
     }
     asking_ = true;
-    asked_at_ = Clock::now();
+    asked_at_ = clock_.now();
     return ep_.out.send(u64s({ep_.workers.done()}), 0, kTagAsk);
   }
 
@@ -373,7 +416,7 @@ class Client {
       } else {
         ep_.workers.add(give_[0], give_[1]);
       }
-    } else if (ep_.share.timeout_s > 0 && seconds_since(asked_at_) > ask_timeout_s_) {
+    } else if (ep_.share.timeout_s > 0 && seconds_between(asked_at_, clock_.now()) > ask_timeout_s_) {
       return Error{"", fmt::format("stall: rank {} waited {:.1f} s for rank 0 to hand out sweep tasks: rank 0 does "
                                    "not answer (stopped or dead)",
                                    rank_, ep_.share.timeout_s)};
@@ -391,6 +434,7 @@ class Client {
   }
 
   Endpoint& ep_;
+  TurnClock clock_{ep_.share.timeout_s};
   int rank_;
   double ask_timeout_s_;
   bool asking_ = false, exhausted_ = false;
