@@ -1,5 +1,6 @@
 #include "tools/cli_common.hpp"
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <fcntl.h>

@@ -2,8 +2,6 @@
 // Shared pieces of the `charm` command line: workload flags, size parsing,
 // atomic output files, and the one error path (exit code 2 for bad input).
 
-#include <CLI/CLI.hpp>
-
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -14,6 +12,14 @@
 #include "scheduler/ir/expected.hpp"
 #include "scheduler/ir/workload.hpp"
 #include "scheduler/planners/planners.hpp"
+
+// CLI11's types by name only: the files that define options include <CLI/CLI.hpp> (about 10 s of
+// compile time per file at -O3), the report and test files that include this one do not.
+namespace CLI {
+class App;
+class Option;
+class Validator;
+}  // namespace CLI
 
 namespace charm::cli {
 

@@ -1,5 +1,6 @@
 // charm bench-kernels --backend cpu|cuda --out FILE: single-device attention kernel times,
 // the CSV `charm calibrate --kernels` fits (see calibrate/kernel_times.hpp).
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <algorithm>

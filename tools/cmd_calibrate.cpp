@@ -1,4 +1,5 @@
 // charm calibrate — fit topology parameters to measured run times (calibrate/calibration.hpp).
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 

@@ -1,6 +1,7 @@
 // charm export --chakra DIR PLAN.json: a plan file (charm plan -o) as Chakra execution traces,
 // one file per rank (DIR/PREFIX.RANK.et), for ASTRA-sim and the tools built on Chakra. With a
 // topology, every compute node carries the time the simulator's compute model gives it.
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <cstdio>

@@ -1,4 +1,5 @@
 // charm commlist | plan | validate | show
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 

@@ -1,6 +1,7 @@
 // charm run: execute a plan on the CPU with real attention math (backends
 // threads and mpi), optionally check it against the fp64 reference and dump
 // the tensors as .npy files.
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 

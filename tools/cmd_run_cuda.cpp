@@ -1,6 +1,7 @@
 // charm run --backend cuda-local | cuda: the plan on GPUs (runtime/cuda).
 // Same checks, text and JSON as the CPU backends, plus the simulator's timing
 // fields measured with CUDA events and, with --trace, a Chrome trace in the simulator's schema.
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 

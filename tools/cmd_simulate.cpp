@@ -1,4 +1,5 @@
 // charm simulate | compare | topo — the simulator's command line.
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 

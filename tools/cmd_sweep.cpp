@@ -4,6 +4,7 @@
 // Outputs are written only once the sweep is complete, each through a
 // temporary file and a rename: Ctrl-C (SIGINT) or SIGTERM stops the workers
 // and leaves no file behind, half-written or otherwise.
+#include <CLI/CLI.hpp>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>

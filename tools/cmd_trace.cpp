@@ -1,6 +1,7 @@
 // charm trace-diff PREDICTED MEASURED: a simulated trace and a measured one of the same
 // plan, op by op: the makespan ratio, which kinds of op the model gets wrong, and the ops
 // that depart most from the prediction.
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 

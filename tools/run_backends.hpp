@@ -6,7 +6,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include <CLI/CLI.hpp>
 #include <exception>
 #include <functional>
 #include <string>
@@ -14,6 +13,13 @@
 
 #include "runtime/executor.hpp"
 #include "tools/plan_flags.hpp"
+
+// CLI11's types by name only: the files that define options include <CLI/CLI.hpp> (about 10 s of
+// compile time per file at -O3), the report and test files that include this one do not.
+namespace CLI {
+class App;
+class Validator;
+}  // namespace CLI
 
 namespace charm::cli {
 

@@ -1,0 +1,45 @@
+#include "tools/plan_flags.hpp"
+
+#include <CLI/CLI.hpp>
+
+namespace charm::cli {
+
+void PlanFlags::add(CLI::App& app, bool with_ranks, bool with_plan_file) {
+  app_ = &app;
+  app.add_option("--algo,-a", algo,
+                 "ring | ring-zigzag | merge | rm+ | charm | allgather-kv | tasp | tasp-zigzag | ulysses | usp")
+      ->capture_default_str()
+      ->transform(algorithm_name());
+  if (with_ranks) {
+    app.add_option("--ranks,-n", ranks, "number of ranks (GPUs)")->capture_default_str();
+    app.add_option("--domains,-d", domains, "domains (NUMA nodes / servers) the ranks split into")
+        ->capture_default_str();
+    add_max_memory(app);
+  }
+  workload.add(app);
+  if (with_plan_file)
+    app.add_option("--plan", plan_file,
+                   "a plan file (charm plan --out, or hand-edited): its algorithm, ranks and workload apply");
+}
+
+ir::Plan PlanFlags::make(double extra_bytes_per_op, const std::string& what) const {
+  if (!from_file()) {
+    const auto req = request();
+    if (auto s = sched::check_request(req); !s) fail(s.error());
+    check_plan_budget(req, extra_bytes_per_op, what);
+    return unwrap(sched::make_plan(req));
+  }
+  // The file fixes what these flags describe; given with it they would be silently ignored.
+  for (const char* f : {"--algo", "--ranks", "--domains", "--batch", "--seq", "--heads", "--kv-heads", "--head-dim",
+                        "--dtype", "--causal", "--mask", "--layout", "--pass"})
+    if (app_ != nullptr && app_->get_option_no_throw(f) != nullptr && app_->count(f) > 0)
+      fail(Error{f, fmt::format("the plan file {} fixes the algorithm, ranks and workload; drop {} or --plan",
+                                plan_file, f)});
+  check_plan_file_budget(plan_file, "--plan");
+  ir::Plan plan = unwrap(ir::load_plan(plan_file));
+  if (auto rep = sched::validate(plan); !rep.ok())
+    fail(Error{"--plan", fmt::format("{} is not a valid plan: {}", plan_file, rep.summary(plan))});
+  return plan;
+}
+
+}  // namespace charm::cli
