@@ -1,5 +1,5 @@
 # Robustness: every bad input of docs/errors.md through the CLI, determinism, atomic outputs.
-charm_add_test(errors_table_test SOURCES errors_table_test.cpp LABELS integration TIMEOUT 900 SHARDS 2)
+charm_add_test(errors_table_test SOURCES errors_table_test.cpp LIBS charm_scheduler LABELS integration TIMEOUT 900 SHARDS 2)
 # The rows run under mpirun (suite Mpi/) are one more entry, labelled mpi; the shards leave them out.
 foreach(i 0 1)
   set_property(TEST errors_table_test/${i} APPEND PROPERTY ENVIRONMENT "GTEST_FILTER=-Mpi/*")

@@ -28,11 +28,10 @@ void ClusterFlags::add(CLI::App& app) {
                  "GPU numbering of the layout: tp-cp (tensor-parallel peers adjacent, Megatron-LM's default) or "
                  "cp-tp (a CP group on consecutive GPUs)")
       ->capture_default_str();
-  domains_opt =
-      app.add_option("--domains,-d", domains,
-                     "domains: charm's (the outer level of its cross-hardware pipeline) and usp's (its ring "
-                     "degree; Ulysses runs over ranks / domains); the other algorithms ignore it (default: "
-                     "from the topology's hierarchy; 1 for --uniform)");
+  domains_opt = app.add_option("--domains,-d", domains,
+                               "domains: charm's (the outer level of its cross-hardware pipeline) and usp's (its ring "
+                               "degree; Ulysses runs over ranks / domains); the other algorithms ignore it (default: "
+                               "from the topology's hierarchy; 1 for --uniform)");
   app.add_option("--reserved-gb", reserved_gb,
                  "GB per GPU the rest of the model already holds (weights, optimizer state, other activations), "
                  "added to the attention buffers for the fits verdict")

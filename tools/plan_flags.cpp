@@ -2,14 +2,15 @@
 
 #include <CLI/CLI.hpp>
 
+#include "scheduler/planners/algorithms.hpp"
+
 namespace charm::cli {
 
 void PlanFlags::add(CLI::App& app, bool with_ranks, bool with_plan_file) {
   app_ = &app;
-  app.add_option("--algo,-a", algo,
-                 "ring | ring-zigzag | merge | rm+ | charm | allgather-kv | tasp | tasp-zigzag | ulysses | usp")
-      ->capture_default_str()
-      ->transform(algorithm_name());
+  std::string names;
+  for (const auto& a : sched::algorithms()) names += (names.empty() ? "" : " | ") + std::string(a.name);
+  app.add_option("--algo,-a", algo, names)->capture_default_str()->transform(algorithm_name());
   if (with_ranks) {
     app.add_option("--ranks,-n", ranks, "number of ranks (GPUs)")->capture_default_str();
     app.add_option("--domains,-d", domains, "domains (NUMA nodes / servers) the ranks split into")
@@ -33,8 +34,8 @@ ir::Plan PlanFlags::make(double extra_bytes_per_op, const std::string& what) con
   for (const char* f : {"--algo", "--ranks", "--domains", "--batch", "--seq", "--heads", "--kv-heads", "--head-dim",
                         "--dtype", "--causal", "--mask", "--layout", "--pass"})
     if (app_ != nullptr && app_->get_option_no_throw(f) != nullptr && app_->count(f) > 0)
-      fail(Error{f, fmt::format("the plan file {} fixes the algorithm, ranks and workload; drop {} or --plan",
-                                plan_file, f)});
+      fail(Error{
+          f, fmt::format("the plan file {} fixes the algorithm, ranks and workload; drop {} or --plan", plan_file, f)});
   check_plan_file_budget(plan_file, "--plan");
   ir::Plan plan = unwrap(ir::load_plan(plan_file));
   if (auto rep = sched::validate(plan); !rep.ok())
