@@ -2,8 +2,9 @@
 
 #include <fmt/format.h>
 
-#include <array>
 #include <vector>
+
+#include "scheduler/planners/algorithms.hpp"
 
 namespace charm::sim {
 
@@ -11,30 +12,25 @@ using ir::Layout;
 
 namespace {
 
-constexpr std::string_view kNoMegatron = "";
-constexpr std::optional<Layout> kAny = std::nullopt;
+/// The algorithm table's counterparts, one row each (an algorithm without any: one row of none).
+std::vector<FrameworkRow> make_table() {
+  std::vector<FrameworkRow> t;
+  for (const auto& a : sched::algorithms()) {
+    if (a.counterparts.empty()) t.push_back(FrameworkRow{.algo = a.name});
+    for (const auto& c : a.counterparts)
+      t.push_back(
+          FrameworkRow{a.name, c.layout, c.megatron, c.te, c.megatron_shards, c.ring_flash_attn, c.rfa_shards, c.note});
+  }
+  return t;
+}
 
-// The one table. Megatron-LM spells the all-gather type `allgather`, TransformerEngine `all_gather`.
-constexpr std::array kTable{
-    FrameworkRow{"ring", Layout::Contiguous, "p2p", "p2p", Layout::Zigzag, "ring_flash_attn", Layout::Contiguous,
-                 "Megatron-LM's causal split is zigzag: that is ring [zigzag]"},
-    FrameworkRow{"ring", Layout::Zigzag, "p2p", "p2p", Layout::Zigzag, "zigzag_ring_flash_attn", Layout::Zigzag, ""},
-    FrameworkRow{"ring-zigzag", kAny, "p2p", "p2p", Layout::Zigzag, "zigzag_ring_flash_attn", Layout::Zigzag,
-                 "ring on the zigzag layout"},
-    FrameworkRow{"allgather-kv", kAny, "allgather", "all_gather", Layout::Zigzag, "llama3_flash_attn",
-                 Layout::Contiguous, "KV gathered whole before attention"},
-    FrameworkRow{"ulysses", kAny, "a2a", "a2a", kAny, "", kAny, "ring-flash-attention has no all-to-all"},
-    FrameworkRow{"usp", kAny, "a2a+p2p", "a2a+p2p", Layout::Zigzag, "", kAny, "ring-flash-attention has no all-to-all"},
-    FrameworkRow{"merge", kAny, kNoMegatron, "", kAny, "", kAny,
-                 "this project's merge schedule (the paper's baseline)"},
-    FrameworkRow{"rm+", kAny, kNoMegatron, "", kAny, "", kAny, "the paper's re-merge schedule"},
-    FrameworkRow{"charm", kAny, kNoMegatron, "", kAny, "", kAny, "the paper's cross-hardware schedule"},
-    FrameworkRow{"tasp", kAny, kNoMegatron, "", kAny, "", kAny, "TASP's Hamiltonian-cycle schedule"},
-    FrameworkRow{"tasp-zigzag", kAny, kNoMegatron, "", kAny, "", kAny, "tasp on the zigzag layout"},
-};
+const std::vector<FrameworkRow>& table() {
+  static const std::vector<FrameworkRow> t = make_table();
+  return t;
+}
 
 const FrameworkRow* find_row(std::string_view algo, Layout layout) {
-  for (const auto& r : kTable)
+  for (const auto& r : table())
     if (r.algo == algo && (!r.layout || *r.layout == layout)) return &r;
   return nullptr;
 }
@@ -46,7 +42,7 @@ std::string layout_text(std::optional<Layout> l) { return l ? std::string(ir::to
 
 }  // namespace
 
-std::span<const FrameworkRow> framework_table() { return kTable; }
+std::span<const FrameworkRow> framework_table() { return table(); }
 
 FrameworkSettings framework_settings(std::string_view algo, Layout layout, bool causal, int ranks, int domains) {
   FrameworkSettings s;
@@ -113,7 +109,7 @@ std::string framework_table_markdown() {
       "shards | ring-flash-attention | its shards | note |\n"
       "|---|---|---|---|---|---|---|---|\n";
   auto code = [](std::string_view s) { return s.empty() ? std::string("none") : fmt::format("`{}`", s); };
-  for (const auto& r : kTable) {
+  for (const auto& r : table()) {
     const bool m = !r.megatron.empty(), f = !r.ring_flash_attn.empty();
     out += fmt::format("| `{}` | {} | {} | {} | {} | {} | {} | {} |\n", r.algo, layout_text(r.layout), code(r.megatron),
                        code(r.te), m ? layout_text(r.megatron_shards) : "-", code(r.ring_flash_attn),

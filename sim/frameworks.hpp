@@ -1,9 +1,9 @@
 #pragma once
 // What each algorithm is called where people configure context parallelism:
 // Megatron-LM's `--cp-comm-type` (TransformerEngine's `cp_comm_type` underneath)
-// and the ring-flash-attention package's functions. One table, here: `charm
-// advise` prints its best candidate's row, `docs/algorithms.md` holds
-// `framework_table_markdown()` verbatim (frameworks_test checks both).
+// and the ring-flash-attention package's functions, read from the algorithm table
+// (sched::Algorithm::counterparts): `charm advise` prints its best candidate's row,
+// `docs/algorithms.md` holds `framework_table_markdown()` verbatim (frameworks_test checks both).
 //
 // Layouts: Megatron-LM cuts the sequence into 2N chunks and gives rank r chunks
 // r and 2N-1-r (this project's zigzag layout) whenever the mask is causal, for
@@ -23,14 +23,14 @@
 namespace charm::sim {
 
 struct FrameworkRow {
-  std::string_view algo;                      // the planner's name (sched::algorithm_names)
-  std::optional<ir::Layout> layout;           // the candidates' layout this row is for; unset: either
-  std::string_view megatron;                  // Megatron-LM --cp-comm-type; empty: no counterpart
-  std::string_view te;                        // TransformerEngine cp_comm_type (the same scheme)
-  std::optional<ir::Layout> megatron_shards;  // the layout Megatron-LM's causal split gives; unset: any
-  std::string_view ring_flash_attn;           // ring-flash-attention function; empty: none
-  std::optional<ir::Layout> rfa_shards;       // the shards it takes; unset: any
-  std::string_view note;                      // why there is none, or what differs
+  std::string_view algo{};                      // the planner's name (sched::algorithm_names)
+  std::optional<ir::Layout> layout{};           // the candidates' layout this row is for; unset: either
+  std::string_view megatron{};                  // Megatron-LM --cp-comm-type; empty: no counterpart
+  std::string_view te{};                        // TransformerEngine cp_comm_type (the same scheme)
+  std::optional<ir::Layout> megatron_shards{};  // the layout Megatron-LM's causal split gives; unset: any
+  std::string_view ring_flash_attn{};           // ring-flash-attention function; empty: none
+  std::optional<ir::Layout> rfa_shards{};       // the shards it takes; unset: any
+  std::string_view note{};                      // why there is none, or what differs
 };
 
 /// Every algorithm's rows (an algorithm whose counterpart depends on the layout has one per layout).

@@ -90,18 +90,32 @@ std::vector<Algorithm> make_table() {
   std::vector<Algorithm> t;
   // Ops per ranks^2 measured at 32 ranks (fwd, fwd+bwd): ring 2.9 / 8.9, merge 2.9 / 8.8, rm+ 4.4 / 10.3,
   // charm 3.8 / 7.9, allgather-kv 2.9 / 8.8, ulysses 8.8 / 17.7, usp 2.4 / 5.1; tasp 2.9 per part; rounded up.
-  A ring{.name = "ring", .forward = ring_fwd, .backward = ring_bwd, .symmetry = rotate_by_rank};
+  // Megatron-LM cuts a causal sequence into 2N chunks, rank r holding chunks r and 2N-1-r (the zigzag layout),
+  // for every communication type; ring-flash-attention's ring_flash_attn and llama3_flash_attn take
+  // contiguous shards, zigzag_ring_flash_attn zigzag ones. Megatron-LM spells the all-gather type
+  // `allgather`, TransformerEngine `all_gather`.
+  A ring{
+      .name = "ring",
+      .forward = ring_fwd,
+      .backward = ring_bwd,
+      .symmetry = rotate_by_rank,
+      .counterparts = {{Layout::Contiguous, "p2p", "p2p", Layout::Zigzag, "ring_flash_attn", Layout::Contiguous,
+                        "Megatron-LM's causal split is zigzag: that is ring [zigzag]"},
+                       {Layout::Zigzag, "p2p", "p2p", Layout::Zigzag, "zigzag_ring_flash_attn", Layout::Zigzag, ""}}};
   t.push_back(ring);
   A ring_zigzag = ring;
   ring_zigzag.name = "ring-zigzag";
   ring_zigzag.forced_layout = Layout::Zigzag;
   ring_zigzag.base = "ring";
+  ring_zigzag.counterparts = {
+      {{}, "p2p", "p2p", Layout::Zigzag, "zigzag_ring_flash_attn", Layout::Zigzag, "ring on the zigzag layout"}};
   t.push_back(ring_zigzag);
   t.push_back(A{.name = "merge",
                 .ranks = A::Ranks::PowerOfTwo,
                 .forward = merge_fwd,
                 .backward = merge_bwd,
-                .symmetry = merge_symmetry});
+                .symmetry = merge_symmetry,
+                .counterparts = {{.note = "this project's merge schedule (the paper's baseline)"}}});
   t.back().gather_tables = 1;
   t.push_back(A{.name = "rm+",
                 .ranks = A::Ranks::PowerOfTwo,
@@ -110,7 +124,8 @@ std::vector<Algorithm> make_table() {
                 .causal_ops = A::CausalOps::Pairs,
                 .forward = rmplus_fwd,
                 .backward = rmplus_bwd,
-                .symmetry = xor_by_rank});
+                .symmetry = xor_by_rank,
+                .counterparts = {{.note = "the paper's re-merge schedule"}}});
   t.push_back(A{.name = "charm",
                 .ranks = A::Ranks::PowerOfTwoPerDomain,
                 .uses_domains = true,
@@ -119,23 +134,33 @@ std::vector<Algorithm> make_table() {
                 .causal_ops = A::CausalOps::Pairs,
                 .forward = charm_fwd,
                 .backward = charm_bwd,
-                .symmetry = charm_symmetry});
+                .symmetry = charm_symmetry,
+                .counterparts = {{.note = "the paper's cross-hardware schedule"}}});
   t.push_back(A{.name = "allgather-kv",
                 .gather_tables = 1,
                 .forward = gather_fwd,
                 .backward = gather_bwd,
-                .symmetry = rotate_by_rank});
+                .symmetry = rotate_by_rank,
+                .counterparts = {{{},
+                                  "allgather",
+                                  "all_gather",
+                                  Layout::Zigzag,
+                                  "llama3_flash_attn",
+                                  Layout::Contiguous,
+                                  "KV gathered whole before attention"}}});
   A tasp{.name = "tasp",
          .no_backward = kTaspForwardOnly,
          .token_parts = true,
          .forward = tasp_fwd,
-         .symmetry = rotate_by_rank};
+         .symmetry = rotate_by_rank,
+         .counterparts = {{.note = "TASP's Hamiltonian-cycle schedule"}}};
   tasp.ops_fwd = tasp.ops_both = 3;
   t.push_back(tasp);
   A tasp_zigzag = tasp;
   tasp_zigzag.name = "tasp-zigzag";
   tasp_zigzag.forced_layout = Layout::Zigzag;
   tasp_zigzag.base = "tasp";
+  tasp_zigzag.counterparts = {{.note = "tasp on the zigzag layout"}};
   t.push_back(tasp_zigzag);
   t.push_back(A{.name = "ulysses",
                 .heads = A::HeadSplit::AllRanks,
@@ -145,7 +170,8 @@ std::vector<Algorithm> make_table() {
                 .forward = ulysses_fwd,
                 .backward = ulysses_bwd,
                 .packs_bundle = true,
-                .symmetry = no_symmetry});
+                .symmetry = no_symmetry,
+                .counterparts = {{.megatron = "a2a", .te = "a2a", .note = "ring-flash-attention has no all-to-all"}}});
   t.push_back(A{.name = "usp",
                 .uses_domains = true,
                 .heads = A::HeadSplit::PerDomain,
@@ -155,7 +181,11 @@ std::vector<Algorithm> make_table() {
                 .forward = usp_fwd,
                 .backward = usp_bwd,
                 .packs_bundle = true,
-                .symmetry = usp_symmetry});
+                .symmetry = usp_symmetry,
+                .counterparts = {{.megatron = "a2a+p2p",
+                                  .te = "a2a+p2p",
+                                  .megatron_shards = Layout::Zigzag,
+                                  .note = "ring-flash-attention has no all-to-all"}}});
   return t;
 }
 

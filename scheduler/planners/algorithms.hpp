@@ -17,6 +17,19 @@ namespace detail {
 struct RankState;
 }
 
+/// What an algorithm is called where people configure context parallelism: Megatron-LM's
+/// `--cp-comm-type` (TransformerEngine's `cp_comm_type` underneath) and the ring-flash-attention
+/// package's function, with the shards each takes (sim/frameworks.hpp turns these into settings).
+struct Counterpart {
+  std::optional<ir::Layout> layout{};           // the candidates' layout this entry is for; unset: either
+  std::string_view megatron{};                  // Megatron-LM --cp-comm-type; empty: no counterpart
+  std::string_view te{};                        // TransformerEngine cp_comm_type (the same scheme)
+  std::optional<ir::Layout> megatron_shards{};  // the layout Megatron-LM's causal split gives; unset: any
+  std::string_view ring_flash_attn{};           // ring-flash-attention function; empty: none
+  std::optional<ir::Layout> rfa_shards{};       // the shards it takes; unset: any
+  std::string_view note{};                      // why there is none, or what differs
+};
+
 struct Algorithm {
   using Build = void (*)(PlanBuilder&, std::vector<detail::RankState>&, const PlanRequest&);
   using Symmetry = ir::RankSymmetry (*)(const PlanRequest&);
@@ -45,6 +58,8 @@ struct Algorithm {
   Build backward = nullptr;     // after the driver packs each rank's bundle, unless packs_bundle
   bool packs_bundle = false;    // the backward packs its own bundles (on head shards)
   Symmetry symmetry = nullptr;  // its plans' rank symmetry without a position mask (plan_symmetry)
+  /// Its names in the frameworks: one entry, or one per layout where they differ (none: no counterpart).
+  std::vector<Counterpart> counterparts{};
 };
 
 /// Every algorithm, in the order reports list them.
