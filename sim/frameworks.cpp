@@ -111,6 +111,7 @@ std::string framework_table_markdown() {
   auto code = [](std::string_view s) { return s.empty() ? std::string("none") : fmt::format("`{}`", s); };
   for (const auto& r : table()) {
     const bool m = !r.megatron.empty(), f = !r.ring_flash_attn.empty();
+    if (!m && !f && r.note.empty()) continue;  // an algorithm the table says nothing of
     out += fmt::format("| `{}` | {} | {} | {} | {} | {} | {} | {} |\n", r.algo, layout_text(r.layout), code(r.megatron),
                        code(r.te), m ? layout_text(r.megatron_shards) : "-", code(r.ring_flash_attn),
                        f ? layout_text(r.rfa_shards) : "-", r.note.empty() ? "-" : std::string(r.note));

@@ -54,7 +54,8 @@ struct FrameworkSettings {
 /// "line"}: a candidate's entry in `charm advise --json`.
 [[nodiscard]] nlohmann::json framework_json(const FrameworkSettings& s);
 
-/// The table as docs/algorithms.md shows it (Markdown, one row per FrameworkRow).
+/// The table as docs/algorithms.md shows it (Markdown, one row per FrameworkRow that names a counterpart or has a
+/// note).
 [[nodiscard]] std::string framework_table_markdown();
 
 }  // namespace charm::sim
