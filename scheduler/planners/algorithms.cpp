@@ -85,15 +85,16 @@ void usp_bwd(PlanBuilder& b, std::vector<detail::RankState>& st, const PlanReque
 
 constexpr std::string_view kTaspForwardOnly = "the TASP paper and its reference code are forward only";
 
-std::vector<Algorithm> make_table() {
-  using A = Algorithm;
-  std::vector<Algorithm> t;
-  // Ops per ranks^2 measured at 32 ranks (fwd, fwd+bwd): ring 2.9 / 8.9, merge 2.9 / 8.8, rm+ 4.4 / 10.3,
-  // charm 3.8 / 7.9, allgather-kv 2.9 / 8.8, ulysses 8.8 / 17.7, usp 2.4 / 5.1; tasp 2.9 per part; rounded up.
-  // Megatron-LM cuts a causal sequence into 2N chunks, rank r holding chunks r and 2N-1-r (the zigzag layout),
-  // for every communication type; ring-flash-attention's ring_flash_attn and llama3_flash_attn take
-  // contiguous shards, zigzag_ring_flash_attn zigzag ones. Megatron-LM spells the all-gather type
-  // `allgather`, TransformerEngine `all_gather`.
+using A = Algorithm;
+
+// Ops per ranks^2 measured at 32 ranks (fwd, fwd+bwd): ring 2.9 / 8.9, merge 2.9 / 8.8, rm+ 4.4 / 10.3,
+// charm 3.8 / 7.9, allgather-kv 2.9 / 8.8, ulysses 8.8 / 17.7, usp 2.4 / 5.1; tasp 2.9 per part; rounded up.
+// Megatron-LM cuts a causal sequence into 2N chunks, rank r holding chunks r and 2N-1-r (the zigzag layout),
+// for every communication type; ring-flash-attention's ring_flash_attn and llama3_flash_attn take
+// contiguous shards, zigzag_ring_flash_attn zigzag ones. Megatron-LM spells the all-gather type
+// `allgather`, TransformerEngine `all_gather`.
+
+void add_rings(std::vector<Algorithm>& t) {
   A ring{
       .name = "ring",
       .forward = ring_fwd,
@@ -110,6 +111,10 @@ std::vector<Algorithm> make_table() {
   ring_zigzag.counterparts = {
       {{}, "p2p", "p2p", Layout::Zigzag, "zigzag_ring_flash_attn", Layout::Zigzag, "ring on the zigzag layout"}};
   t.push_back(ring_zigzag);
+}
+
+/// The paper's schedules: its merge baseline, RM+ and CHARM+.
+void add_merges(std::vector<Algorithm>& t) {
   t.push_back(A{.name = "merge",
                 .ranks = A::Ranks::PowerOfTwo,
                 .forward = merge_fwd,
@@ -136,6 +141,9 @@ std::vector<Algorithm> make_table() {
                 .backward = charm_bwd,
                 .symmetry = charm_symmetry,
                 .counterparts = {{.note = "the paper's cross-hardware schedule"}}});
+}
+
+void add_gather_and_tasp(std::vector<Algorithm>& t) {
   t.push_back(A{.name = "allgather-kv",
                 .gather_tables = 1,
                 .forward = gather_fwd,
@@ -162,6 +170,10 @@ std::vector<Algorithm> make_table() {
   tasp_zigzag.base = "tasp";
   tasp_zigzag.counterparts = {{.note = "tasp on the zigzag layout"}};
   t.push_back(tasp_zigzag);
+}
+
+/// The head-splitting schedules: Ulysses' all-to-all, and USP (Ulysses inside a domain, a ring across).
+void add_head_splits(std::vector<Algorithm>& t) {
   t.push_back(A{.name = "ulysses",
                 .heads = A::HeadSplit::AllRanks,
                 .ops_fwd = 9,
@@ -186,6 +198,14 @@ std::vector<Algorithm> make_table() {
                                   .te = "a2a+p2p",
                                   .megatron_shards = Layout::Zigzag,
                                   .note = "ring-flash-attention has no all-to-all"}}});
+}
+
+std::vector<Algorithm> make_table() {
+  std::vector<Algorithm> t;
+  add_rings(t);
+  add_merges(t);
+  add_gather_and_tasp(t);
+  add_head_splits(t);
   return t;
 }
 
