@@ -4,8 +4,6 @@
 
 #include <vector>
 
-#include "scheduler/planners/algorithms.hpp"
-
 namespace charm::sim {
 
 using ir::Layout;
@@ -16,10 +14,8 @@ namespace {
 std::vector<FrameworkRow> make_table() {
   std::vector<FrameworkRow> t;
   for (const auto& a : sched::algorithms()) {
-    if (a.counterparts.empty()) t.push_back(FrameworkRow{.algo = a.name});
-    for (const auto& c : a.counterparts)
-      t.push_back(
-          FrameworkRow{a.name, c.layout, c.megatron, c.te, c.megatron_shards, c.ring_flash_attn, c.rfa_shards, c.note});
+    if (a.counterparts.empty()) t.push_back(FrameworkRow{{}, a.name});
+    for (const auto& c : a.counterparts) t.push_back(FrameworkRow{c, a.name});
   }
   return t;
 }

@@ -19,18 +19,14 @@
 #include <string_view>
 
 #include "scheduler/ir/workload.hpp"
+#include "scheduler/planners/algorithms.hpp"
 
 namespace charm::sim {
 
-struct FrameworkRow {
-  std::string_view algo{};                      // the planner's name (sched::algorithm_names)
-  std::optional<ir::Layout> layout{};           // the candidates' layout this row is for; unset: either
-  std::string_view megatron{};                  // Megatron-LM --cp-comm-type; empty: no counterpart
-  std::string_view te{};                        // TransformerEngine cp_comm_type (the same scheme)
-  std::optional<ir::Layout> megatron_shards{};  // the layout Megatron-LM's causal split gives; unset: any
-  std::string_view ring_flash_attn{};           // ring-flash-attention function; empty: none
-  std::optional<ir::Layout> rfa_shards{};       // the shards it takes; unset: any
-  std::string_view note{};                      // why there is none, or what differs
+/// One counterpart of the algorithm table (layout, Megatron-LM and TE types, ring-flash-attention's
+/// function, the shards each takes, a note) with the algorithm's name.
+struct FrameworkRow : sched::Counterpart {
+  std::string_view algo{};  // the planner's name (sched::algorithm_names)
 };
 
 /// Every algorithm's rows (an algorithm whose counterpart depends on the layout has one per layout).
