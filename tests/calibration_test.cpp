@@ -3,6 +3,7 @@
 // measurements simulated on a topology scaled by factors the fit is not told, fitted from
 // the unscaled base, must predict held-out workloads and algorithms within 3%.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -12,7 +13,6 @@
 #include <tuple>
 
 #include "calibrate/calibration.hpp"
-#include "scheduler/planners/algorithms.hpp"
 #include "scheduler/planners/planners.hpp"
 #include "sim/compute_model.hpp"
 #include "sim/evaluate.hpp"
@@ -137,13 +137,6 @@ TEST(Measurements, QuotedFieldsInText) {
   EXPECT_NE(s->warnings[0].find("'a \"note\"'"), std::string::npos) << s->warnings[0];
 }
 
-/// Every algorithm's name in the table's order, as the messages list them ("ring, ring-zigzag, ...").
-std::string algorithm_names() {
-  std::string s;
-  for (const auto& a : charm::sched::algorithms()) s += (s.empty() ? "" : ", ") + std::string(a.name);
-  return s;
-}
-
 struct BadCsv {
   const char* name;
   std::string text;
@@ -175,7 +168,8 @@ INSTANTIATE_TEST_SUITE_P(
                "runs.csv:2:11: a quote inside an unquoted field ('1\"5'): quote the whole field, with \"\" for each "
                "quote in it"},
         BadCsv{"control_in_value", std::string(kHeader) + "\"ri\nng\",fwd,1,4096,8,8,128,bf16,0,contiguous,1\n",
-               "runs.csv:2:1: algo: unknown algorithm 'ri?ng' (expected one of: " + algorithm_names() + ")"},
+               "runs.csv:2:1: algo: unknown algorithm 'ri?ng' (expected one of: " +
+                   fmt::format("{}", fmt::join(sched::algorithm_names(), ", ")) + ")"},
         BadCsv{"empty_column_name", "algo,,pass\n", "runs.csv:1:2: an empty column name in the header"},
         BadCsv{"duplicate_column", "algo,pass,algo\n", "runs.csv:1:3: column 'algo' appears twice"},
         BadCsv{"missing_column", "algo,pass,batch,seq,heads,kv_heads,head_dim,dtype,causal,layout\n",
@@ -187,7 +181,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCsv{"too_many_fields", std::string(kHeader) + kRow + "1,2\n",
                "runs.csv:2:12: expected 11 fields as in the header (line 1), got 12"},
         BadCsv{"unknown_algo", std::string(kHeader) + "bogus,fwd,1,4096,8,8,128,bf16,0,contiguous,1\n",
-               "runs.csv:2:1: algo: unknown algorithm 'bogus' (expected one of: " + algorithm_names() + ")"},
+               "runs.csv:2:1: algo: unknown algorithm 'bogus' (expected one of: " +
+                   fmt::format("{}", fmt::join(sched::algorithm_names(), ", ")) + ")"},
         BadCsv{"bad_pass", std::string(kHeader) + "ring,up,1,4096,8,8,128,bf16,0,contiguous,1\n",
                "runs.csv:2:2: pass: unknown pass 'up' (expected fwd, bwd or both)"},
         BadCsv{"bad_batch", std::string(kHeader) + "ring,fwd,1.5,4096,8,8,128,bf16,0,contiguous,1\n",

@@ -8,6 +8,8 @@
 // every `charm` word of the command is this build's binary, and `mpirun -q`
 // keeps mpirun's own notices out of the output. `$TMP` is an empty folder, `$FIFO` and
 // `$HUGE` special files, `$IN/<path>` a copy of a repository file that must not change.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,19 +22,12 @@
 #include <unistd.h>
 #include <vector>
 
-#include "scheduler/planners/algorithms.hpp"
+#include "scheduler/planners/planners.hpp"
 
 #include "test_util.hpp"
 
 namespace charm::test {
 namespace {
-
-/// Every algorithm's name in the table's order, as the messages list them ("ring, ring-zigzag, ...").
-std::string algorithm_names() {
-  std::string s;
-  for (const auto& a : charm::sched::algorithms()) s += (s.empty() ? "" : ", ") + std::string(a.name);
-  return s;
-}
 
 namespace fs = std::filesystem;
 
@@ -171,7 +166,7 @@ TEST_P(ErrorsTable, Row) {
   std::string message = r.message;
   for (std::size_t p; (p = message.find("$IN")) != std::string::npos;) message.replace(p, 3, in.string());
   for (std::size_t p; (p = message.find("<algorithms>")) != std::string::npos;)
-    message.replace(p, 12, algorithm_names());
+    message.replace(p, 12, fmt::format("{}", fmt::join(sched::algorithm_names(), ", ")));
   replace("$TMP", tmp.string());
   std::string cmd = "'" + std::string(CHARM_BIN) + "' " + args;
   if (is_mpi(r)) {

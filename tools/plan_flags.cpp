@@ -2,15 +2,15 @@
 
 #include <CLI/CLI.hpp>
 
-#include "scheduler/planners/algorithms.hpp"
+#include <fmt/ranges.h>
 
 namespace charm::cli {
 
 void PlanFlags::add(CLI::App& app, bool with_ranks, bool with_plan_file) {
   app_ = &app;
-  std::string names;
-  for (const auto& a : sched::algorithms()) names += (names.empty() ? "" : " | ") + std::string(a.name);
-  app.add_option("--algo,-a", algo, names)->capture_default_str()->transform(algorithm_name());
+  app.add_option("--algo,-a", algo, fmt::format("{}", fmt::join(sched::algorithm_names(), " | ")))
+      ->capture_default_str()
+      ->transform(algorithm_name());
   if (with_ranks) {
     app.add_option("--ranks,-n", ranks, "number of ranks (GPUs)")->capture_default_str();
     app.add_option("--domains,-d", domains, "domains (NUMA nodes / servers) the ranks split into")
