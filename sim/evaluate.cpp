@@ -106,6 +106,49 @@ Expected<Evaluation> evaluate(const sched::PlanRequest& req, const topo::Topolog
   return evaluate_plan(std::move(plan).value(), t, options);
 }
 
+namespace {
+/// Whether `plan`, planned for `built` with `quotient`, serves `req` once scaled to its batch.
+bool serves(const sched::PlanRequest& built, const ir::RankSymmetry& quotient, const ir::Plan& plan,
+            const sched::PlanRequest& req, const ir::RankSymmetry& q) {
+  if (built.algo != req.algo || built.ranks != req.ranks || built.domains != req.domains || !(quotient == q))
+    return false;
+  ir::Workload w = req.workload;
+  w.batch = built.workload.batch;
+  return w == built.workload && plan.can_scale_batch(req.workload.batch);
+}
+}  // namespace
+
+Expected<Summary> PlanReuse::evaluate(const sched::PlanRequest& req, const topo::Topology& t, SimOptions options) {
+  const sched::PlanRequest r = normalised_request(req);
+  ir::RankSymmetry q;
+  if (sched::check_request(r)) q = quotient_symmetry(sched::plan_symmetry(r), t, r.ranks);
+  // One entry per algorithm and pass: the one this request would replace.
+  auto slot = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) {
+    return e.req.algo == r.algo && e.req.workload.pass == r.workload.pass;
+  });
+  ir::Plan plan;
+  if (slot != entries_.end() && serves(slot->req, slot->quotient, slot->plan, r, q)) {
+    plan = std::move(slot->plan);
+    plan.scale_batch(r.workload.batch);
+    ++reused_;
+  } else {
+    auto built = sched::make_plan(r, q);
+    if (!built) return built.error();
+    plan = std::move(built).value();
+    ++built_;
+  }
+  if (slot == entries_.end()) slot = entries_.insert(entries_.end(), Entry{});
+  auto e = evaluate_plan(std::move(plan), t, options);
+  if (!e) {
+    entries_.erase(slot);
+    return e.error();
+  }
+  slot->req = r;
+  slot->quotient = q;
+  slot->plan = std::move(e->plan);
+  return e->summary;
+}
+
 Expected<int> deployment_copies(const sched::Layout& l, const topo::Topology& t) {
   const int block = sched::layout_block(sched::layout_gpus(l), l.cp);
   if (block >= l.gpus()) return Error{"", "the layout interleaves its CP groups on the GPUs"};

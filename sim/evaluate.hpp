@@ -67,6 +67,28 @@ struct Evaluation {
 [[nodiscard]] Expected<Evaluation> evaluate(const sched::PlanRequest& req, const topo::Topology& t,
                                             bool by_symmetry = false, SimOptions options = {});
 
+/// The plans of earlier evaluations, kept for requests that differ from one of them only in a power-of-two
+/// batch (ir::Plan::scale_batch gives the plan make_plan would build, bit for bit): one plan per algorithm
+/// and pass, the last one evaluated. A sweep worker holds one; building a plan is a third of a sweep's time,
+/// and its batches are mostly powers of two.
+class PlanReuse {
+ public:
+  /// evaluate(req, t, /*by_symmetry=*/true, options)'s summary.
+  [[nodiscard]] Expected<Summary> evaluate(const sched::PlanRequest& req, const topo::Topology& t, SimOptions options);
+  /// Plans built and plans reused so far.
+  [[nodiscard]] std::size_t built() const { return built_; }
+  [[nodiscard]] std::size_t reused() const { return reused_; }
+
+ private:
+  struct Entry {
+    sched::PlanRequest req;  // normalised
+    ir::RankSymmetry quotient;
+    ir::Plan plan;
+  };
+  std::vector<Entry> entries_;
+  std::size_t built_ = 0, reused_ = 0;
+};
+
 /// How many CP groups of layout `l` to simulate for all on `t`: the smallest class of whole groups that
 /// the layout's rotation of ranks and the topology's blocks share, or every group where none is
 /// (TP peers interleaving one replica's groups; blocks spanning them all). Error: why not, for --symmetry on.

@@ -32,7 +32,16 @@ bool runs_elsewhere(const SweepSpec& spec, const std::string& algo, const ir::Wo
   return listed || w.layout != spec.layouts.front();
 }
 
-SweepTaskOut run_task(const SweepSpec& spec, std::size_t config, ir::Phase phase) {
+/// The summary of evaluate(req, t, /*by_symmetry=*/true, options), through `reuse` where there is one.
+Expected<Summary> evaluate_summary(const sched::PlanRequest& req, const topo::Topology& t, SimOptions options,
+                                   PlanReuse* reuse) {
+  if (reuse) return reuse->evaluate(req, t, options);
+  auto e = evaluate(req, t, /*by_symmetry=*/true, options);
+  if (!e) return e.error();
+  return e->summary;
+}
+
+SweepTaskOut run_task(const SweepSpec& spec, std::size_t config, ir::Phase phase, PlanReuse* reuse) {
   SweepTaskOut out;
   const SweepConfig c = sweep_config(spec, config);
   const topo::Topology& t = spec.topologies[c.topology];
@@ -53,13 +62,13 @@ SweepTaskOut run_task(const SweepSpec& spec, std::size_t config, ir::Phase phase
     }
     ++out.simulations;
     // Rows carry figures, not ops: no critical path.
-    auto e = evaluate(req, t, /*by_symmetry=*/true, SimOptions{.critical_path = false});
+    auto e = evaluate_summary(req, t, SimOptions{.critical_path = false}, reuse);
     if (!e) {
       out.failures.push_back(fmt::format("{} on {} (B={} S={} H={}/{} D={} {}): {}", algo, t.name, w.batch, w.seq,
                                          w.heads, w.kv_heads, w.head_dim, to_string(phase), e.error().message()));
       return {};
     }
-    return {true, false, e->summary};
+    return {true, false, *e};
   };
 
   // Ring first: every other algorithm's speedup is measured against it.
@@ -127,10 +136,20 @@ SweepConfig sweep_config(const SweepSpec& s, std::size_t i) {
 
 std::size_t sweep_tasks(const SweepSpec& spec) { return spec.num_configs() * spec.passes.size(); }
 
-SweepTaskOut run_sweep_task(const SweepSpec& spec, std::size_t i) {
+std::size_t sweep_task_to_run(const SweepSpec& spec, std::size_t k) {
+  // k = (rest * passes + pass) * batches + b; the configuration's digits put the batch below the
+  // topology only, so configuration = low + stride * (b + batches * topology), rest = low + stride * topology.
+  const std::size_t batches = spec.batch.size(), passes = spec.passes.size();
+  const std::size_t stride = spec.num_configs() / (batches * spec.topologies.size());
+  const std::size_t b = k % batches, pass = k / batches % passes, rest = k / batches / passes;
+  const std::size_t config = rest % stride + stride * (b + batches * (rest / stride));
+  return config * passes + pass;
+}
+
+SweepTaskOut run_sweep_task(const SweepSpec& spec, std::size_t i, PlanReuse* reuse) {
   const std::size_t passes = spec.passes.size();
   try {
-    return run_task(spec, i / passes, spec.passes[i % passes]);
+    return run_task(spec, i / passes, spec.passes[i % passes], reuse);
   } catch (const std::exception& e) {
     SweepTaskOut out;
     out.failures.push_back(fmt::format("task {}: {}", i, e.what()));
@@ -172,11 +191,13 @@ SweepResult run_sweep(const SweepSpec& spec, const SweepControl& control) {
   std::condition_variable cv;
   auto cancelled = [&] { return control.cancel && control.cancel->load(std::memory_order_relaxed); };
   auto worker = [&] {
+    PlanReuse reuse;
     for (;;) {
       if (cancelled()) break;
-      const std::size_t i = next.fetch_add(1, std::memory_order_relaxed);
-      if (i >= total) break;
-      outs[i] = run_sweep_task(spec, i);
+      const std::size_t k = next.fetch_add(1, std::memory_order_relaxed);
+      if (k >= total) break;
+      const std::size_t i = control.reuse_plans ? sweep_task_to_run(spec, k) : k;
+      outs[i] = run_sweep_task(spec, i, control.reuse_plans ? &reuse : nullptr);
       if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == total) {
         const std::lock_guard lock(mu);
         cv.notify_all();

@@ -27,6 +27,8 @@
 
 namespace charm::sim {
 
+class PlanReuse;  // evaluate.hpp
+
 struct SweepSpec {
   std::vector<topo::Topology> topologies;
   std::vector<std::int64_t> batch, seq, heads, head_dim;
@@ -97,8 +99,12 @@ struct SweepTaskOut {
 /// Tasks of the spec: configurations x passes; task i is configuration i / passes, pass i % passes.
 [[nodiscard]] std::size_t sweep_tasks(const SweepSpec& spec);
 /// Runs task i. Never throws for a planner refusal or a simulator failure (both are counted in the
-/// output); an exception becomes a failure line.
-[[nodiscard]] SweepTaskOut run_sweep_task(const SweepSpec& spec, std::size_t i);
+/// output); an exception becomes a failure line. With `reuse`, plans come from the caller's earlier tasks
+/// where only the batch differs (the same rows, bit for bit).
+[[nodiscard]] SweepTaskOut run_sweep_task(const SweepSpec& spec, std::size_t i, PlanReuse* reuse = nullptr);
+/// The task to run k-th (a permutation of the tasks): the batches of one configuration one after another,
+/// so that a worker's PlanReuse finds the plan of the batch before.
+[[nodiscard]] std::size_t sweep_task_to_run(const SweepSpec& spec, std::size_t k);
 /// The sweep's result from its tasks' outputs in task order; an empty slot is a task not done
 /// (the sweep was cancelled).
 [[nodiscard]] SweepResult sweep_result(const SweepSpec& spec, std::vector<std::optional<SweepTaskOut>> outs,
@@ -114,6 +120,8 @@ struct SweepControl {
   const std::atomic<bool>* cancel = nullptr;
   /// Called on the calling thread about ten times a second and once at the end: tasks done, tasks in all.
   std::function<void(std::size_t done, std::size_t total)> progress;
+  /// Run the tasks batch-fastest and let each worker reuse its plans across batches (PlanReuse).
+  bool reuse_plans = true;
 };
 
 /// Runs the sweep. Never throws for a refused combination: those are counted in `skipped`.

@@ -3,7 +3,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <bit>
 #include <map>
+#include <tuple>
 
 #include "scheduler/planners/planners.hpp"
 #include "scheduler/validate/validator.hpp"
@@ -81,7 +84,95 @@ TEST_P(EveryPlan, Validates) {
   EXPECT_EQ(double(rep.computes), pairs * passes);
 }
 
+namespace {
+/// Every field of every op, dependency list, buffer and result of two plans, FLOP counts bit for bit.
+void expect_same_plan(const ir::Plan& a, const ir::Plan& b) {
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_EQ(a.buffers().size(), b.buffers().size());
+  EXPECT_TRUE(a.workload == b.workload);
+  EXPECT_TRUE(a.symmetry == b.symmetry);
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const ir::Op &x = a.op(ir::OpId(i)), &y = b.op(ir::OpId(i));
+    const auto key = [](const ir::Op& o) {
+      return std::tuple(o.rank, o.stream, o.kind, o.phase, o.mask, o.q_owner, o.kv_owner, o.peer, o.tag, o.group,
+                        o.buf[0], o.buf[1], o.buf[2], o.buf[3], o.bytes, std::bit_cast<std::uint64_t>(o.flops));
+    };
+    ASSERT_EQ(key(x), key(y)) << "op " << i;
+    const auto dx = a.deps(ir::OpId(i)), dy = b.deps(ir::OpId(i));
+    ASSERT_TRUE(std::equal(dx.begin(), dx.end(), dy.begin(), dy.end())) << "deps of op " << i;
+  }
+  for (std::size_t i = 0; i < a.buffers().size(); ++i) {
+    const auto key = [](const ir::Buffer& f) {
+      return std::tuple(f.rank, f.kind, f.owner, f.init, f.bytes, f.owners, f.head_begin, f.heads, f.part_begin,
+                        f.parts, f.parent, f.reuse);
+    };
+    ASSERT_EQ(key(a.buffers()[i]), key(b.buffers()[i])) << "buffer " << i;
+  }
+  for (std::size_t r = 0; r < a.results().size(); ++r) {
+    EXPECT_EQ(a.results()[r].out, b.results()[r].out);
+    EXPECT_EQ(a.results()[r].dq, b.results()[r].dq);
+    EXPECT_EQ(a.results()[r].dkv, b.results()[r].dkv);
+  }
+}
+}  // namespace
+
+// A plan scaled to another power-of-two batch is the plan built for that batch, bit for bit, whole or as
+// its symmetry's quotient (what a sweep reuses across batches). Groups up to 16 ranks: the rule is per op.
+TEST_P(EveryPlan, ScalesToOtherBatches) {
+  const auto& c = GetParam();
+  if (c.ranks > 16) return;
+  sched::PlanRequest req;
+  req.algo = c.algo;
+  req.ranks = c.ranks;
+  req.domains = c.domains;
+  req.workload.batch = 3;  // the odd part stays: 3 -> 12 -> 6 -> 48 -> 3
+  req.workload.seq = 128 * 3 * 64;
+  req.workload.heads = 8;
+  req.workload.kv_heads = 4;
+  req.workload.head_dim = 64;
+  req.workload.causal = c.causal;
+  req.workload.layout = c.layout;
+  req.workload.pass = c.pass;
+  std::vector<ir::RankSymmetry> quotients{ir::RankSymmetry{}};
+  if (const auto sym = sched::plan_symmetry(req); sym.active()) quotients.push_back(sym);
+  for (const ir::RankSymmetry& q : quotients) {
+    auto plan = sched::make_plan(req, q);
+    ASSERT_TRUE(plan.ok()) << plan.error().message();
+    EXPECT_FALSE(plan->can_scale_batch(5));
+    EXPECT_FALSE(plan->can_scale_batch(9));
+    for (std::int64_t b : {12, 6, 48, 3}) {
+      ASSERT_TRUE(plan->can_scale_batch(b));
+      plan->scale_batch(b);
+      sched::PlanRequest at = req;
+      at.workload.batch = b;
+      auto fresh = sched::make_plan(at, q);
+      ASSERT_TRUE(fresh.ok()) << fresh.error().message();
+      SCOPED_TRACE(fmt::format("batch {}{}", b, q.active() ? " (quotient)" : ""));
+      expect_same_plan(*plan, *fresh);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Grid, EveryPlan, ::testing::ValuesIn(grid()), case_name);
+
+TEST(Planners, ScalePositionMasksToOtherBatches) {
+  for (const char* algo : {"ring", "charm", "ulysses"}) {
+    sched::PlanRequest req{algo, {}, 8, 1};
+    req.workload.seq = 8 * 512;
+    req.workload.heads = req.workload.kv_heads = 8;
+    req.workload.causal = true;
+    req.workload.documents = {1000, 3096};
+    req.workload.pass = ir::PassKind::Both;
+    auto plan = sched::make_plan(req);
+    ASSERT_TRUE(plan.ok()) << plan.error().message();
+    plan->scale_batch(16);
+    req.workload.batch = 16;
+    auto fresh = sched::make_plan(req);
+    ASSERT_TRUE(fresh.ok()) << fresh.error().message();
+    SCOPED_TRACE(algo);
+    expect_same_plan(*plan, *fresh);
+  }
+}
 
 TEST(Planners, RefuseWhatTheyCannotPlan) {
   sched::PlanRequest req;

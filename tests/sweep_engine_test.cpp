@@ -8,6 +8,8 @@
 #include <string>
 #include <tuple>
 
+#include "scheduler/planners/planners.hpp"
+#include "sim/evaluate.hpp"
 #include "sim/sweep.hpp"
 #include "sim/sweep_plot.hpp"
 
@@ -95,6 +97,49 @@ TEST(SweepEngine, TasksReadBackFromTheirBytesGiveTheSameRows) {
   SweepTaskOut far;
   far.rows.emplace_back().topology = 7;  // the spec has two topologies
   EXPECT_FALSE(decode_task(s, encode_task(far)));
+}
+
+TEST(SweepEngine, PlansReusedAcrossBatchesGiveTheSameRows) {
+  // Batches 1, 2, 4, 8, 16 share a plan; 3, 6 and 12 another; 5 stands alone.
+  auto s = small_spec();
+  s.topologies.push_back(topo::make_uniform(16, 25, 200, 2));
+  s.topologies.back().name = "u16";
+  s.batch = {1, 3, 2, 5, 4, 6, 8, 12, 16};
+  s.seq = {8192};
+  s.head_dim = {64};
+  s.layouts = {ir::Layout::Contiguous, ir::Layout::Zigzag};
+  s.algos = sched::algorithm_names();
+  SweepControl fresh = jobs(2);
+  fresh.reuse_plans = false;
+  const auto a = run_sweep(s, jobs(2)), b = run_sweep(s, fresh);
+  EXPECT_EQ(a.failures, b.failures);
+  EXPECT_EQ(a.skip_reasons, b.skip_reasons);
+  EXPECT_GT(a.rows.size(), 1000u);
+  EXPECT_EQ(sweep_csv(s, a), sweep_csv(s, b));
+  // The order of work is a permutation of the tasks, the batches of a configuration in a row.
+  std::set<std::size_t> seen;
+  for (std::size_t k = 0; k < sweep_tasks(s); ++k) seen.insert(sweep_task_to_run(s, k));
+  EXPECT_EQ(seen.size(), sweep_tasks(s));
+  EXPECT_EQ(*seen.rbegin(), sweep_tasks(s) - 1);
+  const std::size_t passes = s.passes.size();
+  EXPECT_EQ(sweep_config(s, sweep_task_to_run(s, 1) / passes).workload.batch, 3);
+}
+
+TEST(SweepEngine, PlanReuseScalesTheLastPlanOfItsAlgorithmAndPass) {
+  const auto t = topo::make_uniform(8, 25, 200, 2);
+  PlanReuse reuse;
+  sched::PlanRequest req{"charm", {}, 8, 2};
+  req.workload.seq = 8192;
+  for (std::int64_t b : {1, 4, 2, 3, 6, 5}) {
+    req.workload.batch = b;
+    const auto got = reuse.evaluate(req, t, {});
+    const auto want = evaluate(req, t, /*by_symmetry=*/true);
+    ASSERT_TRUE(got && want);
+    EXPECT_EQ(got->time_s, want->summary.time_s) << "batch " << b;
+    EXPECT_EQ(got->peak_mem_bytes, want->summary.peak_mem_bytes) << "batch " << b;
+  }
+  EXPECT_EQ(reuse.built(), 3u);   // 1, 3, 5
+  EXPECT_EQ(reuse.reused(), 3u);  // 4 and 2 from 1, 6 from 3
 }
 
 TEST(SweepEngine, RingIsTheBaselineEvenWhenNotListed) {

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <optional>
 
 namespace charm::ir {
 
@@ -155,6 +157,39 @@ void Plan::erase_ops(std::span<const OpId> ids) {
     out.add_op(ops_[i], d);
   }
   *this = std::move(out);
+}
+
+namespace {
+/// k with b == a * 2^k, if there is one.
+std::optional<int> power_of_two_ratio(std::int64_t a, std::int64_t b) {
+  if (a <= 0 || b <= 0) return std::nullopt;
+  int k = 0;
+  for (; a < b && b % (2 * a) == 0; a *= 2) ++k;
+  for (; b < a && a % (2 * b) == 0; b *= 2) --k;
+  return a == b ? std::optional<int>(k) : std::nullopt;
+}
+}  // namespace
+
+bool Plan::can_scale_batch(std::int64_t batch) const { return power_of_two_ratio(workload.batch, batch).has_value(); }
+
+void Plan::scale_batch(std::int64_t batch) {
+  const auto k = power_of_two_ratio(workload.batch, batch);
+  CHARM_ASSERT(k.has_value(), "scale_batch needs a power-of-two ratio of batches");
+  if (*k == 0) return;
+  auto scale = [&](Bytes& b) {
+    if (*k > 0) {
+      b <<= *k;
+    } else {
+      CHARM_ASSERT(b % (Bytes{1} << -*k) == 0, "a byte count of a plan is a multiple of its batch");
+      b >>= -*k;
+    }
+  };
+  for (Op& o : ops_) {
+    scale(o.bytes);
+    o.flops = std::ldexp(o.flops, *k);
+  }
+  for (Buffer& b : buffers_) scale(b.bytes);
+  workload.batch = batch;
 }
 
 std::size_t Plan::memory_bytes() const {

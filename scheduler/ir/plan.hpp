@@ -205,6 +205,15 @@ class Plan {
   /// Bytes of heap memory the plan holds (ops, deps, buffers).
   [[nodiscard]] std::size_t memory_bytes() const;
 
+  /// Whether scale_batch can turn this plan into the one planned for `batch`: the batch is a power-of-two
+  /// multiple or fraction of the plan's. Every byte count of a plan is the batch times an integer and every
+  /// FLOP count the batch times a product of doubles, and a planner decides nothing from sizes but their
+  /// order, which a common factor keeps; scaling by 2^k is exact in both, so the result is the plan
+  /// make_plan builds for `batch`, bit for bit (planners_test holds every algorithm to that).
+  [[nodiscard]] bool can_scale_batch(std::int64_t batch) const;
+  /// The same plan for another batch (can_scale_batch): byte and FLOP counts scaled, nothing else moved.
+  void scale_batch(std::int64_t batch);
+
  private:
   std::vector<Op> ops_;
   std::vector<std::uint32_t> dep_begin_{0};

@@ -295,6 +295,12 @@ Bytes Workload::dkv_bytes(int ranks) const {
   return region_bytes(*this, ranks, 1, BufKind::Dkv, shard_region(0, *this, 1));
 }
 
+bool Workload::operator==(const Workload& o) const {
+  return batch == o.batch && seq == o.seq && heads == o.heads && kv_heads == o.kv_heads && head_dim == o.head_dim &&
+         dtype == o.dtype && causal == o.causal && layout == o.layout && pass == o.pass && documents == o.documents &&
+         window == o.window;
+}
+
 Flops Workload::block_flops(Phase phase, int q_rank, int kv_rank, int ranks) const {
   const double fwd = 4.0 * double(batch) * double(heads) * double(head_dim) * visible_pairs(q_rank, kv_rank, ranks);
   return phase == Phase::Fwd ? fwd : 2.5 * fwd;

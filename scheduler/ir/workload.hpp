@@ -73,6 +73,8 @@ struct Workload {
   /// Sliding window (with causal): a query sees the `window` most recent keys, itself included. 0: none.
   std::int64_t window = 0;
 
+  [[nodiscard]] bool operator==(const Workload& o) const;
+
   /// Documents or a window: visibility comes from positions (MaskPiece::Positions), not from a shape.
   [[nodiscard]] bool position_mask() const { return !documents.empty() || window > 0; }
   /// The first key position query position q sees (causal: q is the last); 0 without a position mask.
