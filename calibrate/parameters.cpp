@@ -81,6 +81,10 @@ const std::vector<Rule>& registry() {
        [](double) {
          return Bounds{0, 2, Scale::Linear, "overlap slowdown: [0, 2] (2: three times as long)", true};
        }},
+      {[](const std::string& p) { return is_measurement_parameter(p); },
+       [](double) {
+         return Bounds{0, 20, Scale::Linear, "measurement offset: [0, 20] ms", true};
+       }},
       {[](const std::string& p) { return last_key(p) == "half_tokens"; },
        [](double) {
          return Bounds{0, 4096, Scale::Linear, "half-efficiency block side: [0, 4096] tokens", true};
@@ -111,6 +115,8 @@ const std::vector<std::string>& default_fit_parameters() {
                                                "stack.compute_slowdown", "stack.comm_slowdown"};
   return params;
 }
+
+bool is_measurement_parameter(const std::string& path) { return path == kCommOffsetParameter; }
 
 Expected<nlohmann::json::json_pointer> parameter_pointer(const std::string& path) {
   return topo::field_pointer(path, "parameter");

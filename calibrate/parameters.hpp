@@ -30,6 +30,13 @@ struct Bounds {
 /// base document has (and that no --nccl-tests log fixes, and that a row's pass can move).
 [[nodiscard]] const std::vector<std::string>& default_fit_parameters();
 
+/// A parameter of how a metric was measured, not of the cluster ("measurement.comm_offset_ms": what the
+/// profiled T_comm of a run holds beyond the run's own communication time). Fitted like the others from a
+/// base of 0, added to the rows of its metric, never written into the topology.
+[[nodiscard]] bool is_measurement_parameter(const std::string& path);
+/// The measurement parameter fitted by default when rows of the comm metric are given.
+inline constexpr const char* kCommOffsetParameter = "measurement.comm_offset_ms";
+
 /// "gpu.efficiency.fwd" -> "/gpu/efficiency/fwd", "links[3].latency_us" -> "/links/3/latency_us".
 [[nodiscard]] Expected<nlohmann::json::json_pointer> parameter_pointer(const std::string& path);
 

@@ -612,6 +612,48 @@ TEST(KernelTimes, ParseWriteAndRefuseWithTheCell) {
   }
 }
 
+TEST(Calibrate, CommOffsetBelongsToTheMeasurementNotTheCluster) {
+  // Ring's T_comm as a profiler reports it: the run's communication time plus 1.5 ms the run does not have.
+  // The fit reads the offset apart from the NIC's rate, and writes only the rate into the topology.
+  json base = load_json("topologies/nominal/h100-2x8.json");
+  base["gpus_per_node"] = 4;
+  json truth = base;
+  truth["inter"]["bandwidth_gbps"] = 42.5 * 0.6;
+  auto t = topo::parse_topology(truth, "truth");
+  ASSERT_TRUE(t) << t.error().message();
+  std::string csv = "algo,pass,batch,seq,heads,kv_heads,head_dim,dtype,causal,layout,time_ms,ranks,domains,metric\n";
+  for (const std::int64_t seq : {8192, 32768, 131072}) {
+    ir::Workload w;
+    w.seq = seq;
+    auto e = sim::evaluate({"ring", w, 8, 2}, *t);
+    ASSERT_TRUE(e) << e.error().message();
+    csv += fmt::format("ring,fwd,1,{},8,8,128,bf16,0,contiguous,{:.9g},8,2,time\n", seq, e->summary.time_s * 1e3);
+    csv += fmt::format("ring,fwd,1,{},8,8,128,bf16,0,contiguous,{:.9g},8,2,comm\n", seq,
+                       e->summary.comm_busy_mean_s * 1e3 + 1.5);
+  }
+  auto data = parse_measurements(csv, "comm.csv");
+  ASSERT_TRUE(data) << data.error().message();
+  CalibrationOptions opt;
+  opt.fit = {"inter.bandwidth_gbps", kCommOffsetParameter};
+  opt.jobs = 2;
+  opt.restarts = 1;
+  opt.leave_one_out = false;
+  auto c = calibrate(base, "h100-2x4", *data, {}, opt);
+  ASSERT_TRUE(c) << c.error().message();
+  ASSERT_EQ(c->parameters.size(), 2u);
+  EXPECT_NEAR(c->parameters[0].value / (42.5 * 0.6), 1.0, 0.01);
+  EXPECT_NEAR(c->parameters[1].value, 1.5, 0.02);
+  EXPECT_LT(c->component.in_sample, 0.1);
+  EXPECT_FALSE(c->document.contains("measurement"));
+  EXPECT_NEAR(c->document["inter"]["bandwidth_gbps"].get<double>() / (42.5 * 0.6), 1.0, 0.01);
+  EXPECT_EQ(c->document["calibration"]["fitted"][1]["path"], "measurement.comm_offset_ms");
+  // Without the offset the same rows bend the rate: the comm rows ask for a slower NIC than the times.
+  opt.fit = {"inter.bandwidth_gbps"};
+  auto bent = calibrate(base, "h100-2x4", *data, {}, opt);
+  ASSERT_TRUE(bent) << bent.error().message();
+  EXPECT_LT(bent->parameters[0].value, 0.99 * c->parameters[0].value);
+}
+
 TEST(Calibrate, KernelTimesPinTheGpuApartFromTheLinks) {
   // Ring forward at 8k on 2 x 4 H100 is bound by the NIC: its time says little about the GPU.
   // Single-GPU kernel times of the truth's GPU (efficiency 0.7x the base's) pin the kernel,
