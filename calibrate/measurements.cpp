@@ -123,11 +123,8 @@ Status read_name_cell(Column c, std::string_view v, Measurement& m, const BadCel
   switch (c) {
   case Column::Algo: {
     const auto& names = sched::algorithm_names();
-    if (std::find(names.begin(), names.end(), v) == names.end()) {
-      std::string list;
-      for (const auto& n : names) list += fmt::format("{}{}", list.empty() ? "" : ", ", n);
-      return bad(fmt::format("unknown algorithm '{}' (expected one of: {})", v, list));
-    }
+    if (std::find(names.begin(), names.end(), v) == names.end())
+      return bad(fmt::format("unknown algorithm '{}' (expected one of: {})", v, fmt::join(names, ", ")));
     m.algo = std::string(v);
     return {};
   }
