@@ -26,7 +26,7 @@
 #include "calibrate/measurements.hpp"
 #include "calibrate/nccl_tests.hpp"
 #include "calibrate/parameters.hpp"
-#include "scheduler/ir/expected.hpp"
+#include "scheduler/support/expected.hpp"
 
 namespace charm::calib {
 

@@ -18,8 +18,8 @@
 #include <string_view>
 #include <vector>
 
-#include "scheduler/ir/expected.hpp"
 #include "scheduler/ir/workload.hpp"
+#include "scheduler/support/expected.hpp"
 
 namespace charm::calib {
 

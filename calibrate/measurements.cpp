@@ -16,9 +16,9 @@
 #include <optional>
 #include <sstream>
 
-#include "scheduler/ir/input_file.hpp"
-#include "scheduler/ir/suggest.hpp"
 #include "scheduler/planners/planners.hpp"
+#include "scheduler/support/input_file.hpp"
+#include "scheduler/support/suggest.hpp"
 
 namespace charm::calib {
 
@@ -336,7 +336,7 @@ Status append_measurement(const std::string& path, const Measurement& m) {
 }
 
 Expected<std::string> read_text_file(const std::string& path, const char* what) {
-  return ir::read_input_file(path, what, fmt::format("cannot open {}", what));
+  return read_input_file(path, what, fmt::format("cannot open {}", what));
 }
 
 Expected<MeasurementSet> load_measurements(const std::string& paths) {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "scheduler/ir/expected.hpp"
+#include "scheduler/support/expected.hpp"
 
 namespace charm::calib {
 

@@ -13,7 +13,7 @@
 #include <mutex>
 #include <string>
 
-#include "scheduler/ir/expected.hpp"
+#include "scheduler/support/expected.hpp"
 
 namespace charm::rt {
 

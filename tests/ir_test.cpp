@@ -7,12 +7,12 @@
 #include <sstream>
 #include <variant>
 
-#include "scheduler/ir/json_text.hpp"
 #include "scheduler/ir/op_args.hpp"
 #include "scheduler/ir/plan_index.hpp"
 #include "scheduler/ir/plan_io.hpp"
-#include "scheduler/ir/suggest.hpp"
 #include "scheduler/planners/planners.hpp"
+#include "scheduler/support/json_text.hpp"
+#include "scheduler/support/suggest.hpp"
 
 using namespace charm;
 using namespace charm::ir;

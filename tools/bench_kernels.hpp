@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "calibrate/kernel_times.hpp"
-#include "scheduler/ir/expected.hpp"
+#include "scheduler/support/expected.hpp"
 
 namespace charm::cli {
 

@@ -21,7 +21,7 @@
 #include <filesystem>
 #include <limits>
 
-#include "scheduler/ir/input_file.hpp"
+#include "scheduler/support/input_file.hpp"
 
 #include "scheduler/planners/planners.hpp"
 
@@ -181,7 +181,7 @@ std::string mask_from_cu_seqlens(const std::string& spec) {
   constexpr std::string_view kPrefix = "cu_seqlens:";
   if (spec.rfind(kPrefix, 0) != 0) return spec;
   const std::string path = spec.substr(kPrefix.size());
-  const std::string text = unwrap(ir::read_input_file(path, "a cu_seqlens file", "cannot open for reading"));
+  const std::string text = unwrap(read_input_file(path, "a cu_seqlens file", "cannot open for reading"));
   std::string items;
   for (const char c : text) items += (c == ',' || std::isspace(static_cast<unsigned char>(c))) ? ',' : c;
   std::vector<std::int64_t> at;
@@ -314,7 +314,7 @@ std::string not_replaceable(const std::string& target) {
   if (::lstat(target.c_str(), &st) != 0) return {};
   if (S_ISDIR(st.st_mode)) return "it is a folder";
   if (S_ISLNK(st.st_mode)) return "it is a symbolic link to a missing file";
-  if (!S_ISREG(st.st_mode)) return fmt::format("it is {} (outputs are regular files)", ir::file_kind(st.st_mode));
+  if (!S_ISREG(st.st_mode)) return fmt::format("it is {} (outputs are regular files)", file_kind(st.st_mode));
   return {};
 }
 

@@ -7,8 +7,8 @@
 
 #include <iostream>
 
-#include "scheduler/ir/input_file.hpp"
-#include "scheduler/ir/json_text.hpp"
+#include "scheduler/support/input_file.hpp"
+#include "scheduler/support/json_text.hpp"
 #include "scheduler/trace/diff.hpp"
 #include "tools/cli_common.hpp"
 
@@ -16,7 +16,7 @@ namespace charm::cli {
 namespace {
 
 nlohmann::json read_trace(const std::string& path) {
-  const auto text = unwrap(ir::read_input_file(path, "a trace file", "cannot open for reading"));
+  const auto text = unwrap(read_input_file(path, "a trace file", "cannot open for reading"));
   return unwrap(parse_json_strict(text, path));
 }
 

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "scheduler/ir/suggest.hpp"
+#include "scheduler/support/suggest.hpp"
 #include "tools/cli_common.hpp"
 
 namespace charm::cli {

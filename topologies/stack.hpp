@@ -32,7 +32,7 @@
 #include <string_view>
 #include <vector>
 
-#include "scheduler/ir/expected.hpp"
+#include "scheduler/support/expected.hpp"
 
 namespace charm::topo {
 

@@ -33,8 +33,8 @@
 #include <string_view>
 #include <vector>
 
-#include "scheduler/ir/expected.hpp"
 #include "scheduler/ir/workload.hpp"
+#include "scheduler/support/expected.hpp"
 #include "topologies/gpu_arch.hpp"
 #include "topologies/stack.hpp"
 

@@ -1,6 +1,6 @@
 #include "topologies/topology_json.hpp"
 
-#include "scheduler/ir/json_text.hpp"
+#include "scheduler/support/json_text.hpp"
 
 #include <fmt/format.h>
 
@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "scheduler/ir/input_file.hpp"
+#include "scheduler/support/input_file.hpp"
 
 namespace charm::topo {
 
@@ -809,7 +809,7 @@ Expected<Topology> parse_topology_text(const std::string& text, const std::strin
 }
 
 Expected<nlohmann::json> read_topology_json(const std::string& path) {
-  auto text = ir::read_input_file(path, "a topology file", "cannot open the topology file");
+  auto text = read_input_file(path, "a topology file", "cannot open the topology file");
   if (!text) return text.error();
   return parse_json_text(*text, path);
 }

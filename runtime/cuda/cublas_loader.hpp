@@ -11,7 +11,7 @@
 
 #include <cublas_v2.h>
 
-#include "scheduler/ir/expected.hpp"
+#include "scheduler/support/expected.hpp"
 
 namespace charm::rt::cuda::blas {
 

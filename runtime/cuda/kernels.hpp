@@ -12,8 +12,8 @@
 
 #include <cstdint>
 
-#include "scheduler/ir/expected.hpp"
 #include "scheduler/ir/workload.hpp"
+#include "scheduler/support/expected.hpp"
 
 namespace charm::rt::cuda {
 

@@ -15,8 +15,8 @@
 #include <functional>
 #include <string>
 
-#include "scheduler/ir/expected.hpp"
 #include "scheduler/ir/plan.hpp"
+#include "scheduler/support/expected.hpp"
 
 namespace charm::chakra {
 

@@ -2,8 +2,8 @@
 // The rules one buffer of a plan keeps (plan.hpp, "Regions" and "Buffers"), written once: the
 // validator proves them of every buffer, and the executors check them before they allocate.
 
-#include "scheduler/ir/expected.hpp"
 #include "scheduler/ir/plan.hpp"
+#include "scheduler/support/expected.hpp"
 
 namespace charm::ir {
 

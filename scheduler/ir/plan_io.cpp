@@ -1,6 +1,6 @@
 #include "scheduler/ir/plan_io.hpp"
 
-#include "scheduler/ir/json_text.hpp"
+#include "scheduler/support/json_text.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -17,8 +17,8 @@
 #include <span>
 #include <sstream>
 
-#include "scheduler/ir/input_file.hpp"
 #include "scheduler/ir/plan_index.hpp"
+#include "scheduler/support/input_file.hpp"
 
 namespace charm::ir {
 

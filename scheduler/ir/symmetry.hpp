@@ -18,7 +18,7 @@
 
 #include <cstdint>
 
-#include "scheduler/ir/expected.hpp"
+#include "scheduler/support/expected.hpp"
 
 namespace charm::ir {
 

@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "scheduler/ir/expected.hpp"
+#include "scheduler/support/expected.hpp"
 
 namespace charm::ir {
 

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "scheduler/ir/expected.hpp"
+#include "scheduler/support/expected.hpp"
 
 namespace charm::sched {
 

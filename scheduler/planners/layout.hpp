@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "scheduler/ir/expected.hpp"
 #include "scheduler/ir/plan.hpp"
+#include "scheduler/support/expected.hpp"
 
 namespace charm::sched {
 

@@ -9,10 +9,10 @@
 #include <algorithm>
 #include <cctype>
 
-#include "scheduler/ir/suggest.hpp"
 #include "scheduler/planners/algorithms.hpp"
 #include "scheduler/planners/comm_list.hpp"
 #include "scheduler/planners/schedules.hpp"
+#include "scheduler/support/suggest.hpp"
 
 namespace charm::sched {
 

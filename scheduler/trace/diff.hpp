@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "scheduler/ir/expected.hpp"
+#include "scheduler/support/expected.hpp"
 
 namespace charm::trace {
 

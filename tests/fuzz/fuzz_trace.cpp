@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "scheduler/ir/json_text.hpp"
+#include "scheduler/support/json_text.hpp"
 #include "scheduler/trace/diff.hpp"
 
 namespace {

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "scheduler/ir/expected.hpp"
+#include "scheduler/support/expected.hpp"
 
 namespace charm {
 

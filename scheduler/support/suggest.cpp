@@ -1,4 +1,4 @@
-#include "scheduler/ir/suggest.hpp"
+#include "scheduler/support/suggest.hpp"
 
 #include <algorithm>
 #include <cctype>

@@ -12,9 +12,9 @@
 #include <string>
 #include <string_view>
 
-#include "scheduler/ir/expected.hpp"
+#include "scheduler/support/expected.hpp"
 
-namespace charm::ir {
+namespace charm {
 
 /// The most an input file may hold: 1 GiB, far beyond any plan or topology, and
 /// a bound on the memory a mistaken path can take.
@@ -29,4 +29,4 @@ inline constexpr std::uint64_t kMaxInputBytes = std::uint64_t{1} << 30;
 /// "a FIFO", "a character device", ... (from a stat mode), for messages about files.
 [[nodiscard]] std::string_view file_kind(unsigned mode);
 
-}  // namespace charm::ir
+}  // namespace charm

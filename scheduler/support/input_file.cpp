@@ -1,4 +1,4 @@
-#include "scheduler/ir/input_file.hpp"
+#include "scheduler/support/input_file.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
-namespace charm::ir {
+namespace charm {
 
 std::string_view file_kind(unsigned mode) {
   switch (mode & S_IFMT) {
@@ -78,4 +78,4 @@ Expected<std::string> read_input_file(const std::string& path, std::string_view 
   return text;
 }
 
-}  // namespace charm::ir
+}  // namespace charm

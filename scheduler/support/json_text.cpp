@@ -1,4 +1,4 @@
-#include "scheduler/ir/json_text.hpp"
+#include "scheduler/support/json_text.hpp"
 
 #include <fmt/format.h>
 
