@@ -45,32 +45,33 @@ Expected<int> MpiTransport::mpi_tag(const MessageKey& key) const {
   return static_cast<int>(t);
 }
 
-Expected<RequestPtr> MpiTransport::post_send(const MessageKey& key, std::span<const float> data) {
-  if (data.size() > std::size_t(INT_MAX))
+Expected<std::shared_ptr<MpiTransport::Req>> MpiTransport::new_request(const MessageKey& key, std::size_t floats) {
+  if (floats > std::size_t(INT_MAX))
     return Error{"mpi",
-                 fmt::format("message of {} floats exceeds the 2^31-1 element limit of one MPI message", data.size())};
+                 fmt::format("message of {} floats exceeds the 2^31-1 element limit of one MPI message", floats)};
   auto tag = mpi_tag(key);
   if (!tag) return tag.error();
   auto req = std::make_shared<Req>();
   req->owner = this;
   req->key = key;
+  req->tag = *tag;
+  return req;
+}
+
+Expected<RequestPtr> MpiTransport::post_send(const MessageKey& key, std::span<const float> data) {
+  auto req = new_request(key, data.size());
+  if (!req) return req.error();
   auto lk = lock();
-  CHARM_MPI_TRY(
-      MPI_Isend(data.data(), static_cast<int>(data.size()), MPI_FLOAT, key.dst, *tag, as_comm(comm_), &req->r));
-  return RequestPtr{req};
+  CHARM_MPI_TRY(MPI_Isend(data.data(), static_cast<int>(data.size()), MPI_FLOAT, key.dst, (*req)->tag, as_comm(comm_),
+                          &(*req)->r));
+  return RequestPtr{*req};
 }
 
 Expected<RequestPtr> MpiTransport::post_recv(const MessageKey& key, std::span<float> data) {
-  if (data.size() > std::size_t(INT_MAX))
-    return Error{"mpi",
-                 fmt::format("message of {} floats exceeds the 2^31-1 element limit of one MPI message", data.size())};
-  auto tag = mpi_tag(key);
-  if (!tag) return tag.error();
-  auto req = std::make_shared<Req>();
-  req->owner = this;
-  req->key = key;
+  auto made = new_request(key, data.size());
+  if (!made) return made.error();
+  auto req = *made;
   req->recv = true;
-  req->tag = *tag;
   req->dst = data;
   if (short_recv_ && !data.empty()) {
     short_recv_ = false;

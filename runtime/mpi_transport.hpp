@@ -31,6 +31,8 @@ class MpiTransport final : public Transport {
  private:
   struct Req;
   Expected<int> mpi_tag(const MessageKey& key) const;
+  /// A request for a message of `floats` floats under `key`, its tag set; errors: too long, tag too large.
+  Expected<std::shared_ptr<Req>> new_request(const MessageKey& key, std::size_t floats);
   std::unique_lock<std::mutex> lock();
 
   const void* comm_;

@@ -122,17 +122,28 @@ Status BlockAttention::gemm(cublasOperation_t ta, cublasOperation_t tb, std::int
 // with leading dimension c. Each product below is written as C^T = op(A) op(B)
 // on those views; m, n, k name the column-major shape.
 
+Status BlockAttention::pack_qkv(const void* q, const void* k, const void* v) {
+  const auto& d = d_;
+  CHARM_TRY(pack_heads(dtype_, q, qh_, d.batch, d.tq, d.heads, d.head_dim, stream_));
+  CHARM_TRY(pack_heads(dtype_, k, kh_, d.batch, d.tk, d.kv_heads, d.head_dim, stream_));
+  return pack_heads(dtype_, v, vh_, d.batch, d.tk, d.kv_heads, d.head_dim, stream_);
+}
+
+Status BlockAttention::scores(const ChunkRows& c) {
+  const std::int64_t D = d_.head_dim, tk = d_.tk, rpp = rows_per_pair_;
+  const std::int64_t q_off = (c.p0 * rpp + c.r0) * D, kv_off = c.p0 * tk * D;
+  // S [nr, tk] = scale * Q [nr, D] K^T: column-major tk x nr = K^T(T) * Q(N), k = D.
+  return gemm(CUBLAS_OP_T, CUBLAS_OP_N, tk, c.nr, D, d_.scale, data(kh_, kv_off), D, tk * D, data(qh_, q_off), D,
+              rpp * D, 0.0f, s_, tk, c.nr * tk, c.np);
+}
+
 Status BlockAttention::fwd(const void* q, const void* k, const void* v, const int* vis, float* o_acc, float* lse_acc) {
   const auto& d = d_;
   const std::int64_t D = d.head_dim, tk = d.tk, rpp = rows_per_pair_;
-  CHARM_TRY(pack_heads(dtype_, q, qh_, d.batch, d.tq, d.heads, D, stream_));
-  CHARM_TRY(pack_heads(dtype_, k, kh_, d.batch, tk, d.kv_heads, D, stream_));
-  CHARM_TRY(pack_heads(dtype_, v, vh_, d.batch, tk, d.kv_heads, D, stream_));
+  CHARM_TRY(pack_qkv(q, k, v));
   for (const auto& c : chunks_) {
     const std::int64_t q_off = (c.p0 * rpp + c.r0) * D, kv_off = c.p0 * tk * D;
-    // S [nr, tk] = scale * Q [nr, D] K^T: column-major tk x nr = K^T(T) * Q(N), k = D.
-    CHARM_TRY(gemm(CUBLAS_OP_T, CUBLAS_OP_N, tk, c.nr, D, d.scale, data(kh_, kv_off), D, tk * D, data(qh_, q_off), D,
-                   rpp * D, 0.0f, s_, tk, c.nr * tk, c.np));
+    CHARM_TRY(scores(c));
     CHARM_TRY(softmax_rows(dtype_, s_, p_, lse_, vis, c, stream_));
     // O [nr, D] = P [nr, tk] V [tk, D]: column-major D x nr = V(N) * P(N), k = tk.
     CHARM_TRY(gemm(CUBLAS_OP_N, CUBLAS_OP_N, D, c.nr, tk, 1.0f, data(vh_, kv_off), D, tk * D, p_, tk, c.nr * tk, 0.0f,
@@ -146,15 +157,12 @@ Status BlockAttention::bwd(const void* q, const void* dout, const float* lse, co
   const auto& d = d_;
   const std::int64_t D = d.head_dim, tk = d.tk, rpp = rows_per_pair_;
   float* dqh = oh_;  // the forward's O buffer has dQ's shape
-  CHARM_TRY(pack_heads(dtype_, q, qh_, d.batch, d.tq, d.heads, D, stream_));
+  CHARM_TRY(pack_qkv(q, k, v));
   CHARM_TRY(pack_heads(dtype_, dout, doh_, d.batch, d.tq, d.heads, D, stream_));
-  CHARM_TRY(pack_heads(dtype_, k, kh_, d.batch, tk, d.kv_heads, D, stream_));
-  CHARM_TRY(pack_heads(dtype_, v, vh_, d.batch, tk, d.kv_heads, D, stream_));
   for (const auto& c : chunks_) {
     const std::int64_t q_off = (c.p0 * rpp + c.r0) * D, kv_off = c.p0 * tk * D;
-    // S = scale Q K^T and dP = dO V^T, as in the forward.
-    CHARM_TRY(gemm(CUBLAS_OP_T, CUBLAS_OP_N, tk, c.nr, D, d.scale, data(kh_, kv_off), D, tk * D, data(qh_, q_off), D,
-                   rpp * D, 0.0f, s_, tk, c.nr * tk, c.np));
+    // S = scale Q K^T as in the forward, and dP = dO V^T.
+    CHARM_TRY(scores(c));
     CHARM_TRY(gemm(CUBLAS_OP_T, CUBLAS_OP_N, tk, c.nr, D, 1.0f, data(vh_, kv_off), D, tk * D, data(doh_, q_off), D,
                    rpp * D, 0.0f, dp_, tk, c.nr * tk, c.np));
     CHARM_TRY(softmax_bwd_rows(dtype_, s_, dp_, lse, delta, vis, p_, ds_, c, stream_));

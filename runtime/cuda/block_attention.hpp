@@ -63,6 +63,10 @@ class BlockAttention {
                             float alpha, const void* a, std::int64_t lda, long long stride_a, const void* b,
                             std::int64_t ldb, long long stride_b, float beta, float* c, std::int64_t ldc,
                             long long stride_c, std::int64_t batch);
+  /// Q, K and V into the workspace, heads outermost (both passes start so).
+  [[nodiscard]] Status pack_qkv(const void* q, const void* k, const void* v);
+  /// S = scale Q K^T of chunk c into s_ (both passes).
+  [[nodiscard]] Status scores(const ChunkRows& c);
   [[nodiscard]] const char* data(const void* base, std::int64_t elems) const {
     return static_cast<const char*>(base) + elems * std::int64_t(esize_);
   }
