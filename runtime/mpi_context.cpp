@@ -306,18 +306,22 @@ Expected<RunResult> MpiContext::run(const ir::Plan& plan, const GlobalTensors& i
     return a->status.ok() ? d.status.error() : a->status.error();
   }
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  // The results; a failure here (a plan naming no result) is agreed on before the collectives.
+  // The results; a failure here (a plan naming no result) is agreed on before the collectives. After the plan
+  // the ranks' own work differs (rank 0 gathers and assembles every result and the measured timeline), so
+  // a peer's silence there is no stall within the plan's timeout: these waits get the setup's floor (30 s)
+  // as the waits before the plan do; a rank that took 0.1 s more than the others under load is not dead.
+  const Collectives after{c.comm, setup_timeout(c.timeout_s), c.mu};
   auto shard = exec.outputs();
-  if (auto a = mpi_agree(c.comm, shard ? Status{} : Status{shard.error()}, 3, c.timeout_s, "the results"); !a)
+  if (auto a = mpi_agree(after.comm, shard ? Status{} : Status{shard.error()}, 3, after.timeout_s, "the results"); !a)
     return a.error();
   else if (!a->status) {
     agreed_ = true;
     return a->status.error();
   }
   RunResult res;
-  if (auto s = reduce_figures(c, plan, ms, exec.peak_bytes(), opt.timeline ? &measured : nullptr, res); !s)
+  if (auto s = reduce_figures(after, plan, ms, exec.peak_bytes(), opt.timeline ? &measured : nullptr, res); !s)
     return s.error();
-  auto all = gather_outputs(c, *shard, rank_, size_, agreed_);
+  auto all = gather_outputs(after, *shard, rank_, size_, agreed_);
   if (!all) return all.error();
   for (std::size_t r = 0; r < all->size(); ++r) assemble(plan, ir::RankId(r), (*all)[r], res.out);
   return res;
