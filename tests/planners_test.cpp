@@ -54,15 +54,11 @@ std::vector<Case> grid() {
 }
 }  // namespace
 
-class EveryPlan : public ::testing::TestWithParam<Case> {};
-
-TEST_P(EveryPlan, Validates) {
-  const auto& c = GetParam();
-  sched::PlanRequest req;
-  req.algo = c.algo;
-  req.ranks = c.ranks;
-  req.domains = c.domains;
-  req.workload.batch = 1;
+namespace {
+/// The grid's request for case c: 8 query heads over 4 kv heads of 64, 24,576 tokens.
+sched::PlanRequest grid_request(const Case& c, std::int64_t batch) {
+  sched::PlanRequest req{c.algo, {}, c.ranks, c.domains};
+  req.workload.batch = batch;
   req.workload.seq = 128 * 3 * 64;
   req.workload.heads = 8;
   req.workload.kv_heads = 4;
@@ -70,6 +66,15 @@ TEST_P(EveryPlan, Validates) {
   req.workload.causal = c.causal;
   req.workload.layout = c.layout;
   req.workload.pass = c.pass;
+  return req;
+}
+}  // namespace
+
+class EveryPlan : public ::testing::TestWithParam<Case> {};
+
+TEST_P(EveryPlan, Validates) {
+  const auto& c = GetParam();
+  const sched::PlanRequest req = grid_request(c, 1);
   auto plan = sched::make_plan(req);
   ASSERT_TRUE(plan.ok()) << plan.error().message();
   const auto rep = sched::validate(*plan);
@@ -121,18 +126,7 @@ void expect_same_plan(const ir::Plan& a, const ir::Plan& b) {
 TEST_P(EveryPlan, ScalesToOtherBatches) {
   const auto& c = GetParam();
   if (c.ranks > 16) return;
-  sched::PlanRequest req;
-  req.algo = c.algo;
-  req.ranks = c.ranks;
-  req.domains = c.domains;
-  req.workload.batch = 3;  // the odd part stays: 3 -> 12 -> 6 -> 48 -> 3
-  req.workload.seq = 128 * 3 * 64;
-  req.workload.heads = 8;
-  req.workload.kv_heads = 4;
-  req.workload.head_dim = 64;
-  req.workload.causal = c.causal;
-  req.workload.layout = c.layout;
-  req.workload.pass = c.pass;
+  const sched::PlanRequest req = grid_request(c, 3);  // the odd part stays: 3 -> 12 -> 6 -> 48 -> 3
   std::vector<ir::RankSymmetry> quotients{ir::RankSymmetry{}};
   if (const auto sym = sched::plan_symmetry(req); sym.active()) quotients.push_back(sym);
   for (const ir::RankSymmetry& q : quotients) {
