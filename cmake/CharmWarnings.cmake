@@ -1,4 +1,6 @@
-# Warning flags and sanitizers applied to every charm target through charm_setup_target().
+# Warning flags, sanitizers and precompiled headers applied to every charm target through
+# charm_setup_target().
+include(CharmPch)
 add_library(charm_warnings INTERFACE)
 target_compile_options(charm_warnings INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wno-unused-parameter>
@@ -19,7 +21,13 @@ if(CHARM_SANITIZE)
 endif()
 add_library(charm::warnings ALIAS charm_warnings)
 
+# charm_setup_target(<target> [NO_PCH]): warnings, sanitizers, the repository's include root and,
+# unless NO_PCH (a one-file program gains nothing from its own), the precompiled headers.
 function(charm_setup_target target)
+  cmake_parse_arguments(S "NO_PCH" "" "" ${ARGN})
   target_link_libraries(${target} PRIVATE charm::warnings)
   target_include_directories(${target} PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>)
+  if(NOT S_NO_PCH)
+    charm_precompile_headers(${target})
+  endif()
 endfunction()
