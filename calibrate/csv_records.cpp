@@ -134,4 +134,36 @@ Status read_column_names(const Record& rec, const std::string& source, std::span
   return {};
 }
 
+Status read_workload_cell(WorkloadCell c, std::string_view v, ir::Workload& w, const BadCell& bad) {
+  auto count = [&](std::int64_t max, std::int64_t& out) -> Status {
+    auto n = parse_count(v, max);
+    if (!n) return bad(n.error().what);
+    out = *n;
+    return {};
+  };
+  switch (c) {
+  case WorkloadCell::Pass: {
+    auto p = ir::parse_pass(v);
+    if (!p) return bad(p.error().what);
+    w.pass = *p;
+    return {};
+  }
+  case WorkloadCell::DType: {
+    auto d = ir::parse_dtype(v);
+    if (!d) return bad(d.error().what);
+    w.dtype = *d;
+    return {};
+  }
+  case WorkloadCell::Batch:
+    return count(ir::kMaxBatch, w.batch);
+  case WorkloadCell::Heads:
+    return count(ir::kMaxHeads, w.heads);
+  case WorkloadCell::KvHeads:
+    return v.empty() ? Status{} : count(ir::kMaxHeads, w.kv_heads);
+  case WorkloadCell::HeadDim:
+    return count(ir::kMaxHeadDim, w.head_dim);
+  }
+  return {};
+}
+
 }  // namespace charm::calib

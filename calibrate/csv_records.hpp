@@ -6,12 +6,14 @@
 // and blanks around an unquoted field are trimmed. Errors name file:line:column.
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "scheduler/ir/workload.hpp"
 #include "scheduler/support/expected.hpp"
 
 namespace charm::calib {
@@ -28,6 +30,16 @@ namespace charm::calib {
 
 /// A cell holding a time in milliseconds, > 0 and finite. The error has no place.
 [[nodiscard]] Expected<double> parse_time_ms(std::string_view s);
+
+/// Makes the error of a cell from what is wrong with it (the caller knows the file, line and column).
+using BadCell = std::function<Error(const std::string&)>;
+
+/// The workload's cells that both measurement files hold.
+enum class WorkloadCell : std::uint8_t { Pass, DType, Batch, Heads, KvHeads, HeadDim };
+
+/// One workload cell into its field of `w`, within the workload's own bounds (scheduler/ir/workload.hpp),
+/// so that a row is refused here, by its column. An empty KvHeads cell leaves `w` as it is (kv heads = heads).
+[[nodiscard]] Status read_workload_cell(WorkloadCell c, std::string_view v, ir::Workload& w, const BadCell& bad);
 
 /// One record of the file: its fields (quotes removed) and the line it starts on.
 struct Record {

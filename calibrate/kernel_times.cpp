@@ -59,8 +59,7 @@ Status read_header(const Record& rec, const std::string& source, KernelTimeSet& 
 }
 
 /// One cell into `k` (kv_heads_given: the row names its kv heads).
-Status read_cell(Col c, std::string_view v, KernelTime& k, bool& kv_heads_given,
-                 const std::function<Error(const std::string&)>& bad) {
+Status read_cell(Col c, std::string_view v, KernelTime& k, bool& kv_heads_given, const BadCell& bad) {
   auto count = [&](std::int64_t max, std::int64_t& out) -> Status {
     auto n = parse_count(v, max);
     if (!n) return bad(n.error().what);
@@ -74,26 +73,21 @@ Status read_cell(Col c, std::string_view v, KernelTime& k, bool& kv_heads_given,
     k.workload.pass = *p;
     return {};
   }
-  case Col::DType: {
-    auto d = ir::parse_dtype(v);
-    if (!d) return bad(d.error().what);
-    k.workload.dtype = *d;
-    return {};
-  }
   case Col::Mask:
     if (v != "full" && v != "causal") return bad(fmt::format("must be full or causal, got '{}'", v));
     k.causal = v == "causal";
     return {};
-  case Col::Batch:
-    return count(ir::kMaxBatch, k.workload.batch);
-  case Col::Heads:
-    return count(ir::kMaxHeads, k.workload.heads);
   case Col::KvHeads:
-    if (v.empty()) return {};
-    kv_heads_given = true;
-    return count(ir::kMaxHeads, k.workload.kv_heads);
+    kv_heads_given = !v.empty();
+    return read_workload_cell(WorkloadCell::KvHeads, v, k.workload, bad);
+  case Col::DType:
+    return read_workload_cell(WorkloadCell::DType, v, k.workload, bad);
+  case Col::Batch:
+    return read_workload_cell(WorkloadCell::Batch, v, k.workload, bad);
+  case Col::Heads:
+    return read_workload_cell(WorkloadCell::Heads, v, k.workload, bad);
   case Col::HeadDim:
-    return count(ir::kMaxHeadDim, k.workload.head_dim);
+    return read_workload_cell(WorkloadCell::HeadDim, v, k.workload, bad);
   case Col::QTokens:
     return count(std::int64_t{1} << 32, k.q_tokens);
   case Col::KvTokens:

@@ -116,8 +116,6 @@ Status read_header(const Record& rec, const std::string& source, MeasurementSet&
   return {};
 }
 
-using BadCell = std::function<Error(const std::string&)>;
-
 /// A cell that names something: the algorithm, pass, dtype, layout, causal flag or metric.
 Status read_name_cell(Column c, std::string_view v, Measurement& m, const BadCell& bad) {
   switch (c) {
@@ -128,18 +126,10 @@ Status read_name_cell(Column c, std::string_view v, Measurement& m, const BadCel
     m.algo = std::string(v);
     return {};
   }
-  case Column::Pass: {
-    auto p = ir::parse_pass(v);
-    if (!p) return bad(p.error().what);
-    m.workload.pass = *p;
-    return {};
-  }
-  case Column::DType: {
-    auto d = ir::parse_dtype(v);
-    if (!d) return bad(d.error().what);
-    m.workload.dtype = *d;
-    return {};
-  }
+  case Column::Pass:
+    return read_workload_cell(WorkloadCell::Pass, v, m.workload, bad);
+  case Column::DType:
+    return read_workload_cell(WorkloadCell::DType, v, m.workload, bad);
   case Column::Layout: {
     auto l = ir::parse_layout(v);
     if (!l) return bad(l.error().what);
@@ -168,13 +158,8 @@ Status read_number_cell(Column c, std::string_view v, Measurement& m, std::strin
   };
   switch (c) {
   case Column::KvHeads:
-    if (!v.empty()) {
-      auto n = count(ir::kMaxHeads);
-      if (!n) return n.error();
-      m.workload.kv_heads = *n;
-    }
     kv_heads = std::string(v);
-    return {};
+    return read_workload_cell(WorkloadCell::KvHeads, v, m.workload, bad);
   case Column::Ranks:
   case Column::Domains:
     if (!v.empty()) {
@@ -189,20 +174,17 @@ Status read_number_cell(Column c, std::string_view v, Measurement& m, std::strin
     m.time_ms = *t;
     return {};
   }
-  default: {
-    // Batch, Seq, Heads, HeadDim: the workload's own bounds (scheduler/ir/workload.hpp), so a row is
-    // refused here, by its column.
-    auto n = count(c == Column::Batch   ? ir::kMaxBatch
-                   : c == Column::Seq   ? std::int64_t{1} << 40
-                   : c == Column::Heads ? ir::kMaxHeads
-                                        : ir::kMaxHeadDim);
+  case Column::Seq: {
+    auto n = count(std::int64_t{1} << 40);
     if (!n) return n.error();
-    (c == Column::Batch   ? m.workload.batch
-     : c == Column::Seq   ? m.workload.seq
-     : c == Column::Heads ? m.workload.heads
-                          : m.workload.head_dim) = *n;
+    m.workload.seq = *n;
     return {};
   }
+  default:  // Batch, Heads, HeadDim
+    return read_workload_cell(c == Column::Batch   ? WorkloadCell::Batch
+                              : c == Column::Heads ? WorkloadCell::Heads
+                                                   : WorkloadCell::HeadDim,
+                              v, m.workload, bad);
   }
 }
 
