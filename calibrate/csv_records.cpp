@@ -134,13 +134,15 @@ Status read_column_names(const Record& rec, const std::string& source, std::span
   return {};
 }
 
+Status read_count_cell(std::string_view v, std::int64_t max, std::int64_t& out, const BadCell& bad) {
+  auto n = parse_count(v, max);
+  if (!n) return bad(n.error().what);
+  out = *n;
+  return {};
+}
+
 Status read_workload_cell(WorkloadCell c, std::string_view v, ir::Workload& w, const BadCell& bad) {
-  auto count = [&](std::int64_t max, std::int64_t& out) -> Status {
-    auto n = parse_count(v, max);
-    if (!n) return bad(n.error().what);
-    out = *n;
-    return {};
-  };
+  auto count = [&](std::int64_t max, std::int64_t& out) { return read_count_cell(v, max, out, bad); };
   switch (c) {
   case WorkloadCell::Pass: {
     auto p = ir::parse_pass(v);

@@ -34,6 +34,9 @@ namespace charm::calib {
 /// Makes the error of a cell from what is wrong with it (the caller knows the file, line and column).
 using BadCell = std::function<Error(const std::string&)>;
 
+/// A cell holding a whole number in [1, max] (parse_count) into `out`; `bad` names the cell.
+[[nodiscard]] Status read_count_cell(std::string_view v, std::int64_t max, std::int64_t& out, const BadCell& bad);
+
 /// The workload's cells that both measurement files hold.
 enum class WorkloadCell : std::uint8_t { Pass, DType, Batch, Heads, KvHeads, HeadDim };
 

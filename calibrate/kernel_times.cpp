@@ -60,12 +60,6 @@ Status read_header(const Record& rec, const std::string& source, KernelTimeSet& 
 
 /// One cell into `k` (kv_heads_given: the row names its kv heads).
 Status read_cell(Col c, std::string_view v, KernelTime& k, bool& kv_heads_given, const BadCell& bad) {
-  auto count = [&](std::int64_t max, std::int64_t& out) -> Status {
-    auto n = parse_count(v, max);
-    if (!n) return bad(n.error().what);
-    out = *n;
-    return {};
-  };
   switch (c) {
   case Col::Pass: {
     auto p = ir::parse_pass(v);
@@ -89,9 +83,9 @@ Status read_cell(Col c, std::string_view v, KernelTime& k, bool& kv_heads_given,
   case Col::HeadDim:
     return read_workload_cell(WorkloadCell::HeadDim, v, k.workload, bad);
   case Col::QTokens:
-    return count(std::int64_t{1} << 32, k.q_tokens);
+    return read_count_cell(v, std::int64_t{1} << 32, k.q_tokens, bad);
   case Col::KvTokens:
-    return count(std::int64_t{1} << 32, k.kv_tokens);
+    return read_count_cell(v, std::int64_t{1} << 32, k.kv_tokens, bad);
   case Col::TimeMs: {
     auto t = parse_time_ms(v);
     if (!t) return bad(t.error().what);
