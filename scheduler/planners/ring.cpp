@@ -60,6 +60,16 @@ std::size_t ring_length(const std::vector<Ring>& rings) {
   return len;
 }
 
+/// A zeroed accumulator of `kind` on every rank of the rings, of the region of that rank's `like`
+/// buffer (kNone on a rank no ring holds).
+std::vector<BufferId> zeroed_on_rings(PlanBuilder& b, const std::vector<Ring>& rings, BufKind kind,
+                                      const std::vector<BufferId>& like) {
+  std::vector<BufferId> acc(std::size_t(b.ranks()), kNone);
+  for (const Ring& ring : rings)
+    for (RankId r : ring) acc[std::size_t(r)] = b.buffer(r, kind, b.region(like[std::size_t(r)]), BufInit::Zero);
+  return acc;
+}
+
 }  // namespace
 
 std::vector<Ring> one_ring(int ranks) {
@@ -72,11 +82,10 @@ std::vector<BufferId> ring_forward_over(PlanBuilder& b, const std::vector<Ring>&
                                         const std::vector<BufferId>& kv) {
   const auto N = std::size_t(b.ranks());
   const std::size_t len = ring_length(rings);
-  std::vector<BufferId> acc(N, kNone), cur = kv;
+  std::vector<BufferId> cur = kv;
   std::vector<OpId> prev_compute(N, kNone), last_compute(N, kNone);
   BufferRing kv_slots(b.ranks(), 2);
-  for (const Ring& ring : rings)
-    for (RankId r : ring) acc[std::size_t(r)] = b.buffer(r, BufKind::Out, b.region(q[std::size_t(r)]), BufInit::Zero);
+  std::vector<BufferId> acc = zeroed_on_rings(b, rings, BufKind::Out, q);
   for (std::size_t step = 0; step < len; ++step) {
     // Launch the exchange for step+1 (after the compute of step-1), then compute step.
     std::vector<BufferId> next;
@@ -99,9 +108,7 @@ RingGradients ring_backward_over(PlanBuilder& b, const std::vector<Ring>& rings,
   RingGradients g{std::vector<BufferId>(N, kNone), std::vector<BufferId>(N, kNone)};
   std::vector<BufferId> cur = kv;
   std::vector<OpId> prev_compute(N, kNone), last_compute(N, kNone);
-  for (const Ring& ring : rings)
-    for (RankId r : ring)
-      g.dq[std::size_t(r)] = b.buffer(r, BufKind::Dq, b.region(qbundle[std::size_t(r)]), BufInit::Zero);
+  g.dq = zeroed_on_rings(b, rings, BufKind::Dq, qbundle);
   auto& running = g.dkv;
   BufferRing kv_slots(b.ranks(), 2), partial_slots(b.ranks(), 1), sum_slots(b.ranks(), 2);
   for (std::size_t step = 0; step < len; ++step) {
