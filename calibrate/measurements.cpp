@@ -174,12 +174,8 @@ Status read_number_cell(Column c, std::string_view v, Measurement& m, std::strin
     m.time_ms = *t;
     return {};
   }
-  case Column::Seq: {
-    auto n = count(std::int64_t{1} << 40);
-    if (!n) return n.error();
-    m.workload.seq = *n;
-    return {};
-  }
+  case Column::Seq:
+    return read_count_cell(v, std::int64_t{1} << 40, m.workload.seq, bad);
   default:  // Batch, Heads, HeadDim
     return read_workload_cell(c == Column::Batch   ? WorkloadCell::Batch
                               : c == Column::Heads ? WorkloadCell::Heads

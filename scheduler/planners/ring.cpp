@@ -105,10 +105,9 @@ RingGradients ring_backward_over(PlanBuilder& b, const std::vector<Ring>& rings,
                                  const std::vector<BufferId>& kv) {
   const auto N = std::size_t(b.ranks());
   const std::size_t len = ring_length(rings);
-  RingGradients g{std::vector<BufferId>(N, kNone), std::vector<BufferId>(N, kNone)};
+  RingGradients g{zeroed_on_rings(b, rings, BufKind::Dq, qbundle), std::vector<BufferId>(N, kNone)};
   std::vector<BufferId> cur = kv;
   std::vector<OpId> prev_compute(N, kNone), last_compute(N, kNone);
-  g.dq = zeroed_on_rings(b, rings, BufKind::Dq, qbundle);
   auto& running = g.dkv;
   BufferRing kv_slots(b.ranks(), 2), partial_slots(b.ranks(), 1), sum_slots(b.ranks(), 2);
   for (std::size_t step = 0; step < len; ++step) {

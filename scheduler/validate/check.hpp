@@ -1,5 +1,5 @@
 #pragma once
-// What the validator's five checks share (validator.hpp lists them): the plan, the report they
+// What the validator's checks share (validator.hpp lists their rules): the plan, the report they
 // write to, what the structure check learnt about the plan's buffers, and, once the structure
 // holds, the stream index and the replay order. Each check is a class over this state, in its
 // own file: structure.cpp, streams.cpp (acyclic, matching), deadlock.cpp, lifetime.cpp,
@@ -23,11 +23,10 @@ namespace charm::sched::checks {
 using namespace charm::ir;
 
 struct State {
-  State(const Plan& p, const ValidateOptions& o) : plan(p), opt(o), n(p.size()) {}
+  State(const Plan& p, const ValidateOptions& o) : plan(p), opt(o) {}
 
   const Plan& plan;
   ValidateOptions opt;
-  std::size_t n;
   ValidationReport report;
   // The region features the plan uses (structure), so that a plain plan pays for none.
   std::int32_t kv_heads = 1;
@@ -42,10 +41,10 @@ struct State {
   std::vector<OpId> order;         // completion order under NCCL semantics (deadlock), replayed by the later checks
 };
 
-/// The base of the five checks: reporting, names, and buffer regions as the structure check resolved them.
+/// The base of the checks: reporting, names, and buffer regions as the structure check resolved them.
 class Check {
  protected:
-  explicit Check(State& s) : s_(s), p_(s.plan), n_(s.n) {}
+  explicit Check(State& s) : s_(s), p_(s.plan), n_(s.plan.size()) {}
 
   [[nodiscard]] bool full() const { return s_.report.violations.size() >= s_.opt.max_violations; }
   [[nodiscard]] bool ok() const { return s_.report.ok(); }
@@ -84,7 +83,7 @@ class Check {
 
   State& s_;
   const Plan& p_;
-  std::size_t n_;
+  std::size_t n_;  // the plan's ops
 };
 
 // The checks, in the order the validator runs them; each returns whether its rules hold.

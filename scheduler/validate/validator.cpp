@@ -1,4 +1,4 @@
-// The validator: its five checks (validator.hpp) in order, each only while the ones before it hold.
+// The validator: its checks (validator.hpp lists their rules) in order, each only while the ones before it hold.
 // The checks live in their own files over one shared state (check.hpp).
 #include "scheduler/validate/validator.hpp"
 
@@ -15,7 +15,7 @@ namespace {
 /// The plan's size figures of the report.
 void count(checks::State& s) {
   ValidationReport& r = s.report;
-  r.ops = s.n;
+  r.ops = s.plan.size();
   for (const Op& o : s.plan.ops()) {
     if (o.kind == OpKind::Compute) {
       ++r.computes;
