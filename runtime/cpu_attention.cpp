@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <vector>
 
@@ -27,6 +28,20 @@ Scratch& scratch() {
 }
 void grow(std::vector<float>& v, std::int64_t n) {
   if (static_cast<std::int64_t>(v.size()) < n) v.resize(static_cast<std::size_t>(n));
+}
+/// Grows each of `block` to a block of keys (dim x tk), each of `scores` to a tile of scores
+/// (kTile x tk) and each of `tile` to a query tile (kTile x dim).
+void grow_all(std::initializer_list<std::vector<float>*> block, std::initializer_list<std::vector<float>*> scores,
+              std::initializer_list<std::vector<float>*> tile, std::int64_t dim, std::int64_t tk) {
+  for (auto* v : block) grow(*v, dim * tk);
+  for (auto* v : scores) grow(*v, kTile * tk);
+  for (auto* v : tile) grow(*v, kTile * dim);
+}
+/// How far into the key block the rows [i0, i0 + rows) of a query tile see: the longest visible prefix.
+std::int64_t tile_reach(const Scratch& sc, std::int64_t i0, std::int64_t rows) {
+  std::int64_t reach = 0;
+  for (std::int64_t r = 0; r < rows; ++r) reach = std::max(reach, sc.vis[std::size_t(i0 + r)]);
+  return reach;
 }
 
 /// The keys each query row sees, [first, vis) of the block (positions ascending): a prefix, unless
@@ -153,11 +168,7 @@ void attention_fwd_block(const AttnShape& a, const float* q, Positions qpos, con
   const auto tq = static_cast<std::int64_t>(qpos.size()), tk = static_cast<std::int64_t>(kpos.size());
   auto& sc = scratch();
   visible_counts(a, qpos, kpos, sc.vis, sc.first);
-  grow(sc.kt, D * tk);
-  grow(sc.vp, D * tk);
-  grow(sc.s, kTile * tk);
-  grow(sc.qt, kTile * D);
-  grow(sc.ot, kTile * D);
+  grow_all({&sc.kt, &sc.vp}, {&sc.s}, {&sc.qt, &sc.ot}, D, tk);
   for (std::int64_t b = 0; b < a.batch; ++b) {
     for (std::int64_t hk = 0; hk < Hkv; ++hk) {
       pack_kv(k, b, tk, Hkv, hk, D, nullptr, sc.kt.data());
@@ -165,8 +176,7 @@ void attention_fwd_block(const AttnShape& a, const float* q, Positions qpos, con
       for (std::int64_t h = hk * group; h < (hk + 1) * group; ++h) {
         for (std::int64_t i0 = 0; i0 < tq; i0 += kTile) {
           const std::int64_t rows = std::min<std::int64_t>(kTile, tq - i0);
-          std::int64_t nmax = 0;
-          for (std::int64_t r = 0; r < rows; ++r) nmax = std::max(nmax, sc.vis[std::size_t(i0 + r)]);
+          const std::int64_t nmax = tile_reach(sc, i0, rows);
           load_rows(q, b, i0, rows, tq, H, h, D, sc.qt.data());
           scores_tile(sc.qt.data(), sc.kt.data(), tk, nmax, D, sc.s.data());
           // Softmax per row: p = exp(scale*s - m), zero past the row's visible prefix.
@@ -265,16 +275,7 @@ void attention_bwd_block(const AttnShape& a, const float* q, const float* dout, 
   const auto tq = static_cast<std::int64_t>(qpos.size()), tk = static_cast<std::int64_t>(kpos.size());
   auto& sc = scratch();
   visible_counts(a, qpos, kpos, sc.vis, sc.first);
-  grow(sc.kt, D * tk);
-  grow(sc.kp, D * tk);
-  grow(sc.vt, D * tk);
-  grow(sc.s, kTile * tk);
-  grow(sc.dp, kTile * tk);
-  grow(sc.qt, kTile * D);
-  grow(sc.dot, kTile * D);
-  grow(sc.dqt, kTile * D);
-  grow(sc.dkl, D * tk);
-  grow(sc.dvl, D * tk);
+  grow_all({&sc.kt, &sc.kp, &sc.vt, &sc.dkl, &sc.dvl}, {&sc.s, &sc.dp}, {&sc.qt, &sc.dot, &sc.dqt}, D, tk);
   for (std::int64_t b = 0; b < a.batch; ++b) {
     for (std::int64_t hk = 0; hk < Hkv; ++hk) {
       pack_kv(k, b, tk, Hkv, hk, D, sc.kp.data(), sc.kt.data());
@@ -285,8 +286,7 @@ void attention_bwd_block(const AttnShape& a, const float* q, const float* dout, 
       for (std::int64_t h = hk * group; h < (hk + 1) * group; ++h) {
         for (std::int64_t i0 = 0; i0 < tq; i0 += kTile) {
           const std::int64_t rows = std::min<std::int64_t>(kTile, tq - i0);
-          std::int64_t nmax = 0;
-          for (std::int64_t r = 0; r < rows; ++r) nmax = std::max(nmax, sc.vis[std::size_t(i0 + r)]);
+          const std::int64_t nmax = tile_reach(sc, i0, rows);
           if (nmax == 0) continue;
           kmax = std::max(kmax, nmax);
           load_rows(q, b, i0, rows, tq, H, h, D, sc.qt.data());

@@ -68,10 +68,26 @@ OpId compute(Plan& p, int rank, Flops flops, std::vector<OpId> deps = {}) {
   return p.add_op(o, deps);
 }
 
+/// A transfer of `bytes` from `from` to `to` on stream s: its send, then its receive.
+void transfer(Plan& p, int from, int to, Bytes bytes, Stream s = Stream::Kv) {
+  send(p, from, to, bytes, s);
+  recv(p, to, from, bytes, s);
+}
+
 ComputeModel tflops1() {
   ComputeModel m;
   m.peak_flops = 1e12;
   return m;
+}
+
+/// The makespan of p on t at 1 TFLOP/s (NaN, with a failure, where the simulation fails).
+double makespan(const Plan& p, const charm::topo::Topology& t) {
+  auto r = simulate(p, t, tflops1());
+  if (!r) {
+    ADD_FAILURE() << r.error().message();
+    return std::nan("");
+  }
+  return r->makespan_s;
 }
 
 TEST(SimEngine, OneFlow) {
@@ -79,8 +95,7 @@ TEST(SimEngine, OneFlow) {
   // plus 4 us of latency on gpu0's link: 0.100004 s.
   auto t = topo_of(star("shared", 4));
   Plan p = empty_plan(2);
-  send(p, 0, 1, 1'000'000'000);
-  recv(p, 1, 0, 1'000'000'000);
+  transfer(p, 0, 1, 1'000'000'000);
   auto r = simulate(p, t, tflops1());
   ASSERT_TRUE(r.ok()) << r.error().message();
   EXPECT_NEAR(r->makespan_s, 0.100004, kTol);
@@ -98,11 +113,8 @@ TEST(SimEngine, EveryMessagePaysTheStacksMessageCost) {
   // OneFlow's 0.1 s of bytes and no latency, plus message_us 30: 0.10003 s.
   auto t = topo_of(star_with_stack(R"({"preset": "none", "message_us": 30})"));
   Plan p = empty_plan(2);
-  send(p, 0, 1, 1'000'000'000);
-  recv(p, 1, 0, 1'000'000'000);
-  auto r = simulate(p, t, tflops1());
-  ASSERT_TRUE(r.ok()) << r.error().message();
-  EXPECT_NEAR(r->makespan_s, 0.10003, kTol);
+  transfer(p, 0, 1, 1'000'000'000);
+  EXPECT_NEAR(makespan(p, t), 0.10003, kTol);
 }
 
 TEST(SimEngine, TheHostThreadIssuesEveryOpInProgramOrder) {
@@ -185,10 +197,8 @@ TEST(SimEngine, TwoFlowsOnASharedLinkTakeTwiceAsLong) {
   // cross gpu0->sw (shared, 10 GB/s): 5 GB/s each, 1e9 / 5e9 = 0.2 s.
   auto t = topo_of(star("shared"));
   Plan p = empty_plan(3);
-  send(p, 0, 1, 1'000'000'000, Stream::Kv);
-  send(p, 0, 2, 1'000'000'000, Stream::Q);
-  recv(p, 1, 0, 1'000'000'000, Stream::Kv);
-  recv(p, 2, 0, 1'000'000'000, Stream::Q);
+  transfer(p, 0, 1, 1'000'000'000, Stream::Kv);
+  transfer(p, 0, 2, 1'000'000'000, Stream::Q);
   auto r = simulate(p, t, tflops1());
   ASSERT_TRUE(r.ok()) << r.error().message();
   EXPECT_NEAR(r->makespan_s, 0.2, kTol);
@@ -215,10 +225,8 @@ TEST(SimEngine, TwoFlowsOnDedicatedLinksDoNotSlowEachOther) {
   // The same two flows on dedicated links: each gets 10 GB/s, 0.1 s.
   auto t = topo_of(star("dedicated"));
   Plan p = empty_plan(3);
-  send(p, 0, 1, 1'000'000'000, Stream::Kv);
-  send(p, 0, 2, 1'000'000'000, Stream::Q);
-  recv(p, 1, 0, 1'000'000'000, Stream::Kv);
-  recv(p, 2, 0, 1'000'000'000, Stream::Q);
+  transfer(p, 0, 1, 1'000'000'000, Stream::Kv);
+  transfer(p, 0, 2, 1'000'000'000, Stream::Q);
   auto r = simulate(p, t, tflops1());
   ASSERT_TRUE(r.ok());
   EXPECT_NEAR(r->makespan_s, 0.1, kTol);
@@ -239,11 +247,8 @@ TEST(SimEngine, PerFlowCapLimitsALoneFlow) {
   // One 1 GB flow on 10 GB/s links that a lone flow drives at 4 GB/s: 1e9 / 4e9 = 0.25 s.
   auto t = topo_of(capped_star("shared", 4));
   Plan p = empty_plan(2);
-  send(p, 0, 1, 1'000'000'000);
-  recv(p, 1, 0, 1'000'000'000);
-  auto r = simulate(p, t, tflops1());
-  ASSERT_TRUE(r.ok()) << r.error().message();
-  EXPECT_NEAR(r->makespan_s, 0.25, kTol);
+  transfer(p, 0, 1, 1'000'000'000);
+  EXPECT_NEAR(makespan(p, t), 0.25, kTol);
 }
 
 TEST(SimEngine, PerFlowCapLeavesRoomForConcurrentFlows) {
@@ -254,13 +259,9 @@ TEST(SimEngine, PerFlowCapLeavesRoomForConcurrentFlows) {
   for (auto [cap, want] : {std::pair{4.0, 0.25}, std::pair{6.0, 0.2}}) {
     auto t = topo_of(capped_star("shared", cap));
     Plan p = empty_plan(3);
-    send(p, 0, 1, 1'000'000'000, Stream::Kv);
-    send(p, 0, 2, 1'000'000'000, Stream::Q);
-    recv(p, 1, 0, 1'000'000'000, Stream::Kv);
-    recv(p, 2, 0, 1'000'000'000, Stream::Q);
-    auto r = simulate(p, t, tflops1());
-    ASSERT_TRUE(r.ok()) << r.error().message();
-    EXPECT_NEAR(r->makespan_s, want, kTol) << "cap " << cap;
+    transfer(p, 0, 1, 1'000'000'000, Stream::Kv);
+    transfer(p, 0, 2, 1'000'000'000, Stream::Q);
+    EXPECT_NEAR(makespan(p, t), want, kTol) << "cap " << cap;
   }
 }
 
@@ -269,13 +270,9 @@ TEST(SimEngine, PerFlowCapOnADedicatedLink) {
   // 1 GB from gpu0 at 4 GB/s each, 0.25 s (not 0.1 s as uncapped).
   auto t = topo_of(capped_star("dedicated", 4));
   Plan p = empty_plan(3);
-  send(p, 0, 1, 1'000'000'000, Stream::Kv);
-  send(p, 0, 2, 1'000'000'000, Stream::Q);
-  recv(p, 1, 0, 1'000'000'000, Stream::Kv);
-  recv(p, 2, 0, 1'000'000'000, Stream::Q);
-  auto r = simulate(p, t, tflops1());
-  ASSERT_TRUE(r.ok()) << r.error().message();
-  EXPECT_NEAR(r->makespan_s, 0.25, kTol);
+  transfer(p, 0, 1, 1'000'000'000, Stream::Kv);
+  transfer(p, 0, 2, 1'000'000'000, Stream::Q);
+  EXPECT_NEAR(makespan(p, t), 0.25, kTol);
 }
 
 TEST(SimEngine, InjectionLimitIsSharedByAGpusFlows) {
@@ -289,30 +286,20 @@ TEST(SimEngine, InjectionLimitIsSharedByAGpusFlows) {
   auto t = topo_of(std::string(R"({"stack": "none", "gpu": {"tflops": 1}, "gpus": 3, "switches": ["sw"], "links": [)") +
                    links + "]}");
   Plan two = empty_plan(3);
-  send(two, 0, 1, 1'000'000'000, Stream::Kv);
-  send(two, 0, 2, 1'000'000'000, Stream::Q);
-  recv(two, 1, 0, 1'000'000'000, Stream::Kv);
-  recv(two, 2, 0, 1'000'000'000, Stream::Q);
-  auto r = simulate(two, t, tflops1());
-  ASSERT_TRUE(r.ok()) << r.error().message();
-  EXPECT_NEAR(r->makespan_s, 1.0 / 3.0, kTol);
+  transfer(two, 0, 1, 1'000'000'000, Stream::Kv);
+  transfer(two, 0, 2, 1'000'000'000, Stream::Q);
+  EXPECT_NEAR(makespan(two, t), 1.0 / 3.0, kTol);
   Plan one = empty_plan(2);
-  send(one, 0, 1, 1'000'000'000);
-  recv(one, 1, 0, 1'000'000'000);
-  auto r1 = simulate(one, t, tflops1());
-  ASSERT_TRUE(r1.ok()) << r1.error().message();
-  EXPECT_NEAR(r1->makespan_s, 1.0 / 6.0, kTol);
+  transfer(one, 0, 1, 1'000'000'000);
+  EXPECT_NEAR(makespan(one, t), 1.0 / 6.0, kTol);
 }
 
 TEST(SimEngine, PerFlowCapAboveTheLinkLeavesTheLinkRate) {
   // A cap of 12 GB/s on 10 GB/s links: the link binds, 1e9 / 1e10 = 0.1 s.
   auto t = topo_of(capped_star("shared", 12));
   Plan p = empty_plan(2);
-  send(p, 0, 1, 1'000'000'000);
-  recv(p, 1, 0, 1'000'000'000);
-  auto r = simulate(p, t, tflops1());
-  ASSERT_TRUE(r.ok()) << r.error().message();
-  EXPECT_NEAR(r->makespan_s, 0.1, kTol);
+  transfer(p, 0, 1, 1'000'000'000);
+  EXPECT_NEAR(makespan(p, t), 0.1, kTol);
 }
 
 TEST(SimEngine, RouteOverTwoHopsTakesTheNarrowestLinkAndBothLatencies) {
@@ -323,8 +310,7 @@ TEST(SimEngine, RouteOverTwoHopsTakesTheNarrowestLinkAndBothLatencies) {
       {"a": "swA", "b": "gpu1", "bandwidth_gbps": 8, "latency_us": 2, "sharing": "shared"}]})");
   ASSERT_EQ(t.route(0, 1).size(), 2u);
   Plan p = empty_plan(2);
-  send(p, 0, 1, 800'000'000);
-  recv(p, 1, 0, 800'000'000);
+  transfer(p, 0, 1, 800'000'000);
   auto r = simulate(p, t, tflops1());
   ASSERT_TRUE(r.ok());
   EXPECT_NEAR(r->makespan_s, 0.100003, kTol);
@@ -367,9 +353,7 @@ TEST(SimEngine, TwoGpusOfOneNicShareItsPort) {
     send(p, other, 4 + other, 1'000'000'000, Stream::Kv);
     recv(p, 4, 0, 1'000'000'000, Stream::Kv);
     recv(p, 4 + other, other, 1'000'000'000, Stream::Kv);
-    auto r = simulate(p, t, tflops1());
-    ASSERT_TRUE(r.ok()) << r.error().message();
-    EXPECT_NEAR(r->makespan_s, expect, kTol) << "gpu0 and gpu" << other;
+    EXPECT_NEAR(makespan(p, t), expect, kTol) << "gpu0 and gpu" << other;
   }
 }
 
@@ -377,11 +361,8 @@ TEST(SimEngine, ThePcieHopToTheNicCanBeTheNarrowest) {
   // PCIe at 20 GB/s below the 50 GB/s port: a lone 1 GB flow takes 1e9 / 20e9 = 0.05 s.
   auto t = topo_of(shared_nics(20));
   Plan p = empty_plan(8);
-  send(p, 0, 4, 1'000'000'000);
-  recv(p, 4, 0, 1'000'000'000);
-  auto r = simulate(p, t, tflops1());
-  ASSERT_TRUE(r.ok()) << r.error().message();
-  EXPECT_NEAR(r->makespan_s, 0.05, kTol);
+  transfer(p, 0, 4, 1'000'000'000);
+  EXPECT_NEAR(makespan(p, t), 0.05, kTol);
 }
 
 TEST(SimEngine, RendezvousWaitsForTheLaterSide) {
@@ -441,8 +422,7 @@ TEST(SimEngine, DeadlockIsReportedNotHung) {
   auto t = topo_of(star("shared"));
   Plan p = empty_plan(2);
   recv(p, 0, 1, 100);
-  send(p, 0, 1, 100);
-  recv(p, 1, 0, 100);
+  transfer(p, 0, 1, 100);
   send(p, 1, 0, 100);
   auto r = simulate(p, t, tflops1());
   ASSERT_FALSE(r.ok());
@@ -479,10 +459,8 @@ TEST(SimEngine, SeveralSimulationsInOneProcess) {
   // No global state: two engines with different topologies interleave freely.
   auto t1 = topo_of(star("shared")), t2 = topo_of(star("dedicated"));
   Plan p = empty_plan(3);
-  send(p, 0, 1, 1'000'000'000, Stream::Kv);
-  send(p, 0, 2, 1'000'000'000, Stream::Q);
-  recv(p, 1, 0, 1'000'000'000, Stream::Kv);
-  recv(p, 2, 0, 1'000'000'000, Stream::Q);
+  transfer(p, 0, 1, 1'000'000'000, Stream::Kv);
+  transfer(p, 0, 2, 1'000'000'000, Stream::Q);
   auto a = simulate(p, t1, tflops1());
   auto b = simulate(p, t2, tflops1());
   ASSERT_TRUE(a.ok() && b.ok());

@@ -58,37 +58,35 @@ unsigned grid_for(std::int64_t n, std::int64_t per_block) {
 __device__ __forceinline__ std::int64_t global_index() { return std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; }
 __device__ __forceinline__ std::int64_t grid_stride() { return std::int64_t(gridDim.x) * blockDim.x; }
 
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+struct MaxOp {
+  static constexpr float kIdentity = kNegInf;
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct SumOp {
+  static constexpr float kIdentity = 0.0f;
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+template <class Op>
+__device__ __forceinline__ float warp_reduce(float v, Op op) {
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-/// Reductions over a block of kThreads; every thread gets the result.
-__device__ float block_max(float v) {
+/// A reduction over a block of kThreads; every thread gets the result.
+template <class Op>
+__device__ float block_reduce(float v, Op op) {
   __shared__ float sh[kWarpsPerBlock];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  v = warp_max(v);
+  v = warp_reduce(v, op);
   if (lane == 0) sh[warp] = v;
   __syncthreads();
-  v = lane < kWarpsPerBlock ? sh[lane] : kNegInf;
-  v = warp_max(v);
+  v = lane < kWarpsPerBlock ? sh[lane] : Op::kIdentity;
+  v = warp_reduce(v, op);
   __syncthreads();  // sh may be reused by the next call
   return v;
 }
-__device__ float block_sum(float v) {
-  __shared__ float sh[kWarpsPerBlock];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  v = warp_sum(v);
-  if (lane == 0) sh[warp] = v;
-  __syncthreads();
-  v = lane < kWarpsPerBlock ? sh[lane] : 0.0f;
-  v = warp_sum(v);
-  __syncthreads();
-  return v;
-}
+__device__ __forceinline__ float warp_sum(float v) { return warp_reduce(v, SumOp{}); }
+__device__ float block_max(float v) { return block_reduce(v, MaxOp{}); }
+__device__ float block_sum(float v) { return block_reduce(v, SumOp{}); }
 
 template <class T>
 __global__ void convert_from_f32_kernel(const float* __restrict__ src, T* __restrict__ dst, std::int64_t n) {

@@ -402,23 +402,17 @@ Status PlanRunner::local_transfer(OpId id, ir::BufferId sb, ir::BufferId rb, cud
   return {};
 }
 
-Status PlanRunner::to_wire(ir::BufferId b, cudaStream_t s) {
+Status PlanRunner::convert_wire(ir::BufferId b, bool to_wire, cudaStream_t s) {
   const DeviceBuffer& d = dev_[b];
   const std::int64_t nq = d.layout.sections[0].elems, nl = d.layout.sections[1].elems;
+  const auto dtype = plan_.workload.dtype;
   for (ir::RankId x = d.region.owner_begin; x < d.region.owner_end; ++x) {
-    CHARM_TRY(convert_from_f32(plan_.workload.dtype, f32(b, x, 0), wire_section(b, x, 0), nq, s));
-    CHARM_CUDA_TRY(cudaMemcpyAsync(wire_section(b, x, 1), f32(b, x, 1), std::size_t(nl) * sizeof(float),
-                                   cudaMemcpyDeviceToDevice, s));
-  }
-  return {};
-}
-
-Status PlanRunner::from_wire(ir::BufferId b, cudaStream_t s) {
-  const DeviceBuffer& d = dev_[b];
-  const std::int64_t nq = d.layout.sections[0].elems, nl = d.layout.sections[1].elems;
-  for (ir::RankId x = d.region.owner_begin; x < d.region.owner_end; ++x) {
-    CHARM_TRY(convert_to_f32(plan_.workload.dtype, wire_section(b, x, 0), f32(b, x, 0), nq, s));
-    CHARM_CUDA_TRY(cudaMemcpyAsync(f32(b, x, 1), wire_section(b, x, 1), std::size_t(nl) * sizeof(float),
+    char *wire_lse = wire_section(b, x, 1), *lse = section(b, x, 1);
+    if (to_wire)
+      CHARM_TRY(convert_from_f32(dtype, f32(b, x, 0), wire_section(b, x, 0), nq, s));
+    else
+      CHARM_TRY(convert_to_f32(dtype, wire_section(b, x, 0), f32(b, x, 0), nq, s));
+    CHARM_CUDA_TRY(cudaMemcpyAsync(to_wire ? wire_lse : lse, to_wire ? lse : wire_lse, std::size_t(nl) * sizeof(float),
                                    cudaMemcpyDeviceToDevice, s));
   }
   return {};
@@ -433,7 +427,7 @@ Status PlanRunner::stage_group(std::span<const OpId> group, bool before, cudaStr
     const ir::BufferId b = send ? std::get<ir::SendArgs>(*a).src : std::get<ir::RecvArgs>(*a).dst;
     CHARM_TRY(local_buffers(id, {b}));
     if (!dev_[b].staged) continue;
-    CHARM_TRY(send ? to_wire(b, s) : from_wire(b, s));
+    CHARM_TRY(convert_wire(b, /*to_wire=*/send, s));
   }
   return {};
 }

@@ -128,8 +128,7 @@ class PlanRunner {
     return static_cast<void*>(section(b, x, sec));
   }
   /// Partial O to and from the wire form, owner block by owner block (Out in a half dtype).
-  [[nodiscard]] Status to_wire(ir::BufferId b, cudaStream_t s);
-  [[nodiscard]] Status from_wire(ir::BufferId b, cudaStream_t s);
+  [[nodiscard]] Status convert_wire(ir::BufferId b, bool to_wire, cudaStream_t s);
   /// Local mode: receive `rb` from `sb` (same kind and region) on stream s.
   [[nodiscard]] Status local_transfer(ir::OpId id, ir::BufferId sb, ir::BufferId rb, cudaStream_t s);
   /// NCCL mode: the wire conversions before (sends) or after (receives) a group.

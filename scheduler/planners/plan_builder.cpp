@@ -423,28 +423,23 @@ std::pair<PlanBuilder::Transfer, PlanBuilder::Transfer> PlanBuilder::exchange(St
 }
 
 OpId PlanBuilder::merge(Stream stream, BufferId partial, BufferId acc, std::span<const OpId> extra) {
-  if (partial < 0) return kNone;
-  const Buffer& p = plan_.buffer(partial);
-  Op op;
-  op.rank = p.rank;
-  op.stream = stream;
-  op.kind = OpKind::Merge;
-  op.buf[0] = partial;
-  op.buf[1] = acc;
-  op.bytes = 3 * p.bytes;  // read both, write one
-  return emit(op, {partial, acc}, {acc}, extra);
+  return fold_into(OpKind::Merge, stream, partial, acc, extra);
 }
 
 OpId PlanBuilder::accumulate(Stream stream, BufferId partial, BufferId acc, std::span<const OpId> extra) {
+  return fold_into(OpKind::Accumulate, stream, partial, acc, extra);
+}
+
+OpId PlanBuilder::fold_into(OpKind kind, Stream stream, BufferId partial, BufferId acc, std::span<const OpId> extra) {
   if (partial < 0) return kNone;
   const Buffer& p = plan_.buffer(partial);
   Op op;
   op.rank = p.rank;
   op.stream = stream;
-  op.kind = OpKind::Accumulate;
+  op.kind = kind;
   op.buf[0] = partial;
   op.buf[1] = acc;
-  op.bytes = 3 * p.bytes;
+  op.bytes = 3 * p.bytes;  // read both, write one
   return emit(op, {partial, acc}, {acc}, extra);
 }
 

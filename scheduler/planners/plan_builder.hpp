@@ -223,6 +223,8 @@ class PlanBuilder {
     std::int32_t next;
   };
   void add_reader(Access& a, OpId id);
+  /// A merge or accumulate of `partial` into `acc`: reads both, writes acc.
+  OpId fold_into(ir::OpKind kind, ir::Stream stream, BufferId partial, BufferId acc, std::span<const OpId> extra);
   void clear_readers(Access& a);
   int& next_tag(ir::Stream stream, RankId src, RankId dst);
   /// The fields a forward or backward block computation shares.

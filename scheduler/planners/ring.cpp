@@ -70,6 +70,31 @@ std::vector<BufferId> zeroed_on_rings(PlanBuilder& b, const std::vector<Ring>& r
   return acc;
 }
 
+/// The steps of the rings: each step launches the KV exchange for the next step (after the
+/// computes of the step before, whose slots it overwrites), then calls `compute(rank, kv held)` for
+/// every member, which returns its compute op (kNone: nothing computed), then `end_of_step()`.
+template <class Compute, class EndOfStep>
+void walk_rings(PlanBuilder& b, const std::vector<Ring>& rings, const std::vector<BufferId>& kv, Compute compute,
+                EndOfStep end_of_step) {
+  const auto N = std::size_t(b.ranks());
+  const std::size_t len = ring_length(rings);
+  std::vector<BufferId> cur = kv;
+  std::vector<OpId> prev_compute(N, kNone), last_compute(N, kNone);
+  BufferRing kv_slots(b.ranks(), 2);
+  for (std::size_t step = 0; step < len; ++step) {
+    std::vector<BufferId> next;
+    if (step + 1 < len) next = ring_shift(b, Stream::Kv, rings, cur, prev_compute, kv_slots);
+    for (const Ring& ring : rings)
+      for (RankId r : ring) {
+        const auto i = std::size_t(r);
+        if (const OpId c = compute(i, cur[i]); c != kNone) last_compute[i] = c;
+      }
+    prev_compute = last_compute;
+    end_of_step();
+    if (step + 1 < len) cur = std::move(next);
+  }
+}
+
 }  // namespace
 
 std::vector<Ring> one_ring(int ranks) {
@@ -80,56 +105,40 @@ std::vector<Ring> one_ring(int ranks) {
 
 std::vector<BufferId> ring_forward_over(PlanBuilder& b, const std::vector<Ring>& rings, const std::vector<BufferId>& q,
                                         const std::vector<BufferId>& kv) {
-  const auto N = std::size_t(b.ranks());
-  const std::size_t len = ring_length(rings);
-  std::vector<BufferId> cur = kv;
-  std::vector<OpId> prev_compute(N, kNone), last_compute(N, kNone);
-  BufferRing kv_slots(b.ranks(), 2);
   std::vector<BufferId> acc = zeroed_on_rings(b, rings, BufKind::Out, q);
-  for (std::size_t step = 0; step < len; ++step) {
-    // Launch the exchange for step+1 (after the compute of step-1), then compute step.
-    std::vector<BufferId> next;
-    if (step + 1 < len) next = ring_shift(b, Stream::Kv, rings, cur, prev_compute, kv_slots);
-    for (const Ring& ring : rings)
-      for (RankId r : ring) {
-        const auto i = std::size_t(r);
-        if (b.any_visible(q[i], cur[i])) last_compute[i] = b.compute_fwd(q[i], cur[i], acc[i]);
-      }
-    prev_compute = last_compute;
-    if (step + 1 < len) cur = std::move(next);
-  }
+  walk_rings(
+      b, rings, kv,
+      [&](std::size_t i, BufferId held) {
+        return b.any_visible(q[i], held) ? b.compute_fwd(q[i], held, acc[i]) : kNone;
+      },
+      [] {});
   return acc;
 }
 
 RingGradients ring_backward_over(PlanBuilder& b, const std::vector<Ring>& rings, const std::vector<BufferId>& qbundle,
                                  const std::vector<BufferId>& kv) {
-  const auto N = std::size_t(b.ranks());
-  const std::size_t len = ring_length(rings);
-  RingGradients g{zeroed_on_rings(b, rings, BufKind::Dq, qbundle), std::vector<BufferId>(N, kNone)};
-  std::vector<BufferId> cur = kv;
-  std::vector<OpId> prev_compute(N, kNone), last_compute(N, kNone);
+  RingGradients g{zeroed_on_rings(b, rings, BufKind::Dq, qbundle),
+                  std::vector<BufferId>(std::size_t(b.ranks()), kNone)};
   auto& running = g.dkv;
-  BufferRing kv_slots(b.ranks(), 2), partial_slots(b.ranks(), 1), sum_slots(b.ranks(), 2);
-  for (std::size_t step = 0; step < len; ++step) {
-    std::vector<BufferId> next;
-    if (step + 1 < len) next = ring_shift(b, Stream::Kv, rings, cur, prev_compute, kv_slots);
-    // Each block's dK/dV go into a fresh partial, so the compute never waits
-    // for the running sum in flight; the sum picks the partial up on arrival.
-    for (const Ring& ring : rings)
-      for (RankId r : ring) {
-        const auto i = std::size_t(r);
-        const BufferId part = b.buffer(partial_slots, r, BufKind::Dkv, b.region(cur[i]), BufInit::Zero);
-        if (b.any_visible(qbundle[i], cur[i])) last_compute[i] = b.compute_bwd(qbundle[i], cur[i], g.dq[i], part);
+  BufferRing partial_slots(b.ranks(), 1), sum_slots(b.ranks(), 2);
+  walk_rings(
+      b, rings, kv,
+      // Each block's dK/dV go into a fresh partial, so the compute never waits
+      // for the running sum in flight; the sum picks the partial up on arrival.
+      [&](std::size_t i, BufferId held) {
+        const auto r = RankId(i);
+        const BufferId part = b.buffer(partial_slots, r, BufKind::Dkv, b.region(held), BufInit::Zero);
+        const OpId c = b.any_visible(qbundle[i], held) ? b.compute_bwd(qbundle[i], held, g.dq[i], part) : kNone;
         if (running[i] == kNone)
           running[i] = part;
         else
           b.accumulate(Stream::Dkv, part, running[i]);
-      }
-    prev_compute = last_compute;
-    // The running dK/dV sum moves one step behind its KV; after the last step it reaches its owner.
-    if (len > 1) running = ring_shift(b, Stream::Dkv, rings, running, {}, sum_slots);
-    if (step + 1 < len) cur = std::move(next);
-  }
+        return c;
+      },
+      // The running dK/dV sum moves one step behind its KV; after the last step it reaches its owner.
+      [&] {
+        if (ring_length(rings) > 1) running = ring_shift(b, Stream::Dkv, rings, running, {}, sum_slots);
+      });
   return g;
 }
 

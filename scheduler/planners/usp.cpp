@@ -46,6 +46,12 @@ struct Groups {
     const int i = member(r);
     return {first(r), first(r) + u, i * slice, (i + 1) * slice, 0, b.parts()};
   }
+  /// Every rank with each member of its group (itself included), in the order the all-to-alls issue them.
+  template <class Fn>
+  void each_pair(int ranks, Fn fn) const {
+    for (RankId r = 0; r < ranks; ++r)
+      for (int j = 0; j < u; ++j) fn(r, first(r) + j);
+  }
 };
 
 Groups groups_of(const PlanBuilder& b, int domains) {
@@ -69,28 +75,24 @@ std::vector<BufferId> gather_heads(PlanBuilder& b, const Groups& g, const std::v
   }
   // Slices first (own slice straight into place), then the exchange as one group per rank.
   std::vector<std::vector<BufferId>> slice(N, std::vector<BufferId>(std::size_t(g.u), kNone));
-  for (int r = 0; r < n; ++r) {
+  g.each_pair(n, [&](RankId r, RankId dst) {
     const BufferId src = whole[std::size_t(r)];
-    for (int j = 0; j < g.u; ++j) {
-      const RankId dst = g.first(r) + j;
-      if (dst == r) {
-        b.copy(stream, src, b.view(gathered[std::size_t(r)], r));
-        continue;
-      }
-      Region part = g.heads_of(dst, b);
-      part.owner_begin = r;
-      part.owner_end = r + 1;
-      slice[std::size_t(r)][std::size_t(j)] = b.buffer(r, b.buf(src).kind, part, BufInit::None);
-      b.copy(stream, src, slice[std::size_t(r)][std::size_t(j)]);
+    if (dst == r) {
+      b.copy(stream, src, b.view(gathered[std::size_t(r)], r));
+      return;
     }
-  }
-  for (int r = 0; r < n; ++r)
-    for (int j = 0; j < g.u; ++j) {
-      const RankId dst = g.first(r) + j;
-      if (dst == r) continue;
-      b.transfer(stream, slice[std::size_t(r)][std::size_t(j)], dst, group[std::size_t(r)], group[std::size_t(dst)], {},
-                 {}, b.view(gathered[std::size_t(dst)], r));
-    }
+    Region part = g.heads_of(dst, b);
+    part.owner_begin = r;
+    part.owner_end = r + 1;
+    BufferId& out = slice[std::size_t(r)][std::size_t(g.member(dst))];
+    out = b.buffer(r, b.buf(src).kind, part, BufInit::None);
+    b.copy(stream, src, out);
+  });
+  g.each_pair(n, [&](RankId r, RankId dst) {
+    if (dst == r) return;
+    b.transfer(stream, slice[std::size_t(r)][std::size_t(g.member(dst))], dst, group[std::size_t(r)],
+               group[std::size_t(dst)], {}, {}, b.view(gathered[std::size_t(dst)], r));
+  });
   return gathered;
 }
 
@@ -104,17 +106,11 @@ std::vector<BufferId> scatter_heads(PlanBuilder& b, const Groups& g, const std::
   for (auto& x : group) x = b.new_group();
   // received[r][i]: owner r's rows of member i's slice, on rank r.
   std::vector<std::vector<BufferId>> received(N, std::vector<BufferId>(std::size_t(g.u), kNone));
-  for (int r = 0; r < n; ++r)
-    for (int j = 0; j < g.u; ++j) {
-      const RankId dst = g.first(r) + j;
-      const BufferId rows = b.view(sliced[std::size_t(r)], dst);
-      if (dst == r) {
-        received[std::size_t(r)][std::size_t(g.member(r))] = rows;
-        continue;
-      }
-      auto t = b.transfer(stream, rows, dst, group[std::size_t(r)], group[std::size_t(dst)]);
-      received[std::size_t(dst)][std::size_t(g.member(r))] = t.dst;
-    }
+  g.each_pair(n, [&](RankId r, RankId dst) {
+    const BufferId rows = b.view(sliced[std::size_t(r)], dst);
+    received[std::size_t(dst)][std::size_t(g.member(r))] =
+        dst == r ? rows : b.transfer(stream, rows, dst, group[std::size_t(r)], group[std::size_t(dst)]).dst;
+  });
   std::vector<BufferId> whole(N);
   for (int r = 0; r < n; ++r) {
     whole[std::size_t(r)] = b.buffer(r, b.buf(sliced[std::size_t(r)]).kind, r, BufInit::None);
