@@ -5,6 +5,8 @@
 // Besides the RFC: blank lines and lines whose first non-blank character is '#' are comments,
 // and blanks around an unquoted field are trimmed. Errors name file:line:column.
 
+#include <fmt/format.h>
+
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -65,6 +67,32 @@ class RecordReader {
   std::size_t pos_ = 0;
   int line_ = 1;
 };
+
+/// A table: its first record is the header (`header(record)`), every other a row (`row(record,
+/// header_line)`); both return Status. Errors besides the reader's and the callbacks': a text with no
+/// header line (naming `columns`, the columns expected) and a header with no rows after it ("no `what`").
+template <class Header, class Row>
+[[nodiscard]] Status read_table(std::string_view text, const std::string& source, std::string_view columns,
+                                std::string_view what, Header&& header, Row&& row) {
+  RecordReader reader(text, source);
+  int header_line = 0;
+  std::size_t rows = 0;
+  for (Record rec;;) {
+    auto more = reader.next(rec);
+    if (!more) return more.error();
+    if (!*more) break;
+    if (header_line == 0) {
+      header_line = rec.line;
+      if (auto st = header(rec); !st) return st;
+      continue;
+    }
+    if (auto st = row(rec, header_line); !st) return st;
+    ++rows;
+  }
+  if (header_line == 0) return Error{source, fmt::format("no header line (expected the columns: {})", columns)};
+  if (rows == 0) return Error{fmt::format("{}:{}", source, header_line), fmt::format("no {} after the header", what)};
+  return {};
+}
 
 /// A header line of known column names: order[i] is field i's column (its index in `names`), or
 /// nullopt for a name not among them (the user's own column, listed in `ignored`); index[c] is

@@ -136,23 +136,16 @@ Expected<KernelTimeSet> parse_kernel_times(std::string_view text, const std::str
   set.source = source;
   Index index{};
   std::vector<std::optional<Col>> order;  // none: a column of the user's own, read past
-  int header_line = 0;
-  RecordReader reader(text, source);
-  for (Record rec;;) {
-    auto more = reader.next(rec);
-    if (!more) return more.error();
-    if (!*more) break;
-    if (header_line == 0) {
-      header_line = rec.line;
-      if (auto st = read_header(rec, source, set, index, order); !st) return st.error();
-      continue;
-    }
-    auto k = read_row(rec, source, header_line, index, order);
-    if (!k) return k.error();
-    set.rows.push_back(*k);
-  }
-  if (header_line == 0) return Error{source, fmt::format("no header line (expected the columns: {})", header_list())};
-  if (set.rows.empty()) return Error{fmt::format("{}:{}", source, header_line), "no kernel times after the header"};
+  auto st = read_table(
+      text, source, header_list(), "kernel times",
+      [&](const Record& rec) { return read_header(rec, source, set, index, order); },
+      [&](const Record& rec, int header_line) -> Status {
+        auto k = read_row(rec, source, header_line, index, order);
+        if (!k) return k.error();
+        set.rows.push_back(*k);
+        return {};
+      });
+  if (!st) return st.error();
   return set;
 }
 

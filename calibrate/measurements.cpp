@@ -233,25 +233,16 @@ Expected<MeasurementSet> parse_measurements(std::string_view text, const std::st
   set.files = {source};
   set.column_index.resize(1);
   std::vector<std::optional<Column>> order;  // column of each header field (none: ignored)
-  bool have_header = false;
-  int header_line = 0;
-  RecordReader reader(text, source);
-  for (Record rec;;) {
-    auto more = reader.next(rec);
-    if (!more) return more.error();
-    if (!*more) break;
-    if (!have_header) {
-      have_header = true;
-      header_line = rec.line;
-      if (auto st = read_header(rec, source, set, order); !st) return st.error();
-      continue;
-    }
-    auto m = read_row(rec, source, header_line, order);
-    if (!m) return m.error();
-    set.rows.push_back(std::move(m).value());
-  }
-  if (!have_header) return Error{source, fmt::format("no header line (expected the columns: {})", expected_list())};
-  if (set.rows.empty()) return Error{fmt::format("{}:{}", source, header_line), "no measurements after the header"};
+  auto st = read_table(
+      text, source, expected_list(), "measurements",
+      [&](const Record& rec) { return read_header(rec, source, set, order); },
+      [&](const Record& rec, int header_line) -> Status {
+        auto m = read_row(rec, source, header_line, order);
+        if (!m) return m.error();
+        set.rows.push_back(std::move(m).value());
+        return {};
+      });
+  if (!st) return st.error();
   return set;
 }
 

@@ -171,6 +171,29 @@ TEST(Plan, OpsAreCompact) {
   EXPECT_LT(p.memory_bytes() / p.size(), 200u);
 }
 
+TEST(Plan, EraseOpsRenumbersAndKeepsEverythingElse) {
+  Plan p = small_plan("ring");
+  p.groups = 2;  // as a deployment would set them (the ops need not match: only the fields are checked)
+  p.gpus = {3, 2, 1, 0};
+  const Plan before = p;
+  // Erase op 1: every op after it moves down by one, deps on it are dropped, deps past it renumbered.
+  p.erase_ops(std::vector<OpId>{1});
+  ASSERT_EQ(p.size(), before.size() - 1);
+  EXPECT_EQ(p.groups, 2);
+  EXPECT_EQ(p.gpus, before.gpus);
+  EXPECT_EQ(p.algo, before.algo);
+  EXPECT_EQ(p.buffers().size(), before.buffers().size());
+  for (std::size_t i = 2; i < before.size(); ++i) {
+    const auto id = static_cast<OpId>(i);
+    EXPECT_EQ(p.op(id - 1).kind, before.op(id).kind) << i;
+    std::vector<OpId> want;
+    for (OpId d : before.deps(id))
+      if (d != 1) want.push_back(d > 1 ? d - 1 : d);
+    const auto got = p.deps(id - 1);
+    EXPECT_EQ(std::vector<OpId>(got.begin(), got.end()), want) << i;
+  }
+}
+
 TEST(Suggest, NearestNameForATypo) {
   const std::vector<std::string> names{"ring", "ring-zigzag", "merge", "rm+", "charm", "ulysses", "usp"};
   EXPECT_EQ(charm::edit_distance("chram", "charm"), 1u);  // one swap

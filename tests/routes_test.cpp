@@ -1,13 +1,10 @@
 // Routes: chosen by link kind and hop count, never by the link numbers; kept
 // for files without kinds; fixed by a file's "routes"; shown by `charm topo`.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -18,6 +15,8 @@
 #include "scheduler/planners/planners.hpp"
 #include "sim/evaluate.hpp"
 #include "topologies/topology_json.hpp"
+
+#include "test_util.hpp"
 
 namespace charm::topo {
 namespace {
@@ -362,44 +361,31 @@ TEST(Routes, KindErrorsNameThePath) {
 }
 
 // `charm topo`: one pair hop by hop, every pair in a few groups, JSON on request.
-struct Out {
-  int code;
-  std::string text;
-};
-
-Out run(const std::string& args) {
-  const std::string cmd = std::string(CHARM_BIN) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string s;
-  std::array<char, 4096> buf{};
-  while (std::fgets(buf.data(), buf.size(), p) != nullptr) s += buf.data();
-  const int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, s};
-}
+charm::test::CmdResult run(const std::string& args) { return charm::test::run_charm(args); }
 
 TEST(Routes, TopoCliShowsRoutes) {
   auto one = run("topo " + preset("h100-2x8.json") + " --route 0,9 --route n0.gpu3,n0.gpu5");
-  ASSERT_EQ(one.code, 0) << one.text;
-  EXPECT_NE(one.text.find("route 0 -> 9 (n0.gpu0 -> n1.gpu1): nic, 2 hops, 42.5 GB/s, 16 us"), std::string::npos)
-      << one.text;
-  EXPECT_NE(one.text.find("n0.gpu0->fabric"), std::string::npos) << one.text;
+  ASSERT_EQ(one.code, 0) << one.out;
+  EXPECT_NE(one.out.find("route 0 -> 9 (n0.gpu0 -> n1.gpu1): nic, 2 hops, 42.5 GB/s, 16 us"), std::string::npos)
+      << one.out;
+  EXPECT_NE(one.out.find("n0.gpu0->fabric"), std::string::npos) << one.out;
   // The rate a lone flow attains (the stack's 45 GB/s injection limit), beside the links' bandwidth.
-  EXPECT_NE(one.text.find("route 3 -> 5 (n0.gpu3 -> n0.gpu5): nvlink, 2 hops, 45 GB/s a flow (links 365.1 GB/s), 6 us"),
+  EXPECT_NE(one.out.find("route 3 -> 5 (n0.gpu3 -> n0.gpu5): nvlink, 2 hops, 45 GB/s a flow (links 365.1 GB/s), 6 us"),
             std::string::npos)
-      << one.text;
-  EXPECT_NE(one.text.find("dedicated, 45 GB/s injection"), std::string::npos) << one.text;
-  EXPECT_NE(one.text.find("n0.switch->n0.gpu5"), std::string::npos) << one.text;
+      << one.out;
+  EXPECT_NE(one.out.find("dedicated, 45 GB/s injection"), std::string::npos) << one.out;
+  EXPECT_NE(one.out.find("n0.switch->n0.gpu5"), std::string::npos) << one.out;
 
   auto all = run("topo " + preset("h100-4x8.json") + " --routes");
-  ASSERT_EQ(all.code, 0) << all.text;
-  EXPECT_NE(all.text.find("992 ordered pairs in 2 groups"), std::string::npos) << all.text;
-  EXPECT_NE(all.text.find("nvlink     224 pairs"), std::string::npos) << all.text;
-  EXPECT_NE(all.text.find("nic        768 pairs"), std::string::npos) << all.text;
-  EXPECT_LT(std::count(all.text.begin(), all.text.end(), '\n'), 10);  // 992 pairs, still a few lines
+  ASSERT_EQ(all.code, 0) << all.out;
+  EXPECT_NE(all.out.find("992 ordered pairs in 2 groups"), std::string::npos) << all.out;
+  EXPECT_NE(all.out.find("nvlink     224 pairs"), std::string::npos) << all.out;
+  EXPECT_NE(all.out.find("nic        768 pairs"), std::string::npos) << all.out;
+  EXPECT_LT(std::count(all.out.begin(), all.out.end(), '\n'), 10);  // 992 pairs, still a few lines
 
   auto j = run("topo " + preset("l20-8-2numa.json") + " --routes --json");
-  ASSERT_EQ(j.code, 0) << j.text;
-  const auto doc = json::parse(j.text);
+  ASSERT_EQ(j.code, 0) << j.out;
+  const auto doc = json::parse(j.out);
   ASSERT_EQ(doc["routes"].size(), 56u);
   EXPECT_EQ(doc["routes"][3]["kind"], "host");  // 0 -> 4 crosses the NUMA nodes
   EXPECT_EQ(doc["links"][0]["kind"], "pcie");
@@ -408,10 +394,10 @@ TEST(Routes, TopoCliShowsRoutes) {
 
   // Every pair of 65,536 GPUs is 4.3e9 routes (hours): refused before the first.
   auto big = run("topo " + std::string(CHARM_SOURCE_DIR) + "/tests/data/bad/topo-65536-gpus.json --routes --json");
-  EXPECT_EQ(big.code, 2) << big.text;
-  EXPECT_NE(big.text.find("more than the 65280 routes --routes --json lists; show pairs with --route SRC,DST"),
+  EXPECT_EQ(big.code, 2) << big.out;
+  EXPECT_NE(big.out.find("more than the 65280 routes --routes --json lists; show pairs with --route SRC,DST"),
             std::string::npos)
-      << big.text;
+      << big.out;
 
   for (const auto& [args, msg] : std::vector<std::pair<std::string, std::string>>{
            {"--route 0", "--route: '0': expected SRC,DST"},
@@ -419,9 +405,9 @@ TEST(Routes, TopoCliShowsRoutes) {
            {"--route 0,gpuX", "--route: '0,gpuX': 'gpuX' is neither a GPU index nor a GPU name"},
            {"--route 3,3", "--route: '3,3': a route joins two different GPUs"}}) {
     auto o = run("topo " + preset("h100-2x8.json") + " " + args);
-    EXPECT_EQ(o.code, 2) << o.text;
-    EXPECT_NE(o.text.find(msg), std::string::npos) << o.text;
-    EXPECT_EQ(std::count(o.text.begin(), o.text.end(), '\n'), 1) << o.text;
+    EXPECT_EQ(o.code, 2) << o.out;
+    EXPECT_NE(o.out.find(msg), std::string::npos) << o.out;
+    EXPECT_EQ(std::count(o.out.begin(), o.out.end(), '\n'), 1) << o.out;
   }
 }
 

@@ -1,9 +1,6 @@
 // The simulator's command line: JSON shapes, the Chrome trace's structure, exit codes.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
-#include <cstdio>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -12,36 +9,25 @@
 #include <string>
 #include <vector>
 
+#include "test_util.hpp"
+
 namespace {
 
-struct Out {
-  int code;
-  std::string text;
-};
-
-Out run(const std::string& args) {
-  const std::string cmd = std::string(CHARM_BIN) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string s;
-  std::array<char, 4096> buf{};
-  while (std::fgets(buf.data(), buf.size(), p) != nullptr) s += buf.data();
-  const int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, s};
-}
+charm::test::CmdResult run(const std::string& args) { return charm::test::run_charm(args); }
 
 std::string topo(const char* name) { return std::string(CHARM_SOURCE_DIR) + "/topologies/" + name; }
 
 TEST(SimCli, CompareAcceptance3) {
   auto o = run("compare --topology " + topo("h100-2x8.json") +
                " --batch 16 --seq 26880 --heads 12 --head-dim 192 --dtype bf16 --pass both --json");
-  ASSERT_EQ(o.code, 0) << o.text;
-  auto j = nlohmann::json::parse(o.text);
+  ASSERT_EQ(o.code, 0) << o.out;
+  auto j = nlohmann::json::parse(o.out);
   EXPECT_EQ(j["schema"], 1);
   std::set<std::string> seen;
   std::map<std::string, double> ring_ms, speedup;  // by pass; by "algo/pass"
   for (const auto& r : j["results"])
     if (r["algo"] == "ring" && r.contains("time_ms")) ring_ms[r["pass"]] = r["time_ms"].get<double>();
-  ASSERT_EQ(ring_ms.size(), 2u) << o.text;
+  ASSERT_EQ(ring_ms.size(), 2u) << o.out;
   for (const auto& r : j["results"]) {
     // 12 heads do not split over Ulysses' 16 or USP's 8 ranks, and TASP has no backward:
     // those rows say why instead of a time.
@@ -87,8 +73,8 @@ TEST(SimCli, CompareAcceptance3) {
 
 TEST(SimCli, SimulateJsonHasTheIssueFields) {
   auto o = run("simulate --algo rm+ --uniform --ranks 8 --bw-gbps 50 --tflops 100 --seq 16k --json");
-  ASSERT_EQ(o.code, 0) << o.text;
-  auto j = nlohmann::json::parse(o.text);
+  ASSERT_EQ(o.code, 0) << o.out;
+  auto j = nlohmann::json::parse(o.out);
   for (const char* k : {"schema", "algo", "pass", "time_ms", "exposed_comm_ms", "idle_ms", "ccr", "peak_mem_bytes",
                         "critical_path", "formula", "formula_paper"})
     EXPECT_TRUE(j.contains(k)) << k;
@@ -99,8 +85,8 @@ TEST(SimCli, SimulateJsonHasTheIssueFields) {
 TEST(SimCli, SimulateExplainsItselfAndGivesAMemoryVerdict) {
   auto o = run("simulate --algo ring --topology " + topo("h100-2x8.json") +
                " --batch 4 --seq 32k --heads 16 --head-dim 128 --pass bwd --json");
-  ASSERT_EQ(o.code, 0) << o.text;
-  auto j = nlohmann::json::parse(o.text);
+  ASSERT_EQ(o.code, 0) << o.out;
+  auto j = nlohmann::json::parse(o.out);
   // Ring backward on two nodes waits for dK/dV shards on the node's network link.
   EXPECT_EQ(j["bottleneck"]["class"], "nic") << j["bottleneck"].dump();
   EXPECT_TRUE(j["bottleneck"]["saturated"].get<bool>());
@@ -114,32 +100,32 @@ TEST(SimCli, SimulateExplainsItselfAndGivesAMemoryVerdict) {
   // The rest of the model holds 79.9 of the 80 GB: the answer still comes, with one warning line.
   o = run("simulate --algo ring --topology " + topo("h100-2x8.json") +
           " --batch 4 --seq 32k --heads 16 --head-dim 128 --pass bwd --reserved-gb 79.9");
-  ASSERT_EQ(o.code, 0) << o.text;
-  EXPECT_NE(o.text.find("charm: warning: DOES NOT FIT"), std::string::npos) << o.text;
-  EXPECT_NE(o.text.find("bottleneck"), std::string::npos);
-  EXPECT_NE(o.text.find("critical path:"), std::string::npos);
+  ASSERT_EQ(o.code, 0) << o.out;
+  EXPECT_NE(o.out.find("charm: warning: DOES NOT FIT"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("bottleneck"), std::string::npos);
+  EXPECT_NE(o.out.find("critical path:"), std::string::npos);
 }
 
 TEST(SimCli, CompareDefaultsToTheBalancedLayoutUnderACausalMask) {
   const std::string base = "compare --topology " + topo("h100-2x8.json") +
                            " --seq 32k --heads 16 --head-dim 128 --causal --algos ring,charm";
-  auto j = nlohmann::json::parse(run(base + " --json").text);
+  auto j = nlohmann::json::parse(run(base + " --json").out);
   EXPECT_EQ(j["workload"]["layout"], "zigzag");
-  j = nlohmann::json::parse(run(base + " --layout contiguous --json").text);
+  j = nlohmann::json::parse(run(base + " --layout contiguous --json").out);
   EXPECT_EQ(j["workload"]["layout"], "contiguous");
   for (const auto& r : j["results"]) EXPECT_FALSE(r["bottleneck"].get<std::string>().empty()) << r.dump();
   // The best line ranks by fwd + bwd when both passes ran.
   auto o = run(base);
-  ASSERT_EQ(o.code, 0) << o.text;
-  EXPECT_NE(o.text.find("(fwd+bwd "), std::string::npos) << o.text;
+  ASSERT_EQ(o.code, 0) << o.out;
+  EXPECT_NE(o.out.find("(fwd+bwd "), std::string::npos) << o.out;
 }
 
 TEST(SimCli, AdviseAcceptance) {
   const std::string args = "advise --topology " + topo("h100-2x8.json") +
                            " --batch 1 --seq 128k --heads 64 --kv-heads 8 --head-dim 128 --dtype bf16 --causal";
   auto o = run(args + " --json");
-  ASSERT_EQ(o.code, 0) << o.text;
-  auto j = nlohmann::json::parse(o.text);
+  ASSERT_EQ(o.code, 0) << o.out;
+  auto j = nlohmann::json::parse(o.out);
   const auto& c = j["candidates"];
   ASSERT_GE(c.size(), 3u);
   for (std::size_t i = 0; i < c.size(); ++i) {
@@ -158,22 +144,22 @@ TEST(SimCli, AdviseAcceptance) {
   for (const auto& r : j["refused"]) ulysses |= r["candidate"].get<std::string>().starts_with("ulysses");
   EXPECT_TRUE(ulysses);
   o = run(args + " --top 3");
-  ASSERT_EQ(o.code, 0) << o.text;
-  EXPECT_NE(o.text.find("# best: "), std::string::npos) << o.text;
-  EXPECT_NE(o.text.find("#   why: "), std::string::npos) << o.text;
+  ASSERT_EQ(o.code, 0) << o.out;
+  EXPECT_NE(o.out.find("# best: "), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("#   why: "), std::string::npos) << o.out;
 }
 
 TEST(SimCli, APlanFileSimulatesAsTheSamePlanBuiltFromFlags) {
   const std::string w = " --seq 8k --heads 8 --head-dim 64 --dtype bf16 --causal --layout zigzag --pass both";
   const std::string file = ::testing::TempDir() + "charm_plan_file.json";
   auto o = run("plan --algo charm --ranks 8 --domains 2" + w + " --out " + file);
-  ASSERT_EQ(o.code, 0) << o.text;
+  ASSERT_EQ(o.code, 0) << o.out;
   o = run("simulate --plan " + file + " --topology " + topo("l20-8-2numa.json") + " --json");
-  ASSERT_EQ(o.code, 0) << o.text;
-  const auto from_file = nlohmann::json::parse(o.text);
+  ASSERT_EQ(o.code, 0) << o.out;
+  const auto from_file = nlohmann::json::parse(o.out);
   o = run("simulate --algo charm" + w + " --topology " + topo("l20-8-2numa.json") + " --json");
-  ASSERT_EQ(o.code, 0) << o.text;
-  const auto from_flags = nlohmann::json::parse(o.text);
+  ASSERT_EQ(o.code, 0) << o.out;
+  const auto from_flags = nlohmann::json::parse(o.out);
   // Bit for bit: the file holds the same plan, and the simulator is deterministic.
   EXPECT_EQ(from_file["time_ms"].get<double>(), from_flags["time_ms"].get<double>());
   EXPECT_EQ(from_file["peak_mem_bytes"], from_flags["peak_mem_bytes"]);
@@ -189,8 +175,8 @@ TEST(SimCli, APlanFileCarriesItsPlacementAndTakesALayout) {
   ASSERT_EQ(run("plan --ranks 8" + w + " --out " + plain).code, 0);
   auto time_of = [](const std::string& args) {
     auto o = run("simulate --topology " + topo("h100-2x8.json") + " --json " + args);
-    EXPECT_EQ(o.code, 0) << o.text;
-    return o.code == 0 ? nlohmann::json::parse(o.text.substr(o.text.find('{'))) : nlohmann::json{};
+    EXPECT_EQ(o.code, 0) << o.out;
+    return o.code == 0 ? nlohmann::json::parse(o.out.substr(o.out.find('{'))) : nlohmann::json{};
   };
   // The file's placement, the same map given to the plain file, and the plan built from flags: bit for bit.
   const auto by_file = time_of("--plan " + placed);
@@ -216,17 +202,17 @@ TEST(SimCli, CuSeqlensFileIsTheDocumentMask) {
   auto a =
       run("simulate" + w + " --mask cu_seqlens:" + std::string(CHARM_SOURCE_DIR) + "/tests/data/cu_seqlens-4docs.txt");
   auto b = run("simulate" + w + " --mask document:65536,32768,16384,16384");
-  ASSERT_EQ(a.code, 0) << a.text;
-  ASSERT_EQ(b.code, 0) << b.text;
-  EXPECT_EQ(nlohmann::json::parse(a.text), nlohmann::json::parse(b.text));
+  ASSERT_EQ(a.code, 0) << a.out;
+  ASSERT_EQ(b.code, 0) << b.out;
+  EXPECT_EQ(nlohmann::json::parse(a.out), nlohmann::json::parse(b.out));
 }
 
 TEST(SimCli, AdviseMarksTiesAndScalesToLayers) {
   const std::string args = "advise --topology " + topo("h100-2x8.json") +
                            " --batch 16 --seq 26880 --heads 12 --head-dim 192 --algos ring,charm,rm+ --json";
   auto o = run(args + " --layers 4 --tie 15");
-  ASSERT_EQ(o.code, 0) << o.text;
-  const auto j = nlohmann::json::parse(o.text);
+  ASSERT_EQ(o.code, 0) << o.out;
+  const auto j = nlohmann::json::parse(o.out);
   EXPECT_EQ(j["layers"], 4);
   EXPECT_EQ(j["tie_percent"], 15.0);
   EXPECT_NE(j["scope"].get<std::string>().find("4 attention layers"), std::string::npos) << j["scope"];
@@ -242,51 +228,51 @@ TEST(SimCli, AdviseMarksTiesAndScalesToLayers) {
   EXPECT_EQ(j["best"], j["candidates"][0]);
   // The text marks the same rows and names them on the best line.
   o = run(args.substr(0, args.size() - 7) + " --tie 15");
-  ASSERT_EQ(o.code, 0) << o.text;
-  EXPECT_NE(o.text.find("#   tie: within 15% of the best"), std::string::npos) << o.text;
-  EXPECT_NE(o.text.find("~"), std::string::npos) << o.text;
-  EXPECT_NE(o.text.find("# scope: one attention layer's core attention (fwd+bwd)"), std::string::npos) << o.text;
+  ASSERT_EQ(o.code, 0) << o.out;
+  EXPECT_NE(o.out.find("#   tie: within 15% of the best"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("~"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("# scope: one attention layer's core attention (fwd+bwd)"), std::string::npos) << o.out;
   EXPECT_EQ(run(args + " --layers 0").code, 2);
 }
 
 TEST(SimCli, APlanThatDoesNotFillTheTopologySaysWhichGpusItUses) {
   const std::string file = ::testing::TempDir() + "charm_plan_8_of_16.json";
   auto o = run("plan --algo ring --ranks 8 --seq 8k --heads 4 --head-dim 64 --out " + file);
-  ASSERT_EQ(o.code, 0) << o.text;
+  ASSERT_EQ(o.code, 0) << o.out;
   o = run("simulate --plan " + file + " --topology " + topo("h100-2x8.json"));
-  ASSERT_EQ(o.code, 0) << o.text;
-  EXPECT_NE(o.text.find("charm: warning: the plan does not fill h100-2x8: ranks 0-7 on GPUs 0-7 of 16; GPUs 8-15 idle"),
+  ASSERT_EQ(o.code, 0) << o.out;
+  EXPECT_NE(o.out.find("charm: warning: the plan does not fill h100-2x8: ranks 0-7 on GPUs 0-7 of 16; GPUs 8-15 idle"),
             std::string::npos)
-      << o.text;
-  EXPECT_NE(o.text.find("# placement: ranks 0-7 on GPUs 0-7 of 16; GPUs 8-15 idle"), std::string::npos) << o.text;
+      << o.out;
+  EXPECT_NE(o.out.find("# placement: ranks 0-7 on GPUs 0-7 of 16; GPUs 8-15 idle"), std::string::npos) << o.out;
   o = run("simulate --plan " + file + " --topology " + topo("h100-2x8.json") + " --json");
-  ASSERT_EQ(o.code, 0) << o.text;
-  const auto from_file = nlohmann::json::parse(o.text.substr(o.text.find('{')));
+  ASSERT_EQ(o.code, 0) << o.out;
+  const auto from_file = nlohmann::json::parse(o.out.substr(o.out.find('{')));
   // --ranks with a topology is the same group on the same first GPUs, bit for bit.
   o = run("simulate --algo ring --ranks 8 --seq 8k --heads 4 --head-dim 64 --topology " + topo("h100-2x8.json") +
           " --json");
-  ASSERT_EQ(o.code, 0) << o.text;
-  const auto from_flags = nlohmann::json::parse(o.text);
+  ASSERT_EQ(o.code, 0) << o.out;
+  const auto from_flags = nlohmann::json::parse(o.out);
   EXPECT_EQ(from_flags["time_ms"].get<double>(), from_file["time_ms"].get<double>());
   EXPECT_EQ(from_flags["placement"]["text"], "ranks 0-7 on GPUs 0-7 of 16; GPUs 8-15 idle");
   o = run("simulate --algo ring --seq 8k --heads 4 --head-dim 64 --topology " + topo("h100-2x8.json") + " --json");
-  ASSERT_EQ(o.code, 0) << o.text;
-  const auto j = nlohmann::json::parse(o.text);
+  ASSERT_EQ(o.code, 0) << o.out;
+  const auto j = nlohmann::json::parse(o.out);
   EXPECT_EQ(j["placement"]["gpus"], 16);
   EXPECT_EQ(j["placement"]["text"], "ranks 0-15 on GPUs 0-15 (all 16)");
   // charm's domains follow the nodes the group spans: one node of h100-2x8, two of h100-4x8.
   o = run("simulate --algo charm --ranks 8 --seq 8k --heads 4 --head-dim 64 --topology " + topo("h100-2x8.json") +
           " --json");
-  ASSERT_EQ(o.code, 0) << o.text;
-  EXPECT_EQ(nlohmann::json::parse(o.text)["domains"], 1);
+  ASSERT_EQ(o.code, 0) << o.out;
+  EXPECT_EQ(nlohmann::json::parse(o.out)["domains"], 1);
   o = run("simulate --algo charm --ranks 16 --seq 8k --heads 4 --head-dim 64 --topology " + topo("h100-4x8.json") +
           " --json");
-  ASSERT_EQ(o.code, 0) << o.text;
-  EXPECT_EQ(nlohmann::json::parse(o.text)["domains"], 2);
+  ASSERT_EQ(o.code, 0) << o.out;
+  EXPECT_EQ(nlohmann::json::parse(o.out)["domains"], 2);
   // A plan file fixes its ranks.
   o = run("simulate --plan " + file + " --ranks 8 --topology " + topo("h100-2x8.json"));
-  EXPECT_EQ(o.code, 2) << o.text;
-  EXPECT_NE(o.text.find("--ranks: the plan file"), std::string::npos) << o.text;
+  EXPECT_EQ(o.code, 2) << o.out;
+  EXPECT_NE(o.out.find("--ranks: the plan file"), std::string::npos) << o.out;
   std::remove(file.c_str());
 }
 
@@ -300,13 +286,13 @@ TEST(SimCli, NoInfOrNanAtTheEdgesOfThePlausibleRanges) {
                                     " --latency-us " + lat + " --hbm-gbps " + bw + " --seq 64M --causal";
         for (const std::string cmd : {"simulate --algo charm --layout zigzag --pass both --links", "compare"}) {
           const auto o = run(cmd + " " + cluster);
-          ASSERT_EQ(o.code, 0) << cmd << " " << cluster << "\n" << o.text;
+          ASSERT_EQ(o.code, 0) << cmd << " " << cluster << "\n" << o.out;
           for (const char* bad : {"inf", "nan"})
-            EXPECT_EQ(o.text.find(bad), std::string::npos) << cmd << " " << cluster << "\n" << o.text;
+            EXPECT_EQ(o.out.find(bad), std::string::npos) << cmd << " " << cluster << "\n" << o.out;
           const auto j = run(cmd + " " + cluster + " --json");
-          ASSERT_EQ(j.code, 0) << j.text;
-          EXPECT_EQ(j.text.find("null"), std::string::npos) << cmd << " " << cluster << "\n"
-                                                            << j.text;  // how JSON shows inf/nan
+          ASSERT_EQ(j.code, 0) << j.out;
+          EXPECT_EQ(j.out.find("null"), std::string::npos) << cmd << " " << cluster << "\n"
+                                                           << j.out;  // how JSON shows inf/nan
         }
       }
 }
@@ -314,7 +300,7 @@ TEST(SimCli, NoInfOrNanAtTheEdgesOfThePlausibleRanges) {
 TEST(SimCli, TraceStructure) {
   const std::string path = std::string(::testing::TempDir()) + "/charm_trace.json";
   auto o = run("simulate --algo charm --topology " + topo("h20-2x8.json") + " --seq 16k --pass both --trace " + path);
-  ASSERT_EQ(o.code, 0) << o.text;
+  ASSERT_EQ(o.code, 0) << o.out;
   std::ifstream in(path);
   std::stringstream ss;
   ss << in.rdbuf();
@@ -356,7 +342,7 @@ TEST(SimCli, SymmetricTraceSaysWhatItHolds) {
   const std::string path = std::string(::testing::TempDir()) + "/charm_trace_sym.json";
   auto o = run("simulate --algo ring --uniform --ranks 64 --bw-gbps 50 --tflops 100 --seq 64k --symmetry on --trace " +
                path);
-  ASSERT_EQ(o.code, 0) << o.text;
+  ASSERT_EQ(o.code, 0) << o.out;
   std::ifstream in(path);
   std::stringstream ss;
   ss << in.rdbuf();
@@ -378,8 +364,8 @@ TEST(SimCli, UnusedTopologyBlocksAreNamedInAWarning) {
            {"topo-numa-unused.json", "numa: ignored: it applies with numa_per_node > 1 only"},
            {"topo-inter-one-node.json", "inter: ignored: it applies with nodes > 1 only"}}) {
     auto o = run("topo " + dir + file + " --route 0,1");
-    EXPECT_EQ(o.code, 0) << o.text;
-    EXPECT_NE(o.text.find("charm: warning: " + dir + file + ": " + what), std::string::npos) << o.text;
+    EXPECT_EQ(o.code, 0) << o.out;
+    EXPECT_NE(o.out.find("charm: warning: " + dir + file + ": " + what), std::string::npos) << o.out;
   }
 }
 
@@ -391,8 +377,8 @@ TEST(SimCli, LinkUtilisationIsAShare) {
                                 "--topology " + topo("h20-8.json") + " --algo charm",
                                 "--topology " + topo("l20-8-2numa.json") + " --algo ring"}) {
     auto o = run("simulate --seq 16k --json " + args);
-    ASSERT_EQ(o.code, 0) << o.text;
-    const auto links = nlohmann::json::parse(o.text)["links"];
+    ASSERT_EQ(o.code, 0) << o.out;
+    const auto links = nlohmann::json::parse(o.out)["links"];
     ASSERT_FALSE(links.empty()) << args;
     for (const auto& l : links) {
       EXPECT_GE(l["utilisation"].get<double>(), 0) << l.dump();
@@ -408,8 +394,8 @@ TEST(SimCli, LinkUtilisationIsAShare) {
 TEST(SimCli, FormulaAppliesOnlyWhereItDescribesTheRun) {
   auto applies = [](const std::string& args) {
     auto o = run("simulate --uniform --ranks 8 --bw-gbps 1 --tflops 100 --seq 32k --json " + args);
-    EXPECT_EQ(o.code, 0) << o.text;
-    const auto j = nlohmann::json::parse(o.text);
+    EXPECT_EQ(o.code, 0) << o.out;
+    const auto j = nlohmann::json::parse(o.out);
     return j["formula"]["applies"].get<bool>() ? std::string("applies") : j["formula"]["why_not"].get<std::string>();
   };
   EXPECT_EQ(applies("--algo ring --pass both"), "applies");
@@ -419,8 +405,8 @@ TEST(SimCli, FormulaAppliesOnlyWhereItDescribesTheRun) {
   EXPECT_EQ(applies("--algo rm+ --pass fwd"), "applies");
   auto c =
       run("compare --uniform --ranks 8 --bw-gbps 1 --tflops 100 --seq 32k --algos ring,rm+ --hbm-gbps 2000 --json");
-  ASSERT_EQ(c.code, 0) << c.text;
-  const auto report = nlohmann::json::parse(c.text);  // named: a loop over a temporary's member dangles
+  ASSERT_EQ(c.code, 0) << c.out;
+  const auto report = nlohmann::json::parse(c.out);  // named: a loop over a temporary's member dangles
   for (const auto& r : report["results"]) {
     EXPECT_EQ(r["formula"]["applies"], false) << r.dump();
     EXPECT_TRUE(r["formula"].contains("why_not")) << r.dump();
@@ -447,10 +433,10 @@ TEST(SimCli, TopologyErrorsExit2WithOneLine) {
                                                         {missing, "gpu: missing required field"},
                                                         {malformed, "malformed JSON"}}) {
     auto o = run("simulate --algo ring --topology " + file);
-    EXPECT_EQ(o.code, 2) << o.text;
-    EXPECT_NE(o.text.find(needle), std::string::npos) << o.text;
-    EXPECT_NE(o.text.find(file), std::string::npos) << o.text;
-    EXPECT_EQ(std::count(o.text.begin(), o.text.end(), '\n'), 1) << o.text;
+    EXPECT_EQ(o.code, 2) << o.out;
+    EXPECT_NE(o.out.find(needle), std::string::npos) << o.out;
+    EXPECT_NE(o.out.find(file), std::string::npos) << o.out;
+    EXPECT_EQ(std::count(o.out.begin(), o.out.end(), '\n'), 1) << o.out;
   }
   EXPECT_EQ(run("simulate --algo ring --uniform --ranks 4 --tflops 1").code, 2);  // no --bw-gbps
   EXPECT_EQ(run("compare --topology " + topo("h20-8.json") + " --algos ring,nope").code, 2);

@@ -39,25 +39,22 @@ Plan empty_plan(int ranks) {
   return p;
 }
 
-OpId send(Plan& p, int from, int to, Bytes bytes, Stream s = Stream::Kv, int tag = 0, std::vector<OpId> deps = {}) {
+/// A send (or receive) on `rank` to (or from) `peer`.
+OpId comm(Plan& p, OpKind kind, int rank, int peer, Bytes bytes, Stream s, int tag, std::vector<OpId> deps) {
   Op o;
-  o.rank = from;
+  o.rank = rank;
   o.stream = s;
-  o.kind = OpKind::Send;
-  o.peer = to;
+  o.kind = kind;
+  o.peer = peer;
   o.tag = tag;
   o.bytes = bytes;
   return p.add_op(o, deps);
 }
+OpId send(Plan& p, int from, int to, Bytes bytes, Stream s = Stream::Kv, int tag = 0, std::vector<OpId> deps = {}) {
+  return comm(p, OpKind::Send, from, to, bytes, s, tag, std::move(deps));
+}
 OpId recv(Plan& p, int at, int from, Bytes bytes, Stream s = Stream::Kv, int tag = 0, std::vector<OpId> deps = {}) {
-  Op o;
-  o.rank = at;
-  o.stream = s;
-  o.kind = OpKind::Recv;
-  o.peer = from;
-  o.tag = tag;
-  o.bytes = bytes;
-  return p.add_op(o, deps);
+  return comm(p, OpKind::Recv, at, from, bytes, s, tag, std::move(deps));
 }
 OpId compute(Plan& p, int rank, Flops flops, std::vector<OpId> deps = {}) {
   Op o;

@@ -139,24 +139,21 @@ void Plan::erase_ops(std::span<const OpId> ids) {
   OpId next = 0;
   for (std::size_t i = 0; i < ops_.size(); ++i)
     if (!gone[i]) remap[i] = next++;
-  Plan out;
-  out.algo = algo;
-  out.workload = workload;
-  out.ranks = ranks;
-  out.domains = domains;
-  out.parts = parts;
-  out.symmetry = symmetry;
-  out.buffers_ = buffers_;
-  out.results_ = results_;
+  // Rebuilt in place: everything but the ops and their deps (the header, buffers, results) stays.
+  const std::vector<Op> old_ops = std::move(ops_);
+  const std::vector<std::uint32_t> old_begin = std::move(dep_begin_);
+  const std::vector<OpId> old_deps = std::move(dep_ids_);
+  ops_.clear();
+  dep_begin_.assign(1, 0);
+  dep_ids_.clear();
   std::vector<OpId> d;
-  for (std::size_t i = 0; i < ops_.size(); ++i) {
+  for (std::size_t i = 0; i < old_ops.size(); ++i) {
     if (gone[i]) continue;
     d.clear();
-    for (OpId dep : deps(static_cast<OpId>(i)))
-      if (remap[static_cast<std::size_t>(dep)] != kNone) d.push_back(remap[static_cast<std::size_t>(dep)]);
-    out.add_op(ops_[i], d);
+    for (auto k = old_begin[i]; k < old_begin[i + 1]; ++k)
+      if (const OpId to = remap[static_cast<std::size_t>(old_deps[k])]; to != kNone) d.push_back(to);
+    add_op(old_ops[i], d);
   }
-  *this = std::move(out);
 }
 
 namespace {

@@ -46,6 +46,10 @@ struct Groups {
     const int i = member(r);
     return {first(r), first(r) + u, i * slice, (i + 1) * slice, 0, b.parts()};
   }
+  /// A table of a buffer per rank and member of its group (kNone to start with).
+  [[nodiscard]] std::vector<std::vector<BufferId>> per_pair(int ranks) const {
+    return std::vector<std::vector<BufferId>>(std::size_t(ranks), std::vector<BufferId>(std::size_t(u), kNone));
+  }
   /// Every rank with each member of its group (itself included), in the order the all-to-alls issue them.
   template <class Fn>
   void each_pair(int ranks, Fn fn) const {
@@ -62,19 +66,24 @@ Groups groups_of(const PlanBuilder& b, int domains) {
   return g;
 }
 
+/// A new ncclGroup for every rank (an all-to-all is one group per rank).
+std::vector<int> one_group_each(PlanBuilder& b) {
+  std::vector<int> group(std::size_t(b.ranks()));
+  for (auto& x : group) x = b.new_group();
+  return group;
+}
+
 /// Step 1's all-to-all for one tensor: per rank, the gathered buffer (kind of `whole`).
 std::vector<BufferId> gather_heads(PlanBuilder& b, const Groups& g, const std::vector<BufferId>& whole) {
   constexpr Stream stream = kAllToAll;
   const int n = b.ranks();
   const auto N = std::size_t(n);
   std::vector<BufferId> gathered(N);
-  std::vector<int> group(N);
-  for (int r = 0; r < n; ++r) {
+  for (int r = 0; r < n; ++r)
     gathered[std::size_t(r)] = b.buffer(r, b.buf(whole[std::size_t(r)]).kind, g.heads_of(r, b), BufInit::None);
-    group[std::size_t(r)] = b.new_group();
-  }
+  const std::vector<int> group = one_group_each(b);
   // Slices first (own slice straight into place), then the exchange as one group per rank.
-  std::vector<std::vector<BufferId>> slice(N, std::vector<BufferId>(std::size_t(g.u), kNone));
+  auto slice = g.per_pair(n);
   g.each_pair(n, [&](RankId r, RankId dst) {
     const BufferId src = whole[std::size_t(r)];
     if (dst == r) {
@@ -102,10 +111,9 @@ std::vector<BufferId> scatter_heads(PlanBuilder& b, const Groups& g, const std::
   constexpr Stream stream = kAllToAll;
   const int n = b.ranks();
   const auto N = std::size_t(n);
-  std::vector<int> group(N);
-  for (auto& x : group) x = b.new_group();
+  const std::vector<int> group = one_group_each(b);
   // received[r][i]: owner r's rows of member i's slice, on rank r.
-  std::vector<std::vector<BufferId>> received(N, std::vector<BufferId>(std::size_t(g.u), kNone));
+  auto received = g.per_pair(n);
   g.each_pair(n, [&](RankId r, RankId dst) {
     const BufferId rows = b.view(sliced[std::size_t(r)], dst);
     received[std::size_t(dst)][std::size_t(g.member(r))] =
