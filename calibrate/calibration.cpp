@@ -68,6 +68,8 @@ struct Model {
   std::vector<KernelTime> kernels;  // single-GPU kernel times: predicted after the rows
   std::vector<double> measured;     // ms: every row's, then every kernel's
   std::vector<FitParameter> params;
+  std::vector<SpeedupPair> pairs;  // the speedups in the objective (empty: times only)
+  double pair_scale = 0;           // sqrt of the speedups' weight
   int jobs = 1;
 
   [[nodiscard]] json document(const std::vector<double>& values) const {
@@ -164,14 +166,25 @@ std::vector<double> values_of(const std::vector<FitParameter>& ps, const std::ve
   return v;
 }
 
-double objective_of(const std::vector<double>& predicted, const std::vector<double>& measured,
-                    const std::vector<char>& use) {
-  double f = 0;
+/// The fit's residuals: each used row's log(predicted / measured), then each pair's (both rows used)
+/// log(predicted speedup / measured speedup) times the square root of the speedups' weight.
+std::vector<double> residuals(const Model& model, const std::vector<double>& predicted, const std::vector<char>& use) {
+  const auto& measured = model.measured;
+  std::vector<double> r;
+  r.reserve(predicted.size() + model.pairs.size());
   for (std::size_t i = 0; i < predicted.size(); ++i)
-    if (use[i]) {
-      const double r = std::log(predicted[i] / measured[i]);
-      f += r * r;
+    if (use[i]) r.push_back(std::log(predicted[i] / measured[i]));
+  for (const auto& pr : model.pairs)
+    if (use[pr.ring] && use[pr.other]) {
+      const std::size_t a = pr.ring, b = pr.other;
+      r.push_back(model.pair_scale * std::log(predicted[a] / predicted[b] * measured[b] / measured[a]));
     }
+  return r;
+}
+
+double objective_of(const Model& model, const std::vector<double>& predicted, const std::vector<char>& use) {
+  double f = 0;
+  for (double r : residuals(model, predicted, use)) f += r * r;
   return f;
 }
 
@@ -193,7 +206,7 @@ struct Objective {
       error = p.error();
       throw nlopt::forced_stop();
     }
-    const double f = objective_of(*p, model.measured, use);
+    const double f = objective_of(model, *p, use);
     ++evaluations;
     if (f < best) {
       best = f;
@@ -534,12 +547,13 @@ Expected<std::vector<double>> fit_units(const Model& model, const CalibrationOpt
   return obj.best_u;
 }
 
-/// Each parameter's uncertainty from J = d(log residual)/d(theta) at the fit, theta = log(value) (log
-/// scale) or value (linear); the values, sigmas and notes go into model.params.
+/// Each parameter's uncertainty from J = d(residual)/d(theta) at the fit (residuals: the rows' and
+/// the speedups'), theta = log(value) (log scale) or value (linear); the values, sigmas and notes go
+/// into model.params.
 Status estimate_uncertainty(Model& model, const std::vector<double>& best, const std::vector<double>& best_u,
                             double objective, const CalibrationOptions& options, int& evaluations) {
-  const std::size_t N = model.measured.size(), np = model.params.size();
-  const std::vector<char> all(N, 1);
+  const std::vector<char> all(model.measured.size(), 1);
+  const std::size_t N = residuals(model, model.measured, all).size(), np = model.params.size();
   std::vector<std::vector<double>> J(N, std::vector<double>(np, 0.0));
   std::vector<char> moves(np, 0);
   for (std::size_t k = 0; k < np; ++k) {
@@ -561,8 +575,9 @@ Status estimate_uncertainty(Model& model, const std::vector<double>& best, const
     if (!pu) return pu.error();
     if (!pd) return pd.error();
     evaluations += 2;
+    const auto ru = residuals(model, *pu, all), rd = residuals(model, *pd, all);
     for (std::size_t i = 0; i < N; ++i) {
-      J[i][k] = (std::log((*pu)[i]) - std::log((*pd)[i])) / (up - down);
+      J[i][k] = (ru[i] - rd[i]) / (up - down);
       moves[k] = moves[k] || J[i][k] != 0;
     }
     if (options.progress) options.progress({"uncertainty", evaluations, objective});
@@ -600,6 +615,21 @@ Status estimate_uncertainty(Model& model, const std::vector<double>& best, const
   return {};
 }
 
+/// Every run paired with the ring run of its workload and GPUs (speedup = ring time / its time).
+std::vector<SpeedupPair> speedup_pairs(const MeasurementSet& data, const std::vector<Row>& rows) {
+  std::vector<SpeedupPair> pairs;
+  std::map<std::string, std::size_t> ring_of;
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    if (data.rows[i].algo == "ring" && data.rows[i].metric == Metric::Time)
+      ring_of.emplace(row_key(data.rows[i], rows[i].ranks), i);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (data.rows[i].algo == "ring" || data.rows[i].metric != Metric::Time) continue;
+    if (auto it = ring_of.find(row_key(data.rows[i], rows[i].ranks)); it != ring_of.end())
+      pairs.push_back({it->second, i});
+  }
+  return pairs;
+}
+
 /// Leave-one-out: each of the n measured rows predicted by a fit on the others, started from the full fit.
 Status leave_one_out(const Model& model, const std::vector<double>& best_u, std::size_t n,
                      const CalibrationOptions& options, int max_evals, std::vector<RowPrediction>& rows,
@@ -621,20 +651,8 @@ Status leave_one_out(const Model& model, const std::vector<double>& best_u, std:
   return {};
 }
 
-/// Every row paired with the ring row of its workload and GPUs, and the MAPEs of times, components
-/// and speedups (base, in-sample, leave-one-out).
+/// The MAPEs of times, components and speedups (base, in-sample, leave-one-out).
 void summarize_errors(const MeasurementSet& data, std::size_t n, Calibration& c) {
-  {
-    std::map<std::string, std::size_t> ring_of;
-    for (std::size_t i = 0; i < n; ++i)
-      if (data.rows[i].algo == "ring" && data.rows[i].metric == Metric::Time)
-        ring_of.emplace(row_key(data.rows[i], c.rows[i].ranks), i);
-    for (std::size_t i = 0; i < n; ++i) {
-      if (data.rows[i].algo == "ring" || data.rows[i].metric != Metric::Time) continue;
-      if (auto it = ring_of.find(row_key(data.rows[i], c.rows[i].ranks)); it != ring_of.end())
-        c.pairs.push_back({it->second, i});
-    }
-  }
   {
     std::vector<double> rb, rf, rl, sb, sf, sl, cb, cf, cl;
     for (std::size_t i = 0; i < n; ++i) {
@@ -702,7 +720,11 @@ void write_document(const Model& model, const std::vector<double>& best, const M
       {"tool", "charm calibrate"},
       {"base", base_source},
       {"measurements", {{"file", data.source}, {"rows", n}}},
-      {"objective", "sum over rows of log(predicted / measured)^2"},
+      {"objective", model.pairs.empty()
+                        ? std::string("sum over rows of log(predicted / measured)^2")
+                        : fmt::format("sum over rows of log(predicted / measured)^2 + {:g} x sum over pairs of a ring "
+                                      "run and another run of one workload of log(predicted / measured speedup)^2",
+                                      model.pair_scale * model.pair_scale)},
       {"objective_value", {{"base", c.base_objective}, {"fitted", c.objective}}},
       {"fitted", fitted},
       {"fixed", fixed_j},
@@ -818,11 +840,16 @@ Expected<Calibration> calibrate(const json& base, const std::string& base_source
                                   model.variant_nodes[v] * base.value("gpus_per_node", 1L), base_source,
                                   model.variant_nodes[v]));
   const std::vector<char> all(N, 1);
+  c.pairs = speedup_pairs(data, model.rows);
+  if (options.speedup_weight > 0) {
+    model.pairs = c.pairs;
+    model.pair_scale = std::sqrt(options.speedup_weight);
+  }
 
   if (options.fit.empty())
     if (auto st = drop_unmoved(model, base_ms, c.notes); !st) return st.error();
   const std::size_t np = model.params.size();
-  c.base_objective = objective_of(base_ms, model.measured, all);
+  c.base_objective = objective_of(model, base_ms, all);
 
   const int max_evals = options.max_evaluations > 0 ? options.max_evaluations : int(150 * (np + 1));
   int evaluations = 0;
@@ -832,7 +859,7 @@ Expected<Calibration> calibrate(const json& base, const std::string& base_source
   const std::vector<double> best = values_of(model.params, best_u);
   auto pred = model.predict(best, all);
   if (!pred) return pred.error();
-  c.objective = objective_of(*pred, model.measured, all);
+  c.objective = objective_of(model, *pred, all);
   ++evaluations;
 
   if (auto st = estimate_uncertainty(model, best, best_u, c.objective, options, evaluations); !st) return st.error();

@@ -97,6 +97,11 @@ struct CalibrationOptions {
   double memory_budget_bytes = 0;
   std::string memory_budget_name = "--max-memory";
   KernelTimeSet kernels;  // single-GPU kernel times fitted with the runs (calibrate --kernels)
+  /// Weight of the speedups in the objective: each pair of a ring run and another algorithm's run
+  /// of one workload adds weight x log(predicted speedup / measured speedup)^2 to the rows' terms
+  /// (0: times only). The runs of one workload share that configuration's conditions; the speedup
+  /// is what tells the algorithms apart, and what a user chooses by.
+  double speedup_weight = 1;
 };
 
 /// A kernel time as predicted by the base and by the fit (ms).

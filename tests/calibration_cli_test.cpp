@@ -125,6 +125,7 @@ TEST_F(CalibrateCli, BadInputIsOneLineAndNoFile) {
            {"-m " + dir_ + "/none.csv", dir_ + "/none.csv: cannot open a measurements file: No such file or directory"},
            {"-m " + csv_ + " --fit gpu.bogus", "--fit: gpu.bogus: no such field in " + src("topologies/l20-4.json")},
            {"-m " + csv_ + " --jobs 0", "--jobs: must be in [1, 1024], got 0"},
+           {"-m " + csv_ + " --speedup-weight -1", "--speedup-weight: must be in [0, 100], got -1"},
            {"-m " + csv_ + " --nccl-tests intra",
             "--nccl-tests: expected CLASS=LOG (CLASS intra, numa or inter), got 'intra'"},
            {"-m " + csv_ + " --nccl-tests inter=" + src("tests/data/nccl-tests-sendrecv-sample.txt"),

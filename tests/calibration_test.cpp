@@ -730,6 +730,45 @@ TEST(Calibrate, RowsBeyondTheBaseRegenerateItAndSpeedupsPair) {
   EXPECT_EQ(c->notes[0], "rows with 16 GPUs: h100-2x4 re-generated with nodes = 4");
 }
 
+TEST(Calibrate, SpeedupsEnterTheObjectiveWithTheirWeight) {
+  // The truth differs in what is not fitted (the kernel's attainment), so no fit reaches zero and the
+  // objective is the rows' sum of log(predicted / measured)^2 plus the weight times the pairs' sum of
+  // log(predicted speedup / measured speedup)^2, recomputed here from the reported rows.
+  json base = load_json("topologies/nominal/h100-2x8.json");
+  base["gpus_per_node"] = 4;
+  json truth = base;
+  truth["inter"]["bandwidth_gbps"] = 30;
+  truth["gpu"]["efficiency"]["fwd"] = 0.2;
+  using P = ir::PassKind;
+  const std::vector<SimRun> runs{
+      {"ring", P::Fwd, 1, 16384}, {"charm", P::Fwd, 1, 16384}, {"ring", P::Fwd, 1, 65536}, {"charm", P::Fwd, 1, 65536}};
+  auto data = parse_measurements(simulate_csv(truth, runs, 8, 2), "runs.csv");
+  ASSERT_TRUE(data);
+  for (double weight : {0.0, 2.0}) {
+    CalibrationOptions opt;
+    opt.fit = {"inter.bandwidth_gbps"};
+    opt.restarts = 0;
+    opt.jobs = 2;
+    opt.leave_one_out = false;
+    opt.speedup_weight = weight;
+    auto c = calibrate(base, "h100-2x4", *data, {}, opt);
+    ASSERT_TRUE(c) << c.error().message();
+    ASSERT_EQ(c->pairs.size(), 2u);
+    double rows = 0, pairs = 0;
+    for (std::size_t i = 0; i < c->rows.size(); ++i)
+      rows += std::pow(std::log(c->rows[i].predicted_ms / data->rows[i].time_ms), 2);
+    for (const auto& pr : c->pairs) {
+      const double predicted = c->rows[pr.ring].predicted_ms / c->rows[pr.other].predicted_ms;
+      const double measured = data->rows[pr.ring].time_ms / data->rows[pr.other].time_ms;
+      pairs += std::pow(std::log(predicted / measured), 2);
+    }
+    EXPECT_GT(pairs, 1e-4) << "the speedups are off: the term is not zero";
+    EXPECT_NEAR(c->objective, rows + weight * pairs, 1e-12 * (1 + c->objective)) << "weight " << weight;
+    const std::string text = c->document["calibration"]["objective"];
+    EXPECT_EQ(text.find("speedup") != std::string::npos, weight > 0) << text;
+  }
+}
+
 TEST(Calibrate, DefaultsSkipWhatNoRowMoves) {
   // Forward rows on the first 4 GPUs (one NUMA node) of the dual-NUMA L20: no row
   // crosses the host bridge, so its bandwidth is dropped from the defaults with a

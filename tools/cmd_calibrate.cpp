@@ -140,6 +140,7 @@ void register_calibrate(CLI::App& app) {
     std::string topology, measurements, kernels, nccl, fit, out;
     bool json_out = false, no_loo = false;
     int jobs = 0, restarts = 3;  // jobs omitted: every core
+    double speedup_weight = 1;
   };
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("calibrate",
@@ -162,6 +163,10 @@ void register_calibrate(CLI::App& app) {
   sub->add_option("--jobs,-j", o->jobs, "threads that simulate rows in parallel (default: all cores)");
   sub->add_option("--restarts", o->restarts, "optimizer starts besides the base values")->capture_default_str();
   sub->add_flag("--no-loo", o->no_loo, "skip the leave-one-out refits");
+  sub->add_option("--speedup-weight", o->speedup_weight,
+                  "weight of the speedups over ring in the objective beside the times (each measured pair of a ring "
+                  "run and another run of one workload; 0: times only)")
+      ->capture_default_str();
   add_max_memory(*sub);
   sub->callback([o, sub] {
     // Every file read, so that -o can never replace one of them.
@@ -186,6 +191,9 @@ void register_calibrate(CLI::App& app) {
     opt.jobs = jobs;
     opt.restarts = o->restarts;
     opt.leave_one_out = !o->no_loo;
+    if (!(o->speedup_weight >= 0 && o->speedup_weight <= 100))
+      fail(Error{"--speedup-weight", fmt::format("must be in [0, 100], got {}", o->speedup_weight)});
+    opt.speedup_weight = o->speedup_weight;
     if (!o->kernels.empty()) {
       opt.kernels = unwrap(calib::load_kernel_times(o->kernels));
       for (const auto& w : opt.kernels.warnings) std::cerr << "charm: warning: " << w << "\n";
