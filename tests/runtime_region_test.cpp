@@ -316,6 +316,17 @@ class UlyssesTestPlan {
   }
 
   // Each owner's part of gathered[r] back to the owner, placed into whole[owner].
+  /// Each rank's whole dQ and dK/dV (its results), assembled from the head slices' gradients.
+  void gradients_home(const std::vector<BufferId>& gdq, const std::vector<BufferId>& gdkv) {
+    std::vector<BufferId> dq(N), dkv(N);
+    for (int r = 0; r < n; ++r) {
+      dq[std::size_t(r)] = b.results(r).dq = b.buffer(r, BufKind::Dq, r, BufInit::None);
+      dkv[std::size_t(r)] = b.results(r).dkv = b.buffer(r, BufKind::Dkv, r, BufInit::None);
+    }
+    scatter_back(Stream::Q, gdq, dq);
+    scatter_back(Stream::Dkv, gdkv, dkv);
+  }
+
   void scatter_back(Stream st, const std::vector<BufferId>& gathered, const std::vector<BufferId>& whole) {
     std::vector<int> g(N);
     for (auto& x : g) x = b.new_group();
@@ -365,19 +376,14 @@ class UlyssesTestPlan {
       b.pack(gq[R], gdo[R], gout[R], gqb[R]);
     }
     // Backward over the gathered bundle below.
-    std::vector<BufferId> dq(N), dkv(N), gdq(N), gdkv(N);
+    std::vector<BufferId> gdq(N), gdkv(N);
     for (int r = 0; r < n; ++r) {
       const auto R = std::size_t(r);
       gdq[R] = b.buffer(r, BufKind::Dq, heads_of(r, 0, n), BufInit::Zero);
       gdkv[R] = b.buffer(r, BufKind::Dkv, heads_of(r, 0, n), BufInit::Zero);
       b.compute_bwd(gqb[R], gkv[R], gdq[R], gdkv[R]);
-      dq[R] = b.buffer(r, BufKind::Dq, r, BufInit::None);
-      dkv[R] = b.buffer(r, BufKind::Dkv, r, BufInit::None);
-      b.results(r).dq = dq[R];
-      b.results(r).dkv = dkv[R];
     }
-    scatter_back(Stream::Q, gdq, dq);
-    scatter_back(Stream::Dkv, gdkv, dkv);
+    gradients_home(gdq, gdkv);
   }
 
   /// The backward on whole shards.
@@ -396,7 +402,7 @@ class UlyssesTestPlan {
     }
     const auto gqb = all_to_all(Stream::Q, BufKind::QBundle, qb, BufInit::None);
     if (gkv.empty()) gkv = all_to_all(Stream::Kv, BufKind::Kv, kv, BufInit::None);
-    std::vector<BufferId> dq(N), dkv(N), gdq(N), gdkv(N);
+    std::vector<BufferId> gdq(N), gdkv(N);
     for (int r = 0; r < n; ++r) {
       const auto R = std::size_t(r);
       gdq[R] = b.buffer(r, BufKind::Dq, heads_of(r, 0, n), BufInit::Zero);
@@ -406,13 +412,8 @@ class UlyssesTestPlan {
       b.compute_bwd(gqb[R], b.view(gkv[R], 0, half), part, b.view(gdkv[R], 0, half));
       b.compute_bwd(gqb[R], b.view(gkv[R], half, n - half), gdq[R], b.view(gdkv[R], half, n - half));
       b.accumulate(Stream::Compute, part, gdq[R]);
-      dq[R] = b.buffer(r, BufKind::Dq, r, BufInit::None);
-      dkv[R] = b.buffer(r, BufKind::Dkv, r, BufInit::None);
-      b.results(r).dq = dq[R];
-      b.results(r).dkv = dkv[R];
     }
-    scatter_back(Stream::Q, gdq, dq);
-    scatter_back(Stream::Dkv, gdkv, dkv);
+    gradients_home(gdq, gdkv);
   }
 
   const ir::Workload& w;
