@@ -630,6 +630,26 @@ std::vector<SpeedupPair> speedup_pairs(const MeasurementSet& data, const std::ve
   return pairs;
 }
 
+/// The base's and the fit's prediction of every run (the first n) and kernel time into c.
+void record_predictions(const Model& model, const std::vector<double>& base_ms, const std::vector<double>& pred,
+                        std::size_t n, const std::string& kernel_source, Calibration& c) {
+  c.rows.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    c.rows[i].ranks = model.rows[i].ranks;
+    c.rows[i].domains = model.rows[i].domains;
+    c.rows[i].base_ms = base_ms[i];
+    c.rows[i].predicted_ms = pred[i];
+  }
+  std::vector<double> kb, kf;
+  for (std::size_t k = 0; k < model.kernels.size(); ++k) {
+    c.kernel_rows.push_back({model.kernels[k], base_ms[n + k], pred[n + k]});
+    kb.push_back(base_ms[n + k] / model.measured[n + k]);
+    kf.push_back(pred[n + k] / model.measured[n + k]);
+  }
+  c.kernels = {mean_abs_pct(kb), mean_abs_pct(kf), kNaN};
+  c.kernel_source = kernel_source;
+}
+
 /// Leave-one-out: each of the n measured rows predicted by a fit on the others, started from the full fit.
 Status leave_one_out(const Model& model, const std::vector<double>& best_u, std::size_t n,
                      const CalibrationOptions& options, int max_evals, std::vector<RowPrediction>& rows,
@@ -864,23 +884,7 @@ Expected<Calibration> calibrate(const json& base, const std::string& base_source
 
   if (auto st = estimate_uncertainty(model, best, best_u, c.objective, options, evaluations); !st) return st.error();
 
-  c.rows.resize(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    c.rows[i].ranks = model.rows[i].ranks;
-    c.rows[i].domains = model.rows[i].domains;
-    c.rows[i].base_ms = base_ms[i];
-    c.rows[i].predicted_ms = (*pred)[i];
-  }
-  {
-    std::vector<double> kb, kf;
-    for (std::size_t k = 0; k < model.kernels.size(); ++k) {
-      c.kernel_rows.push_back({model.kernels[k], base_ms[n + k], (*pred)[n + k]});
-      kb.push_back(base_ms[n + k] / model.measured[n + k]);
-      kf.push_back((*pred)[n + k] / model.measured[n + k]);
-    }
-    c.kernels = {mean_abs_pct(kb), mean_abs_pct(kf), kNaN};
-    c.kernel_source = options.kernels.source;
-  }
+  record_predictions(model, base_ms, *pred, n, options.kernels.source, c);
 
   if (options.leave_one_out && n > 1)
     if (auto st = leave_one_out(model, best_u, n, options, max_evals, c.rows, evaluations); !st) return st.error();
