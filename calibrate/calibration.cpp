@@ -673,31 +673,29 @@ Status leave_one_out(const Model& model, const std::vector<double>& best_u, std:
 
 /// The MAPEs of times, components and speedups (base, in-sample, leave-one-out).
 void summarize_errors(const MeasurementSet& data, std::size_t n, Calibration& c) {
-  {
-    std::vector<double> rb, rf, rl, sb, sf, sl, cb, cf, cl;
-    for (std::size_t i = 0; i < n; ++i) {
-      const double m = data.rows[i].time_ms;
-      const bool run = data.rows[i].metric == Metric::Time;
-      (run ? rb : cb).push_back(c.rows[i].base_ms / m);
-      (run ? rf : cf).push_back(c.rows[i].predicted_ms / m);
-      if (!std::isnan(c.rows[i].loo_ms)) (run ? rl : cl).push_back(c.rows[i].loo_ms / m);
-    }
-    c.time_rows = rb.size();
-    c.component = {mean_abs_pct(cb), mean_abs_pct(cf), mean_abs_pct(cl)};
-    for (const auto& pr : c.pairs) {
-      const auto &r = c.rows[pr.ring], &o = c.rows[pr.other];
-      const double measured = data.rows[pr.ring].time_ms / data.rows[pr.other].time_ms;
-      sb.push_back(r.base_ms / o.base_ms / measured);
-      sf.push_back(r.predicted_ms / o.predicted_ms / measured);
-      if (!std::isnan(r.loo_ms) && !std::isnan(o.loo_ms)) sl.push_back(r.loo_ms / o.loo_ms / measured);
-    }
-    c.time = {mean_abs_pct(rb), mean_abs_pct(rf), mean_abs_pct(rl)};
-    c.speedup = {mean_abs_pct(sb), mean_abs_pct(sf), mean_abs_pct(sl)};
-    if (c.speedup.in_sample > c.speedup.base)
-      c.notes.push_back(fmt::format("the fitted model predicts speedups over ring worse than the base ({:.1f}% "
-                                    "against {:.1f}% MAPE): the fit traded them for times; check the rows",
-                                    c.speedup.in_sample, c.speedup.base));
+  std::vector<double> rb, rf, rl, sb, sf, sl, cb, cf, cl;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double m = data.rows[i].time_ms;
+    const bool run = data.rows[i].metric == Metric::Time;
+    (run ? rb : cb).push_back(c.rows[i].base_ms / m);
+    (run ? rf : cf).push_back(c.rows[i].predicted_ms / m);
+    if (!std::isnan(c.rows[i].loo_ms)) (run ? rl : cl).push_back(c.rows[i].loo_ms / m);
   }
+  c.time_rows = rb.size();
+  c.component = {mean_abs_pct(cb), mean_abs_pct(cf), mean_abs_pct(cl)};
+  for (const auto& pr : c.pairs) {
+    const auto &r = c.rows[pr.ring], &o = c.rows[pr.other];
+    const double measured = data.rows[pr.ring].time_ms / data.rows[pr.other].time_ms;
+    sb.push_back(r.base_ms / o.base_ms / measured);
+    sf.push_back(r.predicted_ms / o.predicted_ms / measured);
+    if (!std::isnan(r.loo_ms) && !std::isnan(o.loo_ms)) sl.push_back(r.loo_ms / o.loo_ms / measured);
+  }
+  c.time = {mean_abs_pct(rb), mean_abs_pct(rf), mean_abs_pct(rl)};
+  c.speedup = {mean_abs_pct(sb), mean_abs_pct(sf), mean_abs_pct(sl)};
+  if (c.speedup.in_sample > c.speedup.base)
+    c.notes.push_back(fmt::format("the fitted model predicts speedups over ring worse than the base ({:.1f}% "
+                                  "against {:.1f}% MAPE): the fit traded them for times; check the rows",
+                                  c.speedup.in_sample, c.speedup.base));
 }
 
 /// The output document: the base with every value written in, and where they came from.

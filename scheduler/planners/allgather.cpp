@@ -26,8 +26,7 @@ std::vector<std::vector<BufferId>> gather_kv(PlanBuilder& b, const std::vector<R
   std::vector<BufferId> cur(N);
   for (std::size_t r = 0; r < N; ++r) have[r][r] = cur[r] = st[r].kv;
   for (int step = 1; step < n; ++step) {
-    std::vector<int> group(N);
-    for (auto& g : group) g = b.new_group();
+    const std::vector<int> group = b.new_group_per_rank();
     std::vector<BufferId> next(N);
     for (int r = 0; r < n; ++r) {
       const int dst = (r + 1) % n;
@@ -83,8 +82,7 @@ void allgather_backward(PlanBuilder& b, const std::vector<RankState>& st) {
   // (r - s) mod n (block s) to r+1, which adds it to its block s+1 of the same
   // owner. After n-1 steps the sum for owner y sits on y, in its block 0.
   auto reduce_step = [&](int s) {
-    std::vector<int> group(N);
-    for (auto& g : group) g = b.new_group();
+    const std::vector<int> group = b.new_group_per_rank();
     // All transfers of the step first: an accumulate between a rank's receive and
     // send would split its ncclGroup and chain the step around the ring.
     std::vector<BufferId> received(N);

@@ -198,6 +198,12 @@ class PlanBuilder {
   OpId pack(BufferId q, BufferId dout, BufferId out, BufferId qbundle);
 
   int new_group() { return next_group_++; }
+  /// A new ncclGroup for every rank, in rank order (one step's exchanges: a group per rank).
+  std::vector<int> new_group_per_rank() {
+    std::vector<int> group(static_cast<std::size_t>(ranks()));
+    for (auto& g : group) g = new_group();
+    return group;
+  }
   /// The op that last wrote b (kNone if none, and for a phantom).
   [[nodiscard]] OpId last_writer(BufferId b) const {
     return b < 0 ? ir::kNone : access_[static_cast<std::size_t>(b)].writer;

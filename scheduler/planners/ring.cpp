@@ -33,8 +33,7 @@ std::vector<BufferId> ring_shift(PlanBuilder& b, Stream stream, const std::vecto
                                  const std::vector<BufferId>& cur, const std::vector<OpId>& barrier,
                                  BufferRing& slots) {
   const auto N = std::size_t(b.ranks());
-  std::vector<int> group(N);
-  for (auto& g : group) g = b.new_group();
+  const std::vector<int> group = b.new_group_per_rank();
   std::vector<BufferId> next(N, kNone);
   for (const Ring& ring : rings) {
     for (std::size_t i = 0; i < ring.size(); ++i) {
@@ -121,6 +120,7 @@ RingGradients ring_backward_over(PlanBuilder& b, const std::vector<Ring>& rings,
                   std::vector<BufferId>(std::size_t(b.ranks()), kNone)};
   auto& running = g.dkv;
   BufferRing partial_slots(b.ranks(), 1), sum_slots(b.ranks(), 2);
+  const bool sums_move = ring_length(rings) > 1;
   walk_rings(
       b, rings, kv,
       // Each block's dK/dV go into a fresh partial, so the compute never waits
@@ -137,7 +137,7 @@ RingGradients ring_backward_over(PlanBuilder& b, const std::vector<Ring>& rings,
       },
       // The running dK/dV sum moves one step behind its KV; after the last step it reaches its owner.
       [&] {
-        if (ring_length(rings) > 1) running = ring_shift(b, Stream::Dkv, rings, running, {}, sum_slots);
+        if (sums_move) running = ring_shift(b, Stream::Dkv, rings, running, {}, sum_slots);
       });
   return g;
 }

@@ -56,8 +56,7 @@ void tasp_forward(PlanBuilder& b, const std::vector<RankState>& st) {
   for (int step = 0; step < n; ++step) {
     std::vector<std::vector<BufferId>> next;
     if (step + 1 < n) {
-      std::vector<int> group(N);
-      for (auto& g : group) g = b.new_group();
+      const std::vector<int> group = b.new_group_per_rank();
       next.assign(m, std::vector<BufferId>(N, kNone));
       for (std::size_t c = 0; c < m; ++c)
         for (int r = 0; r < n; ++r) {

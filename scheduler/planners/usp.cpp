@@ -66,13 +66,6 @@ Groups groups_of(const PlanBuilder& b, int domains) {
   return g;
 }
 
-/// A new ncclGroup for every rank (an all-to-all is one group per rank).
-std::vector<int> one_group_each(PlanBuilder& b) {
-  std::vector<int> group(std::size_t(b.ranks()));
-  for (auto& x : group) x = b.new_group();
-  return group;
-}
-
 /// Step 1's all-to-all for one tensor: per rank, the gathered buffer (kind of `whole`).
 std::vector<BufferId> gather_heads(PlanBuilder& b, const Groups& g, const std::vector<BufferId>& whole) {
   constexpr Stream stream = kAllToAll;
@@ -81,7 +74,7 @@ std::vector<BufferId> gather_heads(PlanBuilder& b, const Groups& g, const std::v
   std::vector<BufferId> gathered(N);
   for (int r = 0; r < n; ++r)
     gathered[std::size_t(r)] = b.buffer(r, b.buf(whole[std::size_t(r)]).kind, g.heads_of(r, b), BufInit::None);
-  const std::vector<int> group = one_group_each(b);
+  const std::vector<int> group = b.new_group_per_rank();
   // Slices first (own slice straight into place), then the exchange as one group per rank.
   auto slice = g.per_pair(n);
   g.each_pair(n, [&](RankId r, RankId dst) {
@@ -111,7 +104,7 @@ std::vector<BufferId> scatter_heads(PlanBuilder& b, const Groups& g, const std::
   constexpr Stream stream = kAllToAll;
   const int n = b.ranks();
   const auto N = std::size_t(n);
-  const std::vector<int> group = one_group_each(b);
+  const std::vector<int> group = b.new_group_per_rank();
   // received[r][i]: owner r's rows of member i's slice, on rank r.
   auto received = g.per_pair(n);
   g.each_pair(n, [&](RankId r, RankId dst) {
