@@ -114,7 +114,8 @@ class SymmetryCheck {
   [[nodiscard]] std::string content_differs(const Buffer& a, const Buffer& b) const {
     if (a.kind != b.kind || a.init != b.init || a.bytes != b.bytes) return "kind, init or bytes";
     if (a.owners != b.owners || !owners_map(a.owner, b.owner, a.owners)) return "owners";
-    if (a.head_begin != b.head_begin || a.heads != b.heads || a.part_begin != b.part_begin || a.parts != b.parts)
+    if ((a.head_begin != b.head_begin && !s_.heads_are_labels) || a.heads != b.heads || a.part_begin != b.part_begin ||
+        a.parts != b.parts)
       return "heads or parts";
     if ((a.parent == kNone) != (b.parent == kNone) || (a.reuse == kNone) != (b.reuse == kNone))
       return "parent or reuse";
@@ -166,7 +167,8 @@ class SymmetryCheck {
         first = map(b.owner);
         for (RankId o = b.owner; o < b.owner + b.owners; ++o) first = std::min(first, map(o));
       }
-      return Key{int(b.kind), int(b.init),  b.bytes, b.owners,          first,           b.head_begin,
+      const std::int32_t head_begin = s_.heads_are_labels ? 0 : b.head_begin;
+      return Key{int(b.kind), int(b.init),  b.bytes, b.owners,          first,           head_begin,
                  b.heads,     b.part_begin, b.parts, b.parent != kNone, b.reuse != kNone};
     };
     std::vector<Key> ka, kb;

@@ -28,6 +28,10 @@ struct RankSymmetry {
   enum class Kind : std::uint8_t { None, Rotate, Xor };
   Kind kind = Kind::None;
   std::int32_t block = 0;  // ranks per representative set
+  /// A symmetry by cost: the images may hold other heads than the representative's, as many of
+  /// them (a Ulysses rank's head slice is its own, but every slice costs the same bytes and FLOPs).
+  /// What every figure of a simulation depends on maps; the data each rank computes does not.
+  bool heads_are_labels = false;
 
   [[nodiscard]] bool active() const { return kind != Kind::None; }
   [[nodiscard]] std::int32_t rep(std::int32_t r) const { return r % block; }
@@ -58,7 +62,8 @@ struct RankSymmetry {
 /// Proves that a full plan is invariant under `s`: for every rank r, its buffers and results are
 /// the images under element(r) of rep(r)'s, one for one in creation order, and on every stream
 /// its ops are the images of rep(r)'s, position by position: kind, phase, mask, tag, bytes and
-/// flops equal; peer, q_owner and kv_owner mapped; buffers and dependencies by their place on the
+/// flops equal; peer, q_owner and kv_owner mapped; head ranges equal (with heads_are_labels: as
+/// many heads, anywhere); buffers and dependencies by their place on the
 /// rank (dependencies as (stream, position)). The members of an ncclGroup (consecutive Send/Recv
 /// of one group id) are compared as a set: they are issued together, progress in any order and
 /// complete as a whole (plan.hpp), and a group's two sides differ in order (the ring's rank 0

@@ -34,7 +34,11 @@ RankSymmetry charm_symmetry(const PlanRequest& r) {
   if (r.workload.causal) return {};
   return r.domains <= 2 ? RankSymmetry{Kind::Xor, 1} : RankSymmetry{Kind::Rotate, r.ranks / r.domains};
 }
-RankSymmetry no_symmetry(const PlanRequest&) { return {}; }  // a rank's head slice is its own
+RankSymmetry heads_by_rank(const PlanRequest&) {
+  // A rank's head slice is its own, but every slice costs the same: a symmetry by cost, causal or not
+  // (each rank computes the whole sequence of its heads).
+  return {.kind = Kind::Rotate, .block = 1, .heads_are_labels = true};
+}
 RankSymmetry usp_symmetry(const PlanRequest& r) {
   // Its computes span whole domains, whose pairs all see the same number of keys under zigzag.
   const int per_domain = r.ranks / r.domains;
@@ -182,7 +186,7 @@ void add_head_splits(std::vector<Algorithm>& t) {
                 .forward = ulysses_fwd,
                 .backward = ulysses_bwd,
                 .packs_bundle = true,
-                .symmetry = no_symmetry,
+                .symmetry = heads_by_rank,
                 .counterparts = {{.megatron = "a2a", .te = "a2a", .note = "ring-flash-attention has no all-to-all"}}});
   t.push_back(A{.name = "usp",
                 .uses_domains = true,

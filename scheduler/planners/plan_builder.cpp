@@ -170,8 +170,8 @@ void PlanBuilder::claim_storage(BufferId b, std::vector<OpId>& deps) {
   if (old == kNone) return;
   const auto& prev = access_[std::size_t(old)];
   if (prev.writer != kNone) deps.push_back(prev.writer);
-  for (auto k = prev.readers; k != kNone; k = reader_nodes_[std::size_t(k)].next)
-    deps.push_back(reader_nodes_[std::size_t(k)].op);
+  add_nodes(prev.readers, deps);
+  add_nodes(prev.co_writers, deps);
 }
 
 BufferId PlanBuilder::view(BufferId parent, RankId owner, int owners) {
@@ -223,6 +223,7 @@ OpId PlanBuilder::emit(Op op, std::initializer_list<BufferId> reads, std::initia
                  "a buffer is touched after a later one took its storage over");
     CHARM_ASSERT(plan_.buffer(b).rank == op.rank, "an op may only touch buffers of its own rank");
     if (auto w = access_[static_cast<std::size_t>(b)].writer; w != kNone) d.push_back(w);
+    add_nodes(access_[static_cast<std::size_t>(b)].co_writers, d);
   }
   for (BufferId b : writes_root) {
     CHARM_ASSERT(!access_[static_cast<std::size_t>(b)].taken_over,
@@ -230,8 +231,8 @@ OpId PlanBuilder::emit(Op op, std::initializer_list<BufferId> reads, std::initia
     CHARM_ASSERT(plan_.buffer(b).rank == op.rank, "an op may only touch buffers of its own rank");
     const auto& a = access_[static_cast<std::size_t>(b)];
     if (a.writer != kNone) d.push_back(a.writer);
-    for (auto k = a.readers; k != kNone; k = reader_nodes_[std::size_t(k)].next)
-      d.push_back(reader_nodes_[std::size_t(k)].op);
+    add_nodes(a.readers, d);
+    add_nodes(a.co_writers, d);
   }
   d.insert(d.end(), extra.begin(), extra.end());
   // Drop duplicates, self-references and what stream order already implies.
@@ -258,11 +259,12 @@ OpId PlanBuilder::emit(Op op, std::initializer_list<BufferId> reads, std::initia
     auto& a = access_[static_cast<std::size_t>(b)];
     a.writer = id;
     clear_readers(a);
+    free_nodes(a.co_writers);
   }
   return id;
 }
 
-void PlanBuilder::add_reader(Access& a, OpId id) {
+void PlanBuilder::push_node(std::int32_t& head, OpId id) {
   std::int32_t k = free_reader_;
   if (k != kNone)
     free_reader_ = reader_nodes_[std::size_t(k)].next;
@@ -270,17 +272,29 @@ void PlanBuilder::add_reader(Access& a, OpId id) {
     k = static_cast<std::int32_t>(reader_nodes_.size());
     reader_nodes_.emplace_back();
   }
-  reader_nodes_[std::size_t(k)] = {id, a.readers};
-  a.readers = k;
+  reader_nodes_[std::size_t(k)] = {id, head};
+  head = k;
 }
 
-void PlanBuilder::clear_readers(Access& a) {
-  if (a.readers == kNone) return;
-  std::int32_t tail = a.readers;
+void PlanBuilder::free_nodes(std::int32_t& head) {
+  if (head == kNone) return;
+  std::int32_t tail = head;
   while (reader_nodes_[std::size_t(tail)].next != kNone) tail = reader_nodes_[std::size_t(tail)].next;
   reader_nodes_[std::size_t(tail)].next = free_reader_;
-  free_reader_ = a.readers;
-  a.readers = kNone;
+  free_reader_ = head;
+  head = kNone;
+}
+
+void PlanBuilder::add_nodes(std::int32_t head, std::vector<OpId>& deps) const {
+  for (auto k = head; k != kNone; k = reader_nodes_[std::size_t(k)].next)
+    deps.push_back(reader_nodes_[std::size_t(k)].op);
+}
+
+void PlanBuilder::also_written_by(BufferId buf, std::span<const OpId> ops) {
+  if (buf < 0) return;  // a phantom's
+  auto& a = access_[std::size_t(plan_.root(buf))];
+  for (const OpId op : ops)
+    if (op != kNone) push_node(a.co_writers, op);
 }
 
 bool PlanBuilder::visible(RankId q_owner, RankId kv_owner) const {

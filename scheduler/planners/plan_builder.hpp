@@ -192,6 +192,11 @@ class PlanBuilder {
   std::pair<Transfer, Transfer> exchange(ir::Stream stream, BufferId a_src, BufferId b_src,
                                          std::span<const OpId> extra_a = {}, std::span<const OpId> extra_b = {});
 
+  /// Ops that wrote parts of `buf` beside its last writer, e.g. the receives of one ncclGroup into
+  /// views of it: every later access of its storage waits for each of them, not for the last alone
+  /// (the simulator releases an op's dependents as that op completes, not as its group does).
+  void also_written_by(BufferId buf, std::span<const OpId> ops);
+
   OpId merge(ir::Stream stream, BufferId partial, BufferId acc, std::span<const OpId> extra = {});
   OpId accumulate(ir::Stream stream, BufferId partial, BufferId acc, std::span<const OpId> extra = {});
   /// Builds the backward bundle of a rank from its Q, dO and final (O, LSE).
@@ -219,19 +224,23 @@ class PlanBuilder {
   // only holds the reads still pending a write.
   struct Access {
     OpId writer = ir::kNone;
-    std::int32_t readers = ir::kNone;  // head of its list in reader_nodes_
-    bool taken_over = false;           // a later buffer holds this storage now: no access may follow
-    bool claimed = false;              // reuse: the wait for the previous holder is in place
-    ir::Bytes storage_bytes = 0;       // the size of its storage (its reuse chain's first buffer)
+    std::int32_t readers = ir::kNone;     // head of its list in reader_nodes_
+    std::int32_t co_writers = ir::kNone;  // also_written_by's ops, a list in reader_nodes_
+    bool taken_over = false;              // a later buffer holds this storage now: no access may follow
+    bool claimed = false;                 // reuse: the wait for the previous holder is in place
+    ir::Bytes storage_bytes = 0;          // the size of its storage (its reuse chain's first buffer)
   };
   struct ReaderNode {
     OpId op;
     std::int32_t next;
   };
-  void add_reader(Access& a, OpId id);
+  void add_reader(Access& a, OpId id) { push_node(a.readers, id); }
+  void push_node(std::int32_t& head, OpId id);
+  void free_nodes(std::int32_t& head);
+  void add_nodes(std::int32_t head, std::vector<OpId>& deps) const;
   /// A merge or accumulate of `partial` into `acc`: reads both, writes acc.
   OpId fold_into(ir::OpKind kind, ir::Stream stream, BufferId partial, BufferId acc, std::span<const OpId> extra);
-  void clear_readers(Access& a);
+  void clear_readers(Access& a) { free_nodes(a.readers); }
   int& next_tag(ir::Stream stream, RankId src, RankId dst);
   /// The fields a forward or backward block computation shares.
   [[nodiscard]] ir::Op block_op(ir::Phase phase, BufferId q, BufferId kv) const;

@@ -243,6 +243,7 @@ Expected<Plan> make_plan(const PlanRequest& req_in, RankSymmetry quotient, Quoti
   const PlanRequest req = normalised(req_in);
   if (auto s = check_request(req); !s) return s.error();
   if (auto s = check_quotient(req, quotient); !s) return s.error();
+  quotient.heads_are_labels = plan_symmetry(req).heads_are_labels;  // what the images may differ in
   return build_plan(req, quotient, stats);
 }
 

@@ -50,11 +50,18 @@ struct Groups {
   [[nodiscard]] std::vector<std::vector<BufferId>> per_pair(int ranks) const {
     return std::vector<std::vector<BufferId>>(std::size_t(ranks), std::vector<BufferId>(std::size_t(u), kNone));
   }
-  /// Every rank with each member of its group (itself included), in the order the all-to-alls issue them.
+  /// r's k-th peer in the order the all-to-alls issue them. Ulysses (one group): r itself first, then
+  /// the ranks after it, wrapping round, so that every rank's list is rank 0's rotated and the plan is
+  /// its own image under a rotation by one rank (a symmetry by cost: the heads differ). USP's symmetry
+  /// moves whole domains, which keep every member's place, so its lists keep the members' order.
+  [[nodiscard]] RankId peer(RankId r, int k) const { return first(r) + (domains == 1 ? (member(r) + k) % u : k); }
+  /// Every rank with each member of its group (itself included), in the order of peer(). A quotient
+  /// plan emits nothing between two phantoms: those pairs are skipped (n^2 of them at scale).
   template <class Fn>
-  void each_pair(int ranks, Fn fn) const {
-    for (RankId r = 0; r < ranks; ++r)
-      for (int j = 0; j < u; ++j) fn(r, first(r) + j);
+  void each_pair(const PlanBuilder& b, Fn fn) const {
+    for (RankId r = 0; r < b.ranks(); ++r)
+      for (int k = 0; k < u; ++k)
+        if (const RankId p = peer(r, k); !b.phantom(r) || !b.phantom(p)) fn(r, p);
   }
 };
 
@@ -77,7 +84,7 @@ std::vector<BufferId> gather_heads(PlanBuilder& b, const Groups& g, const std::v
   const std::vector<int> group = b.new_group_per_rank();
   // Slices first (own slice straight into place), then the exchange as one group per rank.
   auto slice = g.per_pair(n);
-  g.each_pair(n, [&](RankId r, RankId dst) {
+  g.each_pair(b, [&](RankId r, RankId dst) {
     const BufferId src = whole[std::size_t(r)];
     if (dst == r) {
       b.copy(stream, src, b.view(gathered[std::size_t(r)], r));
@@ -90,11 +97,16 @@ std::vector<BufferId> gather_heads(PlanBuilder& b, const Groups& g, const std::v
     out = b.buffer(r, b.buf(src).kind, part, BufInit::None);
     b.copy(stream, src, out);
   });
-  g.each_pair(n, [&](RankId r, RankId dst) {
+  std::vector<std::vector<OpId>> received(N);  // per rank: its receives, which all fill `gathered`
+  g.each_pair(b, [&](RankId r, RankId dst) {
     if (dst == r) return;
-    b.transfer(stream, slice[std::size_t(r)][std::size_t(g.member(dst))], dst, group[std::size_t(r)],
-               group[std::size_t(dst)], {}, {}, b.view(gathered[std::size_t(dst)], r));
+    received[std::size_t(dst)].push_back(b.transfer(stream, slice[std::size_t(r)][std::size_t(g.member(dst))], dst,
+                                                    group[std::size_t(r)], group[std::size_t(dst)], {}, {},
+                                                    b.view(gathered[std::size_t(dst)], r))
+                                             .recv);
   });
+  // What reads the gathered heads waits for every slice, not for the receive issued last.
+  for (std::size_t r = 0; r < N; ++r) b.also_written_by(gathered[r], received[r]);
   return gathered;
 }
 
@@ -107,7 +119,7 @@ std::vector<BufferId> scatter_heads(PlanBuilder& b, const Groups& g, const std::
   const std::vector<int> group = b.new_group_per_rank();
   // received[r][i]: owner r's rows of member i's slice, on rank r.
   auto received = g.per_pair(n);
-  g.each_pair(n, [&](RankId r, RankId dst) {
+  g.each_pair(b, [&](RankId r, RankId dst) {
     const BufferId rows = b.view(sliced[std::size_t(r)], dst);
     received[std::size_t(dst)][std::size_t(g.member(r))] =
         dst == r ? rows : b.transfer(stream, rows, dst, group[std::size_t(r)], group[std::size_t(dst)]).dst;
@@ -115,7 +127,8 @@ std::vector<BufferId> scatter_heads(PlanBuilder& b, const Groups& g, const std::
   std::vector<BufferId> whole(N);
   for (int r = 0; r < n; ++r) {
     whole[std::size_t(r)] = b.buffer(r, b.buf(sliced[std::size_t(r)]).kind, r, BufInit::None);
-    for (BufferId part : received[std::size_t(r)]) b.copy(stream, part, whole[std::size_t(r)]);
+    for (int k = 0; k < g.u && !b.phantom(r); ++k)
+      b.copy(stream, received[std::size_t(r)][std::size_t(g.member(g.peer(r, k)))], whole[std::size_t(r)]);
   }
   return whole;
 }
