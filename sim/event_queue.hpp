@@ -4,6 +4,8 @@
 // is a total order, so events leave in one order whatever the heap's shape.
 // One queue per simulation: no global state.
 
+#include <bit>
+#include <cassert>
 #include <cstdint>
 #include <vector>
 
@@ -20,7 +22,8 @@ struct Event {
 class EventQueue {
  public:
   void push(double time_s, std::uint32_t kind, std::int32_t id, std::uint32_t version = 0) {
-    heap_.push_back(Event{time_s, next_seq_++, kind, id, version});
+    assert(time_s >= 0);
+    heap_.push_back(Event{time_s + 0.0, next_seq_++, kind, id, version});  // -0 + 0 is +0
     sift_up(heap_.size() - 1);
   }
   [[nodiscard]] bool empty() const { return heap_.empty(); }
@@ -37,9 +40,12 @@ class EventQueue {
 
  private:
   static constexpr std::size_t kArity = 4;  // half the levels of a binary heap, children in one or two cache lines
-  // Without branches: which of two events comes first is data the CPU cannot predict.
+  // Without branches: which of two events comes first is data the CPU cannot predict. Times are never
+  // negative (push turns -0 into +0), and the bits of non-negative doubles order as their values do, so
+  // (time, seq) compare as two unsigned integers (no floating-point compare and parity flag).
   static bool less(const Event& a, const Event& b) {
-    return (a.time_s < b.time_s) | ((a.time_s == b.time_s) & (a.seq < b.seq));
+    const auto ta = std::bit_cast<std::uint64_t>(a.time_s), tb = std::bit_cast<std::uint64_t>(b.time_s);
+    return (ta < tb) | ((ta == tb) & (a.seq < b.seq));
   }
   void sift_up(std::size_t i) {
     const Event e = heap_[i];
