@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "scheduler/ir/symmetry.hpp"
@@ -90,12 +91,16 @@ TEST(SimQuotient, EveryFigureOfTheFullPlanOnEveryPreset) {
   double worst = 0;
   for (const auto& [name, t] : topologies()) {
     for (const std::string& algo : sched::algorithm_names()) {
-      for (auto [pass, causal] : {std::pair{ir::PassKind::Fwd, false}, std::pair{ir::PassKind::Both, false},
-                                  std::pair{ir::PassKind::Both, true}}) {
+      // The last case: packed documents of two shards each, which repeat every two ranks.
+      for (auto [pass, causal, documents] :
+           {std::tuple{ir::PassKind::Fwd, false, false}, std::tuple{ir::PassKind::Both, false, false},
+            std::tuple{ir::PassKind::Both, true, false}, std::tuple{ir::PassKind::Both, true, true}}) {
         ir::Workload w;
         w.causal = causal;
-        if (causal) w.layout = ir::Layout::Zigzag;
+        if (causal && !documents) w.layout = ir::Layout::Zigzag;
         w.seq = 16384;
+        const int gpus = t.num_gpus();
+        if (documents && gpus % 2 == 0) w.documents.assign(std::size_t(gpus / 2), w.seq / (gpus / 2));
         w.heads = 64;  // every rank count here divides it: Ulysses runs on each topology
         w.kv_heads = 64;
         w.head_dim = 64;

@@ -109,6 +109,23 @@ std::vector<Case> requests(const std::string& algo) {
               out.push_back({req, fmt::format("{} n={} d={} {} {} {} workload {}", algo, n, d, ir::to_string(pass),
                                               causal ? "causal" : "full", ir::to_string(layout), variant)});
             }
+  // Packed documents of one length, which repeat every few ranks (and some that do not).
+  for (int n : {4, 8, 16})
+    for (int d : {1, 2})
+      for (auto pass : {ir::PassKind::Fwd, ir::PassKind::Both})
+        for (auto [num, den] : {std::pair{1, 2}, std::pair{2, 1}, std::pair{4, 1}, std::pair{3, 2}}) {
+          if (d > 1 && !sched::uses_domains(algo)) continue;
+          sched::PlanRequest req{algo, base_workload(), n, d};
+          auto& w = req.workload;
+          w.pass = pass;
+          w.causal = true;
+          const std::int64_t len = w.seq / n * num / den;  // documents of num/den shards each
+          if (w.seq % len != 0) continue;
+          w.documents.assign(std::size_t(w.seq / len), len);
+          if (!sched::check_request(req).ok()) continue;
+          out.push_back({req, fmt::format("{} n={} d={} {} documents of {}/{} shards", algo, n, d, ir::to_string(pass),
+                                          num, den)});
+        }
   return out;
 }
 

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <numeric>
 
 #include "scheduler/planners/algorithms.hpp"
 #include "scheduler/planners/comm_list.hpp"
@@ -216,13 +217,44 @@ Expected<Plan> make_plan(const PlanRequest& req_in) {
   return build_plan(req, {});
 }
 
+int document_period(const ir::Workload& w, int ranks) {
+  if (w.documents.empty() || w.window > 0 || w.layout != Layout::Contiguous || ranks < 1 || w.seq % ranks != 0)
+    return 0;
+  const std::int64_t len = w.documents.front();
+  if (std::any_of(w.documents.begin(), w.documents.end(), [&](std::int64_t d) { return d != len; })) return 0;
+  const std::int64_t k = len / std::gcd(len, w.shard_tokens(ranks));  // shards in the shortest whole-document run
+  return ranks % k == 0 ? int(k) : 0;
+}
+
+namespace {
+/// The algorithm's symmetry without the mask (a full one), coarsened to a multiple of `period` ranks.
+RankSymmetry with_period(const PlanRequest& req, int period) {
+  PlanRequest full = req;
+  full.workload.causal = false;
+  full.workload.documents.clear();
+  RankSymmetry s = row(req.algo).symmetry(full);
+  if (!s.active()) return {};
+  if (s.kind == RankSymmetry::Kind::Rotate) {
+    s.block = std::lcm(s.block, period);
+    return s;
+  }
+  // Xor by a multiple of a power-of-two period maps runs of `period` ranks onto such runs.
+  if ((period & (period - 1)) != 0) return {};
+  s.block = std::max(s.block, period);
+  return s;
+}
+}  // namespace
+
 RankSymmetry plan_symmetry(const PlanRequest& req_in) {
   const PlanRequest req = normalised(req_in);
   if (!check_request(req).ok()) return {};
   const int n = req.ranks;
-  if (req.workload.position_mask()) return {};  // documents and windows break every rank symmetry in general
-  const RankSymmetry s = row(req.algo).symmetry(req);
-  return s.active() && s.block < n ? s : RankSymmetry{};
+  RankSymmetry s;
+  if (!req.workload.position_mask())
+    s = row(req.algo).symmetry(req);
+  else if (const int period = document_period(req.workload, n); period > 0)
+    s = with_period(req, period);  // documents of one length repeat; other documents and windows do not
+  return s.active() && s.block < n && check_symmetry_shape(s, n).ok() ? s : RankSymmetry{};
 }
 
 Status check_quotient(const PlanRequest& req, const RankSymmetry& quotient) {

@@ -70,11 +70,18 @@ inline constexpr double kSimBytesPerOp = 60;
 ///   charm on more domains                                rotate, block ranks / domains (queries
 ///                                                        cross domains as a rotation)
 ///   usp on 2 or more domains                             rotate, block ranks / domains
-///   ulysses (and usp on one domain)                      none (a rank's head slice is its own)
+///   ulysses                                              rotate, block 1, by cost (a rank's head
+///                                                        slice is its own; every slice costs the same)
 /// A causal mask breaks all of them (the mask pieces and FLOPs of a pair depend on where the ranks
 /// are), but for usp on the zigzag layout with 2 or more ranks a domain: its computes span whole
-/// domains, whose pairs all see the same number of keys under zigzag.
+/// domains, whose pairs all see the same number of keys under zigzag; and for packed documents of
+/// one length on the contiguous layout, which repeat every document_period(w, ranks) ranks: the
+/// algorithm's own symmetry, its block made a multiple of that period.
 [[nodiscard]] ir::RankSymmetry plan_symmetry(const PlanRequest& req);
+/// The fewest ranks a rotation must move so that packed documents land on documents: k such that
+/// k shards hold a whole number of documents, where every document has one length and the layout is
+/// contiguous (so the mask repeats every k ranks, round the end too); 0 where there is no such k.
+[[nodiscard]] int document_period(const ir::Workload& w, int ranks);
 /// Whether `quotient` is well formed (ir::check_symmetry_shape) and coarsens plan_symmetry(req):
 /// the same kind, a block that is a multiple of its block.
 [[nodiscard]] Status check_quotient(const PlanRequest& req, const ir::RankSymmetry& quotient);
