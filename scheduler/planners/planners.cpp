@@ -49,21 +49,46 @@ Expected<std::string> resolve_algorithm(std::string_view name, const std::string
                                  near ? fmt::format("did you mean '{}'? ", *near) : "", fmt::join(names, ", "))};
 }
 
+namespace {
+/// The share of (query shard, kv shard) blocks a causal mask on the contiguous layout leaves some pair
+/// visible in: (n + 1) / 2n for the plain causal mask, less for documents and windows. The first query
+/// of a shard sees back furthest (first_visible never decreases), so shard i sees kv shards
+/// first_visible(i S) / S to i.
+double visible_block_share(const ir::Workload& w, int ranks) {
+  const std::int64_t S = std::max<std::int64_t>(1, w.shard_tokens(ranks));
+  std::vector<std::int64_t> starts;  // where each document starts
+  for (std::int64_t at = 0; const std::int64_t len : w.documents) {
+    starts.push_back(at);
+    at += len;
+  }
+  double visible = 0;
+  for (std::int64_t i = 0; i < ranks; ++i) {
+    const std::int64_t q = i * S;
+    std::int64_t first = 0;  // first_visible(q), by bisection over the documents
+    if (auto it = std::upper_bound(starts.begin(), starts.end(), q); it != starts.begin()) first = *std::prev(it);
+    if (w.window > 0) first = std::max(first, q - w.window + 1);
+    visible += double(i - std::min(i, first / S) + 1);
+  }
+  return visible / (double(ranks) * double(ranks));
+}
+}  // namespace
+
 PlanEstimate estimate_plan(const PlanRequest& req) {
   const Algorithm* a = find_algorithm(req.algo);
   const Algorithm& alg = a != nullptr ? *a : algorithms().front();  // an unchecked name: the ring's figures
   const double parts = alg.token_parts ? double(detail::tasp_cycle_steps(std::max(1, req.ranks)).size()) : 1;
   const double fwd = alg.ops_fwd * parts, both = alg.ops_both * parts;
   const double per = req.workload.pass == PassKind::Fwd ? fwd : req.workload.pass == PassKind::Both ? both : both - fwd;
-  // The mask: on the contiguous layout a causal plan has no block where a query shard sees none of a kv shard,
-  // (n + 1) / 2n of the pairs visible (zigzag spreads every shard over the sequence: each pair sees some). rm+ and
+  // The mask: on the contiguous layout a causal plan has no block where a query shard sees none of a kv shard:
+  // (n + 1) / 2n of them are left under the plain causal mask, fewer under documents and windows
+  // (visible_block_share; zigzag spreads every shard over the sequence, and is counted whole). rm+ and
   // charm plan pairs, transfers included, so their ops scale by it; the ring family (ring, merge, allgather-kv,
   // tasp) still moves every shard, and only its computes (a third of the forward's ops, a fifth of the backward's)
   // go; ulysses and usp compute whole heads locally. Measured at 32 ranks: charm 0.53, rm+ 0.50, ring 0.84 (fwd).
   const double n = std::max(1, req.ranks);
   double masked = 1;
   if (req.workload.causal && req.workload.layout == Layout::Contiguous) {
-    const double hidden = 1 - (n + 1) / (2 * n);
+    const double hidden = 1 - visible_block_share(req.workload, req.ranks);
     if (alg.causal_ops == Algorithm::CausalOps::Pairs)
       masked = 1 - hidden;
     else if (alg.causal_ops == Algorithm::CausalOps::ComputesOnly)
