@@ -3,7 +3,12 @@
 //
 // - An op is issued when its dependencies are done and it reaches the head of
 //   its (rank, stream); consecutive Send/Recv of one ncclGroup are issued
-//   together and the stream moves on once all of them completed.
+//   together and the stream moves on once all of them completed. An op on
+//   another stream that depends on one member starts when that member
+//   completes, not when the whole group has (NCCL runs a group as one kernel,
+//   which plan.hpp's contract follows; here only the group's own stream waits
+//   for all of it). A reader of data several members received depends on each
+//   of them (PlanBuilder::also_written_by).
 // - A Send/Recv pair is one flow that starts when both sides are issued (NCCL
 //   rendezvous), shares the links of its route max-min fairly
 //   (FairShareNetwork) and completes its route latency after its last byte.

@@ -111,10 +111,10 @@ std::vector<Case> requests(const std::string& algo) {
             }
   // Packed documents of one length, which repeat every few ranks (and some that do not).
   for (int n : {4, 8, 16})
-    for (int d : {1, 2})
+    for (int d : {1, 2, 4})
       for (auto pass : {ir::PassKind::Fwd, ir::PassKind::Both})
         for (auto [num, den] : {std::pair{1, 2}, std::pair{2, 1}, std::pair{4, 1}, std::pair{3, 2}}) {
-          if (d > 1 && !sched::uses_domains(algo)) continue;
+          if ((d > 1 && !sched::uses_domains(algo)) || d >= n) continue;
           sched::PlanRequest req{algo, base_workload(), n, d};
           auto& w = req.workload;
           w.pass = pass;
@@ -166,6 +166,9 @@ TEST_P(EveryAlgorithm, PlanSymmetryIsWhatTheCheckerProves) {
         continue;
       }
     }
+    // Under documents a schedule of visible pairs alone (rm+, charm) may lose structure the table's
+    // block keeps (documents inside domains never cross them): a smaller block may hold there too.
+    if (!c.req.workload.documents.empty() && s.active()) continue;
     const int below = s.active() ? s.block : c.req.ranks;
     for (Kind k : {Kind::Rotate, Kind::Xor})
       for (const RankSymmetry& t : smaller(k, c.req.ranks, below))
