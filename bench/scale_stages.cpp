@@ -169,7 +169,7 @@ int main(int argc, char** argv) {
     const auto nreq = sim::normalised_request(req);
     ir::RankSymmetry q;
     if (by_symmetry) {
-      q = sim::quotient_symmetry(sched::plan_symmetry(nreq), *t, n);
+      q = sim::simulation_symmetry(nreq, *t);
       if (!q.active()) die("the plan and the topology share no rank symmetry");
       out["classes"] = q.elements(n);
     }

@@ -73,7 +73,7 @@ void end_to_end_case(benchmark::State& state, sched::PlanRequest req) {
 /// What `charm simulate` does by symmetry: the quotient plan (one class of ranks) planned and simulated.
 void by_symmetry_case(benchmark::State& state, sched::PlanRequest req) {
   const auto& t = h100_cluster(req.ranks);
-  const ir::RankSymmetry q = sim::quotient_symmetry(sched::plan_symmetry(req), t, req.ranks);
+  const ir::RankSymmetry q = sim::simulation_symmetry(req, t);
   if (!q.active()) bench::die("no rank symmetry shared by the plan and the topology");
   std::size_t ops = 0;
   for (auto _ : state) {

@@ -81,6 +81,17 @@ ClosedForm closed_form_on(const std::string& algo, const topo::Topology& t, int 
   return total;
 }
 
+bool zigzag_halves_alike(const ComputeModel& m) {
+  const bool shaped = m.sm_count > 0 && m.tile_fwd.q > 0 && m.tile_fwd.kv > 0;
+  const bool updates = m.hbm_bytes_per_s > 0 && (m.update_passes > 0 || m.bwd_update_passes > 0);
+  return !shaped && !updates;
+}
+
+ir::RankSymmetry simulation_symmetry(const sched::PlanRequest& req, const topo::Topology& t) {
+  const bool alike = zigzag_halves_alike(compute_model_for(t, req.workload));
+  return quotient_symmetry(sched::plan_symmetry(req, alike), t, req.ranks);
+}
+
 Expected<Evaluation> evaluate_plan(ir::Plan plan, const topo::Topology& t, SimOptions options) {
   const auto model = compute_model_for(t, plan.workload);
   auto res = simulate(plan, t, model, options);
@@ -100,7 +111,7 @@ Expected<Evaluation> evaluate(const sched::PlanRequest& req, const topo::Topolog
                               SimOptions options) {
   const sched::PlanRequest r = normalised_request(req);
   ir::RankSymmetry q;
-  if (by_symmetry && sched::check_request(r)) q = quotient_symmetry(sched::plan_symmetry(r), t, r.ranks);
+  if (by_symmetry && sched::check_request(r)) q = simulation_symmetry(r, t);
   auto plan = sched::make_plan(r, q);
   if (!plan) return plan.error();
   return evaluate_plan(std::move(plan).value(), t, options);
@@ -121,7 +132,7 @@ bool serves(const sched::PlanRequest& built, const ir::RankSymmetry& quotient, c
 Expected<Summary> PlanReuse::evaluate(const sched::PlanRequest& req, const topo::Topology& t, SimOptions options) {
   const sched::PlanRequest r = normalised_request(req);
   ir::RankSymmetry q;
-  if (sched::check_request(r)) q = quotient_symmetry(sched::plan_symmetry(r), t, r.ranks);
+  if (sched::check_request(r)) q = simulation_symmetry(r, t);
   // One entry per algorithm and pass: the one this request would replace.
   auto slot = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) {
     return e.req.algo == r.algo && e.req.workload.pass == r.workload.pass;

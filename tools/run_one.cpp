@@ -16,12 +16,14 @@ constexpr double kQuotientFromOps = 1 << 20;
 
 ir::RankSymmetry quotient_for(const sched::PlanRequest& req, const topo::Topology& t, SymmetryUse use) {
   if (use == SymmetryUse::Off) return {};
-  const ir::RankSymmetry plan_sym = sched::plan_symmetry(req);
+  const ir::RankSymmetry plan_sym =
+      sched::plan_symmetry(req, sim::zigzag_halves_alike(sim::compute_model_for(t, req.workload)));
   const auto q =
       plan_sym.active()
           ? sim::topology_quotient(plan_sym, t, req.ranks)
           : Expected<ir::RankSymmetry>(Error{"", fmt::format("{} has no rank symmetry on this workload (a causal "
-                                                             "mask breaks every one but usp's on zigzag)",
+                                                             "mask breaks every one but usp's on zigzag, and "
+                                                             "zigzag where the GPU prices its halves alike)",
                                                              req.algo)});
   if (use == SymmetryUse::On && !q)
     fail(Error{"--symmetry", fmt::format("cannot simulate one class of ranks for all: {}", q.error().message())});

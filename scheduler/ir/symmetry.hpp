@@ -32,6 +32,11 @@ struct RankSymmetry {
   /// them (a Ulysses rank's head slice is its own, but every slice costs the same bytes and FLOPs).
   /// What every figure of a simulation depends on maps; the data each rank computes does not.
   bool heads_are_labels = false;
+  /// A symmetry by cost on the causal zigzag layout: the images may carry the other off-diagonal piece
+  /// (ZigzagKvHead for ZigzagQTail and back), which the caller has found to cost the same (the two
+  /// half blocks hold as many pairs; their kernels and updates are equal without a kernel shape and
+  /// update passes, sim::zigzag_halves_alike).
+  bool zigzag_halves_alike = false;
 
   [[nodiscard]] bool active() const { return kind != Kind::None; }
   [[nodiscard]] std::int32_t rep(std::int32_t r) const { return r % block; }
@@ -63,7 +68,8 @@ struct RankSymmetry {
 /// the images under element(r) of rep(r)'s, one for one in creation order, and on every stream
 /// its ops are the images of rep(r)'s, position by position: kind, phase, mask, tag, bytes and
 /// flops equal; peer, q_owner and kv_owner mapped; head ranges equal (with heads_are_labels: as
-/// many heads, anywhere); buffers and dependencies by their place on the
+/// many heads, anywhere; with zigzag_halves_alike the two zigzag half pieces count as one);
+/// buffers and dependencies by their place on the
 /// rank (dependencies as (stream, position)). The members of an ncclGroup (consecutive Send/Recv
 /// of one group id) are compared as a set: they are issued together, progress in any order and
 /// complete as a whole (plan.hpp), and a group's two sides differ in order (the ring's rank 0

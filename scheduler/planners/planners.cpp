@@ -270,21 +270,30 @@ RankSymmetry with_period(const PlanRequest& req, int period) {
 }
 }  // namespace
 
-RankSymmetry plan_symmetry(const PlanRequest& req_in) {
+RankSymmetry plan_symmetry(const PlanRequest& req_in, bool zigzag_halves_alike) {
   const PlanRequest req = normalised(req_in);
   if (!check_request(req).ok()) return {};
   const int n = req.ranks;
+  const ir::Workload& w = req.workload;
   RankSymmetry s;
-  if (!req.workload.position_mask())
+  if (!w.position_mask())
     s = row(req.algo).symmetry(req);
-  else if (const int period = document_period(req.workload, n); period > 0)
+  else if (const int period = document_period(w, n); period > 0)
     s = with_period(req, period);  // documents of one length repeat; other documents and windows do not
+  // The pieces are all the mask changes, but for TASP, whose token parts cut a half block unevenly.
+  if (!s.active() && zigzag_halves_alike && w.causal && !w.position_mask() && w.layout == Layout::Zigzag &&
+      !row(req.algo).token_parts) {
+    PlanRequest full = req;  // the unmasked plan's symmetry, by cost
+    full.workload.causal = false;
+    s = row(req.algo).symmetry(full);
+    s.zigzag_halves_alike = s.active();
+  }
   return s.active() && s.block < n && check_symmetry_shape(s, n).ok() ? s : RankSymmetry{};
 }
 
 Status check_quotient(const PlanRequest& req, const RankSymmetry& quotient) {
   if (auto s = check_symmetry_shape(quotient, req.ranks); !s) return s;
-  const RankSymmetry s = plan_symmetry(req);
+  const RankSymmetry s = plan_symmetry(req, quotient.zigzag_halves_alike);
   if (!s.active())
     return Error{"symmetry",
                  fmt::format("{}'s plan for this request has no rank symmetry to take a quotient by", req.algo)};
@@ -300,7 +309,9 @@ Expected<Plan> make_plan(const PlanRequest& req_in, RankSymmetry quotient, Quoti
   const PlanRequest req = normalised(req_in);
   if (auto s = check_request(req); !s) return s.error();
   if (auto s = check_quotient(req, quotient); !s) return s.error();
-  quotient.heads_are_labels = plan_symmetry(req).heads_are_labels;  // what the images may differ in
+  const RankSymmetry s = plan_symmetry(req, quotient.zigzag_halves_alike);  // what the images may differ in
+  quotient.heads_are_labels = s.heads_are_labels;
+  quotient.zigzag_halves_alike = s.zigzag_halves_alike;
   return build_plan(req, quotient, stats);
 }
 

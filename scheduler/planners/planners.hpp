@@ -77,7 +77,10 @@ inline constexpr double kSimBytesPerOp = 60;
 /// domains, whose pairs all see the same number of keys under zigzag; and for packed documents of
 /// one length on the contiguous layout, which repeat every document_period(w, ranks) ranks: the
 /// algorithm's own symmetry, its block made a multiple of that period.
-[[nodiscard]] ir::RankSymmetry plan_symmetry(const PlanRequest& req);
+/// With `zigzag_halves_alike` (the caller's cost model prices the zigzag layout's two half blocks the
+/// same): a causal zigzag plan without a symmetry by label takes its algorithm's unmasked one, by cost
+/// (ir::RankSymmetry::zigzag_halves_alike).
+[[nodiscard]] ir::RankSymmetry plan_symmetry(const PlanRequest& req, bool zigzag_halves_alike = false);
 /// The fewest ranks a rotation must move so that packed documents land on documents: k such that
 /// k shards hold a whole number of documents, where every document has one length and the layout is
 /// contiguous (so the mask repeats every k ranks, round the end too); 0 where there is no such k.
