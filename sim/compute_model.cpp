@@ -58,6 +58,16 @@ BlockShape BlockShape::of(double pairs, ir::MaskPiece mask) {
 
 double BlockShape::pairs() const { return triangle ? q * (q + 1) / 2 : q * kv; }
 
+bool ComputeModel::shaped(ir::Phase phase) const {
+  const topo::KernelTile tile = phase == ir::Phase::Fwd ? tile_fwd : tile_bwd;
+  return sm_count > 0 && tile.q > 0 && tile.kv > 0;
+}
+
+bool ComputeModel::prices_zigzag_halves_alike() const {
+  const bool updates = hbm_bytes_per_s > 0 && (update_passes > 0 || bwd_update_passes > 0);
+  return !shaped(ir::Phase::Fwd) && !shaped(ir::Phase::Bwd) && !updates;
+}
+
 Seconds ComputeModel::kernel_seconds(const BlockShape& block, ir::Phase phase, const ir::Workload& w) const {
   const bool fwd = phase == ir::Phase::Fwd;
   const double eff = fwd ? efficiency_fwd : efficiency_bwd;
@@ -65,7 +75,7 @@ Seconds ComputeModel::kernel_seconds(const BlockShape& block, ir::Phase phase, c
   const double batch_heads = double(w.batch) * double(w.heads);
   const double flops = block.pairs() * per_pair * batch_heads;
   const topo::KernelTile tile = fwd ? tile_fwd : tile_bwd;
-  if (sm_count <= 0 || tile.q <= 0 || tile.kv <= 0) {
+  if (!shaped(phase)) {
     double e = eff;
     if (half_tokens > 0) {
       const double side = std::sqrt(block.pairs());

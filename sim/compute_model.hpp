@@ -69,6 +69,12 @@ struct ComputeModel {
   /// The kernel alone (no per-step cost, no update): the tile model when the GPU's shape is
   /// known. What a single-GPU kernel benchmark times.
   [[nodiscard]] Seconds kernel_seconds(const BlockShape& block, ir::Phase phase, const ir::Workload& w) const;
+  /// Whether the kernel's shape (SMs and tiles) is known for `phase`: the tile model, else flops alone.
+  [[nodiscard]] bool shaped(ir::Phase phase) const;
+  /// Whether the causal zigzag layout's two half blocks (all queries x the first half of the keys, the
+  /// second half of the queries x all keys) take the same time in both passes: they hold as many pairs,
+  /// so they do where no kernel shape and no result update (which scales with the queries) is priced.
+  [[nodiscard]] bool prices_zigzag_halves_alike() const;
   /// FLOPs per visible (query, key) pair of one batch-head: 4*D forward, 2.5x that backward.
   [[nodiscard]] static double flops_per_pair(const ir::Workload& w, ir::Phase phase);
 };

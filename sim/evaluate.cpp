@@ -81,15 +81,12 @@ ClosedForm closed_form_on(const std::string& algo, const topo::Topology& t, int 
   return total;
 }
 
-bool zigzag_halves_alike(const ComputeModel& m) {
-  const bool shaped = m.sm_count > 0 && m.tile_fwd.q > 0 && m.tile_fwd.kv > 0;
-  const bool updates = m.hbm_bytes_per_s > 0 && (m.update_passes > 0 || m.bwd_update_passes > 0);
-  return !shaped && !updates;
+ir::RankSymmetry plan_symmetry_on(const sched::PlanRequest& req, const topo::Topology& t) {
+  return sched::plan_symmetry(req, compute_model_for(t, req.workload).prices_zigzag_halves_alike());
 }
 
 ir::RankSymmetry simulation_symmetry(const sched::PlanRequest& req, const topo::Topology& t) {
-  const bool alike = zigzag_halves_alike(compute_model_for(t, req.workload));
-  return quotient_symmetry(sched::plan_symmetry(req, alike), t, req.ranks);
+  return quotient_symmetry(plan_symmetry_on(req, t), t, req.ranks);
 }
 
 Expected<Evaluation> evaluate_plan(ir::Plan plan, const topo::Topology& t, SimOptions options) {

@@ -42,15 +42,13 @@ struct Evaluation {
 /// The compute model of `t`'s GPU for the workload's dtype.
 [[nodiscard]] ComputeModel compute_model_for(const topo::Topology& t, const ir::Workload& w);
 
-/// Whether `m` prices the causal zigzag layout's two half blocks (all queries x the first half of the
-/// keys, the second half of the queries x all keys) alike: without a kernel shape its time depends on
-/// the pairs alone, and without update passes nothing depends on the queries' count. Then ranks that
-/// differ only in which half they compute take the same time (sched::plan_symmetry's hint).
-[[nodiscard]] bool zigzag_halves_alike(const ComputeModel& m);
+/// The plan's rank symmetry as a simulation on `t` may use it: by label, or by cost where `t`'s compute
+/// model prices the zigzag halves alike (ComputeModel::prices_zigzag_halves_alike, sched::plan_symmetry's
+/// hint: ranks that differ only in which half they compute then take the same time).
+[[nodiscard]] ir::RankSymmetry plan_symmetry_on(const sched::PlanRequest& req, const topo::Topology& t);
 
-/// The symmetry a simulation of `req` on `t` may run one class of ranks for: the plan's (by label, or by
-/// cost where `t`'s model prices the zigzag halves alike), coarsened to `t`'s blocks (quotient_symmetry);
-/// inactive where there is none.
+/// The symmetry a simulation of `req` on `t` may run one class of ranks for: plan_symmetry_on, coarsened
+/// to `t`'s blocks (quotient_symmetry); inactive where there is none.
 [[nodiscard]] ir::RankSymmetry simulation_symmetry(const sched::PlanRequest& req, const topo::Topology& t);
 
 /// Closed forms: exact on a uniform topology; on any other, evaluated with the

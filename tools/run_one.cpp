@@ -16,8 +16,7 @@ constexpr double kQuotientFromOps = 1 << 20;
 
 ir::RankSymmetry quotient_for(const sched::PlanRequest& req, const topo::Topology& t, SymmetryUse use) {
   if (use == SymmetryUse::Off) return {};
-  const ir::RankSymmetry plan_sym =
-      sched::plan_symmetry(req, sim::zigzag_halves_alike(sim::compute_model_for(t, req.workload)));
+  const ir::RankSymmetry plan_sym = sim::plan_symmetry_on(req, t);
   const auto q =
       plan_sym.active()
           ? sim::topology_quotient(plan_sym, t, req.ranks)

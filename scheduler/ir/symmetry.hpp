@@ -35,7 +35,7 @@ struct RankSymmetry {
   /// A symmetry by cost on the causal zigzag layout: the images may carry the other off-diagonal piece
   /// (ZigzagKvHead for ZigzagQTail and back), which the caller has found to cost the same (the two
   /// half blocks hold as many pairs; their kernels and updates are equal without a kernel shape and
-  /// update passes, sim::zigzag_halves_alike).
+  /// update passes, sim::ComputeModel::prices_zigzag_halves_alike).
   bool zigzag_halves_alike = false;
 
   [[nodiscard]] bool active() const { return kind != Kind::None; }

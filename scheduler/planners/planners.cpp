@@ -252,12 +252,17 @@ int document_period(const ir::Workload& w, int ranks) {
 }
 
 namespace {
-/// The algorithm's symmetry without the mask (a full one), coarsened to a multiple of `period` ranks.
-RankSymmetry with_period(const PlanRequest& req, int period) {
+/// The algorithm's symmetry for the request without its mask (a full one).
+RankSymmetry unmasked_symmetry(const PlanRequest& req) {
   PlanRequest full = req;
   full.workload.causal = false;
   full.workload.documents.clear();
-  RankSymmetry s = row(req.algo).symmetry(full);
+  return row(req.algo).symmetry(full);
+}
+
+/// The unmasked symmetry coarsened to a multiple of `period` ranks.
+RankSymmetry with_period(const PlanRequest& req, int period) {
+  RankSymmetry s = unmasked_symmetry(req);
   if (!s.active()) return {};
   if (s.kind == RankSymmetry::Kind::Rotate) {
     s.block = std::lcm(s.block, period);
@@ -283,9 +288,7 @@ RankSymmetry plan_symmetry(const PlanRequest& req_in, bool zigzag_halves_alike) 
   // The pieces are all the mask changes, but for TASP, whose token parts cut a half block unevenly.
   if (!s.active() && zigzag_halves_alike && w.causal && !w.position_mask() && w.layout == Layout::Zigzag &&
       !row(req.algo).token_parts) {
-    PlanRequest full = req;  // the unmasked plan's symmetry, by cost
-    full.workload.causal = false;
-    s = row(req.algo).symmetry(full);
+    s = unmasked_symmetry(req);  // by cost
     s.zigzag_halves_alike = s.active();
   }
   return s.active() && s.block < n && check_symmetry_shape(s, n).ok() ? s : RankSymmetry{};
