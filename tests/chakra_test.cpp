@@ -19,6 +19,7 @@
 #include "scheduler/chakra/chakra.hpp"
 #include "scheduler/ir/plan_index.hpp"
 #include "scheduler/planners/planners.hpp"
+#include "test_util.hpp"
 
 namespace charm::test {
 namespace {
@@ -199,7 +200,7 @@ TEST_P(Chakra, EveryOpPeerByteAndDependencyReadsBack) {
   auto made = sched::make_plan({GetParam().algo, w, 16, 2});
   ASSERT_TRUE(made) << made.error().message();
   const ir::Plan& plan = *made;
-  const std::string dir = ::testing::TempDir() + "charm_chakra_" + std::to_string(::getpid());
+  const std::string dir = charm::test::temp_path("chakra");
   std::filesystem::remove_all(dir);
   chakra::ExportOptions opt;
   opt.seconds = [](ir::OpId id) { return 1e-6 * double(id % 7); };  // a duration to read back
@@ -276,7 +277,7 @@ TEST(Chakra, AQuotientPlanIsRefused) {
   auto made = sched::make_plan({"ring", w, 16, 1}, sched::plan_symmetry({"ring", w, 16, 1}));
   ASSERT_TRUE(made) << made.error().message();
   if (!made->symmetry.active()) GTEST_SKIP() << "ring has no symmetry here";
-  EXPECT_FALSE(chakra::write_chakra(*made, ::testing::TempDir() + "charm_chakra_q"));
+  EXPECT_FALSE(chakra::write_chakra(*made, charm::test::temp_path("chakra_q")));
 }
 
 }  // namespace

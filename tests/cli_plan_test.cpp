@@ -107,7 +107,7 @@ TEST(CliConventions, VersionAndNamesInAnyCase) {
   EXPECT_EQ(v.out.rfind("charm 0.", 0), 0u) << v.out;
   EXPECT_NE(v.out.find("commit "), std::string::npos) << v.out;
   // "Ring" is ring: the plan is the same one.
-  const std::string dir = ::testing::TempDir();
+  const std::string dir = charm::test::temp_dir() + "/";
   auto a = run_charm("plan --algo Ring --ranks 4 --seq 4k --out " + dir + "charm_Ring.json");
   auto b = run_charm("plan --algo ring --ranks 4 --seq 4k --out " + dir + "charm_ring.json");
   ASSERT_EQ(a.code, 0) << a.out;

@@ -178,7 +178,7 @@ TEST_P(ErrorsTable, Row) {
     ::setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
     ::setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1);
     // A session directory of this process's own: mpiruns of other tests at once cannot remove it under us.
-    const fs::path session = fs::temp_directory_path() / ("charm_ompi_" + std::to_string(::getpid()));
+    const fs::path session = charm::test::temp_path("ompi");  // removed with the test's scratch directory
     fs::create_directories(session);
     ::setenv("OMPI_MCA_orte_tmpdir_base", session.c_str(), 1);
     std::string words = " " + args.substr(7) + " ";

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "calibrate/measurements.hpp"
+#include "test_util.hpp"
 
 namespace charm::calib {
 namespace {
@@ -47,7 +48,7 @@ void expect_same(const Measurement& a, const Measurement& b) {
 }
 
 std::string temp_path(const char* name) {
-  const auto dir = std::filesystem::path(testing::TempDir()) / "charm_measurements_test";
+  const auto dir = std::filesystem::path(charm::test::temp_dir()) / "measurements_test";
   std::filesystem::create_directories(dir);
   const auto p = dir / name;
   std::filesystem::remove(p);

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "mpi_util.hpp"
+#include "test_util.hpp"
 
 namespace {
 
@@ -96,7 +97,7 @@ TEST(MpiRun, ASingleProcessBackendUnderMpirunIsRefusedOnce) {
 
 TEST(MpiRun, TraceGathersEveryRanksOpsOnRankZero) {
   if (!have_mpirun()) GTEST_SKIP() << "mpirun not found";
-  const std::string file = ::testing::TempDir() + "charm_mpi_trace.json";
+  const std::string file = charm::test::temp_path("mpi_trace.json");
   std::remove(file.c_str());
   const auto r = mpirun(
       4, "run --backend mpi --algo charm --domains 2 --seq 512 --heads 2 --head-dim 32 --pass both --trace " + file);
@@ -136,7 +137,7 @@ TEST(MpiRun, TheLineOfAFailureIsNeverLost) {
   const std::string run = std::string(CHARM_BIN) + " run --backend mpi --algo ring --ranks 2 --heads 2 --head-dim 16";
   const std::string job = std::string("timeout 240 ") + CHARM_MPIRUN + " -q --oversubscribe -np 1 " + run +
                           " --seq 256 : -np 1 " + run + " --seq 512";
-  const std::string dir = ::testing::TempDir() + "charm_mpi_lines_" + std::to_string(::getpid());
+  const std::string dir = charm::test::temp_path("mpi_lines");
   std::filesystem::create_directories(dir);
   // The two jobs at once each get a session directory of their own (see shell()).
   std::filesystem::create_directories(dir + "/sa");
@@ -202,7 +203,7 @@ TEST(MpiWatchdog, ALongComputationOnAPeerIsProgress) {
   // Causal ring on 2 ranks: rank 1 computes a whole off-diagonal block (about 230 ms at 4k tokens)
   // while rank 0, done, waits for it; a timeout far shorter than that block must not fire. (At 2k
   // tokens the block took about 60 ms, under the timeout: the case tested nothing.)
-  const std::string file = ::testing::TempDir() + "charm_mpi_long_block.json";
+  const std::string file = charm::test::temp_path("mpi_long_block.json");
   std::remove(file.c_str());
   const auto r = mpirun(2, "run --backend mpi --algo ring --ranks 2 --heads 4 --head-dim 64 --seq 4096 --causal "
                            "--dtype fp32 --timeout-s 0.1 --json --trace " +

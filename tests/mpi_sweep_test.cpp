@@ -10,6 +10,7 @@
 #include <string>
 
 #include "mpi_util.hpp"
+#include "test_util.hpp"
 
 namespace {
 
@@ -20,9 +21,7 @@ std::string read(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-std::string temp(const std::string& name) {
-  return ::testing::TempDir() + "charm_mpi_sweep_" + std::to_string(::getpid()) + "_" + name;
-}
+std::string temp(const std::string& name) { return charm::test::temp_path("mpi_sweep_" + name); }
 
 const std::string kTopo = std::string(CHARM_SOURCE_DIR) + "/topologies/h100-2x8.json";
 // 4 x 3 x 2 x 2 x 2 layouts = 96 configurations, both passes, causal: tasks of unequal cost.

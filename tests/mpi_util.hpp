@@ -41,9 +41,9 @@ inline Result shell(const std::string& command) {
   // A session directory of this process's own: another test's mpirun finishing at the same moment
   // removes the shared one's top folder while this one creates its job's (ORTE_ERROR_LOG in session_dir.c).
   static const std::string session = [] {
-    const auto d = std::filesystem::temp_directory_path() / ("charm_ompi_" + std::to_string(::getpid()));
+    const std::string d = charm::test::temp_path("ompi");  // removed with the test's scratch directory
     std::filesystem::create_directories(d);
-    return d.string();
+    return d;
   }();
   ::setenv("OMPI_MCA_orte_tmpdir_base", session.c_str(), 1);
   auto r = charm::test::run_cmd(command);

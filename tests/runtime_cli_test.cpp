@@ -96,7 +96,7 @@ TEST(CliRun, HalfPrecisionStoresHalfPrecision) {
 }
 
 TEST(CliRun, APlanFileRunsAndPassesItsCheck) {
-  const std::string file = ::testing::TempDir() + "charm_run_plan.json";
+  const std::string file = charm::test::temp_path("run_plan.json");
   auto r = run("plan --algo charm --ranks 4 --domains 2 --seq 512 --heads 2 --head-dim 32 --dtype fp32 --causal --pass "
                "both --out " +
                file);
@@ -108,7 +108,7 @@ TEST(CliRun, APlanFileRunsAndPassesItsCheck) {
 }
 
 TEST(CliRun, TraceHasOneSlicePerOpInTheSimulatorsSchema) {
-  const std::string dir = ::testing::TempDir();
+  const std::string dir = charm::test::temp_dir() + "/";
   const std::string w = " --algo charm --ranks 4 --domains 2 --seq 512 --heads 2 --head-dim 32 --pass both";
   auto r = run("run --backend threads" + w + " --trace " + dir + "charm_measured.json");
   ASSERT_EQ(r.code, 0) << r.out;

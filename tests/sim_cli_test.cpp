@@ -151,7 +151,7 @@ TEST(SimCli, AdviseAcceptance) {
 
 TEST(SimCli, APlanFileSimulatesAsTheSamePlanBuiltFromFlags) {
   const std::string w = " --seq 8k --heads 8 --head-dim 64 --dtype bf16 --causal --layout zigzag --pass both";
-  const std::string file = ::testing::TempDir() + "charm_plan_file.json";
+  const std::string file = charm::test::temp_path("plan_file.json");
   auto o = run("plan --algo charm --ranks 8 --domains 2" + w + " --out " + file);
   ASSERT_EQ(o.code, 0) << o.out;
   o = run("simulate --plan " + file + " --topology " + topo("l20-8-2numa.json") + " --json");
@@ -169,8 +169,8 @@ TEST(SimCli, APlanFileSimulatesAsTheSamePlanBuiltFromFlags) {
 
 TEST(SimCli, APlanFileCarriesItsPlacementAndTakesALayout) {
   const std::string w = " --algo ring --seq 8k --heads 4 --head-dim 64";
-  const std::string placed = ::testing::TempDir() + "charm_plan_placed.json";
-  const std::string plain = ::testing::TempDir() + "charm_plan_plain.json";
+  const std::string placed = charm::test::temp_path("plan_placed.json");
+  const std::string plain = charm::test::temp_path("plan_plain.json");
   ASSERT_EQ(run("plan --ranks 8" + w + " --gpus 0,2,4,6,8,10,12,14 --out " + placed).code, 0);
   ASSERT_EQ(run("plan --ranks 8" + w + " --out " + plain).code, 0);
   auto time_of = [](const std::string& args) {
@@ -236,7 +236,7 @@ TEST(SimCli, AdviseMarksTiesAndScalesToLayers) {
 }
 
 TEST(SimCli, APlanThatDoesNotFillTheTopologySaysWhichGpusItUses) {
-  const std::string file = ::testing::TempDir() + "charm_plan_8_of_16.json";
+  const std::string file = charm::test::temp_path("plan_8_of_16.json");
   auto o = run("plan --algo ring --ranks 8 --seq 8k --heads 4 --head-dim 64 --out " + file);
   ASSERT_EQ(o.code, 0) << o.out;
   o = run("simulate --plan " + file + " --topology " + topo("h100-2x8.json"));
@@ -298,7 +298,7 @@ TEST(SimCli, NoInfOrNanAtTheEdgesOfThePlausibleRanges) {
 }
 
 TEST(SimCli, TraceStructure) {
-  const std::string path = std::string(::testing::TempDir()) + "/charm_trace.json";
+  const std::string path = charm::test::temp_path("trace.json");
   auto o = run("simulate --algo charm --topology " + topo("h20-2x8.json") + " --seq 16k --pass both --trace " + path);
   ASSERT_EQ(o.code, 0) << o.out;
   std::ifstream in(path);
@@ -339,7 +339,7 @@ TEST(SimCli, TraceStructure) {
 
 // A symmetric run simulates one class of ranks: its trace says it holds that class, of how many ranks.
 TEST(SimCli, SymmetricTraceSaysWhatItHolds) {
-  const std::string path = std::string(::testing::TempDir()) + "/charm_trace_sym.json";
+  const std::string path = charm::test::temp_path("trace_sym.json");
   auto o = run("simulate --algo ring --uniform --ranks 64 --bw-gbps 50 --tflops 100 --seq 64k --symmetry on --trace " +
                path);
   ASSERT_EQ(o.code, 0) << o.out;
@@ -414,7 +414,7 @@ TEST(SimCli, FormulaAppliesOnlyWhereItDescribesTheRun) {
 }
 
 TEST(SimCli, TopologyErrorsExit2WithOneLine) {
-  const std::string dir = ::testing::TempDir();
+  const std::string dir = charm::test::temp_dir();
   auto write = [&](const std::string& name, const std::string& text) {
     std::ofstream(dir + "/" + name) << text;
     return dir + "/" + name;

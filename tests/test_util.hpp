@@ -1,10 +1,15 @@
 #pragma once
 // Helpers shared by tests: run the charm CLI and capture its output and exit code.
 
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <string>
-#include <sys/wait.h>
+#include <system_error>
 
 namespace charm::test {
 
@@ -26,8 +31,25 @@ inline CmdResult run_cmd(const std::string& cmd) {
 
 inline CmdResult run_charm(const std::string& args) { return run_cmd(std::string(CHARM_BIN) + " " + args); }
 
-inline std::string temp_path(const std::string& name) {
-  return std::string(::testing::TempDir()) + "charm_" + std::to_string(::getpid()) + "_" + name;
+/// This test process's scratch directory, TempDir()/charm_<pid>: made on first use, and removed with
+/// everything in it when the process exits (by the process that made it, not by a forked child).
+inline const std::string& temp_dir() {
+  struct Scratch {
+    pid_t owner = ::getpid();
+    std::string path = std::string(::testing::TempDir()) + "charm_" + std::to_string(owner);
+    Scratch() { std::filesystem::create_directories(path); }
+    Scratch(const Scratch&) = delete;
+    Scratch& operator=(const Scratch&) = delete;
+    ~Scratch() {
+      std::error_code ec;
+      if (::getpid() == owner) std::filesystem::remove_all(path, ec);
+    }
+  };
+  static const Scratch scratch;
+  return scratch.path;
 }
+
+/// A file (or directory) name in temp_dir().
+inline std::string temp_path(const std::string& name) { return temp_dir() + "/" + name; }
 
 }  // namespace charm::test
