@@ -294,8 +294,10 @@ RankSymmetry plan_symmetry(const PlanRequest& req_in, bool zigzag_halves_alike) 
   return s.active() && s.block < n && check_symmetry_shape(s, n).ok() ? s : RankSymmetry{};
 }
 
-Status check_quotient(const PlanRequest& req, const RankSymmetry& quotient) {
-  if (auto s = check_symmetry_shape(quotient, req.ranks); !s) return s;
+namespace {
+/// The plan's own symmetry, where `quotient` coarsens it (check_quotient's test); why not otherwise.
+Expected<RankSymmetry> coarsened_symmetry(const PlanRequest& req, const RankSymmetry& quotient) {
+  if (auto s = check_symmetry_shape(quotient, req.ranks); !s) return s.error();
   const RankSymmetry s = plan_symmetry(req, quotient.zigzag_halves_alike);
   if (!s.active())
     return Error{"symmetry",
@@ -303,6 +305,12 @@ Status check_quotient(const PlanRequest& req, const RankSymmetry& quotient) {
   if (quotient.kind != s.kind || quotient.block % s.block != 0)
     return Error{"symmetry", fmt::format("{} symmetry in blocks of {} does not coarsen the plan's, {} in blocks of {}",
                                          to_string(quotient.kind), quotient.block, to_string(s.kind), s.block)};
+  return s;
+}
+}  // namespace
+
+Status check_quotient(const PlanRequest& req, const RankSymmetry& quotient) {
+  if (auto s = coarsened_symmetry(req, quotient); !s) return s.error();
   return {};
 }
 
@@ -311,10 +319,10 @@ Expected<Plan> make_plan(const PlanRequest& req_in, RankSymmetry quotient, Quoti
   if (!quotient.active()) return make_plan(req_in);
   const PlanRequest req = normalised(req_in);
   if (auto s = check_request(req); !s) return s.error();
-  if (auto s = check_quotient(req, quotient); !s) return s.error();
-  const RankSymmetry s = plan_symmetry(req, quotient.zigzag_halves_alike);  // what the images may differ in
-  quotient.heads_are_labels = s.heads_are_labels;
-  quotient.zigzag_halves_alike = s.zigzag_halves_alike;
+  const auto s = coarsened_symmetry(req, quotient);  // also what the images may differ in
+  if (!s) return s.error();
+  quotient.heads_are_labels = s->heads_are_labels;
+  quotient.zigzag_halves_alike = s->zigzag_halves_alike;
   return build_plan(req, quotient, stats);
 }
 
