@@ -89,6 +89,12 @@ class Engine {
   std::vector<std::int32_t> comm_out_;
   std::vector<char> compute_busy_;
   std::size_t done_ = 0;
+  // The next count of completed ops to report at (SimOptions::progress); never, without a callback.
+  std::size_t next_progress_ = SIZE_MAX;
+  void report_progress() {
+    opt_.progress(done_, plan_.size());
+    next_progress_ = done_ + SimOptions::kProgressOps;
+  }
 };
 
 }  // namespace
@@ -144,6 +150,7 @@ Status Engine::build() {
     }
   }
   q_.reserve(1024);
+  if (opt_.progress) next_progress_ = SimOptions::kProgressOps;
   return {};
 }
 
@@ -378,7 +385,9 @@ Expected<SimResult> Engine::run() {
     default:
       break;
     }
+    if (done_ >= next_progress_) report_progress();
   }
+  if (opt_.progress) opt_.progress(done_, plan_.size());
   if (done_ != plan_.size()) return deadlock();
   finish();
   return std::move(res_);

@@ -22,6 +22,7 @@
 // one process, in parallel.
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "scheduler/ir/plan.hpp"
@@ -68,6 +69,10 @@ struct SimOptions {
   bool compute = true;        // false: compute, merges and copies take no time
   bool comm = true;           // false: every transfer completes as soon as both sides are issued
   bool critical_path = true;  // false: SimResult::critical_path stays empty (callers that report figures only)
+  /// Called now and then while the ops run (every kProgressOps completed ops, and once at the end) with the
+  /// ops completed and the plan's; empty: none. Long runs at cluster scale take minutes.
+  std::function<void(std::size_t done, std::size_t total)> progress = {};
+  static constexpr std::size_t kProgressOps = std::size_t(1) << 16;
 };
 
 /// Simulates `plan` on `topology`: rank r on GPU plan.gpu_of(r) (the first plan.ranks GPUs

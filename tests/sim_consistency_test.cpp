@@ -9,8 +9,10 @@
 #include <cctype>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <tuple>
 
+#include "scheduler/planners/plan_builder.hpp"
 #include "scheduler/planners/planners.hpp"
 #include "scheduler/trace/summary.hpp"
 #include "sim/evaluate.hpp"
@@ -220,6 +222,46 @@ TEST(PeakMemoryCases, CoverEveryAlgorithm) {
   for (const auto& algo : sched::algorithm_names())
     EXPECT_TRUE(std::any_of(kPeakCases.begin(), kPeakCases.end(), [&](const PeakCase& c) { return c.algo == algo; }))
         << algo << " has no pinned peak memory";
+}
+
+// Progress reports, planning and simulating, are counts that only grow, every kProgressOps ops, the last the
+// plan's size; asking for them changes no figure.
+TEST(Progress, PlannerAndSimulatorReportGrowingCountsAndChangeNothing) {
+  const auto t = std::make_optional(topo::make_uniform(128, 50, 300, 5, 2000));
+  Workload w;
+  w.seq = 128 * 1024;
+  w.heads = 8;
+  w.kv_heads = 8;
+  w.head_dim = 64;
+  w.causal = true;
+  w.pass = PassKind::Both;
+  const sched::PlanRequest req = normalised_request({"ring", w, 128, 1});
+  std::vector<std::size_t> planned;
+  auto plan = sched::make_plan(req, {}, nullptr, [&](std::size_t ops) { planned.push_back(ops); });
+  ASSERT_TRUE(plan.ok()) << plan.error().message();
+  const std::size_t n = plan->size();
+  ASSERT_GT(n, sched::PlanBuilder::kProgressOps) << "the case must be large enough to report";
+  ASSERT_EQ(planned.size(), n / sched::PlanBuilder::kProgressOps);
+  for (std::size_t k = 0; k < planned.size(); ++k) EXPECT_EQ(planned[k], (k + 1) * sched::PlanBuilder::kProgressOps);
+
+  std::vector<std::pair<std::size_t, std::size_t>> simulated;
+  SimOptions with;
+  with.progress = [&](std::size_t done, std::size_t total) { simulated.emplace_back(done, total); };
+  auto a = evaluate_plan(*plan, *t, with);
+  auto b = evaluate_plan(*plan, *t);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_GE(simulated.size(), n / SimOptions::kProgressOps);
+  for (std::size_t k = 0; k < simulated.size(); ++k) {
+    EXPECT_EQ(simulated[k].second, n);
+    if (k == 0) continue;
+    const std::size_t step = k + 1 < simulated.size() ? SimOptions::kProgressOps : 0;  // the last: the end
+    EXPECT_GE(simulated[k].first, simulated[k - 1].first + step);
+  }
+  EXPECT_EQ(simulated.back().first, n);
+  EXPECT_EQ(a->result.makespan_s, b->result.makespan_s);
+  EXPECT_EQ(a->result.events, b->result.events);
+  EXPECT_EQ(a->result.end_s, b->result.end_s);
+  EXPECT_EQ(a->summary.peak_mem_bytes, b->summary.peak_mem_bytes);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <cctype>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <climits>
 #include <cmath>
 #include <csignal>
@@ -656,6 +657,35 @@ void check_plan_budget(const sched::PlanRequest& req, double extra_bytes_per_op,
                            what, quotient.block, quotient.block == 1 ? "" : "s", req.algo, req.ranks, e.ops,
                            e.phantom_buffers),
                "--ranks");
+}
+
+ProgressLine::ProgressLine()
+    : tty_(::isatty(STDERR_FILENO) != 0),
+      t0_(std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count()) {}
+
+double ProgressLine::elapsed() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count() - t0_;
+}
+
+bool ProgressLine::due() {
+  const double el = elapsed();
+  if (el < 1.0 || el - last_ < (tty_ ? 0.1 : 5.0)) return false;
+  last_ = el;
+  return true;
+}
+
+void ProgressLine::draw(const std::string& line) {
+  if (tty_)
+    std::fprintf(stderr, "\r%-100s", line.c_str());
+  else
+    std::fprintf(stderr, "%s\n", line.c_str());
+  std::fflush(stderr);
+  drawn_ = true;
+}
+
+void ProgressLine::finish() {
+  if (drawn_ && tty_) std::fputs("\n", stderr);
+  drawn_ = false;
 }
 
 }  // namespace charm::cli

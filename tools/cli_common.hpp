@@ -183,6 +183,30 @@ void write_file_atomic(const std::string& path, const std::string& content, Temp
 /// a signal the parent set to be ignored stays ignored.
 void install_interrupt_cleanup();
 
+/// One line of progress on stderr for work that may take long: nothing in its first second, then
+/// redrawn in place at most ten times a second on a terminal, or written as a line of its own every
+/// five seconds elsewhere (a log). update() formats the line only when it is due.
+class ProgressLine {
+ public:
+  ProgressLine();
+  template <class MakeLine>
+  void update(MakeLine&& make_line) {
+    if (due()) draw(make_line());
+  }
+  /// Seconds since the line was made.
+  [[nodiscard]] double elapsed() const;
+  /// Ends a line drawn in place.
+  void finish();
+
+ private:
+  [[nodiscard]] bool due();
+  void draw(const std::string& line);
+  bool tty_;
+  bool drawn_ = false;
+  double last_ = 0;
+  double t0_;
+};
+
 /// While alive, an interrupt (see install_interrupt_cleanup) removes `path`: a
 /// temporary file, a file of an unfinished set of outputs, or (folder) an empty
 /// folder made for them. Best effort: past 64 at once, or for paths longer

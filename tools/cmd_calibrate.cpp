@@ -25,37 +25,15 @@ namespace {
 
 using nlohmann::json;
 
-/// Progress on stderr once a fit has run for a second: a line redrawn on a terminal, a line
-/// every few seconds otherwise (logs).
-class Progress {
- public:
-  Progress() : tty_(::isatty(STDERR_FILENO) != 0) {}
-  void update(const calib::FitProgress& p) {
-    const double el = elapsed();
-    if (el < 1.0 || el - last_ < (tty_ ? 0.1 : 5.0)) return;
-    last_ = el;
-    const std::string line = fmt::format("charm calibrate: {}: {} evaluations, best objective {:.6g}, {:.0f} s",
-                                         p.stage, p.evaluations, p.best, el);
-    if (tty_)
-      std::fprintf(stderr, "\r%-100s", line.c_str());
-    else
-      std::fprintf(stderr, "%s\n", line.c_str());
-    std::fflush(stderr);
-    drawn_ = true;
-  }
-  void finish() {
-    if (drawn_ && tty_) std::fputs("\n", stderr);
-  }
-
- private:
-  [[nodiscard]] double elapsed() const {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
-  }
-  bool tty_;
-  bool drawn_ = false;
-  double last_ = 0;
-  std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
-};
+/// The fit's progress on `line`: its stage, evaluations and best objective so far.
+auto fit_progress(ProgressLine& line) {
+  return [&line](const calib::FitProgress& p) {
+    line.update([&] {
+      return fmt::format("charm calibrate: {}: {} evaluations, best objective {:.6g}, {:.0f} s", p.stage, p.evaluations,
+                         p.best, line.elapsed());
+    });
+  };
+}
 
 std::string pct(double x) { return std::isnan(x) ? "-" : fmt::format("{:.1f}%", x); }
 /// Relative 1-sigma, or the absolute one where the value is 0 (a linear parameter at its lower bound).
@@ -200,8 +178,8 @@ void register_calibrate(CLI::App& app) {
     }
     opt.memory_budget_bytes = memory_budget_bytes();
     opt.memory_budget_name = memory_budget_name();
-    Progress progress;
-    opt.progress = [&progress](const calib::FitProgress& p) { progress.update(p); };
+    ProgressLine progress;
+    opt.progress = fit_progress(progress);
     auto result = calib::calibrate(base, o->topology, data, fixed, opt);
     progress.finish();
     const auto c = unwrap(std::move(result));

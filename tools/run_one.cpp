@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "scheduler/planners/layout.hpp"
 #include "sim/simulator.hpp"
 #include "tools/cli_common.hpp"
@@ -9,6 +11,13 @@
 namespace charm::cli {
 
 namespace {
+/// A count as people read it in a progress line: 950, 12.3k, 3.9M.
+std::string approx(double n) {
+  if (n < 1e4) return fmt::format("{:.0f}", n);
+  if (n < 1e6) return fmt::format("{:.1f}k", n / 1e3);
+  return fmt::format("{:.1f}M", n / 1e6);
+}
+
 /// Full plans at least this large are simulated by their quotient under `--symmetry auto`: below,
 /// every rank's ops are kept (traces and critical paths name every rank) and the run is quick anyway.
 constexpr double kQuotientFromOps = 1 << 20;
@@ -40,9 +49,27 @@ sim::Evaluation run_one(const std::string& algo, const ir::Workload& w, const to
   // The simulator keeps times and state per op: about 30 bytes an op beside the plan (measured:
   // 148 bytes an op in all for a 3.1M-op ring, 123 for a 2.1M-op charm); 60 leaves a margin.
   check_plan_budget(req, 60, "the simulation", q);
-  ir::Plan plan = unwrap(sched::make_plan(req, q));
+  // Runs at cluster scale take seconds to minutes: a progress line past the first second.
+  ProgressLine progress;
+  const double estimate = q.active() ? sched::estimate_quotient_plan(req, q).ops : sched::estimate_plan(req).ops;
+  auto planned = [&](std::size_t ops) {
+    progress.update([&] {
+      return fmt::format("charm: planning {}: {} of about {} ops, {:.0f} s", algo, approx(double(ops)),
+                         approx(estimate), progress.elapsed());
+    });
+  };
+  ir::Plan plan = unwrap(sched::make_plan(req, q, nullptr, planned));
   plan.gpus = gpus;
-  auto r = sim::evaluate_plan(std::move(plan), t);
+  sim::SimOptions options;
+  options.progress = [&](std::size_t done, std::size_t total) {
+    progress.update([&] {
+      return fmt::format("charm: simulating {}: {:.0f}% of {} ops, {:.0f} s", algo,
+                         100.0 * double(done) / double(std::max<std::size_t>(total, 1)), approx(double(total)),
+                         progress.elapsed());
+    });
+  };
+  auto r = sim::evaluate_plan(std::move(plan), t, options);
+  progress.finish();
   if (!r) throw RuntimeFailure{r.error().message()};
   return std::move(r).value();
 }

@@ -247,6 +247,7 @@ OpId PlanBuilder::emit(Op op, std::initializer_list<BufferId> reads, std::initia
           d.end());
   op.phase = phase_;
   plan_.add_op(op, d);
+  if (progress_ && plan_.size() % kProgressOps == 0) progress_(plan_.size());
   for (std::size_t i = 0; i < nr; ++i) {
     const BufferId b = rd[i];
     auto& a = access_[static_cast<std::size_t>(b)];

@@ -16,6 +16,7 @@
 // plan's quotient (ir::quotient_of), op for op.
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <span>
@@ -164,6 +165,9 @@ class PlanBuilder {
   void set_parts(int parts) { plan_.parts = parts; }
   /// Room for about this many ops (Plan::reserve, with the dependencies and buffers planners make per op).
   void reserve(std::size_t ops);
+  /// Calls `f` with the ops built so far after every kProgressOps-th op.
+  void on_progress(std::function<void(std::size_t ops)> f) { progress_ = std::move(f); }
+  static constexpr std::size_t kProgressOps = std::size_t(1) << 16;
   [[nodiscard]] int parts() const { return plan_.parts; }
   /// Copies the overlap of src's and dst's regions (one must contain the other): slicing
   /// heads or parts out of a shard, or placing a slice into a whole shard.
@@ -273,6 +277,7 @@ class PlanBuilder {
   std::vector<std::vector<std::pair<RankId, int>>> next_tag_;
   int next_group_ = 0;
   std::vector<OpId> deps_scratch_;
+  std::function<void(std::size_t)> progress_;  // on_progress
 };
 
 }  // namespace charm::sched

@@ -215,9 +215,11 @@ void plan_backward(PlanBuilder& b, std::vector<detail::RankState>& st, const Pla
 }
 
 /// The plan of a checked, normalised request, or its quotient under an active `quotient`.
-Plan build_plan(const PlanRequest& req, const RankSymmetry& quotient, QuotientStats* stats = nullptr) {
+Plan build_plan(const PlanRequest& req, const RankSymmetry& quotient, QuotientStats* stats = nullptr,
+                const PlanProgress& progress = {}) {
   const int n = req.ranks;
   PlanBuilder b(req.algo, req.workload, n, req.domains, quotient);
+  if (progress) b.on_progress(progress);
   // Large plans get a little over the estimate up front: growing past it would copy every
   // op (half the planner's time at 512 ranks); small ones grow as they go.
   const double ops = quotient.active() ? estimate_quotient_plan(req, quotient).ops : estimate_plan(req).ops;
@@ -314,16 +316,17 @@ Status check_quotient(const PlanRequest& req, const RankSymmetry& quotient) {
   return {};
 }
 
-Expected<Plan> make_plan(const PlanRequest& req_in, RankSymmetry quotient, QuotientStats* stats) {
+Expected<Plan> make_plan(const PlanRequest& req_in, RankSymmetry quotient, QuotientStats* stats,
+                         const PlanProgress& progress) {
   if (stats != nullptr) *stats = {};
-  if (!quotient.active()) return make_plan(req_in);
   const PlanRequest req = normalised(req_in);
   if (auto s = check_request(req); !s) return s.error();
+  if (!quotient.active()) return build_plan(req, {}, nullptr, progress);
   const auto s = coarsened_symmetry(req, quotient);  // also what the images may differ in
   if (!s) return s.error();
   quotient.heads_are_labels = s->heads_are_labels;
   quotient.zigzag_halves_alike = s->zigzag_halves_alike;
-  return build_plan(req, quotient, stats);
+  return build_plan(req, quotient, stats, progress);
 }
 
 }  // namespace charm::sched

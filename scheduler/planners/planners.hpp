@@ -1,6 +1,7 @@
 #pragma once
 // The planners: compile an algorithm, a workload and a cluster shape into a plan.
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -95,7 +96,9 @@ struct QuotientStats {
 };
 /// The quotient plan under `quotient` (checked by check_quotient), built without the full plan: it
 /// equals ir::quotient_of(make_plan(req), quotient), op for op. An inactive `quotient` gives the full plan.
+/// Told the ops built so far, now and then while a plan is built (every PlanBuilder::kProgressOps).
+using PlanProgress = std::function<void(std::size_t ops)>;
 [[nodiscard]] Expected<ir::Plan> make_plan(const PlanRequest& req, ir::RankSymmetry quotient,
-                                           QuotientStats* stats = nullptr);
+                                           QuotientStats* stats = nullptr, const PlanProgress& progress = {});
 
 }  // namespace charm::sched
