@@ -60,6 +60,11 @@ sim::Evaluation run_one(const std::string& algo, const ir::Workload& w, const to
   };
   ir::Plan plan = unwrap(sched::make_plan(req, q, nullptr, planned));
   plan.gpus = gpus;
+  // The simulator indexes the plan before its first op runs (seconds at a few million ops).
+  progress.update([&] {
+    return fmt::format("charm: preparing the simulation of {}: {} ops, {:.0f} s", algo, approx(double(plan.size())),
+                       progress.elapsed());
+  });
   sim::SimOptions options;
   options.progress = [&](std::size_t done, std::size_t total) {
     progress.update([&] {
