@@ -135,17 +135,21 @@ Expected<Summary> PlanReuse::evaluate(const sched::PlanRequest& req, const topo:
     return e.req.algo == r.algo && e.req.workload.pass == r.workload.pass;
   });
   ir::Plan plan;
+  std::optional<ir::PlanIndex> index;
   if (slot != entries_.end() && serves(slot->req, slot->quotient, slot->plan, r, q)) {
     plan = std::move(slot->plan);
     plan.scale_batch(r.workload.batch);
+    index = std::move(slot->index);
     ++reused_;
   } else {
     auto built = sched::make_plan(r, q);
     if (!built) return built.error();
     plan = std::move(built).value();
+    index.emplace(plan);
     ++built_;
   }
   if (slot == entries_.end()) slot = entries_.insert(entries_.end(), Entry{});
+  options.index = &*index;
   auto e = evaluate_plan(std::move(plan), t, options);
   if (!e) {
     entries_.erase(slot);
@@ -154,6 +158,7 @@ Expected<Summary> PlanReuse::evaluate(const sched::PlanRequest& req, const topo:
   slot->req = r;
   slot->quotient = q;
   slot->plan = std::move(e->plan);
+  slot->index = std::move(index);
   return e->summary;
 }
 

@@ -5,10 +5,12 @@
 // the three report the same numbers for the same request.
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 
 #include "scheduler/ir/plan.hpp"
+#include "scheduler/ir/plan_index.hpp"
 #include "scheduler/planners/layout.hpp"
 #include "scheduler/planners/planners.hpp"
 #include "sim/compute_model.hpp"
@@ -78,8 +80,8 @@ struct Evaluation {
 
 /// The plans of earlier evaluations, kept for requests that differ from one of them only in a power-of-two
 /// batch (ir::Plan::scale_batch gives the plan make_plan would build, bit for bit): one plan per algorithm
-/// and pass, the last one evaluated. A sweep worker holds one; building a plan is a third of a sweep's time,
-/// and its batches are mostly powers of two.
+/// and pass, the last one evaluated, with its index (ir::PlanIndex). A sweep worker holds one; building a plan
+/// is a third of a sweep's time, and its batches are mostly powers of two.
 class PlanReuse {
  public:
   /// evaluate(req, t, /*by_symmetry=*/true, options)'s summary.
@@ -93,6 +95,7 @@ class PlanReuse {
     sched::PlanRequest req;  // normalised
     ir::RankSymmetry quotient;
     ir::Plan plan;
+    std::optional<ir::PlanIndex> index;  // the plan's: its shape does not change with the batch
   };
   std::vector<Entry> entries_;
   std::size_t built_ = 0, reused_ = 0;

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "scheduler/ir/op_args.hpp"
 #include "scheduler/ir/plan_index.hpp"
@@ -71,7 +72,8 @@ class Engine {
   std::vector<std::vector<int>> gpu_channels_;  // per rank: the channels of its GPU's own links
 
   // Lanes (rank, stream) in stream order, groups, partners, dependents (built by build()).
-  std::optional<PlanIndex> idx_;
+  const PlanIndex* idx_ = nullptr;  // SimOptions::index, or own_idx_
+  std::optional<PlanIndex> own_idx_;
   // Per op (compact arrays, no per-op allocation while running).
   std::vector<std::int32_t> deps_left_;
   std::vector<char> issued_;
@@ -84,6 +86,7 @@ class Engine {
   // Per flow id of the network: the pair it carries and its latency.
   std::vector<OpId> flow_send_;
   std::vector<double> flow_latency_s_;
+  std::vector<std::uint32_t> drain_key_;  // its drain event's key in q_ (EventQueue::kNoKey: none)
   // Per rank: state for busy / exposed accounting.
   std::vector<double> rank_last_s_;
   std::vector<std::int32_t> comm_out_;
@@ -112,7 +115,10 @@ namespace {
 
 Status Engine::build() {
   const std::size_t n = plan_.size();
-  idx_.emplace(plan_);
+  idx_ = opt_.index;
+  if (idx_ == nullptr) idx_ = &own_idx_.emplace(plan_);
+  CHARM_ASSERT(idx_->stream_order().size() == n && idx_->lanes() == std::size_t(plan_.ranks) * kNumStreams,
+               "SimOptions::index is the index of the plan simulated");
   deps_left_.assign(n, 0);
   issued_.assign(n, 0);
   for (std::size_t i = 0; i < n; ++i) deps_left_[i] = static_cast<std::int32_t>(plan_.deps(OpId(i)).size());
@@ -246,7 +252,6 @@ void Engine::stop_running(OpId id) {
 }
 
 bool Engine::stale(const Event& e) const {
-  if (e.kind == kFlowDrained) return net_.version(e.id) != e.version;
   if (!overlap_ || e.kind != kOpDone || plan_.op(e.id).kind != OpKind::Compute) return false;
   for (const Running& x : running_[std::size_t(plan_.op(e.id).rank)])
     if (x.op == e.id) return x.end_s != e.time_s;
@@ -291,12 +296,14 @@ void Engine::start_flow(OpId send, OpId recv) {
     return;
   }
   const int src = plan_.gpu_of(s.rank), dst = plan_.gpu_of(s.peer);
-  const double lat = (topo_.route_latency_us(src, dst) + topo_.stack.message_us) * 1e-6;
+  topo::Route route = topo_.route(src, dst);
+  double route_us = 0;  // Topology::route_latency_us, on the route at hand
+  for (const std::int32_t c : route) route_us += topo_.channel_link(c).latency_us;
+  const double lat = (route_us + topo_.stack.message_us) * 1e-6;
   if (s.bytes == 0) {
     q_.push(now_ + lat, kFlowDone, send);  // nothing to move: the pair completes after the latency
     return;
   }
-  topo::Route route = topo_.route(src, dst);
   if (sym_.active()) {
     topo::Route rep;
     for (const std::int32_t c : route) rep.push_back(representative_channel(topo_, sym_, c));
@@ -306,6 +313,7 @@ void Engine::start_flow(OpId send, OpId recv) {
   if (std::size_t(f) >= flow_send_.size()) {
     flow_send_.resize(std::size_t(f) + 1);
     flow_latency_s_.resize(std::size_t(f) + 1);
+    drain_key_.resize(std::size_t(f) + 1, EventQueue::kNoKey);
   }
   flow_send_[std::size_t(f)] = send;
   flow_latency_s_[std::size_t(f)] = lat;
@@ -350,16 +358,24 @@ Expected<SimResult> Engine::run() {
     if (auto st = check_topology_symmetry(sym_, topo_, plan_.ranks); !st) return st.error();
   if (auto st = build(); !st) return st.error();
   for (std::size_t s = 0; s < idx_->lanes(); ++s) try_issue(static_cast<int>(s));
+  // A flow's drain event moves with its rate: one per flow in the queue (none while it has no rate).
   auto on_change = [&](int f) {
     const double left = net_.time_left_s(f);
-    if (left < FairShareNetwork::kInf) q_.push(now_ + left, kFlowDrained, f, net_.version(f));
+    std::uint32_t& key = drain_key_[std::size_t(f)];
+    if (left == FairShareNetwork::kInf) {
+      if (key != EventQueue::kNoKey) q_.erase(std::exchange(key, EventQueue::kNoKey));
+    } else if (key == EventQueue::kNoKey) {
+      key = q_.push_keyed(now_ + left, kFlowDrained, f);
+    } else {
+      q_.move(key, now_ + left);
+    }
   };
   for (;;) {
     if (net_.dirty() && (q_.empty() || q_.top().time_s > now_)) net_.resolve(now_, on_change);
     if (q_.empty()) break;
     const Event e = q_.pop();
-    // A drain event of a flow whose rate changed since, or the end of a block whose
-    // rate changed since, is stale (a newer one stands): dropped before it moves the clock.
+    // The end of a block whose rate changed since is stale (a newer one stands): dropped before it
+    // moves the clock.
     if (stale(e)) continue;
     ++res_.events;
     now_ = e.time_s;
@@ -368,6 +384,7 @@ Expected<SimResult> Engine::run() {
       complete(e.id);
       break;
     case kFlowDrained: {
+      drain_key_[std::size_t(e.id)] = EventQueue::kNoKey;
       if (overlap_) flow_endpoints(e.id, -1);
       net_.remove_flow(e.id, now_);  // the slot may be reused at once: the done event names the send
       q_.push(now_ + flow_latency_s_[std::size_t(e.id)], kFlowDone, flow_send_[std::size_t(e.id)]);
@@ -480,7 +497,8 @@ void Engine::critical_path() {
 void Engine::release_replay_state() {
   // The index and the per-op replay state are done with once the critical path is
   // known: at cluster scale they are ~30 bytes an op, freed before peak_memory's tables.
-  idx_.reset();
+  idx_ = nullptr;
+  own_idx_.reset();
   std::vector<std::int32_t>().swap(deps_left_);
   std::vector<char>().swap(issued_);
 }

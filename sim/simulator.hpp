@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "scheduler/ir/plan.hpp"
+#include "scheduler/ir/plan_index.hpp"
 #include "sim/compute_model.hpp"
 #include "topologies/topology.hpp"
 
@@ -69,6 +70,9 @@ struct SimOptions {
   bool compute = true;        // false: compute, merges and copies take no time
   bool comm = true;           // false: every transfer completes as soon as both sides are issued
   bool critical_path = true;  // false: SimResult::critical_path stays empty (callers that report figures only)
+  /// The plan's index, where the caller keeps one (a sweep simulates one plan at several batches: its shape,
+  /// and so its index, is the same); null: simulate builds it.
+  const ir::PlanIndex* index = nullptr;
   /// Called now and then while the ops run (every kProgressOps completed ops, and once at the end) with the
   /// ops completed and the plan's; empty: none. Long runs at cluster scale take minutes.
   std::function<void(std::size_t done, std::size_t total)> progress = {};

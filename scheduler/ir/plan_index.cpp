@@ -68,17 +68,17 @@ MessageOrder sort_messages(const Plan& plan) {
   return m;
 }
 
-PlanIndex::PlanIndex(const Plan& plan, MessageOrder* messages) : plan_(&plan) {
-  build_lanes();
-  build_partners(messages);
-  build_dependents();
+PlanIndex::PlanIndex(const Plan& plan, MessageOrder* messages) {
+  build_lanes(plan);
+  build_partners(plan, messages);
+  build_dependents(plan);
 }
 
-void PlanIndex::build_lanes() {
-  const std::size_t n = plan_->size(), lanes = std::size_t(plan_->ranks) * kNumStreams;
+void PlanIndex::build_lanes(const Plan& plan) {
+  const std::size_t n = plan.size(), lanes = std::size_t(plan.ranks) * kNumStreams;
   lane_begin_.assign(lanes + 1, 0);
-  for (const Op& o : plan_->ops()) {
-    CHARM_ASSERT(o.rank >= 0 && o.rank < plan_->ranks, "an op's rank lies inside the plan");
+  for (const Op& o : plan.ops()) {
+    CHARM_ASSERT(o.rank >= 0 && o.rank < plan.ranks, "an op's rank lies inside the plan");
     ++lane_begin_[lane(o.rank, o.stream) + 1];
   }
   for (std::size_t l = 0; l < lanes; ++l) lane_begin_[l + 1] += lane_begin_[l];
@@ -91,7 +91,7 @@ void PlanIndex::build_lanes() {
   auto fill = lane_begin_;
   std::vector<OpId> prev(lanes, kNone);
   for (OpId id = 0; id < OpId(n); ++id) {
-    const Op& o = plan_->op(id);
+    const Op& o = plan.op(id);
     const std::size_t l = lane(o.rank, o.stream);
     lane_of_[std::size_t(id)] = std::uint32_t(l);
     const std::uint32_t k = fill[l]++;
@@ -99,15 +99,15 @@ void PlanIndex::build_lanes() {
     pos_[std::size_t(id)] = k;
     const OpId p = prev[l];
     const bool joins =
-        p != kNone && is_comm(o) && o.group != kNone && is_comm(plan_->op(p)) && plan_->op(p).group == o.group;
+        p != kNone && is_comm(o) && o.group != kNone && is_comm(plan.op(p)) && plan.op(p).group == o.group;
     group_begin_[std::size_t(id)] = joins ? group_begin_[std::size_t(p)] : k;
     prev[l] = id;
   }
 }
 
-void PlanIndex::build_partners(MessageOrder* keep) {
-  partner_.assign(plan_->size(), kNone);
-  MessageOrder m = sort_messages(*plan_);
+void PlanIndex::build_partners(const Plan& plan, MessageOrder* keep) {
+  partner_.assign(plan.size(), kNone);
+  MessageOrder m = sort_messages(plan);
   // Both lists in key order: each send takes the first receive of its key not taken yet.
   std::size_t j = 0;
   for (const Message& s : m.sends) {
@@ -121,16 +121,16 @@ void PlanIndex::build_partners(MessageOrder* keep) {
   if (keep != nullptr) *keep = std::move(m);
 }
 
-void PlanIndex::build_dependents() {
-  const std::size_t n = plan_->size();
+void PlanIndex::build_dependents(const Plan& plan) {
+  const std::size_t n = plan.size();
   dependents_begin_.assign(n + 1, 0);
   for (OpId id = 0; id < OpId(n); ++id)
-    for (OpId d : plan_->deps(id)) ++dependents_begin_[std::size_t(d) + 1];
+    for (OpId d : plan.deps(id)) ++dependents_begin_[std::size_t(d) + 1];
   for (std::size_t i = 0; i < n; ++i) dependents_begin_[i + 1] += dependents_begin_[i];
   dependents_.assign(dependents_begin_[n], 0);
   std::vector<std::uint32_t> fill(dependents_begin_.begin(), dependents_begin_.end() - 1);
   for (OpId id = 0; id < OpId(n); ++id)
-    for (OpId d : plan_->deps(id)) dependents_[fill[std::size_t(d)]++] = id;
+    for (OpId d : plan.deps(id)) dependents_[fill[std::size_t(d)]++] = id;
 }
 
 std::size_t PlanIndex::memory_bytes() const {

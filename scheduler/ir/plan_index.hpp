@@ -89,11 +89,12 @@ class PlanIndex {
   [[nodiscard]] std::span<const OpId> span(std::uint32_t b, std::uint32_t e) const {
     return {order_.data() + b, order_.data() + e};
   }
-  void build_lanes();  // and the groups
-  void build_partners(MessageOrder* keep);
-  void build_dependents();
+  // The index keeps no reference to the plan: it describes the plan's shape (ops' lanes, groups,
+  // messages, dependencies), so it stays valid for the plan moved, or scaled to another batch.
+  void build_lanes(const Plan& plan);  // and the groups
+  void build_partners(const Plan& plan, MessageOrder* keep);
+  void build_dependents(const Plan& plan);
 
-  const Plan* plan_;
   std::vector<std::uint32_t> lane_begin_;  // CSR over lanes into order_
   std::vector<OpId> order_;
   std::vector<std::uint32_t> lane_of_, pos_, group_begin_;  // per op
