@@ -37,6 +37,14 @@ class Engine {
   void issue(OpId op);
   void complete(OpId op);
   void start_flow(OpId send, OpId recv);
+  /// What a flow from GPU src to dst takes: its route (a quotient plan's: the representative channels) and
+  /// its latency with the stack's per-message cost. Kept per GPU pair on small topologies (a sweep's).
+  struct Path {
+    topo::Route channels;
+    double latency_s = 0;
+    bool known = false;
+  };
+  const Path& path_between(int src, int dst);
   void touch(RankId r);  // accounts the time since the rank's last state change
   // Overlap costs (the stack's compute_slowdown and comm_slowdown).
   struct Running {
@@ -86,7 +94,10 @@ class Engine {
   // Per flow id of the network: the pair it carries and its latency.
   std::vector<OpId> flow_send_;
   std::vector<double> flow_latency_s_;
-  std::vector<std::uint32_t> drain_key_;  // its drain event's key in q_ (EventQueue::kNoKey: none)
+  std::vector<std::uint32_t> drain_key_;
+  std::vector<Path> paths_;  // per (src, dst) GPU pair, up to kPathTableGpus GPUs; else empty
+  Path scratch_path_;
+  static constexpr int kPathTableGpus = 64;  // its drain event's key in q_ (EventQueue::kNoKey: none)
   // Per rank: state for busy / exposed accounting.
   std::vector<double> rank_last_s_;
   std::vector<std::int32_t> comm_out_;
@@ -156,6 +167,8 @@ Status Engine::build() {
     }
   }
   q_.reserve(1024);
+  if (topo_.num_gpus() <= kPathTableGpus)
+    paths_.assign(std::size_t(topo_.num_gpus()) * std::size_t(topo_.num_gpus()), {});
   if (opt_.progress) next_progress_ = SimOptions::kProgressOps;
   return {};
 }
@@ -287,6 +300,26 @@ void Engine::flow_endpoints(int f, int delta) {
   }
 }
 
+const Engine::Path& Engine::path_between(int src, int dst) {
+  Path* p = &scratch_path_;
+  if (!paths_.empty()) {
+    p = &paths_[std::size_t(src) * std::size_t(topo_.num_gpus()) + std::size_t(dst)];
+    if (p->known) return *p;
+  }
+  const topo::Route route = topo_.route(src, dst);
+  double us = 0;  // Topology::route_latency_us, on the route at hand
+  for (const std::int32_t c : route) us += topo_.channel_link(c).latency_us;
+  p->latency_s = (us + topo_.stack.message_us) * 1e-6;
+  p->channels = route;
+  if (sym_.active()) {
+    topo::Route rep;
+    for (const std::int32_t c : route) rep.push_back(representative_channel(topo_, sym_, c));
+    p->channels = rep;
+  }
+  p->known = true;
+  return *p;
+}
+
 void Engine::start_flow(OpId send, OpId recv) {
   const Op& s = plan_.op(send);
   // The receiver is s.peer: the receive's own rank in a full plan, its image's in a quotient plan.
@@ -295,28 +328,19 @@ void Engine::start_flow(OpId send, OpId recv) {
     q_.push(now_, kFlowDone, send);
     return;
   }
-  const int src = plan_.gpu_of(s.rank), dst = plan_.gpu_of(s.peer);
-  topo::Route route = topo_.route(src, dst);
-  double route_us = 0;  // Topology::route_latency_us, on the route at hand
-  for (const std::int32_t c : route) route_us += topo_.channel_link(c).latency_us;
-  const double lat = (route_us + topo_.stack.message_us) * 1e-6;
+  const Path& path = path_between(plan_.gpu_of(s.rank), plan_.gpu_of(s.peer));
   if (s.bytes == 0) {
-    q_.push(now_ + lat, kFlowDone, send);  // nothing to move: the pair completes after the latency
+    q_.push(now_ + path.latency_s, kFlowDone, send);  // nothing to move: the pair completes after the latency
     return;
   }
-  if (sym_.active()) {
-    topo::Route rep;
-    for (const std::int32_t c : route) rep.push_back(representative_channel(topo_, sym_, c));
-    route = rep;
-  }
-  const int f = net_.add_flow(route, double(s.bytes), now_);
+  const int f = net_.add_flow(path.channels, double(s.bytes), now_);
   if (std::size_t(f) >= flow_send_.size()) {
     flow_send_.resize(std::size_t(f) + 1);
     flow_latency_s_.resize(std::size_t(f) + 1);
     drain_key_.resize(std::size_t(f) + 1, EventQueue::kNoKey);
   }
   flow_send_[std::size_t(f)] = send;
-  flow_latency_s_[std::size_t(f)] = lat;
+  flow_latency_s_[std::size_t(f)] = path.latency_s;
   if (overlap_) flow_endpoints(f, +1);
 }
 
