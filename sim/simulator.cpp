@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -37,6 +39,17 @@ class Engine {
   void issue(OpId op);
   void complete(OpId op);
   void start_flow(OpId send, OpId recv);
+  /// ComputeModel::op_seconds, with the blocks' times remembered: a plan's attention blocks come in a few
+  /// shapes (FLOPs, pass, mask piece), and the model is a pure function of them and the workload.
+  [[nodiscard]] Seconds op_seconds(const Op& o);
+  struct BlockTime {
+    std::uint64_t flops_bits = 0;
+    Phase phase = Phase::Fwd;
+    MaskPiece mask = MaskPiece::Full;
+    bool known = false;
+    Seconds s = 0;
+  };
+  std::array<BlockTime, 64> block_times_{};  // direct-mapped by shape
   /// What a flow from GPU src to dst takes: its route (a quotient plan's: the representative channels) and
   /// its latency with the stack's per-message cost. Kept per GPU pair on small topologies (a sweep's).
   struct Path {
@@ -233,7 +246,7 @@ void Engine::issue(OpId id) {
     return;
   }
   if (o.stream == Stream::Compute) compute_busy_[std::size_t(o.rank)] = 1;
-  const Seconds work = opt_.compute ? model_.op_seconds(o, plan_.workload) : 0.0;
+  const Seconds work = opt_.compute ? op_seconds(o) : 0.0;
   if (overlap_ && o.kind == OpKind::Compute) {
     start_running(id, work);
     return;
@@ -298,6 +311,17 @@ void Engine::flow_endpoints(int f, int delta) {
     n += delta;
     if (was_idle != (n == 0)) reschedule(r);
   }
+}
+
+Seconds Engine::op_seconds(const Op& o) {
+  if (o.kind != OpKind::Compute) return model_.op_seconds(o, plan_.workload);
+  const auto bits = std::bit_cast<std::uint64_t>(o.flops);
+  const std::uint64_t h =
+      (bits ^ (bits >> 29) ^ (std::uint64_t(o.phase) << 7) ^ (std::uint64_t(o.mask) << 11)) * 0x9E3779B97F4A7C15ull;
+  BlockTime& b = block_times_[std::size_t(h >> 58)];  // the top 6 bits: one of 64 slots
+  if (!b.known || b.flops_bits != bits || b.phase != o.phase || b.mask != o.mask)
+    b = {bits, o.phase, o.mask, true, model_.op_seconds(o, plan_.workload)};
+  return b.s;
 }
 
 const Engine::Path& Engine::path_between(int src, int dst) {
