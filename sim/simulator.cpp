@@ -49,7 +49,6 @@ class Engine {
     bool known = false;
     Seconds s = 0;
   };
-  std::array<BlockTime, 64> block_times_{};  // direct-mapped by shape
   /// What a flow from GPU src to dst takes: its route (a quotient plan's: the representative channels) and
   /// its latency with the stack's per-message cost. Kept per GPU pair on small topologies (a sweep's).
   struct Path {
@@ -107,10 +106,11 @@ class Engine {
   // Per flow id of the network: the pair it carries and its latency.
   std::vector<OpId> flow_send_;
   std::vector<double> flow_latency_s_;
-  std::vector<std::uint32_t> drain_key_;
-  std::vector<Path> paths_;  // per (src, dst) GPU pair, up to kPathTableGpus GPUs; else empty
+  std::vector<std::uint32_t> drain_key_;  // its drain event's key in q_ (EventQueue::kNoKey: none)
+  std::vector<Path> paths_;               // per (src, dst) GPU pair, up to kPathTableGpus GPUs; else empty
   Path scratch_path_;
-  static constexpr int kPathTableGpus = 64;  // its drain event's key in q_ (EventQueue::kNoKey: none)
+  static constexpr int kPathTableGpus = 64;
+  std::array<BlockTime, 64> block_times_{};  // direct-mapped by shape (op_seconds)
   // Per rank: state for busy / exposed accounting.
   std::vector<double> rank_last_s_;
   std::vector<std::int32_t> comm_out_;
