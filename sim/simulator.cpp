@@ -331,9 +331,7 @@ const Engine::Path& Engine::path_between(int src, int dst) {
     if (p->known) return *p;
   }
   const topo::Route route = topo_.route(src, dst);
-  double us = 0;  // Topology::route_latency_us, on the route at hand
-  for (const std::int32_t c : route) us += topo_.channel_link(c).latency_us;
-  p->latency_s = (us + topo_.stack.message_us) * 1e-6;
+  p->latency_s = (topo_.latency_us(route) + topo_.stack.message_us) * 1e-6;
   p->channels = route;
   if (sym_.active()) {
     topo::Route rep;

@@ -15,9 +15,11 @@ std::string Topology::channel_name(int ch) const {
   return fmt::format("{}->{}", vertex_names[std::size_t(from)], vertex_names[std::size_t(to)]);
 }
 
-double Topology::route_latency_us(int src, int dst) const {
+double Topology::route_latency_us(int src, int dst) const { return latency_us(route(src, dst)); }
+
+double Topology::latency_us(std::span<const std::int32_t> channels) const {
   double us = 0;
-  for (auto ch : route(src, dst)) us += channel_link(ch).latency_us;
+  for (auto ch : channels) us += channel_link(ch).latency_us;
   return us;
 }
 

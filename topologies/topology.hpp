@@ -174,6 +174,8 @@ class Topology {
   /// Channels from GPU src to GPU dst, in order.
   [[nodiscard]] Route route(int src, int dst) const;
   [[nodiscard]] double route_latency_us(int src, int dst) const;
+  /// The latency of these channels, in order (a route already looked up).
+  [[nodiscard]] double latency_us(std::span<const std::int32_t> channels) const;
   /// The narrowest channel's bandwidth_gbps from src to dst. What a lone flow attains (per-flow and
   /// injection limits too) is the simulator's: sim::route_flow_gbps.
   [[nodiscard]] GBps route_bandwidth_gbps(int src, int dst) const;
