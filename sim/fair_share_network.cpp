@@ -59,7 +59,6 @@ int FairShareNetwork::add_flow(std::span<const std::int32_t> route, double bytes
   std::copy(route.begin(), route.end(), f.route);
   f.hops = static_cast<std::uint8_t>(route.size());
   f.active = true;
-  ++f.version;
   f.bytes = f.remaining = bytes;
   f.rate = 0;
   f.last_s = now_s;
@@ -99,7 +98,6 @@ void FairShareNetwork::remove_flow(int id, double now_s) {
     if (ch_[c].shared) dirty_channels_.push_back(static_cast<int>(c));
   }
   f.active = false;
-  ++f.version;
   --active_;
   free_.push_back(id);
 }
@@ -196,7 +194,6 @@ void FairShareNetwork::solve(double now_s) {
     if (r != f.rate) {
       settle(f, now_s);
       f.rate = r;
-      ++f.version;
       changed_.push_back(id);
     }
   };

@@ -57,7 +57,6 @@ class FairShareNetwork {
   [[nodiscard]] bool dirty() const { return !dirty_flows_.empty() || !dirty_channels_.empty(); }
 
   [[nodiscard]] double rate(int id) const { return flows_[std::size_t(id)].rate; }
-  [[nodiscard]] std::uint32_t version(int id) const { return flows_[std::size_t(id)].version; }
   /// Seconds until the flow drains at its current rate (kInf if it has no rate).
   [[nodiscard]] double time_left_s(int id) const;
   [[nodiscard]] std::size_t active_flows() const { return active_; }
@@ -73,7 +72,6 @@ class FairShareNetwork {
     std::int32_t pos[topo::kMaxHops] = {};  // index of this flow in each channel's list
     std::uint8_t hops = 0;
     bool active = false;
-    std::uint32_t version = 0;
     double bytes = 0, remaining = 0, rate = 0, cap = kInf, last_s = 0;
   };
   struct ChannelStats {
