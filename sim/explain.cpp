@@ -185,7 +185,8 @@ void path_shares(const Plan& plan, const SimResult& r, const topo::Topology& t, 
   std::map<std::string, Seconds> share;
   const std::vector<Seconds> host = host_issue_times(plan, t.stack.host_us * 1e-6);
   Seconds prev_end = 0;
-  for (OpId id : r.critical_path) {
+  for (std::size_t k = 0; k < r.critical_path.size(); ++k) {
+    const OpId id = r.critical_path[k];
     const Op& o = plan.op(id);
     const auto i = std::size_t(id);
     Seconds start = std::max(r.start_s[i], prev_end);
@@ -194,7 +195,7 @@ void path_shares(const Plan& plan, const SimResult& r, const topo::Topology& t, 
       share[host_bound ? "host" : "wait"] += r.start_s[i] - prev_end;
     }
     if (o.kind == OpKind::Send || o.kind == OpKind::Recv) {
-      const Seconds flow = std::max(start, r.flow_start_s[i]);
+      const Seconds flow = std::max(start, r.critical_flow_start_s[k]);
       share["wait"] += flow - start;
       start = flow;
       const int src = o.kind == OpKind::Send ? o.rank : o.peer, dst = o.kind == OpKind::Send ? o.peer : o.rank;

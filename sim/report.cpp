@@ -87,7 +87,7 @@ nlohmann::json links_json(const topo::Topology& t, const SimResult& r) {
 }
 
 nlohmann::json chrome_trace(const Plan& plan, const SimResult& r) {
-  return trace::chrome_trace(plan, r.start_s, r.end_s, r.flow_start_s, r.makespan_s);
+  return trace::chrome_trace(plan, r.start_s, r.end_s, flow_start_times(plan, r), r.makespan_s);
 }
 
 }  // namespace charm::sim

@@ -50,11 +50,12 @@ class Engine {
     Seconds s = 0;
   };
   /// What a flow from GPU src to dst takes: its route (a quotient plan's: the representative channels) and
-  /// its latency with the stack's per-message cost. Kept per GPU pair on small topologies (a sweep's).
+  /// its latency with the stack's per-message cost. Kept per GPU pair on small topologies (a sweep's), in a
+  /// direct-mapped cache of the pairs last used on large ones.
   struct Path {
     topo::Route channels;
     double latency_s = 0;
-    bool known = false;
+    std::int32_t src = -1, dst = -1;  // the pair it is of (-1: none yet)
   };
   const Path& path_between(int src, int dst);
   void touch(RankId r);  // accounts the time since the rank's last state change
@@ -107,9 +108,9 @@ class Engine {
   std::vector<OpId> flow_send_;
   std::vector<double> flow_latency_s_;
   std::vector<std::uint32_t> drain_key_;  // its drain event's key in q_ (EventQueue::kNoKey: none)
-  std::vector<Path> paths_;               // per (src, dst) GPU pair, up to kPathTableGpus GPUs; else empty
-  Path scratch_path_;
+  std::vector<Path> paths_;  // per (src, dst) GPU pair up to kPathTableGpus GPUs, else 2^kPathCacheBits slots
   static constexpr int kPathTableGpus = 64;
+  static constexpr int kPathCacheBits = 12;
   std::array<BlockTime, 64> block_times_{};  // direct-mapped by shape (op_seconds)
   // Per rank: state for busy / exposed accounting.
   std::vector<double> rank_last_s_;
@@ -125,6 +126,15 @@ class Engine {
 };
 
 }  // namespace
+
+std::vector<Seconds> flow_start_times(const Plan& plan, const SimResult& r) {
+  std::vector<Seconds> at(r.start_s);
+  const PlanIndex idx(plan);
+  for (std::size_t i = 0; i < at.size(); ++i)
+    if (const OpId p = idx.partner(OpId(i)); is_comm(plan.op(OpId(i))) && p != kNone)
+      at[i] = std::max(r.start_s[i], r.start_s[std::size_t(p)]);
+  return at;
+}
 
 std::vector<Seconds> host_issue_times(const Plan& plan, Seconds host_s) {
   std::vector<Seconds> at;
@@ -161,7 +171,6 @@ Status Engine::build() {
   const auto ranks = std::size_t(plan_.ranks);
   res_.start_s.assign(n, 0);
   res_.end_s.assign(n, 0);
-  res_.flow_start_s.assign(n, 0);
   res_.ranks.assign(ranks, RankStats{});
   rank_last_s_.assign(ranks, 0);
   comm_out_.assign(ranks, 0);
@@ -180,8 +189,8 @@ Status Engine::build() {
     }
   }
   q_.reserve(1024);
-  if (topo_.num_gpus() <= kPathTableGpus)
-    paths_.assign(std::size_t(topo_.num_gpus()) * std::size_t(topo_.num_gpus()), {});
+  const auto G = std::size_t(topo_.num_gpus());
+  paths_.assign(G <= kPathTableGpus ? G * G : std::size_t(1) << kPathCacheBits, {});
   if (opt_.progress) next_progress_ = SimOptions::kProgressOps;
   return {};
 }
@@ -325,27 +334,26 @@ Seconds Engine::op_seconds(const Op& o) {
 }
 
 const Engine::Path& Engine::path_between(int src, int dst) {
-  Path* p = &scratch_path_;
-  if (!paths_.empty()) {
-    p = &paths_[std::size_t(src) * std::size_t(topo_.num_gpus()) + std::size_t(dst)];
-    if (p->known) return *p;
-  }
+  const auto G = std::uint64_t(topo_.num_gpus());
+  const std::uint64_t pair = std::uint64_t(src) * G + std::uint64_t(dst);
+  Path& p = paths_[G <= kPathTableGpus ? pair : (pair * 0x9E3779B97F4A7C15ull) >> (64 - kPathCacheBits)];
+  if (p.src == src && p.dst == dst) return p;
   const topo::Route route = topo_.route(src, dst);
-  p->latency_s = (topo_.latency_us(route) + topo_.stack.message_us) * 1e-6;
-  p->channels = route;
+  p.latency_s = (topo_.latency_us(route) + topo_.stack.message_us) * 1e-6;
+  p.channels = route;
   if (sym_.active()) {
     topo::Route rep;
     for (const std::int32_t c : route) rep.push_back(representative_channel(topo_, sym_, c));
-    p->channels = rep;
+    p.channels = rep;
   }
-  p->known = true;
-  return *p;
+  p.src = src;
+  p.dst = dst;
+  return p;
 }
 
 void Engine::start_flow(OpId send, OpId recv) {
   const Op& s = plan_.op(send);
   // The receiver is s.peer: the receive's own rank in a full plan, its image's in a quotient plan.
-  res_.flow_start_s[std::size_t(send)] = res_.flow_start_s[std::size_t(recv)] = now_;
   if (!opt_.comm) {
     q_.push(now_, kFlowDone, send);
     return;
@@ -537,6 +545,13 @@ void Engine::critical_path() {
     cur = best;
   }
   std::reverse(path.begin(), path.end());
+  res_.critical_flow_start_s.resize(path.size());
+  for (std::size_t k = 0; k < path.size(); ++k) {
+    const auto i = std::size_t(path[k]);
+    res_.critical_flow_start_s[k] = is_comm(plan_.op(path[k]))
+                                        ? std::max(res_.start_s[i], res_.start_s[std::size_t(idx_->partner(path[k]))])
+                                        : res_.start_s[i];
+  }
   res_.critical_path = std::move(path);
 }
 

@@ -54,13 +54,14 @@ struct ChannelStats {
 
 struct SimResult {
   Seconds makespan_s = 0;
-  int last_rank = 0;                  // the rank that finishes last (the lowest within a relative 1e-9 of the last end)
-  std::vector<Seconds> start_s;       // per op: issue time
-  std::vector<Seconds> end_s;         // per op: completion time
-  std::vector<Seconds> flow_start_s;  // per Send/Recv: when both sides were issued (else = start)
+  int last_rank = 0;             // the rank that finishes last (the lowest within a relative 1e-9 of the last end)
+  std::vector<Seconds> start_s;  // per op: issue time
+  std::vector<Seconds> end_s;    // per op: completion time
   std::vector<RankStats> ranks;
   std::vector<ChannelStats> channels;
   std::vector<ir::OpId> critical_path;  // first op first
+  /// Per op of critical_path: when its transfer began (a Send/Recv: both sides issued), else its start.
+  std::vector<Seconds> critical_flow_start_s;
   std::uint64_t events = 0;
 };
 
@@ -84,13 +85,17 @@ struct SimOptions {
 /// A quotient plan (ir::Plan::symmetry) is simulated as one class of ranks: its
 /// representatives' flows stand for their images, and each channel's flows are
 /// those of its representative channel (representative_channel), so every
-/// figure is the full plan's; start_s, end_s, flow_start_s and the critical path
+/// figure is the full plan's; start_s, end_s and the critical path
 /// are the representatives' ops. Its symmetry must be one the topology has
 /// (check_topology_symmetry).
 /// Errors: too few GPUs, a plan that deadlocks (ops left unfinished), a quotient
 /// plan whose symmetry the topology lacks.
 [[nodiscard]] Expected<SimResult> simulate(const ir::Plan& plan, const topo::Topology& topology,
                                            const ComputeModel& model, SimOptions options = {});
+
+/// Per op of `plan` (simulated into `r`): when a Send/Recv's transfer began, both sides issued (the later
+/// of the pair's issue times; a flow starts the moment its second side is issued), else the op's start.
+[[nodiscard]] std::vector<Seconds> flow_start_times(const ir::Plan& plan, const SimResult& r);
 
 /// Whether a quotient simulation under `s` of `ranks` ranks is exact on `t`: t's
 /// routes come from its block structure with no overrides, every class is made of

@@ -376,7 +376,7 @@ TEST(SimEngine, RendezvousWaitsForTheLaterSide) {
   ASSERT_TRUE(r.ok());
   EXPECT_NEAR(r->makespan_s, 0.6, kTol);
   EXPECT_NEAR(r->start_s[std::size_t(s)], 0.0, kTol);
-  EXPECT_NEAR(r->flow_start_s[std::size_t(s)], 0.5, kTol);
+  EXPECT_NEAR(flow_start_times(p, *r)[std::size_t(s)], 0.5, kTol);
   // Critical path: the compute, then the receive (the send waited on it).
   ASSERT_GE(r->critical_path.size(), 2u);
   EXPECT_EQ(r->critical_path.front(), c);
