@@ -366,7 +366,7 @@ TEST(PhantomBuffers, RoundTripsEveryKindOfBuffer) {
     sched::PhantomBuffers store(w, ranks, 4);
     const int parts = 1;
     auto shard = [&](ir::RankId rank, ir::BufKind kind, ir::RankId owner, ir::BufInit init, int owners) {
-      ir::Buffer b{rank, kind, owner, init, 0};
+      ir::Buffer b{.rank = rank, .kind = kind, .init = init, .owner = owner};
       b.owners = owners;
       ir::Region r = ir::shard_region(owner, w, parts);
       r.owner_end = owner + owners;

@@ -107,18 +107,20 @@ enum class BufInit : std::uint8_t {
 /// A rank-local buffer. By default it holds one whole shard of `owner`; the
 /// region fields cut it finer (region.hpp), and a view aliases an owner
 /// sub-range of its parent's storage (so a receive can land in place).
+/// 48 bytes (the 8-byte size last: no padding between the 4-byte fields); cluster-scale plans hold tens of millions.
 struct Buffer {
   RankId rank = 0;
   BufKind kind = BufKind::Q;
-  RankId owner = 0;  // whose data (query owner for Q/Out/Dq/QBundle, kv owner for Kv/Dkv); first owner of a region
   BufInit init = BufInit::None;
-  Bytes bytes = 0;
+  RankId owner = 0;  // whose data (query owner for Q/Out/Dq/QBundle, kv owner for Kv/Dkv); first owner of a region
   std::int32_t owners = 1;                 // owners [owner, owner + owners)
   std::int32_t head_begin = 0, heads = 0;  // kv heads [head_begin, head_begin + heads); heads 0 = all
   std::int32_t part_begin = 0, parts = 0;  // token parts, of Plan::parts; parts 0 = all
   BufferId parent = kNone;                 // a view of this buffer's owners inside `parent`
   BufferId reuse = kNone;                  // takes over this earlier buffer's storage once it is dead
+  Bytes bytes = 0;
 };
+static_assert(sizeof(Buffer) == 48, "a Buffer packs its fields without holes");
 
 /// One operation. Plain data, 64 bytes; dependencies live in the plan (CSR).
 struct Op {

@@ -63,12 +63,20 @@ Buffer PhantomBuffers::get(BufferId id, int parts) const {
     code /= kNumBufInits;
     const auto kind = BufKind(code % kNumBufKinds);
     code /= kNumBufKinds;
-    return Buffer{RankId(code / ranks_) + first_, kind, RankId(code % ranks_), init, whole_bytes_(kind, parts)};
+    return Buffer{.rank = RankId(code / ranks_) + first_,
+                  .kind = kind,
+                  .init = init,
+                  .owner = RankId(code % ranks_),
+                  .bytes = whole_bytes_(kind, parts)};
   }
   const auto k = std::size_t(code - encoded_);
   const Record& r = chunks_[k / kChunk][k % kChunk];
   if (r.more < 0) return full_[std::size_t(-r.more - 1)];
-  Buffer b{r.rank, r.kind, r.owner, r.init, whole_bytes_(r.kind, parts) * Bytes(r.more)};
+  Buffer b{.rank = r.rank,
+           .kind = r.kind,
+           .init = r.init,
+           .owner = r.owner,
+           .bytes = whole_bytes_(r.kind, parts) * Bytes(r.more)};
   b.owners = r.more;
   return b;
 }
@@ -125,7 +133,7 @@ BufferId PlanBuilder::buffer(RankId rank, BufKind kind, const Region& r, BufInit
   CHARM_ASSERT(!r.empty() && r.owner_begin >= 0 && r.owner_end <= plan_.ranks && r.head_begin >= 0 &&
                    r.head_end <= w.kv_heads && r.part_begin >= 0 && r.part_end <= plan_.parts,
                "a buffer region must lie inside the workload");
-  Buffer b{rank, kind, r.owner_begin, init, bytes_of(kind, r)};
+  Buffer b{.rank = rank, .kind = kind, .init = init, .owner = r.owner_begin, .bytes = bytes_of(kind, r)};
   b.owners = r.owners();
   if (r.head_begin != 0 || r.head_end != w.kv_heads) {
     b.head_begin = r.head_begin;
