@@ -145,7 +145,7 @@ Expected<Summary> PlanReuse::evaluate(const sched::PlanRequest& req, const topo:
     auto built = sched::make_plan(r, q);
     if (!built) return built.error();
     plan = std::move(built).value();
-    index.emplace(plan);
+    index.emplace(plan, nullptr, ir::PlanIndex::Parts::Lean);  // what the simulator walks
     ++built_;
   }
   if (slot == entries_.end()) slot = entries_.insert(entries_.end(), Entry{});

@@ -100,6 +100,7 @@ class Engine {
   std::vector<char> issued_;
   // Per lane: the issue cursor, places in idx_->stream_order().
   std::vector<std::uint32_t> head_, group_end_;  // group_end_: end of the group at the head
+  std::vector<OpId> group_first_, group_last_;   // the head group's first and last op (a lane's ops are in id order)
   std::vector<std::int32_t> outstanding_;        // ops of the head group issued and not done
   std::vector<std::int32_t> waiting_;            // ops of the head group whose dependencies are not done
   // The stack's host thread per rank: when it has issued each op (empty: host_us is 0).
@@ -150,7 +151,7 @@ namespace {
 Status Engine::build() {
   const std::size_t n = plan_.size();
   idx_ = opt_.index;
-  if (idx_ == nullptr) idx_ = &own_idx_.emplace(plan_);
+  if (idx_ == nullptr) idx_ = &own_idx_.emplace(plan_, nullptr, PlanIndex::Parts::Lean);
   CHARM_ASSERT(idx_->stream_order().size() == n && idx_->lanes() == std::size_t(plan_.ranks) * kNumStreams,
                "SimOptions::index is the index of the plan simulated");
   deps_left_.assign(n, 0);
@@ -160,6 +161,8 @@ Status Engine::build() {
   head_.resize(S);
   for (std::size_t s = 0; s < S; ++s) head_[s] = idx_->lane_begin(s);
   group_end_ = head_;
+  group_first_.assign(S, kNone);
+  group_last_.assign(S, kNone);
   outstanding_.assign(S, 0);
   waiting_.assign(S, 0);
   for (std::size_t s = 0; s < S; ++s) advance_head(static_cast<int>(s));
@@ -215,9 +218,19 @@ void Engine::advance_head(int s) {
   const std::uint32_t p = head_[S];
   group_end_[S] = p;
   waiting_[S] = 0;
-  if (p >= idx_->lane_end(S)) return;
-  const std::uint32_t e = idx_->group_end_at(p);
+  const std::uint32_t end = idx_->lane_end(S);
+  if (p >= end) return;
+  // The index is lean (no per-op group table): the group runs while each op joins the one before it. Only
+  // a grouped send or receive can have followers, so a lone op's next is not looked at (nor missed in cache).
+  std::uint32_t e = p + 1;
+  for (const Op* before = &plan_.op(idx_->at(p)); is_comm(*before) && before->group != kNone && e < end; ++e) {
+    const Op& o = plan_.op(idx_->at(e));
+    if (!PlanIndex::joins_group(*before, o)) break;
+    before = &o;
+  }
   group_end_[S] = e;
+  group_first_[S] = idx_->at(p);
+  group_last_[S] = idx_->at(e - 1);
   for (std::uint32_t k = p; k < e; ++k) waiting_[S] += deps_left_[std::size_t(idx_->at(k))] > 0;
 }
 
@@ -390,9 +403,9 @@ void Engine::complete(OpId id) {
   for (const OpId d : idx_->dependents(id)) {
     if (--deps_left_[std::size_t(d)] == 0) {
       const std::size_t ds = idx_->lane_of(d);
-      const std::uint32_t dp = idx_->pos(d);
       // Only an op of the head group that is not issued yet was counted as waiting.
-      if (outstanding_[ds] == 0 && dp >= head_[ds] && dp < group_end_[ds]) --waiting_[ds];
+      if (outstanding_[ds] == 0 && head_[ds] < group_end_[ds] && d >= group_first_[ds] && d <= group_last_[ds])
+        --waiting_[ds];
       try_issue(static_cast<int>(ds));
     }
   }
@@ -536,11 +549,18 @@ void Engine::critical_path() {
         best = c;
       }
     };
-    // The issue group of cur, then the op before the group on its stream.
-    const std::uint32_t gb = idx_->group_begin(cur);
-    for (OpId m : idx_->group(cur))
-      for (OpId d : plan_.deps(m)) consider(d);
-    if (gb > idx_->lane_begin(idx_->lane_of(cur))) consider(idx_->at(gb - 1));
+    // The issue group of cur, then the op before the group on its stream. A lane's ops are in id order:
+    // cur's place is found by bisection, its group by the ops that join the one before (a lean index).
+    const std::size_t lane = idx_->lane_of(cur);
+    const std::uint32_t lb = idx_->lane_begin(lane), le = idx_->lane_end(lane);
+    const auto order = idx_->stream_order();
+    auto gb = std::uint32_t(std::lower_bound(order.begin() + lb, order.begin() + le, cur) - order.begin());
+    while (gb > lb && PlanIndex::joins_group(plan_.op(idx_->at(gb - 1)), plan_.op(idx_->at(gb)))) --gb;
+    for (std::uint32_t k = gb; k < le; ++k) {
+      if (k > gb && !PlanIndex::joins_group(plan_.op(idx_->at(k - 1)), plan_.op(idx_->at(k)))) break;
+      for (OpId d : plan_.deps(idx_->at(k))) consider(d);
+    }
+    if (gb > lb) consider(idx_->at(gb - 1));
     if (start <= kTol && best_end <= kTol) break;
     cur = best;
   }

@@ -255,6 +255,33 @@ TEST(PlanIndex, LanesGroupsPartnersAndDependents) {
   EXPECT_EQ(rdeps, deps);
 }
 
+TEST(PlanIndex, ALeanIndexHoldsTheSameLanesPartnersAndDependents) {
+  for (const char* algo : {"charm", "ring", "usp"}) {
+    const Plan p = small_plan(algo, PassKind::Both);
+    const PlanIndex full(p), lean(p, nullptr, PlanIndex::Parts::Lean);
+    EXPECT_FALSE(full.lean());
+    EXPECT_TRUE(lean.lean());
+    ASSERT_EQ(lean.lanes(), full.lanes());
+    for (std::size_t l = 0; l <= lean.lanes(); ++l)
+      EXPECT_EQ(l < lean.lanes() ? lean.lane_begin(l) : lean.lane_end(l - 1),
+                l < full.lanes() ? full.lane_begin(l) : full.lane_end(l - 1));
+    EXPECT_TRUE(std::equal(lean.stream_order().begin(), lean.stream_order().end(), full.stream_order().begin(),
+                           full.stream_order().end()));
+    for (OpId id = 0; id < OpId(p.size()); ++id) {
+      EXPECT_EQ(lean.lane_of(id), full.lane_of(id));
+      EXPECT_EQ(lean.partner(id), full.partner(id));
+      const auto a = lean.dependents(id), b = full.dependents(id);
+      EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin(), b.end())) << algo << " op " << id;
+      // The group rule the lean index leaves to its users, against the full index's groups.
+      const auto lane = full.lane_ops(full.lane_of(id));
+      const auto at = std::size_t(std::find(lane.begin(), lane.end(), id) - lane.begin());
+      const bool joins = at > 0 && PlanIndex::joins_group(p.op(lane[at - 1]), p.op(id));
+      EXPECT_EQ(joins, full.group_begin(id) != full.pos(id)) << algo << " op " << id;
+    }
+    EXPECT_LT(lean.memory_bytes() + 8 * p.size(), full.memory_bytes() + 1);
+  }
+}
+
 TEST(OpArgs, DecodeNamesSlotsAndRefusesBadOnes) {
   Plan p = small_plan("ring", PassKind::Both);
   std::size_t kinds[std::variant_size_v<OpArgs>] = {};

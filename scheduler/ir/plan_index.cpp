@@ -68,13 +68,13 @@ MessageOrder sort_messages(const Plan& plan) {
   return m;
 }
 
-PlanIndex::PlanIndex(const Plan& plan, MessageOrder* messages) {
-  build_lanes(plan);
+PlanIndex::PlanIndex(const Plan& plan, MessageOrder* messages, Parts parts) {
+  build_lanes(plan, parts);
   build_partners(plan, messages);
   build_dependents(plan);
 }
 
-void PlanIndex::build_lanes(const Plan& plan) {
+void PlanIndex::build_lanes(const Plan& plan, Parts parts) {
   const std::size_t n = plan.size(), lanes = std::size_t(plan.ranks) * kNumStreams;
   lane_begin_.assign(lanes + 1, 0);
   for (const Op& o : plan.ops()) {
@@ -83,12 +83,21 @@ void PlanIndex::build_lanes(const Plan& plan) {
   }
   for (std::size_t l = 0; l < lanes; ++l) lane_begin_[l + 1] += lane_begin_[l];
   order_.assign(n, 0);
-  pos_.assign(n, 0);
+  auto fill = lane_begin_;
   lane_of_.resize(n);
+  if (parts == Parts::Lean) {
+    lean_ = true;
+    for (OpId id = 0; id < OpId(n); ++id) {
+      const std::size_t l = lane(plan.op(id).rank, plan.op(id).stream);
+      lane_of_[std::size_t(id)] = std::uint32_t(l);
+      order_[fill[l]++] = id;
+    }
+    return;
+  }
+  pos_.assign(n, 0);
   group_begin_.resize(n);
   // Stream order is id order, so one pass in id order places every op and, from
   // the op before it in its lane, finds where its group begins.
-  auto fill = lane_begin_;
   std::vector<OpId> prev(lanes, kNone);
   for (OpId id = 0; id < OpId(n); ++id) {
     const Op& o = plan.op(id);
@@ -98,9 +107,7 @@ void PlanIndex::build_lanes(const Plan& plan) {
     order_[k] = id;
     pos_[std::size_t(id)] = k;
     const OpId p = prev[l];
-    const bool joins =
-        p != kNone && is_comm(o) && o.group != kNone && is_comm(plan.op(p)) && plan.op(p).group == o.group;
-    group_begin_[std::size_t(id)] = joins ? group_begin_[std::size_t(p)] : k;
+    group_begin_[std::size_t(id)] = p != kNone && joins_group(plan.op(p), o) ? group_begin_[std::size_t(p)] : k;
     prev[l] = id;
   }
 }

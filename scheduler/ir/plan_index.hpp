@@ -40,10 +40,19 @@ struct MessageOrder {
 
 class PlanIndex {
  public:
+  /// What an index holds. Lean: lanes (lane_of, lane_begin, lane_end, lane_ops, ops_of, stream_order, at),
+  /// partners and dependents, without the two per-op arrays that pos, pos_in_lane and the group accessors read
+  /// (8 bytes an op): what the simulator walks, which finds an op's group from the ops themselves.
+  enum class Parts : std::uint8_t { All, Lean };
   /// Every op's rank lies in [0, plan.ranks) (plan files are checked for it as
   /// they are read; the validator checks it before it builds an index). With
   /// `messages`, the sorted message lists the partners came from are left there.
-  explicit PlanIndex(const Plan& plan, MessageOrder* messages = nullptr);
+  explicit PlanIndex(const Plan& plan, MessageOrder* messages = nullptr, Parts parts = Parts::All);
+  [[nodiscard]] bool lean() const { return lean_; }
+  /// Whether op `o` is in the ncclGroup of `before`, the op before it on its lane (plan.hpp).
+  [[nodiscard]] static bool joins_group(const Op& before, const Op& o) {
+    return is_comm(o) && o.group != kNone && is_comm(before) && before.group == o.group;
+  }
 
   [[nodiscard]] static std::size_t lane(RankId r, Stream s) { return std::size_t(r) * kNumStreams + std::size_t(s); }
   [[nodiscard]] std::size_t lane_of(OpId id) const { return lane_of_[std::size_t(id)]; }
@@ -91,10 +100,11 @@ class PlanIndex {
   }
   // The index keeps no reference to the plan: it describes the plan's shape (ops' lanes, groups,
   // messages, dependencies), so it stays valid for the plan moved, or scaled to another batch.
-  void build_lanes(const Plan& plan);  // and the groups
+  void build_lanes(const Plan& plan, Parts parts);  // and the groups
   void build_partners(const Plan& plan, MessageOrder* keep);
   void build_dependents(const Plan& plan);
 
+  bool lean_ = false;
   std::vector<std::uint32_t> lane_begin_;  // CSR over lanes into order_
   std::vector<OpId> order_;
   std::vector<std::uint32_t> lane_of_, pos_, group_begin_;  // per op
