@@ -35,6 +35,8 @@ class Engine {
  private:
   [[nodiscard]] Status build();
   void advance_head(int s);
+  /// One past the last place of the ncclGroup that begins at place `first` of the lane ending at `end`.
+  [[nodiscard]] std::uint32_t group_end_from(std::uint32_t first, std::uint32_t end) const;
   void try_issue(int s);
   void issue(OpId op);
   void complete(OpId op);
@@ -128,12 +130,19 @@ class Engine {
 
 }  // namespace
 
+namespace {
+/// When the transfer of Send/Recv `id` with `partner` began: a flow starts the moment its second side is issued.
+Seconds transfer_start(const SimResult& r, OpId id, OpId partner) {
+  return std::max(r.start_s[std::size_t(id)], r.start_s[std::size_t(partner)]);
+}
+}  // namespace
+
 std::vector<Seconds> flow_start_times(const Plan& plan, const SimResult& r) {
   std::vector<Seconds> at(r.start_s);
-  const PlanIndex idx(plan);
+  const PlanIndex idx(plan, nullptr, PlanIndex::Parts::Lean);  // partners are all it reads
   for (std::size_t i = 0; i < at.size(); ++i)
     if (const OpId p = idx.partner(OpId(i)); is_comm(plan.op(OpId(i))) && p != kNone)
-      at[i] = std::max(r.start_s[i], r.start_s[std::size_t(p)]);
+      at[i] = transfer_start(r, OpId(i), p);
   return at;
 }
 
@@ -211,6 +220,18 @@ void Engine::touch(RankId r) {
   rank_last_s_[R] = now_;
 }
 
+std::uint32_t Engine::group_end_from(std::uint32_t first, std::uint32_t end) const {
+  // The index is lean (no per-op group table): the group runs while each op joins the one before it. Only
+  // a grouped send or receive can have followers, so a lone op's next is not looked at (nor missed in cache).
+  std::uint32_t e = first + 1;
+  for (const Op* before = &plan_.op(idx_->at(first)); is_comm(*before) && before->group != kNone && e < end; ++e) {
+    const Op& o = plan_.op(idx_->at(e));
+    if (!PlanIndex::joins_group(*before, o)) break;
+    before = &o;
+  }
+  return e;
+}
+
 void Engine::advance_head(int s) {
   // The group at the head of the stream: scanned once when the head gets
   // there, so a stream of g-op groups costs O(g) in all, not per dependency.
@@ -220,14 +241,7 @@ void Engine::advance_head(int s) {
   waiting_[S] = 0;
   const std::uint32_t end = idx_->lane_end(S);
   if (p >= end) return;
-  // The index is lean (no per-op group table): the group runs while each op joins the one before it. Only
-  // a grouped send or receive can have followers, so a lone op's next is not looked at (nor missed in cache).
-  std::uint32_t e = p + 1;
-  for (const Op* before = &plan_.op(idx_->at(p)); is_comm(*before) && before->group != kNone && e < end; ++e) {
-    const Op& o = plan_.op(idx_->at(e));
-    if (!PlanIndex::joins_group(*before, o)) break;
-    before = &o;
-  }
+  const std::uint32_t e = group_end_from(p, end);
   group_end_[S] = e;
   group_first_[S] = idx_->at(p);
   group_last_[S] = idx_->at(e - 1);
@@ -556,10 +570,8 @@ void Engine::critical_path() {
     const auto order = idx_->stream_order();
     auto gb = std::uint32_t(std::lower_bound(order.begin() + lb, order.begin() + le, cur) - order.begin());
     while (gb > lb && PlanIndex::joins_group(plan_.op(idx_->at(gb - 1)), plan_.op(idx_->at(gb)))) --gb;
-    for (std::uint32_t k = gb; k < le; ++k) {
-      if (k > gb && !PlanIndex::joins_group(plan_.op(idx_->at(k - 1)), plan_.op(idx_->at(k)))) break;
+    for (std::uint32_t k = gb, ge = group_end_from(gb, le); k < ge; ++k)
       for (OpId d : plan_.deps(idx_->at(k))) consider(d);
-    }
     if (gb > lb) consider(idx_->at(gb - 1));
     if (start <= kTol && best_end <= kTol) break;
     cur = best;
@@ -568,9 +580,8 @@ void Engine::critical_path() {
   res_.critical_flow_start_s.resize(path.size());
   for (std::size_t k = 0; k < path.size(); ++k) {
     const auto i = std::size_t(path[k]);
-    res_.critical_flow_start_s[k] = is_comm(plan_.op(path[k]))
-                                        ? std::max(res_.start_s[i], res_.start_s[std::size_t(idx_->partner(path[k]))])
-                                        : res_.start_s[i];
+    res_.critical_flow_start_s[k] =
+        is_comm(plan_.op(path[k])) ? transfer_start(res_, path[k], idx_->partner(path[k])) : res_.start_s[i];
   }
   res_.critical_path = std::move(path);
 }

@@ -15,6 +15,7 @@
 //   (symmetry.hpp).
 // - Dependents: the reverse of Plan::deps.
 
+#include <cassert>
 #include <cstdint>
 #include <span>
 #include <tuple>
@@ -67,14 +68,21 @@ class PlanIndex {
   /// Op id at place k of stream_order().
   [[nodiscard]] OpId at(std::uint32_t k) const { return order_[k]; }
   /// The place of op id in stream_order().
-  [[nodiscard]] std::uint32_t pos(OpId id) const { return pos_[std::size_t(id)]; }
+  [[nodiscard]] std::uint32_t pos(OpId id) const {
+    assert(!lean_ && "a lean index has no places");
+    return pos_[std::size_t(id)];
+  }
   /// The place of op id in its lane (0 for the lane's first op).
   [[nodiscard]] std::uint32_t pos_in_lane(OpId id) const { return pos(id) - lane_begin_[lane_of(id)]; }
 
   /// First place (in stream_order()) of op id's group.
-  [[nodiscard]] std::uint32_t group_begin(OpId id) const { return group_begin_[std::size_t(id)]; }
+  [[nodiscard]] std::uint32_t group_begin(OpId id) const {
+    assert(!lean_ && "a lean index has no groups");
+    return group_begin_[std::size_t(id)];
+  }
   /// One past the last place of the group that begins at place `first`.
   [[nodiscard]] std::uint32_t group_end_at(std::uint32_t first) const {
+    assert(!lean_ && "a lean index has no groups");
     std::uint32_t e = first + 1;
     while (e < order_.size() && group_begin_[std::size_t(order_[e])] == first) ++e;
     return e;
