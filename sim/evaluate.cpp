@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <utility>
 
+#include "scheduler/planners/algorithms.hpp"
 #include "sim/fair_share_network.hpp"
 
 namespace charm::sim {
@@ -160,6 +162,46 @@ Expected<Summary> PlanReuse::evaluate(const sched::PlanRequest& req, const topo:
   slot->plan = std::move(e->plan);
   slot->index = std::move(index);
   return e->summary;
+}
+
+bool SimulationMemo::Key::operator==(const Key& o) const {
+  return topology == o.topology && req.algo == o.req.algo && req.ranks == o.req.ranks && req.domains == o.req.domains &&
+         req.workload == o.req.workload;
+}
+
+std::size_t SimulationMemo::Hash::operator()(const Key& k) const {
+  const ir::Workload& w = k.req.workload;
+  std::size_t h = std::hash<std::string>{}(k.req.algo);
+  for (const std::uint64_t v :
+       {std::uint64_t(k.topology), std::uint64_t(k.req.ranks), std::uint64_t(k.req.domains), std::uint64_t(w.batch),
+        std::uint64_t(w.seq), std::uint64_t(w.heads), std::uint64_t(w.kv_heads), std::uint64_t(w.head_dim),
+        std::uint64_t(w.pass), std::uint64_t(w.layout), std::uint64_t(w.causal)})
+    h = (h ^ v) * 0x100000001B3ull;
+  return h;
+}
+
+std::optional<SimulationMemo::Key> SimulationMemo::key(const sched::PlanRequest& req, std::size_t topology) {
+  const sched::Algorithm* a = sched::find_algorithm(req.algo);
+  if (a == nullptr || a->heads != sched::Algorithm::HeadSplit::None || req.workload.batch < 1) return std::nullopt;
+  Key k{topology, req};
+  ir::Workload& w = k.req.workload;
+  const int shift = std::countr_zero(std::uint64_t(w.batch));
+  w.batch >>= shift;
+  w.heads <<= shift;
+  w.kv_heads <<= shift;
+  return k;
+}
+
+std::optional<Summary> SimulationMemo::find(const Key& k) const {
+  const std::lock_guard lock(mu_);
+  const auto it = done_.find(k);
+  if (it == done_.end()) return std::nullopt;
+  return it->second;
+}
+
+void SimulationMemo::insert(const Key& k, const Summary& s) {
+  const std::lock_guard lock(mu_);
+  done_.emplace(k, s);
 }
 
 Expected<int> deployment_copies(const sched::Layout& l, const topo::Topology& t) {

@@ -5,9 +5,11 @@
 // the three report the same numbers for the same request.
 
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 
 #include "scheduler/ir/plan.hpp"
 #include "scheduler/ir/plan_index.hpp"
@@ -99,6 +101,37 @@ class PlanReuse {
   };
   std::vector<Entry> entries_;
   std::size_t built_ = 0, reused_ = 0;
+};
+
+/// Simulations known by what they simulate, for a sweep whose configurations repeat one. Two requests that
+/// differ only in how a batch x heads product splits between the batch and the heads (batches a power of two
+/// apart, the heads and kv heads scaled the other way) are one simulation, bit for bit:
+/// - the planner builds the same ops, buffers and bytes (it counts bytes in integers, and FLOPs as
+///   4 * batch * heads * ..., an exact integer product), and
+/// - the compute model reads the batch and the heads only in products, where a power-of-two factor moves from
+///   one to the other without changing a rounding.
+/// Algorithms that split heads over ranks (Ulysses, USP) plan by their heads and share with no other request.
+/// Safe to use from several threads at once.
+class SimulationMemo {
+ public:
+  struct Key {
+    std::size_t topology = 0;  // the caller's numbering of its topologies
+    sched::PlanRequest req;    // normalised; the workload with the batch's odd part and the heads scaled to match
+    [[nodiscard]] bool operator==(const Key& o) const;
+  };
+  /// The key of normalised request `req` on the caller's topology `topology`; none where the request shares
+  /// with no other.
+  [[nodiscard]] static std::optional<Key> key(const sched::PlanRequest& req, std::size_t topology);
+  /// The summary an equal simulation gave, if one ran.
+  [[nodiscard]] std::optional<Summary> find(const Key& k) const;
+  void insert(const Key& k, const Summary& s);
+
+ private:
+  struct Hash {
+    std::size_t operator()(const Key& k) const;
+  };
+  mutable std::mutex mu_;
+  std::unordered_map<Key, Summary, Hash> done_;
 };
 
 /// How many CP groups of layout `l` to simulate for all on `t`: the smallest class of whole groups that

@@ -41,7 +41,8 @@ Expected<Summary> evaluate_summary(const sched::PlanRequest& req, const topo::To
   return e->summary;
 }
 
-SweepTaskOut run_task(const SweepSpec& spec, std::size_t config, ir::Phase phase, PlanReuse* reuse) {
+SweepTaskOut run_task(const SweepSpec& spec, std::size_t config, ir::Phase phase, PlanReuse* reuse,
+                      SimulationMemo* memo) {
   SweepTaskOut out;
   const SweepConfig c = sweep_config(spec, config);
   const topo::Topology& t = spec.topologies[c.topology];
@@ -60,9 +61,16 @@ SweepTaskOut run_task(const SweepSpec& spec, std::size_t config, ir::Phase phase
       out.skip_reasons.push_back(fmt::format("{}: {}", algo, st.error().message()));
       return {false, true, {}};
     }
+    const auto key = memo != nullptr ? SimulationMemo::key(req, c.topology) : std::nullopt;
+    if (key)
+      if (auto same = memo->find(*key)) {
+        ++out.shared;
+        return {true, false, *same};
+      }
     ++out.simulations;
     // Rows carry figures, not ops: no critical path.
     auto e = evaluate_summary(req, t, SimOptions{.critical_path = false}, reuse);
+    if (e && key) memo->insert(*key, *e);
     if (!e) {
       out.failures.push_back(fmt::format("{} on {} (B={} S={} H={}/{} D={} {}): {}", algo, t.name, w.batch, w.seq,
                                          w.heads, w.kv_heads, w.head_dim, to_string(phase), e.error().message()));
@@ -146,10 +154,10 @@ std::size_t sweep_task_to_run(const SweepSpec& spec, std::size_t k) {
   return config * passes + pass;
 }
 
-SweepTaskOut run_sweep_task(const SweepSpec& spec, std::size_t i, PlanReuse* reuse) {
+SweepTaskOut run_sweep_task(const SweepSpec& spec, std::size_t i, PlanReuse* reuse, SimulationMemo* memo) {
   const std::size_t passes = spec.passes.size();
   try {
-    return run_task(spec, i / passes, spec.passes[i % passes], reuse);
+    return run_task(spec, i / passes, spec.passes[i % passes], reuse, memo);
   } catch (const std::exception& e) {
     SweepTaskOut out;
     out.failures.push_back(fmt::format("task {}: {}", i, e.what()));
@@ -165,6 +173,7 @@ SweepResult sweep_result(const SweepSpec& spec, std::vector<std::optional<SweepT
     auto& o = *slot;
     ++res.tasks_done;
     res.simulations += o.simulations;
+    res.shared += o.shared;
     res.skipped += o.skipped;
     for (auto& r : o.skip_reasons) ++res.skip_reasons[r];
     for (auto& f : o.failures) res.failures.push_back(std::move(f));
@@ -189,6 +198,7 @@ SweepResult run_sweep(const SweepSpec& spec, const SweepControl& control) {
   std::atomic<std::size_t> next{0}, done{0};
   std::mutex mu;
   std::condition_variable cv;
+  SimulationMemo memo;
   auto cancelled = [&] { return control.cancel && control.cancel->load(std::memory_order_relaxed); };
   auto worker = [&] {
     PlanReuse reuse;
@@ -197,7 +207,8 @@ SweepResult run_sweep(const SweepSpec& spec, const SweepControl& control) {
       const std::size_t k = next.fetch_add(1, std::memory_order_relaxed);
       if (k >= total) break;
       const std::size_t i = control.reuse_plans ? sweep_task_to_run(spec, k) : k;
-      outs[i] = run_sweep_task(spec, i, control.reuse_plans ? &reuse : nullptr);
+      outs[i] =
+          run_sweep_task(spec, i, control.reuse_plans ? &reuse : nullptr, control.share_simulations ? &memo : nullptr);
       if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == total) {
         const std::lock_guard lock(mu);
         cv.notify_all();
@@ -235,11 +246,8 @@ std::string encode_task(const SweepTaskOut& out) {
     rows.push_back(json::array({r.topology, r.ranks, r.domains, ir::workload_to_json(r.workload), r.algo,
                                 std::string(to_string(r.pass)), r.ccr, r.time_ms, r.exposed_comm_ms, r.idle_ms,
                                 r.speedup_vs_ring, r.peak_mem_bytes, r.fits}));
-  const json j{{"rows", rows},
-               {"simulations", out.simulations},
-               {"skipped", out.skipped},
-               {"skip_reasons", out.skip_reasons},
-               {"failures", out.failures}};
+  const json j{{"rows", rows},           {"simulations", out.simulations},   {"shared", out.shared},
+               {"skipped", out.skipped}, {"skip_reasons", out.skip_reasons}, {"failures", out.failures}};
   const auto bytes = json::to_msgpack(j);
   return {bytes.begin(), bytes.end()};
 }
@@ -252,6 +260,7 @@ Expected<SweepTaskOut> decode_task(const SweepSpec& spec, std::string_view bytes
   try {
     SweepTaskOut out;
     out.simulations = j.at("simulations").get<std::size_t>();
+    out.shared = j.at("shared").get<std::size_t>();
     out.skipped = j.at("skipped").get<std::size_t>();
     out.skip_reasons = j.at("skip_reasons").get<std::vector<std::string>>();
     out.failures = j.at("failures").get<std::vector<std::string>>();
@@ -351,6 +360,7 @@ nlohmann::json sweep_json(const SweepSpec& spec, const SweepResult& result) {
           {"passes", passes},
           {"configs", result.configs},
           {"simulations", result.simulations},
+          {"shared", result.shared},
           {"skipped", result.skipped},
           {"skip_reasons", reasons},
           {"failures", result.failures},

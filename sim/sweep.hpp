@@ -27,7 +27,8 @@
 
 namespace charm::sim {
 
-class PlanReuse;  // evaluate.hpp
+class PlanReuse;       // evaluate.hpp
+class SimulationMemo;  // below
 
 struct SweepSpec {
   std::vector<topo::Topology> topologies;
@@ -82,6 +83,7 @@ struct SweepResult {
   std::size_t configs = 0;                          // configurations in the spec
   std::size_t tasks_done = 0;                       // (configuration, pass) pairs evaluated
   std::size_t simulations = 0;                      // simulator runs (ring included when only the baseline)
+  std::size_t shared = 0;                           // rows and baselines an equal simulation's figures served
   std::size_t skipped = 0;                          // (configuration, algorithm, pass) the planner refused
   std::map<std::string, std::size_t> skip_reasons;  // the planner's message -> how many times
   std::vector<std::string> failures;                // simulator failures (a bug, not a refusal)
@@ -92,7 +94,7 @@ struct SweepResult {
 /// What one task (a configuration and a pass) produces: its rows in algorithm order and its counts.
 struct SweepTaskOut {
   std::vector<SweepRow> rows;
-  std::size_t simulations = 0, skipped = 0;
+  std::size_t simulations = 0, shared = 0, skipped = 0;
   std::vector<std::string> skip_reasons, failures;
 };
 
@@ -100,8 +102,10 @@ struct SweepTaskOut {
 [[nodiscard]] std::size_t sweep_tasks(const SweepSpec& spec);
 /// Runs task i. Never throws for a planner refusal or a simulator failure (both are counted in the
 /// output); an exception becomes a failure line. With `reuse`, plans come from the caller's earlier tasks
-/// where only the batch differs (the same rows, bit for bit).
-[[nodiscard]] SweepTaskOut run_sweep_task(const SweepSpec& spec, std::size_t i, PlanReuse* reuse = nullptr);
+/// where only the batch differs (the same rows, bit for bit); with `memo`, figures of earlier simulations that
+/// are the same simulation (SimulationMemo).
+[[nodiscard]] SweepTaskOut run_sweep_task(const SweepSpec& spec, std::size_t i, PlanReuse* reuse = nullptr,
+                                          SimulationMemo* memo = nullptr);
 /// The task to run k-th (a permutation of the tasks): the batches of one configuration one after another,
 /// so that a worker's PlanReuse finds the plan of the batch before.
 [[nodiscard]] std::size_t sweep_task_to_run(const SweepSpec& spec, std::size_t k);
@@ -122,6 +126,8 @@ struct SweepControl {
   std::function<void(std::size_t done, std::size_t total)> progress;
   /// Run the tasks batch-fastest and let each worker reuse its plans across batches (PlanReuse).
   bool reuse_plans = true;
+  /// Simulate once what several configurations simulate alike (SimulationMemo, shared by the workers).
+  bool share_simulations = true;
 };
 
 /// Runs the sweep. Never throws for a refused combination: those are counted in `skipped`.

@@ -12,6 +12,7 @@
 #include "sim/evaluate.hpp"
 #include "sim/sweep.hpp"
 #include "sim/sweep_plot.hpp"
+#include "topologies/topology_json.hpp"
 
 namespace charm::sim {
 namespace {
@@ -140,6 +141,58 @@ TEST(SweepEngine, PlanReuseScalesTheLastPlanOfItsAlgorithmAndPass) {
   }
   EXPECT_EQ(reuse.built(), 3u);   // 1, 3, 5
   EXPECT_EQ(reuse.reused(), 3u);  // 4 and 2 from 1, 6 from 3
+}
+
+TEST(SweepEngine, ConfigurationsThatAreOneSimulationShareItsFiguresBitForBit) {
+  // The calibrated presets price blocks by shape and charge result updates at the HBM rate: the model's
+  // every use of the batch and the heads. Batches 1-12 against heads 4-24 make pairs a power of two apart
+  // (2 x 8 and 1 x 16) and pairs that are not (3 x 8 and 1 x 24), GQA fixed and not.
+  auto h100 = topo::load_topology(std::string(CHARM_SOURCE_DIR) + "/topologies/h100-2x8.json");
+  auto h20 = topo::load_topology(std::string(CHARM_SOURCE_DIR) + "/topologies/h20-8.json");
+  ASSERT_TRUE(h100 && h20);
+  SweepSpec s;
+  s.topologies = {*h100, *h20};
+  s.batch = {1, 2, 3, 4, 6, 8, 12};
+  s.seq = {16384};
+  s.heads = {4, 8, 12, 16, 24};
+  s.head_dim = {64};
+  s.causal = {false, true};
+  s.layouts = {ir::Layout::Contiguous, ir::Layout::Zigzag};
+  s.algos = sched::algorithm_names();
+  s.passes = {ir::Phase::Fwd, ir::Phase::Bwd};
+  // Kv heads = heads; GQA groups of 1-6 (2 x 8 / 4 is 1 x 16 / 8); one kv head count for all (nothing shares).
+  for (const auto& kv : std::vector<std::vector<std::int64_t>>{{}, {4, 8}, {4}}) {
+    s.kv_heads = kv;
+    SweepControl apart = jobs(2);
+    apart.share_simulations = false;
+    const auto shared = run_sweep(s, jobs(2)), alone = run_sweep(s, apart);
+    EXPECT_EQ(shared.failures, alone.failures);
+    EXPECT_EQ(shared.skip_reasons, alone.skip_reasons);
+    EXPECT_EQ(sweep_csv(s, shared), sweep_csv(s, alone));
+    EXPECT_EQ(shared.simulations + shared.shared, alone.simulations);
+    EXPECT_EQ(alone.shared, 0u);
+    if (kv.size() == 1)
+      EXPECT_EQ(shared.shared, 0u);
+    else
+      EXPECT_GT(shared.shared, alone.simulations / 10);
+  }
+}
+
+TEST(SweepEngine, OnlyASplitOfOneBatchTimesHeadsAPowerOfTwoApartIsOneSimulation) {
+  auto key = [](const std::string& algo, std::int64_t b, std::int64_t h, std::int64_t kv) {
+    sched::PlanRequest r{algo, {}, 16, 2};
+    r.workload.batch = b;
+    r.workload.heads = h;
+    r.workload.kv_heads = kv;
+    return SimulationMemo::key(r, 0);
+  };
+  EXPECT_EQ(key("charm", 2, 8, 8), key("charm", 1, 16, 16));
+  EXPECT_EQ(key("ring", 8, 8, 2), key("ring", 1, 64, 16));
+  EXPECT_NE(key("charm", 3, 8, 8), key("charm", 1, 24, 24));  // 3 is not a power of two
+  EXPECT_NE(key("charm", 2, 8, 4), key("charm", 1, 16, 16));  // another GQA group
+  EXPECT_NE(key("charm", 2, 8, 8), key("ring", 1, 16, 16));
+  EXPECT_FALSE(key("ulysses", 2, 16, 16));  // it splits heads over ranks: planned by its heads
+  EXPECT_FALSE(key("usp", 2, 16, 16));
 }
 
 TEST(SweepEngine, RingIsTheBaselineEvenWhenNotListed) {

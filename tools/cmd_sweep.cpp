@@ -481,8 +481,9 @@ void report(const SweepJob& job, const SweepOpts& o, const sim::SweepResult& res
   const double rate = res.wall_s > 0 ? double(configs) / res.wall_s : 0;
   std::fprintf(
       stderr,
-      "charm sweep: %zu rows (%zu skipped) from %zu configurations in %.2f s (%.0f configs/s, %zu simulations)\n",
-      res.rows.size(), res.skipped, configs, res.wall_s, rate, res.simulations);
+      "charm sweep: %zu rows (%zu skipped) from %zu configurations in %.2f s (%.0f configs/s, %zu simulations%s)\n",
+      res.rows.size(), res.skipped, configs, res.wall_s, rate, res.simulations,
+      res.shared > 0 ? fmt::format(", {} figures from an equal one", res.shared).c_str() : "");
   say_skipped(res);
   // With --json, stdout is the JSON document alone; the "wrote" lines go to stderr.
   FILE* said = o.json_stdout ? stderr : stdout;
@@ -558,7 +559,10 @@ void sweep_over_mpi(const SweepJob& job, const SweepOpts& o) {
   rt::MpiContext::TaskShare share;
   share.total = sim::sweep_tasks(job.spec);
   share.jobs = job.jobs;
-  share.task = [&job](std::size_t i) { return sim::encode_task(sim::run_sweep_task(job.spec, i)); };
+  sim::SimulationMemo memo;  // this process's: its workers share it
+  share.task = [&job, &memo](std::size_t i) {
+    return sim::encode_task(sim::run_sweep_task(job.spec, i, nullptr, &memo));
+  };
   std::size_t tasks_done = 0;
   share.progress = [&](std::size_t done, std::size_t total) {
     tasks_done = done;
