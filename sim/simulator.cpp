@@ -115,6 +115,10 @@ class Engine {
   static constexpr int kPathTableGpus = 64;
   static constexpr int kPathCacheBits = 12;
   std::array<BlockTime, 64> block_times_{};  // direct-mapped by shape (op_seconds)
+  // Whether advance_head fetches a lane's next ops ahead: measured, 7% off the simulate stage of a 1,024-rank
+  // causal charm plan (7.4M ops), 1.5% onto a 16-rank sweep's (cache-resident) plans.
+  bool prefetch_ = false;
+  static constexpr std::size_t kPrefetchFromOps = std::size_t(1) << 18;
   // Per rank: state for busy / exposed accounting.
   std::vector<double> rank_last_s_;
   std::vector<std::int32_t> comm_out_;
@@ -165,6 +169,7 @@ Status Engine::build() {
                "SimOptions::index is the index of the plan simulated");
   deps_left_.assign(n, 0);
   issued_.assign(n, 0);
+  prefetch_ = n >= kPrefetchFromOps;
   for (std::size_t i = 0; i < n; ++i) deps_left_[i] = static_cast<std::int32_t>(plan_.deps(OpId(i)).size());
   const std::size_t S = idx_->lanes();
   head_.resize(S);
@@ -246,6 +251,17 @@ void Engine::advance_head(int s) {
   group_first_[S] = idx_->at(p);
   group_last_[S] = idx_->at(e - 1);
   for (std::uint32_t k = p; k < e; ++k) waiting_[S] += deps_left_[std::size_t(idx_->at(k))] > 0;
+  // The lane's next ops are read when this group completes, long after: fetched into cache meanwhile (two:
+  // a send and a receive grouped are the commonest group), where the plan is too large for the caches.
+  for (std::uint32_t k = e; prefetch_ && k < e + 2 && k < end; ++k) {
+    const auto next = std::size_t(idx_->at(k));
+    __builtin_prefetch(&plan_.op(OpId(next)));
+    __builtin_prefetch(&deps_left_[next]);
+    __builtin_prefetch(&issued_[next]);
+    __builtin_prefetch(&res_.start_s[next]);
+    __builtin_prefetch(&res_.end_s[next]);
+    idx_->prefetch(OpId(next));
+  }
 }
 
 void Engine::try_issue(int s) {
