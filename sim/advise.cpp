@@ -67,7 +67,7 @@ std::optional<std::string> refusal(const sched::PlanRequest& req, PassKind pass,
     rp.workload.pass = pass;
     const auto e = sched::estimate_plan(rp);
     // The simulator's state, as for charm simulate; a deployment holds its group's plan and `copies` placed.
-    const double bytes = (e.plan_bytes + 60 * e.ops) * (copies > 1 ? copies + 1 : 1);
+    const double bytes = (e.plan_bytes + sched::kSimBytesPerOp * e.ops) * (copies > 1 ? copies + 1 : 1);
     if (bytes > opt.max_plan_bytes)
       return fmt::format("would need about {:.3g} GB for {:.2g} ops, over the memory budget", bytes / 1e9,
                          e.ops * copies);

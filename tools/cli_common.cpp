@@ -634,7 +634,7 @@ void check_plan_file_budget(const std::string& path, const std::string& flag) {
   if (ec) return;  // the loader says what is wrong with the path
   // A plan file holds about 270 bytes of text an op (measured: a 64-rank ring, 12,160 ops in 3.3 MB); reading
   // one takes the text, nlohmann's tree and the plan, about 2 kB an op in all (the JSON copy charm plan
-  // budgets), and a simulation of it 60 bytes an op more.
+  // budgets), and a simulation of it kSimBytesPerOp more.
   const double ops = double(size) / 270;
   check_budget(ops * (2000 + sched::kSimBytesPerOp),
                fmt::format("reading the plan file {} ({:.3g} MB, about {:.2g} ops)", path, double(size) / 1e6, ops),

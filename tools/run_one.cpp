@@ -48,7 +48,7 @@ sim::Evaluation run_one(const std::string& algo, const ir::Workload& w, const to
   const ir::RankSymmetry q = gpus.empty() ? quotient_for(req, t, use) : ir::RankSymmetry{};
   // The simulator keeps times and state per op: about 30 bytes an op beside the plan (measured:
   // 148 bytes an op in all for a 3.1M-op ring, 123 for a 2.1M-op charm); 60 leaves a margin.
-  check_plan_budget(req, 60, "the simulation", q);
+  check_plan_budget(req, sched::kSimBytesPerOp, "the simulation", q);
   // Runs at cluster scale take seconds to minutes: a progress line past the first second.
   ProgressLine progress;
   const double estimate = q.active() ? sched::estimate_quotient_plan(req, q).ops : sched::estimate_plan(req).ops;
@@ -94,7 +94,7 @@ sim::Evaluation run_deployment(const std::string& algo, const ir::Workload& w, c
     if (use == SymmetryUse::On && !q)
       fail(Error{"--symmetry", fmt::format("cannot simulate a class of CP groups for all: {}", q.error().message())});
   }
-  check_budget((e.plan_bytes + 60 * e.ops) * (copies + 1),
+  check_budget((e.plan_bytes + sched::kSimBytesPerOp * e.ops) * (copies + 1),
                fmt::format("the simulation of {} CP group{} ({} on {} ranks each: about {:.2g} ops)", copies,
                            copies == 1 ? "" : "s", algo, l.cp, e.ops * copies),
                "--cp");

@@ -133,7 +133,7 @@ void check_sweep_memory(const sim::SweepSpec& spec, const std::vector<std::strin
         const auto key = std::tuple{c.topology, req.algo, int(w.pass), int(req.workload.layout), w.causal};
         if (fit.count(key) > 0 || !sched::check_request(req)) continue;
         try {
-          check_plan_budget(req, 60, "the simulation", sim::simulation_symmetry(req, t));
+          check_plan_budget(req, sched::kSimBytesPerOp, "the simulation", sim::simulation_symmetry(req, t));
         } catch (const UsageError& e) {
           fail(config_error(spec, c.topology, names, e.error.what));
         }

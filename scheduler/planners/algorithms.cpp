@@ -128,8 +128,8 @@ void add_merges(std::vector<Algorithm>& t) {
   t.back().gather_tables = 1;
   t.push_back(A{.name = "rm+",
                 .ranks = A::Ranks::PowerOfTwo,
-                .ops_fwd = 4.5,
-                .ops_both = 10.5,
+                .ops_fwd = {.square = 4.5},
+                .ops_both = {.square = 10.5},
                 .causal_ops = A::CausalOps::Pairs,
                 .forward = rmplus_fwd,
                 .backward = rmplus_bwd,
@@ -138,8 +138,8 @@ void add_merges(std::vector<Algorithm>& t) {
   t.push_back(A{.name = "charm",
                 .ranks = A::Ranks::PowerOfTwoPerDomain,
                 .uses_domains = true,
-                .ops_fwd = 4,
-                .ops_both = 8,
+                .ops_fwd = {.square = 3.5, .over_domains = 1},
+                .ops_both = {.square = 7, .over_domains = 3.5},
                 .causal_ops = A::CausalOps::Pairs,
                 .forward = charm_fwd,
                 .backward = charm_bwd,
@@ -166,7 +166,7 @@ void add_gather_and_tasp(std::vector<Algorithm>& t) {
          .forward = tasp_fwd,
          .symmetry = rotate_by_rank,
          .counterparts = {{.note = "TASP's Hamiltonian-cycle schedule"}}};
-  tasp.ops_fwd = tasp.ops_both = 3;
+  tasp.ops_fwd = tasp.ops_both = {.square = 3};
   t.push_back(tasp);
   A tasp_zigzag = tasp;
   tasp_zigzag.name = "tasp-zigzag";
@@ -180,8 +180,8 @@ void add_gather_and_tasp(std::vector<Algorithm>& t) {
 void add_head_splits(std::vector<Algorithm>& t) {
   t.push_back(A{.name = "ulysses",
                 .heads = A::HeadSplit::AllRanks,
-                .ops_fwd = 9,
-                .ops_both = 18,
+                .ops_fwd = {.square = 9},
+                .ops_both = {.square = 18},
                 .causal_ops = A::CausalOps::Unchanged,
                 .forward = ulysses_fwd,
                 .backward = ulysses_bwd,
@@ -191,8 +191,8 @@ void add_head_splits(std::vector<Algorithm>& t) {
   t.push_back(A{.name = "usp",
                 .uses_domains = true,
                 .heads = A::HeadSplit::PerDomain,
-                .ops_fwd = 2.5,
-                .ops_both = 5.5,
+                .ops_fwd = {.square = 0, .over_domains = 9, .across = 3},
+                .ops_both = {.square = 0, .over_domains = 18, .across = 9},
                 .causal_ops = A::CausalOps::Unchanged,
                 .forward = usp_fwd,
                 .backward = usp_bwd,

@@ -51,7 +51,15 @@ struct Algorithm {
   std::string_view no_backward{};     // why it plans no backward pass (empty: it does)
   HeadSplit heads = HeadSplit::None;  // ulysses, usp
   bool token_parts = false;           // each shard in one part per Hamiltonian cycle (tasp)
-  double ops_fwd = 3, ops_both = 9;   // estimate_plan: ops per ranks^2 (per part with token_parts)
+  /// estimate_plan's op count of a pass on n ranks in d domains (per part with token_parts):
+  /// n^2 (square + over_domains / d) + across n d. Fitted to plans of 64 and 256 ranks in 1 to 64 domains,
+  /// and rounded up: charm's merge levels fall as domains grow (d = 1 is rm+), usp's all-to-all spans a
+  /// domain (n^2 / d: d = 1 is ulysses) and its ring crosses the domains (n d).
+  struct OpCount {
+    double square = 3, over_domains = 0, across = 0;
+    [[nodiscard]] double at(double n, double d) const { return n * n * (square + over_domains / d) + across * n * d; }
+  };
+  OpCount ops_fwd{}, ops_both{.square = 9};
   CausalOps causal_ops = CausalOps::ComputesOnly;
   double gather_tables = 0;  // estimate_quotient_plan: ranks^2 id tables per pass over all ranks
   Build forward = nullptr;

@@ -77,7 +77,8 @@ PlanEstimate estimate_plan(const PlanRequest& req) {
   const Algorithm* a = find_algorithm(req.algo);
   const Algorithm& alg = a != nullptr ? *a : algorithms().front();  // an unchecked name: the ring's figures
   const double parts = alg.token_parts ? double(detail::tasp_cycle_steps(std::max(1, req.ranks)).size()) : 1;
-  const double fwd = alg.ops_fwd * parts, both = alg.ops_both * parts;
+  const double n = std::max(1, req.ranks), d = std::clamp(double(req.domains), 1.0, n);
+  const double fwd = alg.ops_fwd.at(n, d) * parts, both = alg.ops_both.at(n, d) * parts;
   const double per = req.workload.pass == PassKind::Fwd ? fwd : req.workload.pass == PassKind::Both ? both : both - fwd;
   // The mask: on the contiguous layout a causal plan has no block where a query shard sees none of a kv shard:
   // (n + 1) / 2n of them are left under the plain causal mask, fewer under documents and windows
@@ -85,7 +86,6 @@ PlanEstimate estimate_plan(const PlanRequest& req) {
   // charm plan pairs, transfers included, so their ops scale by it; the ring family (ring, merge, allgather-kv,
   // tasp) still moves every shard, and only its computes (a third of the forward's ops, a fifth of the backward's)
   // go; ulysses and usp compute whole heads locally. Measured at 32 ranks: charm 0.53, rm+ 0.50, ring 0.84 (fwd).
-  const double n = std::max(1, req.ranks);
   double masked = 1;
   if (req.workload.causal && req.workload.layout == Layout::Contiguous) {
     const double hidden = 1 - visible_block_share(req.workload, req.ranks);
@@ -95,8 +95,8 @@ PlanEstimate estimate_plan(const PlanRequest& req) {
       masked = 1 - (req.workload.pass == PassKind::Fwd ? 1.0 / 3 : 0.22) * hidden;
   }
   PlanEstimate e;
-  e.ops = masked * per * n * n + 8.0 * req.ranks;
-  e.plan_bytes = 120.0 * e.ops;
+  e.ops = masked * per + 8.0 * req.ranks;
+  e.plan_bytes = kPlanBytesPerOp * e.ops;
   return e;
 }
 
@@ -125,7 +125,7 @@ PlanEstimate estimate_quotient_plan(const PlanRequest& req, const RankSymmetry& 
   e.phantom_bytes = e.phantom_buffers * (regions ? 16.0 + 1.5 * 48 : fits ? 0.0 : 16.0);
   const double tables = a != nullptr ? a->gather_tables * (req.workload.pass == PassKind::Fwd ? 1 : 2) : 0;
   e.planner_bytes = tables * 4.0 * n * n + 256.0 * n;
-  e.plan_bytes = 120.0 * e.ops + e.phantom_bytes + e.planner_bytes;
+  e.plan_bytes = kPlanBytesPerOp * e.ops + e.phantom_bytes + e.planner_bytes;
   return e;
 }
 
