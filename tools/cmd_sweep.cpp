@@ -559,9 +559,12 @@ void sweep_over_mpi(const SweepJob& job, const SweepOpts& o) {
   rt::MpiContext::TaskShare share;
   share.total = sim::sweep_tasks(job.spec);
   share.jobs = job.jobs;
-  sim::SimulationMemo memo;  // this process's: its workers share it
-  share.task = [&job, &memo](std::size_t i) {
-    return sim::encode_task(sim::run_sweep_task(job.spec, i, nullptr, &memo));
+  // The k-th task handed out is sweep_task_to_run's k-th, so that a worker's chunk holds a configuration's
+  // batches in a row for its PlanReuse (one per worker thread); this process's workers share one memo.
+  sim::SimulationMemo memo;
+  share.task = [&job, &memo](std::size_t k) {
+    thread_local sim::PlanReuse reuse;
+    return sim::encode_task(sim::run_sweep_task(job.spec, sim::sweep_task_to_run(job.spec, k), &reuse, &memo));
   };
   std::size_t tasks_done = 0;
   share.progress = [&](std::size_t done, std::size_t total) {
@@ -586,7 +589,8 @@ void sweep_over_mpi(const SweepJob& job, const SweepOpts& o) {
   auto code = ctx.rank0_decides(
       [&] {
         std::vector<std::optional<sim::SweepTaskOut>> outs(got->size());
-        for (std::size_t i = 0; i < got->size(); ++i) outs[i] = unwrap(sim::decode_task(job.spec, (*got)[i]));
+        for (std::size_t k = 0; k < got->size(); ++k)
+          outs[sim::sweep_task_to_run(job.spec, k)] = unwrap(sim::decode_task(job.spec, (*got)[k]));
         report(job, o,
                sim::sweep_result(job.spec, std::move(outs),
                                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
