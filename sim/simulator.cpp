@@ -468,7 +468,7 @@ Expected<SimResult> Engine::run() {
     }
   };
   for (;;) {
-    if (net_.dirty() && (q_.empty() || q_.top().time_s > now_)) net_.resolve(now_, on_change);
+    if (net_.dirty() && (q_.empty() || q_.top_time_s() > now_)) net_.resolve(now_, on_change);
     if (q_.empty()) break;
     const Event e = q_.pop();
     // The end of a block whose rate changed since is stale (a newer one stands): dropped before it
