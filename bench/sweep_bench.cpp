@@ -1,7 +1,7 @@
 // Sweep throughput: configurations evaluated per second with 1 and 2 worker
 // threads. BM_Sweep: every algorithm of the 6 below, forward and backward, on two
 // 8-GPU topologies; BM_Sweep16: the same 12 simulations per configuration on the
-// 16-GPU h100-2x8 (the scale target of bench/RESULTS.md). Built with the CLI's
+// 16-GPU h100-2x8 (the scale target of bench/RESULTS.md), and causal. Built with the CLI's
 // allocation policy (tools/large_pages.cpp), so the figures are `charm sweep`'s.
 #include <benchmark/benchmark.h>
 
@@ -34,10 +34,12 @@ charm::sim::SweepSpec spec() {
   return s;  // 2 x 3 x 3 x 2 x 2 x 2 = 144 configurations, 1,728 simulations
 }
 
-/// Runs one sweep per iteration and counts configurations and simulations per second of wall time.
+/// Runs one sweep per iteration and counts configurations and simulations per second of wall time
+/// (arguments: jobs, and whether configurations that are one simulation share it: on unless 0).
 void run_sweeps(benchmark::State& state, const charm::sim::SweepSpec& s) {
   charm::sim::SweepControl control;
   control.jobs = static_cast<int>(state.range(0));
+  control.share_simulations = state.range(1) != 0;
   std::size_t configs = 0, sims = 0;
   for (auto _ : state) {
     const auto res = charm::sim::run_sweep(s, control);
@@ -50,7 +52,13 @@ void run_sweeps(benchmark::State& state, const charm::sim::SweepSpec& s) {
 }
 
 void BM_Sweep(benchmark::State& state) { run_sweeps(state, spec()); }
-BENCHMARK(BM_Sweep)->ArgName("jobs")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
+BENCHMARK(BM_Sweep)
+    ->ArgNames({"jobs", "share"})
+    ->Args({1, 1})
+    ->Args({2, 1})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(2.0);
 
 charm::sim::SweepSpec spec16() {
   charm::sim::SweepSpec s = spec();
@@ -70,7 +78,38 @@ charm::sim::SweepSpec spec16() {
 }
 
 void BM_Sweep16(benchmark::State& state) { run_sweeps(state, spec16()); }
-BENCHMARK(BM_Sweep16)->ArgName("jobs")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
+BENCHMARK(BM_Sweep16)
+    ->ArgNames({"jobs", "share"})
+    ->Args({1, 1})
+    ->Args({2, 1})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(2.0);
+
+/// The causal 16-rank sweeps of the scale target, contiguous and zigzag (`--causal [--layout zigzag]`), with
+/// and without configurations sharing their simulation (its batches x heads repeat products: half share).
+charm::sim::SweepSpec spec16_causal(charm::ir::Layout layout) {
+  charm::sim::SweepSpec s = spec16();
+  s.causal = {true};
+  s.layouts = {layout};
+  return s;
+}
+void BM_Sweep16Causal(benchmark::State& state) { run_sweeps(state, spec16_causal(charm::ir::Layout::Contiguous)); }
+void BM_Sweep16CausalZigzag(benchmark::State& state) { run_sweeps(state, spec16_causal(charm::ir::Layout::Zigzag)); }
+BENCHMARK(BM_Sweep16Causal)
+    ->ArgNames({"jobs", "share"})
+    ->Args({2, 0})
+    ->Args({2, 1})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(2.0);
+BENCHMARK(BM_Sweep16CausalZigzag)
+    ->ArgNames({"jobs", "share"})
+    ->Args({2, 0})
+    ->Args({2, 1})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(2.0);
 
 }  // namespace
 
