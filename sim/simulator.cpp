@@ -179,7 +179,6 @@ Status Engine::build() {
   group_last_.assign(S, kNone);
   outstanding_.assign(S, 0);
   waiting_.assign(S, 0);
-  for (std::size_t s = 0; s < S; ++s) advance_head(static_cast<int>(s));
   issued_by_host_s_ = host_issue_times(plan_, topo_.stack.host_us * 1e-6);
   for (std::size_t i = 0; i < n; ++i)
     if (is_comm(plan_.op(OpId(i))) && idx_->partner(OpId(i)) == kNone)
@@ -188,6 +187,8 @@ Status Engine::build() {
   const auto ranks = std::size_t(plan_.ranks);
   res_.start_s.assign(n, 0);
   res_.end_s.assign(n, 0);
+  // After every per-op array is sized: advance_head prefetches into them.
+  for (std::size_t s = 0; s < S; ++s) advance_head(static_cast<int>(s));
   res_.ranks.assign(ranks, RankStats{});
   rank_last_s_.assign(ranks, 0);
   comm_out_.assign(ranks, 0);
