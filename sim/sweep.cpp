@@ -359,8 +359,9 @@ nlohmann::json sweep_json(const SweepSpec& spec, const SweepResult& result) {
           {"algos", spec.algos},
           {"passes", passes},
           {"configs", result.configs},
-          {"simulations", result.simulations},
-          {"shared", result.shared},
+          // The evaluations the rows took, run or shared: which of them a worker ran and which it found in
+          // the memo depends on the workers' timing and, under mpirun, on which process had which task.
+          {"simulations", result.simulations + result.shared},
           {"skipped", result.skipped},
           {"skip_reasons", reasons},
           {"failures", result.failures},

@@ -79,12 +79,13 @@ struct SweepRow {
 };
 
 struct SweepResult {
-  std::vector<SweepRow> rows;                       // configuration, then pass, then algorithm order
-  std::size_t configs = 0;                          // configurations in the spec
-  std::size_t tasks_done = 0;                       // (configuration, pass) pairs evaluated
-  std::size_t simulations = 0;                      // simulator runs (ring included when only the baseline)
-  std::size_t shared = 0;                           // rows and baselines an equal simulation's figures served
-  std::size_t skipped = 0;                          // (configuration, algorithm, pass) the planner refused
+  std::vector<SweepRow> rows;   // configuration, then pass, then algorithm order
+  std::size_t configs = 0;      // configurations in the spec
+  std::size_t tasks_done = 0;   // (configuration, pass) pairs evaluated
+  std::size_t simulations = 0;  // simulator runs (ring included when only the baseline)
+  std::size_t shared = 0;       // rows and baselines an equal simulation's figures served (the split with simulations
+                                // depends on the workers' timing: two may run one simulation at once)
+  std::size_t skipped = 0;      // (configuration, algorithm, pass) the planner refused
   std::map<std::string, std::size_t> skip_reasons;  // the planner's message -> how many times
   std::vector<std::string> failures;                // simulator failures (a bug, not a refusal)
   bool cancelled = false;
