@@ -51,14 +51,21 @@ void run_sweeps(benchmark::State& state, const charm::sim::SweepSpec& s) {
   state.counters["sims/s"] = benchmark::Counter(double(sims), benchmark::Counter::kIsRate);
 }
 
+/// The runs of a sweep benchmark: (jobs, share) pairs, milliseconds of wall time, at least 2 s each.
+void timed(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"jobs", "share"})->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
+}
+void one_and_two_jobs(benchmark::internal::Benchmark* b) {
+  timed(b);
+  b->Args({1, 1})->Args({2, 1});
+}
+void with_and_without_sharing(benchmark::internal::Benchmark* b) {
+  timed(b);
+  b->Args({2, 0})->Args({2, 1});
+}
+
 void BM_Sweep(benchmark::State& state) { run_sweeps(state, spec()); }
-BENCHMARK(BM_Sweep)
-    ->ArgNames({"jobs", "share"})
-    ->Args({1, 1})
-    ->Args({2, 1})
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime()
-    ->MinTime(2.0);
+BENCHMARK(BM_Sweep)->Apply(one_and_two_jobs);
 
 charm::sim::SweepSpec spec16() {
   charm::sim::SweepSpec s = spec();
@@ -78,13 +85,7 @@ charm::sim::SweepSpec spec16() {
 }
 
 void BM_Sweep16(benchmark::State& state) { run_sweeps(state, spec16()); }
-BENCHMARK(BM_Sweep16)
-    ->ArgNames({"jobs", "share"})
-    ->Args({1, 1})
-    ->Args({2, 1})
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime()
-    ->MinTime(2.0);
+BENCHMARK(BM_Sweep16)->Apply(one_and_two_jobs);
 
 /// The causal 16-rank sweeps of the scale target, contiguous and zigzag (`--causal [--layout zigzag]`), with
 /// and without configurations sharing their simulation (its batches x heads repeat products: half share).
@@ -96,20 +97,8 @@ charm::sim::SweepSpec spec16_causal(charm::ir::Layout layout) {
 }
 void BM_Sweep16Causal(benchmark::State& state) { run_sweeps(state, spec16_causal(charm::ir::Layout::Contiguous)); }
 void BM_Sweep16CausalZigzag(benchmark::State& state) { run_sweeps(state, spec16_causal(charm::ir::Layout::Zigzag)); }
-BENCHMARK(BM_Sweep16Causal)
-    ->ArgNames({"jobs", "share"})
-    ->Args({2, 0})
-    ->Args({2, 1})
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime()
-    ->MinTime(2.0);
-BENCHMARK(BM_Sweep16CausalZigzag)
-    ->ArgNames({"jobs", "share"})
-    ->Args({2, 0})
-    ->Args({2, 1})
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime()
-    ->MinTime(2.0);
+BENCHMARK(BM_Sweep16Causal)->Apply(with_and_without_sharing);
+BENCHMARK(BM_Sweep16CausalZigzag)->Apply(with_and_without_sharing);
 
 }  // namespace
 
