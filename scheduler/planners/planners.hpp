@@ -30,8 +30,8 @@ struct PlanRequest {
 /// what would not fit, never for sizing.
 struct PlanEstimate {
   double ops = 0;
-  double plan_bytes =
-      0;  // building the plan: its ops, dependencies and buffers, and the planner's tables (kPlanBytesPerOp)
+  // Building the plan: its ops, dependencies and buffers, and the planner's tables (kPlanBytesPerOp an op).
+  double plan_bytes = 0;
   // A quotient plan's (estimate_quotient_plan): plan_bytes above counts these too.
   double phantom_buffers = 0;  // buffers the planner makes on phantom ranks (ring: about ranks^2)
   double phantom_bytes = 0;    // the store that holds them (PhantomBuffers)
