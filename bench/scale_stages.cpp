@@ -4,16 +4,19 @@
 // stage alone (VmHWM reset before each stage where the kernel allows it).
 //
 //   scale_stages N [ALGO] [PASS] [SEQ] [--uniform] [--symmetry] [--causal] [--zigzag]
-//                [--stages topology,plan,validate,simulate]
+//                [--stages topology,plan,validate,simulate,window]
 //
-// With --symmetry the plan is the quotient `charm simulate --symmetry on` runs (one class of ranks,
-// where the plan and the topology share a rank symmetry) and the validate stage is skipped (the
-// validator proves full plans).
+// The window stage (after simulate) measures what a simulator that consumed the plan while the planner
+// generates it would hold: at each simulated moment, the ops generated and not yet complete, where the
+// generators run as far as the last op they have issued. Three cases: one generator in today's emission
+// order (ids), one per node of 8 ranks, one per rank (each in id order over its ranks' ops); and the id
+// span from the oldest op not complete to the furthest issued (what a ring buffer of ops would hold).
 //
 // One line of JSON per run, for scripts/scale-table.sh to tabulate.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -65,6 +68,56 @@ struct Stage {
     return {{"s", s}, {"peak_rss_bytes", hwm}, {"stage_bytes", hwm - rss0}, {"hwm_reset", reset}};
   }
 };
+
+/// The streamed-simulation window of a simulated plan (see the header) when the planner's ops come from
+/// generators of `group` ranks each (ranks [g * group, (g + 1) * group) in id order, each generator as far
+/// as its last issued op): the peak count of generated ops not complete, and the peak id span from the
+/// oldest op not complete to the furthest generated (one generator: the plan's own emission order).
+nlohmann::json emission_window(const ir::Plan& plan, const sim::SimResult& r, int group) {
+  const std::size_t n = r.start_s.size(), gens = std::size_t((plan.ranks + group - 1) / group);
+  std::vector<std::uint32_t> pos(n);  // an op's place in its generator's sequence
+  {
+    std::vector<std::uint32_t> count(gens, 0);
+    for (std::size_t i = 0; i < n; ++i) pos[i] = count[std::size_t(plan.op(ir::OpId(i)).rank / group)]++;
+  }
+  struct Ev {
+    double t;
+    std::uint32_t issue;  // 0: the op completes (first at equal times), 1: it is issued
+    std::uint32_t id;
+  };
+  std::vector<Ev> ev;
+  ev.reserve(2 * n);
+  for (std::size_t i = 0; i < n; ++i) {
+    ev.push_back({r.start_s[i], 1, std::uint32_t(i)});
+    ev.push_back({r.end_s[i], 0, std::uint32_t(i)});
+  }
+  std::sort(ev.begin(), ev.end(), [](const Ev& a, const Ev& b) {
+    return a.t < b.t || (a.t == b.t && (a.issue < b.issue || (a.issue == b.issue && a.id < b.id)));
+  });
+  std::vector<std::uint32_t> generated(gens, 0);  // per generator: ops generated so far
+  std::vector<char> done(n, 0);
+  std::size_t total = 0, completed = 0, live = 0, frontier = 0, oldest = 0, span = 0;
+  for (const Ev& e : ev) {
+    if (e.issue == 1) {
+      auto& g = generated[std::size_t(plan.op(ir::OpId(e.id)).rank / group)];
+      if (pos[e.id] + 1 > g) {
+        total += pos[e.id] + 1 - g;
+        g = pos[e.id] + 1;
+      }
+      frontier = std::max(frontier, std::size_t(e.id) + 1);
+    } else {
+      done[e.id] = 1;
+      ++completed;
+      while (oldest < n && done[oldest]) ++oldest;
+    }
+    live = std::max(live, total - std::min(total, completed));
+    span = std::max(span, frontier - std::min(frontier, oldest));
+  }
+  return {{"ranks_per_generator", group},
+          {"peak_live_ops", live},
+          {"peak_span_ops", span},
+          {"peak_live_share", double(live) / double(std::max<std::size_t>(n, 1))}};
+}
 
 }  // namespace
 
@@ -196,6 +249,8 @@ int main(int argc, char** argv) {
     out["simulate"] = st.done();
     out["time_ms"] = r->makespan_s * 1e3;
     out["events"] = r->events;
+    if (want("window"))
+      for (int group : {n, 8, 1}) out["window"].push_back(emission_window(*plan, *r, group));
   }
   std::cout << out.dump() << "\n";
   return out.value("valid", true) ? 0 : 1;
