@@ -277,6 +277,7 @@ class PlanBuilder {
   std::vector<std::vector<std::pair<RankId, int>>> next_tag_;
   int next_group_ = 0;
   std::vector<OpId> deps_scratch_;
+  std::vector<ir::Stream> op_stream_;          // per op emitted: its stream (emit's dependency filter)
   std::function<void(std::size_t)> progress_;  // on_progress
 };
 
