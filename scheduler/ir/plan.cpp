@@ -181,10 +181,11 @@ void Plan::scale_batch(std::int64_t batch) {
       b >>= -*k;
     }
   };
-  for (Op& o : ops_) {
-    scale(o.bytes);
-    o.flops = std::ldexp(o.flops, *k);
-  }
+  for (Op& o : ops_)
+    if (o.kind == OpKind::Compute)
+      o.flops = std::ldexp(o.flops, *k);
+    else
+      scale(o.bytes);
   for (Buffer& b : buffers_) scale(b.bytes);
   workload.batch = batch;
 }

@@ -122,23 +122,31 @@ struct Buffer {
 };
 static_assert(sizeof(Buffer) == 48, "a Buffer packs its fields without holes");
 
-/// One operation. Plain data, 64 bytes; dependencies live in the plan (CSR).
+/// One operation. Plain data, 48 bytes; dependencies live in the plan (CSR).
+/// A field that only one kind has shares its bytes with one that only the other kinds have: read the
+/// member of the op's kind (a Compute op's `peer`, `tag` and `bytes` are its q_owner, kv_owner and flops).
 struct Op {
   RankId rank = 0;
   Stream stream = Stream::Compute;
   OpKind kind = OpKind::Compute;
   Phase phase = Phase::Fwd;
   MaskPiece mask = MaskPiece::Full;  // Compute only
-  RankId q_owner = kNone;            // Compute: whose queries
-  RankId kv_owner = kNone;           // Compute: whose keys/values
-  RankId peer = kNone;               // Send/Recv
-  std::int32_t tag = kNone;          // Send/Recv
-  std::int32_t group = kNone;        // Send/Recv: ncclGroup id, kNone = alone
+  union {
+    RankId q_owner = kNone;  // Compute: whose queries
+    RankId peer;             // Send/Recv
+  };
+  union {
+    RankId kv_owner = kNone;  // Compute: whose keys/values
+    std::int32_t tag;         // Send/Recv
+  };
+  std::int32_t group = kNone;  // Send/Recv: ncclGroup id, kNone = alone
   BufferId buf[4] = {kNone, kNone, kNone, kNone};
-  Bytes bytes = 0;  // Send/Recv: payload; Merge/Accumulate/Copy: bytes touched
-  Flops flops = 0;  // Compute
+  union {
+    Bytes bytes = 0;  // Send/Recv: payload; Merge/Accumulate/Copy: bytes touched
+    Flops flops;      // Compute
+  };
 };
-static_assert(sizeof(Op) == 64, "an Op is one cache line: plans of millions of ops stay compact");
+static_assert(sizeof(Op) == 48, "an Op packs its fields: plans of tens of millions of ops stay compact");
 
 [[nodiscard]] constexpr bool is_comm(const Op& o) { return is_comm(o.kind); }
 

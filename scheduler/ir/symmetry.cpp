@@ -197,16 +197,17 @@ class SymmetryCheck {
     const Op &a = p_.op(ia), &b = p_.op(ib);
     if (a.kind != b.kind || a.phase != b.phase) return "kind or phase";
     if (a.mask != b.mask && !(s_.zigzag_halves_alike && zigzag_half(a.mask) && zigzag_half(b.mask))) return "mask";
-    if (map(a.peer) != b.peer || a.tag != b.tag) return "peer or tag";
+    if (is_comm(a) && (map(a.peer) != b.peer || a.tag != b.tag)) return "peer or tag";
     if ((a.group == kNone) != (b.group == kNone)) return "group";
-    if (a.bytes != b.bytes || a.flops != b.flops) return "bytes or flops";
+    if (a.kind == OpKind::Compute ? a.flops != b.flops : a.bytes != b.bytes) return "bytes or flops";
     for (int k = 0; k < 4; ++k)
       if (auto why = pair(a.buf[k], b.buf[k]); !why.empty()) return fmt::format("buffer {}: {}", k, why);
     // A region's first owner need not map to the image's first: its buffer's owner set is compared instead.
     auto owner_ok = [&](RankId oa, RankId ob, BufferId buf) {
       return buf == kNone || p_.buffer(buf).owners != 1 || map(oa) == ob;
     };
-    if (!owner_ok(a.q_owner, b.q_owner, a.buf[0]) || !owner_ok(a.kv_owner, b.kv_owner, a.buf[1]))
+    if (a.kind == OpKind::Compute &&
+        (!owner_ok(a.q_owner, b.q_owner, a.buf[0]) || !owner_ok(a.kv_owner, b.kv_owner, a.buf[1])))
       return "q or kv owner";
     if (deps(ia) != deps(ib)) return "dependencies";
     return {};

@@ -103,9 +103,12 @@ Plan place_groups(const Plan& group, const Layout& l, int copies) {
     for (ir::OpId id = 0; id < nops; ++id) {
       ir::Op o = group.op(id);
       o.rank += dr;
-      o.peer = shift_rank(o.peer);
-      o.q_owner = shift_rank(o.q_owner);
-      o.kv_owner = shift_rank(o.kv_owner);
+      if (ir::is_comm(o)) {
+        o.peer = shift_rank(o.peer);
+      } else if (o.kind == ir::OpKind::Compute) {
+        o.q_owner = shift_rank(o.q_owner);
+        o.kv_owner = shift_rank(o.kv_owner);
+      }
       for (auto& b : o.buf) b = shift_buf(b);
       deps.clear();
       for (const ir::OpId d : group.deps(id)) deps.push_back(d + dop);

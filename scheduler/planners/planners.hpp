@@ -41,9 +41,10 @@ struct PlanEstimate {
 /// The memory building a plan takes an op at its peak, and what simulating it adds over that peak (the
 /// simulator's state takes the planner's freed tables first). Measured at 512 ranks as the process's peak
 /// resident memory after each stage (bench/scale_stages), ring, merge, rm+, charm and allgather-kv, both
-/// passes, full, causal and causal zigzag: building 120-138 bytes an op, building then simulating 136-153.
+/// passes, full, causal and causal zigzag: building 105-121 bytes an op, building then simulating 119-137
+/// (48-byte ops).
 /// `charm simulate`, `show` and `calibrate` check plan_bytes + kSimBytesPerOp * ops against the budget.
-inline constexpr double kPlanBytesPerOp = 130;
+inline constexpr double kPlanBytesPerOp = 115;
 inline constexpr double kSimBytesPerOp = 25;
 /// The line that refuses work estimated to need `bytes` over a `budget` of bytes, named
 /// `budget_name` ("--max-memory", "half of this machine's memory"): one text for every command.
