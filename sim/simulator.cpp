@@ -64,9 +64,9 @@ class Engine {
   // Overlap costs (the stack's compute_slowdown and comm_slowdown).
   struct Running {
     OpId op;
+    std::uint32_t key;                    // its end event in q_, moved whenever the rate changes
     double left_s, since_s, rate, end_s;  // left: seconds of work at full rate
   };
-  [[nodiscard]] bool stale(const Event& e) const;
   void start_running(OpId id, Seconds work_s);
   void stop_running(OpId id);
   void reschedule(RankId r);     // the rank's compute rate follows its flows
@@ -308,13 +308,14 @@ void Engine::issue(OpId id) {
 }
 
 // While a rank has a flow in flight its blocks run at 1/(1 + compute_slowdown); a block's
-// end is re-planned whenever that changes, and the earlier event goes stale.
+// end is re-planned whenever that changes: its end event moves (a keyed event, so that the queue holds
+// no stale ends to skip).
 void Engine::start_running(OpId id, Seconds work_s) {
   const RankId r = plan_.op(id).rank;
   auto& run = running_[std::size_t(r)];
   const double rate = rank_flows_[std::size_t(r)] == 0 ? 1.0 : 1.0 / (1.0 + topo_.stack.compute_slowdown);
-  run.push_back({id, work_s, now_, rate, now_ + work_s / rate});
-  q_.push(run.back().end_s, kOpDone, id);
+  const double end_s = now_ + work_s / rate;
+  run.push_back({id, q_.push_keyed(end_s, kOpDone, id), work_s, now_, rate, end_s});
   if (run.size() == 1) rescale_flows(r);
 }
 
@@ -330,13 +331,6 @@ void Engine::stop_running(OpId id) {
   if (run.empty()) rescale_flows(r);
 }
 
-bool Engine::stale(const Event& e) const {
-  if (!overlap_ || e.kind != kOpDone || plan_.op(e.id).kind != OpKind::Compute) return false;
-  for (const Running& x : running_[std::size_t(plan_.op(e.id).rank)])
-    if (x.op == e.id) return x.end_s != e.time_s;
-  return true;
-}
-
 void Engine::reschedule(RankId r) {
   const double rate = rank_flows_[std::size_t(r)] == 0 ? 1.0 : 1.0 / (1.0 + topo_.stack.compute_slowdown);
   for (Running& x : running_[std::size_t(r)]) {
@@ -345,7 +339,7 @@ void Engine::reschedule(RankId r) {
     x.since_s = now_;
     x.rate = rate;
     x.end_s = now_ + x.left_s / rate;
-    q_.push(x.end_s, kOpDone, x.op);
+    q_.move(x.key, x.end_s);
   }
 }
 
@@ -472,9 +466,6 @@ Expected<SimResult> Engine::run() {
     if (net_.dirty() && (q_.empty() || q_.top_time_s() > now_)) net_.resolve(now_, on_change);
     if (q_.empty()) break;
     const Event e = q_.pop();
-    // The end of a block whose rate changed since is stale (a newer one stands): dropped before it
-    // moves the clock.
-    if (stale(e)) continue;
     ++res_.events;
     now_ = e.time_s;
     switch (e.kind) {
