@@ -97,9 +97,10 @@ class Engine {
   // Lanes (rank, stream) in stream order, groups, partners, dependents (built by build()).
   const PlanIndex* idx_ = nullptr;  // SimOptions::index, or own_idx_
   std::optional<PlanIndex> own_idx_;
-  // Per op (compact arrays, no per-op allocation while running).
+  // Per op (compact arrays, no per-op allocation while running): its dependencies not done yet, or
+  // kIssued once a send or receive is issued (a flow starts when its partner's is too).
   std::vector<std::int32_t> deps_left_;
-  std::vector<char> issued_;
+  static constexpr std::int32_t kIssued = -1;
   // Per lane: the issue cursor, places in idx_->stream_order().
   std::vector<std::uint32_t> head_, group_end_;  // group_end_: end of the group at the head
   std::vector<OpId> group_first_, group_last_;   // the head group's first and last op (a lane's ops are in id order)
@@ -168,7 +169,6 @@ Status Engine::build() {
   CHARM_ASSERT(idx_->stream_order().size() == n && idx_->lanes() == std::size_t(plan_.ranks) * kNumStreams,
                "SimOptions::index is the index of the plan simulated");
   deps_left_.assign(n, 0);
-  issued_.assign(n, 0);
   prefetch_ = n >= kPrefetchFromOps;
   for (std::size_t i = 0; i < n; ++i) deps_left_[i] = static_cast<std::int32_t>(plan_.deps(OpId(i)).size());
   const std::size_t S = idx_->lanes();
@@ -258,7 +258,6 @@ void Engine::advance_head(int s) {
     const auto next = std::size_t(idx_->at(k));
     __builtin_prefetch(&plan_.op(OpId(next)));
     __builtin_prefetch(&deps_left_[next]);
-    __builtin_prefetch(&issued_[next]);
     __builtin_prefetch(&res_.start_s[next]);
     __builtin_prefetch(&res_.end_s[next]);
     idx_->prefetch(OpId(next));
@@ -287,10 +286,10 @@ void Engine::issue(OpId id) {
   res_.start_s[std::size_t(id)] = now_;
   touch(o.rank);
   if (is_comm(o)) {
-    issued_[std::size_t(id)] = 1;
+    deps_left_[std::size_t(id)] = kIssued;
     ++comm_out_[std::size_t(o.rank)];
     const OpId p = idx_->partner(id);
-    if (issued_[std::size_t(p)]) {
+    if (deps_left_[std::size_t(p)] == kIssued) {
       if (o.kind == OpKind::Send)
         start_flow(id, p);
       else
@@ -427,7 +426,7 @@ void Engine::complete(OpId id) {
   const std::size_t S = PlanIndex::lane(o.rank, o.stream);
   for (const OpId d : idx_->dependents(id)) {
     if (--deps_left_[std::size_t(d)] == 0) {
-      const std::size_t ds = idx_->lane_of(d);
+      const std::size_t ds = PlanIndex::lane(plan_.op(d).rank, plan_.op(d).stream);
       // Only an op of the head group that is not issued yet was counted as waiting.
       if (outstanding_[ds] == 0 && head_[ds] < group_end_[ds] && d >= group_first_[ds] && d <= group_last_[ds])
         --waiting_[ds];
@@ -573,7 +572,7 @@ void Engine::critical_path() {
     };
     // The issue group of cur, then the op before the group on its stream. A lane's ops are in id order:
     // cur's place is found by bisection, its group by the ops that join the one before (a lean index).
-    const std::size_t lane = idx_->lane_of(cur);
+    const std::size_t lane = PlanIndex::lane(plan_.op(cur).rank, plan_.op(cur).stream);
     const std::uint32_t lb = idx_->lane_begin(lane), le = idx_->lane_end(lane);
     const auto order = idx_->stream_order();
     auto gb = std::uint32_t(std::lower_bound(order.begin() + lb, order.begin() + le, cur) - order.begin());
@@ -600,7 +599,6 @@ void Engine::release_replay_state() {
   idx_ = nullptr;
   own_idx_.reset();
   std::vector<std::int32_t>().swap(deps_left_);
-  std::vector<char>().swap(issued_);
 }
 
 void Engine::peak_memory() {

@@ -84,16 +84,12 @@ void PlanIndex::build_lanes(const Plan& plan, Parts parts) {
   for (std::size_t l = 0; l < lanes; ++l) lane_begin_[l + 1] += lane_begin_[l];
   order_.assign(n, 0);
   auto fill = lane_begin_;
-  lane_of_.resize(n);
   if (parts == Parts::Lean) {
     lean_ = true;
-    for (OpId id = 0; id < OpId(n); ++id) {
-      const std::size_t l = lane(plan.op(id).rank, plan.op(id).stream);
-      lane_of_[std::size_t(id)] = std::uint32_t(l);
-      order_[fill[l]++] = id;
-    }
+    for (OpId id = 0; id < OpId(n); ++id) order_[fill[lane(plan.op(id).rank, plan.op(id).stream)]++] = id;
     return;
   }
+  lane_of_.resize(n);
   pos_.assign(n, 0);
   group_begin_.resize(n);
   // Stream order is id order, so one pass in id order places every op and, from

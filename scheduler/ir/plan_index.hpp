@@ -41,9 +41,9 @@ struct MessageOrder {
 
 class PlanIndex {
  public:
-  /// What an index holds. Lean: lanes (lane_of, lane_begin, lane_end, lane_ops, ops_of, stream_order, at),
-  /// partners and dependents, without the two per-op arrays that pos, pos_in_lane and the group accessors read
-  /// (8 bytes an op): what the simulator walks, which finds an op's group from the ops themselves.
+  /// What an index holds. Lean: lanes (lane_begin, lane_end, lane_ops, ops_of, stream_order, at), partners
+  /// and dependents, without the three per-op arrays that lane_of, pos, pos_in_lane and the group accessors
+  /// read (12 bytes an op): what the simulator walks, which finds an op's lane and group from the ops themselves.
   enum class Parts : std::uint8_t { All, Lean };
   /// Every op's rank lies in [0, plan.ranks) (plan files are checked for it as
   /// they are read; the validator checks it before it builds an index). With
@@ -56,7 +56,11 @@ class PlanIndex {
   }
 
   [[nodiscard]] static std::size_t lane(RankId r, Stream s) { return std::size_t(r) * kNumStreams + std::size_t(s); }
-  [[nodiscard]] std::size_t lane_of(OpId id) const { return lane_of_[std::size_t(id)]; }
+  /// The lane of op id (not in a lean index: lane(op.rank, op.stream) is the same).
+  [[nodiscard]] std::size_t lane_of(OpId id) const {
+    assert(!lean_ && "a lean index has no per-op lanes");
+    return lane_of_[std::size_t(id)];
+  }
   [[nodiscard]] std::size_t lanes() const { return lane_begin_.size() - 1; }
   /// Bounds of a lane in stream_order().
   [[nodiscard]] std::uint32_t lane_begin(std::size_t l) const { return lane_begin_[l]; }
