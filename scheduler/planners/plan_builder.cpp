@@ -112,10 +112,13 @@ void PlanBuilder::reserve(std::size_t ops) {
 }
 
 int& PlanBuilder::next_tag(Stream stream, RankId src, RankId dst) {
+  // Sorted by peer: charm's cross stream meets every other domain (hundreds of peers at cluster scale), a
+  // new one each round, so a scan would walk the whole list for each of them.
   auto& list = next_tag_[static_cast<std::size_t>(src) * kNumStreams + static_cast<std::size_t>(stream)];
-  for (auto& [peer, tag] : list)
-    if (peer == dst) return tag;
-  return list.emplace_back(dst, 0).second;
+  const auto at = std::lower_bound(list.begin(), list.end(), dst,
+                                   [](const std::pair<RankId, int>& e, RankId peer) { return e.first < peer; });
+  if (at != list.end() && at->first == dst) return at->second;
+  return list.insert(at, {dst, 0})->second;
 }
 
 BufferId PlanBuilder::buffer(RankId rank, BufKind kind, RankId owner, BufInit init) {

@@ -272,8 +272,7 @@ class PlanBuilder {
   std::vector<Access> access_;
   std::vector<ReaderNode> reader_nodes_;
   std::int32_t free_reader_ = ir::kNone;
-  // Next tag per (stream, src, dst): per (src, stream) a short list of (dst, tag),
-  // scanned linearly (a rank talks to few peers on one stream).
+  // Next tag per (stream, src, dst): per (src, stream) a list of (dst, tag) sorted by dst.
   std::vector<std::vector<std::pair<RankId, int>>> next_tag_;
   int next_group_ = 0;
   std::vector<OpId> deps_scratch_;
