@@ -1,8 +1,9 @@
-// Planner and validator at cluster scale: make_plan and validate for ring and
-// charm, fwd / bwd / both, N = 8 .. 1024 (bench/scale_cases.hpp).
+// Planner and validator at cluster scale: make_plan, validate and the simulator's (lean) PlanIndex for ring
+// and charm, fwd / bwd / both, N = 8 .. 1024 (bench/scale_cases.hpp).
 // Counters: ops (plan size), items/s (= ops/s), plan_B/op (heap bytes the plan
 // holds per op), rss_MB (process high-water; meaningful when one case runs alone).
 #include "bench/scale_cases.hpp"
+#include "scheduler/ir/plan_index.hpp"
 #include "scheduler/validate/validator.hpp"
 
 namespace {
@@ -35,16 +36,28 @@ void validate_case(benchmark::State& state, sched::PlanRequest req) {
   state.counters["rss_MB"] = bench::max_rss_bytes() / 1e6;
 }
 
+void index_case(benchmark::State& state, sched::PlanRequest req) {
+  const auto p = bench::plan_of(req);
+  for (auto _ : state) {
+    const ir::PlanIndex idx(p, nullptr, ir::PlanIndex::Parts::Lean);
+    benchmark::DoNotOptimize(idx.stream_order().data());
+  }
+  state.SetItemsProcessed(std::int64_t(p.size()) * state.iterations());
+  state.counters["ops"] = double(p.size());
+}
+
 const bool registered = [] {
-  for (const char* what : {"plan", "validate"})
+  for (const char* what : {"plan", "validate", "index"})
     for (const char* algo : bench::kAlgos)
       for (auto pass : bench::kPasses)
         for (int n : bench::kSizes) {
           auto req = bench::request(algo, pass, n);
-          auto* b =
-              std::string_view(what) == "plan"
-                  ? benchmark::RegisterBenchmark(bench::case_name(what, algo, pass, n).c_str(), plan_case, req)
-                  : benchmark::RegisterBenchmark(bench::case_name(what, algo, pass, n).c_str(), validate_case, req);
+          const std::string_view w = what;
+          auto* b = benchmark::RegisterBenchmark(bench::case_name(what, algo, pass, n).c_str(),
+                                                 w == "plan"       ? plan_case
+                                                 : w == "validate" ? validate_case
+                                                                   : index_case,
+                                                 req);
           bench::shape(b, n);
         }
   return true;

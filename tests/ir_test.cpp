@@ -255,6 +255,43 @@ TEST(PlanIndex, LanesGroupsPartnersAndDependents) {
   EXPECT_EQ(rdeps, deps);
 }
 
+// sort_messages against a plain sort of the same messages by (stream, src, dst, tag, id): planners' plans (tags
+// in id order), and sends and receives with random peers and tags in any order (a plan no planner makes).
+TEST(PlanIndex, MessagesSortByStreamSourceDestinationTagAndId) {
+  auto check = [](const Plan& p, const std::string& what) {
+    const MessageOrder m = sort_messages(p);
+    for (const auto* list : {&m.sends, &m.recvs}) {
+      std::vector<Message> want = *list;
+      std::sort(want.begin(), want.end(), [](const Message& a, const Message& b) {
+        return std::tie(a.stream, a.src, a.dst, a.tag, a.id) < std::tie(b.stream, b.src, b.dst, b.tag, b.id);
+      });
+      ASSERT_EQ(list->size(), want.size()) << what;
+      for (std::size_t i = 0; i < want.size(); ++i)
+        ASSERT_EQ(std::tie((*list)[i].stream, (*list)[i].src, (*list)[i].dst, (*list)[i].tag, (*list)[i].id),
+                  std::tie(want[i].stream, want[i].src, want[i].dst, want[i].tag, want[i].id))
+            << what << " at " << i;
+    }
+  };
+  for (const char* algo : {"charm", "ring", "usp", "ulysses"}) check(small_plan(algo, PassKind::Both, 4), algo);
+  Plan p;
+  p.ranks = 5;
+  std::uint32_t x = 12345;
+  auto next = [&](std::uint32_t n) {
+    x = x * 1664525u + 1013904223u;
+    return (x >> 8) % n;
+  };
+  for (int i = 0; i < 400; ++i) {
+    Op o;
+    o.kind = next(2) == 0 ? OpKind::Send : OpKind::Recv;
+    o.stream = Stream(1 + next(kNumStreams - 1));
+    o.rank = RankId(next(5));
+    o.peer = RankId((o.rank + 1 + RankId(next(4))) % 5);
+    o.tag = std::int32_t(next(6));
+    (void)p.add_op(o, {});
+  }
+  check(p, "random messages");
+}
+
 TEST(PlanIndex, ALeanIndexHoldsTheSameLanesPartnersAndDependents) {
   for (const char* algo : {"charm", "ring", "usp"}) {
     const Plan p = small_plan(algo, PassKind::Both);

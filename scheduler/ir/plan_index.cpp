@@ -12,16 +12,16 @@ constexpr auto message_less = [](const Message& a, const Message& b) {
   return a.key() < b.key() || (a.key() == b.key() && a.id < b.id);
 };
 
-/// Sorts by (stream, src, dst, tag, id): a stable counting sort on (stream, src)
-/// and a sort of each small bucket by the rest, skipped when the bucket is
-/// already in order (planners issue tags in id order). An endpoint out of range
-/// (a broken plan) falls back to one general sort: the order is the same.
+/// Sorts by (stream, src, dst, tag, id): a stable counting sort on (stream, src), then each bucket that is not
+/// in order yet by a stable counting sort on dst, which leaves each (stream, src, dst) run in id order: tag order
+/// where the planner issued tags so (every planner does; plan.hpp). A bucket still out of order is sorted whole,
+/// and an endpoint out of range (a broken plan) makes one general sort: the order is the same.
 void sort_by_key(std::vector<Message>& v, std::size_t ranks) {
   const std::size_t buckets = kNumStreams * ranks;
   auto bucket = [&](const Message& m) { return std::size_t(m.stream) * ranks + std::size_t(m.src); };
   std::vector<std::uint32_t> b(buckets + 1, 0);
   for (const Message& m : v) {
-    if (m.src < 0 || std::size_t(m.src) >= ranks) {
+    if (m.src < 0 || std::size_t(m.src) >= ranks || m.dst < 0 || std::size_t(m.dst) >= ranks) {
       std::sort(v.begin(), v.end(), message_less);
       return;
     }
@@ -33,8 +33,22 @@ void sort_by_key(std::vector<Message>& v, std::size_t ranks) {
     auto fill = b;
     for (const Message& m : v) out[fill[bucket(m)]++] = m;
   }
+  // By dst, stably: a counting sort where the bucket is large against the ranks, else a sort by (dst, id).
+  std::vector<std::uint32_t> at_dst(ranks + 1, 0);  // zero between buckets
   for (std::size_t k = 0; k < buckets; ++k) {
-    auto first = out.begin() + std::ptrdiff_t(b[k]), last = out.begin() + std::ptrdiff_t(b[k + 1]);
+    const auto first = out.begin() + std::ptrdiff_t(b[k]), last = out.begin() + std::ptrdiff_t(b[k + 1]);
+    if (std::is_sorted(first, last, message_less)) continue;
+    if (std::size_t(last - first) * 4 < ranks) {
+      std::sort(first, last,
+                [](const Message& x, const Message& y) { return x.dst < y.dst || (x.dst == y.dst && x.id < y.id); });
+    } else {
+      for (auto m = first; m != last; ++m) ++at_dst[std::size_t(m->dst) + 1];
+      for (std::size_t d = 0; d < ranks; ++d) at_dst[d + 1] += at_dst[d];
+      const auto scratch = v.begin() + std::ptrdiff_t(b[k]);  // v's place of the bucket is free now
+      for (auto m = first; m != last; ++m) scratch[std::ptrdiff_t(at_dst[std::size_t(m->dst)]++)] = *m;
+      std::copy(scratch, scratch + (last - first), first);
+      std::fill(at_dst.begin(), at_dst.end(), 0);
+    }
     if (!std::is_sorted(first, last, message_less)) std::sort(first, last, message_less);
   }
   v = std::move(out);
