@@ -8,9 +8,10 @@
 //
 // The window stage (after simulate) measures what a simulator that consumed the plan while the planner
 // generates it would hold: at each simulated moment, the ops generated and not yet complete, where the
-// generators run as far as the last op they have issued. Three cases: one generator in today's emission
-// order (ids), one per node of 8 ranks, one per rank (each in id order over its ranks' ops); and the id
-// span from the oldest op not complete to the furthest issued (what a ring buffer of ops would hold).
+// generators run as far as the last op they have issued. Four cases: one generator in today's emission
+// order (ids), one per node of 8 ranks, one per rank, one per lane (rank, stream), each in id order over its
+// ops; and the id span from the oldest op not complete to the furthest issued (what a ring buffer of ops
+// would hold).
 //
 // One line of JSON per run, for scripts/scale-table.sh to tabulate.
 #include <fmt/format.h>
@@ -71,14 +72,21 @@ struct Stage {
 
 /// The streamed-simulation window of a simulated plan (see the header) when the planner's ops come from
 /// generators of `group` ranks each (ranks [g * group, (g + 1) * group) in id order, each generator as far
-/// as its last issued op): the peak count of generated ops not complete, and the peak id span from the
-/// oldest op not complete to the furthest generated (one generator: the plan's own emission order).
+/// as its last issued op), or with `group` 0 one generator per lane (rank, stream): the peak count of
+/// generated ops not complete, and the peak id span from the oldest op not complete to the furthest issued
+/// (one generator: the plan's own emission order).
 nlohmann::json emission_window(const ir::Plan& plan, const sim::SimResult& r, int group) {
-  const std::size_t n = r.start_s.size(), gens = std::size_t((plan.ranks + group - 1) / group);
+  const std::size_t n = r.start_s.size();
+  const std::size_t gens =
+      group == 0 ? std::size_t(plan.ranks) * ir::kNumStreams : std::size_t((plan.ranks + group - 1) / group);
+  auto generator = [&](ir::OpId id) {
+    const ir::Op& o = plan.op(id);
+    return group == 0 ? std::size_t(o.rank) * ir::kNumStreams + std::size_t(o.stream) : std::size_t(o.rank / group);
+  };
   std::vector<std::uint32_t> pos(n);  // an op's place in its generator's sequence
   {
     std::vector<std::uint32_t> count(gens, 0);
-    for (std::size_t i = 0; i < n; ++i) pos[i] = count[std::size_t(plan.op(ir::OpId(i)).rank / group)]++;
+    for (std::size_t i = 0; i < n; ++i) pos[i] = count[generator(ir::OpId(i))]++;
   }
   struct Ev {
     double t;
@@ -99,7 +107,7 @@ nlohmann::json emission_window(const ir::Plan& plan, const sim::SimResult& r, in
   std::size_t total = 0, completed = 0, live = 0, frontier = 0, oldest = 0, span = 0;
   for (const Ev& e : ev) {
     if (e.issue == 1) {
-      auto& g = generated[std::size_t(plan.op(ir::OpId(e.id)).rank / group)];
+      auto& g = generated[generator(ir::OpId(e.id))];
       if (pos[e.id] + 1 > g) {
         total += pos[e.id] + 1 - g;
         g = pos[e.id] + 1;
@@ -113,7 +121,7 @@ nlohmann::json emission_window(const ir::Plan& plan, const sim::SimResult& r, in
     live = std::max(live, total - std::min(total, completed));
     span = std::max(span, frontier - std::min(frontier, oldest));
   }
-  return {{"ranks_per_generator", group},
+  return {{"ranks_per_generator", group == 0 ? nlohmann::json("lane") : nlohmann::json(group)},
           {"peak_live_ops", live},
           {"peak_span_ops", span},
           {"peak_live_share", double(live) / double(std::max<std::size_t>(n, 1))}};
@@ -250,7 +258,7 @@ int main(int argc, char** argv) {
     out["time_ms"] = r->makespan_s * 1e3;
     out["events"] = r->events;
     if (want("window"))
-      for (int group : {n, 8, 1}) out["window"].push_back(emission_window(*plan, *r, group));
+      for (int group : {n, 8, 1, 0}) out["window"].push_back(emission_window(*plan, *r, group));
   }
   std::cout << out.dump() << "\n";
   return out.value("valid", true) ? 0 : 1;
