@@ -423,10 +423,10 @@ void Engine::complete(OpId id) {
   if (overlap_ && o.kind == OpKind::Compute) stop_running(id);
   auto& rs = res_.ranks[std::size_t(o.rank)];
   rs.end_s = std::max(rs.end_s, now_);
-  const std::size_t S = PlanIndex::lane(o.rank, o.stream);
+  const std::size_t S = PlanIndex::lane(o);
   for (const OpId d : idx_->dependents(id)) {
     if (--deps_left_[std::size_t(d)] == 0) {
-      const std::size_t ds = PlanIndex::lane(plan_.op(d).rank, plan_.op(d).stream);
+      const std::size_t ds = PlanIndex::lane(plan_.op(d));
       // Only an op of the head group that is not issued yet was counted as waiting.
       if (outstanding_[ds] == 0 && head_[ds] < group_end_[ds] && d >= group_first_[ds] && d <= group_last_[ds])
         --waiting_[ds];
@@ -572,7 +572,7 @@ void Engine::critical_path() {
     };
     // The issue group of cur, then the op before the group on its stream. A lane's ops are in id order:
     // cur's place is found by bisection, its group by the ops that join the one before (a lean index).
-    const std::size_t lane = PlanIndex::lane(plan_.op(cur).rank, plan_.op(cur).stream);
+    const std::size_t lane = PlanIndex::lane(plan_.op(cur));
     const std::uint32_t lb = idx_->lane_begin(lane), le = idx_->lane_end(lane);
     const auto order = idx_->stream_order();
     auto gb = std::uint32_t(std::lower_bound(order.begin() + lb, order.begin() + le, cur) - order.begin());

@@ -305,7 +305,7 @@ TEST(PlanIndex, ALeanIndexHoldsTheSameLanesPartnersAndDependents) {
     EXPECT_TRUE(std::equal(lean.stream_order().begin(), lean.stream_order().end(), full.stream_order().begin(),
                            full.stream_order().end()));
     for (OpId id = 0; id < OpId(p.size()); ++id) {
-      EXPECT_EQ(PlanIndex::lane(p.op(id).rank, p.op(id).stream), full.lane_of(id));
+      EXPECT_EQ(PlanIndex::lane(p.op(id)), full.lane_of(id));
       EXPECT_EQ(lean.partner(id), full.partner(id));
       const auto a = lean.dependents(id), b = full.dependents(id);
       EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin(), b.end())) << algo << " op " << id;

@@ -93,14 +93,14 @@ void PlanIndex::build_lanes(const Plan& plan, Parts parts) {
   lane_begin_.assign(lanes + 1, 0);
   for (const Op& o : plan.ops()) {
     CHARM_ASSERT(o.rank >= 0 && o.rank < plan.ranks, "an op's rank lies inside the plan");
-    ++lane_begin_[lane(o.rank, o.stream) + 1];
+    ++lane_begin_[lane(o) + 1];
   }
   for (std::size_t l = 0; l < lanes; ++l) lane_begin_[l + 1] += lane_begin_[l];
   order_.assign(n, 0);
   auto fill = lane_begin_;
   if (parts == Parts::Lean) {
     lean_ = true;
-    for (OpId id = 0; id < OpId(n); ++id) order_[fill[lane(plan.op(id).rank, plan.op(id).stream)]++] = id;
+    for (OpId id = 0; id < OpId(n); ++id) order_[fill[lane(plan.op(id))]++] = id;
     return;
   }
   lane_of_.resize(n);
@@ -111,7 +111,7 @@ void PlanIndex::build_lanes(const Plan& plan, Parts parts) {
   std::vector<OpId> prev(lanes, kNone);
   for (OpId id = 0; id < OpId(n); ++id) {
     const Op& o = plan.op(id);
-    const std::size_t l = lane(o.rank, o.stream);
+    const std::size_t l = lane(o);
     lane_of_[std::size_t(id)] = std::uint32_t(l);
     const std::uint32_t k = fill[l]++;
     order_[k] = id;

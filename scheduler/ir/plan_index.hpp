@@ -56,7 +56,8 @@ class PlanIndex {
   }
 
   [[nodiscard]] static std::size_t lane(RankId r, Stream s) { return std::size_t(r) * kNumStreams + std::size_t(s); }
-  /// The lane of op id (not in a lean index: lane(op.rank, op.stream) is the same).
+  [[nodiscard]] static std::size_t lane(const Op& o) { return lane(o.rank, o.stream); }
+  /// The lane of op id (not in a lean index: lane(plan.op(id)) is the same).
   [[nodiscard]] std::size_t lane_of(OpId id) const {
     assert(!lean_ && "a lean index has no per-op lanes");
     return lane_of_[std::size_t(id)];
