@@ -180,7 +180,8 @@ void RankExecutor::work(Worker& w) {
 Status RankExecutor::run_comm(std::span<const OpId> ops, bool& stopped) {
   std::vector<RequestPtr> reqs;
   // Partial outputs travel in the workload's dtype (Workload::out_bytes): what a peer
-  // receives is the sender's fp32 accumulator rounded, O only (LSE is fp32). The staged
+  // receives is the sender's fp32 accumulator rounded, O only (LSE is fp32); so do the
+  // gradient partials the plan holds in the dtype (Buffer::activations_dtype). The staged
   // copies live until every transfer of the group completed.
   std::vector<std::vector<float>> staged;
   staged.reserve(ops.size());
@@ -200,6 +201,11 @@ Status RankExecutor::run_comm(std::span<const OpId> ops, bool& stopped) {
       const std::int64_t q = l.block.q_elems();
       for (std::int64_t k = 0; k < l.region.owners(); ++k)
         round_all(dtype, std::span<float>(copy).subspan(std::size_t(k * l.block_elems), std::size_t(q)));
+      payload = copy;
+    } else if (op.kind == OpKind::Send && dtype != ir::DType::FP32 && plan_.buffer(b).activations_dtype) {
+      // A gradient partial held in the dtype (RM+'s dK/dV going home): what the kernel would have written.
+      auto& copy = staged.emplace_back(payload.begin(), payload.end());
+      round_all(dtype, copy);
       payload = copy;
     }
     Expected<RequestPtr> r = op.kind == OpKind::Send

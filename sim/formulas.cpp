@@ -20,6 +20,7 @@ StepCosts uniform_step_costs(const Workload& w_in, int n, Phase phase, double bw
   c.t_q = msg(fwd ? w.q_bytes(n) : w.qbundle_bytes(n));
   c.t_out = msg(fwd ? w.out_bytes(n) : w.dq_bytes(n));
   c.t_dkv = fwd ? 0 : msg(w.dkv_bytes(n));
+  c.t_dkv_home = fwd ? 0 : msg(w.dkv_bytes(n, /*activations_dtype=*/true));
   c.t_comp = model.compute_seconds(w.block_flops(phase, 0, n > 1 ? 1 : 0, n), phase, w);
   return c;
 }
@@ -135,7 +136,7 @@ double rmplus_time(int n, Phase ph, const StepCosts& c) {
     for (const Return& r : pending) folded[r.kind] = cursor = std::max(cursor, r.end);
     pending.clear();
     if (!returns) return;
-    const double t = kind == 0 ? c.t_out : c.t_dkv;
+    const double t = kind == 0 ? c.t_out : c.t_dkv_home;
     out_free = std::max({out_free, end, folded[kind]}) + t;
     sent_home[kind] = out_free;
     pending.push_back({kind, out_free});

@@ -18,11 +18,12 @@ namespace charm::sim {
 
 /// Per-step costs on one uniform link: a message of each kind, a block's compute.
 struct StepCosts {
-  Seconds t_kv = 0;    // one KV shard
-  Seconds t_q = 0;     // one query shard (bwd: the bundle Q, dO, LSE, D)
-  Seconds t_out = 0;   // one returned partial (fwd: O + LSE; bwd: dQ in fp32)
-  Seconds t_dkv = 0;   // one dK/dV partial (fp32), bwd only
-  Seconds t_comp = 0;  // one unmasked block
+  Seconds t_kv = 0;        // one KV shard
+  Seconds t_q = 0;         // one query shard (bwd: the bundle Q, dO, LSE, D)
+  Seconds t_out = 0;       // one returned partial (fwd: O + LSE; bwd: dQ in fp32)
+  Seconds t_dkv = 0;       // one dK/dV partial (fp32, a running sum: ring, merge), bwd only
+  Seconds t_dkv_home = 0;  // one dK/dV partial sent home once (RM+: in the workload's dtype), bwd only
+  Seconds t_comp = 0;      // one unmasked block
 };
 
 /// Costs of one pass on a uniform topology: bytes / bandwidth + latency per message.

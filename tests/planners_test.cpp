@@ -8,6 +8,7 @@
 #include <map>
 #include <tuple>
 
+#include "scheduler/ir/plan_io.hpp"
 #include "scheduler/planners/planners.hpp"
 #include "scheduler/validate/validator.hpp"
 
@@ -231,6 +232,38 @@ TEST(Planners, CharmKeepsKvInsideDomains) {
       // Each rank sends its queries to d-1 domains and returns d-1 results.
       EXPECT_EQ(crossing, 16 * (d - 1) * 2);
     }
+}
+
+TEST(Planners, RmPlusSendsDkvPartialsHomeInTheActivationsDtype) {
+  // RM+ (and CHARM+ inside a domain) sends a dK/dV partial home once, as the backward kernel writes it; the
+  // ring forwards fp32 running sums. Accumulators and results stay fp32, and plan files keep the width.
+  for (const char* algo : {"rm+", "charm", "ring"}) {
+    sched::PlanRequest req;
+    req.algo = algo;
+    req.ranks = 8;
+    req.domains = std::string(algo) == "charm" ? 2 : 1;
+    req.workload.seq = 1024;
+    req.workload.pass = ir::PassKind::Bwd;
+    const auto plan = sched::make_plan(req);
+    ASSERT_TRUE(plan.ok()) << plan.error().message();
+    const bool narrow = std::string(algo) != "ring";
+    const ir::Workload& w = plan->workload;
+    int sends = 0;
+    for (const auto& op : plan->ops()) {
+      if (op.kind != ir::OpKind::Send || plan->buffer(op.buf[0]).kind != ir::BufKind::Dkv) continue;
+      ++sends;
+      EXPECT_EQ(plan->buffer(op.buf[0]).activations_dtype, narrow) << algo;
+      EXPECT_EQ(op.bytes, w.dkv_bytes(8, narrow)) << algo;
+    }
+    EXPECT_GT(sends, 0) << algo;
+    EXPECT_EQ(w.dkv_bytes(8, true) * 2, w.dkv_bytes(8));  // bf16 against fp32
+    for (const auto& r : plan->results()) EXPECT_FALSE(plan->buffer(r.dkv).activations_dtype) << algo;
+    const auto back = ir::plan_from_json(ir::plan_to_json(*plan), "round trip");
+    ASSERT_TRUE(back.ok()) << back.error().message();
+    for (ir::BufferId b = 0; b < ir::BufferId(plan->buffers().size()); ++b)
+      EXPECT_EQ(back->buffer(b).activations_dtype, plan->buffer(b).activations_dtype) << algo << " buffer " << b;
+    EXPECT_TRUE(sched::validate(*plan).ok()) << algo;
+  }
 }
 
 TEST(Planners, Rm8RanksFollowsCommList) {

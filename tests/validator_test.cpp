@@ -253,17 +253,45 @@ TEST(Validator, AChainMayHoldSmallerBuffersOfItsStorage) {
 }
 
 TEST(Validator, RejectsABufferLargerThanItsStorage) {
-  // Cut the chain before the dQ partial: it heads a chain of its own, too small
-  // for the dK/dV partial that takes it over next.
+  // A dK/dV partial that takes over a dQ partial's storage: held in fp32 instead of the activations' dtype, it
+  // needs twice the storage of the chain it joins.
   auto j = plan_to_json(charm_backward_8x2());
   const Plan whole = charm_backward_8x2();
   const BufferId big = reuser_of(whole, BufKind::Dkv, BufKind::Dq);
   ASSERT_NE(big, kNone);
-  j["buffers"][std::size_t(whole.buffer(big).reuse)].erase("reuse");
+  ASSERT_TRUE(whole.buffer(big).activations_dtype);
+  auto& jb = j["buffers"][std::size_t(big)];
+  jb.erase("activations_dtype");
+  jb["bytes"] = 2 * whole.buffer(big).bytes;
   auto p = plan_from_json(j, "edited");
   ASSERT_TRUE(p.ok()) << p.error().message();
   EXPECT_EQ(first_rule(*p), "structure");
   EXPECT_NE(sched::validate(*p).summary(*p).find("in a storage smaller"), std::string::npos)
+      << sched::validate(*p).summary(*p);
+}
+
+TEST(Validator, HoldsOnlyGradientsInTheActivationsDtype) {
+  // Gradient buffers are fp32 unless marked; a mark on any other kind, or bytes that ignore it, is refused.
+  const Plan whole = charm_backward_8x2();
+  BufferId q = kNone, partial = kNone;
+  for (BufferId b = 0; b < BufferId(whole.buffers().size()); ++b) {
+    if (q == kNone && whole.buffer(b).kind == BufKind::QBundle) q = b;
+    if (partial == kNone && whole.buffer(b).activations_dtype) partial = b;
+  }
+  ASSERT_NE(q, kNone);
+  ASSERT_NE(partial, kNone);
+  auto marked = plan_to_json(whole);
+  marked["buffers"][std::size_t(q)]["activations_dtype"] = true;
+  auto p = plan_from_json(marked, "edited");
+  ASSERT_TRUE(p.ok()) << p.error().message();
+  EXPECT_EQ(first_rule(*p), "structure");
+  EXPECT_NE(sched::validate(*p).summary(*p).find("held in the activations' dtype"), std::string::npos)
+      << sched::validate(*p).summary(*p);
+  auto unmarked = plan_to_json(whole);
+  unmarked["buffers"][std::size_t(partial)].erase("activations_dtype");
+  p = plan_from_json(unmarked, "edited");
+  ASSERT_TRUE(p.ok()) << p.error().message();
+  EXPECT_NE(sched::validate(*p).summary(*p).find("but its region needs"), std::string::npos)
       << sched::validate(*p).summary(*p);
 }
 

@@ -60,7 +60,12 @@ Status check_rules(const Plan& plan, BufferId id) {
     return Error{"", fmt::format("an input must be the whole shard of its rank {} (its own input tensor), not "
                                  "another rank's, a region or a view",
                                  b.rank)};
-  if (const Bytes want = region_bytes(w, plan.ranks, plan.parts, b.kind, plan.region(id)); b.bytes != want)
+  if (b.activations_dtype && b.kind != BufKind::Dq && b.kind != BufKind::Dkv)
+    return Error{"", fmt::format("is a {} buffer held in the activations' dtype (only gradients, dq and dkv, are "
+                                 "held in fp32 otherwise)",
+                                 to_string(b.kind))};
+  if (const Bytes want = region_bytes(w, plan.ranks, plan.parts, b.kind, plan.region(id), b.activations_dtype);
+      b.bytes != want)
     return Error{"", fmt::format("holds {} bytes but its region needs {}", b.bytes, want)};
   return {};
 }

@@ -112,6 +112,9 @@ struct Buffer {
   RankId rank = 0;
   BufKind kind = BufKind::Q;
   BufInit init = BufInit::None;
+  // Dq and Dkv: held in the workload's dtype, as the backward kernel writes them, not in fp32. A partial that
+  // goes home once, to be added to an fp32 accumulator there (RM+'s dK/dV partials); accumulators stay fp32.
+  bool activations_dtype = false;
   RankId owner = 0;  // whose data (query owner for Q/Out/Dq/QBundle, kv owner for Kv/Dkv); first owner of a region
   std::int32_t owners = 1;                 // owners [owner, owner + owners)
   std::int32_t head_begin = 0, heads = 0;  // kv heads [head_begin, head_begin + heads); heads 0 = all
@@ -233,7 +236,9 @@ class Plan {
 };
 
 /// Bytes of a buffer of `kind` over `r` (the wire size, in the workload's dtypes).
-[[nodiscard]] Bytes region_bytes(const Workload& w, int ranks, int parts, BufKind kind, const Region& r);
+/// `activations_dtype`: a Dq or Dkv buffer held in the workload's dtype (Buffer::activations_dtype), not fp32.
+[[nodiscard]] Bytes region_bytes(const Workload& w, int ranks, int parts, BufKind kind, const Region& r,
+                                 bool activations_dtype = false);
 /// A buffer's short name, e.g. "q3" or "q[0-7]h2" (region suffix where it is not a whole shard).
 [[nodiscard]] std::string buffer_label(const Plan& plan, BufferId b);
 

@@ -95,6 +95,13 @@ class Reader {
     if (!v.is_number_integer()) return Error{path_ + "." + key, "must be an integer"};
     return int_in(v, lo, hi, path_ + "." + key);
   }
+  Expected<bool> boolean(const char* key, bool dflt) const {
+    auto f = field(key, false);
+    if (!f) return f.error();
+    if (*f == nullptr) return dflt;
+    if (!(*f)->is_boolean()) return Error{path_ + "." + key, "must be true or false"};
+    return (*f)->get<bool>();
+  }
   Expected<double> number(const char* key, bool required = true) const {
     auto f = field(key, required);
     if (!f) return f.error();
@@ -229,6 +236,7 @@ json plan_to_json(const Plan& plan) {
             {"owner", b.owner},
             {"init", to_string(b.init)},
             {"bytes", b.bytes}};
+    if (b.activations_dtype) jb["activations_dtype"] = true;  // written where set: other plans keep their form
     // Region fields only where they differ from a whole shard: plain plans keep their old form.
     if (b.owners != 1) jb["owners"] = b.owners;
     if (b.heads != 0) {
@@ -271,8 +279,8 @@ Expected<std::int64_t> index_in(const json& v, std::int64_t n, const std::string
 Expected<Buffer> buffer_from_json(const json& jb, const std::string& w, std::size_t index, std::int64_t ranks,
                                   std::size_t earlier) {
   Reader r(jb, fmt::format("{}.buffers[{}]", w, index));
-  if (auto s = r.known_fields({"rank", "kind", "owner", "init", "bytes", "owners", "head_begin", "heads", "part_begin",
-                               "parts", "parent", "reuse"});
+  if (auto s = r.known_fields({"rank", "kind", "owner", "init", "bytes", "activations_dtype", "owners", "head_begin",
+                               "heads", "part_begin", "parts", "parent", "reuse"});
       !s)
     return s.error();
   Buffer b;
@@ -283,6 +291,7 @@ Expected<Buffer> buffer_from_json(const json& jb, const std::string& w, std::siz
   b.owner = static_cast<RankId>(v);
   CHARM_TRY_ASSIGN(b.kind, r.enumeration<BufKind>("kind", parse_buf_kind));
   CHARM_TRY_ASSIGN(b.init, r.enumeration<BufInit>("init", parse_buf_init));
+  CHARM_TRY_ASSIGN(b.activations_dtype, r.boolean("activations_dtype", false));
   CHARM_TRY_ASSIGN(v, r.integer("bytes", 0, std::int64_t{1} << 50));
   b.bytes = static_cast<Bytes>(v);
   // Region fields: ranges are checked against the plan by the validator (rule structure).

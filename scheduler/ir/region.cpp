@@ -17,7 +17,7 @@ Region shard_region(std::int32_t owner, const Workload& w, int parts) {
   return {owner, owner + 1, 0, static_cast<std::int32_t>(w.kv_heads), 0, parts};
 }
 
-Bytes region_bytes(const Workload& w, int ranks, int parts, BufKind kind, const Region& r) {
+Bytes region_bytes(const Workload& w, int ranks, int parts, BufKind kind, const Region& r, bool activations_dtype) {
   const Bytes t = Bytes(w.seq / ranks) / Bytes(parts) * Bytes(r.parts());
   const Bytes hkv = Bytes(r.heads()), h = Bytes(w.heads / w.kv_heads) * hkv;
   const Bytes b = Bytes(w.batch), d = Bytes(w.head_dim), es = dtype_size(w.dtype);
@@ -38,10 +38,10 @@ Bytes region_bytes(const Workload& w, int ranks, int parts, BufKind kind, const 
     one = 2 * q + 2 * rows;
     break;
   case BufKind::Dq:
-    one = b * t * h * d * 4;
+    one = b * t * h * d * (activations_dtype ? es : 4);
     break;
   case BufKind::Dkv:
-    one = 2 * b * t * hkv * d * 4;
+    one = 2 * b * t * hkv * d * (activations_dtype ? es : 4);
     break;
   }
   return one * Bytes(r.owners());

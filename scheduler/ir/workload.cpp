@@ -291,8 +291,8 @@ Bytes Workload::qbundle_bytes(int ranks) const {
 Bytes Workload::dq_bytes(int ranks) const {
   return region_bytes(*this, ranks, 1, BufKind::Dq, shard_region(0, *this, 1));
 }
-Bytes Workload::dkv_bytes(int ranks) const {
-  return region_bytes(*this, ranks, 1, BufKind::Dkv, shard_region(0, *this, 1));
+Bytes Workload::dkv_bytes(int ranks, bool activations_dtype) const {
+  return region_bytes(*this, ranks, 1, BufKind::Dkv, shard_region(0, *this, 1), activations_dtype);
 }
 
 bool Workload::operator==(const Workload& o) const {

@@ -102,14 +102,17 @@ struct Workload {
 
   // Bytes of the bundles that travel (per shard). Elements of Q, K, V, dO and
   // the partial O are in `dtype`; LSE and D are fp32; gradient partials (dQ, dK,
-  // dV) are fp32, as in ring-flash-attention, because they are accumulated.
+  // dV) are fp32, as in ring-flash-attention, because they are accumulated, except
+  // RM+'s dK/dV partials, which go home once in `dtype` as the backward kernel writes them.
   [[nodiscard]] Bytes q_bytes(int ranks) const;        // Q
   [[nodiscard]] Bytes kv_bytes(int ranks) const;       // K and V
   [[nodiscard]] Bytes out_bytes(int ranks) const;      // partial O + LSE
   [[nodiscard]] Bytes do_bytes(int ranks) const;       // dO
   [[nodiscard]] Bytes qbundle_bytes(int ranks) const;  // backward bundle: Q, dO, LSE, D
   [[nodiscard]] Bytes dq_bytes(int ranks) const;       // dQ partial (fp32)
-  [[nodiscard]] Bytes dkv_bytes(int ranks) const;      // dK and dV partial (fp32)
+  /// dK and dV partial: fp32, or in `dtype` where it is held as the backward kernel writes it
+  /// (Buffer::activations_dtype: RM+'s partials that go home once).
+  [[nodiscard]] Bytes dkv_bytes(int ranks, bool activations_dtype = false) const;
 
   /// FLOPs of one block pair under its mask, as FlashAttention counts them:
   /// forward 4*B*Hq*D per visible pair (QK^T and PV), backward 2.5x forward.

@@ -66,9 +66,10 @@ struct RmSchedule {
   // Backward: dQ and dK/dV partials that come home share one slot (they arrive
   // one after the other on the out stream). Its storage is that of the first
   // arrival, so the KV item of round 0 is computed before any query item (kv_lag
-  // <= 0) and its dK/dV partial comes home first. (A rank that a mask leaves
-  // without one has a dQ arrival first; its first dK/dV arrival then starts a
-  // second chain, and its peak stays below that of the ranks that have one.)
+  // <= 0) and its dK/dV partial comes home first. (A dK/dV partial travels in the
+  // dtype, as the backward kernel writes it: as large as an fp32 dQ partial without
+  // GQA; with GQA a dQ arrival is larger and starts a chain of its own. A rank that a
+  // mask leaves without a dK/dV partial has a dQ arrival first.)
   bool shared_arrivals = false;
   // The KV item of round r is computed just before query item r * sets + kv_lag
   // (query items count over rounds 1, 2, ...; 0: after the round's own query
@@ -339,7 +340,8 @@ class RmPlus {
   /// Sends `src` to g_[to] into a buffer drawn from `ring` there.
   BufferId ship(Stream stream, BufferRing& ring, BufferId src, int to, int gsrc, int gdst) {
     const RankId dst = at(to).rank;
-    const BufferId into = b_.buffer(ring, dst, b_.buf(src).kind, b_.region(src), BufInit::None);
+    const Buffer s = b_.buf(src);
+    const BufferId into = b_.buffer(ring, dst, s.kind, b_.region(src), BufInit::None, s.activations_dtype);
     return b_.transfer(stream, src, dst, gsrc, gdst, {}, {}, into).dst;
   }
 
@@ -420,7 +422,8 @@ class RmPlus {
       auto& X = at(x);
       BufferId part = kNone;
       if (!fwd()) {
-        part = b_.buffer(slots_.dkv_partial, X.rank, BufKind::Dkv, b_.region(kv), BufInit::Zero);
+        part = b_.buffer(slots_.dkv_partial, X.rank, BufKind::Dkv, b_.region(kv), BufInit::Zero,
+                         /*activations_dtype=*/true);
         kv_part_[std::size_t(x)][std::size_t(u.round)] = part;
         set_consumer(part, kv_return_[std::size_t(u.round)]);
       }

@@ -125,19 +125,26 @@ BufferId PlanBuilder::buffer(RankId rank, BufKind kind, RankId owner, BufInit in
   return buffer(rank, kind, shard_region(owner, plan_.workload, plan_.parts), init);
 }
 
-Bytes PlanBuilder::bytes_of(BufKind kind, const Region& r) const {
+Bytes PlanBuilder::bytes_of(BufKind kind, const Region& r, bool activations_dtype) const {
   const auto& w = plan_.workload;
   const bool shard = r.owners() == 1 && r.head_begin == 0 && r.head_end == w.kv_heads && r.part_begin == 0 &&
                      r.part_end == plan_.parts;
-  return shard ? shard_bytes_(kind, plan_.parts) : region_bytes(w, plan_.ranks, plan_.parts, kind, r);
+  return shard && !activations_dtype ? shard_bytes_(kind, plan_.parts)
+                                     : region_bytes(w, plan_.ranks, plan_.parts, kind, r, activations_dtype);
 }
 
-BufferId PlanBuilder::buffer(RankId rank, BufKind kind, const Region& r, BufInit init, BufferId reuse) {
+BufferId PlanBuilder::buffer(RankId rank, BufKind kind, const Region& r, BufInit init, BufferId reuse,
+                             bool activations_dtype) {
   const auto& w = plan_.workload;
   CHARM_ASSERT(!r.empty() && r.owner_begin >= 0 && r.owner_end <= plan_.ranks && r.head_begin >= 0 &&
                    r.head_end <= w.kv_heads && r.part_begin >= 0 && r.part_end <= plan_.parts,
                "a buffer region must lie inside the workload");
-  Buffer b{.rank = rank, .kind = kind, .init = init, .owner = r.owner_begin, .bytes = bytes_of(kind, r)};
+  Buffer b{.rank = rank,
+           .kind = kind,
+           .init = init,
+           .activations_dtype = activations_dtype,
+           .owner = r.owner_begin,
+           .bytes = bytes_of(kind, r, activations_dtype)};
   b.owners = r.owners();
   if (r.head_begin != 0 || r.head_end != w.kv_heads) {
     b.head_begin = r.head_begin;
@@ -161,11 +168,12 @@ BufferId PlanBuilder::buffer(RankId rank, BufKind kind, const Region& r, BufInit
   return plan_.add_buffer(b);
 }
 
-BufferId PlanBuilder::buffer(BufferRing& ring, RankId rank, BufKind kind, const Region& r, BufInit init) {
-  if (phantom(rank)) return buffer(rank, kind, r, init);
+BufferId PlanBuilder::buffer(BufferRing& ring, RankId rank, BufKind kind, const Region& r, BufInit init,
+                             bool activations_dtype) {
+  if (phantom(rank)) return buffer(rank, kind, r, init, kNone, activations_dtype);
   BufferId old = ring.recyclable(rank);
-  if (old != kNone && access_[std::size_t(old)].storage_bytes < bytes_of(kind, r)) old = kNone;
-  const BufferId b = buffer(rank, kind, r, init, old);
+  if (old != kNone && access_[std::size_t(old)].storage_bytes < bytes_of(kind, r, activations_dtype)) old = kNone;
+  const BufferId b = buffer(rank, kind, r, init, old, activations_dtype);
   ring.push(rank, b);
   return b;
 }
@@ -387,7 +395,8 @@ PlanBuilder::Transfer PlanBuilder::transfer(Stream stream, BufferId src, RankId 
     return phantom_transfer(stream, src, dst_rank, src_group, dst_group, extra_src, extra_dst, into);
   const Buffer sb = plan_.buffer(src);
   CHARM_ASSERT(sb.rank != dst_rank, "a transfer needs two ranks");
-  const BufferId dst = into != kNone ? into : buffer(dst_rank, sb.kind, plan_.region(src), BufInit::None);
+  const BufferId dst =
+      into != kNone ? into : buffer(dst_rank, sb.kind, plan_.region(src), BufInit::None, kNone, sb.activations_dtype);
   int& tag = next_tag(stream, sb.rank, dst_rank);
   Op s;
   s.rank = sb.rank;
@@ -415,7 +424,8 @@ PlanBuilder::Transfer PlanBuilder::phantom_transfer(Stream stream, BufferId src,
                                                     std::span<const OpId> extra_dst, BufferId into) {
   const Buffer sb = buf(src);
   CHARM_ASSERT(sb.rank != dst_rank, "a transfer needs two ranks");
-  const BufferId dst = into != kNone ? into : buffer(dst_rank, sb.kind, plan_.region(sb), BufInit::None);
+  const BufferId dst =
+      into != kNone ? into : buffer(dst_rank, sb.kind, plan_.region(sb), BufInit::None, kNone, sb.activations_dtype);
   if (src < 0 && phantom(dst_rank)) return {kNone, kNone, dst};  // between phantoms: no tag of the quotient counts it
   Op op;  // the side of the representative, as transfer() makes it
   op.stream = stream;

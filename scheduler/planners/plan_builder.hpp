@@ -151,7 +151,9 @@ class PlanBuilder {
   /// A buffer over a region (region.hpp); the plan's parts must be set first (set_parts).
   /// With `reuse`, it takes over that dead buffer's storage: its first access waits for
   /// every access of `reuse`, which may not be touched again (bounded in-flight buffers).
-  BufferId buffer(RankId rank, ir::BufKind kind, const ir::Region& r, ir::BufInit init, BufferId reuse = ir::kNone);
+  /// `activations_dtype`: a gradient partial held in the workload's dtype (ir::Buffer::activations_dtype).
+  BufferId buffer(RankId rank, ir::BufKind kind, const ir::Region& r, ir::BufInit init, BufferId reuse = ir::kNone,
+                  bool activations_dtype = false);
   /// A view of owners [owner, owner + owners) of `parent` (same heads and parts): a receive
   /// into it lands in the parent's storage. Accesses count as accesses of the parent.
   /// A view of a phantom is a phantom.
@@ -159,7 +161,8 @@ class PlanBuilder {
   /// A new buffer of `rank` drawn from `ring`: it reuses the storage of the buffer drawn
   /// ring.depth() draws before (when that storage is no smaller), else it is fresh. A
   /// phantom rank draws phantoms, which the ring does not keep (no reuse).
-  BufferId buffer(BufferRing& ring, RankId rank, ir::BufKind kind, const ir::Region& r, ir::BufInit init);
+  BufferId buffer(BufferRing& ring, RankId rank, ir::BufKind kind, const ir::Region& r, ir::BufInit init,
+                  bool activations_dtype = false);
   BufferId buffer(BufferRing& ring, RankId rank, ir::BufKind kind, RankId owner, ir::BufInit init);
   /// Token parts per shard that regions count in (TASP); before any buffer with parts.
   void set_parts(int parts) { plan_.parts = parts; }
@@ -262,7 +265,7 @@ class PlanBuilder {
                                               std::span<const OpId> extra_dst, BufferId into);
 
   /// region_bytes, with whole shards of one owner (most buffers) looked up per kind.
-  [[nodiscard]] ir::Bytes bytes_of(ir::BufKind kind, const ir::Region& r) const;
+  [[nodiscard]] ir::Bytes bytes_of(ir::BufKind kind, const ir::Region& r, bool activations_dtype = false) const;
 
   ir::Plan plan_;
   ShardBytes shard_bytes_;
