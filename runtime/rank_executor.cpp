@@ -195,17 +195,17 @@ Status RankExecutor::run_comm(std::span<const OpId> ops, bool& stopped) {
     auto data = store_.get(b);
     if (!data) return Error{where(id), data.error().message()};
     std::span<float> payload = *data;
-    if (op.kind == OpKind::Send && dtype != ir::DType::FP32 && plan_.buffer(b).kind == BufKind::Out) {
-      const RegionLayout& l = store_.layout(b);
+    const ir::Buffer& sb = plan_.buffer(b);
+    if (op.kind == OpKind::Send && dtype != ir::DType::FP32 && (sb.kind == BufKind::Out || sb.activations_dtype)) {
       auto& copy = staged.emplace_back(payload.begin(), payload.end());
-      const std::int64_t q = l.block.q_elems();
-      for (std::int64_t k = 0; k < l.region.owners(); ++k)
-        round_all(dtype, std::span<float>(copy).subspan(std::size_t(k * l.block_elems), std::size_t(q)));
-      payload = copy;
-    } else if (op.kind == OpKind::Send && dtype != ir::DType::FP32 && plan_.buffer(b).activations_dtype) {
-      // A gradient partial held in the dtype (RM+'s dK/dV going home): what the kernel would have written.
-      auto& copy = staged.emplace_back(payload.begin(), payload.end());
-      round_all(dtype, copy);
+      if (sb.activations_dtype) {
+        round_all(dtype, copy);  // a gradient partial, all of it as the kernel wrote it
+      } else {
+        const RegionLayout& l = store_.layout(b);  // O of every owner's block; LSE stays fp32
+        const std::int64_t q = l.block.q_elems();
+        for (std::int64_t k = 0; k < l.region.owners(); ++k)
+          round_all(dtype, std::span<float>(copy).subspan(std::size_t(k * l.block_elems), std::size_t(q)));
+      }
       payload = copy;
     }
     Expected<RequestPtr> r = op.kind == OpKind::Send

@@ -61,8 +61,8 @@ Status check_rules(const Plan& plan, BufferId id) {
                                  "another rank's, a region or a view",
                                  b.rank)};
   if (b.activations_dtype && b.kind != BufKind::Dq && b.kind != BufKind::Dkv)
-    return Error{"", fmt::format("is a {} buffer held in the activations' dtype (only gradients, dq and dkv, are "
-                                 "held in fp32 otherwise)",
+    return Error{"", fmt::format("is a {} buffer held in the activations' dtype: only gradient buffers (dq, dkv), "
+                                 "fp32 by default, can be",
                                  to_string(b.kind))};
   if (const Bytes want = region_bytes(w, plan.ranks, plan.parts, b.kind, plan.region(id), b.activations_dtype);
       b.bytes != want)

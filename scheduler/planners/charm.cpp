@@ -422,6 +422,10 @@ class RmPlus {
       auto& X = at(x);
       BufferId part = kNone;
       if (!fwd()) {
+        // In the activations' dtype: it goes home once, to be added to an fp32 accumulator there, as
+        // FlashAttention's backward writes dK and dV (in the dtype of K and V); the CHARM+ paper's memory
+        // analysis (Appendix B) drops ring-attention's fp32 buffers for sending gradients. With it the H100
+        // preset meets Table 5's CHARM+ backward within 2.5% (docs/validation.md); the ring forwards fp32 sums.
         part = b_.buffer(slots_.dkv_partial, X.rank, BufKind::Dkv, b_.region(kv), BufInit::Zero,
                          /*activations_dtype=*/true);
         kv_part_[std::size_t(x)][std::size_t(u.round)] = part;
