@@ -55,6 +55,11 @@ const std::vector<Rule>& registry() {
        [](double) {
          return Bounds{1e-3, 1.0, Scale::Log, "efficiency: (0, 1]", true};
        }},
+      // A kernel library's table times a scale: what a user's cluster attains beside the published benchmark.
+      {[](const std::string& p) { return has_component(p, "kernel_scale"); },
+       [](double) {
+         return Bounds{0.05, 20, Scale::Log, "kernel scale: [0.05, 20] x the table's attainment", true};
+       }},
       {[](const std::string& p) { return ends_with(last_key(p), "latency_us"); },
        [](double) {
          return Bounds{0, 1000, Scale::Linear, "latency: [0, 1000] us", true};
@@ -109,10 +114,11 @@ const std::vector<std::string>& default_fit_parameters() {
   // per-step, per-message and merge costs and how much overlap costs each side.
   // calibrate drops those no row moves and reports the ones the rows cannot
   // tell apart (J^T J singular) rather than trusting their values.
-  static const std::vector<std::string> params{"inter.bandwidth_gbps",   "intra.injection_gbps", "numa.bandwidth_gbps",
-                                               "gpu.efficiency.fwd",     "gpu.efficiency.bwd",   "stack.step_us",
-                                               "stack.update_passes",    "stack.merge_traffic",  "stack.message_us",
-                                               "stack.compute_slowdown", "stack.comm_slowdown"};
+  static const std::vector<std::string> params{"inter.bandwidth_gbps", "intra.injection_gbps", "numa.bandwidth_gbps",
+                                               "gpu.efficiency.fwd",   "gpu.efficiency.bwd",   "gpu.kernel_scale.fwd",
+                                               "gpu.kernel_scale.bwd", "stack.step_us",        "stack.update_passes",
+                                               "stack.merge_traffic",  "stack.message_us",     "stack.compute_slowdown",
+                                               "stack.comm_slowdown"};
   return params;
 }
 

@@ -5,6 +5,72 @@
 
 namespace charm::sim {
 
+namespace {
+
+/// Linear interpolation of y over x between the two points of `xs` around x (sorted); the end points hold outside.
+template <class Get>
+double interpolate(const std::vector<double>& xs, double x, Get y, bool& outside) {
+  if (x <= xs.front() || xs.size() == 1) {
+    outside |= x < xs.front() * (1 - 1e-9);
+    return y(0);
+  }
+  if (x >= xs.back()) {
+    outside |= x > xs.back() * (1 + 1e-9);
+    return y(xs.size() - 1);
+  }
+  std::size_t i = 1;
+  while (xs[i] < x) ++i;
+  const double f = (x - xs[i - 1]) / (xs[i] - xs[i - 1]);
+  return y(i - 1) * (1 - f) + y(i) * f;
+}
+
+/// The attainment each table row implies: the tile model's time at attainment 1 over the row's measured time.
+std::shared_ptr<const KernelAttainment> attainment_of(const topo::KernelTable& table, const ComputeModel& m) {
+  auto a = std::make_shared<KernelAttainment>();
+  for (const auto& r : table.rows) {
+    const BlockShape b{r.q_tokens, r.kv_tokens, r.causal};
+    const ir::Phase phase = r.fwd ? ir::Phase::Fwd : ir::Phase::Bwd;
+    const double eff = m.busy_seconds(b, phase, r.head_dim, r.batch_heads, 1.0) / r.seconds;
+    a->add(r.fwd, r.causal, {double(r.head_dim), std::sqrt(r.q_tokens * r.kv_tokens), eff});
+  }
+  return a;
+}
+
+}  // namespace
+
+bool KernelAttainment::empty() const {
+  for (const auto& p : points_)
+    if (!p.empty()) return false;
+  return true;
+}
+
+double KernelAttainment::at(bool fwd, bool causal, double head_dim, double tokens, bool* outside) const {
+  // A mask the table has no rows for borrows the other mask's (the FA2 A100 chart has both; every table does).
+  const std::vector<Point>* pts = &points_[index(fwd, causal)];
+  if (pts->empty()) pts = &points_[index(fwd, !causal)];
+  if (pts->empty()) pts = &points_[index(!fwd, causal)];
+  bool out = false;
+  std::vector<double> dims;
+  for (const auto& p : *pts)
+    if (std::find(dims.begin(), dims.end(), std::log2(p.head_dim)) == dims.end()) dims.push_back(std::log2(p.head_dim));
+  std::sort(dims.begin(), dims.end());
+  const double e = interpolate(
+      dims, std::log2(head_dim),
+      [&](std::size_t i) {
+        std::vector<std::pair<double, double>> curve;  // (log2 tokens, efficiency) at this head dim
+        for (const auto& p : *pts)
+          if (std::log2(p.head_dim) == dims[i]) curve.emplace_back(std::log2(p.tokens), p.efficiency);
+        std::sort(curve.begin(), curve.end());
+        std::vector<double> xs;
+        for (const auto& c : curve) xs.push_back(c.first);
+        return interpolate(
+            xs, std::log2(std::max(tokens, 1.0)), [&](std::size_t k) { return curve[k].second; }, out);
+      },
+      out);
+  if (outside) *outside = out;
+  return e;
+}
+
 ComputeModel ComputeModel::from_gpu(const topo::GpuSpec& g, ir::DType dtype) {
   ComputeModel m;
   m.peak_flops = g.peak_flops(dtype);
@@ -16,6 +82,9 @@ ComputeModel ComputeModel::from_gpu(const topo::GpuSpec& g, ir::DType dtype) {
   m.sm_count = g.sm_count;
   m.tile_fwd = g.tile_fwd;
   m.tile_bwd = g.tile_bwd;
+  m.kernel_scale_fwd = g.kernel_scale_fwd;
+  m.kernel_scale_bwd = g.kernel_scale_bwd;
+  if (g.kernel) m.attainment = attainment_of(*g.kernel, m);
   return m;
 }
 
@@ -65,14 +134,21 @@ bool ComputeModel::shaped(ir::Phase phase) const {
 
 bool ComputeModel::prices_zigzag_halves_alike() const {
   const bool updates = hbm_bytes_per_s > 0 && (update_passes > 0 || bwd_update_passes > 0);
-  return !shaped(ir::Phase::Fwd) && !shaped(ir::Phase::Bwd) && !updates;
+  return !shaped(ir::Phase::Fwd) && !shaped(ir::Phase::Bwd) && !updates && !attainment;
 }
 
-Seconds ComputeModel::kernel_seconds(const BlockShape& block, ir::Phase phase, const ir::Workload& w) const {
+double ComputeModel::efficiency(const BlockShape& block, ir::Phase phase, double head_dim) const {
   const bool fwd = phase == ir::Phase::Fwd;
-  const double eff = fwd ? efficiency_fwd : efficiency_bwd;
-  const double per_pair = flops_per_pair(w, phase);
-  const double batch_heads = double(w.batch) * double(w.heads);
+  if (!attainment) return fwd ? efficiency_fwd : efficiency_bwd;
+  const double tokens = block.triangle ? block.q : std::sqrt(block.q * block.kv);
+  const double e = attainment->at(fwd, block.triangle, head_dim, tokens) * (fwd ? kernel_scale_fwd : kernel_scale_bwd);
+  return std::min(e, 1.0);
+}
+
+Seconds ComputeModel::busy_seconds(const BlockShape& block, ir::Phase phase, double head_dim, double batch_heads,
+                                   double eff) const {
+  const bool fwd = phase == ir::Phase::Fwd;
+  const double per_pair = 4.0 * head_dim * (fwd ? 1.0 : 2.5);
   const double flops = block.pairs() * per_pair * batch_heads;
   const topo::KernelTile tile = fwd ? tile_fwd : tile_bwd;
   if (!shaped(phase)) {
@@ -81,7 +157,7 @@ Seconds ComputeModel::kernel_seconds(const BlockShape& block, ir::Phase phase, c
       const double side = std::sqrt(block.pairs());
       e *= side / (side + half_tokens);
     }
-    return flops / (peak_flops * e) + launch_s;
+    return flops / (peak_flops * e);
   }
   // The forward kernel gives each thread block query tiles and loops over keys; the backward
   // one (FlashAttention-2) the other way round: its outer tiles are the keys.
@@ -99,7 +175,13 @@ Seconds ComputeModel::kernel_seconds(const BlockShape& block, ir::Phase phase, c
     steps = std::max(std::ceil(batch_heads * loops / sms - 1e-9), inner);
   }
   const double t_tile = per_pair * tile.q * tile.kv / (peak_flops / sms * eff);
-  return steps * t_tile + launch_s;
+  return steps * t_tile;
+}
+
+Seconds ComputeModel::kernel_seconds(const BlockShape& block, ir::Phase phase, const ir::Workload& w) const {
+  const double batch_heads = double(w.batch) * double(w.heads);
+  return busy_seconds(block, phase, double(w.head_dim), batch_heads, efficiency(block, phase, double(w.head_dim))) +
+         launch_s;
 }
 
 Seconds ComputeModel::compute_seconds(ir::Flops flops, ir::Phase phase, const ir::Workload& w,

@@ -25,6 +25,9 @@
 // A user calibrates it from measured kernel times through the topology's "gpu"
 // block (efficiency, sm_count, kernel tiles, launch_us, hbm_gbps) and "stack".
 
+#include <memory>
+#include <vector>
+
 #include "scheduler/ir/plan.hpp"
 #include "topologies/topology.hpp"
 
@@ -45,6 +48,25 @@ struct BlockShape {
   [[nodiscard]] double pairs() const;
 };
 
+/// What a kernel library's table says a tile wave attains, by pass, mask, head dim and block size:
+/// each table row turned into the attainment under which the tile model gives the row's measured time
+/// back, interpolated in log head dim and log tokens between rows, the nearest row held outside them.
+class KernelAttainment {
+ public:
+  struct Point {
+    double head_dim = 0, tokens = 0, efficiency = 0;
+  };
+  /// The attainment at a block of `tokens` (sqrt(q x kv)) and `head_dim`; `outside` is set when the
+  /// table does not bracket them (the nearest row holds).
+  [[nodiscard]] double at(bool fwd, bool causal, double head_dim, double tokens, bool* outside = nullptr) const;
+  void add(bool fwd, bool causal, Point p) { points_[index(fwd, causal)].push_back(p); }
+  [[nodiscard]] bool empty() const;
+
+ private:
+  static int index(bool fwd, bool causal) { return (fwd ? 0 : 2) + (causal ? 1 : 0); }
+  std::vector<Point> points_[4];
+};
+
 struct ComputeModel {
   double peak_flops = 1e14;
   double efficiency_fwd = 1.0, efficiency_bwd = 1.0;
@@ -57,6 +79,9 @@ struct ComputeModel {
   double update_passes = 0;      // the stack's fused passes over a block's fp32 results (12 bytes an element)
   double bwd_update_passes = 0;  // ... over the backward's dQ, dK and dV
   double merge_traffic = 1;      // merge bytes in fused passes
+  /// The kernel library's attainment (null: the flat efficiency_fwd / efficiency_bwd), times the scales.
+  std::shared_ptr<const KernelAttainment> attainment;
+  double kernel_scale_fwd = 1, kernel_scale_bwd = 1;
 
   [[nodiscard]] static ComputeModel from_gpu(const topo::GpuSpec& g, ir::DType dtype);
   /// The GPU's model with the topology's stack.
@@ -69,6 +94,11 @@ struct ComputeModel {
   /// The kernel alone (no per-step cost, no update): the tile model when the GPU's shape is
   /// known. What a single-GPU kernel benchmark times.
   [[nodiscard]] Seconds kernel_seconds(const BlockShape& block, ir::Phase phase, const ir::Workload& w) const;
+  /// The attained fraction of peak a tile wave of `block` runs at in `phase` (the table's, or the flat one).
+  [[nodiscard]] double efficiency(const BlockShape& block, ir::Phase phase, double head_dim) const;
+  /// The kernel's busy time at attainment `eff`, without the launch: tile waves over the SMs, or FLOPs alone.
+  [[nodiscard]] Seconds busy_seconds(const BlockShape& block, ir::Phase phase, double head_dim, double batch_heads,
+                                     double eff) const;
   /// Whether the kernel's shape (SMs and tiles) is known for `phase`: the tile model, else flops alone.
   [[nodiscard]] bool shaped(ir::Phase phase) const;
   /// Whether the causal zigzag layout's two half blocks (all queries x the first half of the keys, the

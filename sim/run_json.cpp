@@ -7,6 +7,7 @@
 #include <string>
 
 #include "scheduler/ir/plan_io.hpp"
+#include "topologies/topology_json.hpp"
 
 namespace charm::sim {
 
@@ -74,6 +75,31 @@ std::string placement_text(int ranks, int gpus) {
   return fmt::format("ranks 0-{} on GPUs 0-{} of {}; GPUs {}-{} idle", ranks - 1, ranks - 1, gpus, ranks, gpus - 1);
 }
 
+namespace {
+
+/// What the workload's head dim asks of the kernel table outside its rows, if anything.
+topo::ModelSources with_coverage(const topo::Topology& t, const ir::Workload& w) {
+  topo::ModelSources m = t.sources;
+  if (!t.gpu.kernel || t.gpu.kernel->rows.empty()) return m;
+  int lo = t.gpu.kernel->rows.front().head_dim, hi = lo;
+  for (const auto& r : t.gpu.kernel->rows) {
+    lo = std::min(lo, r.head_dim);
+    hi = std::max(hi, r.head_dim);
+  }
+  if (w.head_dim < lo || w.head_dim > hi)
+    m.assumed.push_back(fmt::format("head dim {} is outside the {} table's {}-{}: its nearest rows hold", w.head_dim,
+                                    t.gpu.kernel->library, lo, hi));
+  return m;
+}
+
+}  // namespace
+
+std::string model_text(const topo::Topology& t, const ir::Workload& w) { return with_coverage(t, w).line(); }
+
+nlohmann::json model_json(const topo::Topology& t, const ir::Workload& w) {
+  return topo::model_sources_json(with_coverage(t, w));
+}
+
 std::string scope_text(ir::PassKind pass, int layers) {
   const std::string what = pass == ir::PassKind::Both ? "fwd+bwd" : std::string(to_string(pass));
   const std::string layer =
@@ -137,6 +163,7 @@ json simulate_json(const Evaluation& r, const topo::Topology& t, const Explanati
               {"text", placement_text(r.plan, t.num_gpus())}}},
             {"workload", workload_json(r.plan.workload)},
             {"scope", scope_text(r.plan.workload.pass)},
+            {"model", model_json(t, r.plan.workload)},
             {"time_ms", s.time_s * 1e3},
             {"exposed_comm_ms", s.exposed_comm_s * 1e3},
             {"exposed_comm_per_rank_ms", {{"mean", s.exposed_comm_mean_s * 1e3}, {"max", s.exposed_comm_max_s * 1e3}}},

@@ -42,6 +42,12 @@ namespace charm::sim {
 /// buffers are freed before the next: the peak is one layer's).
 [[nodiscard]] std::string scope_text(ir::PassKind pass, int layers = 1);
 
+/// Where the model's values for `t` come from, with what the workload asks of the kernel table that the
+/// table does not cover (a head dim or a block size outside its rows): the reports' `# model:` line.
+[[nodiscard]] std::string model_text(const topo::Topology& t, const ir::Workload& w);
+/// The same as JSON: {"kernel", "stack", "links", "assumed": [...]}.
+[[nodiscard]] nlohmann::json model_json(const topo::Topology& t, const ir::Workload& w);
+
 /// The whole `simulate --json` document of one run.
 [[nodiscard]] nlohmann::json simulate_json(const Evaluation& r, const topo::Topology& t, const Explanation& ex,
                                            const MemoryVerdict& mem, bool uniform, std::size_t path_limit);

@@ -17,3 +17,6 @@ charm_add_test(sim_quotient_test SOURCES sim_quotient_test.cpp LIBS charm::evalu
 charm_add_test(frameworks_test SOURCES frameworks_test.cpp LIBS charm::evaluate charm::scheduler LABELS unit TIMEOUT 120)
 # Deployments: CP groups of a CP x TP x DP layout at once, on the GPUs the layout gives them.
 charm_add_test(layout_test SOURCES layout_test.cpp LIBS charm::evaluate charm::scheduler LABELS unit TIMEOUT 120)
+# Kernel tables reproduce their sources, unknown GPUs are refused or assumed aloud, better hardware is never
+# slower (1,000+ random pairs, every algorithm), Ulysses replicates KV heads, an intra-node ring beats a cross-node one.
+charm_add_test(model_fidelity_test SOURCES model_fidelity_test.cpp LIBS charm::evaluate charm::scheduler nlohmann_json::nlohmann_json LABELS unit TIMEOUT 600)

@@ -206,6 +206,7 @@ json advice_json(const AdviseRequest& r, const sim::Advice& adv, const topo::Top
           {"workload", sim::workload_json(r.workload)},
           {"ranked_by", ranked_by(r.workload)},
           {"scope", sim::scope_text(r.workload.pass, r.layers)},
+          {"model", sim::model_json(t, r.workload)},
           {"layers", r.layers},
           {"tie_percent", r.tie_percent},
           {"reserved_gb", r.reserved_gb},
@@ -222,6 +223,7 @@ void print_advice(std::ostream& os, const AdviseRequest& r, const sim::Advice& a
                     t.name, adv.ranks, t.gpu.memory_gb > 0 ? fmt::format(" x {:g} GB", t.gpu.memory_gb) : "",
                     ranked_by(w));
   os << fmt::format("# scope: {}\n", sim::scope_text(w.pass, r.layers));
+  os << fmt::format("# model: {}\n", sim::model_text(t, w));
   os << fmt::format("# {} candidates, {} simulations in {:.2f} s; {} refused by their planner (listed at the end)\n",
                     adv.candidates.size(), adv.simulations, adv.wall_s, adv.refused.size());
   print_table(os, r, adv, top);

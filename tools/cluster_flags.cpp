@@ -2,6 +2,11 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <memory>
+
+#include "calibrate/kernel_times.hpp"
+
 namespace charm::cli {
 
 void ClusterFlags::add(CLI::App& app) {
@@ -36,7 +41,43 @@ void ClusterFlags::add(CLI::App& app) {
                  "GB per GPU the rest of the model already holds (weights, optimizer state, other activations), "
                  "added to the attention buffers for the fits verdict")
       ->capture_default_str();
+  app.add_option("--kernel", kernel,
+                 "attention kernel library over the topology's: fa2, fa3, cudnn (published single-GPU tables), or a "
+                 "CSV of your own kernel timings (charm bench-kernels writes one)");
+  app.add_option("--assume-gpu", assume_gpu,
+                 "a GPU model the tool has no tables for borrows this known part's (H100, A100, ...); reports say so");
   add_max_memory(app);
+}
+
+topo::GpuOverrides gpu_overrides(const std::string& kernel, const std::string& assume_gpu) {
+  topo::GpuOverrides over;
+  over.assume_gpu = assume_gpu;
+  const auto& names = topo::kernel_library_names();
+  if (kernel.empty() || std::find(names.begin(), names.end(), kernel) != names.end()) {
+    over.kernel = kernel;
+    return over;
+  }
+  // Not a library: a file of the user's own single-GPU timings.
+  const auto times = unwrap(calib::load_kernel_times(kernel));
+  for (const auto& w : times.warnings) std::cerr << "charm: warning: " << w << "\n";
+  if (times.rows.empty()) fail(Error{"--kernel", fmt::format("{}: no kernel timings in the file", kernel)});
+  auto table = std::make_shared<topo::KernelTable>();
+  table->library = "file " + kernel;
+  table->source = kernel;
+  for (const auto& k : times.rows) {
+    topo::KernelRow r;
+    r.fwd = k.workload.pass == ir::PassKind::Fwd;
+    r.causal = k.causal;
+    r.head_dim = static_cast<int>(k.workload.head_dim);
+    r.q_tokens = double(k.q_tokens);
+    r.kv_tokens = double(k.kv_tokens);
+    r.batch_heads = double(k.workload.batch) * double(k.workload.heads);
+    r.seconds = k.time_ms * 1e-3;
+    r.source = fmt::format("{}:{}", kernel, k.line);
+    table->rows.push_back(std::move(r));
+  }
+  over.kernel_table = std::move(table);
+  return over;
 }
 
 topo::Topology ClusterFlags::get() const {
@@ -53,7 +94,9 @@ topo::Topology ClusterFlags::get() const {
                                   "(edit a copy of the file to ask what if)"});
   if (!(reserved_gb >= 0) || !std::isfinite(reserved_gb) || reserved_gb > 1e4)
     fail(Error{"--reserved-gb", fmt::format("must be a number of GB in [0, 10000], got {}", reserved_gb)});
-  if (!uniform) return load_topology_file(topology);
+  if (!uniform) return load_topology_file(topology, gpu_overrides(kernel, assume_gpu));
+  if (!kernel.empty() || !assume_gpu.empty())
+    fail(Error{kernel.empty() ? "--assume-gpu" : "--kernel", "applies to a --topology; --uniform is an ideal GPU"});
   if (ranks < 1 || ranks > (1 << 16)) fail(Error{"--ranks", fmt::format("must be in [1, 65536], got {}", ranks)});
   // CLI11 reads "nan" and "inf" as doubles; neither is a bandwidth.
   if (!(bw_gbps > 0) || !std::isfinite(bw_gbps))

@@ -17,9 +17,13 @@
 
 namespace charm::cli {
 
+/// --kernel and --assume-gpu as the topology loader takes them: a library name as it is, a CSV file of kernel
+/// timings (charm bench-kernels' columns) read into a table.
+[[nodiscard]] topo::GpuOverrides gpu_overrides(const std::string& kernel, const std::string& assume_gpu);
+
 /// A topology file, loaded (its errors are the user's), with what the loader read past said on stderr.
-inline topo::Topology load_topology_file(const std::string& path) {
-  auto t = unwrap(topo::load_topology(path));
+inline topo::Topology load_topology_file(const std::string& path, const topo::GpuOverrides& over = {}) {
+  auto t = unwrap(topo::load_topology(path, over));
   for (const auto& w : t.warnings) std::cerr << "charm: warning: " << w << "\n";
   return t;
 }
@@ -33,6 +37,8 @@ struct ClusterFlags {
   double bw_gbps = 0, tflops = 0, latency_us = 0, hbm_gbps = 0;
 
   double reserved_gb = 0;  // memory the rest of the model holds on each GPU
+  std::string kernel;      // --kernel: a library or a CSV of kernel timings over the file's
+  std::string assume_gpu;  // --assume-gpu: the known part an unknown GPU model borrows from
 
   std::vector<CLI::Option*> uniform_only;  // flags that describe the --uniform cluster and nothing else
   CLI::Option* domains_opt = nullptr;

@@ -113,24 +113,36 @@ std::vector<calib::FixedParameter> nccl_fixed(const std::string& nccl, const jso
   return fixed;
 }
 
+struct CalibrateOpts {
+  std::string topology, measurements, kernels, nccl, fit, out;
+  bool json_out = false, no_loo = false;
+  int jobs = 0, restarts = 3;  // jobs omitted: every core
+  double speedup_weight = 1;
+};
+
+/// Every file the command reads, checked so that -o can never replace one of them.
+void check_calibrate_files(const CalibrateOpts& o) {
+  if (o.measurements.empty() && o.kernels.empty())
+    fail(Error{"--measurements", "give measured runs (--measurements), kernel timings (--kernels), or both"});
+  FlagPaths inputs{{"--topology", o.topology}};
+  if (!o.measurements.empty()) inputs.emplace_back("--measurements", o.measurements);
+  if (!o.kernels.empty()) inputs.emplace_back("--kernels", o.kernels);
+  for (const auto& item : split_list(o.nccl)) inputs.emplace_back("--nccl-tests", item.substr(item.find('=') + 1));
+  check_command_files({inputs, {{"--out", o.out}}, {}});
+}
+
 void register_calibrate(CLI::App& app) {
-  struct Opts {
-    std::string topology, measurements, kernels, nccl, fit, out;
-    bool json_out = false, no_loo = false;
-    int jobs = 0, restarts = 3;  // jobs omitted: every core
-    double speedup_weight = 1;
-  };
+  using Opts = CalibrateOpts;
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("calibrate",
                                  "fit topology parameters (bandwidths, efficiencies, overheads) to measured run times");
   sub->add_option("--topology,-t", o->topology, "base topology JSON file")->required();
   sub->add_option("--measurements,-m", o->measurements,
                   "measured runs, CSV, one file or several comma-separated (see README: "
-                  "algo,pass,batch,seq,...,time_ms[,ranks,domains,metric])")
-      ->required();
+                  "algo,pass,batch,seq,...,time_ms[,ranks,domains,metric]); optional with --kernels");
   sub->add_option("--kernels", o->kernels,
                   "single-GPU attention kernel times, CSV (pass,batch,heads,kv_heads,head_dim,dtype,q_tokens,kv_tokens,"
-                  "mask,time_ms; charm bench-kernels writes one), fitted with the runs");
+                  "mask,time_ms; charm bench-kernels writes one), fitted with the runs or, alone, the kernel layer");
   sub->add_option("--nccl-tests", o->nccl,
                   "CLASS=LOG,...: nccl-tests logs that fix a link class's bandwidth and latency (intra, numa, inter)");
   sub->add_option("--fit", o->fit,
@@ -147,11 +159,7 @@ void register_calibrate(CLI::App& app) {
       ->capture_default_str();
   add_max_memory(*sub);
   sub->callback([o, sub] {
-    // Every file read, so that -o can never replace one of them.
-    FlagPaths inputs{{"--topology", o->topology}, {"--measurements", o->measurements}};
-    if (!o->kernels.empty()) inputs.emplace_back("--kernels", o->kernels);
-    for (const auto& item : split_list(o->nccl)) inputs.emplace_back("--nccl-tests", item.substr(item.find('=') + 1));
-    check_command_files({inputs, {{"--out", o->out}}, {}});
+    check_calibrate_files(*o);
     const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     // Omitted: every core. Given, it is a count (no value stands for "every core").
     const int jobs = sub->count("--jobs") == 0 ? hw : o->jobs;
@@ -161,7 +169,9 @@ void register_calibrate(CLI::App& app) {
     // The topology is checked by its loader first (its errors name the JSON path), then kept as a document to edit.
     (void)load_topology_file(o->topology);
     const json base = json::parse(unwrap(calib::read_text_file(o->topology, "a topology file")));
-    const auto data = unwrap(calib::load_measurements(o->measurements));
+    // Kernel timings alone fit the kernel layer: no run to simulate.
+    const auto data =
+        o->measurements.empty() ? calib::MeasurementSet{} : unwrap(calib::load_measurements(o->measurements));
     for (const auto& w : data.warnings) std::cerr << "charm: warning: " << w << "\n";
     const std::vector<calib::FixedParameter> fixed = nccl_fixed(o->nccl, base, o->topology);
     calib::CalibrationOptions opt;

@@ -97,6 +97,7 @@ void print_simulation_head(std::ostream& os, const Run& r, const topo::Topology&
   os << fmt::format("# workload: B={} S={} H={}/{} D={} {} {}{}\n", w.batch, w.seq, w.heads, w.kv_heads, w.head_dim,
                     to_string(w.dtype), to_string(w.layout), w.causal ? " " + w.mask_text() : "");
   os << fmt::format("# scope: {}\n", sim::scope_text(w.pass));
+  os << fmt::format("# model: {}\n", sim::model_text(topo, w));
   if (r.plan.ranks < topo.num_gpus() || r.plan.groups > 1)
     os << fmt::format("# placement: {}\n", sim::placement_text(r.plan, topo.num_gpus()));
   if (r.plan.symmetry.active())
@@ -363,6 +364,32 @@ void print_route_groups(const topo::Topology& t) {
 /// JSON (1,024 took 23 s, 2.4 GB and printed 220 MB).
 constexpr double kMaxRoutes = 1024.0 * 1023.0, kMaxJsonRoutes = 256.0 * 255.0;
 
+/// `charm topo FILE`: what a person reads: the GPUs, the links grouped by what they are, and where the
+/// model's values come from (the JSON summary has every number).
+void print_topology_text(std::ostream& os, const topo::Topology& t) {
+  const topo::GpuSpec& g = t.gpu;
+  os << fmt::format("# charm topo: {}: {} GPUs, {} domains\n", t.name, t.num_gpus(), t.domains());
+  os << fmt::format("# gpu: {}, {:g} TFLOP/s bf16 dense, {:g} GB, HBM {:g} GB/s, {} SMs; kernel {}\n", g.model,
+                    g.tflops_bf16, g.memory_gb, g.hbm_gbps, g.sm_count,
+                    g.kernel ? g.kernel->library + " (" + g.family + " tables)"
+                             : fmt::format("efficiency {:.3g} fwd / {:.3g} bwd", g.efficiency_fwd, g.efficiency_bwd));
+  std::map<std::string, int> groups;  // one line per kind of link, with how many there are
+  for (const auto& l : t.links) {
+    std::string limits;
+    if (l.per_flow_gbps > 0) limits += fmt::format(", {:.4g} GB/s per flow", l.per_flow_gbps);
+    if (l.injection_gbps > 0) limits += fmt::format(", {:.4g} GB/s per GPU", l.injection_gbps);
+    ++groups[fmt::format("{} {:.4g} GB/s {} {:g} us{}", to_string(l.kind), l.bandwidth_gbps,
+                         l.sharing == topo::Sharing::Shared ? "shared" : "dedicated", l.latency_us, limits)];
+  }
+  for (const auto& [text, n] : groups) os << fmt::format("# links: {} x {}\n", n, text);
+  os << fmt::format("# stack: {}: step {:g} us, message {:g} us, update passes {:g}, overlap slowdown compute {:g} / "
+                    "comm {:g}\n",
+                    t.stack.preset, t.stack.step_us, t.stack.message_us, t.stack.update_passes,
+                    t.stack.compute_slowdown, t.stack.comm_slowdown);
+  os << fmt::format("# model: {}\n", t.sources.line());
+  os << "# every number: charm topo FILE --json; routes: --routes, --route SRC,DST\n";
+}
+
 void register_topo(CLI::App& app) {
   struct Opts {
     std::string file;
@@ -370,7 +397,8 @@ void register_topo(CLI::App& app) {
     std::vector<std::string> pairs;
   };
   auto o = std::make_shared<Opts>();
-  auto* sub = app.add_subcommand("topo", "load a topology, check it, and print its summary as JSON, or its routes");
+  auto* sub =
+      app.add_subcommand("topo", "load a topology, check it, and print its summary (JSON with --json), or its routes");
   sub->add_option("file", o->file, "topology JSON file")->required();
   sub->add_flag("--routes", o->routes, "list the routes of every GPU pair, grouped by transport (JSON with --json)");
   sub->add_option("--route", o->pairs, "show one pair's route hop by hop: SRC,DST as GPU indices or names (repeatable)")
@@ -392,7 +420,11 @@ void register_topo(CLI::App& app) {
       if (s == d) fail(Error{"--route", fmt::format("'{}': a route joins two different GPUs", p)});
       pairs.emplace_back(s, d);
     }
-    if (o->json_out || (!o->routes && pairs.empty())) {
+    if (!o->json_out && !o->routes && pairs.empty()) {
+      print_topology_text(std::cout, t);
+      return;
+    }
+    if (o->json_out) {
       auto j = topo::topology_summary(t);
       if (o->routes || !pairs.empty()) {
         json routes = json::array();

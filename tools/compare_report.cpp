@@ -134,6 +134,7 @@ json compare_json(const CompareRequest& r, const std::vector<CompareRow>& rows, 
             {"topology", {{"name", t.name}, {"gpus", r.ranks}, {"domains", r.domains}}},
             {"workload", sim::workload_json(r.workload)},
             {"scope", sim::scope_text(r.workload.pass)},
+            {"model", sim::model_json(t, r.workload)},
             {"results", res}};
   if (r.layout)
     j["layout"] = {{"cp", r.layout->cp},
@@ -182,6 +183,7 @@ void print_compare(std::ostream& os, const CompareRequest& r, const std::vector<
   os << fmt::format("# workload: B={} S={} H={}/{} D={} {} {}{}\n", w.batch, w.seq, w.heads, w.kv_heads, w.head_dim,
                     to_string(w.dtype), to_string(w.layout), w.causal ? " " + w.mask_text() : "");
   os << fmt::format("# scope: {}\n", sim::scope_text(w.pass));
+  os << fmt::format("# model: {}\n", sim::model_text(t, w));
   os << fmt::format("# {:>12} {:>5} {:>12} {:>12} {:>12} {:>12} {:>10}  {}\n", "algo", "pass", "time", "exposed",
                     "idle(mean)", "peak mem", "speedup", "bound by");
   os << fmt::format("# {:>12} {:>5} {:>12} {:>12} {:>12} {:>12} {:>10}\n", "", "", "(ms)", "(ms)", "(ms)", "(MiB)",

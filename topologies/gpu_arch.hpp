@@ -5,14 +5,19 @@
 //   sm_count           streaming multiprocessors (the datasheet)
 //   tile_fwd/tile_bwd  the attention kernel's tile (query tokens x key tokens
 //                      per thread block) for the forward and backward pass
-//   efficiency         attained fraction of dense peak on a full wave of tiles
+//   family             the architecture (ampere, hopper, ada, blackwell) whose published
+//                      kernel tables (kernel_table.hpp) apply to it
+//   kernel_note        how those tables carry over to this part (measured on the same die,
+//                      or taken as a fraction of peak from a sibling: an assumption)
 //
-// A block's time is then waves of tiles over the SMs (kernel_shape.hpp); a
-// GPU the table does not know keeps the shape-free model (sm_count 0).
+// A block's time is then waves of tiles over the SMs at the attainment the kernel
+// library's table gives (sim/compute_model.hpp); a GPU this table does not know has
+// no default: its file gives its attainment, or the commands refuse it.
 
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace charm::topo {
 
@@ -24,11 +29,14 @@ struct GpuArch {
   std::string_view match;  // a substring of the model name, upper case ("H100")
   int sm_count = 0;
   KernelTile tile_fwd, tile_bwd;
-  double efficiency_fwd = 0, efficiency_bwd = 0;
+  std::string_view family;
   std::string_view source;
+  std::string_view kernel_note;
 };
 
 /// The architecture of a model name ("NVIDIA H100 SXM"), or nothing when the table does not know it.
 [[nodiscard]] std::optional<GpuArch> gpu_arch(std::string_view model);
+/// The names --assume-gpu takes (the table's match strings).
+[[nodiscard]] std::vector<std::string> gpu_arch_names();
 
 }  // namespace charm::topo

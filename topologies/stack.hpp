@@ -26,7 +26,12 @@
 //                      (0: no limit below the link; a file's own intra fields win)
 //
 // Named presets (stack_preset) let a datasheet description inherit a realistic
-// stack; "none" is the ideal one, under which the paper's closed forms hold.
+// stack, each value with its public source beside it in stack.cpp: te-fused (the
+// default: TransformerEngine's context parallelism), pytorch-eager (ring-flash-
+// attention), fused (a C++ runtime such as this project's), paper-testbed (the fit to
+// the paper's cluster, for the paper's calibrated presets only) and none (the ideal
+// one, under which the paper's closed forms hold). A stack also names the attention
+// kernel library it runs (the default of a GPU's kernel tables).
 
 #include <string>
 #include <string_view>
@@ -48,6 +53,9 @@ struct StackSpec {
   double comm_slowdown = 0;
   double intra_flow_gbps = 0;
   double intra_injection_gbps = 0;
+  std::string kernel = "fa2";    // the kernel library the framework runs by default
+  std::string kernel_hopper;     // ... on Hopper, where it differs
+  std::string source = "ideal";  // where the preset's values come from (one phrase)
 
   /// Whether compute and communication slow each other (the simulator then tracks both per GPU).
   [[nodiscard]] bool overlap_costs() const { return compute_slowdown > 0 || comm_slowdown > 0; }
@@ -57,6 +65,8 @@ struct StackSpec {
 [[nodiscard]] Expected<StackSpec> stack_preset(std::string_view name);
 [[nodiscard]] const std::vector<std::string>& stack_preset_names();
 /// The preset a topology file gets when it names none.
-inline constexpr std::string_view kDefaultStack = "pytorch-nccl";
+inline constexpr std::string_view kDefaultStack = "te-fused";
+/// The kernel library `s` runs on GPUs of `family` (gpu_arch.hpp) unless the topology names one.
+[[nodiscard]] std::string_view default_kernel_library(const StackSpec& s, std::string_view family);
 
 }  // namespace charm::topo

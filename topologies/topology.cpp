@@ -478,8 +478,17 @@ std::string implausible(Quantity q, double x, std::string_view field) {
   return {};
 }
 
+std::string ModelSources::line() const {
+  std::string s = fmt::format("kernel {}; stack {}; links {}", kernel, stack, links);
+  if (!assumed.empty()) s += fmt::format("; assumed: {}", fmt::join(assumed, "; "));
+  return s;
+}
+
 Topology make_uniform(int gpus, GBps bw_gbps, double tflops, double latency_us, GBps hbm_gbps) {
   Topology t;
+  t.sources.kernel = "ideal: every kernel at 100% of the given peak (--uniform)";
+  t.sources.stack = "none (ideal: no framework costs; --uniform)";
+  t.sources.links = fmt::format("uniform {} GB/s, contention-free (--uniform)", bw_gbps);
   t.name = fmt::format("uniform-{}x{}GBps", gpus, bw_gbps);
   t.notes = "contention-free, fully connected: dedicated links, no port limit (the setting of the paper's formulas)";
   t.gpu.model = "uniform";

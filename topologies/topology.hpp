@@ -27,6 +27,7 @@
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -36,6 +37,7 @@
 #include "scheduler/ir/workload.hpp"
 #include "scheduler/support/expected.hpp"
 #include "topologies/gpu_arch.hpp"
+#include "topologies/kernel_table.hpp"
 #include "topologies/stack.hpp"
 
 namespace charm::topo {
@@ -69,6 +71,12 @@ struct GpuSpec {
   /// time is its FLOPs over the attained peak (the shape-free model, with half_tokens).
   int sm_count = 0;
   KernelTile tile_fwd, tile_bwd;
+  /// The attention kernel library's timings (kernel_table.hpp): with one, a block attains what the
+  /// table gives for its pass, mask, head dim and size, times kernel_scale; without one (null), the
+  /// flat efficiency above. A file's "efficiency" chooses the flat model.
+  std::shared_ptr<const KernelTable> kernel;
+  double kernel_scale_fwd = 1, kernel_scale_bwd = 1;
+  std::string family;  // the architecture (gpu_arch.hpp); empty when the model is not known
   [[nodiscard]] double peak_flops(ir::DType t) const {
     return 1e12 * (t == ir::DType::FP32 ? tflops_fp32 : t == ir::DType::FP16 ? tflops_fp16 : tflops_bf16);
   }
@@ -145,6 +153,15 @@ struct BlockLayout {
   int vertices = 0;
 };
 
+/// Where the model's values come from, for the reports' `# model:` line: one phrase per layer
+/// (kernel, stack, links) and every value that is an assumption rather than a source.
+struct ModelSources {
+  std::string kernel, stack, links;
+  std::vector<std::string> assumed;
+  /// "kernel ...; stack ...; links ...; assumed: ..." on one line.
+  [[nodiscard]] std::string line() const;
+};
+
 class Topology {
  public:
   std::string name;
@@ -154,6 +171,7 @@ class Topology {
   std::vector<std::string> warnings;
   GpuSpec gpu;      // every GPU has this spec
   StackSpec stack;  // the software around the kernels (stack.hpp)
+  ModelSources sources;
   std::vector<std::string> vertex_names;
   std::vector<Link> links;
   /// Hierarchy level names, outermost first (e.g. {"node", "numa"}), and per GPU its index at each level.

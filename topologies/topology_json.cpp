@@ -141,14 +141,24 @@ Ex<std::string> get_string(const Node& n, const char* key, bool required, const 
   if (!var##_ex) return var##_ex.error();                                                                              \
   auto var = std::move(var##_ex).value()
 
-/// "sm_count" and "kernel": {"fwd": {"tile_q", "tile_kv"}, "bwd": {...}}, over the architecture's defaults.
-Status parse_kernel_shape(const Node& n, GpuSpec& g) {
+/// "sm_count" and "kernel": a library name, or {"library", "fwd": {"tile_q", "tile_kv"}, "bwd": {...}} over the
+/// architecture's defaults; the library named (empty: the stack's default) goes to `library`.
+Status parse_kernel_shape(const Node& n, GpuSpec& g, std::string& library) {
   TRY_ASSIGN(sms, get_int(n, "sm_count", false, g.sm_count, 0, 100000));
   g.sm_count = static_cast<int>(sms);
   if (!n.has("kernel")) return {};
   const Node k = n.at("kernel");
-  if (!k.j.is_object()) return k.error("must be an object {\"fwd\": {\"tile_q\", \"tile_kv\"}, \"bwd\": {...}}");
-  if (auto s = check_fields(k, {"fwd", "bwd"}); !s) return s;
+  if (k.j.is_string()) {
+    TRY_ASSIGN(name, text_of(k));
+    library = name;
+    return {};
+  }
+  if (!k.j.is_object())
+    return k.error("must be a library name (fa2, fa3, cudnn) or an object {\"library\", \"fwd\": {\"tile_q\", "
+                   "\"tile_kv\"}, \"bwd\": {...}}");
+  if (auto s = check_fields(k, {"library", "fwd", "bwd"}); !s) return s;
+  TRY_ASSIGN(name, get_string(k, "library", false, ""));
+  library = name;
   for (const char* pass : {"fwd", "bwd"}) {
     if (!k.has(pass)) continue;
     const Node p = k.at(pass);
@@ -162,8 +172,81 @@ Status parse_kernel_shape(const Node& n, GpuSpec& g) {
   return {};
 }
 
-/// "stack": a preset name, or an object of a preset (default: the default stack) and fields over it.
-Status parse_stack(const Node& root, StackSpec& st) {
+/// "kernel_scale": a number or {"fwd", "bwd"}: multipliers of the table's attainment (what a fit moves).
+Status parse_kernel_scale(const Node& n, GpuSpec& g) {
+  if (!n.has("kernel_scale")) return {};
+  const Node e = n.at("kernel_scale");
+  if (e.j.is_number()) {
+    TRY_ASSIGN(x, get_number(n, "kernel_scale", true, 1, true, false));
+    g.kernel_scale_fwd = g.kernel_scale_bwd = x;
+  } else if (e.j.is_object()) {
+    if (auto s = check_fields(e, {"fwd", "bwd"}); !s) return s;
+    TRY_ASSIGN(f, get_number(e, "fwd", false, 1, true, false));
+    TRY_ASSIGN(b, get_number(e, "bwd", false, 1, true, false));
+    g.kernel_scale_fwd = f;
+    g.kernel_scale_bwd = b;
+  } else {
+    return e.error("must be a number or an object {\"fwd\", \"bwd\"}");
+  }
+  for (const double x : {g.kernel_scale_fwd, g.kernel_scale_bwd})
+    if (!(x >= 0.05 && x <= 20)) return e.error(fmt::format("must be in [0.05, 20] (a multiplier), got {}", x));
+  return {};
+}
+
+/// What the GPU's kernels attain: the file's flat efficiency, or the kernel library's published table for the
+/// GPU's family (the file's library, else the stack's), or for an unknown GPU one line naming what to give.
+Status resolve_kernel(const Node& n, const std::string& library, GpuSpec& g, const StackSpec& st, ModelSources& src,
+                      bool flat_allowed) {
+  if (flat_allowed && n.has("efficiency")) {
+    if (!library.empty())
+      return n.at("kernel").error("gives a kernel library, and \"efficiency\" gives one attained fraction of peak: "
+                                  "give one of them");
+    src.kernel =
+        fmt::format("efficiency {:.3g} fwd / {:.3g} bwd of peak (the file's)", g.efficiency_fwd, g.efficiency_bwd);
+    return {};
+  }
+  if (g.family.empty() && (!n.has("model") || g.model == "gpu")) {
+    src.kernel = "ideal: no GPU model named, every kernel at 100% of peak";
+    src.assumed.push_back("kernels at 100% of peak");
+    return {};
+  }
+  if (g.family.empty())
+    return n.error(fmt::format(
+        "\"model\": \"{}\" has no published kernel table: give gpu.efficiency (attained fraction of dense peak, "
+        "{{\"fwd\", \"bwd\"}}) and gpu.sm_count, or a CSV of your own kernel timings (--kernel FILE; charm "
+        "bench-kernels writes one), or --assume-gpu ARCH to borrow a known part's ({})",
+        g.model, fmt::join(gpu_arch_names(), ", ")));
+  const std::string lib = library.empty() ? std::string(default_kernel_library(st, g.family)) : library;
+  auto table = kernel_table(lib, g.family);
+  if (!table) {
+    const Node at = n.has("kernel") ? n.at("kernel") : n;
+    return at.error(table.error().what + "; give gpu.kernel (a library with a table) or gpu.efficiency");
+  }
+  g.kernel = *table;
+  src.kernel = fmt::format("{} on {} ({}published single-GPU benchmarks, topologies/kernels/published.csv)", lib,
+                           g.family, library.empty() ? "the stack's kernel; " : "");
+  if (g.kernel_scale_fwd != 1 || g.kernel_scale_bwd != 1)
+    src.kernel +=
+        fmt::format(" x {:.3g} fwd / {:.3g} bwd (the file's kernel_scale)", g.kernel_scale_fwd, g.kernel_scale_bwd);
+  return {};
+}
+
+Status parse_stack_fields(const Node& n, StackSpec& st);
+
+/// "stack": a preset name, or an object of a preset (default: the default stack) and fields over it; where
+/// its values come from goes to `src`.
+Status parse_stack(const Node& root, StackSpec& st, ModelSources& src) {
+  auto s = parse_stack_fields(root, st);
+  if (!s) return s;
+  src.stack = fmt::format("{} ({}{})", st.preset, root.has("stack") ? "" : "the default; ", st.source);
+  if (root.has("stack") && root.at("stack").j.is_object() && root.at("stack").j.size() > 1)
+    src.stack += "; with the file's own fields over it";
+  if (st.comm_slowdown == 0 && st.preset != "none") src.assumed.push_back("transfers not slowed by compute");
+  return {};
+}
+
+/// The preset a "stack" names, with the fields the object gives over it.
+Status parse_stack_fields(const Node& root, StackSpec& st) {
   if (!root.has("stack")) {
     st = stack_preset(kDefaultStack).value();
     return {};
@@ -216,23 +299,47 @@ Status parse_stack(const Node& root, StackSpec& st) {
   return {};
 }
 
-Status parse_gpu(const Node& n, GpuSpec& g) {
-  if (!n.j.is_object()) return n.error("must be an object");
-  if (auto s = check_fields(n, {"model", "tflops", "hbm_gbps", "efficiency", "half_tokens", "launch_us", "memory_gb",
-                                "sm_count", "kernel"});
-      !s)
-    return s;
+/// "model": the architecture table's SMs, tiles and family; "assume": a known part to borrow them from.
+Status parse_gpu_model(const Node& n, const std::string& assume_flag, GpuSpec& g, ModelSources& src) {
   TRY_ASSIGN(model, get_string(n, "model", false, "gpu"));
   g.model = model;
-  // A GPU the architecture table knows gets its datasheet SMs, its kernel's tiles and their attainment.
-  if (const auto arch = gpu_arch(model)) {
+  TRY_ASSIGN(file_assume, get_string(n, "assume", false, ""));
+  const std::string assume = assume_flag.empty() ? file_assume : assume_flag;
+  auto arch = gpu_arch(model);
+  if (!assume.empty()) {
+    const Node at = n.has("assume") ? n.at("assume") : n;
+    if (arch) return at.error(fmt::format("\"{}\" is a known part: nothing to assume", model));
+    arch = gpu_arch(assume);
+    if (!arch)
+      return at.error(
+          fmt::format("assume: unknown part \"{}\" (expected one of: {})", assume, fmt::join(gpu_arch_names(), ", ")));
+    src.assumed.push_back(fmt::format("{} borrows {}'s SMs, tiles and kernel tables", model, arch->match));
+  }
+  // A GPU the architecture table knows gets its datasheet SMs, its kernel's tiles and its family's tables.
+  if (arch) {
     g.sm_count = arch->sm_count;
     g.tile_fwd = arch->tile_fwd;
     g.tile_bwd = arch->tile_bwd;
-    g.efficiency_fwd = arch->efficiency_fwd;
-    g.efficiency_bwd = arch->efficiency_bwd;
+    g.family = arch->family;
+    if (!arch->kernel_note.empty() && arch->kernel_note.rfind("assumed", 0) == 0)
+      src.assumed.push_back(fmt::format("{}: {}", arch->match, arch->kernel_note));
   }
-  if (auto s = parse_kernel_shape(n, g); !s) return s;
+  return {};
+}
+
+Status parse_gpu(const Node& n, const GpuOverrides& over, Topology& t) {
+  GpuSpec& g = t.gpu;
+  ModelSources& src = t.sources;
+  if (!n.j.is_object()) return n.error("must be an object");
+  if (auto s = check_fields(n, {"model", "assume", "tflops", "hbm_gbps", "efficiency", "kernel_scale", "half_tokens",
+                                "launch_us", "memory_gb", "sm_count", "kernel"});
+      !s)
+    return s;
+  if (auto s = parse_gpu_model(n, over.assume_gpu, g, src); !s) return s;
+  std::string library;
+  if (auto s = parse_kernel_shape(n, g, library); !s) return s;
+  if (!over.kernel.empty()) library = over.kernel;
+  if (auto s = parse_kernel_scale(n, g); !s) return s;
   if (!n.has("tflops")) return n.missing("tflops");
   const Node tf = n.at("tflops");
   if (tf.j.is_number()) {
@@ -277,7 +384,17 @@ Status parse_gpu(const Node& n, GpuSpec& g) {
   // Nobody has a GPU with 10 TB; a number that large is bytes or MiB written where GB belong.
   if (mem > 1e4) return n.at("memory_gb").error(fmt::format("is in GB (1e9 bytes); {} looks like bytes or MiB", mem));
   g.memory_gb = mem;
-  return {};
+  if (over.kernel_table) {  // the user's own timings win over the file's efficiency and library
+    g.kernel = over.kernel_table;
+    src.kernel = fmt::format("{} (the user's kernel timings, {} rows)", over.kernel_table->library,
+                             over.kernel_table->rows.size());
+    return {};
+  }
+  if (!over.kernel.empty() && n.has("efficiency")) {  // --kernel asks for the library's table over the flat number
+    g.efficiency_fwd = g.efficiency_bwd = 1;
+    return resolve_kernel(n, library, g, t.stack, src, /*flat_allowed=*/false);
+  }
+  return resolve_kernel(n, library, g, t.stack, src, true);
 }
 
 /// bandwidth_gbps (required, > 0), latency_us (>= 0, default 0), sharing (shared | dedicated); the link's
@@ -456,14 +573,57 @@ Status parse_explicit(const Node& root, Topology& t, int& num_gpus_out) {
   return {};
 }
 
-/// On a dedicated GPU link (NVLink through NVSwitch) the wire is rarely the limit: what the
-/// collective library's channels attain is. Where the file leaves those fields out, the stack's apply.
-void apply_stack_limits(const Node& intra_node, const StackSpec& st, Link& intra) {
-  if (intra.sharing != Sharing::Dedicated) return;
-  if (!intra_node.has("per_flow_gbps") && st.intra_flow_gbps > 0)
-    intra.per_flow_gbps = std::min(st.intra_flow_gbps, intra.bandwidth_gbps);
-  if (!intra_node.has("injection_gbps") && st.intra_injection_gbps > 0)
-    intra.injection_gbps = std::min(st.intra_injection_gbps, intra.bandwidth_gbps);
+/// What NCCL point-to-point attains on a generation's NVLink, as fractions of the link's per-direction rate
+/// (public nccl-tests figures): all of a GPU's concurrent transfers together (the injection), and one peer's
+/// transfer alone (a few channels). Hopper (NVLink 4, 450 GB/s): ring all-reduce bus bandwidth 369 GB/s on
+/// 8 x H100 without NVLink SHARP (NVIDIA/nccl-tests issue 309), 0.82 of the link; sendrecv between two H100s
+/// plateaus near 180 GB/s (NVIDIA/nccl-tests issue 268), 0.40. Ampere (NVLink 3, 300 GB/s): all-reduce 232
+/// GB/s on 8 x A100 (NVIDIA/nccl-tests issue 175), 0.77; one peer's share is not published: Hopper's ratio of
+/// single-peer to aggregate (180 / 369) is assumed, 0.38.
+struct NcclAttainment {
+  double injection = 0, per_flow = 0;
+  std::string_view source;
+  bool per_flow_assumed = false;
+};
+
+std::optional<NcclAttainment> nccl_nvlink_attainment(std::string_view family) {
+  if (family == "hopper")
+    return NcclAttainment{369.0 / 450, 180.0 / 450, "nccl-tests on H100 NVLink 4 (issues 309, 268)", false};
+  if (family == "ampere")
+    return NcclAttainment{232.0 / 300, 232.0 / 300 * 180 / 369, "nccl-tests on A100 NVLink 3 (issue 175)", true};
+  return std::nullopt;
+}
+
+/// On a dedicated GPU link (NVLink through NVSwitch) the wire is rarely the limit: what the collective
+/// library's channels attain is. Where the file leaves those fields out, the stack's limits apply (a fitted
+/// stack's), else NCCL's published attainment on the GPU family's NVLink.
+void apply_link_limits(const Node& intra_node, Topology& t, Link& intra) {
+  const StackSpec& st = t.stack;
+  if (intra.sharing != Sharing::Dedicated) {
+    t.sources.links = "the file's link rates (shared links divide them max-min fairly)";
+    return;
+  }
+  const bool own_flow = intra_node.has("per_flow_gbps"), own_injection = intra_node.has("injection_gbps");
+  if (own_flow || own_injection || st.intra_flow_gbps > 0 || st.intra_injection_gbps > 0) {
+    if (!own_flow && st.intra_flow_gbps > 0) intra.per_flow_gbps = std::min(st.intra_flow_gbps, intra.bandwidth_gbps);
+    if (!own_injection && st.intra_injection_gbps > 0)
+      intra.injection_gbps = std::min(st.intra_injection_gbps, intra.bandwidth_gbps);
+    t.sources.links = fmt::format("the file's link rates; NVLink attained {} GB/s per GPU ({})",
+                                  intra.injection_gbps > 0 ? fmt::format("{:.4g}", intra.injection_gbps) : "all",
+                                  own_injection ? "the file's" : "the stack's");
+    return;
+  }
+  const auto nccl = nccl_nvlink_attainment(t.gpu.family);
+  if (!nccl) {
+    t.sources.links = "the file's link rates";
+    t.sources.assumed.push_back("NVLink attained at its full rate (no nccl-tests figures for this GPU family)");
+    return;
+  }
+  intra.injection_gbps = nccl->injection * intra.bandwidth_gbps;
+  intra.per_flow_gbps = nccl->per_flow * intra.bandwidth_gbps;
+  t.sources.links = fmt::format("the file's link rates; NVLink attains {:.4g} GB/s per GPU, {:.4g} per peer ({})",
+                                intra.injection_gbps, intra.per_flow_gbps, nccl->source);
+  if (nccl->per_flow_assumed) t.sources.assumed.push_back("NVLink 3 per-peer rate at NVLink 4's per-peer share");
 }
 
 /// A generated cluster's shape and link parameters, read from its file.
@@ -508,7 +668,7 @@ Status read_generator_links(const Node& root, Topology& t, Generator& g) {
   // bridge and the NIC, so the choice only names the links.
   if (g.intra.kind == LinkKind::Unspecified)
     g.intra.kind = g.intra.sharing == Sharing::Dedicated ? LinkKind::NvLink : LinkKind::Pcie;
-  apply_stack_limits(root.at("intra"), t.stack, g.intra);
+  apply_link_limits(root.at("intra"), t, g.intra);
   g.numa_link.kind = LinkKind::Host;
   g.inter.kind = LinkKind::Nic;  // one link stands for the NIC and its port on the non-blocking fabric
   // A block the shape does not use is read past (a sweep over nodes reaches 1 with the file's inter block):
@@ -724,7 +884,7 @@ Status parse_routes(const Node& root, Topology& t, int num_gpus) {
 
 }  // namespace
 
-Expected<Topology> parse_topology(const nlohmann::json& j, const std::string& source) {
+Expected<Topology> parse_topology(const nlohmann::json& j, const std::string& source, const GpuOverrides& over) {
   const Node root{j, "", source};
   if (!j.is_object()) return Error{source, "the topology must be a JSON object"};
   Topology t;
@@ -753,8 +913,8 @@ Expected<Topology> parse_topology(const nlohmann::json& j, const std::string& so
   if (root.has("calibration") && !root.at("calibration").j.is_object())
     return root.at("calibration").error("must be an object");
   if (!root.has("gpu")) return root.missing("gpu");
-  if (auto s = parse_gpu(root.at("gpu"), t.gpu); !s) return s.error();
-  if (auto s = parse_stack(root, t.stack); !s) return s.error();
+  if (auto s = parse_stack(root, t.stack, t.sources); !s) return s.error();
+  if (auto s = parse_gpu(root.at("gpu"), over, t); !s) return s.error();
   int num_gpus = 0;
   Status st = root.has("nodes") ? parse_generator(root, t, num_gpus) : parse_explicit(root, t, num_gpus);
   if (!st) return st.error();
@@ -814,10 +974,10 @@ Expected<nlohmann::json> read_topology_json(const std::string& path) {
   return parse_json_text(*text, path);
 }
 
-Expected<Topology> load_topology(const std::string& path) {
+Expected<Topology> load_topology(const std::string& path, const GpuOverrides& over) {
   auto j = read_topology_json(path);
   if (!j) return j.error();
-  return parse_topology(*j, path);
+  return parse_topology(*j, path, over);
 }
 
 namespace {
@@ -836,10 +996,24 @@ nlohmann::json stack_json(const StackSpec& st) {
           {"intra_injection_gbps", st.intra_injection_gbps}};
 }
 
-void complete_gpu(nlohmann::json& g, const GpuSpec& spec) {
+/// The kernel layer spelt out: a table's library and scales, or the flat efficiency.
+void complete_kernel(nlohmann::json& g, const GpuSpec& spec) {
+  if (spec.kernel) {
+    if (g.contains("kernel") && g["kernel"].is_string()) g["kernel"] = {{"library", g["kernel"]}};
+    if (!g["kernel"].contains("library")) g["kernel"]["library"] = spec.kernel->library;
+    if (!g.contains("kernel_scale") || g["kernel_scale"].is_number())
+      g["kernel_scale"] = {{"fwd", spec.kernel_scale_fwd}, {"bwd", spec.kernel_scale_bwd}};
+    if (!g["kernel_scale"].contains("fwd")) g["kernel_scale"]["fwd"] = spec.kernel_scale_fwd;
+    if (!g["kernel_scale"].contains("bwd")) g["kernel_scale"]["bwd"] = spec.kernel_scale_bwd;
+    return;
+  }
   if (!g.contains("efficiency")) g["efficiency"] = {{"fwd", spec.efficiency_fwd}, {"bwd", spec.efficiency_bwd}};
   if (g["efficiency"].is_number()) g["efficiency"] = {{"fwd", spec.efficiency_fwd}, {"bwd", spec.efficiency_bwd}};
   if (!g["efficiency"].contains("bwd")) g["efficiency"]["bwd"] = spec.efficiency_bwd;
+}
+
+void complete_gpu(nlohmann::json& g, const GpuSpec& spec) {
+  complete_kernel(g, spec);
   for (const auto& [key, value] : {std::pair{"hbm_gbps", spec.hbm_gbps}, std::pair{"half_tokens", spec.half_tokens},
                                    std::pair{"launch_us", spec.launch_us}})
     if (!g.contains(key)) g[key] = value;
@@ -893,6 +1067,10 @@ Status set_number(nlohmann::json& doc, const std::string& path, double value, co
   return {};
 }
 
+nlohmann::json model_sources_json(const ModelSources& m) {
+  return {{"kernel", m.kernel}, {"stack", m.stack}, {"links", m.links}, {"assumed", m.assumed}};
+}
+
 nlohmann::json topology_summary(const Topology& t) {
   nlohmann::json links = nlohmann::json::array();
   for (const auto& l : t.links)
@@ -918,8 +1096,11 @@ nlohmann::json topology_summary(const Topology& t) {
             {"memory_gb", t.gpu.memory_gb},
             {"sm_count", t.gpu.sm_count},
             {"tile_fwd", {t.gpu.tile_fwd.q, t.gpu.tile_fwd.kv}},
-            {"tile_bwd", {t.gpu.tile_bwd.q, t.gpu.tile_bwd.kv}}}},
+            {"tile_bwd", {t.gpu.tile_bwd.q, t.gpu.tile_bwd.kv}},
+            {"kernel", t.gpu.kernel ? nlohmann::json(t.gpu.kernel->library) : nlohmann::json(nullptr)},
+            {"family", t.gpu.family}}},
           {"stack", stack_json(t.stack)},
+          {"model", model_sources_json(t.sources)},
           {"links", links},
           {"notes", t.notes}};
 }

@@ -139,9 +139,22 @@ bool has_backward(const std::string& algo) {
   return a == nullptr || a->no_backward.empty();
 }
 
+int replicated_kv_heads(const PlanRequest& req) {
+  const Algorithm* a = find_algorithm(req.algo);
+  const auto& w = req.workload;
+  if (a == nullptr || a->heads == Algorithm::HeadSplit::None || req.domains < 1 || req.ranks % req.domains != 0)
+    return int(w.kv_heads);
+  const int u = a->heads == Algorithm::HeadSplit::PerDomain ? req.ranks / req.domains : req.ranks;
+  // Fewer KV heads than ranks in the all-to-all: DeepSpeed-Ulysses and Megatron-LM repeat each KV head
+  // (repeat_kv) until every rank holds one, so long as the query heads still split evenly.
+  if (w.kv_heads > 0 && w.kv_heads < u && u % w.kv_heads == 0 && w.heads % u == 0) return u;
+  return int(w.kv_heads);
+}
+
 PlanRequest normalised(PlanRequest req) {
   if (const Algorithm* a = find_algorithm(req.algo); a != nullptr && a->forced_layout)
     req.workload.layout = *a->forced_layout;
+  req.workload.kv_heads = replicated_kv_heads(req);
   return req;
 }
 

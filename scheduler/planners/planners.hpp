@@ -58,8 +58,13 @@ inline constexpr double kSimBytesPerOp = 25;
 [[nodiscard]] bool uses_domains(const std::string& algo);
 /// Whether the algorithm plans a backward pass (TASP is forward only).
 [[nodiscard]] bool has_backward(const std::string& algo);
-/// The request as the planner runs it: the -zigzag variants always run on the zigzag layout.
+/// The request as the planner runs it: the -zigzag variants always run on the zigzag layout; Ulysses and
+/// USP over more ranks than KV heads with each KV head repeated (replicated_kv_heads).
 [[nodiscard]] PlanRequest normalised(PlanRequest req);
+/// The KV heads the planner runs with: the workload's, or, where a head-splitting algorithm (Ulysses, USP)
+/// spreads fewer KV heads than ranks over its all-to-all and the query heads still divide, one per rank (each
+/// KV head repeated, as DeepSpeed-Ulysses and Megatron-LM do; the copies travel and are held).
+[[nodiscard]] int replicated_kv_heads(const PlanRequest& req);
 /// Checks that the algorithm can plan this request (rank count, domains, workload).
 [[nodiscard]] Status check_request(const PlanRequest& req);
 /// Builds the plan; errors (exit code 2 material) name the flag at fault.
