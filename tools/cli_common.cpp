@@ -48,7 +48,33 @@ bool decimal_mantissa(std::string_view s) {
   return (all_digits(a) || a.empty()) && (all_digits(b) || b.empty()) && !(a.empty() && b.empty());
 }
 
+/// The power of ten of a decimal number's first significant digit: "120" 2, "0.05" -2, "1e400" 400.
+double decimal_order(std::string_view text) {
+  const auto e = text.find_first_of("eE");
+  double exp = 0;
+  if (e != std::string_view::npos) {
+    auto x = text.substr(e + 1);
+    if (x.starts_with('+')) x.remove_prefix(1);
+    long long v = 0;
+    const auto r = std::from_chars(x.data(), x.data() + x.size(), v);
+    exp = r.ec == std::errc{} ? double(v) : x.starts_with('-') ? -1e300 : 1e300;  // an exponent past 64 bits
+  }
+  const auto mant = text.substr(0, e);
+  const auto digit = mant.find_first_of("123456789");
+  const auto dot = std::min(mant.find('.'), mant.size());
+  if (digit == std::string_view::npos) return 0;
+  return exp + (digit < dot ? double(dot - digit) - 1 : -double(digit - dot));
+}
+
 }  // namespace
+
+double decimal_value(std::string_view text) {
+  double v = 0;
+  const auto r = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (r.ec != std::errc::result_out_of_range) return v;
+  const double magnitude = decimal_order(text) > 0 ? std::numeric_limits<double>::infinity() : 0.0;
+  return text.starts_with('-') ? -magnitude : magnitude;
+}
 
 Expected<std::string> check_number(const std::string& text, NumberKind kind) {
   const bool negative = !text.empty() && text[0] == '-';
@@ -60,7 +86,7 @@ Expected<std::string> check_number(const std::string& text, NumberKind kind) {
     if (!exp.empty() && (exp[0] == '+' || exp[0] == '-')) exp.remove_prefix(1);
     const bool ok = decimal_mantissa(mant) && (e == std::string_view::npos || all_digits(exp));
     if (!ok) return Error{"", fmt::format("expected a decimal number like 2.5 or 1e-3, got '{}'", text)};
-    if (!std::isfinite(std::strtod(text.c_str(), nullptr))) return Error{"", fmt::format("'{}' is too large", text)};
+    if (!std::isfinite(decimal_value(text))) return Error{"", fmt::format("'{}' is too large", text)};
     return text;
   }
   if (!all_digits(body)) return Error{"", fmt::format("expected a decimal whole number like 8, got '{}'", text)};
@@ -109,7 +135,7 @@ Expected<std::int64_t> parse_size(const std::string& text, const std::string& fl
   // The grammar of every number: decimal digits, one point at most ("1.5.0k" is no size).
   if (i == 0 || !decimal_mantissa(std::string_view(text).substr(0, i)))
     return Error{flag, fmt::format("expected a number like 4096 or 128k, got '{}'", text)};
-  const double v = std::strtod(text.substr(0, i).c_str(), nullptr);
+  const double v = decimal_value(std::string_view(text).substr(0, i));
   std::string suffix = text.substr(i);
   double mult = 1;
   if (suffix == "k" || suffix == "K")

@@ -6,6 +6,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -105,6 +106,10 @@ enum class NumberKind : std::uint8_t {
 /// `text` checked against the grammar of `kind`: the text to convert (leading
 /// zeros dropped, so nothing downstream can read 010 as octal), or why not.
 [[nodiscard]] Expected<std::string> check_number(const std::string& text, NumberKind kind);
+/// A decimal number that check_number accepts (or a size's digits), read the same in every locale:
+/// strtod takes the host process's decimal comma, so that "1.5" is 1 under de_DE, where the Python
+/// module runs. Past a double's range it is infinite, below it 0, as strtod gives.
+[[nodiscard]] double decimal_value(std::string_view text);
 /// Puts check_number on every numeric option of `app` and its subcommands, by
 /// the type each option converts to, so that no flag can escape the grammar.
 void apply_number_grammar(CLI::App& app);
