@@ -41,145 +41,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr std::size_t kMaxListValues = 4096;
-constexpr std::size_t kMaxConfigs = 2'000'000;
-
-// ---- lists: "1,2,4", "4k..128k*2" (geometric), "64..256+64" (arithmetic), "1..8" (step 1) ----
-
-Expected<std::vector<std::int64_t>> parse_list(const std::string& text, const std::string& flag) {
-  std::vector<std::int64_t> out;
-  std::set<std::int64_t> seen;
-  auto push = [&](std::int64_t v) -> Status {
-    if (v < 1) return Error{flag, fmt::format("values must be >= 1, got {} in '{}'", v, text)};
-    if (seen.insert(v).second) out.push_back(v);
-    if (out.size() > kMaxListValues)
-      return Error{flag, fmt::format("more than {} values in '{}'", kMaxListValues, text)};
-    return {};
-  };
-  if (text.empty()) return Error{flag, "expected a list like 1,2,4 or 4k..128k*2, got nothing"};
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', start), text.size());
-    const std::string item = text.substr(start, comma - start);
-    start = comma + 1;
-    if (item.empty()) return Error{flag, fmt::format("empty item in '{}'", text)};
-    const auto dots = item.find("..");
-    if (dots == std::string::npos) {
-      auto v = parse_size(item, flag);
-      if (!v) return v.error();
-      if (auto s = push(*v); !s) return s.error();
-      continue;
-    }
-    std::string hi_text = item.substr(dots + 2), step_text;
-    char op = '+';
-    if (const auto k = hi_text.find_first_of("*+"); k != std::string::npos) {
-      op = hi_text[k];
-      step_text = hi_text.substr(k + 1);
-      hi_text = hi_text.substr(0, k);
-    }
-    auto lo = parse_size(item.substr(0, dots), flag);
-    if (!lo) return lo.error();
-    auto hi = parse_size(hi_text, flag);
-    if (!hi) return hi.error();
-    std::int64_t step = 1;
-    if (!step_text.empty()) {
-      auto st = parse_size(step_text, flag);
-      if (!st) return st.error();
-      step = *st;
-    } else if (op == '*') {
-      return Error{flag, fmt::format("range '{}' needs a factor after '*', e.g. 4k..128k*2", item)};
-    }
-    if (*lo > *hi) return Error{flag, fmt::format("range '{}' runs downwards ({} > {})", item, *lo, *hi)};
-    if (op == '*' && step < 2)
-      return Error{flag, fmt::format("range '{}': the factor must be >= 2, got {}", item, step)};
-    if (op == '+' && step < 1) return Error{flag, fmt::format("range '{}': the step must be >= 1, got {}", item, step)};
-    for (std::int64_t v = *lo; v <= *hi;) {
-      if (auto s = push(v); !s) return s.error();
-      if (op == '*' ? v > *hi / step : v > *hi - step) break;  // the next value would pass hi (or overflow)
-      v = op == '*' ? v * step : v + step;
-    }
-  }
-  return out;
-}
-
-// ---- hardware sweeps: --set FIELD=LIST, numbers of the topology JSON ----
-
-/// Whether walking lo..hi by `step` (op '+': an increment, '*': a factor) ends within the
-/// values a list may hold: the step must move lo in double arithmetic, and the values it
-/// makes must number at most kMaxListValues. Judged before the walk, which could otherwise
-/// run forever (1..2+1e-22 never leaves 1).
-Status check_range(const std::string& item, double lo, double hi, char op, double step) {
-  if ((op == '*' ? lo * step : lo + step) == lo)
-    return Error{"", fmt::format("range '{}': the step {} does not move {} (a double has 16 digits)", item, step, lo)};
-  const double count = 1 + (op == '*' ? std::log(hi / lo) / std::log(step) : (hi - lo) / step);
-  if (!(count <= double(kMaxListValues)))
-    return Error{"", fmt::format("range '{}' makes {:.3g} values, more than the {} a list may hold", item,
-                                 std::floor(count), kMaxListValues)};
-  return {};
-}
-
-/// "inter.bandwidth_gbps=25,50,100", ranges as in the other lists but of any numbers:
-/// "gpu.tflops.bf16=100..800*2" (geometric), "inter.latency_us=0..10+2.5" (arithmetic).
-/// No value is judged here: the topology's own checks do that once it is edited.
-Expected<SetFlag> parse_set(const std::string& text) {
-  const auto bad = [&](const std::string& why) { return Error{"--set", fmt::format("{} in '{}'", why, text)}; };
-  const auto eq = text.find('=');
-  if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
-    return Error{"--set", fmt::format("expected FIELD=LIST like inter.bandwidth_gbps=25,50,100, got '{}'", text)};
-  SetFlag s{text.substr(0, eq), {}};
-  auto number = [&](const std::string& item) -> Expected<double> {
-    // The flags' own grammar: decimal, no hex, no inf or nan.
-    if (!check_number(item, NumberKind::Real)) return bad(fmt::format("expected a number, got '{}'", item));
-    return std::strtod(item.c_str(), nullptr);
-  };
-  auto push = [&](double v) -> Status {
-    if (std::find(s.values.begin(), s.values.end(), v) == s.values.end()) s.values.push_back(v);
-    if (s.values.size() > kMaxListValues) return bad(fmt::format("more than {} values", kMaxListValues));
-    return {};
-  };
-  const std::string list = text.substr(eq + 1);
-  std::size_t start = 0;
-  while (start <= list.size()) {
-    const std::size_t comma = std::min(list.find(',', start), list.size());
-    const std::string item = list.substr(start, comma - start);
-    start = comma + 1;
-    if (item.empty()) return bad("empty item");
-    const auto dots = item.find("..");
-    if (dots == std::string::npos) {
-      auto v = number(item);
-      if (!v) return v.error();
-      if (auto st = push(*v); !st) return st.error();
-      continue;
-    }
-    // The step follows the upper end: '*' for a factor, '+' for an increment (not the sign of an exponent).
-    std::string hi_text = item.substr(dots + 2);
-    std::size_t op_at = hi_text.find('*');
-    for (std::size_t k = 1; op_at == std::string::npos && k < hi_text.size(); ++k)
-      if (hi_text[k] == '+' && hi_text[k - 1] != 'e' && hi_text[k - 1] != 'E') op_at = k;
-    const char op = op_at == std::string::npos ? '+' : hi_text[op_at];
-    auto lo = number(item.substr(0, dots));
-    auto hi = number(hi_text.substr(0, op_at));
-    auto step = op_at == std::string::npos ? Expected<double>(1.0) : number(hi_text.substr(op_at + 1));
-    for (const auto* e : {&lo, &hi, &step})
-      if (!*e) return e->error();
-    if (*lo > *hi) return bad(fmt::format("range '{}' runs downwards", item));
-    if (op == '*' && !(*lo > 0 && *step > 1))
-      return bad(fmt::format("range '{}' needs a start > 0 and a factor > 1", item));
-    if (op == '+' && !(*step > 0)) return bad(fmt::format("range '{}' needs a step > 0", item));
-    if (auto st = check_range(item, *lo, *hi, op, *step); !st) return bad(st.error().what);
-    // Each value from the start (no running sum to drift), rounded to 12 digits so 0.1..0.3+0.1 ends at 0.3;
-    // check_range bounds the count, so the walk ends even where rounding makes values repeat.
-    const double slack = 1e-9 * std::max(std::abs(*lo), std::abs(*hi));
-    for (std::size_t k = 0; k <= kMaxListValues; ++k) {
-      const double raw = op == '*' ? *lo * std::pow(*step, double(k)) : *lo + double(k) * *step;
-      if (raw > *hi + slack) break;
-      const double v = std::strtod(fmt::format("{:.12g}", raw).c_str(), nullptr);
-      if (auto st = push(std::min(v, *hi)); !st) return st.error();
-    }
-  }
-  return s;
-}
-
 // ---- Ctrl-C: the handler only raises a flag; the sweep polls it ----
 
 std::atomic<bool> g_cancel{false};
@@ -356,21 +217,6 @@ struct SweepJob {
   int jobs = 1;
 };
 
-std::vector<SetFlag> parse_sets(const std::vector<std::string>& texts, std::size_t& points) {
-  std::vector<SetFlag> sets;
-  points = 1;
-  for (const auto& text : texts) {
-    auto set = unwrap(parse_set(text));
-    for (const auto& earlier : sets)
-      if (earlier.field == set.field) fail(Error{"--set", fmt::format("{} is set twice", set.field)});
-    points *= set.values.size();
-    if (points > kMaxListValues)
-      fail(Error{"--set", fmt::format("the sets make more than {} hardware points per topology", kMaxListValues)});
-    sets.push_back(std::move(set));
-  }
-  return sets;
-}
-
 void check_outputs(const SweepOpts& o) {
   if (!o.plot.empty() && !o.plot.ends_with(".png") && !o.plot.ends_with(".svg"))
     fail(Error{"--plot", fmt::format("'{}' must end in .png or .svg", o.plot)});
@@ -418,13 +264,7 @@ SweepJob sweep_job(const SweepOpts& o, bool jobs_given) {
   job.jobs = jobs_given ? o.jobs : hw;
   if (job.jobs < 1 || job.jobs > 1024) fail(Error{"--jobs", fmt::format("must be in [1, 1024], got {}", o.jobs)});
   if (!(o.timeout_s >= 0)) fail(Error{"--timeout-s", fmt::format("must be >= 0, got {}", o.timeout_s)});
-  const std::size_t configs = job.spec.num_configs();
-  if (configs > kMaxConfigs)
-    fail(Error{
-        "--seq",
-        fmt::format("the lists make {} configurations, more than {}; narrow --batch/--seq/--heads/--head-dim/--set",
-                    configs, kMaxConfigs)});
-  check_sweep_memory(job.spec, job.files);
+  check_sweep_fits(job.spec, job.files);
   return job;
 }
 
