@@ -158,15 +158,19 @@ PlanRequest normalised(PlanRequest req) {
   return req;
 }
 
+Status check_ranks(int ranks, int domains) {
+  if (ranks < 1 || ranks > (1 << 20)) return Error{"--ranks", fmt::format("must be in [1, 1048576], got {}", ranks)};
+  if (domains < 1 || ranks % domains != 0)
+    return Error{"--domains", fmt::format("{} domains do not divide {} ranks", domains, ranks)};
+  return {};
+}
+
 Status check_request(const PlanRequest& req) {
   if (auto a = resolve_algorithm(req.algo); !a)
     return a.error();
   else if (*a != req.algo)
     return Error{"--algo", fmt::format("'{}' is spelt '{}'", req.algo, *a)};
-  if (req.ranks < 1 || req.ranks > (1 << 20))
-    return Error{"--ranks", fmt::format("must be in [1, 1048576], got {}", req.ranks)};
-  if (req.domains < 1 || req.ranks % req.domains != 0)
-    return Error{"--domains", fmt::format("{} domains do not divide {} ranks", req.domains, req.ranks)};
+  if (auto s = check_ranks(req.ranks, req.domains); !s) return s;
   const Algorithm& a = row(req.algo);
   const auto& w = req.workload;
   if (a.forced_layout && w.layout != *a.forced_layout)

@@ -65,6 +65,8 @@ inline constexpr double kSimBytesPerOp = 25;
 /// spreads fewer KV heads than ranks over its all-to-all and the query heads still divide, one per rank (each
 /// KV head repeated, as DeepSpeed-Ulysses and Megatron-LM do; the copies travel and are held).
 [[nodiscard]] int replicated_kv_heads(const PlanRequest& req);
+/// The counts every request needs: ranks in [1, 2^20], and domains that divide them.
+[[nodiscard]] Status check_ranks(int ranks, int domains);
 /// Checks that the algorithm can plan this request (rank count, domains, workload).
 [[nodiscard]] Status check_request(const PlanRequest& req);
 /// Builds the plan; errors (exit code 2 material) name the flag at fault.

@@ -14,9 +14,7 @@ namespace {
 
 using json = nlohmann::json;
 
-/// Arrays and objects nest at most this deep: a plan or a topology needs about 5 levels,
-/// and 30 MB of '[' would otherwise take gigabytes before the parser reached their end.
-constexpr std::size_t kMaxDepth = 256;
+constexpr std::size_t kMaxDepth = kMaxJsonDepth;
 /// An object's keys are kept in a sorted vector up to this many, in a hash set past it,
 /// so that an object of 400,000 keys costs no quadratic insertion.
 constexpr std::size_t kMaxSortedKeys = 32;

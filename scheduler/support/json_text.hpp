@@ -3,6 +3,7 @@
 // keeps the last of two equal keys, so `"nodes": 2, ..., "nodes": 3` would silently
 // mean 3; here a repeated key is an error, as is anything after the document.
 
+#include <cstddef>
 #include <iosfwd>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -10,6 +11,11 @@
 #include "scheduler/support/expected.hpp"
 
 namespace charm {
+
+/// Arrays and objects nest at most this deep in a document read from text, or from Python's dicts and
+/// lists: a plan or a topology needs about 5 levels, and 30 MB of '[' would otherwise take gigabytes
+/// before the parser reached their end.
+inline constexpr std::size_t kMaxJsonDepth = 256;
 
 /// Errors name `source`: "malformed JSON: ..." or "duplicate key 'nodes' in inter".
 [[nodiscard]] Expected<nlohmann::json> parse_json_strict(const std::string& text, const std::string& source);
