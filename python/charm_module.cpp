@@ -24,6 +24,7 @@
 
 #include "scheduler/ir/plan_io.hpp"
 #include "scheduler/planners/planners.hpp"
+#include "scheduler/support/json_text.hpp"
 #include "scheduler/validate/validator.hpp"
 #include "sim/advise.hpp"
 #include "sim/evaluate.hpp"
@@ -81,59 +82,148 @@ py::object to_py(const json& j) {
   }
 }
 
-json from_py(py::handle h, const std::string& where) {
+/// A Python value's type name, for messages.
+std::string type_name(py::handle h) { return py::str(py::type::handle_of(h).attr("__name__")).cast<std::string>(); }
+
+/// A dict or list holds at most this many values in all: one that holds another many times over counts it
+/// each time (x = [x, x] twenty times is a million), so a few lines of Python cannot ask for gigabytes.
+/// A plan of about 900,000 ops fits (some 18 values an op); a larger one goes as a file.
+constexpr std::size_t kMaxJsonValues = std::size_t{1} << 24;
+
+/// Python values into JSON, bounded as the JSON reader bounds a file: arrays and objects at most
+/// kMaxJsonDepth deep (a dict that holds itself ends there instead of recursing until the stack runs
+/// out), and kMaxJsonValues values. Numbers as a file's are read: finite, within 64 bits.
+json from_py(py::handle h, const std::string& where, std::size_t depth, std::size_t& values) {
+  if (++values > kMaxJsonValues)
+    fail(Error{where, fmt::format("more than {} values (a list or dict held many times counts each time; pass a "
+                                  "larger plan as a file)",
+                                  kMaxJsonValues)});
   if (h.is_none()) return nullptr;
   if (py::isinstance<py::bool_>(h)) return h.cast<bool>();
-  if (py::isinstance<py::int_>(h)) return h.cast<std::int64_t>();
-  if (py::isinstance<py::float_>(h)) return h.cast<double>();
+  if (py::isinstance<py::int_>(h)) {
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(h.ptr(), &overflow);
+    if (overflow == 0) return std::int64_t{v};
+    const unsigned long long u = PyLong_AsUnsignedLongLong(h.ptr());
+    if (!PyErr_Occurred()) return std::uint64_t{u};
+    PyErr_Clear();
+    fail(Error{where, "an int past 64 bits is not a JSON number"});
+  }
+  if (py::isinstance<py::float_>(h)) {
+    const double v = h.cast<double>();
+    if (!std::isfinite(v)) fail(Error{where, fmt::format("JSON has no NaN or infinity, got {}", v)});
+    return v;
+  }
   if (py::isinstance<py::str>(h)) return h.cast<std::string>();
-  if (py::isinstance<py::dict>(h)) {
+  const bool dict = py::isinstance<py::dict>(h);
+  if (!dict && !py::isinstance<py::list>(h) && !py::isinstance<py::tuple>(h))
+    fail(Error{where, fmt::format("a {} is not a JSON value", type_name(h))});
+  if (depth == kMaxJsonDepth)
+    fail(Error{where, fmt::format("arrays and objects nested more than {} deep (a dict or list that holds itself?)",
+                                  kMaxJsonDepth)});
+  if (dict) {
     json o = json::object();
     for (auto [k, v] : h.cast<py::dict>()) {
       if (!py::isinstance<py::str>(k)) fail(Error{where, "keys of a JSON object must be strings"});
       const auto key = k.cast<std::string>();
-      o[key] = from_py(v, where + "." + key);
+      o[key] = from_py(v, where + "." + key, depth + 1, values);
     }
     return o;
   }
-  if (py::isinstance<py::list>(h) || py::isinstance<py::tuple>(h)) {
-    json a = json::array();
-    std::size_t i = 0;
-    for (auto v : h) a.push_back(from_py(v, fmt::format("{}[{}]", where, i++)));
-    return a;
-  }
-  fail(Error{where, fmt::format("a {} is not a JSON value",
-                                py::str(py::type::handle_of(h).attr("__name__")).cast<std::string>())});
+  json a = json::array();
+  std::size_t i = 0;
+  for (auto v : h) a.push_back(from_py(v, fmt::format("{}[{}]", where, i++), depth + 1, values));
+  return a;
+}
+
+json from_py(py::handle h, const std::string& where) {
+  std::size_t values = 0;
+  return from_py(h, where, 0, values);
 }
 
 // ---- arguments ----
+//
+// Every argument is read and checked here, with the GIL held, before the work starts: the work runs with
+// the GIL released, where reading a Python object would crash the process. A wrong type is a TypeError
+// naming the keyword; a value the command would refuse is a ValueError naming the flag, as the command does.
 
 bool given(const py::object& o) { return !o.is_none(); }
 
-/// A path given as str or os.PathLike.
-std::optional<std::string> path_arg(const py::object& o) {
-  if (!given(o) || py::isinstance<py::dict>(o)) return std::nullopt;
-  return py::module_::import("os").attr("fspath")(o).cast<std::string>();
+/// The keyword of a flag: --head-dim is head_dim, --pass is pass_.
+std::string keyword(const std::string& flag) {
+  std::string k = flag.starts_with("--") ? flag.substr(2) : flag;
+  std::replace(k.begin(), k.end(), '-', '_');
+  return k == "pass" ? "pass_" : k;
+}
+
+[[noreturn]] void type_error(const std::string& flag, const std::string& expected, py::handle got) {
+  std::string shown = py::repr(got).cast<std::string>();
+  if (shown.size() > 40) shown = shown.substr(0, 37) + "...";
+  throw py::type_error(fmt::format("{}: expected {}, got {} ({})", keyword(flag), expected, shown, type_name(got)));
+}
+
+/// A whole number (an int, not a bool) that fits the flag's 32 bits.
+int int_arg(const py::object& o, const std::string& flag) {
+  if (!py::isinstance<py::int_>(o) || py::isinstance<py::bool_>(o)) type_error(flag, "an int", o);
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(o.ptr(), &overflow);
+  if (overflow != 0 || v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max())
+    fail(Error{flag, "must fit 32 bits"});
+  return int(v);
+}
+
+/// A finite real number (an int or a float, not a bool).
+double real_arg(const py::object& o, const std::string& flag) {
+  if (!(py::isinstance<py::int_>(o) || py::isinstance<py::float_>(o)) || py::isinstance<py::bool_>(o))
+    type_error(flag, "a number", o);
+  const double v = PyFloat_AsDouble(o.ptr());
+  if (v == -1.0 && PyErr_Occurred()) PyErr_Clear();  // an int past a double's range
+  if (!std::isfinite(v)) fail(Error{flag, "must be a finite number"});
+  return v;
+}
+
+bool bool_arg(const py::object& o, const std::string& flag) {
+  if (!py::isinstance<py::bool_>(o)) type_error(flag, "True or False", o);
+  return o.cast<bool>();
+}
+
+/// A path given as str or os.PathLike (or, where `dict_too`, a dict, which is no path); nullopt for None.
+std::optional<std::string> path_arg(const py::object& o, const std::string& flag, bool dict_too = false) {
+  if (!given(o) || (dict_too && py::isinstance<py::dict>(o))) return std::nullopt;
+  if (!py::isinstance<py::str>(o) && !py::hasattr(o, "__fspath__"))
+    type_error(flag, dict_too ? "a path (str or os.PathLike) or a dict" : "a path (str or os.PathLike)", o);
+  auto p = py::module_::import("os").attr("fspath")(o).cast<std::string>();
+  // The C library would stop at the NUL and read or write another file.
+  if (p.empty() || p.find('\0') != std::string::npos)
+    fail(Error{flag, p.empty() ? "the path is empty" : "the path holds a NUL byte"});
+  return p;
+}
+
+/// A path that must be given: None is a TypeError, not "no file".
+std::string required_path(const py::object& o, const std::string& flag, bool dict_too = false) {
+  if (!given(o))
+    type_error(flag, dict_too ? "a path (str or os.PathLike) or a dict" : "a path (str or os.PathLike)", o);
+  return *path_arg(o, flag, dict_too);
 }
 
 /// A count or size as the command reads it ("26880", "4k"): an int or a str.
 std::string size_text(const py::object& o, const std::string& flag) {
-  if (py::isinstance<py::bool_>(o)) fail(Error{flag, "expected a number, got a bool"});
-  if (py::isinstance<py::int_>(o)) return std::to_string(o.cast<long long>());
+  if (py::isinstance<py::int_>(o) && !py::isinstance<py::bool_>(o)) return py::str(o).cast<std::string>();
   if (py::isinstance<py::str>(o)) return o.cast<std::string>();
-  fail(Error{flag, fmt::format("expected an int or a size like '4k', got {}", py::repr(o).cast<std::string>())});
+  type_error(flag, "an int or a size like '4k'", o);
 }
 
 std::string text_arg(const py::object& o, const std::string& flag) {
-  if (!py::isinstance<py::str>(o))
-    fail(Error{flag, fmt::format("expected a str, got {}", py::repr(o).cast<std::string>())});
+  if (!py::isinstance<py::str>(o)) type_error(flag, "a str", o);
   return o.cast<std::string>();
 }
 
 /// A list flag: a str (comma-separated, as on the command line), or a list/tuple of items.
 std::vector<std::string> list_items(const py::object& o, const std::string& flag, bool sizes = false) {
-  if (py::isinstance<py::str>(o) || py::isinstance<py::int_>(o))
+  if (py::isinstance<py::str>(o) || (sizes && py::isinstance<py::int_>(o)))
     return cli::split_list(sizes ? size_text(o, flag) : text_arg(o, flag));
+  if (!py::isinstance<py::list>(o) && !py::isinstance<py::tuple>(o))
+    type_error(flag, sizes ? "an int, a str or a list of them" : "a str or a list of str", o);
   std::vector<std::string> out;
   for (auto v : o) {
     const py::object item = py::reinterpret_borrow<py::object>(v);
@@ -167,7 +257,7 @@ struct WorkloadArgs {
     if (given(dtype)) f.dtype = text_arg(dtype, "--dtype");
     if (given(layout)) f.layout = text_arg(layout, "--layout");
     if (given(pass)) f.pass = text_arg(pass, "--pass");
-    if (given(causal)) f.causal = causal.cast<bool>();
+    if (given(causal)) f.causal = bool_arg(causal, "--causal");
     if (given(mask)) f.mask = text_arg(mask, "--mask");
     return f;
   }
@@ -192,19 +282,19 @@ struct ClusterArgs {
 
   [[nodiscard]] cli::ClusterFlags flags() const {
     cli::ClusterFlags f;
-    f.uniform = given(uniform) && uniform.cast<bool>();
-    if (auto p = path_arg(topology)) f.topology = *p;
+    f.uniform = given(uniform) && bool_arg(uniform, "--uniform");
+    if (auto p = path_arg(topology, "--topology", /*dict_too=*/true)) f.topology = *p;
     if (given(ranks)) {
-      f.ranks = ranks.cast<int>();
+      f.ranks = int_arg(ranks, "--ranks");
       f.ranks_given = true;
     }
-    if (given(bw_gbps)) f.bw_gbps = bw_gbps.cast<double>();
-    if (given(tflops)) f.tflops = tflops.cast<double>();
-    if (given(latency_us)) f.latency_us = latency_us.cast<double>();
-    if (given(hbm_gbps)) f.hbm_gbps = hbm_gbps.cast<double>();
-    if (given(reserved_gb)) f.reserved_gb = reserved_gb.cast<double>();
+    if (given(bw_gbps)) f.bw_gbps = real_arg(bw_gbps, "--bw-gbps");
+    if (given(tflops)) f.tflops = real_arg(tflops, "--tflops");
+    if (given(latency_us)) f.latency_us = real_arg(latency_us, "--latency-us");
+    if (given(hbm_gbps)) f.hbm_gbps = real_arg(hbm_gbps, "--hbm-gbps");
+    if (given(reserved_gb)) f.reserved_gb = real_arg(reserved_gb, "--reserved-gb");
     if (given(domains)) {
-      f.domains = domains.cast<int>();
+      f.domains = int_arg(domains, "--domains");
       if (f.domains < 1)
         fail(Error{"--domains", fmt::format("must be >= 1 (or omitted: from the topology), got {}", f.domains)});
     }
@@ -260,7 +350,7 @@ using sim::workload_json;
 ir::Plan plan_arg(const py::object& plan) {
   if (!py::isinstance<py::dict>(plan)) {
     cli::PlanFlags f;
-    f.plan_file = *path_arg(plan);
+    f.plan_file = required_path(plan, "--plan", /*dict_too=*/true);
     return f.make();
   }
   auto p = ir::plan_from_json(from_py(plan, "plan"), "plan");
@@ -275,10 +365,10 @@ py::object plan_fn(const py::object& algo, const py::object& ranks, const py::ob
   return guarded([&] {
     cli::PlanFlags f;
     f.algo = algo_arg(algo);
-    if (given(ranks)) f.ranks = ranks.cast<int>();
-    if (given(domains)) f.domains = domains.cast<int>();
+    if (given(ranks)) f.ranks = int_arg(ranks, "--ranks");
+    if (given(domains)) f.domains = int_arg(domains, "--domains");
     f.workload = w.flags();
-    const auto out_path = path_arg(out);
+    const auto out_path = path_arg(out, "--out");
     if (out_path) cli::check_output_paths({{"--out", *out_path}});
     json j;
     {
@@ -303,7 +393,7 @@ py::object validate_fn(const py::object& plan, bool all) {
       if (!e) fail(e.error());
       p = std::move(e).value();
     } else {
-      p = cli::unwrap(ir::load_plan(*path_arg(plan)));
+      p = cli::unwrap(ir::load_plan(required_path(plan, "plan", /*dict_too=*/true)));
     }
     sched::ValidateOptions opt;
     if (all) opt.max_violations = std::numeric_limits<std::size_t>::max();
@@ -328,16 +418,12 @@ py::object validate_fn(const py::object& plan, bool all) {
 /// cp=, tp=, order= and gpus= into the cluster flags, as --cp, --tp, --order and --gpus.
 void placement_flags(cli::ClusterFlags& cf, const py::object& cp, const py::object& tp, const py::object& order,
                      const py::object& gpus) {
-  if (given(cp)) cf.cp = cp.cast<int>();
-  if (given(tp)) cf.tp = tp.cast<int>();
+  if (given(cp)) cf.cp = int_arg(cp, "--cp");
+  if (given(tp)) cf.tp = int_arg(tp, "--tp");
   if (given(order)) cf.order = text_arg(order, "--order");
   if (given(gpus)) {
-    if (py::isinstance<py::str>(gpus)) {
-      cf.gpus = gpus.cast<std::string>();
-    } else {
-      for (const auto& g : gpus) cf.gpus += (cf.gpus.empty() ? "" : ",") + std::to_string(g.cast<long long>());
-      if (cf.gpus.empty()) fail(Error{"--gpus", "names no GPU"});
-    }
+    for (const auto& g : list_items(gpus, "--gpus", /*sizes=*/true)) cf.gpus += (cf.gpus.empty() ? "" : ",") + g;
+    if (cf.gpus.empty()) fail(Error{"--gpus", "names no GPU"});
   }
   if ((cf.cp < 0 || cf.tp < 0) || (given(cp) && cf.cp == 0) || (given(tp) && cf.tp == 0))
     fail(Error{given(cp) && cf.cp <= 0 ? "--cp" : "--tp", "must be at least 1"});
@@ -356,7 +442,10 @@ py::object simulate_fn(const py::object& algo, const py::object& plan, WorkloadA
     const SymmetryUse use = sym == "on" ? SymmetryUse::On : sym == "off" ? SymmetryUse::Off : SymmetryUse::Auto;
     cli::ClusterFlags cf = ca.flags();
     placement_flags(cf, cp, tp, order, gpus);
-    const auto trace_path = path_arg(trace);
+    const auto trace_path = path_arg(trace, "--trace");
+    const std::string plan_path = given(plan) ? path_arg(plan, "--plan", /*dict_too=*/true).value_or("") : "";
+    cli::check_command_files(
+        {{{"--topology", cf.topology}, {"--plan", plan_path}}, {{"--trace", trace_path.value_or("")}}, {}});
     std::optional<ir::Plan> file_plan;
     if (given(plan)) {
       if (use == SymmetryUse::On)
@@ -371,12 +460,11 @@ py::object simulate_fn(const py::object& algo, const py::object& plan, WorkloadA
       if (cf.uniform && !given(ca.ranks)) cf.ranks = file_plan->ranks;
     }
     const auto topo = ca.get(cf);
-    if (trace_path) cli::check_output_paths({{"--trace", *trace_path}});
+    const ir::Workload w = file_plan ? ir::Workload{} : wa.flags().get();
+    const std::string name = file_plan ? std::string() : algo_arg(algo);
     json j;
     {
       py::gil_scoped_release nogil;
-      const ir::Workload w = file_plan ? ir::Workload{} : wa.flags().get();
-      const std::string name = file_plan ? std::string() : algo_arg(algo);
       const sim::Evaluation r = cli::run_simulation(std::move(file_plan), name, w, cf, topo, use);
       if (trace_path) cli::write_file_atomic(*trace_path, sim::chrome_trace(r.plan, r.result).dump() + "\n");
       const sim::Explanation ex = sim::explain(r.plan, r.result, topo);
@@ -413,23 +501,23 @@ py::object advise_fn(const py::object& algos, WorkloadArgs wa, ClusterArgs ca, c
                      const py::object& layers, const py::object& tie) {
   return guarded([&] {
     cli::ClusterFlags cf = ca.flags();
-    if (given(tp)) cf.tp = tp.cast<int>();
+    if (given(tp)) cf.tp = int_arg(tp, "--tp");
     if (given(tp) && cf.tp < 1) fail(Error{"--tp", "must be at least 1"});
-    if (given(order)) cf.order = order.cast<std::string>();
+    if (given(order)) cf.order = text_arg(order, "--order");
     const auto topo = ca.get(cf);
     cli::AdviseFlags f;
     f.algos = algos_text(algos);
     f.pass_given = given(wa.pass);
     f.layout_given = given(wa.layout);
-    if (given(jobs)) f.jobs = jobs.cast<int>();
+    if (given(jobs)) f.jobs = int_arg(jobs, "--jobs");
     if (given(jobs) && f.jobs == 0) fail(Error{"--jobs", "must be in [1, 1024] (or omitted), got 0"});
     if (given(tp_search)) {
       for (const auto& item : list_items(tp_search, "--tp-search", /*sizes=*/true))
         f.tp_search += (f.tp_search.empty() ? "" : ",") + item;
       if (f.tp_search.empty()) fail(Error{"--tp-search", "names no TP size"});
     }
-    if (given(layers)) f.layers = layers.cast<int>();
-    if (given(tie)) f.tie_percent = tie.cast<double>();
+    if (given(layers)) f.layers = int_arg(layers, "--layers");
+    if (given(tie)) f.tie_percent = real_arg(tie, "--tie");
     const cli::AdviseRequest req = cli::advise_request(wa.flags().get(), cf, topo, f);
     std::optional<sim::Advice> adv;
     {
@@ -442,15 +530,90 @@ py::object advise_fn(const py::object& algos, WorkloadArgs wa, ClusterArgs ca, c
 
 // ---- sweep ----
 
+/// A workload list, read as the command reads its flag (cli::parse_list: ranges, the cap on values).
 std::vector<std::int64_t> size_list(const py::object& o, const std::string& flag) {
-  std::vector<std::int64_t> out;
-  for (const auto& item : list_items(o, flag, /*sizes=*/true)) {
-    const auto v = cli::unwrap(cli::parse_size(item, flag));
-    if (v < 1) fail(Error{flag, fmt::format("values must be >= 1, got {}", v)});
-    if (std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
+  std::string text;
+  for (const auto& item : list_items(o, flag, /*sizes=*/true)) text += (text.empty() ? "" : ",") + item;
+  return cli::unwrap(cli::parse_list(text, flag));
+}
+
+/// set={'inter.bandwidth_gbps': [25, 50]}: each entry as the command's --set FIELD=LIST (a number, a list of
+/// numbers, or the flag's own text like '25..100*2'), read by cli::parse_sets with the command's caps.
+std::vector<cli::SetFlag> set_arg(const py::object& set) {
+  if (!given(set)) return {};
+  if (!py::isinstance<py::dict>(set)) type_error("set", "a dict like {'inter.bandwidth_gbps': [25, 50]}", set);
+  const auto number = [](const py::object& v) {
+    if (py::isinstance<py::float_>(v)) return fmt::format("{}", v.cast<double>());  // shortest exact text
+    if (py::isinstance<py::int_>(v) && !py::isinstance<py::bool_>(v)) return py::str(v).cast<std::string>();
+    type_error("set", "numbers as values", v);
+  };
+  std::vector<std::string> texts;
+  for (auto [k, v] : set.cast<py::dict>()) {
+    if (!py::isinstance<py::str>(k)) type_error("set", "field names (str) as keys", k);
+    const py::object vo = py::reinterpret_borrow<py::object>(v);
+    std::string list;
+    if (py::isinstance<py::str>(vo)) {
+      list = vo.cast<std::string>();
+    } else if (py::isinstance<py::list>(vo) || py::isinstance<py::tuple>(vo)) {
+      for (auto x : vo) list += (list.empty() ? "" : ",") + number(py::reinterpret_borrow<py::object>(x));
+    } else {
+      list = number(vo);
+    }
+    texts.push_back(k.cast<std::string>() + "=" + list);
   }
-  if (out.empty()) fail(Error{flag, "expected one or more values"});
-  return out;
+  std::size_t points = 1;
+  return cli::parse_sets(texts, points);
+}
+
+/// Topologies: a file, a dict, or a list of them (a str may list files comma-separated, as the flag does).
+std::vector<cli::SweepTopology> sweep_topology_args(const py::object& topology) {
+  std::vector<py::object> args;
+  if (py::isinstance<py::list>(topology) || py::isinstance<py::tuple>(topology)) {
+    for (auto t : topology) args.push_back(py::reinterpret_borrow<py::object>(t));
+  } else if (py::isinstance<py::str>(topology)) {
+    for (const auto& f : cli::split_list(topology.cast<std::string>())) args.emplace_back(py::str(f));
+  } else {
+    args.push_back(topology);
+  }
+  if (args.empty()) fail(Error{"--topology", "names no topology"});
+  std::vector<cli::SweepTopology> docs;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const bool dict = py::isinstance<py::dict>(args[i]);
+    const std::string name =
+        dict ? fmt::format("topology[{}]", i) : required_path(args[i], "--topology", /*dict_too=*/true);
+    auto doc = dict ? Expected<json>(from_py(args[i], name)) : topo::read_topology_json(name);
+    if (!doc) fail(Error{"--topology", doc.error().message()});
+    docs.push_back({name, std::move(doc).value()});
+  }
+  return docs;
+}
+
+/// The sweep's spec from its arguments, checked as charm sweep checks its flags (sweep_request.hpp).
+sim::SweepSpec sweep_spec(const py::object& topology, const py::object& batch, const py::object& seq,
+                          const py::object& heads, const py::object& head_dim, const py::object& kv_heads,
+                          const py::object& dtype, bool causal, const py::object& layout, const py::object& algos,
+                          const std::string& pass, double reserved_gb, const py::object& set) {
+  const std::vector<cli::SetFlag> sets = set_arg(set);
+  const std::vector<cli::SweepTopology> docs = sweep_topology_args(topology);
+  sim::SweepSpec spec = cli::sweep_topologies(docs, sets);
+  cli::SweepLists lists;
+  lists.batch = size_list(batch, "--batch");
+  lists.seq = size_list(seq, "--seq");
+  lists.heads = size_list(heads, "--heads");
+  lists.head_dim = size_list(head_dim, "--head-dim");
+  if (given(kv_heads)) lists.kv_heads = size_list(kv_heads, "--kv-heads");
+  lists.dtypes = list_items(dtype, "--dtype");
+  lists.layouts = list_items(layout, "--layout");
+  lists.causal = causal;
+  lists.algos = algos_text(algos);
+  lists.pass = pass;
+  lists.reserved_gb = reserved_gb;
+  cli::set_sweep_lists(spec, lists);
+  std::vector<std::string> names;
+  for (const auto& d : docs) names.push_back(d.name);
+  // The configuration cap, and each (topology, algorithm, pass, layout, mask)'s simulation must fit.
+  cli::check_sweep_fits(spec, names);
+  return spec;
 }
 
 py::object sweep_fn(const py::object& topology, const py::object& batch, const py::object& seq, const py::object& heads,
@@ -458,63 +621,13 @@ py::object sweep_fn(const py::object& topology, const py::object& batch, const p
                     const py::object& layout, const py::object& algos, const std::string& pass, const py::object& jobs,
                     double reserved_gb, const py::object& set) {
   return guarded([&] {
-    std::vector<cli::SetFlag> sets;
-    if (given(set)) {
-      for (auto [k, v] : set.cast<py::dict>()) {
-        cli::SetFlag f{py::str(k).cast<std::string>(), {}};
-        const py::object vo = py::reinterpret_borrow<py::object>(v);
-        if (py::isinstance<py::int_>(vo) || py::isinstance<py::float_>(vo)) {
-          f.values.push_back(vo.cast<double>());
-        } else {
-          for (auto x : vo) {
-            const double d = x.cast<double>();
-            if (std::find(f.values.begin(), f.values.end(), d) == f.values.end()) f.values.push_back(d);
-          }
-        }
-        if (f.values.empty()) fail(Error{"--set", fmt::format("{}: expected one or more values", f.field)});
-        sets.push_back(std::move(f));
-      }
-    }
-    // Topologies: a file, a dict, or a list of them (a str may list files comma-separated, as the flag does).
-    std::vector<py::object> topo_args;
-    if (py::isinstance<py::list>(topology) || py::isinstance<py::tuple>(topology)) {
-      for (auto t : topology) topo_args.push_back(py::reinterpret_borrow<py::object>(t));
-    } else if (py::isinstance<py::str>(topology)) {
-      for (const auto& f : cli::split_list(topology.cast<std::string>())) topo_args.emplace_back(py::str(f));
-    } else {
-      topo_args.push_back(topology);
-    }
-    std::vector<cli::SweepTopology> docs;
-    std::vector<std::string> names;
-    for (std::size_t i = 0; i < topo_args.size(); ++i) {
-      const bool dict = py::isinstance<py::dict>(topo_args[i]);
-      const std::string name = dict ? fmt::format("topology[{}]", i) : *path_arg(topo_args[i]);
-      auto doc = dict ? Expected<json>(from_py(topo_args[i], name)) : topo::read_topology_json(name);
-      if (!doc) fail(Error{"--topology", doc.error().message()});
-      docs.push_back({name, std::move(doc).value()});
-      names.push_back(name);
-    }
-    sim::SweepSpec spec = cli::sweep_topologies(docs, sets);
-    cli::SweepLists lists;
-    lists.batch = size_list(batch, "--batch");
-    lists.seq = size_list(seq, "--seq");
-    lists.heads = size_list(heads, "--heads");
-    lists.head_dim = size_list(head_dim, "--head-dim");
-    if (given(kv_heads)) lists.kv_heads = size_list(kv_heads, "--kv-heads");
-    lists.dtypes = list_items(dtype, "--dtype");
-    lists.layouts = list_items(layout, "--layout");
-    lists.causal = causal;
-    lists.algos = algos_text(algos);
-    lists.pass = pass;
-    lists.reserved_gb = reserved_gb;
-    cli::set_sweep_lists(spec, lists);
+    const sim::SweepSpec spec = sweep_spec(topology, batch, seq, heads, head_dim, kv_heads, dtype, causal, layout,
+                                           algos, pass, reserved_gb, set);
     const int hw = int(std::max(1u, std::thread::hardware_concurrency()));
     sim::SweepControl control;
-    control.jobs = given(jobs) ? jobs.cast<int>() : hw;
+    control.jobs = given(jobs) ? int_arg(jobs, "--jobs") : hw;
     if (control.jobs < 1 || control.jobs > 1024)
       fail(Error{"--jobs", fmt::format("must be in [1, 1024], got {}", control.jobs)});
-    // Each (topology, algorithm, pass, layout, mask)'s simulation must fit, as charm sweep checks before it runs.
-    cli::check_sweep_memory(spec, names);
     json j;
     {
       py::gil_scoped_release nogil;
@@ -554,6 +667,7 @@ py::object frameworks_fn(const py::object& algo, const py::object& layout, bool 
       if (!v) fail(Error{"--layout", v.error().what});
       l = *v;
     }
+    if (auto st = sched::check_ranks(ranks, domains); !st) fail(st.error());
     ir::Workload w;
     w.layout = l;
     const auto req = sim::normalised_request({algo_arg(algo), w, ranks, domains});
