@@ -5,7 +5,8 @@
 // sim::advise, sim::run_sweep. Results are the command's --json documents as dicts; compare and sweep
 // give one flat dict per row, every row with the same keys. A usage error (cli::fail, an Error value)
 // is a ValueError whose text is the line the command prints after "charm: error: "; a simulator
-// failure (the command's exit 3) is a RuntimeError.
+// failure (the command's exit 3) is a RuntimeError. A wrongly typed argument is a TypeError naming its
+// keyword; every argument is read before the work releases the GIL (docs/errors.md, the Python module).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
