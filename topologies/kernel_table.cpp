@@ -114,8 +114,7 @@ Expected<std::shared_ptr<const KernelTable>> kernel_table(std::string_view libra
     if (t->library == library && t->family == family) return t;
     if (t->library == library) known.push_back(t->family);
   }
-  if (std::find(kernel_library_names().begin(), kernel_library_names().end(), library) ==
-      kernel_library_names().end())
+  if (std::find(kernel_library_names().begin(), kernel_library_names().end(), library) == kernel_library_names().end())
     return Error{"kernel", fmt::format("unknown kernel library \"{}\" (expected one of: {}, or a CSV file of kernel "
                                        "timings as charm bench-kernels writes)",
                                        library, fmt::join(kernel_library_names(), ", "))};
