@@ -99,6 +99,7 @@ SweepTaskOut run_task(const SweepSpec& spec, std::size_t config, ir::Phase phase
     r.domains = domains;
     r.workload =
         normalised_request({algo, w, ranks, domains}).workload;  // ring-zigzag reports the zigzag layout it ran on
+    r.workload.kv_heads = w.kv_heads;  // as configured: the KV heads Ulysses repeats are the planner's, not an axis
     r.algo = algo;
     r.pass = phase;
     r.ccr = ccr;

@@ -406,7 +406,9 @@ TEST(NcclTests, FixLinkClassBandwidthAndLatency) {
 TEST(Parameters, PathsAndValues) {
   const json h100 = load_json("topologies/nominal/h100-2x8.json");
   EXPECT_DOUBLE_EQ(*parameter_value(h100, "inter.bandwidth_gbps", "h"), 42.5);
-  EXPECT_DOUBLE_EQ(*parameter_value(h100, "gpu.efficiency.bwd", "h"), 0.28);
+  // The H100 runs its kernel library's table; the L20, which has none published, a flat attainment.
+  const json l20 = load_json("topologies/nominal/l20-4.json");
+  EXPECT_DOUBLE_EQ(*parameter_value(l20, "gpu.efficiency.bwd", "l"), 0.4);
   EXPECT_DOUBLE_EQ(*parameter_value(h100, "gpu.tflops.bf16", "h"), 989.0);
   json explicit_doc = {{"links", {{{"a", "x"}, {"latency_us", 2}}, {{"a", "y"}, {"latency_us", 3}}}}};
   EXPECT_DOUBLE_EQ(*parameter_value(explicit_doc, "links[1].latency_us", "e"), 3);
@@ -418,8 +420,10 @@ TEST(Parameters, PathsAndValues) {
     return v ? std::string("ok") : v.error().message();
   };
   EXPECT_EQ(msg("numa.bandwidth_gbps"), "numa.bandwidth_gbps: no such field in h100.json");
-  EXPECT_EQ(msg("gpu.efficiency"),
-            "gpu.efficiency: is an object in h100.json; fit its numbers (gpu.efficiency.bwd, gpu.efficiency.fwd)");
+  auto v = parameter_value(l20, "gpu.efficiency", "l20.json");
+  ASSERT_FALSE(v);
+  EXPECT_EQ(v.error().message(),
+            "gpu.efficiency: is an object in l20.json; fit its numbers (gpu.efficiency.bwd, gpu.efficiency.fwd)");
   EXPECT_EQ(msg("inter.sharing"), "inter.sharing: is not a number in h100.json (it is \"shared\")");
   EXPECT_EQ(msg("nodes"), "nodes: shapes the cluster (a count), it is not a hardware parameter to fit");
   EXPECT_EQ(msg("inter..latency_us"), "inter..latency_us: not a parameter path (expected a field name at character 7); "
@@ -656,13 +660,13 @@ TEST(Calibrate, CommOffsetBelongsToTheMeasurementNotTheCluster) {
 
 TEST(Calibrate, KernelTimesPinTheGpuApartFromTheLinks) {
   // Ring forward at 8k on 2 x 4 H100 is bound by the NIC: its time says little about the GPU.
-  // Single-GPU kernel times of the truth's GPU (efficiency 0.7x the base's) pin the kernel,
-  // and the run pins the NIC: both come back.
+  // Single-GPU kernel times of the truth's GPU (0.7x the attainment of the base's kernel table) pin the
+  // kernel, and the run pins the NIC: both come back.
   json base = load_json("topologies/nominal/h100-2x8.json");
   base["gpus_per_node"] = 4;
   json truth = base;
   truth["inter"]["bandwidth_gbps"] = 42.5 * 0.6;
-  truth["gpu"]["efficiency"] = {{"fwd", 0.35 * 0.7}, {"bwd", 0.28}};
+  truth["gpu"]["kernel_scale"] = {{"fwd", 0.7}, {"bwd", 1}};
   auto data = parse_measurements(simulate_csv(truth, {{"ring", ir::PassKind::Fwd, 1, 8192}}, 8, 2), "train.csv");
   ASSERT_TRUE(data) << data.error().message();
   auto truth_t = topo::parse_topology(truth, "truth");
@@ -682,7 +686,7 @@ TEST(Calibrate, KernelTimesPinTheGpuApartFromTheLinks) {
       csv += kernel_time_row(k) + "\n";
     }
   CalibrationOptions opt;
-  opt.fit = {"inter.bandwidth_gbps", "gpu.efficiency.fwd"};
+  opt.fit = {"inter.bandwidth_gbps", "gpu.kernel_scale.fwd"};
   opt.jobs = 2;
   opt.restarts = 1;
   opt.leave_one_out = false;
@@ -693,7 +697,7 @@ TEST(Calibrate, KernelTimesPinTheGpuApartFromTheLinks) {
   ASSERT_TRUE(c) << c.error().message();
   ASSERT_EQ(c->kernel_rows.size(), 6u);
   EXPECT_NEAR(c->parameters[0].value / (42.5 * 0.6), 1.0, 0.01);
-  EXPECT_NEAR(c->parameters[1].value / (0.35 * 0.7), 1.0, 0.01);
+  EXPECT_NEAR(c->parameters[1].value / 0.7, 1.0, 0.01);
   EXPECT_LT(c->kernels.in_sample, 0.5);
   EXPECT_GT(c->kernels.base, 20.0);  // the base's GPU is 1/0.7 as fast
   EXPECT_EQ(report_json(*c, *data)["kernels"].size(), 6u);

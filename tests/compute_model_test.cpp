@@ -111,17 +111,19 @@ TEST(ComputeModel, KnownGpusGetTheirDatasheetShape) {
   EXPECT_EQ(topo::gpu_arch("NVIDIA H20")->sm_count, 78);
   EXPECT_EQ(topo::gpu_arch("nvidia a100-sxm4-80gb")->sm_count, 108);
   EXPECT_FALSE(topo::gpu_arch("uniform"));
-  // A file that names the model inherits them, and the default stack; --uniform keeps the ideal one.
+  // A file that names the model inherits them, its family's kernel table (the default stack's library) and
+  // NCCL's published NVLink 3 attainment (232 of 300 GB/s per GPU); --uniform keeps the ideal stack.
   auto t = topo::parse_topology_text(
       R"({"gpu": {"model": "NVIDIA A100", "tflops": 312}, "nodes": 1, "gpus_per_node": 8,
           "intra": {"bandwidth_gbps": 300, "sharing": "dedicated"}})",
       "a100.json");
   ASSERT_TRUE(t) << t.error().message();
   EXPECT_EQ(t->gpu.sm_count, 108);
-  EXPECT_DOUBLE_EQ(t->gpu.efficiency_fwd, 0.70);
-  EXPECT_EQ(t->stack.preset, "pytorch-nccl");
-  // The stack's injection limit reaches a GPU link the file leaves unlimited, never above the link.
-  EXPECT_DOUBLE_EQ(t->links.front().injection_gbps, t->stack.intra_injection_gbps);
+  ASSERT_TRUE(t->gpu.kernel);
+  EXPECT_EQ(t->gpu.kernel->library, "fa2");
+  EXPECT_EQ(t->gpu.family, "ampere");
+  EXPECT_EQ(t->stack.preset, "te-fused");
+  EXPECT_DOUBLE_EQ(t->links.front().injection_gbps, 232);
   EXPECT_EQ(topo::make_uniform(4, 100, 100).stack.preset, "none");
 }
 
@@ -133,7 +135,10 @@ TEST(ComputeModel, CompleteDocumentSpellsOutEveryDefault) {
   const auto before = topo::parse_topology(doc, "h200.json");
   ASSERT_TRUE(before);
   ASSERT_TRUE(topo::complete_document(doc, "h200.json"));
-  EXPECT_DOUBLE_EQ(doc["intra"]["injection_gbps"].get<double>(), before->stack.intra_injection_gbps);
+  EXPECT_DOUBLE_EQ(doc["intra"]["injection_gbps"].get<double>(), 369);  // NCCL's 0.82 of NVLink 4's 450
+  EXPECT_DOUBLE_EQ(doc["intra"]["per_flow_gbps"].get<double>(), 180);   // ... and 0.40 for one peer
+  EXPECT_EQ(doc["gpu"]["kernel"]["library"].get<std::string>(), "fa3");
+  EXPECT_DOUBLE_EQ(doc["gpu"]["kernel_scale"]["fwd"].get<double>(), 1);
   EXPECT_EQ(doc["gpu"]["sm_count"].get<int>(), 132);
   EXPECT_EQ(doc["gpu"]["kernel"]["fwd"]["tile_q"].get<int>(), 128);
   EXPECT_DOUBLE_EQ(doc["stack"]["step_us"].get<double>(), before->stack.step_us);
@@ -147,6 +152,8 @@ TEST(ComputeModel, CompleteDocumentSpellsOutEveryDefault) {
   }
   EXPECT_EQ(after->stack.message_us, before->stack.message_us);
   EXPECT_EQ(after->gpu.efficiency_fwd, before->gpu.efficiency_fwd);
+  ASSERT_TRUE(after->gpu.kernel);
+  EXPECT_EQ(after->gpu.kernel->library, before->gpu.kernel->library);
 }
 
 }  // namespace

@@ -94,8 +94,7 @@ TEST(ModelSources, AnUnknownGpuIsRefusedInOneLineNamingWhatToGive) {
   over.assume_gpu = "H100";
   auto assumed = topo::parse_topology(box("NVIDIA L40S", 32, 25, 1), "l40s.json", over);
   ASSERT_TRUE(assumed.ok()) << assumed.error().message();
-  EXPECT_NE(assumed->sources.line().find("; NVIDIA L40S borrows H100's"), std::string::npos)
-      << assumed->sources.line();
+  EXPECT_NE(assumed->sources.line().find("; NVIDIA L40S borrows H100's"), std::string::npos) << assumed->sources.line();
   // Given its own attainment, an unknown part runs on it, and the report says whose it is.
   json flat = box("NVIDIA L40S", 32, 25, 1);
   flat["gpu"]["efficiency"] = 0.5;
@@ -238,8 +237,8 @@ TEST(UserClusters, AnIntraNodeRingBeatsTheSameRingAcrossNodes) {
   const std::string file = test::temp_path("h100-box.json");
   std::ofstream(file) << box("NVIDIA H100 SXM", 450, 50).dump();
   auto time_of = [&](const std::string& gpus) {
-    auto r = test::run_charm("simulate -t " + file + " --algo ring --seq 8k --heads 8 --pass fwd --json --gpus " +
-                                gpus);
+    auto r =
+        test::run_charm("simulate -t " + file + " --algo ring --seq 8k --heads 8 --pass fwd --json --gpus " + gpus);
     EXPECT_EQ(r.code, 0) << r.out;
     return json::parse(r.out.substr(r.out.find('{')))["time_ms"].get<double>();
   };

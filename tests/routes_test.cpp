@@ -67,7 +67,9 @@ json load_json(const std::string& file) {
 // traffic over the NICs: NCCL keeps using NVLink, and so do the routes.
 TEST(Routes, NvSwitchCarriesIntraNodeTrafficWhateverItsLatency) {
   json base_j = load_json(preset("h100-2x8.json"));
-  base_j["stack"] = "none";  // the arithmetic below is the links' alone
+  base_j["stack"] = "none";  // the arithmetic below is the links' alone: no stack, no NCCL attainment limits
+  base_j["intra"]["per_flow_gbps"] = 0;
+  base_j["intra"]["injection_gbps"] = 0;
   json slow_j = base_j;
   slow_j["intra"]["latency_us"] = 100;
   const Topology base = parse_json(base_j), slow = parse_json(slow_j);
@@ -369,11 +371,13 @@ TEST(Routes, TopoCliShowsRoutes) {
   EXPECT_NE(one.out.find("route 0 -> 9 (n0.gpu0 -> n1.gpu1): nic, 2 hops, 42.5 GB/s, 16 us"), std::string::npos)
       << one.out;
   EXPECT_NE(one.out.find("n0.gpu0->fabric"), std::string::npos) << one.out;
-  // The rate a lone flow attains (the stack's 45 GB/s injection limit), beside the links' bandwidth.
-  EXPECT_NE(one.out.find("route 3 -> 5 (n0.gpu3 -> n0.gpu5): nvlink, 2 hops, 45 GB/s a flow (links 365.1 GB/s), 6 us"),
+  // The rate a lone flow attains (NCCL's published share of NVLink 4 for one peer, 0.40 of the link) beside
+  // the links' bandwidth, and what all of a GPU's flows attain together (0.82).
+  EXPECT_NE(one.out.find("route 3 -> 5 (n0.gpu3 -> n0.gpu5): nvlink, 2 hops, 146.04 GB/s a flow (links 365.1 GB/s), "
+                         "6 us"),
             std::string::npos)
       << one.out;
-  EXPECT_NE(one.out.find("dedicated, 45 GB/s injection"), std::string::npos) << one.out;
+  EXPECT_NE(one.out.find("dedicated, 146.04 GB/s per flow, 299.382 GB/s injection"), std::string::npos) << one.out;
   EXPECT_NE(one.out.find("n0.switch->n0.gpu5"), std::string::npos) << one.out;
 
   auto all = run("topo " + preset("h100-4x8.json") + " --routes");

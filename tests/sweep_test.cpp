@@ -213,7 +213,7 @@ TEST(Sweep, RefusedCombinationsAreSkippedAndCounted) {
   const auto dir = fresh_dir("skip");
   const std::string six = dir + "/six.json";
   std::ofstream(six)
-      << R"({"schema": 1, "name": "six", "gpu": {"model": "g", "tflops": {"bf16": 100, "fp16": 100, "fp32": 50}},
+      << R"({"schema": 1, "name": "six", "gpu": {"model": "g", "tflops": {"bf16": 100, "fp16": 100, "fp32": 50}, "efficiency": 0.5},
     "nodes": 1, "gpus_per_node": 6, "intra": {"bandwidth_gbps": 100, "latency_us": 2, "sharing": "dedicated"}})";
   const auto r = run_charm("sweep --topology " + six + "," + topo("h20-8.json") +
                            " --batch 1 --seq 24k --heads 8 --kv-heads 2,3 --head-dim 128 --out " + dir +
@@ -223,13 +223,14 @@ TEST(Sweep, RefusedCombinationsAreSkippedAndCounted) {
   const json j = json::parse(slurp(dir + "/s.json"));
   // 4 configurations x every algorithm; refused: six/kv3 and h20-8/kv3 all of them (3 kv heads
   // do not group 8 heads); six/kv2 merge, rm+, charm (6 ranks in 1 domain), ulysses and
-  // usp (2 kv heads over 6 ranks); h20-8/kv2 ulysses and usp (2 kv heads over 8 ranks).
+  // usp (8 query heads over 6 ranks); h20-8/kv2 runs everything (ulysses and usp repeat each of the 2 kv heads
+  // 4 times over their 8 ranks, as DeepSpeed-Ulysses does).
   EXPECT_EQ(j["configs"], 4);
   const std::size_t skipped = j["skipped"];
   const std::size_t algos = charm::sched::algorithm_names().size();
   const Csv c = read_csv(dir + "/s.csv");
   EXPECT_EQ(c.rows.size() + skipped, 4u * algos);
-  EXPECT_EQ(skipped, algos + 5u + algos + 2u);
+  EXPECT_EQ(skipped, algos + 5u + algos);
   for (const auto& row : c.rows) EXPECT_EQ(row.at("kv_heads"), "2");
 }
 

@@ -59,6 +59,7 @@ struct SimulateOpts {
 struct Simulated {
   topo::Topology topo;
   Run run;
+  std::int64_t asked_kv_heads = 0;  // the workload's KV heads before the planner repeats any (0: a plan file)
 };
 
 /// The flags to a simulation: a plan file (placed as the flags or the file say) or an algorithm.
@@ -83,11 +84,12 @@ Simulated run_simulate(SimulateOpts& o, const CLI::App& sub) {
                              sim::placement_text(file_plan->ranks, topo.num_gpus()));
   const ir::Workload w = file_plan ? ir::Workload{} : o.plan.workload.get();
   Run r = run_simulation(std::move(file_plan), o.plan.algo, w, o.cluster, topo, use);
-  return {topo, std::move(r)};
+  return {topo, std::move(r), w.kv_heads};
 }
 
 /// The text report's head: what ran where, and on which class of ranks.
-void print_simulation_head(std::ostream& os, const Run& r, const topo::Topology& topo, const std::string& plan_file) {
+void print_simulation_head(std::ostream& os, const Run& r, const topo::Topology& topo, const std::string& plan_file,
+                           std::int64_t asked_kv_heads) {
   const ir::Workload& w = r.plan.workload;
   const std::string ranks_text = r.plan.groups == 1
                                      ? fmt::format("{} ranks", r.plan.ranks)
@@ -98,6 +100,10 @@ void print_simulation_head(std::ostream& os, const Run& r, const topo::Topology&
                     to_string(w.dtype), to_string(w.layout), w.causal ? " " + w.mask_text() : "");
   os << fmt::format("# scope: {}\n", sim::scope_text(w.pass));
   os << fmt::format("# model: {}\n", sim::model_text(topo, w));
+  if (asked_kv_heads > 0 && w.kv_heads > asked_kv_heads)
+    os << fmt::format("# kv heads: {} repeated to {} ({}x each), one per rank of {}'s all-to-all, as DeepSpeed-Ulysses "
+                      "and Megatron-LM do; the copies are in the traffic and the memory\n",
+                      asked_kv_heads, w.kv_heads, w.kv_heads / asked_kv_heads, r.plan.algo);
   if (r.plan.ranks < topo.num_gpus() || r.plan.groups > 1)
     os << fmt::format("# placement: {}\n", sim::placement_text(r.plan, topo.num_gpus()));
   if (r.plan.symmetry.active())
@@ -172,7 +178,7 @@ void register_simulate(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   sub->callback([o, sub] {
-    const auto [topo, r] = run_simulate(*o, *sub);
+    const auto [topo, r, asked_kv_heads] = run_simulate(*o, *sub);
     if (!o->trace.empty()) write_file_atomic(o->trace, sim::chrome_trace(r.plan, r.result).dump() + "\n");
     const sim::Explanation ex = sim::explain(r.plan, r.result, topo);
     const sim::MemoryVerdict mem = sim::memory_verdict(r.summary.peak_mem_bytes, o->cluster.reserved_gb, topo.gpu);
@@ -181,7 +187,7 @@ void register_simulate(CLI::App& app) {
       std::cout << sim::simulate_json(r, topo, ex, mem, o->cluster.uniform, o->path_limit).dump(1) << "\n";
       return;
     }
-    print_simulation_head(std::cout, r, topo, o->plan.from_file() ? o->plan.plan_file : "");
+    print_simulation_head(std::cout, r, topo, o->plan.from_file() ? o->plan.plan_file : "", asked_kv_heads);
     print_simulation_figures(std::cout, r, ex, mem, o->cluster.uniform);
     if (o->links) print_links(std::cout, r, topo);
     if (!o->trace.empty()) std::cout << fmt::format("wrote {}\n", o->trace);

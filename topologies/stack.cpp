@@ -44,7 +44,7 @@ StackSpec paper_testbed() {
   s.intra_flow_gbps = 0;
   s.intra_injection_gbps = 45;
   s.kernel = "fa2";
-  s.source = "fit to the paper's H100 runs with FlashAttention-2's published kernel (docs/validation.md)";
+  s.source = "fit to the paper's H100 runs beside FlashAttention-2's published kernel, docs/validation.md";
   return s;
 }
 
@@ -111,7 +111,7 @@ const std::vector<std::string>& stack_preset_names() {
 Expected<StackSpec> stack_preset(std::string_view name) {
   if (name == "none") {
     StackSpec s;
-    s.source = "ideal: no framework costs (the paper's closed forms hold)";
+    s.source = "ideal: no framework costs, the paper's closed forms hold";
     return s;
   }
   if (name == "te-fused") return te_fused();

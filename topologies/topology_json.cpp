@@ -214,7 +214,7 @@ Status resolve_kernel(const Node& n, const std::string& library, GpuSpec& g, con
     return n.error(fmt::format(
         "\"model\": \"{}\" has no published kernel table: give gpu.efficiency (attained fraction of dense peak, "
         "{{\"fwd\", \"bwd\"}}) and gpu.sm_count, or a CSV of your own kernel timings (--kernel FILE; charm "
-        "bench-kernels writes one), or --assume-gpu ARCH to borrow a known part's ({})",
+        "bench-kernels writes one), or --assume-gpu ARCH (gpu.assume in the file) to borrow a known part's ({})",
         g.model, fmt::join(gpu_arch_names(), ", ")));
   const std::string lib = library.empty() ? std::string(default_kernel_library(st, g.family)) : library;
   auto table = kernel_table(lib, g.family);
@@ -588,9 +588,9 @@ struct NcclAttainment {
 
 std::optional<NcclAttainment> nccl_nvlink_attainment(std::string_view family) {
   if (family == "hopper")
-    return NcclAttainment{369.0 / 450, 180.0 / 450, "nccl-tests on H100 NVLink 4 (issues 309, 268)", false};
+    return NcclAttainment{369.0 / 450, 180.0 / 450, "nccl-tests on H100 NVLink 4, issues 309 and 268", false};
   if (family == "ampere")
-    return NcclAttainment{232.0 / 300, 232.0 / 300 * 180 / 369, "nccl-tests on A100 NVLink 3 (issue 175)", true};
+    return NcclAttainment{232.0 / 300, 232.0 / 300 * 180 / 369, "nccl-tests on A100 NVLink 3, issue 175", true};
   return std::nullopt;
 }
 

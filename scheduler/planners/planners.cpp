@@ -139,16 +139,17 @@ bool has_backward(const std::string& algo) {
   return a == nullptr || a->no_backward.empty();
 }
 
-int replicated_kv_heads(const PlanRequest& req) {
+std::int64_t replicated_kv_heads(const PlanRequest& req) {
   const Algorithm* a = find_algorithm(req.algo);
   const auto& w = req.workload;
-  if (a == nullptr || a->heads == Algorithm::HeadSplit::None || req.domains < 1 || req.ranks % req.domains != 0)
-    return int(w.kv_heads);
-  const int u = a->heads == Algorithm::HeadSplit::PerDomain ? req.ranks / req.domains : req.ranks;
+  if (a == nullptr || a->heads == Algorithm::HeadSplit::None || req.domains < 1 || req.ranks < 1 ||
+      req.ranks % req.domains != 0)
+    return w.kv_heads;
+  const std::int64_t u = a->heads == Algorithm::HeadSplit::PerDomain ? req.ranks / req.domains : req.ranks;
   // Fewer KV heads than ranks in the all-to-all: DeepSpeed-Ulysses and Megatron-LM repeat each KV head
   // (repeat_kv) until every rank holds one, so long as the query heads still split evenly.
   if (w.kv_heads > 0 && w.kv_heads < u && u % w.kv_heads == 0 && w.heads % u == 0) return u;
-  return int(w.kv_heads);
+  return w.kv_heads;
 }
 
 PlanRequest normalised(PlanRequest req) {
@@ -196,12 +197,17 @@ Status check_request(const PlanRequest& req) {
   if (a.heads != Algorithm::HeadSplit::None) {
     const bool per_domain = a.heads == Algorithm::HeadSplit::PerDomain;
     const int u = per_domain ? req.ranks / req.domains : req.ranks;
-    if (w.kv_heads % u != 0)
-      return Error{w.kv_heads == w.heads ? "--heads" : "--kv-heads",
-                   fmt::format("{} splits heads over {} ranks{}: {} {}heads do not divide (GQA keeps each kv head "
-                               "with its query heads)",
-                               a.name, u, per_domain ? " per domain" : "", w.kv_heads,
-                               w.kv_heads == w.heads ? "" : "kv ")};
+    if (w.kv_heads % u != 0) {
+      // Fewer kv heads than ranks would be repeated (normalised) had the query heads divided.
+      const bool repeatable = w.kv_heads > 0 && w.kv_heads < u && u % w.kv_heads == 0;
+      return Error{
+          w.kv_heads == w.heads ? "--heads" : "--kv-heads",
+          fmt::format("{} splits heads over {} ranks{}: {} {}heads do not divide (GQA keeps each kv head "
+                      "with its query heads){}",
+                      a.name, u, per_domain ? " per domain" : "", w.kv_heads, w.kv_heads == w.heads ? "" : "kv ",
+                      repeatable ? fmt::format(", and repeating them needs the {} query heads to divide", w.heads)
+                                 : "")};
+    }
   }
   return {};
 }

@@ -64,7 +64,7 @@ inline constexpr double kSimBytesPerOp = 25;
 /// The KV heads the planner runs with: the workload's, or, where a head-splitting algorithm (Ulysses, USP)
 /// spreads fewer KV heads than ranks over its all-to-all and the query heads still divide, one per rank (each
 /// KV head repeated, as DeepSpeed-Ulysses and Megatron-LM do; the copies travel and are held).
-[[nodiscard]] int replicated_kv_heads(const PlanRequest& req);
+[[nodiscard]] std::int64_t replicated_kv_heads(const PlanRequest& req);
 /// The counts every request needs: ranks in [1, 2^20], and domains that divide them.
 [[nodiscard]] Status check_ranks(int ranks, int domains);
 /// Checks that the algorithm can plan this request (rank count, domains, workload).
