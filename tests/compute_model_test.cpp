@@ -136,7 +136,7 @@ TEST(ComputeModel, CompleteDocumentSpellsOutEveryDefault) {
   ASSERT_TRUE(before);
   ASSERT_TRUE(topo::complete_document(doc, "h200.json"));
   EXPECT_DOUBLE_EQ(doc["intra"]["injection_gbps"].get<double>(), 369);  // NCCL's 0.82 of NVLink 4's 450
-  EXPECT_DOUBLE_EQ(doc["intra"]["per_flow_gbps"].get<double>(), 180);   // ... and 0.40 for one peer
+  EXPECT_DOUBLE_EQ(doc["intra"]["per_flow_gbps"].get<double>(), 80);    // ... and 0.18 for one peer
   EXPECT_EQ(doc["gpu"]["kernel"]["library"].get<std::string>(), "fa3");
   EXPECT_DOUBLE_EQ(doc["gpu"]["kernel_scale"]["fwd"].get<double>(), 1);
   EXPECT_EQ(doc["gpu"]["sm_count"].get<int>(), 132);

@@ -371,13 +371,13 @@ TEST(Routes, TopoCliShowsRoutes) {
   EXPECT_NE(one.out.find("route 0 -> 9 (n0.gpu0 -> n1.gpu1): nic, 2 hops, 42.5 GB/s, 16 us"), std::string::npos)
       << one.out;
   EXPECT_NE(one.out.find("n0.gpu0->fabric"), std::string::npos) << one.out;
-  // The rate a lone flow attains (NCCL's published share of NVLink 4 for one peer, 0.40 of the link) beside
-  // the links' bandwidth, and what all of a GPU's flows attain together (0.82).
-  EXPECT_NE(one.out.find("route 3 -> 5 (n0.gpu3 -> n0.gpu5): nvlink, 2 hops, 146.04 GB/s a flow (links 365.1 GB/s), "
+  // The rate a lone flow attains (NCCL's published share of NVLink 4 for one peer in its default configuration, 0.18 of
+  // the link) beside the links' bandwidth, and what all of a GPU's flows attain together (0.82).
+  EXPECT_NE(one.out.find("route 3 -> 5 (n0.gpu3 -> n0.gpu5): nvlink, 2 hops, 64.9067 GB/s a flow (links 365.1 GB/s), "
                          "6 us"),
             std::string::npos)
       << one.out;
-  EXPECT_NE(one.out.find("dedicated, 146.04 GB/s per flow, 299.382 GB/s injection"), std::string::npos) << one.out;
+  EXPECT_NE(one.out.find("dedicated, 64.9067 GB/s per flow, 299.382 GB/s injection"), std::string::npos) << one.out;
   EXPECT_NE(one.out.find("n0.switch->n0.gpu5"), std::string::npos) << one.out;
 
   auto all = run("topo " + preset("h100-4x8.json") + " --routes");

@@ -575,11 +575,12 @@ Status parse_explicit(const Node& root, Topology& t, int& num_gpus_out) {
 
 /// What NCCL point-to-point attains on a generation's NVLink, as fractions of the link's per-direction rate
 /// (public nccl-tests figures): all of a GPU's concurrent transfers together (the injection), and one peer's
-/// transfer alone (a few channels). Hopper (NVLink 4, 450 GB/s): ring all-reduce bus bandwidth 369 GB/s on
-/// 8 x H100 without NVLink SHARP (NVIDIA/nccl-tests issue 309), 0.82 of the link; sendrecv between two H100s
-/// plateaus near 180 GB/s (NVIDIA/nccl-tests issue 268), 0.40. Ampere (NVLink 3, 300 GB/s): all-reduce 232
-/// GB/s on 8 x A100 (NVIDIA/nccl-tests issue 175), 0.77; one peer's share is not published: Hopper's ratio of
-/// single-peer to aggregate (180 / 369) is assumed, 0.38.
+/// transfer alone in NCCL's default configuration (a few channels). Hopper (NVLink 4, 450 GB/s): ring
+/// all-reduce bus bandwidth 369 GB/s on 8 x H100 without NVLink SHARP (NVIDIA/nccl-tests issue 309), 0.82 of
+/// the link; sendrecv between two H100s about 80 GB/s in the default configuration, up to 180 with more
+/// channels (NVIDIA/nccl-tests issue 268), 0.18. Ampere (NVLink 3, 300 GB/s): all-reduce 232 GB/s on 8 x A100
+/// (NVIDIA/nccl-tests issue 175), 0.77; one peer's default share is not published: Hopper's ratio of one peer
+/// to the aggregate (80 / 369) is assumed, 0.17.
 struct NcclAttainment {
   double injection = 0, per_flow = 0;
   std::string_view source;
@@ -588,9 +589,9 @@ struct NcclAttainment {
 
 std::optional<NcclAttainment> nccl_nvlink_attainment(std::string_view family) {
   if (family == "hopper")
-    return NcclAttainment{369.0 / 450, 180.0 / 450, "nccl-tests on H100 NVLink 4, issues 309 and 268", false};
+    return NcclAttainment{369.0 / 450, 80.0 / 450, "nccl-tests on H100 NVLink 4, issues 309 and 268", false};
   if (family == "ampere")
-    return NcclAttainment{232.0 / 300, 232.0 / 300 * 180 / 369, "nccl-tests on A100 NVLink 3, issue 175", true};
+    return NcclAttainment{232.0 / 300, 232.0 / 300 * 80 / 369, "nccl-tests on A100 NVLink 3, issue 175", true};
   return std::nullopt;
 }
 
