@@ -45,10 +45,12 @@ bool KernelAttainment::empty() const {
 }
 
 double KernelAttainment::at(bool fwd, bool causal, double head_dim, double tokens, bool* outside) const {
-  // A mask the table has no rows for borrows the other mask's (the FA2 A100 chart has both; every table does).
-  const std::vector<Point>* pts = &points_[index(fwd, causal)];
-  if (pts->empty()) pts = &points_[index(fwd, !causal)];
-  if (pts->empty()) pts = &points_[index(!fwd, causal)];
+  // A pass and mask the table has no rows for (a user's timings of one pass) borrows the nearest it has:
+  // the other mask, then the other pass. Every bundled table has all four.
+  const std::vector<Point>* pts = nullptr;
+  for (const int i : {index(fwd, causal), index(fwd, !causal), index(!fwd, causal), index(!fwd, !causal)})
+    if (pts == nullptr && !points_[i].empty()) pts = &points_[i];
+  CHARM_ASSERT(pts != nullptr, "a kernel attainment holds at least one row");
   bool out = false;
   std::vector<double> dims;
   for (const auto& p : *pts)
@@ -84,7 +86,7 @@ ComputeModel ComputeModel::from_gpu(const topo::GpuSpec& g, ir::DType dtype) {
   m.tile_bwd = g.tile_bwd;
   m.kernel_scale_fwd = g.kernel_scale_fwd;
   m.kernel_scale_bwd = g.kernel_scale_bwd;
-  if (g.kernel) m.attainment = attainment_of(*g.kernel, m);
+  if (g.kernel && !g.kernel->rows.empty()) m.attainment = attainment_of(*g.kernel, m);
   return m;
 }
 
