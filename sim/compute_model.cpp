@@ -38,35 +38,38 @@ std::shared_ptr<const KernelAttainment> attainment_of(const topo::KernelTable& t
 
 }  // namespace
 
-bool KernelAttainment::empty() const {
-  for (const auto& p : points_)
-    if (!p.empty()) return false;
-  return true;
+void KernelAttainment::add(bool fwd, bool causal, Point p) {
+  auto& curves = curves_[index(fwd, causal)];
+  const double hd = std::log2(p.head_dim), tok = std::log2(std::max(p.tokens, 1.0));
+  auto c = std::find_if(curves.begin(), curves.end(), [&](const Curve& x) { return x.log_head_dim == hd; });
+  if (c == curves.end()) {
+    c = curves.insert(
+        std::upper_bound(curves.begin(), curves.end(), hd, [](double h, const Curve& x) { return h < x.log_head_dim; }),
+        Curve{hd, {}, {}});
+  }
+  const auto at = std::upper_bound(c->log_tokens.begin(), c->log_tokens.end(), tok);
+  c->efficiency.insert(c->efficiency.begin() + (at - c->log_tokens.begin()), p.efficiency);
+  c->log_tokens.insert(at, tok);
 }
 
 double KernelAttainment::at(bool fwd, bool causal, double head_dim, double tokens, bool* outside) const {
   // A pass and mask the table has no rows for (a user's timings of one pass) borrows the nearest it has:
   // the other mask, then the other pass. Every bundled table has all four.
-  const std::vector<Point>* pts = nullptr;
+  const std::vector<Curve>* curves = nullptr;
   for (const int i : {index(fwd, causal), index(fwd, !causal), index(!fwd, causal), index(!fwd, !causal)})
-    if (pts == nullptr && !points_[i].empty()) pts = &points_[i];
-  CHARM_ASSERT(pts != nullptr, "a kernel attainment holds at least one row");
+    if (curves == nullptr && !curves_[i].empty()) curves = &curves_[i];
+  CHARM_ASSERT(curves != nullptr, "a kernel attainment holds at least one row");
   bool out = false;
   std::vector<double> dims;
-  for (const auto& p : *pts)
-    if (std::find(dims.begin(), dims.end(), std::log2(p.head_dim)) == dims.end()) dims.push_back(std::log2(p.head_dim));
-  std::sort(dims.begin(), dims.end());
+  dims.reserve(curves->size());
+  for (const auto& c : *curves) dims.push_back(c.log_head_dim);
+  const double tok = std::log2(std::max(tokens, 1.0));
   const double e = interpolate(
       dims, std::log2(head_dim),
       [&](std::size_t i) {
-        std::vector<std::pair<double, double>> curve;  // (log2 tokens, efficiency) at this head dim
-        for (const auto& p : *pts)
-          if (std::log2(p.head_dim) == dims[i]) curve.emplace_back(std::log2(p.tokens), p.efficiency);
-        std::sort(curve.begin(), curve.end());
-        std::vector<double> xs;
-        for (const auto& c : curve) xs.push_back(c.first);
+        const Curve& c = (*curves)[i];
         return interpolate(
-            xs, std::log2(std::max(tokens, 1.0)), [&](std::size_t k) { return curve[k].second; }, out);
+            c.log_tokens, tok, [&](std::size_t k) { return c.efficiency[k]; }, out);
       },
       out);
   if (outside) *outside = out;

@@ -59,12 +59,17 @@ class KernelAttainment {
   /// The attainment at a block of `tokens` (sqrt(q x kv)) and `head_dim`; `outside` is set when the
   /// table does not bracket them (the nearest row holds).
   [[nodiscard]] double at(bool fwd, bool causal, double head_dim, double tokens, bool* outside = nullptr) const;
-  void add(bool fwd, bool causal, Point p) { points_[index(fwd, causal)].push_back(p); }
-  [[nodiscard]] bool empty() const;
+  /// Adds one row's point; add every row, then ask.
+  void add(bool fwd, bool causal, Point p);
 
  private:
+  /// One head dim's points of one pass and mask, by log2 tokens.
+  struct Curve {
+    double log_head_dim = 0;
+    std::vector<double> log_tokens, efficiency;
+  };
   static int index(bool fwd, bool causal) { return (fwd ? 0 : 2) + (causal ? 1 : 0); }
-  std::vector<Point> points_[4];
+  std::vector<Curve> curves_[4];  // by log2 head dim
 };
 
 struct ComputeModel {
