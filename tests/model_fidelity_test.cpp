@@ -115,6 +115,16 @@ TEST(ModelSources, ADatasheetFileNamesEveryLayersSource) {
   EXPECT_NEAR(t->links.front().per_flow_gbps, 80, 1e-9);
 }
 
+TEST(ModelSources, ANicWrittenInGbPerSecondIsPointedOut) {
+  auto t = topo::parse_topology(box("NVIDIA H100 SXM", 450, 400), "box.json");
+  ASSERT_TRUE(t.ok());
+  ASSERT_EQ(t->warnings.size(), 1u);
+  EXPECT_NE(t->warnings[0].find("box.json: inter.bandwidth_gbps: 400 GB/s a direction is more than any NIC carries"),
+            std::string::npos)
+      << t->warnings[0];
+  EXPECT_TRUE(topo::parse_topology(box("NVIDIA H100 SXM", 450, 50), "box.json")->warnings.empty());
+}
+
 // ---- Better hardware is never slower ----
 
 struct Figure {

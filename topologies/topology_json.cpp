@@ -690,8 +690,18 @@ Status read_generator_links(const Node& root, Topology& t, Generator& g) {
   }
   g.nic_pcie.kind = LinkKind::Pcie;
   g.nic_pcie.sharing = Sharing::Dedicated;
-  if (g.nodes > 1)
+  if (g.nodes > 1) {
     if (auto s = read_inter(root, g); !s) return s;
+    // No NIC carries more than 100 GB/s a direction (800 Gb/s): a larger figure is a line rate in Gb/s.
+    if (g.inter.bandwidth_gbps > 100)
+      t.warnings.push_back(root.at("inter")
+                               .at("bandwidth_gbps")
+                               .error(fmt::format("{:g} GB/s a direction is more than any NIC carries (800 Gb/s is "
+                                                  "100 GB/s): a NIC's line rate in Gb/s is 1/8 of it in GB/s, "
+                                                  "and NCCL attains about 0.94 of that (400 Gb/s: 46-48 GB/s)",
+                                                  g.inter.bandwidth_gbps))
+                               .message());
+  }
   return {};
 }
 
