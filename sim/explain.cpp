@@ -198,8 +198,9 @@ void path_shares(const Plan& plan, const SimResult& r, const topo::Topology& t, 
       const Seconds flow = std::max(start, r.critical_flow_start_s[k]);
       share["wait"] += flow - start;
       start = flow;
+      // Ranks run on the GPUs the plan places them on (a --gpus map, a layout's group): their route is those GPUs'.
       const int src = o.kind == OpKind::Send ? o.rank : o.peer, dst = o.kind == OpKind::Send ? o.peer : o.rank;
-      share[class_of(t.route_kind(src, dst))] += std::max(0.0, r.end_s[i] - start);
+      share[class_of(t.route_kind(plan.gpu_of(src), plan.gpu_of(dst)))] += std::max(0.0, r.end_s[i] - start);
     } else {
       share[o.kind == OpKind::Compute ? "compute" : "memory"] += std::max(0.0, r.end_s[i] - start);
     }

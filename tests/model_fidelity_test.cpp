@@ -258,5 +258,16 @@ TEST(UserClusters, AnIntraNodeRingBeatsTheSameRingAcrossNodes) {
   EXPECT_NE(text.out.find("nccl-tests"), std::string::npos) << text.out;
 }
 
+// The critical path's transfers are classed by the route between the GPUs their ranks are placed on: one rank
+// per node of 4 x 8 H100 is a ring over the NICs, never NVLink.
+TEST(UserClusters, APlacedGroupsCriticalPathNamesTheLinksItsGpusUse) {
+  auto r = test::run_charm("simulate --algo ring -t " + std::string(CHARM_SOURCE_DIR) +
+                           "/topologies/h100-4x8.json --seq 8k --heads 8 --gpus 0,8,16,24 --pass fwd");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("bottleneck                  nic link"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ending at rank 0: 90% nic"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("nvlink"), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace charm::sim
