@@ -101,7 +101,9 @@ void plan_candidates(const Workload& w, const std::vector<std::string>& algos, c
             std::find(algos.begin(), algos.end(), base.substr(0, k)) != algos.end() &&
             (!w.causal || std::find(layouts.begin(), layouts.end(), Layout::Zigzag) != layouts.end()))
           base = base.substr(0, k);
-        // Without a mask the layout only relabels tokens: one layout is one candidate.
+        // Without a mask the layout only relabels tokens: one layout is one candidate. A CP group of one GPU
+        // communicates nothing: every algorithm is the same single kernel, one candidate (the first that plans).
+        if (ranks == 1 && !seen.empty()) continue;
         if (!seen.insert({base, w.causal ? req.workload.layout : Layout::Contiguous, d}).second) continue;
         Candidate c;
         c.algo = a;
