@@ -11,6 +11,7 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 
 #include "scheduler/planners/planners.hpp"
@@ -123,6 +124,52 @@ TEST(ModelSources, ANicWrittenInGbPerSecondIsPointedOut) {
             std::string::npos)
       << t->warnings[0];
   EXPECT_TRUE(topo::parse_topology(box("NVIDIA H100 SXM", 450, 50), "box.json")->warnings.empty());
+}
+
+// A family shares its kernel and stack layers: H100, H200 and H800 from their datasheets run one table, one stack.
+TEST(ModelSources, APresetFamilySharesItsKernelAndStackLayers) {
+  for (const auto& family : {std::vector<std::string>{"NVIDIA H100 SXM", "NVIDIA H200 SXM", "NVIDIA H800"},
+                             std::vector<std::string>{"NVIDIA A100 SXM4 80GB", "NVIDIA A800"}}) {
+    auto first = topo::parse_topology(box(family[0], 300, 25), "a");
+    ASSERT_TRUE(first.ok()) << first.error().message();
+    for (const auto& model : family) {
+      auto t = topo::parse_topology(box(model, 300, 25), "b");
+      ASSERT_TRUE(t.ok()) << model << ": " << t.error().message();
+      EXPECT_EQ(t->gpu.kernel, first->gpu.kernel) << model;  // the very same table
+      EXPECT_EQ(t->stack.preset, first->stack.preset) << model;
+      EXPECT_EQ(t->sources.kernel, first->sources.kernel) << model;
+    }
+  }
+}
+
+/// The numbers of a completed topology document, by dotted path.
+void leaves(const json& j, const std::string& at, std::map<std::string, double>& out) {
+  if (j.is_number()) out[at] = j.get<double>();
+  if (j.is_object())
+    for (const auto& [k, v] : j.items()) leaves(v, at.empty() ? k : at + "." + k, out);
+}
+
+// The paper's calibrated presets differ from their nominal twins only in what was fitted to the paper: the
+// values the calibration block lists, and the paper-testbed stack (itself a fit) with the NVLink limits it sets.
+TEST(ModelSources, ACalibratedPresetDiffersFromItsNominalTwinOnlyInFittedValues) {
+  for (const char* name : {"h100-2x8", "l20-8-2numa", "h20-2x8"}) {
+    const std::string dir = std::string(CHARM_SOURCE_DIR) + "/topologies/";
+    json fitted = json::parse(std::ifstream(dir + name + ".json"));
+    json nominal = json::parse(std::ifstream(dir + "nominal/" + name + ".json"));
+    std::set<std::string> allowed;
+    for (const auto& p : fitted["calibration"]["fitted"]) allowed.insert(p["path"].get<std::string>());
+    ASSERT_TRUE(topo::complete_document(fitted, name).ok());
+    ASSERT_TRUE(topo::complete_document(nominal, name).ok());
+    std::map<std::string, double> a, b;
+    leaves(fitted, "", a);
+    leaves(nominal, "", b);
+    for (const auto& [path, value] : a) {
+      if (path.rfind("calibration.", 0) == 0 || path.rfind("stack.", 0) == 0 || allowed.count(path) != 0) continue;
+      if (path == "intra.per_flow_gbps" || path == "intra.injection_gbps") continue;  // the stack's NVLink limits
+      ASSERT_TRUE(b.count(path)) << name << ": " << path;
+      EXPECT_EQ(value, b[path]) << name << ": " << path << " is not fitted, yet differs from the nominal twin";
+    }
+  }
 }
 
 // ---- Better hardware is never slower ----
