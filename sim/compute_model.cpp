@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <mutex>
 
 namespace charm::sim {
 
@@ -33,6 +34,36 @@ std::shared_ptr<const KernelAttainment> attainment_of(const topo::KernelTable& t
     const double eff = m.busy_seconds(b, phase, r.head_dim, r.batch_heads, 1.0) / r.seconds;
     a->add(r.fwd, r.causal, {double(r.head_dim), std::sqrt(r.q_tokens * r.kv_tokens), eff});
   }
+  return a;
+}
+
+/// attainment_of, remembered: a sweep or a fit builds a compute model per simulation, and the table's
+/// inversion (a tile model per row) would cost as much as a small simulation. Keyed by everything the
+/// inversion reads; an entry holds its table, so a key's pointer is never reused.
+std::shared_ptr<const KernelAttainment> remembered_attainment(const std::shared_ptr<const topo::KernelTable>& table,
+                                                              const ComputeModel& m) {
+  struct Entry {
+    std::shared_ptr<const topo::KernelTable> table;
+    double peak = 0;
+    int sms = 0;
+    topo::KernelTile fwd, bwd;
+    std::shared_ptr<const KernelAttainment> attainment;
+  };
+  static std::mutex mu;
+  static std::vector<Entry> entries;  // few: one per table and GPU a process sees
+  const auto same = [&](const Entry& e) {
+    return e.table == table && e.peak == m.peak_flops && e.sms == m.sm_count && e.fwd.q == m.tile_fwd.q &&
+           e.fwd.kv == m.tile_fwd.kv && e.bwd.q == m.tile_bwd.q && e.bwd.kv == m.tile_bwd.kv;
+  };
+  {
+    const std::lock_guard<std::mutex> lock(mu);
+    for (const auto& e : entries)
+      if (same(e)) return e.attainment;
+  }
+  auto a = attainment_of(*table, m);
+  const std::lock_guard<std::mutex> lock(mu);
+  if (entries.size() >= 64) entries.erase(entries.begin());  // a fit of SM counts or tiles: keep the latest
+  entries.push_back({table, m.peak_flops, m.sm_count, m.tile_fwd, m.tile_bwd, a});
   return a;
 }
 
@@ -89,7 +120,7 @@ ComputeModel ComputeModel::from_gpu(const topo::GpuSpec& g, ir::DType dtype) {
   m.tile_bwd = g.tile_bwd;
   m.kernel_scale_fwd = g.kernel_scale_fwd;
   m.kernel_scale_bwd = g.kernel_scale_bwd;
-  if (g.kernel && !g.kernel->rows.empty()) m.attainment = attainment_of(*g.kernel, m);
+  if (g.kernel && !g.kernel->rows.empty()) m.attainment = remembered_attainment(g.kernel, m);
   return m;
 }
 
