@@ -305,6 +305,25 @@ TEST(UserClusters, AnIntraNodeRingBeatsTheSameRingAcrossNodes) {
   EXPECT_NE(text.out.find("nccl-tests"), std::string::npos) << text.out;
 }
 
+// A Hugging Face config.json gives the workload's heads, kv heads, head dim (hidden_size / heads where it has
+// none) and advise's layers; a flag that says otherwise is refused.
+TEST(UserClusters, AModelConfigGivesTheHeadsAndTheLayers) {
+  const std::string cfg = test::temp_path("llama70b.json");
+  std::ofstream(cfg) << R"({"hidden_size": 8192, "num_attention_heads": 64, "num_key_value_heads": 8,
+                           "num_hidden_layers": 80, "model_type": "llama"})";
+  const std::string h200 = std::string(CHARM_SOURCE_DIR) + "/topologies/h200-2x8.json";
+  auto sim = test::run_charm("simulate -t " + h200 + " --algo ring --seq 16k --model " + cfg);
+  ASSERT_EQ(sim.code, 0) << sim.out;
+  EXPECT_NE(sim.out.find("H=64/8 D=128"), std::string::npos) << sim.out;
+  auto adv = test::run_charm("advise -t " + h200 + " --seq 16k --causal --top 1 --model " + cfg);
+  ASSERT_EQ(adv.code, 0) << adv.out;
+  EXPECT_NE(adv.out.find("# scope: 80 attention layers'"), std::string::npos) << adv.out;
+  auto clash = test::run_charm("simulate -t " + h200 + " --algo ring --seq 16k --heads 32 --model " + cfg);
+  EXPECT_EQ(clash.code, 2);
+  EXPECT_NE(clash.out.find("--heads: 32 contradicts the --model config's num_attention_heads 64"), std::string::npos)
+      << clash.out;
+}
+
 // The critical path's transfers are classed by the route between the GPUs their ranks are placed on: one rank
 // per node of 4 x 8 H100 is a ring over the NICs, never NVLink.
 TEST(UserClusters, APlacedGroupsCriticalPathNamesTheLinksItsGpusUse) {

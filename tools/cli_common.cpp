@@ -2,6 +2,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -23,6 +24,7 @@
 #include <limits>
 
 #include "scheduler/support/input_file.hpp"
+#include "scheduler/support/json_text.hpp"
 
 #include "scheduler/planners/planners.hpp"
 
@@ -186,9 +188,12 @@ std::vector<std::string> split_list(const std::string& s) {
 void WorkloadFlags::add(CLI::App& app, bool with_pass) {
   app.add_option("--batch,-b", batch, "batch size")->capture_default_str();
   app.add_option("--seq,-s", seq, "global sequence length (4096, 128k, ...)")->capture_default_str();
-  app.add_option("--heads", heads, "query heads")->capture_default_str();
-  app.add_option("--kv-heads", kv_heads, "key/value heads (GQA; default: = heads)");
-  app.add_option("--head-dim", head_dim, "head dimension")->capture_default_str();
+  heads_opt = app.add_option("--heads", heads, "query heads")->capture_default_str();
+  kv_heads_opt = app.add_option("--kv-heads", kv_heads, "key/value heads (GQA; default: = heads)");
+  head_dim_opt = app.add_option("--head-dim", head_dim, "head dimension")->capture_default_str();
+  app.add_option("--model", model,
+                 "a Hugging Face config.json: its num_attention_heads, num_key_value_heads and head_dim (or "
+                 "hidden_size / heads) give the workload's heads, and num_hidden_layers advise's --layers");
   app.add_option("--dtype", dtype, "bf16 | fp16 | fp32")->capture_default_str();
   app.add_flag("--causal", causal, "causal mask");
   app.add_option("--mask", mask,
@@ -232,13 +237,73 @@ std::string mask_from_cu_seqlens(const std::string& spec) {
 
 }  // namespace
 
+namespace {
+
+/// The attention fields of a Hugging Face config.json (a multimodal one's "text_config" when the top has none).
+struct ModelConfig {
+  std::int64_t heads = 0, kv_heads = 0, head_dim = 0, layers = 0;
+};
+
+std::int64_t config_count(const nlohmann::json& c, const char* key, const std::string& path) {
+  if (!c.contains(key)) return 0;
+  const auto& v = c.at(key);
+  if (!v.is_number_integer() || v.get<std::int64_t>() < 1 || v.get<std::int64_t>() > (1 << 20))
+    fail(Error{"--model", fmt::format("{}: {} must be a positive integer, got {}", path, key, v.dump())});
+  return v.get<std::int64_t>();
+}
+
+ModelConfig read_model_config(const std::string& path) {
+  const std::string text = unwrap(read_input_file(path, "a model config", "cannot open for reading"));
+  nlohmann::json c = unwrap(parse_json_strict(text, path));
+  if (!c.is_object()) fail(Error{"--model", fmt::format("{}: a config.json is a JSON object", path)});
+  if (!c.contains("num_attention_heads") && c.contains("text_config") && c["text_config"].is_object())
+    c = c["text_config"];
+  ModelConfig m;
+  m.heads = config_count(c, "num_attention_heads", path);
+  if (m.heads == 0) fail(Error{"--model", fmt::format("{}: no num_attention_heads (the query heads)", path)});
+  m.kv_heads = config_count(c, "num_key_value_heads", path);
+  if (m.kv_heads == 0) m.kv_heads = m.heads;  // no GQA
+  m.head_dim = config_count(c, "head_dim", path);
+  if (m.head_dim == 0) {
+    const std::int64_t hidden = config_count(c, "hidden_size", path);
+    if (hidden == 0 || hidden % m.heads != 0)
+      fail(Error{"--model", fmt::format("{}: no head_dim, and no hidden_size that num_attention_heads ({}) divides",
+                                        path, m.heads)});
+    m.head_dim = hidden / m.heads;
+  }
+  m.layers = config_count(c, "num_hidden_layers", path);
+  return m;
+}
+
+/// A count from the model's config, unless the flag gives it too: then they must agree.
+std::int64_t from_model(std::int64_t model_value, const CLI::Option* opt, const std::string& flag_value,
+                        const char* flag, const char* field) {
+  if (opt == nullptr || opt->count() == 0) return model_value;
+  const std::int64_t v = unwrap(parse_size(flag_value, flag));
+  if (v != model_value)
+    fail(
+        Error{flag, fmt::format("{} contradicts the --model config's {} {}; give one of them", v, field, model_value)});
+  return v;
+}
+
+}  // namespace
+
+int WorkloadFlags::model_layers() const { return model.empty() ? 0 : int(read_model_config(model).layers); }
+
 ir::Workload WorkloadFlags::get() const {
   ir::Workload w;
   w.batch = unwrap(parse_size(batch, "--batch"));
   w.seq = unwrap(parse_size(seq, "--seq"));
-  w.heads = unwrap(parse_size(heads, "--heads"));
-  w.kv_heads = kv_heads.empty() ? w.heads : unwrap(parse_size(kv_heads, "--kv-heads"));
-  w.head_dim = unwrap(parse_size(head_dim, "--head-dim"));
+  if (!model.empty()) {
+    const ModelConfig m = read_model_config(model);
+    w.heads = from_model(m.heads, heads_opt, heads, "--heads", "num_attention_heads");
+    w.kv_heads = from_model(m.kv_heads, kv_heads_opt, kv_heads, "--kv-heads", "num_key_value_heads");
+    w.head_dim = from_model(m.head_dim, head_dim_opt, head_dim, "--head-dim", "head_dim");
+  } else {
+    w.heads = unwrap(parse_size(heads, "--heads"));
+    w.kv_heads = kv_heads.empty() ? w.heads : unwrap(parse_size(kv_heads, "--kv-heads"));
+    w.head_dim = unwrap(parse_size(head_dim, "--head-dim"));
+  }
   auto with_flag = [](auto e, const char* flag) {
     if (!e) fail(Error{flag, e.error().what});
     return *e;

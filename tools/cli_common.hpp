@@ -128,9 +128,13 @@ struct WorkloadFlags {
   std::string batch = "1", seq = "4k", heads = "8", kv_heads, head_dim = "128";
   std::string dtype = "bf16", layout = "contiguous", pass = "fwd";
   bool causal = false;
-  std::string mask;  // --mask: causal | full | document:L1,L2,... | sliding:W
+  std::string mask;   // --mask: causal | full | document:L1,L2,... | sliding:W
+  std::string model;  // --model: a Hugging Face config.json giving the heads, kv heads and head dim
+  CLI::Option *heads_opt = nullptr, *kv_heads_opt = nullptr, *head_dim_opt = nullptr;
   void add(CLI::App& app, bool with_pass = true);
   [[nodiscard]] ir::Workload get() const;
+  /// The model's attention layers (num_hidden_layers), or 0 without --model.
+  [[nodiscard]] int model_layers() const;
 };
 
 /// Fails now, before any work or any other output, when `path` cannot be written:

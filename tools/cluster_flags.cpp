@@ -57,7 +57,11 @@ topo::GpuOverrides gpu_overrides(const std::string& kernel, const std::string& a
     over.kernel = kernel;
     return over;
   }
-  // Not a library: a file of the user's own single-GPU timings.
+  // Not a library: a file of the user's own single-GPU timings. A bare word is a library misspelt.
+  if (kernel.find('/') == std::string::npos && kernel.find('.') == std::string::npos)
+    fail(Error{"--kernel", fmt::format("unknown kernel library \"{}\" (expected one of: {}, or a CSV file of kernel "
+                                       "timings as charm bench-kernels writes)",
+                                       kernel, fmt::join(names, ", "))});
   const auto times = unwrap(calib::load_kernel_times(kernel));
   for (const auto& w : times.warnings) std::cerr << "charm: warning: " << w << "\n";
   if (times.rows.empty()) fail(Error{"--kernel", fmt::format("{}: no kernel timings in the file", kernel)});

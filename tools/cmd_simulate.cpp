@@ -254,6 +254,9 @@ void register_advise(CLI::App& app) {
   sub->callback([o, sub] {
     if (o->top < 0) fail(Error{"--top", fmt::format("must be >= 1 (or 0 or omitted: all), got {}", o->top)});
     const auto topo = o->cluster.get();
+    // A model's config gives its layer count unless --layers does.
+    if (sub->count("--layers") == 0)
+      if (const int layers = o->workload.model_layers(); layers > 0) o->advise.layers = layers;
     o->advise.pass_given = sub->count("--pass") > 0;
     o->advise.layout_given = sub->count("--layout") > 0;
     if (sub->count("--jobs") > 0 && o->advise.jobs == 0)

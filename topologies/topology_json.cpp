@@ -310,9 +310,11 @@ Status parse_gpu_model(const Node& n, const std::string& assume_flag, GpuSpec& g
     const Node at = n.has("assume") ? n.at("assume") : n;
     if (arch) return at.error(fmt::format("\"{}\" is a known part: nothing to assume", model));
     arch = gpu_arch(assume);
-    if (!arch)
-      return at.error(
-          fmt::format("assume: unknown part \"{}\" (expected one of: {})", assume, fmt::join(gpu_arch_names(), ", ")));
+    if (!arch) {
+      const std::string why =
+          fmt::format("unknown part \"{}\" (expected one of: {})", assume, fmt::join(gpu_arch_names(), ", "));
+      return assume_flag.empty() ? at.error("assume: " + why) : Error{"--assume-gpu", why};
+    }
     src.assumed.push_back(fmt::format("{} borrows {}'s SMs, tiles and kernel tables", model, arch->match));
   }
   // A GPU the architecture table knows gets its datasheet SMs, its kernel's tiles and its family's tables.
