@@ -22,6 +22,8 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <map>
+#include <unordered_map>
 
 #include "scheduler/support/input_file.hpp"
 #include "scheduler/support/json_text.hpp"
@@ -574,19 +576,40 @@ FileId file_id(const std::string& flag, const std::string& path, const std::stri
   return id;
 }
 
+/// The outputs seen so far, found by path and by inode in constant time: an export of many
+/// ranks checks one file per rank.
+class WrittenFiles {
+ public:
+  [[nodiscard]] const FileId* find(const FileId& f) const {
+    if (const auto it = by_path_.find(f.canonical); it != by_path_.end()) return &files_[it->second];
+    if (!f.exists) return nullptr;
+    const auto it = by_inode_.find({f.st.st_dev, f.st.st_ino});
+    return it == by_inode_.end() ? nullptr : &files_[it->second];
+  }
+  void add(FileId f) {
+    by_path_.emplace(f.canonical, files_.size());
+    if (f.exists) by_inode_.emplace(std::pair{f.st.st_dev, f.st.st_ino}, files_.size());
+    files_.push_back(std::move(f));
+  }
+
+ private:
+  std::vector<FileId> files_;
+  std::unordered_map<std::string, std::size_t> by_path_;
+  std::map<std::pair<dev_t, ino_t>, std::size_t> by_inode_;
+};
+
 }  // namespace
 
 void check_output_paths(const FlagPaths& outputs) { check_command_files({{}, outputs, {}}); }
 
 void check_command_files(const CommandFiles& files) {
-  std::vector<FileId> written;
+  WrittenFiles written;
   auto add_output = [&written](const std::string& flag, const std::string& path) {
     FileId s = file_id(flag, path, output_target(path));
-    for (const auto& e : written)
-      if (e.same(s))
-        fail(Error{flag,
-                   fmt::format("{}: is also the {} output ({}); give each output its own file", path, e.flag, e.path)});
-    written.push_back(std::move(s));
+    if (const FileId* e = written.find(s))
+      fail(Error{flag,
+                 fmt::format("{}: is also the {} output ({}); give each output its own file", path, e->flag, e->path)});
+    written.add(std::move(s));
   };
   for (const auto& [flag, path] : files.outputs) {
     if (path.empty()) continue;
@@ -600,12 +623,10 @@ void check_command_files(const CommandFiles& files) {
   }
   for (const auto& [flag, path] : files.inputs) {
     if (path.empty()) continue;
-    const FileId in = file_id(flag, path, path);
-    for (const auto& out : written)
-      if (out.same(in))
-        fail(Error{out.flag, fmt::format("{}: is also the {} input ({}); an output may not replace what the command "
-                                         "reads",
-                                         out.path, flag, path)});
+    if (const FileId* out = written.find(file_id(flag, path, path)))
+      fail(Error{out->flag, fmt::format("{}: is also the {} input ({}); an output may not replace what the command "
+                                        "reads",
+                                        out->path, flag, path)});
   }
 }
 

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <charconv>
 #include <cstdio>
 #include <filesystem>
 
@@ -19,6 +20,23 @@ namespace charm::cli {
 namespace {
 
 #if CHARM_HAVE_CHAKRA
+
+/// The files of `dir` that the export writes (PREFIX.RANK.et, and PREFIX.RANK.et.tmp on its way)
+/// and that exist now: only a file that exists can be an input the export would replace.
+std::vector<std::string> existing_outputs(const std::string& dir, const std::string& prefix, int ranks) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind(prefix + ".", 0) != 0) continue;
+    int rank = -1;
+    const char* digits = name.data() + prefix.size() + 1;
+    std::from_chars(digits, name.data() + name.size(), rank);
+    const std::string et = fmt::format("{}.{}.et", prefix, rank);
+    if (rank >= 0 && rank < ranks && (name == et || name == et + ".tmp")) names.push_back(name);
+  }
+  return names;
+}
 
 void register_export(CLI::App& app) {
   struct Opts {
@@ -43,8 +61,9 @@ void register_export(CLI::App& app) {
                  fmt::format("{} is a file, not a folder: the traces go into a folder, one file per rank", o->chakra)});
     FlagPaths inputs{{"plan", o->plan}};
     if (!o->topology.empty()) inputs.emplace_back("--topology", o->topology);
-    check_command_files({inputs, {}, {}});
+    check_command_files({inputs, {}, {{"--chakra", o->chakra, {}}}});
     const ir::Plan plan = unwrap(ir::load_plan(o->plan));
+    check_command_files({inputs, {}, {{"--chakra", o->chakra, existing_outputs(o->chakra, o->prefix, plan.ranks)}}});
     chakra::ExportOptions opt;
     opt.prefix = o->prefix;
     std::optional<topo::Topology> t;
