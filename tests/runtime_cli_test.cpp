@@ -185,6 +185,23 @@ TEST(CliRun, WrongNumbersExitOne) {
   EXPECT_GT(j.at("max_rel_err").at("out").get<double>(), 1e-5);
 }
 
+TEST(CliRun, AVanishingReferenceIsJudgedByItsAbsoluteError) {
+  // A window of one token: each query sees only itself, its softmax is 1 and dQ is exactly 0
+  // in the reference, while the run's fp32 rounding leaves about 1e-7. Over a reference of 0
+  // the ratio was 1e+23 and a correct run failed; the error is absolute there (scale 1).
+  const auto r = run(kSmall + " --algo ring --ranks 2 --mask sliding:1 --pass both --check --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("ref_scale").at("dq").get<double>(), 1.0);
+  EXPECT_EQ(j.at("max_rel_err").at("dq").get<double>(), j.at("max_abs_err").at("dq").get<double>());
+  EXPECT_LE(j.at("max_rel_err").at("dq").get<double>(), j.at("tolerance").get<double>());
+  // The text shows the compared figure beside the tolerance, after the scale it is measured on.
+  const auto t = run(kSmall + " --algo ring --ranks 2 --mask sliding:1 --pass both --check");
+  ASSERT_EQ(t.code, 0) << t.out;
+  EXPECT_NE(t.out.find("max_abs_err  ref_scale  max_rel_err  tolerance"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("check PASSED"), std::string::npos) << t.out;
+}
+
 TEST(CliRun, BadFlagsExitTwo) {
   EXPECT_EQ(run(kSmall + " --algo ring --ranks 4 --backend carrier-pigeon").code, 2);
   EXPECT_EQ(run(kSmall + " --algo merge --ranks 6").code, 2);

@@ -186,6 +186,20 @@ void dump_tensors(const std::string& dir, const ir::Plan& plan, const RunOpts& o
   dump.commit();
 }
 
+/// The check as a table: max_rel (max_abs over the reference's scale) is the figure compared with
+/// the tolerance, and stands beside it.
+std::string check_table(const rt::CheckReport& rep) {
+  std::string s = fmt::format("# {:<6} {:>12} {:>10} {:>12} {:>10}\n", "tensor", "max_abs_err", "ref_scale",
+                              "max_rel_err", "tolerance");
+  const std::pair<const char*, const std::optional<rt::TensorError>*> all[] = {
+      {"out", &rep.out}, {"lse", &rep.lse}, {"dq", &rep.dq}, {"dk", &rep.dk}, {"dv", &rep.dv}};
+  for (const auto& [name, e] : all)
+    if (e->has_value())
+      s += fmt::format("  {:<6} {:>12.3e} {:>10.3g} {:>12.3e} {:>10.1e}{}\n", name, (*e)->max_abs, (*e)->scale,
+                       (*e)->max_rel, rep.tolerance, (*e)->max_rel <= rep.tolerance ? "" : "  FAIL");
+  return s;
+}
+
 /// Rank 0's part after a successful run: check, print, dump. Returns the exit code.
 int report(const ir::Plan& plan, const RunOpts& o, const rt::GlobalTensors& in, const rt::RunResult& res,
            const nlohmann::json& extra = {}, const std::string& extra_text = {}) {
@@ -210,6 +224,7 @@ int report(const ir::Plan& plan, const RunOpts& o, const rt::GlobalTensors& in, 
     if (rep) {
       j["max_abs_err"] = err_json(*rep, &rt::TensorError::max_abs);
       j["max_rel_err"] = err_json(*rep, &rt::TensorError::max_rel);
+      j["ref_scale"] = err_json(*rep, &rt::TensorError::scale);
       j["tolerance"] = rep->tolerance;
     } else {
       j["max_abs_err"] = nullptr;
@@ -225,15 +240,7 @@ int report(const ir::Plan& plan, const RunOpts& o, const rt::GlobalTensors& in, 
         "# charm run: {} backend={} ranks={} domains={} {} B={} S={} H={} Hkv={} D={}{} {} pass={} seed={}\n",
         plan.algo, o.backend, plan.ranks, plan.domains, ir::to_string(w.dtype), w.batch, w.seq, w.heads, w.kv_heads,
         w.head_dim, w.causal ? " causal" : "", ir::to_string(w.layout), ir::to_string(w.pass), o.seed);
-    if (rep) {
-      std::cout << fmt::format("# {:<6} {:>12} {:>12} {:>10}\n", "tensor", "max_abs_err", "max_rel_err", "tolerance");
-      const std::pair<const char*, const std::optional<rt::TensorError>*> all[] = {
-          {"out", &rep->out}, {"lse", &rep->lse}, {"dq", &rep->dq}, {"dk", &rep->dk}, {"dv", &rep->dv}};
-      for (const auto& [name, e] : all)
-        if (e->has_value())
-          std::cout << fmt::format("  {:<6} {:>12.3e} {:>12.3e} {:>10.1e}{}\n", name, (*e)->max_abs, (*e)->max_rel,
-                                   rep->tolerance, (*e)->max_rel <= rep->tolerance ? "" : "  FAIL");
-    }
+    if (rep) std::cout << check_table(*rep);
     if (res.timeline.end_s.size() == plan.size() && extra_text.empty())
       std::cout << trace::summary_text(trace::summarize(plan, res.timeline));
     std::cout << extra_text;
