@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "scheduler/planners/planners.hpp"
+#include "scheduler/support/csv_field.hpp"
 #include "scheduler/support/input_file.hpp"
 #include "scheduler/support/suggest.hpp"
 
@@ -256,7 +257,7 @@ std::string measurement_row(const Measurement& m) {
   const auto& w = m.workload;
   std::array<std::string, kNumColumns> cell;
   auto set = [&](Column c, std::string v) { cell[std::size_t(c)] = std::move(v); };
-  set(Column::Algo, m.algo);
+  set(Column::Algo, csv_field(m.algo));  // a plan's algo is any text
   set(Column::Pass, std::string(ir::to_string(w.pass)));
   set(Column::Batch, std::to_string(w.batch));
   set(Column::Seq, std::to_string(w.seq));

@@ -12,6 +12,7 @@
 
 #include "scheduler/ir/plan_io.hpp"
 #include "scheduler/planners/planners.hpp"
+#include "scheduler/support/csv_field.hpp"
 #include "sim/evaluate.hpp"
 #include "sim/explain.hpp"
 
@@ -308,13 +309,14 @@ std::string sweep_csv(const SweepSpec& spec, const SweepResult& result) {
   out = fmt::format("{}\n", fmt::join(sweep_columns(spec), ","));
   for (const auto& r : result.rows) {
     const auto& w = r.workload;
-    out += spec.topologies[r.topology].name;
+    out += csv_field(spec.topologies[r.topology].name);  // a name may hold a comma or a quote
     // {} prints the shortest text that reads back to the same double: exact and deterministic.
     if (!spec.set_fields.empty()) out += fmt::format(",{}", fmt::join(spec.points[r.topology].values, ","));
-    out += fmt::format(",{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", r.ranks, r.domains, w.batch,
-                       w.seq, w.heads, w.kv_heads, w.head_dim, to_string(w.dtype), w.causal ? 1 : 0,
-                       to_string(w.layout), r.algo, to_string(r.pass), r.ccr, r.time_ms, r.exposed_comm_ms, r.idle_ms,
-                       r.speedup_vs_ring, r.fits < 0 ? std::string() : std::to_string(r.fits), r.peak_mem_bytes);
+    out +=
+        fmt::format(",{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", r.ranks, r.domains, w.batch, w.seq,
+                    w.heads, w.kv_heads, w.head_dim, to_string(w.dtype), w.causal ? 1 : 0, to_string(w.layout),
+                    csv_field(r.algo), to_string(r.pass), r.ccr, r.time_ms, r.exposed_comm_ms, r.idle_ms,
+                    r.speedup_vs_ring, r.fits < 0 ? std::string() : std::to_string(r.fits), r.peak_mem_bytes);
   }
   return out;
 }

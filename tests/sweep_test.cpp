@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <csignal>
 #include <fcntl.h>
 #include <filesystem>
@@ -232,6 +233,30 @@ TEST(Sweep, RefusedCombinationsAreSkippedAndCounted) {
   EXPECT_EQ(c.rows.size() + skipped, 4u * algos);
   EXPECT_EQ(skipped, algos + 5u + algos);
   for (const auto& row : c.rows) EXPECT_EQ(row.at("kv_heads"), "2");
+}
+
+TEST(Sweep, NamesThatHoldCommasOrQuotesAreQuotedAndControlCharactersRefused) {
+  const auto dir = fresh_dir("csv_quoting");
+  json t = json::parse(slurp(topo("h100-2x8.json")));
+  t["name"] = "h100,2x8 \"big\"";
+  std::ofstream(dir + "/named.json") << t.dump();
+  t.erase("name");  // named after its file, then
+  std::ofstream(dir + "/a\"b.json") << t.dump();
+  std::ofstream(dir + "/a\nb.json") << t.dump();
+  const std::string args = " -b 1 -s 8k --heads 8 --head-dim 64 --algos ring --pass fwd --out " + dir + "/s.csv";
+  // RFC 4180: a field with a comma or a quote is quoted and its quotes doubled, so the columns stay put.
+  auto r = run_charm("sweep --topology " + dir + "/named.json" + args);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(slurp(dir + "/s.csv").find("\n\"h100,2x8 \"\"big\"\"\",16,"), std::string::npos) << slurp(dir + "/s.csv");
+  r = run_charm("sweep --topology '" + dir + "/a\"b.json'" + args);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(slurp(dir + "/s.csv").find("\n\"" + dir + "/a\"\"b.json\",16,"), std::string::npos)
+      << slurp(dir + "/s.csv");
+  // A line break in a name would split the row: refused, in one line that shows it escaped.
+  r = run_charm("sweep --topology '" + dir + "/a\nb.json'" + args);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("a\\nb.json: the file name holds a control character (byte 0x0a"), std::string::npos) << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
 }
 
 TEST(Sweep, RejectsBadFlagsNamingTheFlag) {

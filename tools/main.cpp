@@ -27,6 +27,27 @@ std::string version_text();
 
 namespace {
 
+/// An error's text as one line: a control character (from a file name, a flag's value or a
+/// plan's text) is written as an escape, so that it neither breaks the line nor drives the terminal.
+std::string one_line(const std::string& s) {
+  std::string out;
+  for (const char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '\n')
+      out += "\\n";
+    else if (u < 0x20 || u == 0x7f)
+      out += fmt::format("\\x{:02x}", u);
+    else
+      out += c;
+  }
+  return out;
+}
+
+void say_error(const std::string& what) {
+  std::fprintf(stderr, "charm: error: %s\n", one_line(what).c_str());
+  std::fflush(stderr);
+}
+
 /// CLI11's "The following argument(s) was/were not expected: --seqq 4k", with the
 /// nearest flag of the command each unknown flag was given to.
 std::string with_suggestions(const std::string& what, const CLI::App& app) {
@@ -130,8 +151,7 @@ int usage_failure(const charm::Error& e, int argc, char** argv) {
   const bool job_command = argc > 1 && (std::string(argv[1]) == "run" || std::string(argv[1]) == "sweep");
   if (job && job->size > 1 && job_command && agree)
     if (const auto code = agree(e, charm::cli::kExitUsage)) return *code;
-  std::fprintf(stderr, "charm: error: %s\n", e.message().c_str());
-  std::fflush(stderr);
+  say_error(e.message());
   return charm::cli::kExitUsage;
 }
 
@@ -154,7 +174,7 @@ int run_command(int argc, char** argv) {
       std::none_of(subs.begin(), subs.end(), [&](const CLI::App* sub) { return sub->check_name(argv[1]); })) {
     std::string names;
     for (const auto* sub : subs) names += fmt::format("{}{}", names.empty() ? "" : ", ", sub->get_name());
-    std::fprintf(stderr, "charm: error: unknown command '%s' (expected one of: %s)\n", argv[1], names.c_str());
+    say_error(fmt::format("unknown command '{}' (expected one of: {})", argv[1], names));
     return charm::cli::kExitUsage;
   }
   try {
@@ -174,7 +194,7 @@ int run_command(int argc, char** argv) {
   } catch (const charm::cli::QuietExit& e) {
     return e.code;
   } catch (const charm::cli::RuntimeFailure& e) {
-    std::fprintf(stderr, "charm: error: %s\n", e.message.c_str());
+    say_error(e.message);
     return charm::cli::kExitRuntime;
   } catch (const std::bad_alloc&) {
     // A workload too large for this machine's memory: a runtime failure, not a crash.
@@ -182,7 +202,7 @@ int run_command(int argc, char** argv) {
     return charm::cli::kExitRuntime;
   } catch (const std::exception& e) {
     // Not expected: every input error travels as a charm::Error. One line, never std::terminate's.
-    std::fprintf(stderr, "charm: error: internal: %s\n", e.what());
+    say_error(std::string("internal: ") + e.what());
     return charm::cli::kExitRuntime;
   }
   return charm::cli::exit_code();

@@ -115,16 +115,19 @@ Ex<long> get_int(const Node& n, const char* key, bool required, long def, long m
 
 /// A string that may reach a terminal or a generated script: control characters (newline, ESC, NUL, ...) are
 /// refused rather than printed raw.
+std::size_t control_character_at(const std::string& s) {
+  for (std::size_t i = 0; i < s.size(); ++i)
+    if (const auto c = static_cast<unsigned char>(s[i]); c < 0x20 || c == 0x7f) return i;
+  return std::string::npos;
+}
+
 Ex<std::string> text_of(const Node& v, const char* what = "a string") {
   if (!v.j.is_string()) return v.error(fmt::format("must be {}, got {}", what, v.j.dump()));
   const auto& s = v.j.get_ref<const std::string&>();
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c == 0x7f)
-      return v.error(fmt::format("holds a control character (byte {:#04x} at offset {}): names and notes are "
-                                 "printed to terminals and scripts, so they must be plain text",
-                                 c, i));
-  }
+  if (const auto i = control_character_at(s); i != std::string::npos)
+    return v.error(fmt::format("holds a control character (byte {:#04x} at offset {}): names and notes are "
+                               "printed to terminals and scripts, so they must be plain text",
+                               static_cast<unsigned char>(s[i]), i));
   return s;
 }
 
@@ -903,6 +906,11 @@ Expected<Topology> parse_topology(const nlohmann::json& j, const std::string& so
   Topology t;
   auto name_ex = get_string(root, "name", false, source);
   if (!name_ex) return name_ex.error();
+  // A topology without a name is named after its file, and a name reaches terminals, scripts and CSV rows.
+  if (const auto i = control_character_at(name_ex.value()); i != std::string::npos)
+    return Error{source, fmt::format("the file name holds a control character (byte {:#04x} at offset {}) and the "
+                                     "topology has no \"name\" to show instead: rename the file or give it a name",
+                                     static_cast<unsigned char>(name_ex.value()[i]), i)};
   t.name = name_ex.value();
   if (root.has("notes")) {
     const Node n = root.at("notes");
