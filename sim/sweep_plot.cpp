@@ -346,7 +346,8 @@ class PlotScript {
       s_ += fmt::format("  set terminal png size {},{} noenhanced background rgb 'white'\n", width, height);
       s_ += "}\n";
     }
-    s_ += "set output " + quoted(output_path) + "\n";
+    // No file: gnuplot's stdout, where charm reads the figure from (tools/gnuplot_run.hpp).
+    s_ += output_path.empty() ? std::string("set output\n") : "set output " + quoted(output_path) + "\n";
     s_ += "set encoding utf8\nset grid xtics ytics mxtics lc rgb '#dddddd' lw 1\nset border lw 1.2\n";
     // Legends stand in a right margin wide enough for the longest entry: below the panel, a long list
     // of algorithms runs into the axis label, and one margin for all keeps the panels aligned.

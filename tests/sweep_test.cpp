@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <fcntl.h>
 #include <filesystem>
@@ -472,6 +473,45 @@ TEST(Sweep, WithoutGnuplotTheCsvIsStillWritten) {
   EXPECT_NE(r.out.find("gnuplot is not on PATH"), std::string::npos) << r.out;
   EXPECT_EQ(read_csv(dir + "/s.csv").rows.size(), charm::sched::algorithm_names().size());  // each, fwd
   EXPECT_FALSE(fs::exists(dir + "/s.png"));
+}
+
+// gnuplot is given no path of the user's: the figure comes back on its stdout, so a line break in
+// --plot names the file asked for, and nothing is left under a temporary name.
+TEST(Sweep, PlotWithALineBreakInItsPathWritesThatFile) {
+  if (!gnuplot_available()) GTEST_SKIP() << "gnuplot is not installed (scripts/setup.sh installs gnuplot-nox)";
+  const auto dir = fresh_dir("plot_newline");
+  fs::create_directories(dir + "/tmp");
+  const auto r = run_charm("sweep --topology " + topo("h20-8.json") +
+                           " --batch 1 --seq 8k,16k --heads 8 --head-dim 128 --algos ring,charm --out " + dir +
+                           "/s.csv --plot '" + dir + "/a\nb.png'");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(slurp(dir + "/a\nb.png").substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+  std::set<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir)) left.insert(e.path().filename().string());
+  EXPECT_EQ(left, (std::set<std::string>{"s.csv", "a\nb.png", "tmp"}));
+}
+
+// A gnuplot that never ends is stopped after --timeout-s; the CSV stands, and its temporaries go.
+TEST(Sweep, AGnuplotThatHangsIsStoppedAndLeavesNothing) {
+  const auto dir = fresh_dir("plot_hang");
+  fs::create_directories(dir + "/bin");
+  fs::create_directories(dir + "/tmp");
+  {
+    std::ofstream f(dir + "/bin/gnuplot");
+    f << "#!/bin/sh\nexec sleep 60\n";
+  }
+  fs::permissions(dir + "/bin/gnuplot", fs::perms::owner_all);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = run_cmd("env TMPDIR=" + dir + "/tmp PATH=" + dir + "/bin:/usr/bin:/bin " + std::string(CHARM_BIN) +
+                         " sweep --topology " + topo("h20-8.json") +
+                         " --batch 1 --seq 8k --heads 8 --head-dim 128 --timeout-s 1 --out " + dir + "/s.csv --plot " +
+                         dir + "/s.png");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("gnuplot did not finish within 1 s (--timeout-s)"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(dir + "/s.png"));
+  EXPECT_TRUE(fs::exists(dir + "/s.csv"));
+  EXPECT_TRUE(fs::is_empty(dir + "/tmp")) << "left: " << fs::directory_iterator(dir + "/tmp")->path();
 }
 
 /// Starts a long sweep, waits for its start line on stderr, sends `sig`, and returns the exit status.

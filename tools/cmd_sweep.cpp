@@ -5,11 +5,8 @@
 // temporary file and a rename: Ctrl-C (SIGINT) or SIGTERM stops the workers
 // and leaves no file behind, half-written or otherwise.
 #include <CLI/CLI.hpp>
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -30,11 +27,10 @@
 #include "sim/sweep.hpp"
 #include "sim/sweep_plot.hpp"
 #include "tools/cli_common.hpp"
+#include "tools/gnuplot_run.hpp"
 #include "tools/mpi_job.hpp"
 #include "tools/sweep_request.hpp"
 #include "topologies/topology_json.hpp"
-
-extern char** environ;
 
 namespace charm::cli {
 namespace {
@@ -127,42 +123,10 @@ std::string find_on_path(const std::string& exe) {
   return {};
 }
 
-/// Runs gnuplot on a script file; gnuplot's own messages go to `log`. Returns its exit status (or -1).
-int run_gnuplot(const std::string& gnuplot, const std::string& script, const std::string& log) {
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  std::string a0 = gnuplot, a1 = script;
-  char* argv[] = {a0.data(), a1.data(), nullptr};
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, gnuplot.c_str(), &fa, nullptr, argv, environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) return -1;
-  int st = 0;
-  while (::waitpid(pid, &st, 0) < 0) {
-    if (errno != EINTR) return -1;
-  }
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-std::string read_text(const std::string& path, std::size_t limit = 2000) {
-  std::string s;
-  if (FILE* f = std::fopen(path.c_str(), "rb")) {
-    char buf[512];
-    std::size_t n = 0;
-    while (s.size() < limit && (n = std::fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
-    std::fclose(f);
-  }
-  return s;
-}
-
 /// Draws the figure. Returns false (after saying why on stderr) when it could not; the CSV stands regardless.
 bool plot(const sim::SweepSpec& spec, const sim::SweepResult& res, const std::string& out,
-          const std::string& script_out) {
+          const std::string& script_out, double timeout_s) {
   const auto format = out.ends_with(".svg") ? sim::PlotFormat::Svg : sim::PlotFormat::Png;
-  const std::string tmp_img = fmt::format("{}.tmp.{}", out, ::getpid());
-  const std::string script = sim::sweep_gnuplot_script(spec, res, tmp_img, format);
   if (!script_out.empty()) write_file_atomic(script_out, sim::sweep_gnuplot_script(spec, res, out, format));
   const std::string gnuplot = find_on_path("gnuplot");
   if (gnuplot.empty()) {
@@ -173,27 +137,13 @@ bool plot(const sim::SweepSpec& spec, const sim::SweepResult& res, const std::st
         out.c_str());
     return false;
   }
-  const std::string tmp_script = fmt::format("{}.gp.tmp.{}", out, ::getpid());
-  const std::string tmp_log = fmt::format("{}.log.tmp.{}", out, ::getpid());
-  write_file_atomic(tmp_script, script);
-  const int rc = run_gnuplot(gnuplot, tmp_script, tmp_log);
-  const std::string log = read_text(tmp_log);
-  std::remove(tmp_script.c_str());
-  std::remove(tmp_log.c_str());
-  std::error_code ec;
-  const bool made = rc == 0 && fs::exists(tmp_img, ec) && fs::file_size(tmp_img, ec) > 0;
-  if (!made || g_cancel.load()) {
-    std::remove(tmp_img.c_str());
-    if (!g_cancel.load())
-      std::fprintf(stderr, "charm sweep: gnuplot failed (exit %d), %s not written:\n%s\n", rc, out.c_str(),
-                   log.c_str());
+  // The figure comes back on gnuplot's stdout: the script names no file.
+  const Drawing d = draw_with_gnuplot(gnuplot, sim::sweep_gnuplot_script(spec, res, "", format), timeout_s, g_cancel);
+  if (!d.failure.empty()) {
+    if (!g_cancel.load()) std::fprintf(stderr, "charm sweep: %s not written: %s\n", out.c_str(), d.failure.c_str());
     return false;
   }
-  if (std::rename(tmp_img.c_str(), out.c_str()) != 0) {
-    const int err = errno;
-    std::remove(tmp_img.c_str());
-    fail(Error{"--plot", fmt::format("cannot write {}: {}", out, std::strerror(err))});
-  }
+  write_file_atomic(out, d.image);
   return true;
 }
 
@@ -330,7 +280,8 @@ void report(const SweepJob& job, const SweepOpts& o, const sim::SweepResult& res
   if (o.json_stdout) std::fprintf(stdout, "%s\n", sim::sweep_json(spec, res).dump(1).c_str());
   if (!o.out.empty()) std::fprintf(said, "wrote %s (%zu rows)\n", o.out.c_str(), res.rows.size());
   if (!o.json.empty()) std::fprintf(said, "wrote %s\n", o.json.c_str());
-  if (!o.plot.empty() && plot(spec, res, o.plot, o.plot_script)) std::fprintf(said, "wrote %s\n", o.plot.c_str());
+  if (!o.plot.empty() && plot(spec, res, o.plot, o.plot_script, o.timeout_s))
+    std::fprintf(said, "wrote %s\n", o.plot.c_str());
   if (g_cancel.load()) {
     std::fprintf(stderr, "charm sweep: interrupted while drawing; %s not written\n", o.plot.c_str());
     exit_code() = 128 + stop_signal();
@@ -480,7 +431,8 @@ void register_sweep(CLI::App& app) {
   sub->add_option("--plot-script", o->plot_script, "also keep the gnuplot script (data inline) to restyle the figure");
   sub->add_option("--jobs,-j", o->jobs, "worker threads (default: all cores; under mpirun, per process)");
   sub->add_option("--timeout-s", o->timeout_s,
-                  "under mpirun: a process silent this long while it holds work is a stall (exit 3); 0 = never")
+                  "under mpirun: a process silent this long while it holds work is a stall (exit 3); "
+                  "also the longest gnuplot may draw --plot; 0 = never")
       ->capture_default_str();
   sub->add_option("--reserved-gb", o->reserved_gb,
                   "GB per GPU the rest of the model holds, added to the attention buffers for the fits column")
