@@ -16,6 +16,7 @@
 
 #include "scheduler/ir/plan_io.hpp"
 #include "scheduler/planners/planners.hpp"
+#include "scheduler/support/first_exception.hpp"
 #include "sim/compute_model.hpp"
 #include "sim/evaluate.hpp"
 #include "topologies/topology_json.hpp"
@@ -122,8 +123,9 @@ struct Model {
     std::mutex mu;
     std::optional<Error> error;
     // Simulations share nothing (the simulator has no global state): one row per task.
+    FirstException failure;  // a worker that cannot allocate stops the others, and the caller says so
     auto work = [&] {
-      for (std::size_t k; (k = next.fetch_add(1)) < todo.size();) {
+      for (std::size_t k; !failure.failed() && (k = next.fetch_add(1)) < todo.size();) {
         const std::size_t i = todo[k];
         auto e = sim::evaluate_plan(rows[i].plan, (*topos)[rows[i].variant], rows[i].charge);
         if (!e) {
@@ -137,9 +139,10 @@ struct Model {
     const int threads = std::max(1, std::min<int>(jobs, static_cast<int>(todo.size())));
     {
       std::vector<std::jthread> pool;
-      for (int t = 1; t < threads; ++t) pool.emplace_back(work);
-      work();
+      for (int t = 1; t < threads; ++t) pool.emplace_back([&] { failure.run(work); });
+      failure.run(work);
     }
+    failure.rethrow();
     if (error) return *error;
     return out;
   }

@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "scheduler/planners/planners.hpp"
+#include "scheduler/support/first_exception.hpp"
 #include "sim/evaluate.hpp"
 
 namespace charm::sim {
@@ -134,10 +135,11 @@ void plan_candidates(const Workload& w, const std::vector<std::string>& algos, c
 /// Independent simulations: a pool of `threads` workers takes the next one.
 void run_jobs(std::vector<Job>& jobs, const topo::Topology& t, int threads) {
   std::atomic<std::size_t> next{0};
-  auto worker = [&] {
+  FirstException failure;  // a worker that cannot allocate stops the pool, and the caller says so
+  auto work = [&] {
     for (;;) {
       const std::size_t i = next.fetch_add(1);
-      if (i >= jobs.size()) return;
+      if (i >= jobs.size() || failure.failed()) return;
       Job& j = jobs[i];
       auto ev = j.layout ? evaluate_deployment(j.req, *j.layout, j.copies, t) : evaluate(j.req, t);
       if (!ev) {
@@ -150,8 +152,11 @@ void run_jobs(std::vector<Job>& jobs, const topo::Topology& t, int threads) {
     }
   };
   const int n = std::clamp(threads, 1, std::max(1, int(jobs.size())));
-  std::vector<std::jthread> pool;
-  for (int k = 0; k < n; ++k) pool.emplace_back(worker);
+  {
+    std::vector<std::jthread> pool;
+    for (int k = 0; k < n; ++k) pool.emplace_back([&] { failure.run(work); });
+  }
+  failure.rethrow();
 }
 
 /// Totals, peak memory, verdict and the slower pass's bottleneck of each candidate.

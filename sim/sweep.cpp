@@ -13,6 +13,7 @@
 #include "scheduler/ir/plan_io.hpp"
 #include "scheduler/planners/planners.hpp"
 #include "scheduler/support/csv_field.hpp"
+#include "scheduler/support/first_exception.hpp"
 #include "sim/evaluate.hpp"
 #include "sim/explain.hpp"
 
@@ -201,8 +202,11 @@ SweepResult run_sweep(const SweepSpec& spec, const SweepControl& control) {
   std::mutex mu;
   std::condition_variable cv;
   SimulationMemo memo;
-  auto cancelled = [&] { return control.cancel && control.cancel->load(std::memory_order_relaxed); };
-  auto worker = [&] {
+  FirstException failure;  // a worker that cannot allocate stops the sweep, and the caller says so
+  auto cancelled = [&] {
+    return failure.failed() || (control.cancel && control.cancel->load(std::memory_order_relaxed));
+  };
+  auto work = [&] {
     PlanReuse reuse;
     for (;;) {
       if (cancelled()) break;
@@ -221,7 +225,7 @@ SweepResult run_sweep(const SweepSpec& spec, const SweepControl& control) {
   const int jobs = std::max(1, std::min<int>(control.jobs, static_cast<int>(std::max<std::size_t>(total, 1))));
   std::vector<std::jthread> pool;
   pool.reserve(static_cast<std::size_t>(jobs));
-  for (int j = 0; j < jobs; ++j) pool.emplace_back(worker);
+  for (int j = 0; j < jobs; ++j) pool.emplace_back([&] { failure.run(work); });
   {
     std::unique_lock lock(mu);
     while (done.load() < total && !cancelled()) {
@@ -230,6 +234,7 @@ SweepResult run_sweep(const SweepSpec& spec, const SweepControl& control) {
     }
   }
   for (auto& th : pool) th.join();
+  failure.rethrow();
   if (control.progress) control.progress(done.load(), total);
   return sweep_result(spec, std::move(outs),
                       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

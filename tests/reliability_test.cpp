@@ -7,6 +7,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -105,6 +106,36 @@ TEST_F(Reliability, ATopologyWithASpaceInItsNameIsThatFile) {
   const std::string csv = read(at("s.csv"));
   EXPECT_NE(csv.find("\nl20-4,4,"), std::string::npos) << csv;
   EXPECT_EQ(csv.find("h100"), std::string::npos) << csv;
+}
+
+/// `charm ARGS` under an address-space cap of `kib` KiB (ulimit -v); nullopt where charm cannot even
+/// start under it (a sanitizer's shadow memory, say).
+std::optional<CmdResult> under_memory_cap(long kib, const std::string& args) {
+  const std::string cap = "ulimit -v " + std::to_string(kib) + "; ";
+  if (run_cmd(cap + std::string(CHARM_BIN) + " --version").code != 0) return std::nullopt;
+  return run_cmd(cap + std::string(CHARM_BIN) + " " + args);
+}
+
+// Memory that runs out in a worker thread (advise simulates on a pool) was std::terminate's
+// "terminate called after throwing an instance of 'std::bad_alloc'", SIGABRT.
+TEST_F(Reliability, AnAllocationThatFailsInAWorkerThreadIsOneLine) {
+  const auto r = under_memory_cap(1200000, "advise --uniform --ranks 4096 --bw-gbps 10 --tflops 100 --seq 64M "
+                                           "--heads 8 --head-dim 64 --algos usp --jobs 2");
+  if (!r) GTEST_SKIP() << "charm does not start under a 1.2 GB cap here";
+  EXPECT_EQ(r->code, 3) << r->out;
+  EXPECT_EQ(r->out, "charm: error: out of memory\n");
+}
+
+// A large plan read under a cap: the parsed document's destructor allocates (nlohmann flattens it
+// into a vector first), so memory that ran out while reading aborted in that destructor.
+TEST_F(Reliability, AnAllocationThatFailsWhileReadingABigPlanIsOneLine) {
+  ASSERT_EQ(run_charm("plan --algo ring --ranks 256 --seq 256k --heads 8 --head-dim 64 -o " + at("p.json")).code, 0);
+  for (const long kib : {300000L, 400000L, 500000L}) {
+    const auto r = under_memory_cap(kib, "validate " + at("p.json"));
+    if (!r) GTEST_SKIP() << "charm does not start under a " << kib << " KiB cap here";
+    EXPECT_EQ(r->code, 3) << kib << " KiB: " << r->out;
+    EXPECT_EQ(r->out, "charm: error: out of memory\n") << kib << " KiB";
+  }
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -208,9 +209,22 @@ int run_command(int argc, char** argv) {
   return charm::cli::exit_code();
 }
 
+/// Memory held back for the way out of an allocation that fails. The first failure, on any thread,
+/// hands it back before std::bad_alloc is thrown, so that the destructors that run as the exception
+/// travels (some allocate) and the one line said at the end find room instead of std::terminate.
+std::atomic<char*> g_reserve{nullptr};
+constexpr std::size_t kReserveBytes = std::size_t{64} << 20;
+
+void on_allocation_failure() {
+  delete[] g_reserve.exchange(nullptr);
+  throw std::bad_alloc();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  g_reserve.store(new (std::nothrow) char[kReserveBytes]);
+  std::set_new_handler(on_allocation_failure);
   install_checked_stdout();
   return finish_stdout(run_command(argc, argv));
 }

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <initializer_list>
 #include <limits>
+#include <new>
 #include <optional>
 #include <ostream>
 #include <span>
@@ -525,7 +526,14 @@ Expected<Plan> load_plan(const std::string& path) {
   if (!text) return text.error();
   auto j = parse_json_strict(*text, path);
   if (!j) return j.error();
-  auto plan = plan_from_json(*j, path);
+  auto plan = [&] {
+    try {
+      return plan_from_json(*j, path);
+    } catch (const std::bad_alloc&) {
+      release_json(*j);  // before its destructor, which would allocate
+      throw;
+    }
+  }();
   if (plan) return plan;
   // "file.json.ops[3].peer" -> "file.json: ops[3].peer", as the topology loader writes it.
   Error e = plan.error();

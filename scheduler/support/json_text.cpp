@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <istream>
 #include <iterator>
+#include <new>
 #include <unordered_set>
 #include <vector>
 
@@ -122,8 +123,13 @@ Expected<json> parse_strict(Input&& input, const std::string& source) {
   try {
     json j;
     StrictDomParser p(j);
-    // strict: nothing but whitespace may follow the document.
-    json::sax_parse(std::forward<Input>(input), &p, json::input_format_t::json, /*strict=*/true);
+    try {
+      // strict: nothing but whitespace may follow the document.
+      json::sax_parse(std::forward<Input>(input), &p, json::input_format_t::json, /*strict=*/true);
+    } catch (const std::bad_alloc&) {
+      release_json(j);  // before its destructor, which would allocate
+      throw;
+    }
     if (p.too_deep)
       return Error{source, fmt::format("malformed JSON: arrays and objects nested more than {} deep (at {})", kMaxDepth,
                                        p.where)};
@@ -141,6 +147,16 @@ Expected<json> parse_strict(Input&& input, const std::string& source) {
 }
 
 }  // namespace
+
+void release_json(nlohmann::json& j) noexcept {
+  if (j.is_array()) {
+    auto& a = j.get_ref<json::array_t&>();
+    for (; !a.empty(); a.pop_back()) release_json(a.back());
+  } else if (j.is_object()) {
+    auto& o = j.get_ref<json::object_t&>();
+    for (auto it = o.begin(); it != o.end(); it = o.erase(it)) release_json(it->second);
+  }
+}
 
 Expected<nlohmann::json> parse_json_strict(const std::string& text, const std::string& source) {
   return parse_strict(text, source);

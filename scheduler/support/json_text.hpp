@@ -22,4 +22,11 @@ inline constexpr std::size_t kMaxJsonDepth = 256;
 /// The same, reading a stream to its end (no copy of the text).
 [[nodiscard]] Expected<nlohmann::json> parse_json_strict(std::istream& in, const std::string& source);
 
+/// Empties `j` from its leaves up without allocating. nlohmann's destructor first moves the children
+/// of an array or object into a vector of their own: when memory has just run out, that allocation
+/// throws inside a destructor, which is std::terminate. Called on a large document about to be
+/// destroyed while a std::bad_alloc is in flight. Recursive: a document read here nests at most
+/// kMaxJsonDepth deep.
+void release_json(nlohmann::json& j) noexcept;
+
 }  // namespace charm
