@@ -161,9 +161,10 @@ Expected<Status> MpiContext::same_work(const WorkFields& fields, double timeout_
     const auto a = i < f0->size() ? (*f0)[i] : std::pair<std::string, std::string>{"?", ""};
     const auto b = i < fo->size() ? (*fo)[i] : std::pair<std::string, std::string>{"?", ""};
     if (a == b) continue;
-    diff = a.first == "plan"
-               ? fmt::format("rank {} runs another plan than rank 0 (its digest is {}, rank 0's {})", other, b.second,
-                             a.second)
+    // A file's contents travel as a digest: one path may name different files on different hosts.
+    diff = a.first == "plan" || a.first == "topology"
+               ? fmt::format("rank {} runs another {} than rank 0 (its digest is {}, rank 0's {})", other, a.first,
+                             b.second, a.second)
                : fmt::format("rank {} has {} {}, rank 0 has {} {}", other, b.first, b.second, a.first, a.second);
     break;
   }

@@ -165,7 +165,17 @@ struct SweepJob {
   std::vector<std::string> files;
   std::size_t points = 1;  // hardware points per topology (--set)
   int jobs = 1;
+  /// What the files hold (FNV-1a of their JSON as read): under mpirun, one path may name
+  /// different files on different hosts or working folders, and their rows must not merge.
+  std::uint64_t topology_digest = 0;
 };
+
+std::uint64_t digest_of(const std::vector<SweepTopology>& docs) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (const auto& d : docs)
+    for (const char c : d.doc.dump() + '\0') h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+  return h;
+}
 
 void check_outputs(const SweepOpts& o) {
   if (!o.plot.empty() && !o.plot.ends_with(".png") && !o.plot.ends_with(".svg"))
@@ -189,6 +199,7 @@ SweepJob sweep_job(const SweepOpts& o, bool jobs_given) {
     if (!doc) fail(Error{"--topology", doc.error().message()});
     docs.push_back({f, std::move(doc).value()});
   }
+  job.topology_digest = digest_of(docs);
   job.spec = sweep_topologies(docs, sets);
   SweepLists lists;
   lists.batch = unwrap(parse_list(o.batch, "--batch"));
@@ -314,6 +325,7 @@ void sweep_here(const SweepJob& job, const SweepOpts& o) {
 /// What every process of an mpirun sweep must agree on: each flag that changes the rows.
 rt::WorkFields sweep_fields(const SweepJob& job, const SweepOpts& o) {
   return {{"--topology", o.topologies},
+          {"topology", fmt::format("{:016x}", job.topology_digest)},
           {"--batch", o.batch},
           {"--seq", o.seq},
           {"--heads", o.heads},
