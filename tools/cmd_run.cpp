@@ -308,7 +308,7 @@ constexpr double kEarlyAgreementS = 120;
 /// run_cuda's on the setup): it joins them with its error.
 std::optional<int> agree_on_early_failure(const Error& e, int code) {
   if (rt::MpiContext::started()) return std::nullopt;
-  auto ctx_e = rt::MpiContext::init();
+  auto ctx_e = init_mpi(kEarlyAgreementS);
   if (!ctx_e) return std::nullopt;
   auto& ctx = **ctx_e;
   auto a = ctx.agree(e, code, kEarlyAgreementS, "the plan");
@@ -383,7 +383,7 @@ void run_mpi_job(rt::MpiContext& ctx, const RunOpts& o, rt::RunOptions ropt) {
 }
 
 void run_mpi(const RunOpts& o, const rt::RunOptions& ropt) {
-  auto ctx_e = rt::MpiContext::init();
+  auto ctx_e = init_mpi(o.timeout_s);
   if (!ctx_e) throw RuntimeFailure{ctx_e.error().message()};
   auto ctx = std::move(*ctx_e);
   // An error that leaves here (rank 0's report: a dump that cannot be written) is said now,

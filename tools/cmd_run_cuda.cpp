@@ -102,7 +102,7 @@ int run_on_one_gpu(const RunRequest& req, const CudaFlags& f, ir::Plan& plan, co
 /// Backend cuda: one GPU per rank, one process per rank under mpirun, NCCL between them.
 int run_nccl_job(const RunRequest& req, const CudaFlags& f, ir::Plan& plan, const rt::cuda::CudaRunOptions& opt,
                  const calib::Measurement& row) {
-  auto ctx_e = rt::MpiContext::init();
+  auto ctx_e = init_mpi(req.timeout_s);
   if (!ctx_e) throw RuntimeFailure{ctx_e.error().message()};
   auto ctx = std::move(*ctx_e);
   // A process that failed before MPI started joins here with its error (early_failure_handler):

@@ -345,7 +345,7 @@ rt::WorkFields sweep_fields(const SweepJob& job, const SweepOpts& o) {
 /// process runs them on its threads, rank 0 assembles the rows in the single-process order and
 /// writes every output while the others wait for its exit code.
 void sweep_over_mpi(const SweepJob& job, const SweepOpts& o) {
-  auto ctx_e = rt::MpiContext::init();
+  auto ctx_e = init_mpi(o.timeout_s);
   if (!ctx_e) throw RuntimeFailure{ctx_e.error().message()};
   auto& ctx = **ctx_e;
   const double tmo = o.timeout_s;
