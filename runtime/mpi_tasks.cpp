@@ -17,16 +17,20 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <list>
 #include <mutex>
+#include <new>
 #include <optional>
+#include <string>
 #include <thread>
 #include <utility>
 
 #include "runtime/mpi_check.hpp"
 #include "runtime/mpi_comms.hpp"
 #include "runtime/mpi_context.hpp"
+#include "scheduler/support/first_exception.hpp"
 
 namespace charm::rt {
 
@@ -182,9 +186,24 @@ class Workers {
     return no_more_ && queue_.empty() && busy_ == 0 && out_.empty();
   }
   [[nodiscard]] std::size_t done() const { return done_.load(); }
+  /// The first exception a task threw (std::bad_alloc, most likely) as an error: the job ends on it.
+  [[nodiscard]] Status failure() const {
+    if (!failure_.failed()) return {};
+    try {
+      failure_.rethrow();
+    } catch (const std::bad_alloc&) {
+      return Error{"", "out of memory"};
+    } catch (const std::exception& e) {
+      return Error{"", std::string("internal: ") + e.what()};
+    } catch (...) {}
+    return Error{"", "internal: a task failed"};
+  }
 
  private:
   void loop() {
+    failure_.run([this] { run_tasks(); });
+  }
+  void run_tasks() {
     for (;;) {
       if (share_.cancel != nullptr && share_.cancel->load()) return;
       {
@@ -212,6 +231,7 @@ class Workers {
   std::size_t busy_ = 0;
   bool no_more_ = false, stopping_ = false;
   std::atomic<std::size_t> done_{0};
+  FirstException failure_;  // an exception leaving a worker thread would be std::terminate
 };
 
 bool cancelled(const MpiContext::TaskShare& s) { return s.cancel != nullptr && s.cancel->load(); }
@@ -261,6 +281,7 @@ class Host {
       if (clock_.turn()) std::fill(heard_.begin(), heard_.end(), clock_.now());
       if (cancelled(ep_.share)) return clock_.was_paused() ? interrupted_after_pause() : interrupted();
       for (auto& [i, bytes] : ep_.workers.finished()) results_[i] = std::move(bytes);
+      if (auto s = ep_.workers.failure(); !s) return s.error();
       if (auto s = receive_all(); !s) return s.error();
       if (auto s = ep_.out.progress(); !s) return s.error();
       const std::size_t done = ep_.workers.done() + received_;
@@ -369,6 +390,7 @@ class Client {
     for (;;) {
       if (clock_.turn()) asked_at_ = clock_.now();  // rank 0's answer may be waiting unread
       if (cancelled(ep_.share)) return give_up();
+      if (auto s = ep_.workers.failure(); !s) return s;
       if (auto s = ask(); !s) return s;
       if (auto s = read_answer(); !s) return s;
       for (auto& [i, bytes] : ep_.workers.finished()) {

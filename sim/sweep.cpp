@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <exception>
 #include <mutex>
+#include <new>
 #include <thread>
 
 #include "scheduler/ir/plan_io.hpp"
@@ -161,6 +162,8 @@ SweepTaskOut run_sweep_task(const SweepSpec& spec, std::size_t i, PlanReuse* reu
   const std::size_t passes = spec.passes.size();
   try {
     return run_task(spec, i / passes, spec.passes[i % passes], reuse, memo);
+  } catch (const std::bad_alloc&) {
+    throw;  // no bug of the simulator's: the machine's memory, which ends the sweep
   } catch (const std::exception& e) {
     SweepTaskOut out;
     out.failures.push_back(fmt::format("task {}: {}", i, e.what()));

@@ -126,6 +126,20 @@ TEST_F(Reliability, AnAllocationThatFailsInAWorkerThreadIsOneLine) {
   EXPECT_EQ(r->out, "charm: error: out of memory\n");
 }
 
+// A sweep's task that cannot allocate is no "simulation failed (a simulator bug)": the sweep ends
+// with the one line, and writes nothing.
+TEST_F(Reliability, AnAllocationThatFailsInASweepEndsIt) {
+  const auto r = under_memory_cap(1000000, "sweep -t " + repo("topologies/h100-2x8.json") +
+                                               " --set nodes=1024 -b 1 -s 64M --heads 8 --head-dim 64 --algos usp "
+                                               "--max-memory 100G --jobs 2 --out " +
+                                               at("s.csv"));
+  if (!r) GTEST_SKIP() << "charm does not start under a 1 GB cap here";
+  EXPECT_EQ(r->code, 3) << r->out;
+  EXPECT_EQ(last_line(r->out), "charm: error: out of memory") << r->out;
+  EXPECT_EQ(r->out.find("simulation failed"), std::string::npos) << r->out;
+  EXPECT_FALSE(fs::exists(at("s.csv")));
+}
+
 // A large plan read under a cap: the parsed document's destructor allocates (nlohmann flattens it
 // into a vector first), so memory that ran out while reading aborted in that destructor.
 TEST_F(Reliability, AnAllocationThatFailsWhileReadingABigPlanIsOneLine) {
