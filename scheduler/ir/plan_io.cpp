@@ -117,7 +117,14 @@ class Reader {
     if (!f) return f.error();
     if (*f == nullptr) return std::string{};
     if (!(*f)->is_string()) return Error{path_ + "." + key, "must be a string"};
-    return (*f)->get<std::string>();
+    auto s = (*f)->get<std::string>();
+    // A plan's strings are names, printed to terminals (validate, run) and CSV rows.
+    for (std::size_t i = 0; i < s.size(); ++i)
+      if (const auto c = static_cast<unsigned char>(s[i]); c < 0x20 || c == 0x7f)
+        return Error{
+            path_ + "." + key,
+            fmt::format("holds a control character (byte {:#04x} at offset {}): a name must be plain text", c, i)};
+    return s;
   }
   template <class E, class P>
   Expected<E> enumeration(const char* key, P parse) const {
