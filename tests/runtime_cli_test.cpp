@@ -202,6 +202,17 @@ TEST(CliRun, AVanishingReferenceIsJudgedByItsAbsoluteError) {
   EXPECT_NE(t.out.find("check PASSED"), std::string::npos) << t.out;
 }
 
+TEST(CliRun, AnOutputOnlyAnotherBackendWritesIsRefused) {
+  // --append-measurements is the cuda backends' (an unknown flag where they are not built): the
+  // threads backend used to run and leave the file unwritten, exit 0.
+  const auto dir = charm::test::temp_path("append_measurements");
+  std::filesystem::create_directories(dir);
+  const auto r = run(kSmall + " --algo ring --ranks 2 --append-measurements " + dir + "/m.csv");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("--append-measurements"), std::string::npos) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/m.csv"));
+}
+
 TEST(CliRun, BadFlagsExitTwo) {
   EXPECT_EQ(run(kSmall + " --algo ring --ranks 4 --backend carrier-pigeon").code, 2);
   EXPECT_EQ(run(kSmall + " --algo merge --ranks 6").code, 2);

@@ -3,6 +3,7 @@
 // the tensors as .npy files.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -438,6 +439,18 @@ void adopt_job_size(RunOpts& o, bool ranks_given) {
   if (!ranks_given && !o.plan.from_file()) o.plan.ranks = job->size;
 }
 
+/// A file another backend writes (--append-measurements: the cuda backends' measured time) is
+/// refused, not silently left unwritten by this backend.
+void refuse_other_backends_outputs(const RunOpts& o) {
+  for (const auto& b : run_backends()) {
+    if (std::find(b.names.begin(), b.names.end(), o.backend) != b.names.end()) continue;
+    for (const auto& [flag, path] : b.outputs())
+      if (!path.empty())
+        fail(Error{flag, fmt::format("is written by --backend {} only; --backend {} would not write it",
+                                     fmt::join(b.names, " or "), o.backend)});
+  }
+}
+
 void register_run(CLI::App& app) {
   auto o = std::make_shared<RunOpts>();
   auto* sub = app.add_subcommand("run", "execute a plan on the CPU (threads or MPI) with real attention math");
@@ -461,6 +474,7 @@ void register_run(CLI::App& app) {
   for (auto& b : run_backends()) b.add_flags(*sub);
   sub->callback([o, sub] {
     adopt_job_size(*o, sub->count("--ranks") > 0);
+    refuse_other_backends_outputs(*o);
     // Before the run, not after minutes of compute: where the dump and the trace go must take
     // files, and neither may replace the plan file.
     CommandFiles files{{{"--plan", o->plan.plan_file}}, {{"--trace", o->trace}}, {{"--dump", o->dump, dump_files()}}};
