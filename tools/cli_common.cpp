@@ -116,6 +116,16 @@ void apply_number_grammar(CLI::App& app) {
     // CLI11 names the type an option converts to: INT, UINT, FLOAT (TEXT, ... for the rest).
     std::string type = opt->get_type_name();
     type = type.substr(0, type.find(':'));
+    if (type == "TEXT") {
+      // An empty path reads as "not given" further on: `--trace ""` would write nothing, exit 0.
+      opt->check(CLI::Validator(
+          [](const std::string& value) {
+            return value.empty() ? std::string("an empty value: give the flag a value, or leave it out")
+                                 : std::string{};
+          },
+          ""));
+      continue;
+    }
     if (type != "INT" && type != "UINT" && type != "FLOAT") continue;
     const NumberKind kind = type == "INT"    ? NumberKind::Integer
                             : type == "UINT" ? NumberKind::Unsigned
