@@ -175,24 +175,32 @@ Status parse_kernel_shape(const Node& n, GpuSpec& g, std::string& library) {
   return {};
 }
 
-/// "kernel_scale": a number or {"fwd", "bwd"}: multipliers of the table's attainment (what a fit moves).
-Status parse_kernel_scale(const Node& n, GpuSpec& g) {
-  if (!n.has("kernel_scale")) return {};
-  const Node e = n.at("kernel_scale");
+/// A per-pass pair at `key`: one number for both passes, or {"fwd", "bwd"}. With `fwd_required` the object's
+/// "fwd" must be there and "bwd" defaults to it; otherwise both default to `dflt`.
+Status parse_pass_pair(const Node& n, const char* key, bool fwd_required, double dflt, double& fwd, double& bwd) {
+  const Node e = n.at(key);
   if (e.j.is_number()) {
-    TRY_ASSIGN(x, get_number(n, "kernel_scale", true, 1, true, false));
-    g.kernel_scale_fwd = g.kernel_scale_bwd = x;
+    TRY_ASSIGN(x, get_number(n, key, true, dflt, true, false));
+    fwd = bwd = x;
   } else if (e.j.is_object()) {
     if (auto s = check_fields(e, {"fwd", "bwd"}); !s) return s;
-    TRY_ASSIGN(f, get_number(e, "fwd", false, 1, true, false));
-    TRY_ASSIGN(b, get_number(e, "bwd", false, 1, true, false));
-    g.kernel_scale_fwd = f;
-    g.kernel_scale_bwd = b;
+    TRY_ASSIGN(f, get_number(e, "fwd", fwd_required, dflt, true, false));
+    TRY_ASSIGN(b, get_number(e, "bwd", false, fwd_required ? f : dflt, true, false));
+    fwd = f;
+    bwd = b;
   } else {
     return e.error("must be a number or an object {\"fwd\", \"bwd\"}");
   }
+  return {};
+}
+
+/// "kernel_scale": a number or {"fwd", "bwd"}: multipliers of the table's attainment (what a fit moves).
+Status parse_kernel_scale(const Node& n, GpuSpec& g) {
+  if (!n.has("kernel_scale")) return {};
+  if (auto s = parse_pass_pair(n, "kernel_scale", false, 1, g.kernel_scale_fwd, g.kernel_scale_bwd); !s) return s;
   for (const double x : {g.kernel_scale_fwd, g.kernel_scale_bwd})
-    if (!(x >= 0.05 && x <= 20)) return e.error(fmt::format("must be in [0.05, 20] (a multiplier), got {}", x));
+    if (!(x >= 0.05 && x <= 20))
+      return n.at("kernel_scale").error(fmt::format("must be in [0.05, 20] (a multiplier), got {}", x));
   return {};
 }
 
@@ -366,18 +374,7 @@ Status parse_gpu(const Node& n, const GpuOverrides& over, Topology& t) {
   g.hbm_gbps = hbm;
   if (n.has("efficiency")) {
     const Node e = n.at("efficiency");
-    if (e.j.is_number()) {
-      TRY_ASSIGN(x, get_number(n, "efficiency", true, 1, true, false));
-      g.efficiency_fwd = g.efficiency_bwd = x;
-    } else if (e.j.is_object()) {
-      if (auto s = check_fields(e, {"fwd", "bwd"}); !s) return s;
-      TRY_ASSIGN(f, get_number(e, "fwd", true, 1, true, false));
-      TRY_ASSIGN(b, get_number(e, "bwd", false, f, true, false));
-      g.efficiency_fwd = f;
-      g.efficiency_bwd = b;
-    } else {
-      return e.error("must be a number or an object {\"fwd\", \"bwd\"}");
-    }
+    if (auto s = parse_pass_pair(n, "efficiency", true, 1, g.efficiency_fwd, g.efficiency_bwd); !s) return s;
     for (const double x : {g.efficiency_fwd, g.efficiency_bwd})
       if (const auto why = implausible(Quantity::Efficiency, x, "efficiency"); !why.empty()) return e.error(why);
   }
