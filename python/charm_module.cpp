@@ -243,10 +243,10 @@ std::string algos_text(const py::object& o) {
 
 /// The workload flags; each argument None is the command's default.
 struct WorkloadArgs {
-  py::object batch, seq, heads, kv_heads, head_dim, dtype, layout, pass, causal, mask;
+  py::object batch, seq, heads, kv_heads, head_dim, dtype, layout, pass, causal, mask, model;
   [[nodiscard]] bool any_given() const {
     return given(batch) || given(seq) || given(heads) || given(kv_heads) || given(head_dim) || given(dtype) ||
-           given(layout) || given(pass) || given(causal) || given(mask);
+           given(layout) || given(pass) || given(causal) || given(mask) || given(model);
   }
   [[nodiscard]] cli::WorkloadFlags flags() const {
     cli::WorkloadFlags f;
@@ -260,6 +260,7 @@ struct WorkloadArgs {
     if (given(pass)) f.pass = text_arg(pass, "--pass");
     if (given(causal)) f.causal = bool_arg(causal, "--causal");
     if (given(mask)) f.mask = text_arg(mask, "--mask");
+    if (given(model)) f.model = *path_arg(model, "--model");
     return f;
   }
 };
@@ -268,7 +269,7 @@ struct WorkloadArgs {
   py::arg("batch") = py::none(), py::arg("seq") = py::none(), py::arg("heads") = py::none(),                           \
   py::arg("kv_heads") = py::none(), py::arg("head_dim") = py::none(), py::arg("dtype") = py::none(),                   \
   py::arg("layout") = py::none(), py::arg("pass_") = py::none(), py::arg("causal") = py::none(),                       \
-  py::arg("mask") = py::none()
+  py::arg("mask") = py::none(), py::arg("model") = py::none()
 
 std::string algo_arg(const py::object& o) {
   if (!given(o)) return "charm";
@@ -499,7 +500,7 @@ py::object compare_fn(const py::object& algos, WorkloadArgs wa, ClusterArgs ca, 
 
 py::object advise_fn(const py::object& algos, WorkloadArgs wa, ClusterArgs ca, const py::object& jobs,
                      const py::object& tp, const py::object& tp_search, const py::object& order,
-                     const py::object& layers, const py::object& tie) {
+                     const py::object& layers, const py::object& tie, const py::object& runnable) {
   return guarded([&] {
     cli::ClusterFlags cf = ca.flags();
     if (given(tp)) cf.tp = int_arg(tp, "--tp");
@@ -517,9 +518,12 @@ py::object advise_fn(const py::object& algos, WorkloadArgs wa, ClusterArgs ca, c
         f.tp_search += (f.tp_search.empty() ? "" : ",") + item;
       if (f.tp_search.empty()) fail(Error{"--tp-search", "names no TP size"});
     }
+    const cli::WorkloadFlags wf = wa.flags();
+    if (const int n = wf.model_layers(); n > 0) f.layers = n;  // a model's config gives its layers unless layers= does
     if (given(layers)) f.layers = int_arg(layers, "--layers");
     if (given(tie)) f.tie_percent = real_arg(tie, "--tie");
-    const cli::AdviseRequest req = cli::advise_request(wa.flags().get(), cf, topo, f);
+    if (given(runnable)) f.runnable = bool_arg(runnable, "--runnable");
+    const cli::AdviseRequest req = cli::advise_request(wf.get(), cf, topo, f);
     std::optional<sim::Advice> adv;
     {
       py::gil_scoped_release nogil;
@@ -593,16 +597,21 @@ std::vector<cli::SweepTopology> sweep_topology_args(const py::object& topology) 
 sim::SweepSpec sweep_spec(const py::object& topology, const py::object& batch, const py::object& seq,
                           const py::object& heads, const py::object& head_dim, const py::object& kv_heads,
                           const py::object& dtype, bool causal, const py::object& layout, const py::object& algos,
-                          const std::string& pass, double reserved_gb, const py::object& set) {
+                          const std::string& pass, double reserved_gb, const py::object& set, const py::object& tp,
+                          const py::object& cp, const py::object& domains) {
   const std::vector<cli::SetFlag> sets = set_arg(set);
   const std::vector<cli::SweepTopology> docs = sweep_topology_args(topology);
   sim::SweepSpec spec = cli::sweep_topologies(docs, sets);
   cli::SweepLists lists;
-  lists.batch = size_list(batch, "--batch");
-  lists.seq = size_list(seq, "--seq");
-  lists.heads = size_list(heads, "--heads");
-  lists.head_dim = size_list(head_dim, "--head-dim");
+  // None: charm simulate's defaults (batch 1, seq 4k, 8 heads of 128).
+  lists.batch = given(batch) ? size_list(batch, "--batch") : std::vector<std::int64_t>{1};
+  lists.seq = given(seq) ? size_list(seq, "--seq") : std::vector<std::int64_t>{4096};
+  lists.heads = given(heads) ? size_list(heads, "--heads") : std::vector<std::int64_t>{8};
+  lists.head_dim = given(head_dim) ? size_list(head_dim, "--head-dim") : std::vector<std::int64_t>{128};
   if (given(kv_heads)) lists.kv_heads = size_list(kv_heads, "--kv-heads");
+  if (given(tp)) lists.tp = size_list(tp, "--tp");
+  if (given(cp)) lists.cp = size_list(cp, "--cp");
+  if (given(domains)) lists.domains = size_list(domains, "--domains");
   lists.dtypes = list_items(dtype, "--dtype");
   lists.layouts = list_items(layout, "--layout");
   lists.causal = causal;
@@ -620,10 +629,11 @@ sim::SweepSpec sweep_spec(const py::object& topology, const py::object& batch, c
 py::object sweep_fn(const py::object& topology, const py::object& batch, const py::object& seq, const py::object& heads,
                     const py::object& head_dim, const py::object& kv_heads, const py::object& dtype, bool causal,
                     const py::object& layout, const py::object& algos, const std::string& pass, const py::object& jobs,
-                    double reserved_gb, const py::object& set) {
+                    double reserved_gb, const py::object& set, const py::object& tp, const py::object& cp,
+                    const py::object& domains) {
   return guarded([&] {
     const sim::SweepSpec spec = sweep_spec(topology, batch, seq, heads, head_dim, kv_heads, dtype, causal, layout,
-                                           algos, pass, reserved_gb, set);
+                                           algos, pass, reserved_gb, set, tp, cp, domains);
     const int hw = int(std::max(1u, std::thread::hardware_concurrency()));
     sim::SweepControl control;
     control.jobs = given(jobs) ? int_arg(jobs, "--jobs") : hw;
@@ -649,7 +659,8 @@ py::object sweep_fn(const py::object& topology, const py::object& batch, const p
 
 // ---- frameworks ----
 
-py::object frameworks_fn(const py::object& algo, const py::object& layout, bool causal, int ranks, int domains) {
+py::object frameworks_fn(const py::object& algo, const py::object& layout, bool causal, int ranks, int domains,
+                         int tp) {
   return guarded([&] {
     if (!given(algo)) {
       json rows = json::array();
@@ -659,6 +670,7 @@ py::object frameworks_fn(const py::object& algo, const py::object& layout, bool 
                         {"megatron_cp_comm_type", r.megatron.empty() ? json(nullptr) : json(r.megatron)},
                         {"transformer_engine_cp_comm_type", r.te.empty() ? json(nullptr) : json(r.te)},
                         {"ring_flash_attention", r.ring_flash_attn.empty() ? json(nullptr) : json(r.ring_flash_attn)},
+                        {"other", r.other_call.empty() ? json(nullptr) : json(r.other_call)},
                         {"note", r.note}});
       return to_py(rows);
     }
@@ -669,11 +681,12 @@ py::object frameworks_fn(const py::object& algo, const py::object& layout, bool 
       l = *v;
     }
     if (auto st = sched::check_ranks(ranks, domains); !st) fail(st.error());
+    if (tp < 0 || tp > 1 << 20) fail(Error{"--tp", fmt::format("must be in [0, 1048576] (0: not named), got {}", tp)});
     ir::Workload w;
     w.layout = l;
     const auto req = sim::normalised_request({algo_arg(algo), w, ranks, domains});
-    return to_py(
-        sim::framework_json(sim::framework_settings(req.algo, req.workload.layout, causal, req.ranks, req.domains)));
+    return to_py(sim::framework_json(
+        sim::framework_settings(req.algo, req.workload.layout, causal, req.ranks, req.domains, tp)));
   });
 }
 
@@ -686,9 +699,10 @@ void def_planning(py::module_& m) {
       [](const py::object& algo, const py::object& ranks, const py::object& domains, const py::object& batch,
          const py::object& seq, const py::object& heads, const py::object& kv_heads, const py::object& head_dim,
          const py::object& dtype, const py::object& layout, const py::object& pass, const py::object& causal,
-         const py::object& mask, const py::object& out, bool validate) {
-        return plan_fn(algo, ranks, domains, {batch, seq, heads, kv_heads, head_dim, dtype, layout, pass, causal, mask},
-                       out, validate);
+         const py::object& mask, const py::object& model, const py::object& out, bool validate) {
+        return plan_fn(algo, ranks, domains,
+                       {batch, seq, heads, kv_heads, head_dim, dtype, layout, pass, causal, mask, model}, out,
+                       validate);
       },
       py::kw_only(), py::arg("algo") = py::none(), py::arg("ranks") = py::none(), py::arg("domains") = py::none(),
       CHARM_WORKLOAD_ARGS, py::arg("out") = py::none(), py::arg("validate") = true,
@@ -704,11 +718,13 @@ void def_simulation(py::module_& m) {
       [](const py::object& algo, const py::object& plan, const py::object& batch, const py::object& seq,
          const py::object& heads, const py::object& kv_heads, const py::object& head_dim, const py::object& dtype,
          const py::object& layout, const py::object& pass, const py::object& causal, const py::object& mask,
-         const py::object& topology, const py::object& uniform, const py::object& ranks, const py::object& bw_gbps,
-         const py::object& tflops, const py::object& latency_us, const py::object& hbm_gbps, const py::object& domains,
-         const py::object& reserved_gb, const py::object& symmetry, std::size_t path_limit, const py::object& trace,
-         const py::object& cp, const py::object& tp, const py::object& order, const py::object& gpus) {
-        return simulate_fn(algo, plan, {batch, seq, heads, kv_heads, head_dim, dtype, layout, pass, causal, mask},
+         const py::object& model, const py::object& topology, const py::object& uniform, const py::object& ranks,
+         const py::object& bw_gbps, const py::object& tflops, const py::object& latency_us, const py::object& hbm_gbps,
+         const py::object& domains, const py::object& reserved_gb, const py::object& symmetry, std::size_t path_limit,
+         const py::object& trace, const py::object& cp, const py::object& tp, const py::object& order,
+         const py::object& gpus) {
+        return simulate_fn(algo, plan,
+                           {batch, seq, heads, kv_heads, head_dim, dtype, layout, pass, causal, mask, model},
                            {topology, uniform, ranks, bw_gbps, tflops, latency_us, hbm_gbps, domains, reserved_gb},
                            symmetry, path_limit, trace, cp, tp, order, gpus);
       },
@@ -722,12 +738,12 @@ void def_simulation(py::module_& m) {
       "compare",
       [](const py::object& algos, const py::object& batch, const py::object& seq, const py::object& heads,
          const py::object& kv_heads, const py::object& head_dim, const py::object& dtype, const py::object& layout,
-         const py::object& pass, const py::object& causal, const py::object& mask, const py::object& topology,
-         const py::object& uniform, const py::object& ranks, const py::object& bw_gbps, const py::object& tflops,
-         const py::object& latency_us, const py::object& hbm_gbps, const py::object& domains,
+         const py::object& pass, const py::object& causal, const py::object& mask, const py::object& model,
+         const py::object& topology, const py::object& uniform, const py::object& ranks, const py::object& bw_gbps,
+         const py::object& tflops, const py::object& latency_us, const py::object& hbm_gbps, const py::object& domains,
          const py::object& reserved_gb, const py::object& cp, const py::object& tp, const py::object& order,
          const py::object& gpus) {
-        return compare_fn(algos, {batch, seq, heads, kv_heads, head_dim, dtype, layout, pass, causal, mask},
+        return compare_fn(algos, {batch, seq, heads, kv_heads, head_dim, dtype, layout, pass, causal, mask, model},
                           {topology, uniform, ranks, bw_gbps, tflops, latency_us, hbm_gbps, domains, reserved_gb}, cp,
                           tp, order, gpus);
       },
@@ -743,31 +759,35 @@ void def_search(py::module_& m) {
       "advise",
       [](const py::object& algos, const py::object& batch, const py::object& seq, const py::object& heads,
          const py::object& kv_heads, const py::object& head_dim, const py::object& dtype, const py::object& layout,
-         const py::object& pass, const py::object& causal, const py::object& mask, const py::object& topology,
-         const py::object& uniform, const py::object& ranks, const py::object& bw_gbps, const py::object& tflops,
-         const py::object& latency_us, const py::object& hbm_gbps, const py::object& domains,
+         const py::object& pass, const py::object& causal, const py::object& mask, const py::object& model,
+         const py::object& topology, const py::object& uniform, const py::object& ranks, const py::object& bw_gbps,
+         const py::object& tflops, const py::object& latency_us, const py::object& hbm_gbps, const py::object& domains,
          const py::object& reserved_gb, const py::object& jobs, const py::object& tp, const py::object& tp_search,
-         const py::object& order, const py::object& layers, const py::object& tie) {
-        return advise_fn(algos, {batch, seq, heads, kv_heads, head_dim, dtype, layout, pass, causal, mask},
+         const py::object& order, const py::object& layers, const py::object& tie, const py::object& runnable) {
+        return advise_fn(algos, {batch, seq, heads, kv_heads, head_dim, dtype, layout, pass, causal, mask, model},
                          {topology, uniform, ranks, bw_gbps, tflops, latency_us, hbm_gbps, domains, reserved_gb}, jobs,
-                         tp, tp_search, order, layers, tie);
+                         tp, tp_search, order, layers, tie, runnable);
       },
       py::kw_only(), py::arg("algos") = py::none(), CHARM_WORKLOAD_ARGS, CHARM_CLUSTER_ARGS,
       py::arg("jobs") = py::none(), py::arg("tp") = py::none(), py::arg("tp_search") = py::none(),
       py::arg("order") = py::none(), py::arg("layers") = py::none(), py::arg("tie") = py::none(),
+      py::arg("runnable") = py::none(),
       "charm advise --json as a dict: 'best', 'candidates' (fastest first, each with its 'frameworks' and 'tie'), "
-      "'refused'; tp_search=[1, 2, 4, 8] ranks CP x TP layouts, layers= scales times to a model.");
-  m.def("sweep", &sweep_fn, py::kw_only(), py::arg("topology"), py::arg("batch"), py::arg("seq"), py::arg("heads"),
-        py::arg("head_dim"), py::arg("kv_heads") = py::none(), py::arg("dtype") = "bf16", py::arg("causal") = false,
+      "'refused'; tp_search=[1, 2, 4, 8] ranks CP x TP layouts (whole attention blocks' times), layers= scales times "
+      "to a model, runnable=True keeps the rows a framework runs, model= reads a Hugging Face config.json.");
+  m.def("sweep", &sweep_fn, py::kw_only(), py::arg("topology"), py::arg("batch") = py::none(),
+        py::arg("seq") = py::none(), py::arg("heads") = py::none(), py::arg("head_dim") = py::none(),
+        py::arg("kv_heads") = py::none(), py::arg("dtype") = "bf16", py::arg("causal") = false,
         py::arg("layout") = "contiguous", py::arg("algos") = py::none(), py::arg("pass_") = "fwd",
         py::arg("jobs") = py::none(), py::arg("reserved_gb") = 0.0, py::arg("set") = py::none(),
+        py::arg("tp") = py::none(), py::arg("cp") = py::none(), py::arg("domains") = py::none(),
         "charm sweep: the rows of --json, one dict per (configuration, pass, algorithm), the same keys in each. "
         "Lists are Python lists (or one value, or a comma-separated str); set={'inter.bandwidth_gbps': [25, 50]} "
         "sweeps numbers of the topology JSON.");
   m.def("frameworks", &frameworks_fn, py::kw_only(), py::arg("algo") = py::none(), py::arg("layout") = py::none(),
-        py::arg("causal") = false, py::arg("ranks") = 8, py::arg("domains") = 1,
+        py::arg("causal") = false, py::arg("ranks") = 8, py::arg("domains") = 1, py::arg("tp") = 0,
         "The Megatron-LM / TransformerEngine / ring-flash-attention counterparts: the whole table, or one "
-        "candidate's settings (the line charm advise prints).");
+        "candidate's settings (the line charm advise prints; tp= names the TP size in Megatron-LM's arguments).");
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <optional>
 #include <set>
 #include <thread>
@@ -13,6 +14,7 @@
 #include "scheduler/planners/planners.hpp"
 #include "scheduler/support/first_exception.hpp"
 #include "sim/evaluate.hpp"
+#include "sim/frameworks.hpp"
 
 namespace charm::sim {
 
@@ -133,7 +135,8 @@ void plan_candidates(const Workload& w, const std::vector<std::string>& algos, c
 }
 
 /// Independent simulations: a pool of `threads` workers takes the next one.
-void run_jobs(std::vector<Job>& jobs, const topo::Topology& t, int threads) {
+/// `block_model`: a layout search's whole workload (its jobs' times are attention blocks'), else null.
+void run_jobs(std::vector<Job>& jobs, const topo::Topology& t, int threads, const Workload* block_model) {
   std::atomic<std::size_t> next{0};
   FirstException failure;  // a worker that cannot allocate stops the pool, and the caller says so
   auto work = [&] {
@@ -141,14 +144,14 @@ void run_jobs(std::vector<Job>& jobs, const topo::Topology& t, int threads) {
       const std::size_t i = next.fetch_add(1);
       if (i >= jobs.size() || failure.failed()) return;
       Job& j = jobs[i];
-      auto ev = j.layout ? evaluate_deployment(j.req, *j.layout, j.copies, t) : evaluate(j.req, t);
+      auto ev = j.layout ? evaluate_deployment(j.req, *j.layout, j.copies, t, block_model) : evaluate(j.req, t);
       if (!ev) {
         j.error = ev.error().message();
         continue;
       }
       const Explanation ex = explain(ev->plan, ev->result, t);
       j.out = PassOutcome{ev->summary.time_s * 1e3, ev->summary.peak_mem_bytes, ex.bottleneck,
-                          path_shares_text(ex.path, ev->result.makespan_s)};
+                          path_shares_text(ex.path, ev->result.makespan_s), ev->tp_block};
     }
   };
   const int n = std::clamp(threads, 1, std::max(1, int(jobs.size())));
@@ -174,6 +177,36 @@ void summarise(std::vector<Candidate>& cands, const AdviseOptions& opt, const to
       c.bottleneck =
           fmt::format("{}: {}", slower == (c.fwd ? &*c.fwd : nullptr) ? "fwd" : "bwd", slower->bottleneck.line());
   }
+}
+
+/// Whether two candidates' figures are the same (times to a part in 1e9, peak memory): one row for both.
+bool same_figures(const Candidate& a, const Candidate& b) {
+  auto near = [](double x, double y) { return std::abs(x - y) <= 1e-9 * std::max(std::abs(x), std::abs(y)); };
+  auto pass_near = [&](const std::optional<PassOutcome>& x, const std::optional<PassOutcome>& y) {
+    return x.has_value() == y.has_value() && (!x || near(x->time_ms, y->time_ms));
+  };
+  return a.tp == b.tp && a.cp == b.cp && near(a.total_ms, b.total_ms) && a.peak_mem_bytes == b.peak_mem_bytes &&
+         pass_near(a.fwd, b.fwd) && pass_near(a.bwd, b.bwd);
+}
+
+/// Sorted candidates with equal figures merged, the runnable one (then the first) kept as the row.
+std::vector<Candidate> merge_identical(std::vector<Candidate> sorted) {
+  std::vector<Candidate> out;
+  for (auto& c : sorted) {
+    auto same = std::find_if(out.begin(), out.end(), [&](const Candidate& o) { return same_figures(o, c); });
+    if (same == out.end()) {
+      out.push_back(std::move(c));
+      continue;
+    }
+    if (c.runnable && !same->runnable) {
+      c.variants = std::move(same->variants);
+      c.variants.push_back(same->label());
+      *same = std::move(c);
+    } else {
+      same->variants.push_back(c.label());
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -205,7 +238,7 @@ Expected<Advice> advise(const Workload& w, const topo::Topology& t, const Advise
     // Domains for charm and usp: the divisors of the group's ranks (or the one given), as for one group.
     plan_candidates(*wg, algos, opt, l->cp, *l, q ? *q : l->groups(), adv, cands, jobs);
   }
-  run_jobs(jobs, t, opt.jobs);
+  run_jobs(jobs, t, opt.jobs, opt.tp.empty() ? nullptr : &w);
   adv.simulations = jobs.size();
   for (auto& j : jobs) {
     if (!j.error.empty())
@@ -213,12 +246,19 @@ Expected<Advice> advise(const Workload& w, const topo::Topology& t, const Advise
     (j.phase == Phase::Fwd ? cands[j.candidate].fwd : cands[j.candidate].bwd) = std::move(j.out);
   }
   summarise(cands, opt, t);
+  for (auto& c : cands)
+    c.runnable = framework_settings(c.algo, c.layout, w.causal, c.tp > 0 ? c.cp : adv.ranks, c.domains).runnable();
+  if (opt.runnable_only) {
+    const auto n = cands.size();
+    std::erase_if(cands, [](const Candidate& c) { return !c.runnable; });
+    adv.not_runnable = n - cands.size();
+  }
   // Fastest first; among equal times the smaller memory, then the input order (stable).
   std::stable_sort(cands.begin(), cands.end(), [](const Candidate& a, const Candidate& b) {
     if (a.total_ms != b.total_ms) return a.total_ms < b.total_ms;
     return a.peak_mem_bytes < b.peak_mem_bytes;
   });
-  adv.candidates = std::move(cands);
+  adv.candidates = merge_identical(std::move(cands));
   adv.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return adv;
 }

@@ -19,8 +19,8 @@
 // with the planner's reason, not ranked.
 // With AdviseOptions::tp, every candidate above is tried in each CP x TP layout of
 // the topology's GPUs (CP = GPUs / TP), all CP groups at once on TP's share of the
-// heads. The time is the attention core's: the tensor-parallel collectives around
-// it (the projections' all-gather / reduce-scatter) are not in it.
+// heads. The time is then the whole attention block's: core attention plus the QKV and output projection
+// GEMMs and tensor parallelism's all-gathers and reduce-scatters around them (sim/tensor_parallel.hpp).
 
 #include <optional>
 #include <string>
@@ -29,6 +29,7 @@
 #include "scheduler/ir/workload.hpp"
 #include "scheduler/planners/layout.hpp"
 #include "sim/explain.hpp"
+#include "sim/tensor_parallel.hpp"
 #include "topologies/topology.hpp"
 
 namespace charm::sim {
@@ -45,13 +46,15 @@ struct AdviseOptions {
   /// once, each on TP's share of the heads); empty: one CP group on `ranks` GPUs.
   std::vector<int> tp;
   sched::LayoutOrder order = sched::LayoutOrder::TpInner;
+  bool runnable_only = false;  // only candidates some framework runs (FrameworkSettings::runnable)
 };
 
 struct PassOutcome {
   double time_ms = 0;
   ir::Bytes peak_mem_bytes = 0;
   Bottleneck bottleneck;
-  std::string critical_path;  // path_shares_text
+  std::string critical_path;      // path_shares_text (core attention's)
+  std::optional<TpBlockCost> tp;  // a layout search's: what tensor parallelism adds, in time_ms
 };
 
 struct Candidate {
@@ -65,6 +68,9 @@ struct Candidate {
   ir::Bytes peak_mem_bytes = 0;  // the larger of the passes' peaks
   MemoryVerdict memory;
   std::string bottleneck;  // of the slower pass, with the pass named: "bwd: nic link ..."
+  bool runnable = false;   // a framework runs it (sim/frameworks.hpp)
+  /// Candidates whose every figure equals this one's (merged into it: one row, their labels here).
+  std::vector<std::string> variants;
   /// A name for tables: "charm d=2 [zigzag]", "cp8xtp2 charm d=2 [contiguous]" in a layout search.
   [[nodiscard]] std::string label() const;
 };
@@ -79,6 +85,7 @@ struct Advice {
   ir::PassKind pass = ir::PassKind::Both;
   std::vector<Candidate> candidates;  // sorted by total_ms, fastest first
   std::vector<Refusal> refused;
+  std::size_t not_runnable = 0;  // left out by AdviseOptions::runnable_only
   std::size_t simulations = 0;
   double wall_s = 0;
 };

@@ -95,7 +95,7 @@ Expected<Evaluation> evaluate_plan(ir::Plan plan, const topo::Topology& t, SimOp
   const auto model = compute_model_for(t, plan.workload);
   auto res = simulate(plan, t, model, options);
   if (!res) return res.error();
-  Evaluation e{std::move(plan), std::move(res).value(), {}, {}};
+  Evaluation e{std::move(plan), std::move(res).value(), {}, {}, {}};
   e.summary = summarize(e.result);
   e.formula = closed_form_on(e.plan.algo, t, e.plan.group_ranks(), e.plan.workload, model);
   if (e.plan.groups > 1 && e.formula.applies) {
@@ -215,10 +215,18 @@ Expected<int> deployment_copies(const sched::Layout& l, const topo::Topology& t)
 }
 
 Expected<Evaluation> evaluate_deployment(const sched::PlanRequest& group_req, const sched::Layout& l, int copies,
-                                         const topo::Topology& t) {
+                                         const topo::Topology& t, const ir::Workload* block_model) {
   auto group = sched::make_plan(group_req, {});
   if (!group) return group.error();
-  return evaluate_plan(sched::place_groups(*group, l, copies), t);
+  auto e = evaluate_plan(sched::place_groups(*group, l, copies), t);
+  if (!e || block_model == nullptr) return e;
+  ir::Workload model = *block_model;
+  model.pass = group_req.workload.pass;
+  auto block = tp_block_cost(model, l, t);
+  if (!block) return block.error();
+  e->summary.time_s += block->total_s();
+  e->tp_block = std::move(*block);
+  return e;
 }
 
 }  // namespace charm::sim

@@ -19,6 +19,7 @@
 #include "sim/formulas.hpp"
 #include "sim/report.hpp"
 #include "sim/simulator.hpp"
+#include "sim/tensor_parallel.hpp"
 #include "topologies/topology.hpp"
 
 namespace charm::sim {
@@ -28,6 +29,9 @@ struct Evaluation {
   SimResult result;
   Summary summary;
   ClosedForm formula;  // formula.ccr is Eq. 7 for the workload's pass(es) on this topology
+  /// A deployment evaluated as whole attention blocks (evaluate_deployment): what tensor parallelism adds to
+  /// core attention, already in summary.time_s; unset: core attention alone.
+  std::optional<TpBlockCost> tp_block;
 };
 
 /// The domains charm splits `t` into by default: the topology's hierarchy (NUMA nodes or servers).
@@ -142,7 +146,11 @@ class SimulationMemo {
 /// A deployment (sched/layout.hpp): `group_req` (one CP group's request: l.cp ranks, TP's share of the
 /// heads; normalised and checked by the caller) planned once and placed as `copies` groups of `l` on `t`
 /// (l.groups(): every group; fewer: the quotient deployment_copies allows), then simulated.
+/// `block_model` (the whole model's workload, before TP splits its heads): the times are the whole attention
+/// block's, tensor parallelism's collectives and the projections' GEMMs added to core attention
+/// (sim/tensor_parallel.hpp, Evaluation::tp_block); null: core attention alone.
 [[nodiscard]] Expected<Evaluation> evaluate_deployment(const sched::PlanRequest& group_req, const sched::Layout& l,
-                                                       int copies, const topo::Topology& t);
+                                                       int copies, const topo::Topology& t,
+                                                       const ir::Workload* block_model = nullptr);
 
 }  // namespace charm::sim

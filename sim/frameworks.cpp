@@ -40,8 +40,10 @@ std::string layout_text(std::optional<Layout> l) { return l ? std::string(ir::to
 
 std::span<const FrameworkRow> framework_table() { return table(); }
 
-FrameworkSettings framework_settings(std::string_view algo, Layout layout, bool causal, int ranks, int domains) {
+FrameworkSettings framework_settings(std::string_view algo, Layout layout, bool causal, int ranks, int domains,
+                                     int tp) {
   FrameworkSettings s;
+  if (ranks <= 1) causal = false;  // a CP group of one GPU splits nothing: every layout is the same sequence
   const FrameworkRow* row = find_row(algo, layout);
   if (row == nullptr) {
     s.note = fmt::format("{} is not in the table of counterparts", algo);
@@ -63,7 +65,9 @@ FrameworkSettings framework_settings(std::string_view algo, Layout layout, bool 
           extra = fmt::format(" --hierarchical-context-parallel-sizes {} {}", inner, domains);
         }
       }
-      s.megatron_args = fmt::format("--context-parallel-size {} --cp-comm-type {}{}", ranks, type, extra);
+      const std::string tp_args =
+          tp > 0 ? fmt::format("--tensor-model-parallel-size {}{} ", tp, tp > 1 ? " --sequence-parallel" : "") : "";
+      s.megatron_args = fmt::format("{}--context-parallel-size {} --cp-comm-type {}{}", tp_args, ranks, type, extra);
       s.te = te;
     } else {
       ruled_out.push_back(fmt::format("Megatron-LM splits a causal sequence {}", layout_text(row->megatron_shards)));
@@ -75,18 +79,19 @@ FrameworkSettings framework_settings(std::string_view algo, Layout layout, bool 
     else
       ruled_out.push_back(fmt::format("{} takes {} shards", row->ring_flash_attn, layout_text(row->rfa_shards)));
   }
+  s.other_call = std::string(row->other_call);
   for (const auto& why : ruled_out) s.note += (s.note.empty() ? "" : "; ") + why;
   return s;
 }
 
 std::string FrameworkSettings::line() const {
   const std::string why = note.empty() ? "" : fmt::format(" ({})", note);
-  if (megatron_args.empty() && ring_flash_attn.empty())
-    return "no counterpart in Megatron-LM/TE or ring-flash-attention" + why;
+  if (!runnable()) return "no counterpart in Megatron-LM/TE or ring-flash-attention" + why;
   const std::string megatron =
       megatron_args.empty() ? "none" : fmt::format("{} (TransformerEngine cp_comm_type \"{}\")", megatron_args, te);
-  return fmt::format("in Megatron-LM: {}; ring-flash-attention: {}{}", megatron,
-                     ring_flash_attn.empty() ? "none" : ring_flash_attn, why);
+  return fmt::format("in Megatron-LM: {}; ring-flash-attention: {}{}{}", megatron,
+                     ring_flash_attn.empty() ? "none" : ring_flash_attn,
+                     other_call.empty() ? "" : fmt::format("; also {}", other_call), why);
 }
 
 nlohmann::json framework_json(const FrameworkSettings& s) {
@@ -95,6 +100,8 @@ nlohmann::json framework_json(const FrameworkSettings& s) {
   return {{"megatron_lm", or_null(s.megatron_args)},
           {"transformer_engine_cp_comm_type", or_null(s.te)},
           {"ring_flash_attention", or_null(s.ring_flash_attn)},
+          {"other", or_null(s.other_call)},
+          {"runnable", s.runnable()},
           {"note", s.note},
           {"line", s.line()}};
 }
@@ -102,15 +109,16 @@ nlohmann::json framework_json(const FrameworkSettings& s) {
 std::string framework_table_markdown() {
   std::string out =
       "| algo | layout | Megatron-LM `--cp-comm-type` | TransformerEngine `cp_comm_type` | Megatron-LM's causal "
-      "shards | ring-flash-attention | its shards | note |\n"
-      "|---|---|---|---|---|---|---|---|\n";
+      "shards | ring-flash-attention | its shards | other library | note |\n"
+      "|---|---|---|---|---|---|---|---|---|\n";
   auto code = [](std::string_view s) { return s.empty() ? std::string("none") : fmt::format("`{}`", s); };
   for (const auto& r : table()) {
     const bool m = !r.megatron.empty(), f = !r.ring_flash_attn.empty();
     if (!m && !f && r.note.empty()) continue;  // an algorithm the table says nothing of
-    out += fmt::format("| `{}` | {} | {} | {} | {} | {} | {} | {} |\n", r.algo, layout_text(r.layout), code(r.megatron),
-                       code(r.te), m ? layout_text(r.megatron_shards) : "-", code(r.ring_flash_attn),
-                       f ? layout_text(r.rfa_shards) : "-", r.note.empty() ? "-" : std::string(r.note));
+    out += fmt::format("| `{}` | {} | {} | {} | {} | {} | {} | {} | {} |\n", r.algo, layout_text(r.layout),
+                       code(r.megatron), code(r.te), m ? layout_text(r.megatron_shards) : "-", code(r.ring_flash_attn),
+                       f ? layout_text(r.rfa_shards) : "-", r.other_call.empty() ? "-" : std::string(r.other_call),
+                       r.note.empty() ? "-" : std::string(r.note));
   }
   return out;
 }

@@ -37,14 +37,21 @@ struct FrameworkSettings {
   std::string megatron_args;    // "--context-parallel-size 16 --cp-comm-type p2p"; empty: no counterpart
   std::string te;               // TransformerEngine cp_comm_type; empty with megatron_args
   std::string ring_flash_attn;  // empty: no counterpart
+  std::string other_call;       // another library's call (DeepSpeed-Ulysses, yunchang); empty: none
   std::string note;             // the row's note, or why the mask and layout rule a counterpart out
+  /// Whether some framework runs this schedule (a row a team can launch).
+  [[nodiscard]] bool runnable() const {
+    return !megatron_args.empty() || !ring_flash_attn.empty() || !other_call.empty();
+  }
   /// One line: "in Megatron-LM: ... (TransformerEngine cp_comm_type "p2p"); ring-flash-attention: ..."
   /// or "no counterpart in Megatron-LM/TE or ring-flash-attention (...)".
   [[nodiscard]] std::string line() const;
 };
 /// An algorithm the table does not list (a planner added without a row) has no counterpart, said so.
+/// `tp` > 0: the candidate runs in a CP x TP layout: Megatron-LM's arguments name the TP size too (with
+/// --sequence-parallel where TP > 1, the scheme the attention block's costs assume).
 [[nodiscard]] FrameworkSettings framework_settings(std::string_view algo, ir::Layout layout, bool causal, int ranks,
-                                                   int domains);
+                                                   int domains, int tp = 0);
 
 /// {"megatron_lm", "transformer_engine_cp_comm_type", "ring_flash_attention" (each null where none), "note",
 /// "line"}: a candidate's entry in `charm advise --json`.

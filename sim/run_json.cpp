@@ -100,15 +100,36 @@ nlohmann::json model_json(const topo::Topology& t, const ir::Workload& w) {
   return topo::model_sources_json(with_coverage(t, w));
 }
 
-std::string scope_text(ir::PassKind pass, int layers) {
+std::string scope_text(ir::PassKind pass, int layers, int tp) {
   const std::string what = pass == ir::PassKind::Both ? "fwd+bwd" : std::string(to_string(pass));
-  const std::string layer =
-      layers > 1
-          ? fmt::format("{} attention layers' core attention ({}), one after another: times x {}", layers, what, layers)
-          : fmt::format("one attention layer's core attention ({})", what);
-  return fmt::format("{}; the FlashAttention part only (no projections, no TP collectives); times of the slowest "
-                     "GPU; memory per GPU: attention buffers only{}",
-                     layer, layers > 1 ? ", one layer's (each layer frees its buffers)" : "");
+  const std::string part = tp != 0 ? "attention block" : "core attention";
+  const std::string layer = layers > 1 ? fmt::format("{} attention layers' {} ({}), one after another: times x {}",
+                                                     layers, part, what, layers)
+                                       : fmt::format("one attention layer's {} ({})", part, what);
+  const std::string in =
+      tp != 0 ? fmt::format("core attention, the QKV and output projection GEMMs and, with {}, its all-gathers and "
+                            "reduce-scatters (Megatron-LM sequence parallelism; no layer norm, no overlap of the "
+                            "collectives with attention)",
+                            tp > 0 ? fmt::format("TP {}", tp) : std::string("each layout's TP"))
+              : "the FlashAttention part only (no projections, no TP collectives)";
+  return fmt::format("{}; {}; times of the slowest GPU; memory per GPU: attention buffers only{}", layer, in,
+                     layers > 1 ? ", one layer's (each layer frees its buffers)" : "");
+}
+
+nlohmann::json tp_block_json(const TpBlockCost& c, const topo::Topology& t) {
+  return {{"tp", c.tp},
+          {"total_ms", c.total_s() * 1e3},
+          {"all_gather_ms", c.gather_s * 1e3},
+          {"reduce_scatter_ms", c.scatter_s * 1e3},
+          {"gemm_ms", c.gemm_s * 1e3},
+          {"hidden_under_gemm_ms", c.hidden_comm_s * 1e3},
+          {"all_gathers", c.all_gathers},
+          {"reduce_scatters", c.reduce_scatters},
+          {"ring_gbps", c.ring_gbps},
+          {"ring_link", c.ring_link},
+          {"gemm_efficiency", gemm_efficiency(t.gpu)},
+          {"gemm_source", gemm_source(t.gpu)},
+          {"line", c.line()}};
 }
 
 std::vector<double> flops_per_rank(const ir::Plan& p) {
@@ -162,7 +183,7 @@ json simulate_json(const Evaluation& r, const topo::Topology& t, const Explanati
               {"group_ranks", r.plan.group_ranks()},
               {"text", placement_text(r.plan, t.num_gpus())}}},
             {"workload", workload_json(r.plan.workload)},
-            {"scope", scope_text(r.plan.workload.pass)},
+            {"scope", scope_text(r.plan.workload.pass, 1, r.tp_block ? r.tp_block->tp : 0)},
             {"model", model_json(t, r.plan.workload)},
             {"time_ms", s.time_s * 1e3},
             {"exposed_comm_ms", s.exposed_comm_s * 1e3},
@@ -182,6 +203,7 @@ json simulate_json(const Evaluation& r, const topo::Topology& t, const Explanati
             {"ops", full_ops(r.plan)},
             {"events", r.result.events}};
   if (r.plan.symmetry.active()) j["symmetry"] = symmetry_json(r.plan);
+  if (r.tp_block) j["tensor_parallel"] = tp_block_json(*r.tp_block, t);
   if (auto v = visible_json(r.plan); !v.is_null()) j["visible_tflop_per_rank"] = std::move(v);
   if (r.formula.available) {
     j["formula"] = closed_form_json(r.formula, uniform);

@@ -9,6 +9,7 @@
 
 #include "sim/evaluate.hpp"
 #include "sim/explain.hpp"
+#include "sim/tensor_parallel.hpp"
 
 namespace charm::sim {
 
@@ -40,7 +41,12 @@ namespace charm::sim {
 /// FlashAttention part, no projections; times of the slowest GPU, memory per GPU: attention buffers
 /// only". With `layers` > 1 the times are of that many layers run one after another (each layer's
 /// buffers are freed before the next: the peak is one layer's).
-[[nodiscard]] std::string scope_text(ir::PassKind pass, int layers = 1);
+/// `tp` > 0: the times are whole attention blocks' under that TP size (sim/tensor_parallel.hpp); -1: under each
+/// row's TP size (a layout search).
+[[nodiscard]] std::string scope_text(ir::PassKind pass, int layers = 1, int tp = 0);
+/// A deployment's tensor-parallel block cost: {"tp", "total_ms", "all_gather_ms", "reduce_scatter_ms", "gemm_ms",
+/// "hidden_under_gemm_ms", "all_gathers", "reduce_scatters", "ring_gbps", "ring_link", "gemm_efficiency", "line"}.
+[[nodiscard]] nlohmann::json tp_block_json(const TpBlockCost& c, const topo::Topology& t);
 
 /// Where the model's values for `t` come from, with what the workload asks of the kernel table that the
 /// table does not cover (a head dim or a block size outside its rows): the reports' `# model:` line.

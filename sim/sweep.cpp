@@ -23,6 +23,43 @@ namespace charm::sim {
 namespace {
 
 std::size_t kv_count(const SweepSpec& s) { return s.kv_heads.empty() ? 1 : s.kv_heads.size(); }
+/// An axis's values in the configuration count (an empty axis is one value: not swept).
+std::size_t count(const std::vector<int>& axis) { return axis.empty() ? 1 : axis.size(); }
+
+/// Where a configuration runs: one CP group on every GPU, or every CP group of a CP x TP layout.
+struct Placement {
+  std::optional<sched::Layout> layout;
+  int ranks = 0, domains = 0;
+  int copies = 1;  // CP groups simulated (a layout's quotient where the topology has one)
+  std::string refusal;
+};
+
+Placement placement_of(const SweepConfig& c, const topo::Topology& t) {
+  Placement p;
+  const int gpus = t.num_gpus();
+  if (c.tp > 0 || c.cp > 0) {
+    const int tp = std::max(c.tp, 1), cp = c.cp > 0 ? c.cp : gpus / tp;
+    if (c.cp == 0 && gpus % tp != 0) {
+      p.refusal = fmt::format("--tp: TP {} does not divide {}'s {} GPUs", tp, t.name, gpus);
+      return p;
+    }
+    auto l = sched::make_layout(gpus, cp, tp, sched::LayoutOrder::TpInner);
+    if (!l) {
+      p.refusal = l.error().message();
+      return p;
+    }
+    p.layout = *l;
+    p.ranks = l->cp;
+    const auto gpus_of = sched::layout_gpus(*l);
+    p.domains = c.domains > 0 ? c.domains : default_domains(t, gpus_of, l->cp);
+    const auto q = deployment_copies(*l, t);
+    p.copies = q ? *q : l->groups();
+    return p;
+  }
+  p.ranks = gpus;
+  p.domains = c.domains > 0 ? c.domains : default_domains(t);
+  return p;
+}
 
 /// An algorithm that forces its layout (ring-zigzag, tasp-zigzag) would give one and the same row
 /// in every configuration that differs only in layout. It runs in the configuration of the layout
@@ -35,6 +72,14 @@ bool runs_elsewhere(const SweepSpec& spec, const std::string& algo, const ir::Wo
   return listed || w.layout != spec.layouts.front();
 }
 
+/// The summary of a deployment: `copies` CP groups of `l` (the whole attention block's with `block_model`).
+Expected<Summary> deployment_summary(const sched::PlanRequest& req, const sched::Layout& l, int copies,
+                                     const topo::Topology& t, const ir::Workload* block_model) {
+  auto e = evaluate_deployment(req, l, copies, t, block_model);
+  if (!e) return e.error();
+  return e->summary;
+}
+
 /// The summary of evaluate(req, t, /*by_symmetry=*/true, options), through `reuse` where there is one.
 Expected<Summary> evaluate_summary(const sched::PlanRequest& req, const topo::Topology& t, SimOptions options,
                                    PlanReuse* reuse) {
@@ -44,27 +89,54 @@ Expected<Summary> evaluate_summary(const sched::PlanRequest& req, const topo::To
   return e->summary;
 }
 
+/// A row's configuration: where it ran and the workload as configured (`group`: what one CP group planned).
+SweepRow where_row(const SweepConfig& c, const Placement& where, const std::string& algo, const ir::Workload& group,
+                   const ir::Workload& w) {
+  SweepRow r;
+  r.topology = c.topology;
+  r.ranks = where.ranks;
+  r.domains = where.domains;
+  if (where.layout) {
+    r.tp = where.layout->tp;
+    r.cp = where.layout->cp;
+  }
+  r.workload = normalised_request({algo, group, where.ranks, where.domains}).workload;  // ring-zigzag: its zigzag
+  r.workload.heads = w.heads;        // as configured: the model's heads, before TP splits them
+  r.workload.kv_heads = w.kv_heads;  // ... and before Ulysses repeats any (the planner's, not an axis)
+  r.algo = algo;
+  return r;
+}
+
 SweepTaskOut run_task(const SweepSpec& spec, std::size_t config, ir::Phase phase, PlanReuse* reuse,
                       SimulationMemo* memo) {
   SweepTaskOut out;
   const SweepConfig c = sweep_config(spec, config);
   const topo::Topology& t = spec.topologies[c.topology];
-  const int ranks = t.num_gpus();
-  const int domains = default_domains(t);
+  const Placement where = placement_of(c, t);
+  const int ranks = where.ranks, domains = where.domains;
   ir::Workload w = c.workload;
   w.pass = phase == ir::Phase::Fwd ? ir::PassKind::Fwd : ir::PassKind::Bwd;
+  // A layout's CP group plans TP's share of the heads; the attention block's TP costs take the whole model's.
+  const auto group = where.layout ? sched::group_workload(w, *where.layout) : Expected<ir::Workload>(w);
+  if (!where.refusal.empty() || !group) {
+    out.skip_reasons.push_back(where.refusal.empty() ? group.error().message() : where.refusal);
+    out.skipped += spec.algos.size();
+    return out;
+  }
+  const ir::Workload* block_model = where.layout && c.tp > 0 ? &w : nullptr;
 
   struct Outcome {
     bool ok = false, refused = false;
     Summary s;
   };
   auto run = [&](const std::string& algo) -> Outcome {
-    const sched::PlanRequest req = normalised_request({algo, w, ranks, domains});
+    const sched::PlanRequest req = normalised_request({algo, *group, ranks, domains});
     if (auto st = sched::check_request(req); !st) {
       out.skip_reasons.push_back(fmt::format("{}: {}", algo, st.error().message()));
       return {false, true, {}};
     }
-    const auto key = memo != nullptr ? SimulationMemo::key(req, c.topology) : std::nullopt;
+    // A deployment's simulation is keyed by more than its request: it is not shared.
+    const auto key = memo != nullptr && !where.layout ? SimulationMemo::key(req, c.topology) : std::nullopt;
     if (key)
       if (auto same = memo->find(*key)) {
         ++out.shared;
@@ -72,7 +144,8 @@ SweepTaskOut run_task(const SweepSpec& spec, std::size_t config, ir::Phase phase
       }
     ++out.simulations;
     // Rows carry figures, not ops: no critical path.
-    auto e = evaluate_summary(req, t, SimOptions{.critical_path = false}, reuse);
+    auto e = where.layout ? deployment_summary(req, *where.layout, where.copies, t, block_model)
+                          : evaluate_summary(req, t, SimOptions{.critical_path = false}, reuse);
     if (e && key) memo->insert(*key, *e);
     if (!e) {
       out.failures.push_back(fmt::format("{} on {} (B={} S={} H={}/{} D={} {}): {}", algo, t.name, w.batch, w.seq,
@@ -87,23 +160,16 @@ SweepTaskOut run_task(const SweepSpec& spec, std::size_t config, ir::Phase phase
   const std::size_t refused_before = out.skip_reasons.size();
   const Outcome ring = run("ring");
   if (!ring_listed) out.skip_reasons.resize(refused_before);  // the hidden baseline is not a row
-  const double ccr = closed_form_on("ring", t, ranks, w, compute_model_for(t, w)).ccr;
+  const double ccr = closed_form_on("ring", t, ranks, *group, compute_model_for(t, *group)).ccr;
 
   for (const auto& algo : spec.algos) {
-    if (runs_elsewhere(spec, algo, w, ranks, domains)) continue;
+    if (runs_elsewhere(spec, algo, *group, ranks, domains)) continue;
     const Outcome o = algo == "ring" ? ring : run(algo);
     if (!o.ok) {  // refused (the reason is recorded; ring's when the baseline ran) or failed (in failures)
       if (o.refused) ++out.skipped;
       continue;
     }
-    SweepRow r;
-    r.topology = c.topology;
-    r.ranks = ranks;
-    r.domains = domains;
-    r.workload =
-        normalised_request({algo, w, ranks, domains}).workload;  // ring-zigzag reports the zigzag layout it ran on
-    r.workload.kv_heads = w.kv_heads;  // as configured: the KV heads Ulysses repeats are the planner's, not an axis
-    r.algo = algo;
+    SweepRow r = where_row(c, where, algo, *group, w);
     r.pass = phase;
     r.ccr = ccr;
     r.time_ms = o.s.time_s * 1e3;
@@ -121,17 +187,21 @@ SweepTaskOut run_task(const SweepSpec& spec, std::size_t config, ir::Phase phase
 
 std::size_t SweepSpec::num_configs() const {
   return topologies.size() * batch.size() * seq.size() * heads.size() * kv_count(*this) * head_dim.size() *
-         dtypes.size() * causal.size() * layouts.size();
+         dtypes.size() * causal.size() * layouts.size() * count(tp) * count(cp) * count(domains);
 }
 
 SweepConfig sweep_config(const SweepSpec& s, std::size_t i) {
-  // Mixed-radix digits, the layout fastest.
+  // Mixed-radix digits, the domains fastest, then CP, TP and the layout.
   auto digit = [&i](std::size_t n) {
     const std::size_t d = i % n;
     i /= n;
     return d;
   };
   SweepConfig c;
+  auto axis = [&](const std::vector<int>& v) { return v.empty() ? 0 : v[digit(v.size())]; };
+  c.domains = axis(s.domains);
+  c.cp = axis(s.cp);
+  c.tp = axis(s.tp);
   ir::Workload& w = c.workload;
   w.layout = s.layouts[digit(s.layouts.size())];
   w.causal = s.causal[digit(s.causal.size())];
@@ -245,8 +315,10 @@ SweepResult run_sweep(const SweepSpec& spec, const SweepControl& control) {
 
 namespace {
 /// A row on the wire: [topology, ranks, domains, workload, algo, pass, ccr, time_ms, exposed_comm_ms, idle_ms,
-/// speedup_vs_ring, peak_mem_bytes, fits].
-constexpr std::size_t kRowFields = 13;
+/// speedup_vs_ring, peak_mem_bytes, fits, tp, cp].
+constexpr std::size_t kRowFields = 15;
+/// Whether the rows carry a layout's TP and CP sizes (columns only then: a sweep without them is as before).
+bool layout_axes(const SweepSpec& s) { return !s.tp.empty() || !s.cp.empty(); }
 }  // namespace
 
 std::string encode_task(const SweepTaskOut& out) {
@@ -255,7 +327,7 @@ std::string encode_task(const SweepTaskOut& out) {
   for (const auto& r : out.rows)
     rows.push_back(json::array({r.topology, r.ranks, r.domains, ir::workload_to_json(r.workload), r.algo,
                                 std::string(to_string(r.pass)), r.ccr, r.time_ms, r.exposed_comm_ms, r.idle_ms,
-                                r.speedup_vs_ring, r.peak_mem_bytes, r.fits}));
+                                r.speedup_vs_ring, r.peak_mem_bytes, r.fits, r.tp, r.cp}));
   const json j{{"rows", rows},           {"simulations", out.simulations},   {"shared", out.shared},
                {"skipped", out.skipped}, {"skip_reasons", out.skip_reasons}, {"failures", out.failures}};
   const auto bytes = json::to_msgpack(j);
@@ -295,6 +367,8 @@ Expected<SweepTaskOut> decode_task(const SweepSpec& spec, std::string_view bytes
       r.speedup_vs_ring = a[10].get<double>();
       r.peak_mem_bytes = a[11].get<ir::Bytes>();
       r.fits = a[12].get<int>();
+      r.tp = a[13].get<int>();
+      r.cp = a[14].get<int>();
       out.rows.push_back(std::move(r));
     }
     return out;
@@ -308,6 +382,7 @@ std::vector<std::string> sweep_columns(const SweepSpec& spec) {
                                 "kv_heads", "head_dim",      "dtype",   "causal",          "layout",  "algo",
                                 "pass",     "ccr",           "time_ms", "exposed_comm_ms", "idle_ms", "speedup_vs_ring",
                                 "fits",     "peak_mem_bytes"};
+  if (layout_axes(spec)) cols.insert(cols.begin() + 3, {"tp", "cp"});
   cols.insert(cols.begin() + 1, spec.set_fields.begin(), spec.set_fields.end());
   return cols;
 }
@@ -320,11 +395,12 @@ std::string sweep_csv(const SweepSpec& spec, const SweepResult& result) {
     out += csv_field(spec.topologies[r.topology].name);  // a name may hold a comma or a quote
     // {} prints the shortest text that reads back to the same double: exact and deterministic.
     if (!spec.set_fields.empty()) out += fmt::format(",{}", fmt::join(spec.points[r.topology].values, ","));
-    out +=
-        fmt::format(",{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", r.ranks, r.domains, w.batch, w.seq,
-                    w.heads, w.kv_heads, w.head_dim, to_string(w.dtype), w.causal ? 1 : 0, to_string(w.layout),
-                    csv_field(r.algo), to_string(r.pass), r.ccr, r.time_ms, r.exposed_comm_ms, r.idle_ms,
-                    r.speedup_vs_ring, r.fits < 0 ? std::string() : std::to_string(r.fits), r.peak_mem_bytes);
+    out += fmt::format(",{},{}", r.ranks, r.domains);
+    if (layout_axes(spec)) out += fmt::format(",{},{}", r.tp, r.cp);
+    out += fmt::format(",{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", w.batch, w.seq, w.heads, w.kv_heads,
+                       w.head_dim, to_string(w.dtype), w.causal ? 1 : 0, to_string(w.layout), csv_field(r.algo),
+                       to_string(r.pass), r.ccr, r.time_ms, r.exposed_comm_ms, r.idle_ms, r.speedup_vs_ring,
+                       r.fits < 0 ? std::string() : std::to_string(r.fits), r.peak_mem_bytes);
   }
   return out;
 }
@@ -358,6 +434,7 @@ nlohmann::json sweep_json(const SweepSpec& spec, const SweepResult& result) {
                     {"speedup_vs_ring", r.speedup_vs_ring},
                     {"peak_mem_bytes", r.peak_mem_bytes},
                     {"fits", r.fits < 0 ? json(nullptr) : json(r.fits == 1)}});
+    if (layout_axes(spec)) row.update(json{{"tp", r.tp}, {"cp", r.cp}});
     set_values(r.topology, row);
     rows.push_back(std::move(row));
   }

@@ -40,6 +40,10 @@ struct SweepSpec {
   std::vector<std::string> algos;  // in report order
   std::vector<ir::Phase> passes{ir::Phase::Fwd};
   double reserved_gb = 0;  // memory the rest of the model holds per GPU, for `fits`
+  /// Parallel axes (empty: not an axis): TP sizes (each CP group on TP's share of the heads, the times whole
+  /// attention blocks', sim/tensor_parallel.hpp), CP sizes (a group's ranks; the rest data parallel) and
+  /// charm's / usp's domains. Without TP or CP every configuration is one CP group on all the GPUs.
+  std::vector<int> tp, cp, domains;
 
   /// A hardware sweep: numbers of the topology JSON by dotted path ("inter.bandwidth_gbps"), each a
   /// column of the output. With fields, `points[t]` says where topology t came from.
@@ -60,13 +64,15 @@ struct SweepSpec {
 struct SweepConfig {
   std::size_t topology = 0;
   ir::Workload workload;
+  int tp = 0, cp = 0, domains = 0;  // 0: the axis is not swept
 };
-/// The i-th configuration, i < spec.num_configs(); the topology varies slowest, the layout fastest.
+/// The i-th configuration, i < spec.num_configs(); the topology varies slowest, the domains fastest.
 [[nodiscard]] SweepConfig sweep_config(const SweepSpec& spec, std::size_t i);
 
 struct SweepRow {
   std::size_t topology = 0;  // index into SweepSpec::topologies
   int ranks = 0, domains = 0;
+  int tp = 0, cp = 0;     // a CP x TP layout's sizes (0: one CP group on every GPU)
   ir::Workload workload;  // as configured; pass = this row's phase
   std::string algo;
   ir::Phase pass = ir::Phase::Fwd;

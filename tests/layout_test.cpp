@@ -157,9 +157,11 @@ TEST(LayoutAdvise, RanksEachLayoutAsADeploymentRunsIt) {
     SCOPED_TRACE(c.label());
     const sched::Layout l = *sched::make_layout(16, 16 / c.tp, c.tp, sched::LayoutOrder::TpInner);
     const auto req = normalised_request({"ring", *sched::group_workload(w, l), l.cp, 1});
-    auto e = evaluate_deployment(req, l, l.groups(), *t);
+    auto e = evaluate_deployment(req, l, l.groups(), *t, &w);  // a layout search's times are attention blocks'
     ASSERT_TRUE(e.ok());
     EXPECT_EQ(c.fwd->time_ms, e->summary.time_s * 1e3);
+    ASSERT_TRUE(e->tp_block.has_value());
+    EXPECT_EQ(e->tp_block->tp, c.tp);
     EXPECT_EQ(c.label(), fmt::format("cp{}xtp{} ring [contiguous]", l.cp, l.tp));
   }
 }

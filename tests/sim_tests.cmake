@@ -19,4 +19,6 @@ charm_add_test(frameworks_test SOURCES frameworks_test.cpp LIBS charm::evaluate 
 charm_add_test(layout_test SOURCES layout_test.cpp LIBS charm::evaluate charm::scheduler LABELS unit TIMEOUT 120)
 # Kernel tables reproduce their sources, unknown GPUs are refused or assumed aloud, better hardware is never
 # slower (1,000+ random pairs, every algorithm), Ulysses replicates KV heads, an intra-node ring beats a cross-node one.
+# Tensor parallelism's collectives and GEMMs in an attention block, advise's runnable rows, sweep's layout axes.
+charm_add_test(tensor_parallel_test SOURCES tensor_parallel_test.cpp LIBS charm::evaluate nlohmann_json::nlohmann_json LABELS unit TIMEOUT 600)
 charm_add_test(model_fidelity_test SOURCES model_fidelity_test.cpp LIBS charm::evaluate charm::scheduler nlohmann_json::nlohmann_json LABELS unit TIMEOUT 600)

@@ -56,7 +56,39 @@ void check_layout_flags(const ClusterFlags& c, const AdviseFlags& f) {
                          "compare take --gpus"});
 }
 
-json candidate_json(const AdviseRequest& r, const sim::Advice& adv, const sim::Candidate& c) {
+/// What a framework calls candidate `c` (Megatron-LM's arguments with the layout's TP size).
+sim::FrameworkSettings settings(const AdviseRequest& r, const sim::Advice& adv, const sim::Candidate& c) {
+  // Without a layout search the group is every GPU advised, TP 1: the flags say so (a launch line is complete).
+  return sim::framework_settings(c.algo, c.layout, r.workload.causal, group_ranks(adv, c), c.domains,
+                                 std::max(c.tp, 1));
+}
+
+/// What tensor parallelism adds to a candidate's passes (0 outside a layout search), in ms.
+double tp_ms(const sim::Candidate& c) {
+  double ms = 0;
+  for (const auto* p : {c.fwd ? &*c.fwd : nullptr, c.bwd ? &*c.bwd : nullptr})
+    if (p && p->tp) ms += p->tp->total_s() * 1e3;
+  return ms;
+}
+
+/// Times as the table shows them: the model's (layers x one layer's), in seconds where the largest is over 10 s.
+struct TimeUnit {
+  double scale = 1;  // ms of one layer -> the unit's figure for the model
+  const char* name = "ms";
+};
+TimeUnit time_unit(const AdviseRequest& r, const sim::Advice& adv) {
+  double most = 0;
+  for (const auto& c : adv.candidates) most = std::max(most, c.total_ms * r.layers);
+  return most > 1e4 ? TimeUnit{r.layers / 1e3, "s"} : TimeUnit{double(r.layers), "ms"};
+}
+
+/// "12.34 ms" or "543.07 s" (over 10 s): one model's time from one layer's ms.
+std::string model_time(const AdviseRequest& r, double layer_ms) {
+  const double ms = layer_ms * r.layers;
+  return ms > 1e4 ? fmt::format("{:.2f} s", ms / 1e3) : fmt::format("{:.2f} ms", ms);
+}
+
+json candidate_json(const AdviseRequest& r, const sim::Advice& adv, const sim::Candidate& c, const topo::Topology& t) {
   json j = {{"label", c.label()},
             {"algo", c.algo},
             {"layout", std::string(to_string(c.layout))},
@@ -71,8 +103,13 @@ json candidate_json(const AdviseRequest& r, const sim::Advice& adv, const sim::C
             {"memory", sim::memory_json(c.memory)},
             {"bottleneck", c.bottleneck}};
   if (r.layers > 1) j["model_ms"] = c.total_ms * r.layers;
-  j["frameworks"] =
-      sim::framework_json(sim::framework_settings(c.algo, c.layout, r.workload.causal, group_ranks(adv, c), c.domains));
+  j["frameworks"] = sim::framework_json(settings(r, adv, c));
+  j["runnable"] = c.runnable;
+  j["variants"] = c.variants;
+  json tp = json::object();
+  if (c.fwd && c.fwd->tp) tp["fwd"] = sim::tp_block_json(*c.fwd->tp, t);
+  if (c.bwd && c.bwd->tp) tp["bwd"] = sim::tp_block_json(*c.bwd->tp, t);
+  if (!tp.empty()) j["tensor_parallel"] = tp;
   if (c.tp > 0) j["deployment"] = {{"cp", c.cp}, {"tp", c.tp}, {"order", sched::to_string(r.options.order)}};
   if (const auto caveat = all_to_all_caveat(c.algo, all_to_all_peers(adv, c)); !caveat.empty()) j["caveat"] = caveat;
   json cp = json::object();
@@ -87,27 +124,36 @@ std::string ranked_by(const ir::Workload& w) {
 }
 
 void print_table(std::ostream& os, const AdviseRequest& r, const sim::Advice& adv, int top) {
-  const int label_w = r.options.tp.empty() ? 24 : 32;  // a layout search's labels name the layout too
-  const double scale = r.layers;                       // every time column is of the model's layers
-  os << fmt::format("# {:>2}  {:<{}}{:>10}{:>10}{:>11}{:>9}{:>9}{:>6}  {}\n", "", "candidate", label_w, "fwd ms",
-                    "bwd ms", "total ms", "x best", "peak GB", "fits", "bound by (slower pass)");
+  const bool search = !r.options.tp.empty();
+  const int label_w = search ? 32 : 24;  // a layout search's labels name the layout too
+  const TimeUnit u = time_unit(r, adv);
+  const std::string unit = u.name;
+  if (r.layers > 1)
+    os << fmt::format("# times per model: {} layers, each the layer below run in turn ({})\n", r.layers, unit);
+  os << fmt::format("# {:>2}  {:<{}}{:>10}{:>10}{:>11}{}{:>9}{:>9}{:>6}  {}\n", "", "candidate", label_w, "fwd " + unit,
+                    "bwd " + unit, "total " + unit, search ? fmt::format("{:>10}", "TP+proj " + unit) : "", "x best",
+                    "peak GB", "fits", "bound by (slower pass)");
   const double best = adv.candidates.front().total_ms;
   const std::size_t rows =
       top > 0 ? std::min<std::size_t>(std::size_t(top), adv.candidates.size()) : adv.candidates.size();
-  auto ms = [&](const std::optional<sim::PassOutcome>& p) {
-    return p ? fmt::format("{:.2f}", p->time_ms * scale) : std::string("-");
+  auto fig = [&](const std::optional<sim::PassOutcome>& p) {
+    return p ? fmt::format("{:.2f}", p->time_ms * u.scale) : std::string("-");
   };
   for (std::size_t i = 0; i < rows; ++i) {
     const auto& c = adv.candidates[i];
     const bool bwd_slower = c.bwd && (!c.fwd || c.bwd->time_ms >= c.fwd->time_ms);
     const sim::PassOutcome* slower = bwd_slower ? &*c.bwd : c.fwd ? &*c.fwd : nullptr;
     const std::string x = fmt::format("{:.2f}{}", c.total_ms / best, i > 0 && is_tie(r, adv, c) ? "~" : " ");
-    os << fmt::format("  {:>2}  {:<{}}{:>10}{:>10}{:>11.2f}{:>9}{:>9.2f}{:>6}  {}{}\n", i + 1, c.label(), label_w,
-                      ms(c.fwd), ms(c.bwd), c.total_ms * scale, x, double(c.peak_mem_bytes) / 1e9,
+    os << fmt::format("  {:>2}  {:<{}}{:>10}{:>10}{:>11.2f}{}{:>9}{:>9.2f}{:>6}  {}{}{}\n", i + 1, c.label(), label_w,
+                      fig(c.fwd), fig(c.bwd), c.total_ms * u.scale,
+                      search ? fmt::format("{:>10.2f}", tp_ms(c) * u.scale) : "", x, double(c.peak_mem_bytes) / 1e9,
                       !c.memory.known ? "?"
                       : c.memory.fits ? "yes"
                                       : "NO",
-                      slower ? (bwd_slower ? "bwd " : "fwd ") : "", slower ? slower->bottleneck.brief() : "");
+                      slower ? (bwd_slower ? "bwd " : "fwd ") : "", slower ? slower->bottleneck.brief() : "",
+                      c.runnable ? "" : "  (no framework runs it)");
+    if (!c.variants.empty())
+      os << fmt::format("  {:>2}  {:<{}}  the same figures: {}\n", "", "", label_w, fmt::join(c.variants, ", "));
   }
 }
 
@@ -119,11 +165,11 @@ void print_best(std::ostream& os, const AdviseRequest& r, const sim::Advice& adv
       ring = &c;
       break;
     }
-  os << fmt::format("# best: {}: {:.2f} ms {}{}; {}\n", b.label(), b.total_ms * r.layers, ranked_by(r.workload),
-                    ring && ring != &b
-                        ? fmt::format(", {:.2f}x the best ring ({}, {:.2f} ms)", ring->total_ms / b.total_ms,
-                                      ring->label(), ring->total_ms * r.layers)
-                        : "",
+  const std::string per = r.layers > 1 ? fmt::format(" per model ({} layers)", r.layers) : "";
+  os << fmt::format("# best: {}: {}{} {}{}; {}\n", b.label(), model_time(r, b.total_ms), per, ranked_by(r.workload),
+                    ring && ring != &b ? fmt::format(", {:.2f}x the best ring ({}, {})", ring->total_ms / b.total_ms,
+                                                     ring->label(), model_time(r, ring->total_ms))
+                                       : "",
                     b.memory.line());
   std::vector<std::string> ties;
   for (std::size_t i = 1; i < adv.candidates.size(); ++i)
@@ -131,17 +177,29 @@ void print_best(std::ostream& os, const AdviseRequest& r, const sim::Advice& adv
   if (!ties.empty())
     os << fmt::format("#   tie: within {:g}% of the best (the model's error on ratios; --tie): {}; rows marked ~\n",
                       r.tie_percent, fmt::join(ties, ", "));
-  os << fmt::format("#   why: {}\n", b.bottleneck);
+  os << fmt::format("#   why{}: {}\n", r.layers > 1 ? " (each layer)" : "", b.bottleneck);
   if (b.tp > 0)
-    os << fmt::format("#   layout: CP {} x TP {} ({}), every CP group at once; the TP collectives around "
-                      "attention (projections) are not in the times\n",
+    os << fmt::format("#   layout: CP {} x TP {} ({}), every CP group at once; times are whole attention blocks' "
+                      "(TP's collectives and the projections' GEMMs in them)\n",
                       b.cp, b.tp, sched::to_string(r.options.order));
   if (const auto caveat = all_to_all_caveat(b.algo, all_to_all_peers(adv, b)); !caveat.empty())
     os << fmt::format("#   caution: {}\n", caveat);
-  os << fmt::format(
-      "#   {}\n", sim::framework_settings(b.algo, b.layout, r.workload.causal, group_ranks(adv, b), b.domains).line());
-  if (b.fwd) os << fmt::format("#   fwd critical path: {}\n", b.fwd->critical_path);
-  if (b.bwd) os << fmt::format("#   bwd critical path: {}\n", b.bwd->critical_path);
+  os << fmt::format("#   {}\n", settings(r, adv, b).line());
+  const std::string each = r.layers > 1 ? " (each layer)" : "";
+  if (b.fwd) os << fmt::format("#   fwd critical path{}: {}\n", each, b.fwd->critical_path);
+  if (b.bwd) os << fmt::format("#   bwd critical path{}: {}\n", each, b.bwd->critical_path);
+  if (b.runnable) return;
+  // The best row is a schedule no framework runs: name what a team can launch today, and how far behind it is.
+  const auto run =
+      std::find_if(adv.candidates.begin(), adv.candidates.end(), [](const sim::Candidate& c) { return c.runnable; });
+  if (run == adv.candidates.end()) {
+    os << "# best runnable: none of the candidates has a framework counterpart\n";
+    return;
+  }
+  os << fmt::format("# best runnable: {}: {}{}, {:.2f}x the best{}; {}\n", run->label(), model_time(r, run->total_ms),
+                    per, run->total_ms / b.total_ms,
+                    is_tie(r, adv, *run) ? fmt::format(" (a tie: within {:g}%)", r.tie_percent) : "",
+                    settings(r, adv, *run).line());
 }
 
 }  // namespace
@@ -176,6 +234,7 @@ AdviseRequest advise_request(ir::Workload w, const ClusterFlags& cluster, const 
   opt.reserved_gb = cluster.reserved_gb;
   opt.max_plan_bytes = memory_budget_bytes();
   opt.jobs = f.jobs > 0 ? f.jobs : int(std::max(1u, std::thread::hardware_concurrency()));
+  opt.runnable_only = f.runnable;
   return r;
 }
 
@@ -185,6 +244,10 @@ sim::Advice run_advise(const AdviseRequest& r, const topo::Topology& t) {
     if (adv.error().where == "simulate") throw RuntimeFailure{adv.error().message()};
     fail(adv.error());
   }
+  if (adv->candidates.empty() && adv->not_runnable > 0)
+    fail(Error{"--runnable", fmt::format("none of the {} candidates that ran has a framework counterpart (drop "
+                                         "--runnable to rank them, or add --algos ring,ulysses,usp,allgather-kv)",
+                                         adv->not_runnable)});
   if (adv->candidates.empty())
     fail(Error{"--algos", fmt::format("no candidate can run this workload ({} refused; the first: {}: {})",
                                       adv->refused.size(), adv->refused.empty() ? "-" : adv->refused.front().label,
@@ -198,14 +261,14 @@ bool is_tie(const AdviseRequest& r, const sim::Advice& adv, const sim::Candidate
 
 json advice_json(const AdviseRequest& r, const sim::Advice& adv, const topo::Topology& t) {
   json cands = json::array();
-  for (const auto& c : adv.candidates) cands.push_back(candidate_json(r, adv, c));
+  for (const auto& c : adv.candidates) cands.push_back(candidate_json(r, adv, c, t));
   json refused = json::array();
   for (const auto& x : adv.refused) refused.push_back({{"candidate", x.label}, {"reason", x.reason}});
   return {{"schema", 1},
           {"topology", {{"name", t.name}, {"gpus", adv.ranks}, {"gpu_memory_gb", t.gpu.memory_gb}}},
           {"workload", sim::workload_json(r.workload)},
           {"ranked_by", ranked_by(r.workload)},
-          {"scope", sim::scope_text(r.workload.pass, r.layers)},
+          {"scope", sim::scope_text(r.workload.pass, r.layers, r.options.tp.empty() ? 0 : -1)},
           {"model", sim::model_json(t, r.workload)},
           {"layers", r.layers},
           {"tie_percent", r.tie_percent},
@@ -222,10 +285,15 @@ void print_advice(std::ostream& os, const AdviseRequest& r, const sim::Advice& a
                     w.seq, w.heads, w.kv_heads, w.head_dim, to_string(w.dtype), w.causal ? " " + w.mask_text() : "",
                     t.name, adv.ranks, t.gpu.memory_gb > 0 ? fmt::format(" x {:g} GB", t.gpu.memory_gb) : "",
                     ranked_by(w));
-  os << fmt::format("# scope: {}\n", sim::scope_text(w.pass, r.layers));
+  os << fmt::format("# scope: {}\n", sim::scope_text(w.pass, r.layers, r.options.tp.empty() ? 0 : -1));
   os << fmt::format("# model: {}\n", sim::model_text(t, w));
-  os << fmt::format("# {} candidates, {} simulations in {:.2f} s; {} refused by their planner (listed at the end)\n",
-                    adv.candidates.size(), adv.simulations, adv.wall_s, adv.refused.size());
+  os << fmt::format("# {} candidates, {} simulations in {:.2f} s; {} refused by their planner (listed at the end){}\n",
+                    adv.candidates.size(), adv.simulations, adv.wall_s, adv.refused.size(),
+                    adv.not_runnable > 0
+                        ? fmt::format("; {} without a framework counterpart left out (--runnable)", adv.not_runnable)
+                        : "");
+  if (!r.options.tp.empty())
+    os << fmt::format("# GEMMs at {:.3g} of dense peak: {}\n", sim::gemm_efficiency(t.gpu), sim::gemm_source(t.gpu));
   print_table(os, r, adv, top);
   print_best(os, r, adv);
   for (const auto& x : adv.refused) os << fmt::format("# refused: {}: {}\n", x.label, x.reason);

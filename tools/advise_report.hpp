@@ -27,6 +27,7 @@ struct AdviseFlags {
   std::string tp_search;      // --tp-search: comma-separated TP sizes
   int layers = 1;             // --layers: times for a model of this many attention layers
   double tie_percent = 10;    // --tie: candidates within this many percent of the best are ties
+  bool runnable = false;      // --runnable: only candidates a framework runs
 };
 
 /// Default of --tie: the model's error on ratios of times (the speedup error of the calibrated

@@ -98,8 +98,11 @@ void print_simulation_head(std::ostream& os, const Run& r, const topo::Topology&
                     ranks_text, r.plan.domains, plan_file.empty() ? "" : " from " + plan_file);
   os << fmt::format("# workload: B={} S={} H={}/{} D={} {} {}{}\n", w.batch, w.seq, w.heads, w.kv_heads, w.head_dim,
                     to_string(w.dtype), to_string(w.layout), w.causal ? " " + w.mask_text() : "");
-  os << fmt::format("# scope: {}\n", sim::scope_text(w.pass));
+  os << fmt::format("# scope: {}\n", sim::scope_text(w.pass, 1, r.tp_block ? r.tp_block->tp : 0));
   os << fmt::format("# model: {}\n", sim::model_text(topo, w));
+  if (r.tp_block)
+    os << fmt::format("# GEMMs at {:.3g} of dense peak: {}\n", sim::gemm_efficiency(topo.gpu),
+                      sim::gemm_source(topo.gpu));
   if (asked_kv_heads > 0 && w.kv_heads > asked_kv_heads)
     os << fmt::format("# kv heads: {} repeated to {} ({}x each), one per rank of {}'s all-to-all, as DeepSpeed-Ulysses "
                       "and Megatron-LM do; the copies are in the traffic and the memory\n",
@@ -119,6 +122,9 @@ void print_simulation_figures(std::ostream& os, const Run& r, const sim::Explana
                               bool uniform) {
   const auto& s = r.summary;
   os << fmt::format("{:<28}{:>12.3f} ms\n", "time", s.time_s * 1e3);
+  if (r.tp_block)
+    os << fmt::format("{:<28}{:>12.3f} ms  ({}; core attention {:.3f} ms)\n", "  of which tensor parallel",
+                      r.tp_block->total_s() * 1e3, r.tp_block->line(), (s.time_s - r.tp_block->total_s()) * 1e3);
   os << fmt::format("{:<28}{:>12.3f} ms  (per rank mean {:.3f}, max {:.3f})\n", "exposed communication",
                     s.exposed_comm_s * 1e3, s.exposed_comm_mean_s * 1e3, s.exposed_comm_max_s * 1e3);
   os << fmt::format("{:<28}{:>12.3f} ms  (max {:.3f})\n", "compute idle (mean)", s.idle_mean_s * 1e3,
@@ -143,8 +149,9 @@ void print_simulation_figures(std::ostream& os, const Run& r, const sim::Explana
     if (!r.formula.applies) os << fmt::format("{:<28}does not describe this run: {}\n", "formula", r.formula.why_not);
   }
   os << fmt::format("{:<28}{}\n", "bottleneck", ex.bottleneck.line());
+  // The path is core attention's: its shares are of the simulated makespan (a TP block is added after).
   os << fmt::format("critical path: {} ops, ending at rank {}: {}\n", r.result.critical_path.size(), r.result.last_rank,
-                    sim::path_shares_text(ex.path, s.time_s));
+                    sim::path_shares_text(ex.path, r.result.makespan_s));
   if (ex.first_op != ir::kNone) {
     auto at = [&](ir::OpId id) {
       return fmt::format("rank {} {} [{:.3f} - {:.3f} ms]", r.plan.op(id).rank, ir::op_label(r.plan, id),
@@ -251,6 +258,9 @@ void register_advise(CLI::App& app) {
   sub->add_option("--tie", o->advise.tie_percent,
                   "percent: candidates this close to the best are marked as ties, which the model cannot order "
                   "(default: 10, its error on ratios of times against measurements)");
+  sub->add_flag("--runnable", o->advise.runnable,
+                "only candidates some framework runs (Megatron-LM/TransformerEngine, ring-flash-attention, "
+                "DeepSpeed-Ulysses)");
   sub->callback([o, sub] {
     if (o->top < 0) fail(Error{"--top", fmt::format("must be >= 1 (or 0 or omitted: all), got {}", o->top)});
     const auto topo = o->cluster.get();

@@ -148,7 +148,9 @@ bool plot(const sim::SweepSpec& spec, const sim::SweepResult& res, const std::st
 }
 
 struct SweepOpts {
-  std::string topologies, batch, seq, heads, kv_heads, head_dim;
+  // The workload's defaults are simulate's (WorkloadFlags).
+  std::string topologies, batch = "1", seq = "4k", heads = "8", kv_heads, head_dim = "128";
+  std::string tp, cp, domains;  // parallel axes (empty: one CP group on every GPU)
   std::string dtype = "bf16", layout = "contiguous", algos, pass = "fwd";
   bool causal = false;
   std::vector<std::string> sets;
@@ -207,6 +209,9 @@ SweepJob sweep_job(const SweepOpts& o, bool jobs_given) {
   lists.heads = unwrap(parse_list(o.heads, "--heads"));
   lists.head_dim = unwrap(parse_list(o.head_dim, "--head-dim"));
   if (!o.kv_heads.empty()) lists.kv_heads = unwrap(parse_list(o.kv_heads, "--kv-heads"));
+  if (!o.tp.empty()) lists.tp = unwrap(parse_list(o.tp, "--tp"));
+  if (!o.cp.empty()) lists.cp = unwrap(parse_list(o.cp, "--cp"));
+  if (!o.domains.empty()) lists.domains = unwrap(parse_list(o.domains, "--domains"));
   lists.dtypes = split_list(o.dtype);
   lists.layouts = split_list(o.layout);
   lists.causal = o.causal;
@@ -331,6 +336,9 @@ rt::WorkFields sweep_fields(const SweepJob& job, const SweepOpts& o) {
           {"--heads", o.heads},
           {"--kv-heads", o.kv_heads},
           {"--head-dim", o.head_dim},
+          {"--tp", o.tp},
+          {"--cp", o.cp},
+          {"--domains", o.domains},
           {"--dtype", o.dtype},
           {"--layout", o.layout},
           {"--causal", o.causal ? "on" : "off"},
@@ -419,10 +427,15 @@ void register_sweep(CLI::App& app) {
       "Over MPI: mpirun -np 4 charm sweep ... spreads the configurations over the processes (rank 0 hands\n"
       "           them out and writes the outputs: the same bytes as one process writes).");
   sub->add_option("--topology,-t", o->topologies, "topology JSON files, comma-separated")->required();
-  sub->add_option("--batch,-b", o->batch, "batch sizes (list)")->required();
-  sub->add_option("--seq,-s", o->seq, "global sequence lengths (list)")->required();
-  sub->add_option("--heads", o->heads, "query heads (list)")->required();
-  sub->add_option("--head-dim", o->head_dim, "head dimensions (list)")->required();
+  sub->add_option("--batch,-b", o->batch, "batch sizes (list)")->capture_default_str();
+  sub->add_option("--seq,-s", o->seq, "global sequence lengths (list)")->capture_default_str();
+  sub->add_option("--heads", o->heads, "query heads (list)")->capture_default_str();
+  sub->add_option("--head-dim", o->head_dim, "head dimensions (list)")->capture_default_str();
+  sub->add_option("--tp", o->tp,
+                  "tensor-parallel sizes (list): every CP group of a CP x TP layout on TP's share of the heads, "
+                  "times of whole attention blocks (TP's collectives and the projections' GEMMs)");
+  sub->add_option("--cp", o->cp, "context-parallel sizes (list; default with --tp: GPUs / TP; the rest is DP)");
+  sub->add_option("--domains,-d", o->domains, "charm's and usp's domains (list; default: the topology's)");
   sub->add_option("--kv-heads", o->kv_heads,
                   "key/value heads (list; default: = heads; combinations that do not divide are skipped)");
   sub->add_option("--dtype", o->dtype, "bf16 | fp16 | fp32 (comma-separated for several)")->capture_default_str();

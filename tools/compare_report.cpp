@@ -28,23 +28,26 @@ CompareRow compare_one(const CompareRequest& r, const topo::Topology& t, const s
   wp.pass = p;
   const ir::Workload wg = r.layout ? unwrap(sched::group_workload(wp, *r.layout)) : wp;
   const sched::PlanRequest req = sim::normalised_request({algo, wg, r.ranks, r.domains});
-  CompareRow row{algo, std::string(to_string(p)), std::string(to_string(req.workload.layout)), {}, false, {}, {}, {},
-                 {}};
+  CompareRow row{
+      algo, std::string(to_string(p)), std::string(to_string(req.workload.layout)), {}, false, {}, {}, {}, {}, {}};
   if (auto st = sched::check_request(req); !st) {
     row.note = st.error().message();
     return row;
   }
-  const sim::Evaluation e = r.layout ? run_deployment(algo, wp, t, r.domains, *r.layout)
-                                     : run_one(algo, wp, t, r.domains, r.ranks, SymmetryUse::Auto, r.gpus);
+  const sim::Evaluation e =
+      r.layout ? run_deployment(algo, wp, t, r.domains, *r.layout, SymmetryUse::Auto, r.attention_block)
+               : run_one(algo, wp, t, r.domains, r.ranks, SymmetryUse::Auto, r.gpus);
   row.ok = true;
   row.s = e.summary;
   row.f = e.formula;
   row.b = sim::explain(e.plan, e.result, t).bottleneck;
   row.m = sim::memory_verdict(e.summary.peak_mem_bytes, r.reserved_gb, t.gpu);
+  row.tp = e.tp_block;
   return row;
 }
 
-json result_json(const CompareRequest& r, const std::vector<CompareRow>& rows, const CompareRow& row) {
+json result_json(const CompareRequest& r, const std::vector<CompareRow>& rows, const CompareRow& row,
+                 const topo::Topology& t) {
   json j = {{"algo", row.algo}, {"pass", row.pass}};
   if (!row.ok) {
     j["error"] = row.note;
@@ -62,6 +65,7 @@ json result_json(const CompareRequest& r, const std::vector<CompareRow>& rows, c
   j["memory"] = sim::memory_json(row.m);
   if (row.m.known) j["fits"] = row.m.fits;
   if (row.f.available) j["formula"] = sim::closed_form_json(row.f, r.uniform);
+  if (row.tp) j["tensor_parallel"] = sim::tp_block_json(*row.tp, t);
   return j;
 }
 
@@ -106,6 +110,7 @@ CompareRequest compare_request(ir::Workload w, const ClusterFlags& cluster, cons
   r.ranks = cluster.ranks_for(t);
   r.domains = cluster.domains_for(t);
   r.layout = cluster.layout_for(t);  // every CP group at once, each on TP's share of the heads
+  r.attention_block = r.layout && cluster.tp != 0;
   if (r.layout) (void)unwrap(sched::group_workload(w, *r.layout));
   r.gpus = cluster.gpu_map(t);
   r.algos = algos.empty() ? sched::algorithm_names() : algorithm_list(algos);
@@ -129,11 +134,11 @@ std::vector<CompareRow> run_compare(const CompareRequest& r, const topo::Topolog
 
 json compare_json(const CompareRequest& r, const std::vector<CompareRow>& rows, const topo::Topology& t) {
   json res = json::array();
-  for (const auto& row : rows) res.push_back(result_json(r, rows, row));
+  for (const auto& row : rows) res.push_back(result_json(r, rows, row, t));
   json j = {{"schema", 1},
             {"topology", {{"name", t.name}, {"gpus", r.ranks}, {"domains", r.domains}}},
             {"workload", sim::workload_json(r.workload)},
-            {"scope", sim::scope_text(r.workload.pass)},
+            {"scope", sim::scope_text(r.workload.pass, 1, r.attention_block ? r.layout->tp : 0)},
             {"model", sim::model_json(t, r.workload)},
             {"results", res}};
   if (r.layout)
@@ -159,6 +164,7 @@ json compare_rows_json(const CompareRequest& r, const std::vector<CompareRow>& r
                    {"pass", x.pass},
                    {"layout", x.layout},
                    {"time_ms", num(x.s.time_s * 1e3)},
+                   {"tp_block_ms", x.tp ? json(x.tp->total_s() * 1e3) : json(nullptr)},
                    {"exposed_comm_ms", num(x.s.exposed_comm_s * 1e3)},
                    {"idle_mean_ms", num(x.s.idle_mean_s * 1e3)},
                    {"idle_max_ms", num(x.s.idle_max_s * 1e3)},
@@ -182,24 +188,36 @@ void print_compare(std::ostream& os, const CompareRequest& r, const std::vector<
   if (r.layout) os << fmt::format("# layout: {}\n", sched::layout_text(*r.layout));
   os << fmt::format("# workload: B={} S={} H={}/{} D={} {} {}{}\n", w.batch, w.seq, w.heads, w.kv_heads, w.head_dim,
                     to_string(w.dtype), to_string(w.layout), w.causal ? " " + w.mask_text() : "");
-  os << fmt::format("# scope: {}\n", sim::scope_text(w.pass));
+  os << fmt::format("# scope: {}\n", sim::scope_text(w.pass, 1, r.attention_block ? r.layout->tp : 0));
   os << fmt::format("# model: {}\n", sim::model_text(t, w));
-  os << fmt::format("# {:>12} {:>5} {:>12} {:>12} {:>12} {:>12} {:>10}  {}\n", "algo", "pass", "time", "exposed",
-                    "idle(mean)", "peak mem", "speedup", "bound by");
-  os << fmt::format("# {:>12} {:>5} {:>12} {:>12} {:>12} {:>12} {:>10}\n", "", "", "(ms)", "(ms)", "(ms)", "(MiB)",
-                    "(x ring)");
+  // With whole attention blocks, "of which TP" is the part tensor parallelism adds (its collectives and GEMMs).
+  const bool tp = r.attention_block;
+  os << fmt::format("# {:>12} {:>5} {:>12}{} {:>12} {:>12} {:>12} {:>10}  {}\n", "algo", "pass", "time",
+                    tp ? fmt::format(" {:>12}", "of which TP") : "", "exposed", "idle(mean)", "peak mem", "speedup",
+                    "bound by");
+  os << fmt::format("# {:>12} {:>5} {:>12}{} {:>12} {:>12} {:>12} {:>10}\n", "", "", "(ms)",
+                    tp ? fmt::format(" {:>12}", "(ms)") : "", "(ms)", "(ms)", "(MiB)", "(x ring)");
   for (const auto& x : rows) {
     if (!x.ok) {
       os << fmt::format("  {:>12} {:>5}   n/a: {}\n", x.algo, x.pass, x.note);
       continue;
     }
     const double rt = ring_time(rows, x.pass);
-    os << fmt::format("  {:>12} {:>5} {:>12.3f} {:>12.3f} {:>12.3f} {:>12.1f} {:>10}  {}{}\n", x.algo, x.pass,
-                      x.s.time_s * 1e3, x.s.exposed_comm_s * 1e3, x.s.idle_mean_s * 1e3,
-                      double(x.s.peak_mem_bytes) / (1 << 20), rt > 0 ? fmt::format("{:.2f}", rt / x.s.time_s) : "-",
-                      x.b.brief(), x.m.known && !x.m.fits ? "  DOES NOT FIT" : "");
+    os << fmt::format("  {:>12} {:>5} {:>12.3f}{} {:>12.3f} {:>12.3f} {:>12.1f} {:>10}  {}{}\n", x.algo, x.pass,
+                      x.s.time_s * 1e3, x.tp ? fmt::format(" {:>12.3f}", x.tp->total_s() * 1e3) : "",
+                      x.s.exposed_comm_s * 1e3, x.s.idle_mean_s * 1e3, double(x.s.peak_mem_bytes) / (1 << 20),
+                      rt > 0 ? fmt::format("{:.2f}", rt / x.s.time_s) : "-", x.b.brief(),
+                      x.m.known && !x.m.fits ? "  DOES NOT FIT" : "");
   }
   print_best(os, r, rows);
+  // Tensor parallelism's part is the same for every algorithm of a pass: one line each, and the GEMMs' source.
+  if (!r.attention_block) return;
+  for (const auto p : r.passes) {
+    const auto x =
+        std::find_if(rows.begin(), rows.end(), [&](const CompareRow& y) { return y.tp && y.pass == to_string(p); });
+    if (x != rows.end()) os << fmt::format("# tensor parallel ({}): {}\n", x->pass, x->tp->line());
+  }
+  os << fmt::format("# GEMMs at {:.3g} of dense peak: {}\n", sim::gemm_efficiency(t.gpu), sim::gemm_source(t.gpu));
 }
 
 }  // namespace charm::cli

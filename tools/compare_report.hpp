@@ -31,6 +31,7 @@ struct CompareRequest {
   std::vector<ir::PassKind> passes;
   int ranks = 0, domains = 1;
   std::optional<sched::Layout> layout;  // every CP group at once
+  bool attention_block = false;         // a --tp given: whole attention blocks (sim/tensor_parallel.hpp)
   std::vector<std::int32_t> gpus;       // one group placed by hand
   double reserved_gb = 0;
   bool uniform = false;
@@ -49,6 +50,7 @@ struct CompareRow {
   sim::ClosedForm f;
   sim::Bottleneck b;
   sim::MemoryVerdict m;
+  std::optional<sim::TpBlockCost> tp;  // with CompareRequest::attention_block: in s.time_s
 };
 
 /// Runs every (pass, algorithm): at least one row ok, or a UsageError with the first refusal.

@@ -80,7 +80,7 @@ sim::Evaluation run_one(const std::string& algo, const ir::Workload& w, const to
 }
 
 sim::Evaluation run_deployment(const std::string& algo, const ir::Workload& w, const topo::Topology& t, int domains,
-                               const sched::Layout& l, SymmetryUse use) {
+                               const sched::Layout& l, SymmetryUse use, bool attention_block) {
   const ir::Workload group_w = unwrap(sched::group_workload(w, l));
   const auto req = sim::normalised_request({algo, group_w, l.cp, domains});
   if (auto s = sched::check_request(req); !s) fail(s.error());
@@ -98,7 +98,7 @@ sim::Evaluation run_deployment(const std::string& algo, const ir::Workload& w, c
                fmt::format("the simulation of {} CP group{} ({} on {} ranks each: about {:.2g} ops)", copies,
                            copies == 1 ? "" : "s", algo, l.cp, e.ops * copies),
                "--cp");
-  auto r = sim::evaluate_deployment(req, l, copies, t);
+  auto r = sim::evaluate_deployment(req, l, copies, t, attention_block ? &w : nullptr);
   if (!r) throw RuntimeFailure{r.error().message()};
   return std::move(r).value();
 }
@@ -107,7 +107,7 @@ sim::Evaluation run_simulation(std::optional<ir::Plan> file_plan, const std::str
                                const ClusterFlags& cluster, const topo::Topology& t, SymmetryUse use) {
   if (!file_plan) {
     if (const auto layout = cluster.layout_for(t))
-      return run_deployment(algo, w, t, cluster.domains_for(t), *layout, use);
+      return run_deployment(algo, w, t, cluster.domains_for(t), *layout, use, cluster.tp != 0);
     return run_one(algo, w, t, cluster.domains_for(t), cluster.ranks_for(t), use, cluster.gpu_map(t));
   }
   if (file_plan->ranks > t.num_gpus())

@@ -31,9 +31,11 @@ enum class SymmetryUse { Auto, On, Off };
 /// A deployment: every CP group of layout `l` on `t` runs `algo` at once (TP splits the heads, so each
 /// group plans w with heads / TP), simulated together (by whole groups' rotation where the layout and the
 /// topology share one: the cost of those groups, not of the cluster). Errors as run_one's; heads or kv
-/// heads that TP does not divide are --tp's.
+/// heads that TP does not divide are --tp's. `attention_block` (a --tp given): the times are whole attention
+/// blocks', tensor parallelism's collectives and the projections' GEMMs included (sim::Evaluation::tp_block).
 [[nodiscard]] sim::Evaluation run_deployment(const std::string& algo, const ir::Workload& w, const topo::Topology& t,
-                                             int domains, const sched::Layout& l, SymmetryUse use = SymmetryUse::Auto);
+                                             int domains, const sched::Layout& l, SymmetryUse use = SymmetryUse::Auto,
+                                             bool attention_block = false);
 
 /// What `charm simulate` (and the Python module's simulate) runs: a plan file, placed on `t` by
 /// place_file_plan, or `algo` on `w` as the cluster flags place it: every CP group of a --cp / --tp

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iostream>
+#include <mutex>
 #include <set>
 #include <tuple>
 
@@ -20,6 +22,14 @@ namespace {
 
 /// Adds one topology per point of the sets' cross product (the first --set varies slowest): the
 /// file's JSON with those numbers replaced, then parsed, so the topology's own checks judge every value.
+/// A loader's warning on stderr, once for the whole sweep (many --set points share one).
+void warn_once(const std::string& w) {
+  static std::mutex mu;
+  static std::set<std::string> said;
+  const std::lock_guard lock(mu);
+  if (said.insert(w).second) std::cerr << "charm: warning: " << w << "\n";
+}
+
 void add_set_points(sim::SweepSpec& spec, const nlohmann::json& doc, const std::string& file, std::size_t file_index,
                     const std::vector<SetFlag>& sets) {
   std::size_t points = 1;
@@ -37,6 +47,7 @@ void add_set_points(sim::SweepSpec& spec, const nlohmann::json& doc, const std::
     }
     auto t = topo::parse_topology(edited, file);
     if (!t) fail(Error{"--set", fmt::format("{}: {}", fmt::join(assigned, ", "), t.error().message())});
+    for (const auto& w : t->warnings) warn_once(fmt::format("--set {}: {}", fmt::join(assigned, ", "), w));
     spec.topologies.push_back(std::move(t).value());
     spec.points.push_back(std::move(point));
   }
@@ -51,6 +62,7 @@ void add_topologies(sim::SweepSpec& spec, const std::vector<SweepTopology>& topo
     const auto& [name, doc] = topologies[i];
     auto t = topo::parse_topology(doc, name);
     if (!t) fail(Error{"--topology", t.error().message()});
+    for (const auto& w : t->warnings) warn_once(w);
     if (sets.empty()) {
       spec.topologies.push_back(std::move(t).value());
       continue;
@@ -252,6 +264,17 @@ void set_sweep_lists(sim::SweepSpec& spec, const SweepLists& lists) {
       lists.layouts, [](const std::string& s) { return ir::parse_layout(s); }, "--layout",
       "expected contiguous or zigzag");
   spec.causal = {lists.causal};
+  auto ints = [](const std::vector<std::int64_t>& v, const char* flag) {
+    std::vector<int> out;
+    for (const auto x : v) {
+      if (x > 1 << 20) fail(Error{flag, fmt::format("{} is more GPUs than any topology holds", x)});
+      out.push_back(int(x));
+    }
+    return out;
+  };
+  spec.tp = ints(lists.tp, "--tp");
+  spec.cp = ints(lists.cp, "--cp");
+  spec.domains = ints(lists.domains, "--domains");
   spec.algos = lists.algos.empty() ? sched::algorithm_names() : algorithm_list(lists.algos);
   if (!(lists.reserved_gb >= 0) || !std::isfinite(lists.reserved_gb) || lists.reserved_gb > 1e4)
     fail(Error{"--reserved-gb", fmt::format("must be a number of GB in [0, 10000], got {}", lists.reserved_gb)});
@@ -267,12 +290,18 @@ void set_sweep_lists(sim::SweepSpec& spec, const SweepLists& lists) {
 }
 
 void check_sweep_fits(const sim::SweepSpec& spec, const std::vector<std::string>& names) {
+  // A layout size no topology of the sweep can tile is a mistake, not a row to skip.
+  for (const auto& [axis, flag] : {std::pair{&spec.tp, "--tp"}, std::pair{&spec.cp, "--cp"}})
+    for (const int v : *axis)
+      if (std::none_of(spec.topologies.begin(), spec.topologies.end(),
+                       [&](const topo::Topology& t) { return t.num_gpus() % v == 0; }))
+        fail(Error{flag, fmt::format("{} divides the GPUs of no topology of the sweep ({} has {})", v,
+                                     spec.topologies.front().name, spec.topologies.front().num_gpus())});
   const std::size_t configs = spec.num_configs();
   if (configs > kMaxConfigs)
-    fail(Error{
-        "--seq",
-        fmt::format("the lists make {} configurations, more than {}; narrow --batch/--seq/--heads/--head-dim/--set",
-                    configs, kMaxConfigs)});
+    fail(Error{"--seq", fmt::format("the lists make {} configurations, more than {}; narrow "
+                                    "--batch/--seq/--heads/--head-dim/--tp/--cp/--domains/--set",
+                                    configs, kMaxConfigs)});
   std::set<std::tuple<std::size_t, std::string, int, int, bool>> fit;
   std::vector<std::string> algos = spec.algos;
   algos.push_back("ring");  // the baseline runs whether listed or not

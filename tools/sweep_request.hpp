@@ -53,6 +53,7 @@ struct SweepLists {
   std::string algos;  // comma-separated (empty: every algorithm)
   std::string pass = "fwd";
   double reserved_gb = 0;
+  std::vector<std::int64_t> tp, cp, domains;  // parallel axes (empty: not swept)
 };
 
 /// A spec's topologies: every one (or each one's --set points, the first set varying slowest). Each

@@ -9,6 +9,8 @@
 //                      kernel tables (kernel_table.hpp) apply to it
 //   kernel_note        how those tables carry over to this part (measured on the same die,
 //                      or taken as a fraction of peak from a sibling: an assumption)
+//   gemm_efficiency    the fraction of dense peak a large bf16 GEMM attains (the projections of an
+//                      attention block), with gemm_source: where that figure was published
 //
 // A block's time is then waves of tiles over the SMs at the attainment the kernel
 // library's table gives (sim/compute_model.hpp); a GPU this table does not know has
@@ -32,7 +34,13 @@ struct GpuArch {
   std::string_view family;
   std::string_view source;
   std::string_view kernel_note;
+  double gemm_efficiency = 0;  // 0: no published figure (kAssumedGemmEfficiency, said so)
+  std::string_view gemm_source;
 };
+
+/// A GEMM's attained fraction of peak where neither the file nor the table gives one: an assumption, named
+/// wherever it is used.
+inline constexpr double kAssumedGemmEfficiency = 0.7;
 
 /// The architecture of a model name ("NVIDIA H100 SXM"), or nothing when the table does not know it.
 [[nodiscard]] std::optional<GpuArch> gpu_arch(std::string_view model);

@@ -66,6 +66,7 @@ struct GpuSpec {
   double efficiency_bwd = 1.0;  // ... on a large backward block
   double half_tokens = 0;       // efficiency halves for a block side of this many tokens (0: shape-independent)
   double launch_us = 0;         // per-kernel launch overhead
+  double gemm_efficiency = 0;   // attained fraction of dense peak on large GEMMs (0: the architecture's, gpu_arch.hpp)
   double memory_gb = 0;         // device memory in GB (1e9 bytes), datasheet figure; 0: unknown (no fit verdict)
   /// The kernel's shape (gpu_arch.hpp): SMs and the attention kernel's tiles. sm_count 0: a block's
   /// time is its FLOPs over the attained peak (the shape-free model, with half_tokens).

@@ -229,6 +229,12 @@ Status resolve_kernel(const Node& n, const std::string& library, GpuSpec& g, con
         g.model, fmt::join(gpu_arch_names(), ", ")));
   const std::string lib = library.empty() ? std::string(default_kernel_library(st, g.family)) : library;
   auto table = kernel_table(lib, g.family);
+  if (!table && library.empty())  // a known part whose family has no published benchmark (Ada: L20, L40S)
+    return n.error(fmt::format(
+        "\"model\": \"{}\" has no published kernel table ({} on {} GPUs has none): give gpu.efficiency (attained "
+        "fraction of dense peak, {{\"fwd\", \"bwd\"}}), or a CSV of your own kernel timings (--kernel FILE; charm "
+        "bench-kernels writes one), or --assume-gpu ARCH (gpu.assume in the file) to borrow a known part's ({})",
+        g.model, lib, g.family, fmt::join(gpu_arch_names(), ", ")));
   if (!table) {
     const Node at = n.has("kernel") ? n.at("kernel") : n;
     return at.error(table.error().what + "; give gpu.kernel (a library with a table) or gpu.efficiency");
@@ -319,7 +325,9 @@ Status parse_gpu_model(const Node& n, const std::string& assume_flag, GpuSpec& g
   auto arch = gpu_arch(model);
   if (!assume.empty()) {
     const Node at = n.has("assume") ? n.at("assume") : n;
-    if (arch) return at.error(fmt::format("\"{}\" is a known part: nothing to assume", model));
+    // A known part borrows only where its own family has no published table (Ada, Blackwell).
+    if (arch && kernel_table("fa2", arch->family))
+      return at.error(fmt::format("\"{}\" is a known part with published kernel tables: nothing to assume", model));
     arch = gpu_arch(assume);
     if (!arch) {
       const std::string why =
@@ -345,7 +353,7 @@ Status parse_gpu(const Node& n, const GpuOverrides& over, Topology& t) {
   ModelSources& src = t.sources;
   if (!n.j.is_object()) return n.error("must be an object");
   if (auto s = check_fields(n, {"model", "assume", "tflops", "hbm_gbps", "efficiency", "kernel_scale", "half_tokens",
-                                "launch_us", "memory_gb", "sm_count", "kernel"});
+                                "launch_us", "memory_gb", "sm_count", "kernel", "gemm_efficiency"});
       !s)
     return s;
   if (auto s = parse_gpu_model(n, over.assume_gpu, g, src); !s) return s;
@@ -377,6 +385,12 @@ Status parse_gpu(const Node& n, const GpuOverrides& over, Topology& t) {
     if (auto s = parse_pass_pair(n, "efficiency", true, 1, g.efficiency_fwd, g.efficiency_bwd); !s) return s;
     for (const double x : {g.efficiency_fwd, g.efficiency_bwd})
       if (const auto why = implausible(Quantity::Efficiency, x, "efficiency"); !why.empty()) return e.error(why);
+  }
+  if (n.has("gemm_efficiency")) {
+    TRY_ASSIGN(ge, get_number(n, "gemm_efficiency", true, 0, false, false));
+    if (const auto why = implausible(Quantity::Efficiency, ge, "gemm_efficiency"); !why.empty())
+      return n.at("gemm_efficiency").error(why);
+    g.gemm_efficiency = ge;
   }
   TRY_ASSIGN(half, get_quantity(n, "half_tokens", false, 0, Quantity::HalfTokens));
   g.half_tokens = half;
@@ -629,6 +643,28 @@ void apply_link_limits(const Node& intra_node, Topology& t, Link& intra) {
   if (nccl->per_flow_assumed) t.sources.assumed.push_back("NVLink 3 per-peer rate at NVLink 4's per-peer share");
 }
 
+/// A link rate no link of its kind carries a direction, with the unit slip it likely is; empty when plausible.
+/// Per direction: a NIC at most 100 GB/s (800 Gb/s); PCIe 6.0 x16 121 GB/s (5.0: 63, Hopper's and Blackwell's
+/// host interface); NVLink 3 (Ampere) 300 GB/s a GPU, NVLink 4 (Hopper) 450, NVLink 5 (Blackwell) 900 (NVIDIA's
+/// datasheets give both directions together: 600, 900, 1800).
+std::string unit_slip(LinkKind kind, double gbps, std::string_view family) {
+  if (kind == LinkKind::Nic && gbps > 100)
+    return fmt::format("{:g} GB/s a direction is more than any NIC carries (800 Gb/s is 100 GB/s): a NIC's line rate "
+                       "in Gb/s is 1/8 of it in GB/s, and NCCL attains about 0.94 of that (400 Gb/s: 46-48 GB/s)",
+                       gbps);
+  if (kind == LinkKind::Pcie && gbps > 121)
+    return fmt::format("{:g} GB/s a direction is more than PCIe 6.0 x16 carries (121 GB/s; 5.0 x16: 63): a rate in "
+                       "Gb/s, or both directions added, is the likely slip",
+                       gbps);
+  if (kind != LinkKind::NvLink) return {};
+  const double most = family == "ampere" ? 300 : family == "hopper" ? 450 : 900;
+  const char* gen = family == "ampere" ? "NVLink 3" : family == "hopper" ? "NVLink 4" : "NVLink 5";
+  if (gbps <= most) return {};
+  return fmt::format("{:g} GB/s a direction is more than {} carries per GPU ({:g} GB/s; its datasheet's {:g} is both "
+                     "directions added): the datasheet's figure, or a rate in Gb/s, is the likely slip",
+                     gbps, gen, most, 2 * most);
+}
+
 /// A generated cluster's shape and link parameters, read from its file.
 struct Generator {
   long nodes = 1, per_node = 1, numa = 1;
@@ -671,6 +707,9 @@ Status read_generator_links(const Node& root, Topology& t, Generator& g) {
   // bridge and the NIC, so the choice only names the links.
   if (g.intra.kind == LinkKind::Unspecified)
     g.intra.kind = g.intra.sharing == Sharing::Dedicated ? LinkKind::NvLink : LinkKind::Pcie;
+  if (const auto why = unit_slip(g.intra.kind, g.intra.bandwidth_gbps, t.gpu.family);
+      !why.empty() && root.at("intra").has("bandwidth_gbps"))
+    t.warnings.push_back(root.at("intra").at("bandwidth_gbps").error(why).message());
   apply_link_limits(root.at("intra"), t, g.intra);
   g.numa_link.kind = LinkKind::Host;
   g.inter.kind = LinkKind::Nic;  // one link stands for the NIC and its port on the non-blocking fabric
@@ -694,15 +733,8 @@ Status read_generator_links(const Node& root, Topology& t, Generator& g) {
   g.nic_pcie.sharing = Sharing::Dedicated;
   if (g.nodes > 1) {
     if (auto s = read_inter(root, g); !s) return s;
-    // No NIC carries more than 100 GB/s a direction (800 Gb/s): a larger figure is a line rate in Gb/s.
-    if (g.inter.bandwidth_gbps > 100)
-      t.warnings.push_back(root.at("inter")
-                               .at("bandwidth_gbps")
-                               .error(fmt::format("{:g} GB/s a direction is more than any NIC carries (800 Gb/s is "
-                                                  "100 GB/s): a NIC's line rate in Gb/s is 1/8 of it in GB/s, "
-                                                  "and NCCL attains about 0.94 of that (400 Gb/s: 46-48 GB/s)",
-                                                  g.inter.bandwidth_gbps))
-                               .message());
+    if (const auto why = unit_slip(LinkKind::Nic, g.inter.bandwidth_gbps, t.gpu.family); !why.empty())
+      t.warnings.push_back(root.at("inter").at("bandwidth_gbps").error(why).message());
   }
   return {};
 }

@@ -187,7 +187,10 @@ void add_head_splits(std::vector<Algorithm>& t) {
                 .backward = ulysses_bwd,
                 .packs_bundle = true,
                 .symmetry = heads_by_rank,
-                .counterparts = {{.megatron = "a2a", .te = "a2a", .note = "ring-flash-attention has no all-to-all"}}});
+                .counterparts = {{.megatron = "a2a",
+                                  .te = "a2a",
+                                  .note = "ring-flash-attention has no all-to-all",
+                                  .other_call = "DeepSpeed-Ulysses deepspeed.sequence.layer.DistributedAttention"}}});
   t.push_back(A{.name = "usp",
                 .uses_domains = true,
                 .heads = A::HeadSplit::PerDomain,
@@ -201,7 +204,8 @@ void add_head_splits(std::vector<Algorithm>& t) {
                 .counterparts = {{.megatron = "a2a+p2p",
                                   .te = "a2a+p2p",
                                   .megatron_shards = Layout::Zigzag,
-                                  .note = "ring-flash-attention has no all-to-all"}}});
+                                  .note = "ring-flash-attention has no all-to-all",
+                                  .other_call = "yunchang LongContextAttention (USP's own implementation)"}}});
 }
 
 std::vector<Algorithm> make_table() {

@@ -28,6 +28,7 @@ struct Counterpart {
   std::string_view ring_flash_attn{};           // ring-flash-attention function; empty: none
   std::optional<ir::Layout> rfa_shards{};       // the shards it takes; unset: any
   std::string_view note{};                      // why there is none, or what differs
+  std::string_view other_call{};                // another library's call that runs it ("DeepSpeed-Ulysses: ...")
 };
 
 struct Algorithm {

@@ -120,7 +120,7 @@ def test_advise():
     assert [c["total_ms"] for c in cands] == sorted(c["total_ms"] for c in cands)
     fw = adv["best"]["frameworks"]
     assert fw["line"] == charm.frameworks(algo=cands[0]["algo"], layout=cands[0]["layout"], ranks=16,
-                                          domains=cands[0]["domains"])["line"]
+                                          domains=cands[0]["domains"], tp=1)["line"]
     code, stdout, stderr = cli("advise", "-t", H100, "--seq", 26880, "--batch", 16, "--heads", 12, "--head-dim", 192,
                                "--jobs", 2, "--json")
     assert code == 0, stderr
