@@ -44,6 +44,19 @@ if [[ $stage == asan || $stage == all ]]; then
   # and the 2,000-configuration sweep (31 s; the smaller sweeps cover the same code). CHARM_ASAN_FILTER
   # overrides.
   timing=CliRun.OneComputeLongerThanTheTimeoutIsNoStall:Sweep.TwoThousandConfigurationsOneRowPerConfigAlgoPass
+  # Nine more that stage 1 runs stay out here too, each over 19 s under ASan (358 s of CPU in all, measured
+  # 2026-12-05): bit-for-bit equality of figures over many configurations (the sweep's shared simulations,
+  # every quotient figure on every preset, sweep outputs against the job count, the comm list against
+  # Algorithm 1, 1,200 metamorphic pairs), a calibration's full report, the event queue's keyed-event property
+  # over a million pushes, a linearithmic-time check (a timing test), and the extreme-range CLI grid. Their
+  # code runs under ASan in the smaller cases of the same suites (SweepEngine.PlansReused..., Symmetry.*,
+  # Sweep.RowsDoNotDependOnJobs, Calibrate.*, EventQueue.MatchesASortedReference..., SimCli.*).
+  heavy=SweepEngine.ConfigurationsThatAreOneSimulationShareItsFiguresBitForBit:SimQuotient.EveryFigureOfTheFullPlanOnEveryPreset
+  heavy+=:CalibrateCli.JsonReportAndALoadableTopology:Determinism.SweepOutputsAreTheSameWithAnyJobs
+  heavy+=:EventQueue.KeyedEventsLeaveAsAFreshPushWouldWithTheOldOneSkipped:JsonText.ManyKeysAreCheckedInLinearithmicTime
+  heavy+=:CliCommlist.MatchesAlgorithm1:SimCli.NoInfOrNanAtTheEdgesOfThePlausibleRanges
+  heavy+=:Metamorphic.RaisingOneHardwareFigureNeverMakesARunSlower
+  timing+=:$heavy
   GTEST_FILTER=${CHARM_ASAN_FILTER:--*_n8_d1_*:*_n8_d2_*:*_n12_*:*_n16_*:*_n24_*:*_n32_*:*_n64_*:$timing} \
     ctest --test-dir build-asan --output-on-failure -j"$jobs" --timeout 900 -LE mpi -E runtime_grid_test
   ctest --test-dir build-asan --output-on-failure -j"$jobs" --timeout 900 -R runtime_grid_test

@@ -6,7 +6,7 @@ pkgs=(build-essential cmake ninja-build git pkg-config
       libboost-graph-dev nlohmann-json3-dev libfmt-dev libcli11-dev
       libgtest-dev libgmock-dev libbenchmark-dev libnlopt-cxx-dev
       openmpi-bin libopenmpi-dev gnuplot-nox clang clang-format libclang-rt-14-dev
-      pybind11-dev python3-dev python3-pytest universal-ctags libprotobuf-dev protobuf-compiler)
+      pybind11-dev python3-dev python3-pytest python3-venv universal-ctags libprotobuf-dev protobuf-compiler)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
