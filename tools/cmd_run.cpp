@@ -240,7 +240,7 @@ int report(const ir::Plan& plan, const RunOpts& o, const rt::GlobalTensors& in, 
     std::cout << fmt::format(
         "# charm run: {} backend={} ranks={} domains={} {} B={} S={} H={} Hkv={} D={}{} {} pass={} seed={}\n",
         plan.algo, o.backend, plan.ranks, plan.domains, ir::to_string(w.dtype), w.batch, w.seq, w.heads, w.kv_heads,
-        w.head_dim, w.causal ? " causal" : "", ir::to_string(w.layout), ir::to_string(w.pass), o.seed);
+        w.head_dim, w.causal ? " " + w.mask_text() : "", ir::to_string(w.layout), ir::to_string(w.pass), o.seed);
     if (rep) std::cout << check_table(*rep);
     if (res.timeline.end_s.size() == plan.size() && extra_text.empty())
       std::cout << trace::summary_text(trace::summarize(plan, res.timeline));
