@@ -57,7 +57,8 @@ RingStep ring_step(const sched::Layout& l, const topo::Topology& t) {
     double narrowest = FairShareNetwork::kInf;
     for (const auto ch : t.route(slowest->src, slowest->dst)) {
       const topo::Link& link = t.channel_link(ch);
-      const double bw = link.injection_gbps > 0 ? std::min(link.injection_gbps, link.bandwidth_gbps) : link.bandwidth_gbps;
+      const double bw =
+          link.injection_gbps > 0 ? std::min(link.injection_gbps, link.bandwidth_gbps) : link.bandwidth_gbps;
       if (bw < narrowest) {
         narrowest = bw;
         step.link = std::string(to_string(link.kind));
@@ -113,7 +114,8 @@ std::string TpBlockCost::line() const {
                            reduce_scatters == 1 ? "" : "s", scatter_s * 1e3)
              : std::string("TP 1: no collectives");
   s += fmt::format(", QKV + output projection GEMMs {:.3f} ms", gemm_s * 1e3);
-  if (hidden_comm_s > 0) s += fmt::format(" ({:.3f} ms of collectives under the backward's GEMMs)", hidden_comm_s * 1e3);
+  if (hidden_comm_s > 0)
+    s += fmt::format(" ({:.3f} ms of collectives under the backward's GEMMs)", hidden_comm_s * 1e3);
   return s;
 }
 

@@ -33,14 +33,14 @@ namespace charm::sim {
 
 struct TpBlockCost {
   int tp = 1;
-  double gather_s = 0;      // the all-gathers on the block's path
-  double scatter_s = 0;     // the reduce-scatters on it
-  double gemm_s = 0;        // the projections' GEMMs on it
-  double hidden_comm_s = 0; // collective time under a GEMM (backward's asynchronous pair): not on the path
+  double gather_s = 0;       // the all-gathers on the block's path
+  double scatter_s = 0;      // the reduce-scatters on it
+  double gemm_s = 0;         // the projections' GEMMs on it
+  double hidden_comm_s = 0;  // collective time under a GEMM (backward's asynchronous pair): not on the path
   int all_gathers = 0, reduce_scatters = 0;
-  double ring_gbps = 0;   // the slowest ring flow's rate, all TP groups at once (0 with TP 1)
-  std::string ring_link;  // the kind of link that flow is slowest on ("nvlink", "pcie", ...)
-  double shard_bytes = 0; // what one ring step moves per GPU
+  double ring_gbps = 0;    // the slowest ring flow's rate, all TP groups at once (0 with TP 1)
+  std::string ring_link;   // the kind of link that flow is slowest on ("nvlink", "pcie", ...)
+  double shard_bytes = 0;  // what one ring step moves per GPU
 
   [[nodiscard]] double total_s() const { return gather_s + scatter_s + gemm_s; }
   /// "TP 8 over pcie at 10.1 GB/s a GPU: 2 all-gathers 1.23 ms, 1 reduce-scatter 0.61 ms, QKV + output GEMMs 3.2 ms"

@@ -52,7 +52,7 @@ TEST(TpBlock, RingFormulaAndProjectionFlopsOnADedicatedNode) {
   const double tokens = 2.0 * 32768 / 2, hidden = 32 * 128.0, elem = 2;
   const double shard = tokens / 4 * hidden * elem;
   EXPECT_DOUBLE_EQ(c.shard_bytes, shard);
-  EXPECT_NEAR(c.ring_gbps, 100, 1e-9);  // every ring flow on its own dedicated link
+  EXPECT_NEAR(c.ring_gbps, 100, 1e-9);                              // every ring flow on its own dedicated link
   const double collective = 3 * (shard / 100e9 + 2 * 2e-6 + 5e-6);  // 3 steps: wire, two hops' latency, message
   EXPECT_NEAR(c.gather_s, collective, 1e-12);
   EXPECT_NEAR(c.scatter_s, collective, 1e-12);
