@@ -6,6 +6,7 @@
 #include <ostream>
 #include <thread>
 
+#include "scheduler/planners/algorithms.hpp"
 #include "sim/frameworks.hpp"
 #include "sim/run_json.hpp"
 #include "tools/cli_common.hpp"
@@ -185,6 +186,15 @@ void print_best(std::ostream& os, const AdviseRequest& r, const sim::Advice& adv
   if (const auto caveat = all_to_all_caveat(b.algo, all_to_all_peers(adv, b)); !caveat.empty())
     os << fmt::format("#   caution: {}\n", caveat);
   os << fmt::format("#   {}\n", settings(r, adv, b).line());
+  // Ulysses gathers every token of its heads: how the documents were laid out does not reach its kernel.
+  const auto* row = sched::find_algorithm(b.algo);
+  if (!r.workload.documents.empty() && row != nullptr && row->heads != sched::Algorithm::HeadSplit::AllRanks)
+    os << fmt::format("#   packed documents: {}\n",
+                      b.layout == ir::Layout::Zigzag
+                          ? "each one zigzag on its own, TransformerEngine's THD format (qkv_format=\"thd\", "
+                            "cu_seqlens padded to multiples of 2 x CP)"
+                          : "the whole sequence split in order; no framework lays packed documents out so under CP "
+                            "(TransformerEngine's THD format zigzags each one)");
   const std::string each = r.layers > 1 ? " (each layer)" : "";
   if (b.fwd) os << fmt::format("#   fwd critical path{}: {}\n", each, b.fwd->critical_path);
   if (b.bwd) os << fmt::format("#   bwd critical path{}: {}\n", each, b.bwd->critical_path);

@@ -129,6 +129,7 @@ Status Workload::check(int ranks) const {
     if (!documents.empty() && sum != seq)
       return Error{"--mask", fmt::format("the document lengths sum to {}{}, not the sequence length {}", sum,
                                          sum > seq ? " or more" : "", seq)};
+    if (auto s = check_zigzag_documents(ranks); !s) return s;
     if (window < 0 || window > seq)
       return Error{"--mask", fmt::format("a sliding window is 1 to {} tokens (the sequence), got {}", seq, window)};
   }
@@ -139,10 +140,37 @@ Status Workload::check(int ranks) const {
   return {};
 }
 
+Status Workload::check_zigzag_documents(int ranks) const {
+  if (layout != Layout::Zigzag || documents.empty()) return {};
+  const std::int64_t unit = 2 * std::int64_t(ranks);
+  for (std::size_t i = 0; i < documents.size(); ++i)
+    if (documents[i] % unit != 0)
+      return Error{"--mask",
+                   fmt::format("document {} has {} tokens: the zigzag layout splits every document into 2 x {} = {} "
+                               "chunks, as TransformerEngine's THD layout does, which pads each one to a multiple of "
+                               "{} (cu_seqlens_padded): give {} tokens (padding included), or --layout contiguous",
+                               i, documents[i], ranks, unit, unit, (documents[i] + unit - 1) / unit * unit)};
+  return {};
+}
+
 std::vector<Workload::Range> Workload::shard_ranges(int rank, int ranks) const {
   if (layout == Layout::Contiguous) return {{rank * (seq / ranks), seq / ranks}};
-  const std::int64_t c = seq / (2 * ranks);
-  return {{rank * c, c}, {(2 * ranks - 1 - rank) * c, c}};
+  if (documents.empty()) {
+    const std::int64_t c = seq / (2 * ranks);
+    return {{rank * c, c}, {(2 * ranks - 1 - rank) * c, c}};
+  }
+  // Packed documents: each one zigzag on its own (TransformerEngine's THD layout), its chunks r and
+  // 2N-1-r to rank r, in sequence order; every document is a multiple of 2N tokens (check).
+  std::vector<Range> out;
+  out.reserve(2 * documents.size());
+  std::int64_t start = 0;
+  for (const std::int64_t len : documents) {
+    const std::int64_t c = len / (2 * ranks);
+    out.push_back({start + rank * c, c});
+    out.push_back({start + (2 * ranks - 1 - rank) * c, c});
+    start += len;
+  }
+  return out;
 }
 
 namespace {

@@ -86,10 +86,14 @@ struct Workload {
 
   /// Checks the workload on its own and against a rank count; names the offending field.
   [[nodiscard]] Status check(int ranks) const;
+  /// With packed documents on the zigzag layout (each document zigzag on its own, TransformerEngine's THD
+  /// layout): every document a multiple of 2 x ranks tokens, or the error naming the padded length.
+  [[nodiscard]] Status check_zigzag_documents(int ranks) const;
 
   [[nodiscard]] std::int64_t chunks(int ranks) const { return layout == Layout::Zigzag ? 2 * ranks : ranks; }
   [[nodiscard]] std::int64_t shard_tokens(int ranks) const { return seq / ranks; }
-  /// Global positions of rank r's tokens, as (first, count) chunk ranges in local order.
+  /// Global positions of rank r's tokens, as (first, count) chunk ranges in local order. Zigzag: chunks r and
+  /// 2N-1-r of the sequence, or, with packed documents, of each document in turn (TransformerEngine's THD layout).
   struct Range {
     std::int64_t begin;
     std::int64_t count;
