@@ -207,3 +207,17 @@ def test_a_group_placed_by_hand():
     assert py["placement"]["text"].startswith("ranks 0-7 on GPUs 0,2,4,6,8,10,...,14 of 16")
     with pytest.raises(ValueError, match="^--gpus: GPU 2 is named twice$"):
         charm.simulate(topology=H100, algo="ring", gpus="0,2,2,6")
+
+
+def test_model_config_tp_blocks_and_layout_axes():
+    model = os.path.join(ROOT, "tests", "data", "llama70b-config.json")
+    box = os.path.join(ROOT, "tests", "data", "l40s-8.json")
+    adv = charm.advise(topology=box, model=model, seq="16k", causal=True, tp_search=[1, 8], jobs=2, runnable=True)
+    assert adv["layers"] == 80 and adv["workload"]["heads"] == 64 and adv["workload"]["kv_heads"] == 8
+    assert "all-gathers and reduce-scatters" in adv["scope"]
+    tp8 = [c for c in adv["candidates"] if c.get("deployment", {}).get("tp") == 8]
+    assert tp8 and tp8[0]["tensor_parallel"]["fwd"]["all_gather_ms"] > 0
+    assert all(c["runnable"] for c in adv["candidates"])
+    rows = charm.sweep(topology=H100, seq="16k", tp=[1, 2], algos="ring")
+    assert sorted({(r["tp"], r["cp"]) for r in rows}) == [(1, 16), (2, 8)]
+    assert all(r["batch"] == 1 and r["heads"] == 8 and r["head_dim"] == 128 for r in rows)  # simulate's defaults
