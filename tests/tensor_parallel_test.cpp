@@ -7,6 +7,7 @@
 //  - sweep takes simulate's defaults and sweeps --tp and --cp; implausible link rates warn with the slip.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -193,6 +194,12 @@ TEST(SweepCli, TakesSimulatesDefaultsAndSweepsTpAndCp) {
   const std::string text = test::read_text(csv);
   EXPECT_EQ(text.rfind("topology,ranks,domains,tp,cp,batch,", 0), 0u) << text;
   for (const char* tp : {",1,16,", ",2,8,", ",4,4,"}) EXPECT_NE(text.find(tp), std::string::npos) << tp << "\n" << text;
+  // No output named: the CSV on stdout (the command as a user types it).
+  auto plain = test::run_cmd("{ " + std::string(CHARM_BIN) + " sweep -t " + std::string(CHARM_SOURCE_DIR) +
+                             "/topologies/h100-4x8.json --seq 64k,128k --tp 1,2,4 --algos ring,charm 2>/dev/null; }");
+  ASSERT_EQ(plain.code, 0) << plain.out;
+  EXPECT_EQ(plain.out.rfind("topology,ranks,domains,tp,cp,batch,", 0), 0u) << plain.out;
+  EXPECT_EQ(std::count(plain.out.begin(), plain.out.end(), '\n'), 1 + 2 * 3 * 2) << plain.out;
   auto cp = run_charm("sweep -t " + t + " --seq 16k --cp 8 -d 2 --algos charm --json");
   ASSERT_EQ(cp.code, 0) << cp.out;
   const json rows = json::parse(cp.out.substr(cp.out.find('{')))["rows"];

@@ -187,9 +187,10 @@ void check_outputs(const SweepOpts& o) {
     fail(Error{"--plot-script", fmt::format("{}: is the gnuplot script of the --plot figure; give --plot FILE.png "
                                             "(or .svg) with it",
                                             o.plot_script)});
-  if (o.out.empty() && o.json.empty() && !o.json_stdout)
-    fail(Error{"--out", "give --out FILE (CSV), --json-out FILE, or --json (JSON on stdout)"});
 }
+
+/// No output named: the CSV goes to stdout, as --json sends the JSON there.
+bool csv_to_stdout(const SweepOpts& o) { return o.out.empty() && o.json.empty() && !o.json_stdout; }
 
 SweepJob sweep_job(const SweepOpts& o, bool jobs_given) {
   SweepJob job;
@@ -291,9 +292,10 @@ void report(const SweepJob& job, const SweepOpts& o, const sim::SweepResult& res
       res.rows.size(), res.skipped, configs, res.wall_s, rate, res.simulations,
       res.shared > 0 ? fmt::format(", {} figures from an equal one", res.shared).c_str() : "");
   say_skipped(res);
-  // With --json, stdout is the JSON document alone; the "wrote" lines go to stderr.
-  FILE* said = o.json_stdout ? stderr : stdout;
+  // With --json (or no output named: the CSV), stdout is the document alone; the "wrote" lines go to stderr.
+  FILE* said = o.json_stdout || csv_to_stdout(o) ? stderr : stdout;
   if (o.json_stdout) std::fprintf(stdout, "%s\n", sim::sweep_json(spec, res).dump(1).c_str());
+  if (csv_to_stdout(o)) std::fputs(sim::sweep_csv(spec, res).c_str(), stdout);
   if (!o.out.empty()) std::fprintf(said, "wrote %s (%zu rows)\n", o.out.c_str(), res.rows.size());
   if (!o.json.empty()) std::fprintf(said, "wrote %s\n", o.json.c_str());
   if (!o.plot.empty() && plot(spec, res, o.plot, o.plot_script, o.timeout_s))
@@ -447,7 +449,9 @@ void register_sweep(CLI::App& app) {
       ->allow_extra_args(false);
   sub->add_option("--algos", o->algos, "algorithms, comma-separated (default: all)");
   sub->add_option("--pass", o->pass, "fwd | bwd | both (both: one row per pass)")->capture_default_str();
-  sub->add_option("--out,-o", o->out, "CSV file, one row per configuration, algorithm and pass");
+  sub->add_option("--out,-o", o->out,
+                  "CSV file, one row per configuration, algorithm and pass (no --out, --json-out or --json: the CSV "
+                  "on stdout)");
   sub->add_option("--json-out", o->json, "write the rows as JSON to this file");
   sub->add_flag("--json", o->json_stdout, "JSON output: the rows on stdout, as --json-out writes them");
   sub->add_option(
