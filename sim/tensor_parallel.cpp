@@ -32,22 +32,22 @@ RingStep ring_step(const sched::Layout& l, const topo::Topology& t) {
   for (int i = 0; i < t.num_channels(); ++i) chans[std::size_t(i)] = collective_channel(t.channel_link(i));
   FairShareNetwork net(std::move(chans));
   struct Flow {
-    int id, src, dst;
+    int id;
+    topo::Route route;
   };
   std::vector<Flow> flows;
   for (int d = 0; d < l.dp; ++d)
     for (int c = 0; c < l.cp; ++c)
       for (int k = 0; k < l.tp; ++k) {
         const int src = sched::layout_gpu(l, d * l.tp + k, c), dst = sched::layout_gpu(l, d * l.tp + (k + 1) % l.tp, c);
-        flows.push_back({net.add_flow(t.route(src, dst), 1.0, 0.0), src, dst});
+        const topo::Route route = t.route(src, dst);
+        flows.push_back({net.add_flow(route, 1.0, 0.0), route});
       }
   net.resolve(0.0, [](int) {});
   RingStep step{FairShareNetwork::kInf, 0, {}};
   const Flow* slowest = nullptr;
   for (const auto& f : flows) {
-    double lat = 0;
-    for (const auto ch : t.route(f.src, f.dst)) lat += t.channel_link(ch).latency_us * 1e-6;
-    step.latency_s = std::max(step.latency_s, lat);
+    step.latency_s = std::max(step.latency_s, t.latency_us(f.route) * 1e-6);
     if (net.rate(f.id) < step.rate_bytes_per_s) {
       step.rate_bytes_per_s = net.rate(f.id);
       slowest = &f;
@@ -55,7 +55,7 @@ RingStep ring_step(const sched::Layout& l, const topo::Topology& t) {
   }
   if (slowest) {
     double narrowest = FairShareNetwork::kInf;
-    for (const auto ch : t.route(slowest->src, slowest->dst)) {
+    for (const auto ch : slowest->route) {
       const topo::Link& link = t.channel_link(ch);
       const double bw =
           link.injection_gbps > 0 ? std::min(link.injection_gbps, link.bandwidth_gbps) : link.bandwidth_gbps;
@@ -103,6 +103,10 @@ std::string gemm_source(const topo::GpuSpec& g) {
   if (arch && arch->gemm_efficiency > 0) return std::string(arch->gemm_source);
   return fmt::format("assumed: {:g} of peak, no published GEMM figure for {} (give gpu.gemm_efficiency)",
                      topo::kAssumedGemmEfficiency, g.model);
+}
+
+std::string gemm_line(const topo::GpuSpec& g) {
+  return fmt::format("GEMMs at {:.3g} of dense peak: {}", gemm_efficiency(g), gemm_source(g));
 }
 
 std::string TpBlockCost::line() const {

@@ -58,5 +58,7 @@ struct TpBlockCost {
 [[nodiscard]] double gemm_efficiency(const topo::GpuSpec& g);
 /// Where gemm_efficiency's figure comes from ("the file's", a publication, or "assumed: ...").
 [[nodiscard]] std::string gemm_source(const topo::GpuSpec& g);
+/// "GEMMs at 0.803 of dense peak: <source>": the reports' line when their times hold the projections.
+[[nodiscard]] std::string gemm_line(const topo::GpuSpec& g);
 
 }  // namespace charm::sim

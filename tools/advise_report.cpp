@@ -302,8 +302,7 @@ void print_advice(std::ostream& os, const AdviseRequest& r, const sim::Advice& a
                     adv.not_runnable > 0
                         ? fmt::format("; {} without a framework counterpart left out (--runnable)", adv.not_runnable)
                         : "");
-  if (!r.options.tp.empty())
-    os << fmt::format("# GEMMs at {:.3g} of dense peak: {}\n", sim::gemm_efficiency(t.gpu), sim::gemm_source(t.gpu));
+  if (!r.options.tp.empty()) os << fmt::format("# {}\n", sim::gemm_line(t.gpu));
   print_table(os, r, adv, top);
   print_best(os, r, adv);
   for (const auto& x : adv.refused) os << fmt::format("# refused: {}: {}\n", x.label, x.reason);

@@ -100,9 +100,7 @@ void print_simulation_head(std::ostream& os, const Run& r, const topo::Topology&
                     to_string(w.dtype), to_string(w.layout), w.causal ? " " + w.mask_text() : "");
   os << fmt::format("# scope: {}\n", sim::scope_text(w.pass, 1, r.tp_block ? r.tp_block->tp : 0));
   os << fmt::format("# model: {}\n", sim::model_text(topo, w));
-  if (r.tp_block)
-    os << fmt::format("# GEMMs at {:.3g} of dense peak: {}\n", sim::gemm_efficiency(topo.gpu),
-                      sim::gemm_source(topo.gpu));
+  if (r.tp_block) os << fmt::format("# {}\n", sim::gemm_line(topo.gpu));
   if (asked_kv_heads > 0 && w.kv_heads > asked_kv_heads)
     os << fmt::format("# kv heads: {} repeated to {} ({}x each), one per rank of {}'s all-to-all, as DeepSpeed-Ulysses "
                       "and Megatron-LM do; the copies are in the traffic and the memory\n",

@@ -217,7 +217,7 @@ void print_compare(std::ostream& os, const CompareRequest& r, const std::vector<
         std::find_if(rows.begin(), rows.end(), [&](const CompareRow& y) { return y.tp && y.pass == to_string(p); });
     if (x != rows.end()) os << fmt::format("# tensor parallel ({}): {}\n", x->pass, x->tp->line());
   }
-  os << fmt::format("# GEMMs at {:.3g} of dense peak: {}\n", sim::gemm_efficiency(t.gpu), sim::gemm_source(t.gpu));
+  os << fmt::format("# {}\n", sim::gemm_line(t.gpu));
 }
 
 }  // namespace charm::cli
