@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <iostream>
 #include <limits>
 #include <optional>
 #include <string>
@@ -602,6 +603,7 @@ sim::SweepSpec sweep_spec(const py::object& topology, const py::object& batch, c
   const std::vector<cli::SetFlag> sets = set_arg(set);
   const std::vector<cli::SweepTopology> docs = sweep_topology_args(topology);
   sim::SweepSpec spec = cli::sweep_topologies(docs, sets);
+  for (const auto& w : spec.warnings) std::cerr << "charm: warning: " << w << "\n";
   cli::SweepLists lists;
   // None: charm simulate's defaults (batch 1, seq 4k, 8 heads of 128).
   lists.batch = given(batch) ? size_list(batch, "--batch") : std::vector<std::int64_t>{1};

@@ -53,6 +53,9 @@ struct SweepSpec {
   };
   std::vector<std::string> set_fields;
   std::vector<Point> points;  // one per topology when set_fields is not empty
+  /// What the topology loader said of the files and --set points (a unit slip, a block read past), each once,
+  /// "--set FIELD=V: " before a point's: the front end prints them.
+  std::vector<std::string> warnings;
 
   /// The topology file topology t came from (t itself without set_fields).
   [[nodiscard]] std::size_t file_of(std::size_t t) const { return points.empty() ? t : points[t].file; }

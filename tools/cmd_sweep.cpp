@@ -204,6 +204,7 @@ SweepJob sweep_job(const SweepOpts& o, bool jobs_given) {
   }
   job.topology_digest = digest_of(docs);
   job.spec = sweep_topologies(docs, sets);
+  for (const auto& w : job.spec.warnings) std::fprintf(stderr, "charm: warning: %s\n", w.c_str());
   SweepLists lists;
   lists.batch = unwrap(parse_list(o.batch, "--batch"));
   lists.seq = unwrap(parse_list(o.seq, "--seq"));

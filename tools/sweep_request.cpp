@@ -5,8 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <iostream>
-#include <mutex>
 #include <set>
 #include <tuple>
 
@@ -22,12 +20,9 @@ namespace {
 
 /// Adds one topology per point of the sets' cross product (the first --set varies slowest): the
 /// file's JSON with those numbers replaced, then parsed, so the topology's own checks judge every value.
-/// A loader's warning on stderr, once for the whole sweep (many --set points share one).
-void warn_once(const std::string& w) {
-  static std::mutex mu;
-  static std::set<std::string> said;
-  const std::lock_guard lock(mu);
-  if (said.insert(w).second) std::cerr << "charm: warning: " << w << "\n";
+/// A loader's warning, kept once for the whole sweep (many --set points share one).
+void add_warning(sim::SweepSpec& spec, std::string w) {
+  if (std::find(spec.warnings.begin(), spec.warnings.end(), w) == spec.warnings.end()) spec.warnings.push_back(w);
 }
 
 void add_set_points(sim::SweepSpec& spec, const nlohmann::json& doc, const std::string& file, std::size_t file_index,
@@ -47,7 +42,7 @@ void add_set_points(sim::SweepSpec& spec, const nlohmann::json& doc, const std::
     }
     auto t = topo::parse_topology(edited, file);
     if (!t) fail(Error{"--set", fmt::format("{}: {}", fmt::join(assigned, ", "), t.error().message())});
-    for (const auto& w : t->warnings) warn_once(fmt::format("--set {}: {}", fmt::join(assigned, ", "), w));
+    for (const auto& w : t->warnings) add_warning(spec, fmt::format("--set {}: {}", fmt::join(assigned, ", "), w));
     spec.topologies.push_back(std::move(t).value());
     spec.points.push_back(std::move(point));
   }
@@ -62,7 +57,7 @@ void add_topologies(sim::SweepSpec& spec, const std::vector<SweepTopology>& topo
     const auto& [name, doc] = topologies[i];
     auto t = topo::parse_topology(doc, name);
     if (!t) fail(Error{"--topology", t.error().message()});
-    for (const auto& w : t->warnings) warn_once(w);
+    for (const auto& w : t->warnings) add_warning(spec, w);
     if (sets.empty()) {
       spec.topologies.push_back(std::move(t).value());
       continue;

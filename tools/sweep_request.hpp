@@ -57,7 +57,7 @@ struct SweepLists {
 };
 
 /// A spec's topologies: every one (or each one's --set points, the first set varying slowest). Each
-/// topology must be valid as given, and each point as edited.
+/// topology must be valid as given, and each point as edited; what the loader warns of is in spec.warnings.
 [[nodiscard]] sim::SweepSpec sweep_topologies(const std::vector<SweepTopology>& topologies,
                                               const std::vector<SetFlag>& sets);
 /// The rest of the spec: the workload lists, the algorithms and the passes.
