@@ -1,7 +1,6 @@
 #include "calibrate/calibration.hpp"
 
 #include <fmt/format.h>
-#include <nlopt.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -14,9 +13,13 @@
 #include <thread>
 #include <tuple>
 
+#include <nlopt.hpp>
+
+#include "calibrate/normal_equations.hpp"
+#include "scheduler/ir/plan_index.hpp"
 #include "scheduler/ir/plan_io.hpp"
 #include "scheduler/planners/planners.hpp"
-#include "scheduler/support/first_exception.hpp"
+#include "scheduler/support/parallel_for.hpp"
 #include "sim/compute_model.hpp"
 #include "sim/evaluate.hpp"
 #include "topologies/topology_json.hpp"
@@ -27,20 +30,23 @@ namespace {
 
 using nlohmann::json;
 
-/// A measured row made ready to simulate: its plan does not depend on the parameters, so it
-/// is built once; only the topology it runs on changes.
+/// A measured row made ready to simulate: its plan does not depend on the parameters, so it is built
+/// once, with the index the simulator walks; only the topology it runs on changes.
 struct Row {
-  ir::Plan plan;
+  ir::Plan plan;  // a quotient plan where the row's symmetry and its topology's allow (sim::simulation_symmetry)
+  std::optional<ir::PlanIndex> index;
   std::size_t variant = 0;  // index into Model::variant_nodes
   int ranks = 0, domains = 0;
   Metric metric = Metric::Time;
-  sim::SimOptions charge;  // the run, or one side of it alone (the row's metric)
+  sim::SimOptions charge;  // the run, or one side of it alone (the row's metric); figures only
 };
 
 sim::SimOptions charge_of(Metric m) {
   sim::SimOptions o;
   if (m == Metric::CommAlone) o.compute = false;
   if (m == Metric::ComputeAlone) o.comm = false;
+  o.critical_path = false;
+  o.peak_memory = false;
   return o;
 }
 
@@ -59,6 +65,15 @@ double figure_of(const sim::Summary& s, Metric m) {
   return s.time_s * 1e3;
 }
 
+/// Row's figure (ms) on topology t: its plan simulated as `charm simulate` runs it.
+Expected<double> simulate_row(const Row& row, const topo::Topology& t) {
+  sim::SimOptions o = row.charge;
+  o.index = row.index ? &*row.index : nullptr;
+  auto res = sim::simulate(row.plan, t, sim::compute_model_for(t, row.plan.workload), o);
+  if (!res) return res.error();
+  return figure_of(sim::summarize(*res), row.metric);
+}
+
 /// What is being fitted: the base document, the topology variants the rows need (the base
 /// as it is, or re-generated with more nodes), each row's plan, and the parameters.
 struct Model {
@@ -72,6 +87,31 @@ struct Model {
   std::vector<SpeedupPair> pairs;  // the speedups in the objective (empty: times only)
   double pair_scale = 0;           // sqrt of the speedups' weight
   int jobs = 1;
+  const CalibrationOptions* options = nullptr;
+
+  /// Where the fit is: counted by every thread, reported (CalibrationOptions::progress) from the
+  /// calling thread only; its stage, step and objective are written by that thread only.
+  struct Progress {
+    std::thread::id caller = std::this_thread::get_id();
+    std::atomic<int> evaluations{0}, simulations{0};
+    std::string stage;
+    int step = 0, steps = 0;
+    double best = kNaN;
+    std::function<void(const FitProgress&)> sink;
+
+    [[nodiscard]] bool on_caller() const { return std::this_thread::get_id() == caller; }
+    void begin(std::string name, int count = 0) {
+      stage = std::move(name);
+      step = 0;
+      steps = count;
+      best = kNaN;
+      report();
+    }
+    void report() const {
+      if (sink && on_caller()) sink({stage, evaluations.load(), simulations.load(), best, step, steps});
+    }
+  };
+  mutable Progress progress;
 
   [[nodiscard]] json document(const std::vector<double>& values) const {
     json d = base;
@@ -108,43 +148,55 @@ struct Model {
     return model.kernel_seconds(shape, phase, k.workload) * 1e3;
   }
 
-  /// Predicted times (ms) of the rows, then the kernels, with use[i]; NaN for the others.
+  /// Predicted times (ms) at each point (parameter values): the rows, then the kernels, that `uses`
+  /// marks (one mask for every point, or one per point); NaN for the others. Every (point, row)
+  /// simulation is a task of one parallel_for: the figures do not depend on the job count.
+  [[nodiscard]] Expected<std::vector<std::vector<double>>> predict_at(const std::vector<std::vector<double>>& points,
+                                                                      const std::vector<std::vector<char>>& uses,
+                                                                      int threads = 0) const {
+    auto use_of = [&](std::size_t p) -> const std::vector<char>& { return uses.size() == 1 ? uses[0] : uses[p]; };
+    std::vector<std::vector<topo::Topology>> topos;
+    std::vector<std::pair<std::size_t, std::size_t>> tasks;  // (point, row)
+    std::vector<std::vector<double>> out(points.size(), std::vector<double>(rows.size() + kernels.size(), kNaN));
+    for (std::size_t p = 0; p < points.size(); ++p) {
+      auto t = topologies(document(points[p]));
+      if (!t) return t.error();
+      topos.push_back(std::move(t).value());
+      for (std::size_t i = 0; i < rows.size(); ++i)
+        if (use_of(p)[i]) tasks.emplace_back(p, i);
+      for (std::size_t k = 0; k < kernels.size(); ++k)
+        if (use_of(p)[rows.size() + k]) out[p][rows.size() + k] = kernel_ms(kernels[k], topos[p].front());
+    }
+    // The longest simulations first (a plan's ops stand for its time), so that no thread is left
+    // with a long one when the others are done.
+    std::stable_sort(tasks.begin(), tasks.end(), [&](const auto& x, const auto& y) {
+      return rows[x.second].plan.size() > rows[y.second].plan.size();
+    });
+    // A failed simulation's error, kept in its task's slot: the first in task order is the one returned.
+    std::vector<std::optional<Error>> errors(tasks.size());
+    parallel_for(
+        tasks.size(), threads > 0 ? threads : jobs,
+        [&](std::size_t k) {
+          const auto [p, i] = tasks[k];
+          auto v = simulate_row(rows[i], topos[p][rows[i].variant]);
+          ++progress.simulations;
+          if (v)
+            out[p][i] = *v + offset_ms(points[p], rows[i].metric);
+          else
+            errors[k] = v.error();
+        },
+        [&](std::size_t, std::size_t) { progress.report(); });
+    progress.evaluations += int(points.size());
+    for (auto& e : errors)
+      if (e) return *e;
+    return out;
+  }
+
   [[nodiscard]] Expected<std::vector<double>> predict(const std::vector<double>& values,
                                                       const std::vector<char>& use) const {
-    auto topos = topologies(document(values));
-    if (!topos) return topos.error();
-    std::vector<std::size_t> todo;
-    for (std::size_t i = 0; i < rows.size(); ++i)
-      if (use[i]) todo.push_back(i);
-    std::vector<double> out(rows.size() + kernels.size(), kNaN);
-    for (std::size_t k = 0; k < kernels.size(); ++k)
-      if (use[rows.size() + k]) out[rows.size() + k] = kernel_ms(kernels[k], topos->front());
-    std::atomic<std::size_t> next{0};
-    std::mutex mu;
-    std::optional<Error> error;
-    // Simulations share nothing (the simulator has no global state): one row per task.
-    FirstException failure;  // a worker that cannot allocate stops the others, and the caller says so
-    auto work = [&] {
-      for (std::size_t k; !failure.failed() && (k = next.fetch_add(1)) < todo.size();) {
-        const std::size_t i = todo[k];
-        auto e = sim::evaluate_plan(rows[i].plan, (*topos)[rows[i].variant], rows[i].charge);
-        if (!e) {
-          const std::lock_guard lock(mu);
-          if (!error) error = e.error();
-          continue;
-        }
-        out[i] = figure_of(e->summary, rows[i].metric) + offset_ms(values, rows[i].metric);
-      }
-    };
-    const int threads = std::max(1, std::min<int>(jobs, static_cast<int>(todo.size())));
-    {
-      std::vector<std::jthread> pool;
-      for (int t = 1; t < threads; ++t) pool.emplace_back([&] { failure.run(work); });
-      failure.run(work);
-    }
-    failure.rethrow();
-    if (error) return *error;
-    return out;
+    auto p = predict_at({values}, {use});
+    if (!p) return p.error();
+    return std::move(p->front());
   }
 };
 
@@ -191,31 +243,39 @@ double objective_of(const Model& model, const std::vector<double>& predicted, co
   return f;
 }
 
-/// The objective NLopt calls: counts, keeps the best point, reports progress, and stops the
-/// optimizer on a simulation error (kept to be returned, not swallowed).
+/// Which rows each residual of residuals(model, ., all) involves: a row's own, or a pair's two.
+std::vector<std::pair<std::size_t, std::size_t>> residual_rows(const Model& model) {
+  std::vector<std::pair<std::size_t, std::size_t>> out;
+  for (std::size_t i = 0; i < model.measured.size(); ++i) out.emplace_back(i, i);
+  for (const auto& pr : model.pairs) out.emplace_back(pr.ring, pr.other);
+  return out;
+}
+
+/// The objective NLopt calls: keeps the best point, reports progress, and stops the optimizer on a
+/// simulation error (kept to be returned, not swallowed).
 struct Objective {
   const Model& model;
   std::vector<char> use;
-  const CalibrationOptions& options;
-  std::string stage;
-  int evaluations = 0;
+  int threads = 1;  // over the rows of each evaluation
   double best = HUGE_VAL;
   std::vector<double> best_u;
   std::optional<Error> error;
 
   double operator()(const std::vector<double>& u) {
-    auto p = model.predict(values_of(model.params, u), use);
+    auto p = model.predict_at({values_of(model.params, u)}, {use}, threads);
     if (!p) {
       error = p.error();
       throw nlopt::forced_stop();
     }
-    const double f = objective_of(model, *p, use);
-    ++evaluations;
+    const double f = objective_of(model, p->front(), use);
     if (f < best) {
       best = f;
       best_u = u;
     }
-    if (options.progress) options.progress({stage, evaluations, best});
+    if (model.progress.on_caller()) {
+      model.progress.best = best;
+      model.progress.report();
+    }
     return f;
   }
   static double call(unsigned n, const double* x, double* grad, void* self) {
@@ -224,7 +284,8 @@ struct Objective {
   }
 };
 
-/// One bounded local search from `u0`; the best point seen is kept in `obj` whatever NLopt's end.
+/// One bounded local search from `u0` (NLopt's BOBYQA); the best point seen is kept in `obj` whatever
+/// NLopt's end.
 Status local_search(Objective& obj, std::vector<double> u0, int max_evals, double initial_step) {
   const auto n = static_cast<unsigned>(u0.size());
   // BOBYQA models the objective as a quadratic and needs two dimensions at least.
@@ -253,37 +314,9 @@ Status local_search(Objective& obj, std::vector<double> u0, int max_evals, doubl
   return {};
 }
 
-/// Inverse of a small symmetric positive semi-definite matrix (Gauss-Jordan with pivoting);
-/// nullopt when it is singular (a parameter no row moves).
-std::optional<std::vector<std::vector<double>>> invert(std::vector<std::vector<double>> a) {
-  const std::size_t n = a.size();
-  double scale = 0;
-  for (std::size_t i = 0; i < n; ++i) scale = std::max(scale, std::abs(a[i][i]));
-  if (!(scale > 0)) return std::nullopt;
-  std::vector<std::vector<double>> inv(n, std::vector<double>(n, 0.0));
-  for (std::size_t i = 0; i < n; ++i) inv[i][i] = 1;
-  for (std::size_t c = 0; c < n; ++c) {
-    std::size_t piv = c;
-    for (std::size_t r = c + 1; r < n; ++r)
-      if (std::abs(a[r][c]) > std::abs(a[piv][c])) piv = r;
-    if (std::abs(a[piv][c]) < 1e-12 * scale) return std::nullopt;
-    std::swap(a[c], a[piv]);
-    std::swap(inv[c], inv[piv]);
-    const double d = a[c][c];
-    for (std::size_t k = 0; k < n; ++k) {
-      a[c][k] /= d;
-      inv[c][k] /= d;
-    }
-    for (std::size_t r = 0; r < n; ++r) {
-      if (r == c || a[r][c] == 0) continue;
-      const double m = a[r][c];
-      for (std::size_t k = 0; k < n; ++k) {
-        a[r][k] -= m * a[c][k];
-        inv[r][k] -= m * inv[c][k];
-      }
-    }
-  }
-  return inv;
+/// Evaluations per local search: options.max_evaluations, or 150 per parameter and one.
+int max_evaluations(const Model& model) {
+  return model.options->max_evaluations > 0 ? model.options->max_evaluations : int(150 * (model.params.size() + 1));
 }
 
 double mean_abs_pct(const std::vector<double>& ratios) {
@@ -392,13 +425,18 @@ Status build_rows(Model& model, const MeasurementSet& data, const CalibrationOpt
                           estimate.ops, held_bytes > 0 ? fmt::format(", beside the plans of the rows before it") : ""),
               bytes, options.memory_budget_bytes, options.memory_budget_name)};
     held_bytes += estimate.plan_bytes;
-    auto plan = sched::make_plan(req);
+    // The plan the simulator runs: one class of ranks where the row's symmetry and its topology's allow
+    // (every figure is the full plan's; sim_quotient_test holds it to the full plan's).
+    auto plan = sched::make_plan(req, sim::simulation_symmetry(req, t));
     if (!plan) return Error{data.where(m, column_of_flag(plan.error().where)), plan.error().what};
     row.metric = m.metric;
     row.charge = charge_of(m.metric);
-    auto e = sim::evaluate_plan(*plan, t, row.charge);
-    if (!e) return Error{at_ranks, fmt::format("the simulator cannot run this row: {}", e.error().message())};
-    const double predicted = figure_of(e->summary, m.metric);
+    row.plan = std::move(plan).value();
+    row.index.emplace(row.plan, nullptr, ir::PlanIndex::Parts::Lean);
+    auto simulated = simulate_row(row, t);
+    if (!simulated)
+      return Error{at_ranks, fmt::format("the simulator cannot run this row: {}", simulated.error().message())};
+    const double predicted = *simulated;
     // No fit within the physical bounds moves a time by 100x: such a row is a unit mistake.
     if (const double ratio = m.time_ms / predicted; !(ratio > 1e-2 && ratio < 1e2))
       return Error{data.where(m, Column::TimeMs),
@@ -406,7 +444,6 @@ Status build_rows(Model& model, const MeasurementSet& data, const CalibrationOpt
                                "time_ms is in milliseconds (a time in seconds or microseconds?)",
                                m.time_ms, ratio, predicted)};
     base_ms.push_back(predicted);
-    row.plan = std::move(plan).value();
     model.rows.push_back(std::move(row));
   }
   return {};
@@ -503,62 +540,88 @@ Status drop_unmoved(Model& model, const std::vector<double>& base_ms, std::vecto
   std::vector<FitParameter> kept;
   std::vector<double> values;
   for (const auto& q : model.params) values.push_back(q.base);
+  std::vector<std::vector<double>> points;
   for (std::size_t k = 0; k < p; ++k) {
     auto moved = values;
     const auto& q = model.params[k];
     moved[k] = q.bounds.scale == Scale::Log ? std::sqrt(q.bounds.lo * q.bounds.hi) : 0.5 * (q.bounds.lo + q.bounds.hi);
     if (moved[k] == values[k]) moved[k] = q.bounds.lo;
-    auto pred = model.predict(moved, all);
-    if (!pred) return pred.error();
+    points.push_back(std::move(moved));
+  }
+  model.progress.begin("parameters the rows move");
+  auto pred = model.predict_at(points, {all});
+  if (!pred) return pred.error();
+  for (std::size_t k = 0; k < p; ++k) {
     bool moves = false;
-    for (std::size_t i = 0; i < N; ++i) moves = moves || std::abs((*pred)[i] / base_ms[i] - 1) > 1e-9;
+    for (std::size_t i = 0; i < N; ++i) moves = moves || std::abs((*pred)[k][i] / base_ms[i] - 1) > 1e-9;
     if (moves)
-      kept.push_back(q);
+      kept.push_back(model.params[k]);
     else
-      notes.push_back(fmt::format("{}: not fitted, no row depends on it", q.path));
+      notes.push_back(fmt::format("{}: not fitted, no row depends on it", model.params[k].path));
   }
   if (kept.empty()) return Error{"--fit", "no row depends on any of the default parameters; name some with --fit"};
   model.params = std::move(kept);
   return {};
 }
 
-/// The fit: from the base values, then from fixed interior points (reproducible runs). The best point
-/// seen, in the unit box; `evaluations` counts the simulations.
-Expected<std::vector<double>> fit_units(const Model& model, const CalibrationOptions& options, int max_evals,
-                                        int& evaluations) {
-  const std::size_t np = model.params.size();
-  const std::vector<char> all(model.measured.size(), 1);
-  Objective obj{model, all, options, "", 0, HUGE_VAL, {}, {}};
-  std::vector<std::vector<double>> starts;
-  {
-    std::vector<double> u0;
-    for (const auto& q : model.params) u0.push_back(unit_of(q, q.base));
-    starts.push_back(u0);
-    std::mt19937 rng(12345);
-    std::uniform_real_distribution<double> uni(0.15, 0.85);
-    for (int s = 0; s < std::max(0, options.restarts); ++s) {
-      std::vector<double> u(np);
-      for (auto& x : u) x = uni(rng);
-      starts.push_back(u);
-    }
-  }
-  for (std::size_t s = 0; s < starts.size(); ++s) {
-    obj.stage = fmt::format("start {}/{}", s + 1, starts.size());
-    if (auto st = local_search(obj, starts[s], max_evals, 0.1); !st) return st.error();
-  }
-  evaluations = obj.evaluations;
-  return obj.best_u;
+/// Local searches from each of `starts` for the rows `use` marks, `initial_step` their first move:
+/// in parallel over the searches (each simulating its rows in turn) while there are several, else
+/// over the rows. Each search's best point and objective, in order.
+Expected<std::vector<Objective>> searches(const Model& model, const std::vector<char>& use,
+                                          const std::vector<std::vector<double>>& starts, double initial_step) {
+  const int outer = std::max(1, std::min<int>(model.jobs, int(starts.size())));
+  std::vector<Objective> objs(starts.size(), Objective{model, use, model.jobs, HUGE_VAL, {}, {}});
+  std::vector<Status> status(starts.size());
+  parallel_for(
+      starts.size(), outer,
+      [&](std::size_t s) { status[s] = local_search(objs[s], starts[s], max_evaluations(model), initial_step); },
+      [&](std::size_t done, std::size_t) {
+        model.progress.step = int(done);
+        model.progress.report();
+      });
+  for (auto& st : status)
+    if (!st) return st.error();
+  return objs;
 }
 
-/// Each parameter's uncertainty from J = d(residual)/d(theta) at the fit (residuals: the rows' and
-/// the speedups'), theta = log(value) (log scale) or value (linear); the values, sigmas and notes go
-/// into model.params.
-Status estimate_uncertainty(Model& model, const std::vector<double>& best, const std::vector<double>& best_u,
-                            double objective, const CalibrationOptions& options, int& evaluations) {
+/// The fit: from the base values, then from fixed interior points (reproducible runs). The best point
+/// seen (the first start's on a tie), in the unit box.
+Expected<std::vector<double>> fit_units(const Model& model, const CalibrationOptions& options) {
+  std::vector<std::vector<double>> starts;
+  std::vector<double> u0;
+  for (const auto& q : model.params) u0.push_back(unit_of(q, q.base));
+  starts.push_back(u0);
+  std::mt19937 rng(12345);
+  std::uniform_real_distribution<double> uni(0.15, 0.85);
+  for (int s = 0; s < std::max(0, options.restarts); ++s) {
+    std::vector<double> u(model.params.size());
+    for (auto& x : u) x = uni(rng);
+    starts.push_back(u);
+  }
+  model.progress.begin(fmt::format("fit from {} starts", starts.size()), int(starts.size()));
+  auto objs = searches(model, std::vector<char>(model.measured.size(), 1), starts, 0.1);
+  if (!objs) return objs.error();
+  const Objective* best = &objs->front();
+  for (const auto& o : *objs)
+    if (o.best < best->best) best = &o;
+  return best->best_u;
+}
+
+/// The residuals' Jacobian at the fit, d(residual)/d(theta) with theta = log(value) (log scale) or
+/// value (linear), by central differences: the uncertainty's and the one-step leave-one-out's.
+struct Sensitivity {
+  Matrix J;
+  std::vector<double> r;    // the residuals at the fit
+  std::vector<char> moves;  // per parameter: some residual depends on it
+};
+
+Expected<Sensitivity> sensitivity_at(const Model& model, const std::vector<double>& best,
+                                     const std::vector<double>& predicted) {
   const std::vector<char> all(model.measured.size(), 1);
-  const std::size_t N = residuals(model, model.measured, all).size(), np = model.params.size();
-  std::vector<std::vector<double>> J(N, std::vector<double>(np, 0.0));
-  std::vector<char> moves(np, 0);
+  const std::size_t np = model.params.size();
+  Sensitivity s{{}, residuals(model, predicted, all), std::vector<char>(np, 0)};
+  std::vector<std::vector<double>> points;
+  std::vector<double> width(np, 0.0);
   for (std::size_t k = 0; k < np; ++k) {
     const auto& q = model.params[k];
     const bool log_scale = q.bounds.scale == Scale::Log;
@@ -567,47 +630,68 @@ Status estimate_uncertainty(Model& model, const std::vector<double>& best, const
                  hi = log_scale ? std::log(q.bounds.hi) : q.bounds.hi;
     const double h = log_scale ? 1e-3 : 1e-3 * (q.bounds.hi - q.bounds.lo);
     const double up = std::min(theta + h, hi), down = std::max(theta - h, lo);
-    if (!(up > down)) continue;
-    auto at = [&](double th) {
+    width[k] = up - down;
+    for (double th : {up, down}) {
       auto v = best;
-      v[k] = log_scale ? std::exp(th) : th;
-      v[k] = std::clamp(v[k], q.bounds.lo, q.bounds.hi);
-      return model.predict(v, all);
-    };
-    auto pu = at(up), pd = at(down);
-    if (!pu) return pu.error();
-    if (!pd) return pd.error();
-    evaluations += 2;
-    const auto ru = residuals(model, *pu, all), rd = residuals(model, *pd, all);
-    for (std::size_t i = 0; i < N; ++i) {
-      J[i][k] = (ru[i] - rd[i]) / (up - down);
-      moves[k] = moves[k] || J[i][k] != 0;
+      v[k] = std::clamp(log_scale ? std::exp(th) : th, q.bounds.lo, q.bounds.hi);
+      points.push_back(std::move(v));
     }
-    if (options.progress) options.progress({"uncertainty", evaluations, objective});
   }
-  std::vector<std::vector<double>> jtj(np, std::vector<double>(np, 0.0));
-  for (std::size_t a = 0; a < np; ++a)
-    for (std::size_t b = 0; b < np; ++b)
-      for (std::size_t i = 0; i < N; ++i) jtj[a][b] += J[i][a] * J[i][b];
-  const auto inv = invert(jtj);
+  model.progress.begin("uncertainty");
+  auto pred = model.predict_at(points, {all});
+  if (!pred) return pred.error();
+  s.J.assign(s.r.size(), std::vector<double>(np, 0.0));
+  for (std::size_t k = 0; k < np; ++k) {
+    if (!(width[k] > 0)) continue;
+    const auto ru = residuals(model, (*pred)[2 * k], all), rd = residuals(model, (*pred)[2 * k + 1], all);
+    for (std::size_t i = 0; i < s.r.size(); ++i) {
+      s.J[i][k] = (ru[i] - rd[i]) / width[k];
+      s.moves[k] = s.moves[k] || s.J[i][k] != 0;
+    }
+  }
+  return s;
+}
+
+/// Each parameter's uncertainty, sigma^2 (J^T J)^-1 at the fit (residuals: the rows' and the speedups');
+/// the values, sigmas and notes go into model.params.
+void estimate_uncertainty(Model& model, const Sensitivity& s, const std::vector<double>& best,
+                          const std::vector<double>& best_u, double objective) {
+  const std::size_t N = s.r.size(), np = model.params.size();
+  // The covariance of the parameters the rows move (one that moves none would make J^T J singular).
+  Matrix jtj;
+  std::vector<double> jtr;
+  normal_equations(s.J, s.r, {}, s.moves, jtj, jtr);
+  std::vector<std::size_t> cols;
+  for (std::size_t k = 0; k < np; ++k)
+    if (s.moves[k]) cols.push_back(k);
+  Matrix sub(cols.size(), std::vector<double>(cols.size()));
+  for (std::size_t a = 0; a < cols.size(); ++a)
+    for (std::size_t b = 0; b < cols.size(); ++b) sub[a][b] = jtj[cols[a]][cols[b]];
+  const auto sub_inv = invert(sub);
+  std::optional<Matrix> inv;
+  if (sub_inv) {
+    inv.emplace(np, std::vector<double>(np, 0.0));
+    for (std::size_t a = 0; a < cols.size(); ++a)
+      for (std::size_t b = 0; b < cols.size(); ++b) (*inv)[cols[a]][cols[b]] = (*sub_inv)[a][b];
+  }
   const bool dof = N > np;
   const double sigma2 = dof ? objective / double(N - np) : kNaN;
   for (std::size_t k = 0; k < np; ++k) {
     auto& q = model.params[k];
     q.value = best[k];
     q.at_bound = best_u[k] < 1e-4 || best_u[k] > 1 - 1e-4;
-    if (!moves[k]) {
+    if (!s.moves[k]) {
       q.note = "not identified: no row depends on it";
     } else if (!inv) {
       q.note = "not identified: its effect on the rows is the same as other parameters' (J^T J is singular)";
     } else if (dof) {
-      const double s = std::sqrt(std::max(0.0, sigma2 * (*inv)[k][k]));
+      const double sd = std::sqrt(std::max(0.0, sigma2 * (*inv)[k][k]));
       if (q.bounds.scale == Scale::Log) {
-        q.relative_sigma = s;
-        q.sigma = s * q.value;
+        q.relative_sigma = sd;
+        q.sigma = sd * q.value;
       } else {
-        q.sigma = s;
-        q.relative_sigma = q.value > 0 ? s / q.value : kNaN;
+        q.sigma = sd;
+        q.relative_sigma = q.value > 0 ? sd / q.value : kNaN;
       }
     }
     if (!dof && q.note.empty()) q.note = "no uncertainty: as many parameters as rows";
@@ -615,7 +699,6 @@ Status estimate_uncertainty(Model& model, const std::vector<double>& best, const
       q.note += fmt::format("{}at its {} bound (the uncertainty is one-sided there)", q.note.empty() ? "" : "; ",
                             best_u[k] < 0.5 ? "lower" : "upper");
   }
-  return {};
 }
 
 /// Every run paired with the ring run of its workload and GPUs (speedup = ring time / its time).
@@ -653,24 +736,109 @@ void record_predictions(const Model& model, const std::vector<double>& base_ms, 
   c.kernel_source = kernel_source;
 }
 
-/// Leave-one-out: each of the n measured rows predicted by a fit on the others, started from the full fit.
-Status leave_one_out(const Model& model, const std::vector<double>& best_u, std::size_t n,
-                     const CalibrationOptions& options, int max_evals, std::vector<RowPrediction>& rows,
-                     int& evaluations) {
-  const std::size_t N = model.measured.size();
-  for (std::size_t i = 0; i < n; ++i) {
-    std::vector<char> use(N, 1);
-    use[i] = 0;
-    Objective loo{model, use, options, fmt::format("leave-one-out {}/{}", i + 1, n), 0, HUGE_VAL, {}, {}};
-    // One row less moves the optimum a little: a small first step from the full fit's.
-    if (auto st = local_search(loo, best_u, max_evals, 0.02); !st) return st.error();
-    std::vector<char> only(N, 0);
-    only[i] = 1;
-    auto pi = model.predict(values_of(model.params, loo.best_u), only);
-    if (!pi) return pi.error();
-    rows[i].loo_ms = (*pi)[i];
-    evaluations += loo.evaluations + 1;
+/// The parameter values one Gauss-Newton step from the full fit reaches without row i (the influence
+/// approximation of a refit without it): the residuals that involve row i dropped, the parameters at a
+/// bound or moving no residual held.
+std::vector<double> one_step_without(const Model& model, const Sensitivity& s, const std::vector<double>& best,
+                                     const std::vector<double>& best_u, std::size_t i) {
+  const auto owners = residual_rows(model);
+  const std::size_t np = best.size();
+  std::vector<char> keep(owners.size()), free_cols(np);
+  for (std::size_t k = 0; k < owners.size(); ++k) keep[k] = owners[k].first != i && owners[k].second != i;
+  std::vector<std::size_t> cols;
+  for (std::size_t k = 0; k < np; ++k)
+    if (s.moves[k] && best_u[k] > 1e-4 && best_u[k] < 1 - 1e-4) cols.push_back(k);
+  for (std::size_t k : cols) free_cols[k] = 1;
+  Matrix jtj;
+  std::vector<double> jtr;
+  normal_equations(s.J, s.r, keep, free_cols, jtj, jtr);
+  Matrix a(cols.size(), std::vector<double>(cols.size()));
+  std::vector<double> b(cols.size());
+  for (std::size_t x = 0; x < cols.size(); ++x) {
+    for (std::size_t y = 0; y < cols.size(); ++y) a[x][y] = jtj[cols[x]][cols[y]];
+    b[x] = -jtr[cols[x]];
   }
+  const auto d = solve_spd(std::move(a), std::move(b));
+  auto v = best;
+  for (std::size_t x = 0; x < cols.size(); ++x) {
+    const auto& q = model.params[cols[x]];
+    const double moved = q.bounds.scale == Scale::Log ? v[cols[x]] * std::exp(d[x]) : v[cols[x]] + d[x];
+    v[cols[x]] = std::clamp(moved, q.bounds.lo, q.bounds.hi);
+  }
+  return v;
+}
+
+/// Rows `which` each predicted by a refit without it, started from the full fit: the exact leave-one-out
+/// (a small first step: one row less moves the optimum a little).
+Expected<std::vector<double>> exact_without(const Model& model, const std::vector<double>& best_u,
+                                            const std::vector<std::size_t>& which, const std::string& stage) {
+  const std::size_t N = model.measured.size();
+  model.progress.begin(stage, int(which.size()));
+  // The refits in parallel, each simulating its rows in turn.
+  std::vector<std::optional<Objective>> objs(which.size());
+  std::vector<Status> status(which.size());
+  parallel_for(
+      which.size(), model.jobs,
+      [&](std::size_t k) {
+        std::vector<char> use(N, 1);
+        use[which[k]] = 0;
+        objs[k].emplace(Objective{model, std::move(use), model.jobs, HUGE_VAL, {}, {}});
+        status[k] = local_search(*objs[k], best_u, max_evaluations(model), 0.02);
+      },
+      [&](std::size_t done, std::size_t) {
+        model.progress.step = int(done);
+        model.progress.report();
+      });
+  for (auto& st : status)
+    if (!st) return st.error();
+  std::vector<std::vector<double>> points;
+  std::vector<std::vector<char>> uses;
+  for (std::size_t k = 0; k < which.size(); ++k) {
+    points.push_back(values_of(model.params, objs[k]->best_u));
+    uses.emplace_back(N, 0);
+    uses.back()[which[k]] = 1;
+  }
+  auto p = model.predict_at(points, uses);
+  if (!p) return p.error();
+  std::vector<double> out;
+  for (std::size_t k = 0; k < which.size(); ++k) out.push_back((*p)[k][which[k]]);
+  return out;
+}
+
+/// Leave-one-out: each of the n measured rows predicted without it, by options.leave_one_out's method.
+/// One-step: the most influential rows (the largest move from the in-sample prediction) are refitted
+/// exactly too, and both figures kept in c.loo_checks.
+Status leave_one_out(const Model& model, const Sensitivity& s, const std::vector<double>& best,
+                     const std::vector<double>& best_u, std::size_t n, const CalibrationOptions& options,
+                     Calibration& c) {
+  c.loo = options.leave_one_out;
+  std::vector<std::size_t> order(n);
+  for (std::size_t i = 0; i < n; ++i) order[i] = i;
+  if (options.leave_one_out == LeaveOneOut::Exact) {
+    auto v = exact_without(model, best_u, order, "leave-one-out, exact refits");
+    if (!v) return v.error();
+    for (std::size_t i = 0; i < n; ++i) c.rows[i].loo_ms = (*v)[i];
+    return {};
+  }
+  const std::size_t N = model.measured.size();
+  std::vector<std::vector<double>> points;
+  std::vector<std::vector<char>> uses;
+  for (std::size_t i = 0; i < n; ++i) {
+    points.push_back(one_step_without(model, s, best, best_u, i));
+    uses.emplace_back(N, 0);
+    uses.back()[i] = 1;
+  }
+  model.progress.begin("leave-one-out, one step each");
+  auto pred = model.predict_at(points, uses);
+  if (!pred) return pred.error();
+  for (std::size_t i = 0; i < n; ++i) c.rows[i].loo_ms = (*pred)[i][i];
+  auto moved = [&](std::size_t i) { return std::abs(std::log(c.rows[i].loo_ms / c.rows[i].predicted_ms)); };
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return moved(x) > moved(y); });
+  order.resize(std::min<std::size_t>(n, std::size_t(std::max(0, options.loo_checks))));
+  auto exact = exact_without(model, best_u, order, "leave-one-out, exact refits to check");
+  if (!exact) return exact.error();
+  for (std::size_t k = 0; k < order.size(); ++k)
+    c.loo_checks.push_back({order[k], c.rows[order[k]].loo_ms, (*exact)[k]});
   return {};
 }
 
@@ -839,6 +1007,8 @@ Expected<Calibration> calibrate(const json& base, const std::string& base_source
   model.base = base;
   model.source = base_source;
   model.jobs = std::max(1, options.jobs);
+  model.options = &options;
+  model.progress.sink = options.progress;
   // Every documented field is a parameter, spelt out in the file or not (its default is the base).
   if (auto st = topo::complete_document(model.base, base_source); !st) return st.error();
   for (const auto& f : fixed) set_parameter(model.base, f.path, f.value);
@@ -869,29 +1039,28 @@ Expected<Calibration> calibrate(const json& base, const std::string& base_source
 
   if (options.fit.empty())
     if (auto st = drop_unmoved(model, base_ms, c.notes); !st) return st.error();
-  const std::size_t np = model.params.size();
   c.base_objective = objective_of(model, base_ms, all);
 
-  const int max_evals = options.max_evaluations > 0 ? options.max_evaluations : int(150 * (np + 1));
-  int evaluations = 0;
-  auto units = fit_units(model, options, max_evals, evaluations);
+  auto units = fit_units(model, options);
   if (!units) return units.error();
   const std::vector<double> best_u = std::move(units).value();
   const std::vector<double> best = values_of(model.params, best_u);
   auto pred = model.predict(best, all);
   if (!pred) return pred.error();
   c.objective = objective_of(model, *pred, all);
-  ++evaluations;
 
-  if (auto st = estimate_uncertainty(model, best, best_u, c.objective, options, evaluations); !st) return st.error();
+  auto sens = sensitivity_at(model, best, *pred);
+  if (!sens) return sens.error();
+  estimate_uncertainty(model, *sens, best, best_u, c.objective);
 
   record_predictions(model, base_ms, *pred, n, options.kernels.source, c);
 
-  if (options.leave_one_out && n > 1)
-    if (auto st = leave_one_out(model, best_u, n, options, max_evals, c.rows, evaluations); !st) return st.error();
+  if (options.leave_one_out != LeaveOneOut::Off && n > 1)
+    if (auto st = leave_one_out(model, *sens, best, best_u, n, options, c); !st) return st.error();
 
   summarize_errors(data, n, c);
-  c.evaluations = evaluations;
+  c.evaluations = model.progress.evaluations.load();
+  c.simulations = model.progress.simulations.load();
   c.parameters = model.params;
   c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
@@ -951,6 +1120,10 @@ json report_json(const Calibration& c, const MeasurementSet& data) {
                      {"loo_predicted", num(r.loo_ms / o.loo_ms)}});
   }
   const json& cal = c.document["calibration"];
+  json checks = json::array();
+  for (const auto& k : c.loo_checks)
+    checks.push_back({{"line", data.rows[k.row].line}, {"one_step_ms", k.one_step_ms}, {"exact_ms", k.exact_ms}});
+  const char* method = c.loo == LeaveOneOut::OneStep ? "one-step" : c.loo == LeaveOneOut::Exact ? "exact" : "off";
   return {{"schema", 1},
           {"topology", c.base_source},
           {"measurements", data.source},
@@ -961,7 +1134,9 @@ json report_json(const Calibration& c, const MeasurementSet& data) {
           {"fixed", cal["fixed"]},
           {"mape_percent", cal["mape_percent"]},
           {"objective", cal["objective_value"]},
+          {"leave_one_out", {{"method", method}, {"checks", checks}}},
           {"evaluations", c.evaluations},
+          {"simulations", c.simulations},
           {"seconds", c.seconds},
           {"notes", c.notes}};
 }

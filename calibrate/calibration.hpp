@@ -3,13 +3,18 @@
 //
 // Every objective evaluation writes the candidate values into the base topology document,
 // parses it again (topo::parse_topology) and simulates every measured row on it
-// (sim::evaluate_plan, the path `charm simulate` takes), so the fit sees exactly the
-// model the other commands use. Objective: sum over rows of log(predicted / measured)^2.
-// Parameters move in a unit box (log space for positive ones, linear for those whose
-// range starts at 0) under NLopt's bounded derivative-free BOBYQA, from the base values
-// and a few fixed interior starting points. Uncertainty: Gauss-Newton, sigma^2 (J^T J)^-1
-// with J the log-residual Jacobian at the optimum. Leave-one-out: each row predicted by a
-// fit without it (started from the full fit's optimum).
+// (sim::simulate, the engine `charm simulate` runs), so the fit sees exactly the model the
+// other commands use. A row's plan does not depend on the parameters: it is built once, with
+// its index, as a quotient plan where its symmetry and the topology's allow (every figure is
+// the full plan's). Objective: sum over rows of log(predicted / measured)^2. Parameters move in
+// a unit box (log space for positive ones, linear for those whose range starts at 0) under
+// NLopt's bounded derivative-free BOBYQA, from the base values and a few fixed interior
+// starting points. Uncertainty: Gauss-Newton, sigma^2 (J^T J)^-1 with J the log-residual
+// Jacobian at the optimum, over the parameters some row moves. Leave-one-out: one
+// Gauss-Newton step from the optimum without the row (the influence approximation), the rows
+// it moves most refitted exactly to check it; or every row refitted (LeaveOneOut::Exact).
+// Parallel (parallel_for) over the starts and the refits, else over the rows of one
+// evaluation; every figure lands in its own slot, so the job count never changes a result.
 //
 // Rows may use fewer GPUs than the base topology (the first `ranks` GPUs, domains = those
 // they span) or more: a generator-form base is then re-generated with
@@ -74,23 +79,39 @@ struct SpeedupPair {
   std::size_t ring = 0, other = 0;
 };
 
+/// A row whose one-step leave-one-out prediction was checked against an exact refit without it.
+struct LooCheck {
+  std::size_t row = 0;
+  double one_step_ms = 0, exact_ms = 0;
+};
+
 struct Mape {
   double base = kNaN, in_sample = kNaN, loo = kNaN;  // percent
 };
 
 struct FitProgress {
-  std::string stage;  // "start 2/4", "leave-one-out 5/32", "uncertainty"
-  int evaluations = 0;
-  double best = kNaN;  // best objective of the stage
+  std::string stage;        // "fit from 4 starts", "uncertainty", "leave-one-out, one step each"
+  int evaluations = 0;      // parameter points evaluated, every stage so far
+  int simulations = 0;      // row simulations, every stage so far
+  double best = kNaN;       // the stage's objective
+  int step = 0, steps = 0;  // the stage's tasks done of its count (starts, refits); 0 of 0: none counted
+};
+
+/// How each row's leave-one-out prediction is made.
+enum class LeaveOneOut {
+  Off,
+  OneStep,  // one Gauss-Newton step from the full fit without the row (influence), a few rows refitted to check
+  Exact,    // a least-squares refit without the row, started from the full fit
 };
 
 struct CalibrationOptions {
   std::vector<std::string> fit;  // parameter paths; empty: default_fit_parameters() present in the base
   int restarts = 3;              // starts besides the base values
-  int jobs = 1;                  // threads that simulate rows in parallel
-  bool leave_one_out = true;
-  int max_evaluations = 0;                           // per start; 0: 150 x (parameters + 1)
-  std::function<void(const FitProgress&)> progress;  // called on the calling thread after every evaluation
+  int jobs = 1;                  // threads: over starts and refits, else over rows (the results do not depend on it)
+  LeaveOneOut leave_one_out = LeaveOneOut::OneStep;
+  int loo_checks = 3;                                // OneStep: rows also refitted exactly, the most influential
+  int max_evaluations = 0;                           // per local search; 0: 150 x (parameters + 1)
+  std::function<void(const FitProgress&)> progress;  // called on the calling thread, often: throttle it
   /// Rows are refused before they are planned when their plan (held for the fit, with every row planned
   /// before it) and its simulation would need more (sched::estimate_plan; 0: no limit). The error names
   /// the row's file:line and the budget by `memory_budget_name`.
@@ -118,7 +139,10 @@ struct Calibration {
   std::vector<RowPrediction> rows;  // one per measurement, in file order
   std::vector<SpeedupPair> pairs;
   double base_objective = 0, objective = 0;
-  int evaluations = 0;
+  int evaluations = 0;  // parameter points, each simulating its rows
+  int simulations = 0;  // row simulations
+  LeaveOneOut loo = LeaveOneOut::Off;
+  std::vector<LooCheck> loo_checks;
   Mape time, speedup;
   Mape component;                             // rows of the comm / compute metric
   std::vector<KernelPrediction> kernel_rows;  // one per kernel time (options.kernels), in file order

@@ -5,7 +5,7 @@
 # The fitted parameters are the physical ones the data identifies
 # (docs/validation.md explains the choice); everything else stays nominal.
 # Needs a build (scripts/build.sh) and python3 for deriving the sibling presets.
-# CALIBRATE_FLAGS=--no-loo skips the leave-one-out refits (the H100 fit's take half an hour on 2 cores).
+# CALIBRATE_FLAGS=--no-loo skips leave-one-out (one Gauss-Newton step per row by default; --loo exact refits each row).
 # scripts/calibrate-presets.sh [all|h100|others]: every system, the H100 fit alone, or the others
 # (which inherit the stack the H100 fit gives: copy its values into topologies/stack.cpp first).
 set -euo pipefail

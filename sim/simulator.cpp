@@ -527,7 +527,7 @@ void Engine::finish() {
   }
   if (opt_.critical_path) critical_path();
   release_replay_state();  // before peak_memory's tables, so the two never add up
-  peak_memory();
+  if (opt_.peak_memory) peak_memory();
   // A quotient plan's other ranks live their representative's timeline.
   for (int r = simulated_ranks(); r < plan_.ranks; ++r)
     res_.ranks[std::size_t(r)] = res_.ranks[std::size_t(sym_.rep(r))];

@@ -71,6 +71,7 @@ struct SimOptions {
   bool compute = true;        // false: compute, merges and copies take no time
   bool comm = true;           // false: every transfer completes as soon as both sides are issued
   bool critical_path = true;  // false: SimResult::critical_path stays empty (callers that report figures only)
+  bool peak_memory = true;    // false: RankStats::peak_mem_bytes stay 0 (callers that fit times only)
   /// The plan's index, where the caller keeps one (a sweep simulates one plan at several batches: its shape,
   /// and so its index, is the same); null: simulate builds it.
   const ir::PlanIndex* index = nullptr;

@@ -95,6 +95,29 @@ TEST_F(CalibrateCli, TextReport) {
   EXPECT_TRUE(fs::exists(out));
 }
 
+TEST_F(CalibrateCli, LeaveOneOutMethodsAndTheProgressLine) {
+  const std::string out = dir_ + "/fitted.json";
+  const std::string base = "calibrate -t " + src("topologies/l20-4.json") + " -m " + csv_ + " -o " + out +
+                           " --restarts 0 --fit gpu.efficiency.fwd,intra.bandwidth_gbps ";
+  // Not a terminal: no progress line, stdout and stderr together hold the report alone.
+  auto one = run_charm(base);
+  ASSERT_EQ(one.code, 0) << one.out;
+  EXPECT_EQ(one.out.find("objective "), std::string::npos) << one.out;
+  EXPECT_NE(one.out.find("# leave-one-out: one Gauss-Newton step from the full fit"), std::string::npos) << one.out;
+  EXPECT_NE(one.out.find("# checked by exact refits of the 3 rows it moves most: line "), std::string::npos) << one.out;
+  auto exact = run_charm(base + "--loo exact");
+  ASSERT_EQ(exact.code, 0) << exact.out;
+  EXPECT_NE(exact.out.find("# leave-one-out: exact, a least-squares refit without each row"), std::string::npos)
+      << exact.out;
+  // Asked for, the line is drawn beside the JSON (on stderr; stdout still parses).
+  auto progress = run_cmd("(" + std::string(CHARM_BIN) + " " + base + "--json --progress 2>" + dir_ + "/err.txt)");
+  ASSERT_EQ(progress.code, 0) << progress.out;
+  const auto j = json::parse(progress.out);
+  EXPECT_EQ(j["leave_one_out"]["method"], "one-step");
+  EXPECT_EQ(j["leave_one_out"]["checks"].size(), 3u);
+  EXPECT_GT(j["simulations"].get<int>(), j["evaluations"].get<int>());
+}
+
 TEST_F(CalibrateCli, NcclTestsFixALinkClass) {
   const std::string out = dir_ + "/fitted.json";
   auto r = run_quiet("calibrate -t " + src("topologies/l20-4.json") + " -m " + csv_ + " -o " + out +
@@ -126,6 +149,7 @@ TEST_F(CalibrateCli, BadInputIsOneLineAndNoFile) {
            {"-m " + csv_ + " --fit gpu.bogus", "--fit: gpu.bogus: no such field in " + src("topologies/l20-4.json")},
            {"-m " + csv_ + " --jobs 0", "--jobs: must be in [1, 1024], got 0"},
            {"-m " + csv_ + " --speedup-weight -1", "--speedup-weight: must be in [0, 100], got -1"},
+           {"-m " + csv_ + " --loo fast", "--loo: expected one-step, exact or off, got 'fast'"},
            {"-m " + csv_ + " --nccl-tests intra",
             "--nccl-tests: expected CLASS=LOG (CLASS intra, numa or inter), got 'intra'"},
            {"-m " + csv_ + " --nccl-tests inter=" + src("tests/data/nccl-tests-sendrecv-sample.txt"),

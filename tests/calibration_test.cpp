@@ -225,7 +225,7 @@ TEST_P(RowErrors, NameFileLineAndColumn) {
       "runs.csv");
   ASSERT_TRUE(s) << s.error().message();
   CalibrationOptions opt;
-  opt.leave_one_out = false;
+  opt.leave_one_out = LeaveOneOut::Off;
   auto c = calibrate(load_json(p.topology), p.topology, *s, {}, opt);
   ASSERT_FALSE(c);
   EXPECT_EQ(c.error().message(), p.message);
@@ -565,6 +565,22 @@ TEST(Calibrate, RecoversScaledParametersAndPredictsHeldOutRows) {
   EXPECT_EQ(cal["fitted"].size(), 3u);
   EXPECT_EQ(c->document["name"], "h100-2x8-calibrated");
   for (const auto& p : cal["fitted"]) EXPECT_TRUE(p["relative_sigma"].is_number()) << p.dump();
+  // One-step leave-one-out (the default): the rows it moves most are refitted exactly beside it.
+  EXPECT_EQ(c->loo, LeaveOneOut::OneStep);
+  ASSERT_EQ(c->loo_checks.size(), 3u);
+  for (const auto& k : c->loo_checks) EXPECT_NEAR(k.one_step_ms / k.exact_ms, 1.0, 0.01) << "row " << k.row;
+
+  // The job count moves threads, not figures: one thread gives the same report bit for bit.
+  opt.jobs = 1;
+  auto one = calibrate(base, "h100-2x4", *data, {}, opt);
+  ASSERT_TRUE(one) << one.error().message();
+  EXPECT_EQ(one->document, c->document);
+  auto without_seconds = [&](const Calibration& x) {
+    json j = report_json(x, *data);
+    j.erase("seconds");
+    return j.dump();
+  };
+  EXPECT_EQ(without_seconds(*one), without_seconds(*c));
 }
 
 TEST(KernelTimes, ParseWriteAndRefuseWithTheCell) {
@@ -641,7 +657,7 @@ TEST(Calibrate, CommOffsetBelongsToTheMeasurementNotTheCluster) {
   opt.fit = {"inter.bandwidth_gbps", kCommOffsetParameter};
   opt.jobs = 2;
   opt.restarts = 1;
-  opt.leave_one_out = false;
+  opt.leave_one_out = LeaveOneOut::Off;
   auto c = calibrate(base, "h100-2x4", *data, {}, opt);
   ASSERT_TRUE(c) << c.error().message();
   ASSERT_EQ(c->parameters.size(), 2u);
@@ -689,7 +705,7 @@ TEST(Calibrate, KernelTimesPinTheGpuApartFromTheLinks) {
   opt.fit = {"inter.bandwidth_gbps", "gpu.kernel_scale.fwd"};
   opt.jobs = 2;
   opt.restarts = 1;
-  opt.leave_one_out = false;
+  opt.leave_one_out = LeaveOneOut::Off;
   auto kernels = parse_kernel_times(csv, "kernels.csv");
   ASSERT_TRUE(kernels) << kernels.error().message();
   opt.kernels = *kernels;
@@ -753,7 +769,7 @@ TEST(Calibrate, SpeedupsEnterTheObjectiveWithTheirWeight) {
     opt.fit = {"inter.bandwidth_gbps"};
     opt.restarts = 0;
     opt.jobs = 2;
-    opt.leave_one_out = false;
+    opt.leave_one_out = LeaveOneOut::Off;
     opt.speedup_weight = weight;
     auto c = calibrate(base, "h100-2x4", *data, {}, opt);
     ASSERT_TRUE(c) << c.error().message();
@@ -785,7 +801,7 @@ TEST(Calibrate, DefaultsSkipWhatNoRowMoves) {
   ASSERT_TRUE(data) << data.error().message();
   CalibrationOptions opt;
   opt.restarts = 0;
-  opt.leave_one_out = false;
+  opt.leave_one_out = LeaveOneOut::Off;
   auto c = calibrate(base, "l20-8-2numa", *data, {}, opt);
   ASSERT_TRUE(c) << c.error().message();
   std::vector<std::string> paths;
@@ -807,7 +823,7 @@ TEST(Calibrate, FitListErrors) {
     CalibrationOptions opt;
     opt.fit = std::move(fit);
     opt.restarts = 0;
-    opt.leave_one_out = false;
+    opt.leave_one_out = LeaveOneOut::Off;
     opt.max_evaluations = 5;
     auto c = calibrate(base, "h100.json", *data, fixed, opt);
     return c ? std::string("ok") : c.error().message();

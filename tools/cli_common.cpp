@@ -781,8 +781,8 @@ void check_plan_budget(const sched::PlanRequest& req, double extra_bytes_per_op,
                "--ranks");
 }
 
-ProgressLine::ProgressLine()
-    : tty_(::isatty(STDERR_FILENO) != 0),
+ProgressLine::ProgressLine(bool enabled)
+    : enabled_(enabled), tty_(::isatty(STDERR_FILENO) != 0),
       t0_(std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count()) {}
 
 double ProgressLine::elapsed() const {

@@ -197,10 +197,11 @@ void install_interrupt_cleanup();
 /// five seconds elsewhere (a log). update() formats the line only when it is due.
 class ProgressLine {
  public:
-  ProgressLine();
+  /// `enabled` false: nothing is drawn (a command whose output the line would disturb, unless asked).
+  explicit ProgressLine(bool enabled = true);
   template <class MakeLine>
   void update(MakeLine&& make_line) {
-    if (due()) draw(make_line());
+    if (enabled_ && due()) draw(make_line());
   }
   /// Seconds since the line was made.
   [[nodiscard]] double elapsed() const;
@@ -210,6 +211,7 @@ class ProgressLine {
  private:
   [[nodiscard]] bool due();
   void draw(const std::string& line);
+  bool enabled_;
   bool tty_;
   bool drawn_ = false;
   double last_ = 0;

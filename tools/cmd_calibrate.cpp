@@ -26,13 +26,52 @@ namespace {
 using nlohmann::json;
 
 /// The fit's progress on `line`: its stage, evaluations and best objective so far.
+/// The fit's progress line: its stage, iteration, objective and simulations, with an estimate of the
+/// stage's end where it counts steps (leave-one-out rows).
 auto fit_progress(ProgressLine& line) {
-  return [&line](const calib::FitProgress& p) {
+  struct Stage {
+    std::string name;
+    double since = 0;
+  };
+  auto stage = std::make_shared<Stage>();
+  return [&line, stage](const calib::FitProgress& p) {
+    if (p.stage != stage->name) *stage = {p.stage, line.elapsed()};
     line.update([&] {
-      return fmt::format("charm calibrate: {}: {} evaluations, best objective {:.6g}, {:.0f} s", p.stage, p.evaluations,
-                         p.best, line.elapsed());
+      std::string where = p.stage;
+      if (p.steps > 0) where += fmt::format(", {} of {} done", p.step, p.steps);
+      std::string eta;
+      if (p.steps > 0 && p.step > 0 && p.step < p.steps)
+        eta = fmt::format(", about {:.0f} s left in it", (line.elapsed() - stage->since) / p.step * (p.steps - p.step));
+      return fmt::format("charm calibrate: {}: objective {:.6g}, {} evaluations, {} simulations, {:.0f} s{}", where,
+                         p.best, p.evaluations, p.simulations, line.elapsed(), eta);
     });
   };
+}
+
+/// How the leave-one-out predictions were made, and what checks them.
+std::string loo_text(const calib::Calibration& c, const calib::MeasurementSet& data) {
+  switch (c.loo) {
+  case calib::LeaveOneOut::Off:
+    return "# leave-one-out: not computed (--loo off)\n";
+  case calib::LeaveOneOut::Exact:
+    return "# leave-one-out: exact, a least-squares refit without each row from the full fit (--loo exact)\n";
+  case calib::LeaveOneOut::OneStep:
+    break;
+  }
+  std::string checks;
+  double worst = 0;
+  for (const auto& k : c.loo_checks) {
+    checks += fmt::format("{}line {} {:.3f} against {:.3f} ms", checks.empty() ? "" : "; ", data.rows[k.row].line,
+                          k.one_step_ms, k.exact_ms);
+    worst = std::max(worst, std::abs(k.one_step_ms / k.exact_ms - 1));
+  }
+  std::string out =
+      "# leave-one-out: one Gauss-Newton step from the full fit without each row (the influence approximation; "
+      "--loo exact refits every row)\n";
+  if (!c.loo_checks.empty())
+    out += fmt::format("# checked by exact refits of the {} rows it moves most: {} (largest difference {:.2f}%)\n",
+                       c.loo_checks.size(), checks, worst * 100);
+  return out;
 }
 
 std::string pct(double x) { return std::isnan(x) ? "-" : fmt::format("{:.1f}%", x); }
@@ -45,8 +84,10 @@ std::string signed_pct(double ratio) { return std::isnan(ratio) ? "-" : fmt::for
 
 void print_text(const calib::Calibration& c, const calib::MeasurementSet& data, const std::string& out) {
   std::cout << fmt::format(
-      "# charm calibrate: {} to {}: {} rows, {} parameters fitted, {} fixed, {} evaluations, {:.1f} s\n", c.base_source,
-      data.source, data.rows.size(), c.parameters.size(), c.fixed.size(), c.evaluations, c.seconds);
+      "# charm calibrate: {} to {}: {} rows, {} parameters fitted, {} fixed, {} evaluations ({} simulations), {:.1f} "
+      "s\n",
+      c.base_source, data.source, data.rows.size(), c.parameters.size(), c.fixed.size(), c.evaluations, c.simulations,
+      c.seconds);
   std::cout << fmt::format("# {:<26} {:>12} {:>12} {:>24} {:>8}  {}\n", "parameter", "base", "fitted", "bounds",
                            "1-sigma", "");
   for (const auto& p : c.parameters)
@@ -83,6 +124,7 @@ void print_text(const calib::Calibration& c, const calib::MeasurementSet& data, 
                              pct(c.kernels.base), c.kernel_rows.size(), c.kernel_source);
   }
   for (const auto& n : c.notes) std::cout << "# note: " << n << "\n";
+  std::cout << loo_text(c, data);
   if (c.time_rows < data.rows.size())
     std::cout << fmt::format("# comm/compute rows MAPE {} in-sample, {} leave-one-out (base {}; {} rows)\n",
                              pct(c.component.in_sample), pct(c.component.loo), pct(c.component.base),
@@ -115,7 +157,8 @@ std::vector<calib::FixedParameter> nccl_fixed(const std::string& nccl, const jso
 
 struct CalibrateOpts {
   std::string topology, measurements, kernels, nccl, fit, out;
-  bool json_out = false, no_loo = false;
+  std::string loo = "one-step";
+  bool json_out = false, no_loo = false, progress = false;
   int jobs = 0, restarts = 3;  // jobs omitted: every core
   double speedup_weight = 1;
 };
@@ -129,6 +172,27 @@ void check_calibrate_files(const CalibrateOpts& o) {
   if (!o.kernels.empty()) inputs.emplace_back("--kernels", o.kernels);
   for (const auto& item : split_list(o.nccl)) inputs.emplace_back("--nccl-tests", item.substr(item.find('=') + 1));
   check_command_files({inputs, {{"--out", o.out}}, {}});
+}
+
+/// The fit's options from the flags (the files aside), each checked where it is read.
+calib::CalibrationOptions calibration_options(const CalibrateOpts& o, bool jobs_given) {
+  calib::CalibrationOptions opt;
+  // Omitted: every core. Given, it is a count (no value stands for "every core").
+  opt.jobs = jobs_given ? o.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (opt.jobs < 1 || opt.jobs > 1024) fail(Error{"--jobs", fmt::format("must be in [1, 1024], got {}", o.jobs)});
+  if (o.restarts < 0 || o.restarts > 100)
+    fail(Error{"--restarts", fmt::format("must be in [0, 100], got {}", o.restarts)});
+  opt.restarts = o.restarts;
+  if (o.loo != "one-step" && o.loo != "exact" && o.loo != "off")
+    fail(Error{"--loo", fmt::format("expected one-step, exact or off, got '{}'", o.loo)});
+  opt.leave_one_out = o.no_loo || o.loo == "off" ? calib::LeaveOneOut::Off
+                      : o.loo == "exact"         ? calib::LeaveOneOut::Exact
+                                                 : calib::LeaveOneOut::OneStep;
+  if (!(o.speedup_weight >= 0 && o.speedup_weight <= 100))
+    fail(Error{"--speedup-weight", fmt::format("must be in [0, 100], got {}", o.speedup_weight)});
+  opt.speedup_weight = o.speedup_weight;
+  opt.fit = split_list(o.fit);
+  return opt;
 }
 
 void register_calibrate(CLI::App& app) {
@@ -150,9 +214,17 @@ void register_calibrate(CLI::App& app) {
                   "every link rate, kernel efficiency and stack cost the rows move)");
   sub->add_option("--out,-o", o->out, "calibrated topology JSON to write")->required();
   sub->add_flag("--json", o->json_out, "print the report as JSON");
-  sub->add_option("--jobs,-j", o->jobs, "threads that simulate rows in parallel (default: all cores)");
+  sub->add_option("--jobs,-j", o->jobs,
+                  "threads: the starts and refits, else the rows, in parallel (default: all cores; the report is the "
+                  "same for any count)");
   sub->add_option("--restarts", o->restarts, "optimizer starts besides the base values")->capture_default_str();
-  sub->add_flag("--no-loo", o->no_loo, "skip the leave-one-out refits");
+  sub->add_option("--loo", o->loo,
+                  "leave-one-out predictions: one-step (a Gauss-Newton step from the full fit per row, the rows it "
+                  "moves most refitted to check it), exact (a refit per row) or off")
+      ->capture_default_str();
+  sub->add_flag("--no-loo", o->no_loo, "the same as --loo off");
+  sub->add_flag("--progress", o->progress,
+                "draw the progress line even with --json or when standard error is not a terminal");
   sub->add_option("--speedup-weight", o->speedup_weight,
                   "weight of the speedups over ring in the objective beside the times (each measured pair of a ring "
                   "run and another run of one workload; 0: times only)")
@@ -160,12 +232,7 @@ void register_calibrate(CLI::App& app) {
   add_max_memory(*sub);
   sub->callback([o, sub] {
     check_calibrate_files(*o);
-    const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    // Omitted: every core. Given, it is a count (no value stands for "every core").
-    const int jobs = sub->count("--jobs") == 0 ? hw : o->jobs;
-    if (jobs < 1 || jobs > 1024) fail(Error{"--jobs", fmt::format("must be in [1, 1024], got {}", o->jobs)});
-    if (o->restarts < 0 || o->restarts > 100)
-      fail(Error{"--restarts", fmt::format("must be in [0, 100], got {}", o->restarts)});
+    calib::CalibrationOptions opt = calibration_options(*o, sub->count("--jobs") > 0);
     // The topology is checked by its loader first (its errors name the JSON path), then kept as a document to edit.
     (void)load_topology_file(o->topology);
     const json base = json::parse(unwrap(calib::read_text_file(o->topology, "a topology file")));
@@ -174,21 +241,14 @@ void register_calibrate(CLI::App& app) {
         o->measurements.empty() ? calib::MeasurementSet{} : unwrap(calib::load_measurements(o->measurements));
     for (const auto& w : data.warnings) std::cerr << "charm: warning: " << w << "\n";
     const std::vector<calib::FixedParameter> fixed = nccl_fixed(o->nccl, base, o->topology);
-    calib::CalibrationOptions opt;
-    opt.fit = split_list(o->fit);
-    opt.jobs = jobs;
-    opt.restarts = o->restarts;
-    opt.leave_one_out = !o->no_loo;
-    if (!(o->speedup_weight >= 0 && o->speedup_weight <= 100))
-      fail(Error{"--speedup-weight", fmt::format("must be in [0, 100], got {}", o->speedup_weight)});
-    opt.speedup_weight = o->speedup_weight;
     if (!o->kernels.empty()) {
       opt.kernels = unwrap(calib::load_kernel_times(o->kernels));
       for (const auto& w : opt.kernels.warnings) std::cerr << "charm: warning: " << w << "\n";
     }
     opt.memory_budget_bytes = memory_budget_bytes();
     opt.memory_budget_name = memory_budget_name();
-    ProgressLine progress;
+    // On a terminal, beside a text report; asked for, anywhere.
+    ProgressLine progress(o->progress || (!o->json_out && ::isatty(STDERR_FILENO) != 0));
     opt.progress = fit_progress(progress);
     auto result = calib::calibrate(base, o->topology, data, fixed, opt);
     progress.finish();
