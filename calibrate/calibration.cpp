@@ -7,11 +7,9 @@
 #include <chrono>
 #include <cmath>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <random>
 #include <thread>
-#include <tuple>
 
 #include <nlopt.hpp>
 

@@ -24,10 +24,10 @@ add_library(charm::warnings ALIAS charm_warnings)
 # charm_setup_target(<target> [NO_PCH]): warnings, sanitizers, the repository's include root and,
 # unless NO_PCH (a one-file program gains nothing from its own), the precompiled headers.
 function(charm_setup_target target)
-  cmake_parse_arguments(S "NO_PCH" "" "" ${ARGN})
+  cmake_parse_arguments(S "NO_PCH" "" "PCH_EXTRA" ${ARGN})
   target_link_libraries(${target} PRIVATE charm::warnings)
   target_include_directories(${target} PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>)
   if(NOT S_NO_PCH)
-    charm_precompile_headers(${target})
+    charm_precompile_headers(${target} EXTRA ${S_PCH_EXTRA})
   endif()
 endfunction()

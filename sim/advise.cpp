@@ -3,16 +3,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <optional>
 #include <set>
-#include <thread>
 #include <tuple>
 
 #include "scheduler/planners/planners.hpp"
-#include "scheduler/support/first_exception.hpp"
+#include "scheduler/support/parallel_for.hpp"
 #include "sim/evaluate.hpp"
 #include "sim/frameworks.hpp"
 
@@ -134,32 +132,20 @@ void plan_candidates(const Workload& w, const std::vector<std::string>& algos, c
       }
 }
 
-/// Independent simulations: a pool of `threads` workers takes the next one.
+/// Independent simulations, `threads` at a time (each job fills its own slot).
 /// `block_model`: a layout search's whole workload (its jobs' times are attention blocks'), else null.
 void run_jobs(std::vector<Job>& jobs, const topo::Topology& t, int threads, const Workload* block_model) {
-  std::atomic<std::size_t> next{0};
-  FirstException failure;  // a worker that cannot allocate stops the pool, and the caller says so
-  auto work = [&] {
-    for (;;) {
-      const std::size_t i = next.fetch_add(1);
-      if (i >= jobs.size() || failure.failed()) return;
-      Job& j = jobs[i];
-      auto ev = j.layout ? evaluate_deployment(j.req, *j.layout, j.copies, t, block_model) : evaluate(j.req, t);
-      if (!ev) {
-        j.error = ev.error().message();
-        continue;
-      }
-      const Explanation ex = explain(ev->plan, ev->result, t);
-      j.out = PassOutcome{ev->summary.time_s * 1e3, ev->summary.peak_mem_bytes, ex.bottleneck,
-                          path_shares_text(ex.path, ev->result.makespan_s), ev->tp_block};
+  parallel_for(jobs.size(), threads, [&](std::size_t i) {
+    Job& j = jobs[i];
+    auto ev = j.layout ? evaluate_deployment(j.req, *j.layout, j.copies, t, block_model) : evaluate(j.req, t);
+    if (!ev) {
+      j.error = ev.error().message();
+      return;
     }
-  };
-  const int n = std::clamp(threads, 1, std::max(1, int(jobs.size())));
-  {
-    std::vector<std::jthread> pool;
-    for (int k = 0; k < n; ++k) pool.emplace_back([&] { failure.run(work); });
-  }
-  failure.rethrow();
+    const Explanation ex = explain(ev->plan, ev->result, t);
+    j.out = PassOutcome{ev->summary.time_s * 1e3, ev->summary.peak_mem_bytes, ex.bottleneck,
+                        path_shares_text(ex.path, ev->result.makespan_s), ev->tp_block};
+  });
 }
 
 /// Totals, peak memory, verdict and the slower pass's bottleneck of each candidate.

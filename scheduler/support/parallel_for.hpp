@@ -38,7 +38,8 @@ void parallel_for(std::size_t n, int jobs, Body&& body, Observer&& observer = {}
   const auto threads = static_cast<std::size_t>(std::max(1, jobs));
   {
     std::vector<std::jthread> pool;
-    for (std::size_t t = 1; t < std::min(threads, n); ++t) pool.emplace_back([&] { failure.run([&] { work(false); }); });
+    for (std::size_t t = 1; t < std::min(threads, n); ++t)
+      pool.emplace_back([&] { failure.run([&] { work(false); }); });
     failure.run([&] { work(true); });
   }
   failure.rethrow();
