@@ -652,8 +652,10 @@ Expected<Sensitivity> sensitivity_at(const Model& model, const std::vector<doubl
 
 /// Each parameter's uncertainty, sigma^2 (J^T J)^-1 at the fit (residuals: the rows' and the speedups');
 /// the values, sigmas and notes go into model.params.
-void estimate_uncertainty(Model& model, const Sensitivity& s, const std::vector<double>& best,
-                          const std::vector<double>& best_u, double objective) {
+/// The pairs of identified parameters whose estimates correlate above 0.9 in magnitude are returned: the
+/// rows tell their combination, not each alone.
+std::vector<Correlation> estimate_uncertainty(Model& model, const Sensitivity& s, const std::vector<double>& best,
+                                              const std::vector<double>& best_u, double objective) {
   const std::size_t N = s.r.size(), np = model.params.size();
   // The covariance of the parameters the rows move (one that moves none would make J^T J singular).
   Matrix jtj;
@@ -697,6 +699,11 @@ void estimate_uncertainty(Model& model, const Sensitivity& s, const std::vector<
       q.note += fmt::format("{}at its {} bound (the uncertainty is one-sided there)", q.note.empty() ? "" : "; ",
                             best_u[k] < 0.5 ? "lower" : "upper");
   }
+  std::vector<Correlation> out;
+  if (inv)
+    for (const auto& c : correlated_pairs(*inv, 0.9))
+      out.push_back({model.params[c.a].path, model.params[c.b].path, c.r});
+  return out;
 }
 
 /// Every run paired with the ring run of its workload and GPUs (speedup = ring time / its time).
@@ -1049,7 +1056,7 @@ Expected<Calibration> calibrate(const json& base, const std::string& base_source
 
   auto sens = sensitivity_at(model, best, *pred);
   if (!sens) return sens.error();
-  estimate_uncertainty(model, *sens, best, best_u, c.objective);
+  c.correlations = estimate_uncertainty(model, *sens, best, best_u, c.objective);
 
   record_predictions(model, base_ms, *pred, n, options.kernels.source, c);
 
@@ -1121,6 +1128,8 @@ json report_json(const Calibration& c, const MeasurementSet& data) {
   json checks = json::array();
   for (const auto& k : c.loo_checks)
     checks.push_back({{"line", data.rows[k.row].line}, {"one_step_ms", k.one_step_ms}, {"exact_ms", k.exact_ms}});
+  json correlations = json::array();
+  for (const auto& r : c.correlations) correlations.push_back({{"a", r.a}, {"b", r.b}, {"r", r.r}});
   const char* method = c.loo == LeaveOneOut::OneStep ? "one-step" : c.loo == LeaveOneOut::Exact ? "exact" : "off";
   return {{"schema", 1},
           {"topology", c.base_source},
@@ -1133,6 +1142,7 @@ json report_json(const Calibration& c, const MeasurementSet& data) {
           {"mape_percent", cal["mape_percent"]},
           {"objective", cal["objective_value"]},
           {"leave_one_out", {{"method", method}, {"checks", checks}}},
+          {"correlations", correlations},
           {"evaluations", c.evaluations},
           {"simulations", c.simulations},
           {"seconds", c.seconds},

@@ -79,6 +79,13 @@ struct SpeedupPair {
   std::size_t ring = 0, other = 0;
 };
 
+/// Two fitted parameters whose estimates correlate strongly (|r| > 0.9): the rows identify their
+/// combination rather than each.
+struct Correlation {
+  std::string a, b;
+  double r = 0;
+};
+
 /// A row whose one-step leave-one-out prediction was checked against an exact refit without it.
 struct LooCheck {
   std::size_t row = 0;
@@ -143,6 +150,7 @@ struct Calibration {
   int simulations = 0;  // row simulations
   LeaveOneOut loo = LeaveOneOut::Off;
   std::vector<LooCheck> loo_checks;
+  std::vector<Correlation> correlations;  // |r| > 0.9, from the covariance of the identified parameters
   Mape time, speedup;
   Mape component;                             // rows of the comm / compute metric
   std::vector<KernelPrediction> kernel_rows;  // one per kernel time (options.kernels), in file order

@@ -88,4 +88,15 @@ void normal_equations(const Matrix& J, const std::vector<double>& r, const std::
   }
 }
 
+std::vector<Correlated> correlated_pairs(const Matrix& cov, double threshold) {
+  std::vector<Correlated> out;
+  for (std::size_t a = 0; a < cov.size(); ++a)
+    for (std::size_t b = a + 1; b < cov.size(); ++b) {
+      const double va = cov[a][a], vb = cov[b][b];
+      if (!(va > 0 && vb > 0)) continue;
+      if (const double r = cov[a][b] / std::sqrt(va * vb); std::abs(r) > threshold) out.push_back({a, b, r});
+    }
+  return out;
+}
+
 }  // namespace charm::calib

@@ -28,4 +28,12 @@ void normal_equations(const Matrix& J, const std::vector<double>& r, const std::
 
 [[nodiscard]] double sum_of_squares(const std::vector<double>& r);
 
+struct Correlated {
+  std::size_t a = 0, b = 0;  // a < b
+  double r = 0;
+};
+/// The pairs of a covariance matrix's coordinates whose correlation exceeds `threshold` in magnitude,
+/// in (a, b) order; coordinates of zero variance (not estimated) are left out.
+[[nodiscard]] std::vector<Correlated> correlated_pairs(const Matrix& cov, double threshold);
+
 }  // namespace charm::calib

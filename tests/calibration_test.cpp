@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "calibrate/calibration.hpp"
+#include "calibrate/normal_equations.hpp"
 #include "scheduler/planners/planners.hpp"
 #include "sim/compute_model.hpp"
 #include "sim/evaluate.hpp"
@@ -813,6 +814,31 @@ TEST(Calibrate, DefaultsSkipWhatNoRowMoves) {
     EXPECT_EQ(std::find(paths.begin(), paths.end(), dropped), paths.end()) << dropped;
   EXPECT_NE(std::find(c->notes.begin(), c->notes.end(), "numa.bandwidth_gbps: not fitted, no row depends on it"),
             c->notes.end());
+}
+
+TEST(NormalEquations, SolvesDropsAndNamesCorrelatedPairs) {
+  // J = [[1, 0], [0, 2], [1, 1]], r = [1, 2, 3]: J^T J = [[2, 1], [1, 5]], J^T r = [4, 7].
+  const Matrix J{{1, 0}, {0, 2}, {1, 1}};
+  const std::vector<double> r{1, 2, 3};
+  Matrix jtj;
+  std::vector<double> jtr;
+  normal_equations(J, r, {}, {}, jtj, jtr);
+  EXPECT_EQ(jtj, (Matrix{{2, 1}, {1, 5}}));
+  EXPECT_EQ(jtr, (std::vector<double>{4, 7}));
+  const auto x = solve_spd(jtj, jtr);  // (2 1; 1 5) x = (4, 7): x = (13/9, 10/9)
+  EXPECT_NEAR(x[0], 13.0 / 9, 1e-9);
+  EXPECT_NEAR(x[1], 10.0 / 9, 1e-9);
+  // Without the third residual, and with the second column held: J^T J = [[1, 0], [0, 0]].
+  normal_equations(J, r, {1, 1, 0}, {1, 0}, jtj, jtr);
+  EXPECT_EQ(jtj, (Matrix{{1, 0}, {0, 0}}));
+  EXPECT_EQ(jtr, (std::vector<double>{1, 0}));
+  // Correlations of a covariance: 0.95 and -0.5 against a threshold of 0.9; a zero variance is left out.
+  const Matrix cov{{1, 0.95 * 2, -0.5, 0}, {0.95 * 2, 4, 0, 0}, {-0.5, 0, 1, 0}, {0, 0, 0, 0}};
+  const auto pairs = correlated_pairs(cov, 0.9);
+  ASSERT_EQ(pairs.size(), 1u);
+  EXPECT_EQ(pairs[0].a, 0u);
+  EXPECT_EQ(pairs[0].b, 1u);
+  EXPECT_NEAR(pairs[0].r, 0.95, 1e-12);
 }
 
 TEST(Calibrate, FitListErrors) {

@@ -96,6 +96,9 @@ void print_text(const calib::Calibration& c, const calib::MeasurementSet& data, 
   for (const auto& f : c.fixed)
     std::cout << fmt::format("  {:<26} {:>12.6g} {:>12.6g} {:>24} {:>8}  fixed from nccl-tests {}\n", f.path, f.base,
                              f.value, "-", "-", f.source);
+  for (const auto& r : c.correlations)
+    std::cout << fmt::format("# correlated: {} and {} (r = {:+.2f}): the rows tell their combination, not each\n", r.a,
+                             r.b, r.r);
   std::cout << fmt::format("# {:>5} {:<12} {:>4} {:>5} {:>5} {:>8} {:>10} {:>10} {:>10} {:>8} {:>10} {:>8}\n", "line",
                            "algo", "pass", "ranks", "B", "S", "measured", "base", "fitted", "err", "LOO", "err");
   std::cout << fmt::format("# {:>5} {:<12} {:>4} {:>5} {:>5} {:>8} {:>10} {:>10} {:>10} {:>8} {:>10} {:>8}\n", "", "",
