@@ -816,6 +816,35 @@ TEST(Calibrate, DefaultsSkipWhatNoRowMoves) {
             c->notes.end());
 }
 
+TEST(Calibrate, QuotientRowsPredictWhatTheFullPlanSimulates) {
+  // Causal zigzag rows on 2 nodes x 4: the fit simulates one class of ranks; every prediction must be the
+  // full plan's on the fitted document, whatever values the fit moved (the update passes change how
+  // zigzag halves are priced).
+  json base = load_json("topologies/nominal/h100-2x8.json");
+  base["gpus_per_node"] = 4;
+  base["gpu"]["efficiency"] = {{"fwd", 0.5}, {"bwd", 0.4}};  // no kernel table: halves priced alike at the base
+  auto data = parse_measurements(std::string(kHeader) + "ulysses,fwd,1,16384,8,8,128,bf16,1,zigzag,1.5\n"
+                                                        "charm,fwd,1,16384,8,8,128,bf16,1,zigzag,1.1\n"
+                                                        "ulysses,bwd,1,32768,8,8,128,bf16,1,zigzag,9\n"
+                                                        "charm,bwd,1,32768,8,8,128,bf16,1,zigzag,7\n",
+                                 "causal.csv");
+  ASSERT_TRUE(data) << data.error().message();
+  CalibrationOptions opt;
+  opt.fit = {"inter.bandwidth_gbps", "stack.update_passes", "gpu.efficiency.bwd"};
+  opt.restarts = 0;
+  opt.jobs = 2;
+  auto c = calibrate(base, "h100-2x4", *data, {}, opt);
+  ASSERT_TRUE(c) << c.error().message();
+  auto fitted = topo::parse_topology(c->document, "fitted");
+  ASSERT_TRUE(fitted) << fitted.error().message();
+  for (std::size_t i = 0; i < data->rows.size(); ++i) {
+    const auto& m = data->rows[i];
+    auto full = sim::evaluate({m.algo, m.workload, 8, 2}, *fitted, /*by_symmetry=*/false);
+    ASSERT_TRUE(full) << full.error().message();
+    EXPECT_NEAR(c->rows[i].predicted_ms / (full->summary.time_s * 1e3), 1.0, 1e-12) << "line " << m.line;
+  }
+}
+
 TEST(NormalEquations, SolvesDropsAndNamesCorrelatedPairs) {
   // J = [[1, 0], [0, 2], [1, 1]], r = [1, 2, 3]: J^T J = [[2, 1], [1, 5]], J^T r = [4, 7].
   const Matrix J{{1, 0}, {0, 2}, {1, 1}};
