@@ -31,7 +31,7 @@ using nlohmann::json;
 /// A measured row made ready to simulate: its plan does not depend on the parameters, so it is built
 /// once, with the index the simulator walks; only the topology it runs on changes.
 struct Row {
-  ir::Plan plan;  // a quotient plan where the row's symmetry and its topology's allow (sim::simulation_symmetry)
+  ir::Plan plan;  // a quotient plan where the schedule's and the topology's structure allow (build_rows)
   std::optional<ir::PlanIndex> index;
   std::size_t variant = 0;  // index into Model::variant_nodes
   int ranks = 0, domains = 0;
@@ -149,9 +149,8 @@ struct Model {
   /// Predicted times (ms) at each point (parameter values): the rows, then the kernels, that `uses`
   /// marks (one mask for every point, or one per point); NaN for the others. Every (point, row)
   /// simulation is a task of one parallel_for: the figures do not depend on the job count.
-  [[nodiscard]] Expected<std::vector<std::vector<double>>> predict_at(const std::vector<std::vector<double>>& points,
-                                                                      const std::vector<std::vector<char>>& uses,
-                                                                      int threads = 0) const {
+  [[nodiscard]] Expected<std::vector<std::vector<double>>>
+  predict_at(const std::vector<std::vector<double>>& points, const std::vector<std::vector<char>>& uses) const {
     auto use_of = [&](std::size_t p) -> const std::vector<char>& { return uses.size() == 1 ? uses[0] : uses[p]; };
     std::vector<std::vector<topo::Topology>> topos;
     std::vector<std::pair<std::size_t, std::size_t>> tasks;  // (point, row)
@@ -173,7 +172,7 @@ struct Model {
     // A failed simulation's error, kept in its task's slot: the first in task order is the one returned.
     std::vector<std::optional<Error>> errors(tasks.size());
     parallel_for(
-        tasks.size(), threads > 0 ? threads : jobs,
+        tasks.size(), jobs,
         [&](std::size_t k) {
           const auto [p, i] = tasks[k];
           auto v = simulate_row(rows[i], topos[p][rows[i].variant]);
@@ -254,18 +253,17 @@ std::vector<std::pair<std::size_t, std::size_t>> residual_rows(const Model& mode
 struct Objective {
   const Model& model;
   std::vector<char> use;
-  int threads = 1;  // over the rows of each evaluation
   double best = HUGE_VAL;
   std::vector<double> best_u;
   std::optional<Error> error;
 
   double operator()(const std::vector<double>& u) {
-    auto p = model.predict_at({values_of(model.params, u)}, {use}, threads);
+    auto p = model.predict(values_of(model.params, u), use);
     if (!p) {
       error = p.error();
       throw nlopt::forced_stop();
     }
-    const double f = objective_of(model, p->front(), use);
+    const double f = objective_of(model, *p, use);
     if (f < best) {
       best = f;
       best_u = u;
@@ -564,24 +562,22 @@ Status drop_unmoved(Model& model, const std::vector<double>& base_ms, std::vecto
   return {};
 }
 
-/// Local searches from each of `starts` for the rows `use` marks, `initial_step` their first move:
-/// in parallel over the searches (each simulating its rows in turn) while there are several, else
-/// over the rows. Each search's best point and objective, in order.
-Expected<std::vector<Objective>> searches(const Model& model, const std::vector<char>& use,
-                                          const std::vector<std::vector<double>>& starts, double initial_step) {
-  const int outer = std::max(1, std::min<int>(model.jobs, int(starts.size())));
-  std::vector<Objective> objs(starts.size(), Objective{model, use, model.jobs, HUGE_VAL, {}, {}});
-  std::vector<Status> status(starts.size());
+/// Local search k from starts[k] with objective objs[k] (its rows), `initial_step` its first move: the
+/// searches in parallel, each evaluation's rows in parallel too (a core a finished search frees helps the
+/// others). Each search's best point stays in its objective.
+Status run_searches(const Model& model, std::vector<Objective>& objs, const std::vector<std::vector<double>>& starts,
+                    double initial_step) {
+  std::vector<Status> status(objs.size());
   parallel_for(
-      starts.size(), outer,
-      [&](std::size_t s) { status[s] = local_search(objs[s], starts[s], max_evaluations(model), initial_step); },
+      objs.size(), model.jobs,
+      [&](std::size_t k) { status[k] = local_search(objs[k], starts[k], max_evaluations(model), initial_step); },
       [&](std::size_t done, std::size_t) {
         model.progress.step = int(done);
         model.progress.report();
       });
   for (auto& st : status)
     if (!st) return st.error();
-  return objs;
+  return {};
 }
 
 /// The fit: from the base values, then from fixed interior points (reproducible runs). The best point
@@ -599,10 +595,11 @@ Expected<std::vector<double>> fit_units(const Model& model, const CalibrationOpt
     starts.push_back(u);
   }
   model.progress.begin(fmt::format("fit from {} starts", starts.size()), int(starts.size()));
-  auto objs = searches(model, std::vector<char>(model.measured.size(), 1), starts, 0.1);
-  if (!objs) return objs.error();
-  const Objective* best = &objs->front();
-  for (const auto& o : *objs)
+  std::vector<Objective> objs(starts.size(),
+                              Objective{model, std::vector<char>(model.measured.size(), 1), HUGE_VAL, {}, {}});
+  if (auto st = run_searches(model, objs, starts, 0.1); !st) return st.error();
+  const Objective* best = &objs.front();
+  for (const auto& o : objs)
     if (o.best < best->best) best = &o;
   return best->best_u;
 }
@@ -666,10 +663,7 @@ std::vector<Correlation> estimate_uncertainty(Model& model, const Sensitivity& s
   std::vector<std::size_t> cols;
   for (std::size_t k = 0; k < np; ++k)
     if (s.moves[k]) cols.push_back(k);
-  Matrix sub(cols.size(), std::vector<double>(cols.size()));
-  for (std::size_t a = 0; a < cols.size(); ++a)
-    for (std::size_t b = 0; b < cols.size(); ++b) sub[a][b] = jtj[cols[a]][cols[b]];
-  const auto sub_inv = invert(sub);
+  const auto sub_inv = invert(submatrix(jtj, cols));
   std::optional<Matrix> inv;
   if (sub_inv) {
     inv.emplace(np, std::vector<double>(np, 0.0));
@@ -746,9 +740,10 @@ void record_predictions(const Model& model, const std::vector<double>& base_ms, 
 /// The parameter values one Gauss-Newton step from the full fit reaches without row i (the influence
 /// approximation of a refit without it): the residuals that involve row i dropped, the parameters at a
 /// bound or moving no residual held.
-std::vector<double> one_step_without(const Model& model, const Sensitivity& s, const std::vector<double>& best,
-                                     const std::vector<double>& best_u, std::size_t i) {
-  const auto owners = residual_rows(model);
+std::vector<double> one_step_without(const Model& model, const Sensitivity& s,
+                                     const std::vector<std::pair<std::size_t, std::size_t>>& owners,
+                                     const std::vector<double>& best, const std::vector<double>& best_u,
+                                     std::size_t i) {
   const std::size_t np = best.size();
   std::vector<char> keep(owners.size()), free_cols(np);
   for (std::size_t k = 0; k < owners.size(); ++k) keep[k] = owners[k].first != i && owners[k].second != i;
@@ -759,13 +754,9 @@ std::vector<double> one_step_without(const Model& model, const Sensitivity& s, c
   Matrix jtj;
   std::vector<double> jtr;
   normal_equations(s.J, s.r, keep, free_cols, jtj, jtr);
-  Matrix a(cols.size(), std::vector<double>(cols.size()));
   std::vector<double> b(cols.size());
-  for (std::size_t x = 0; x < cols.size(); ++x) {
-    for (std::size_t y = 0; y < cols.size(); ++y) a[x][y] = jtj[cols[x]][cols[y]];
-    b[x] = -jtr[cols[x]];
-  }
-  const auto d = solve_spd(std::move(a), std::move(b));
+  for (std::size_t x = 0; x < cols.size(); ++x) b[x] = -jtr[cols[x]];
+  const auto d = solve_spd(submatrix(jtj, cols), std::move(b));
   auto v = best;
   for (std::size_t x = 0; x < cols.size(); ++x) {
     const auto& q = model.params[cols[x]];
@@ -781,27 +772,17 @@ Expected<std::vector<double>> exact_without(const Model& model, const std::vecto
                                             const std::vector<std::size_t>& which, const std::string& stage) {
   const std::size_t N = model.measured.size();
   model.progress.begin(stage, int(which.size()));
-  // The refits in parallel, each simulating its rows in turn.
-  std::vector<std::optional<Objective>> objs(which.size());
-  std::vector<Status> status(which.size());
-  parallel_for(
-      which.size(), model.jobs,
-      [&](std::size_t k) {
-        std::vector<char> use(N, 1);
-        use[which[k]] = 0;
-        objs[k].emplace(Objective{model, std::move(use), model.jobs, HUGE_VAL, {}, {}});
-        status[k] = local_search(*objs[k], best_u, max_evaluations(model), 0.02);
-      },
-      [&](std::size_t done, std::size_t) {
-        model.progress.step = int(done);
-        model.progress.report();
-      });
-  for (auto& st : status)
-    if (!st) return st.error();
+  std::vector<Objective> objs;
+  for (const std::size_t i : which) {
+    objs.push_back(Objective{model, std::vector<char>(N, 1), HUGE_VAL, {}, {}});
+    objs.back().use[i] = 0;
+  }
+  if (auto st = run_searches(model, objs, std::vector<std::vector<double>>(which.size(), best_u), 0.02); !st)
+    return st.error();
   std::vector<std::vector<double>> points;
   std::vector<std::vector<char>> uses;
   for (std::size_t k = 0; k < which.size(); ++k) {
-    points.push_back(values_of(model.params, objs[k]->best_u));
+    points.push_back(values_of(model.params, objs[k].best_u));
     uses.emplace_back(N, 0);
     uses.back()[which[k]] = 1;
   }
@@ -830,8 +811,9 @@ Status leave_one_out(const Model& model, const Sensitivity& s, const std::vector
   const std::size_t N = model.measured.size();
   std::vector<std::vector<double>> points;
   std::vector<std::vector<char>> uses;
+  const auto owners = residual_rows(model);
   for (std::size_t i = 0; i < n; ++i) {
-    points.push_back(one_step_without(model, s, best, best_u, i));
+    points.push_back(one_step_without(model, s, owners, best, best_u, i));
     uses.emplace_back(N, 0);
     uses.back()[i] = 1;
   }

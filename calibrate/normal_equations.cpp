@@ -5,10 +5,11 @@
 
 namespace charm::calib {
 
-double sum_of_squares(const std::vector<double>& r) {
-  double f = 0;
-  for (double x : r) f += x * x;
-  return f;
+Matrix submatrix(const Matrix& a, const std::vector<std::size_t>& keep) {
+  Matrix out(keep.size(), std::vector<double>(keep.size()));
+  for (std::size_t x = 0; x < keep.size(); ++x)
+    for (std::size_t y = 0; y < keep.size(); ++y) out[x][y] = a[keep[x]][keep[y]];
+  return out;
 }
 
 std::optional<Matrix> invert(Matrix a) {

@@ -26,7 +26,8 @@ using Matrix = std::vector<std::vector<double>>;
 void normal_equations(const Matrix& J, const std::vector<double>& r, const std::vector<char>& keep,
                       const std::vector<char>& free_cols, Matrix& jtj, std::vector<double>& jtr);
 
-[[nodiscard]] double sum_of_squares(const std::vector<double>& r);
+/// The rows and columns `keep` of a square matrix, in that order.
+[[nodiscard]] Matrix submatrix(const Matrix& a, const std::vector<std::size_t>& keep);
 
 struct Correlated {
   std::size_t a = 0, b = 0;  // a < b

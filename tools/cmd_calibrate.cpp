@@ -25,9 +25,8 @@ namespace {
 
 using nlohmann::json;
 
-/// The fit's progress on `line`: its stage, evaluations and best objective so far.
-/// The fit's progress line: its stage, iteration, objective and simulations, with an estimate of the
-/// stage's end where it counts steps (leave-one-out rows).
+/// The fit's progress line: its stage, objective, evaluations and simulations, with an estimate of the
+/// stage's end where it counts steps (starts, refits).
 auto fit_progress(ProgressLine& line) {
   struct Stage {
     std::string name;
