@@ -285,6 +285,8 @@ std::uint64_t plan_fingerprint(const ir::Plan& plan) {
   for (const auto len : w.documents) f.add(len);
   f.add(w.window);
   f.add(w.layout);
+  for (const auto& chunks : w.chunk_map)
+    for (const auto& c : chunks) f.add(c.begin), f.add(c.count);
   f.add(w.pass);
   f.add(plan.size());
   for (ir::OpId id = 0; id < static_cast<ir::OpId>(plan.size()); ++id) {

@@ -39,6 +39,8 @@ struct Job {
 /// The layouts to try: the forced one, else both when a causal mask makes them differ.
 std::vector<Layout> layouts_to_try(const Workload& w, const AdviseOptions& opt) {
   if (opt.layout) return {*opt.layout};
+  // Packed documents: the whole sequence in order, THD (each document zigzag), and the solver's chunks.
+  if (!w.documents.empty() && w.window == 0) return {Layout::Contiguous, Layout::Zigzag, Layout::Balanced};
   if (w.causal) return {Layout::Contiguous, Layout::Zigzag};
   return {Layout::Contiguous};
 }
@@ -84,8 +86,8 @@ std::optional<std::string> refusal(const sched::PlanRequest& req, PassKind pass,
 /// Candidates, each once (a forced layout or an unused domain count collapses to one), and a job per pass.
 /// One CP group's candidates on `ranks` ranks (in `layout`, placed `copies` times, when searching layouts).
 void plan_candidates(const Workload& w, const std::vector<std::string>& algos, const AdviseOptions& opt, int ranks,
-                     const std::optional<sched::Layout>& layout, int copies, Advice& adv, std::vector<Candidate>& cands,
-                     std::vector<Job>& jobs) {
+                     const std::optional<sched::Layout>& layout, int copies, const topo::Topology& t, Advice& adv,
+                     std::vector<Candidate>& cands, std::vector<Job>& jobs) {
   const std::vector<Layout> layouts = layouts_to_try(w, opt);
   const std::vector<int> split = domain_split(ranks, opt);
   std::set<std::tuple<std::string, Layout, int>> seen;
@@ -113,6 +115,16 @@ void plan_candidates(const Workload& w, const std::vector<std::string>& algos, c
         if (layout) {
           c.tp = layout->tp;
           c.cp = layout->cp;
+        }
+        if (req.workload.layout == Layout::Balanced) {  // its chunks solved for this algorithm, both passes asked
+          auto s = layout ? Expected<ChunkSolution>(Error{"", "the balanced layout is solved for one CP group"})
+                          : solve_chunk_map(req, t, opt.chunks);
+          if (!s) {
+            adv.refused.push_back({c.label(), s.error().message()});
+            continue;
+          }
+          req.workload.chunk_map = s->chunk_map;
+          c.chunks = std::move(s).value();
         }
         if (auto why = refusal(req, w.pass, opt, layout ? copies : 1)) {
           adv.refused.push_back({c.label(), *why});
@@ -211,7 +223,7 @@ Expected<Advice> advise(const Workload& w, const topo::Topology& t, const Advise
       return Error{"--algos", fmt::format("unknown algorithm '{}'", a)};
   std::vector<Candidate> cands;
   std::vector<Job> jobs;
-  if (opt.tp.empty()) plan_candidates(w, algos, opt, adv.ranks, std::nullopt, 1, adv, cands, jobs);
+  if (opt.tp.empty()) plan_candidates(w, algos, opt, adv.ranks, std::nullopt, 1, t, adv, cands, jobs);
   for (const int tp : opt.tp) {
     // A layout that does not tile the GPUs, or a TP that does not split the heads, is a refusal of its own.
     auto l = sched::make_tp_layout(t.num_gpus(), tp, opt.order);
@@ -222,7 +234,7 @@ Expected<Advice> advise(const Workload& w, const topo::Topology& t, const Advise
     }
     const auto q = deployment_copies(*l, t);
     // Domains for charm and usp: the divisors of the group's ranks (or the one given), as for one group.
-    plan_candidates(*wg, algos, opt, l->cp, *l, q ? *q : l->groups(), adv, cands, jobs);
+    plan_candidates(*wg, algos, opt, l->cp, *l, q ? *q : l->groups(), t, adv, cands, jobs);
   }
   run_jobs(jobs, t, opt.jobs, opt.tp.empty() ? nullptr : &w);
   adv.simulations = jobs.size();

@@ -28,6 +28,7 @@
 
 #include "scheduler/ir/workload.hpp"
 #include "scheduler/planners/layout.hpp"
+#include "sim/chunk_solver.hpp"
 #include "sim/explain.hpp"
 #include "sim/tensor_parallel.hpp"
 #include "topologies/topology.hpp"
@@ -47,6 +48,7 @@ struct AdviseOptions {
   std::vector<int> tp;
   sched::LayoutOrder order = sched::LayoutOrder::TpInner;
   bool runnable_only = false;  // only candidates some framework runs (FrameworkSettings::runnable)
+  ChunkSolveOptions chunks;    // the balanced layout's solver (packed documents)
 };
 
 struct PassOutcome {
@@ -64,8 +66,9 @@ struct Candidate {
   int tp = 0;  // a CP x TP layout's TP size (0: one CP group, no layout)
   int cp = 0;  // ... and its CP size
   std::optional<PassOutcome> fwd, bwd;
-  double total_ms = 0;           // the passes asked for, added
-  ir::Bytes peak_mem_bytes = 0;  // the larger of the passes' peaks
+  std::optional<ChunkSolution> chunks;  // the balanced layout's: how its chunk map was solved
+  double total_ms = 0;                  // the passes asked for, added
+  ir::Bytes peak_mem_bytes = 0;         // the larger of the passes' peaks
   MemoryVerdict memory;
   std::string bottleneck;  // of the slower pass, with the pass named: "bwd: nic link ..."
   bool runnable = false;   // a framework runs it (sim/frameworks.hpp)

@@ -63,7 +63,12 @@ ClosedForm closed_form_on(const std::string& algo, const topo::Topology& t, int 
   };
   if (w.pass != ir::PassKind::Bwd) add(ir::Phase::Fwd);
   if (w.pass != ir::PassKind::Fwd) add(ir::Phase::Bwd);
-  if (w.causal) {
+  if (w.layout == ir::Layout::Balanced) {
+    total.applies = false;
+    total.why_not = "the closed forms send every shard all the way round and count every block unmasked; on the "
+                    "balanced layout a shard goes only as far as its last reader, and the documents skip and shrink "
+                    "blocks";
+  } else if (w.causal) {
     total.applies = false;
     total.why_not = "the closed forms count every block unmasked; the causal mask skips and shrinks blocks";
   } else if (t.gpu.model != "uniform") {
@@ -95,7 +100,7 @@ Expected<Evaluation> evaluate_plan(ir::Plan plan, const topo::Topology& t, SimOp
   const auto model = compute_model_for(t, plan.workload);
   auto res = simulate(plan, t, model, options);
   if (!res) return res.error();
-  Evaluation e{std::move(plan), std::move(res).value(), {}, {}, {}};
+  Evaluation e{std::move(plan), std::move(res).value(), {}, {}, {}, {}};
   e.summary = summarize(e.result);
   e.formula = closed_form_on(e.plan.algo, t, e.plan.group_ranks(), e.plan.workload, model);
   if (e.plan.groups > 1 && e.formula.applies) {

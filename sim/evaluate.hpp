@@ -15,6 +15,7 @@
 #include "scheduler/ir/plan_index.hpp"
 #include "scheduler/planners/layout.hpp"
 #include "scheduler/planners/planners.hpp"
+#include "sim/chunk_solver.hpp"
 #include "sim/compute_model.hpp"
 #include "sim/formulas.hpp"
 #include "sim/report.hpp"
@@ -32,6 +33,8 @@ struct Evaluation {
   /// A deployment evaluated as whole attention blocks (evaluate_deployment): what tensor parallelism adds to
   /// core attention, already in summary.time_s; unset: core attention alone.
   std::optional<TpBlockCost> tp_block;
+  /// The balanced layout's chunk map as the solver found it for this run (unset: given, or another layout).
+  std::optional<ChunkSolution> chunks;
 };
 
 /// The domains charm splits `t` into by default: the topology's hierarchy (NUMA nodes or servers).

@@ -44,6 +44,11 @@ FrameworkSettings framework_settings(std::string_view algo, Layout layout, bool 
                                      int tp) {
   FrameworkSettings s;
   if (ranks <= 1) causal = false;  // a CP group of one GPU splits nothing: every layout is the same sequence
+  if (layout == Layout::Balanced && ranks > 1) {
+    s.note = "the balanced layout (solved chunks of the packed documents, a ring that stops at each shard's last "
+             "reader) is this tool's schedule; no framework lays documents out or prunes its ring so";
+    return s;
+  }
   const FrameworkRow* row = find_row(algo, layout);
   if (row == nullptr) {
     s.note = fmt::format("{} is not in the table of counterparts", algo);

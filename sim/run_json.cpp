@@ -153,6 +153,24 @@ std::string placement_text(const ir::Plan& p, int gpus) {
 }
 
 namespace {
+json chunk_figures_json(const ChunkFigures& f) {
+  return {{"time_ms", f.makespan_s * 1e3}, {"sent_bytes", f.sent_bytes}, {"imbalance", f.imbalance}};
+}
+
+/// How the balanced layout's chunk map was solved (the map itself is the workload's "chunks").
+json chunk_solution_json(const ChunkSolution& c) {
+  json tried = json::array();
+  for (const auto& [name, s] : c.tried) tried.push_back({{"candidate", name}, {"time_ms", s * 1e3}});
+  return {{"candidate", c.candidate},
+          {"tried", std::move(tried)},
+          {"candidates", c.candidates},
+          {"solve_ms", c.solve_ms},
+          {"budget_hit", c.budget_hit},
+          {"best", chunk_figures_json(c.best)},
+          {"thd", c.thd ? chunk_figures_json(*c.thd) : json(nullptr)},
+          {"contiguous", chunk_figures_json(c.contiguous)}};
+}
+
 /// Under documents or a window, each rank's share of the visible pairs' FLOPs (min, mean, max); null otherwise.
 json visible_json(const ir::Plan& p) {
   if (!p.workload.position_mask() || p.symmetry.active()) return nullptr;
@@ -205,6 +223,7 @@ json simulate_json(const Evaluation& r, const topo::Topology& t, const Explanati
   if (r.plan.symmetry.active()) j["symmetry"] = symmetry_json(r.plan);
   if (r.tp_block) j["tensor_parallel"] = tp_block_json(*r.tp_block, t);
   if (auto v = visible_json(r.plan); !v.is_null()) j["visible_tflop_per_rank"] = std::move(v);
+  if (r.chunks) j["chunk_solver"] = chunk_solution_json(*r.chunks);
   if (r.formula.available) {
     j["formula"] = closed_form_json(r.formula, uniform);
     j["formula_paper"] = formula_json(r.formula.paper_time_s, r.formula.paper_exposed_s);

@@ -22,3 +22,5 @@ charm_add_test(layout_test SOURCES layout_test.cpp LIBS charm::evaluate charm::s
 # Tensor parallelism's collectives and GEMMs in an attention block, advise's runnable rows, sweep's layout axes.
 charm_add_test(tensor_parallel_test SOURCES tensor_parallel_test.cpp LIBS charm::evaluate nlohmann_json::nlohmann_json LABELS unit TIMEOUT 600)
 charm_add_test(model_fidelity_test SOURCES model_fidelity_test.cpp LIBS charm::evaluate charm::scheduler nlohmann_json::nlohmann_json LABELS unit TIMEOUT 600)
+# The balanced layout's solver: valid maps, never slower than THD, its answer its map's simulation, one per seed.
+charm_add_test(chunk_solver_test SOURCES chunk_solver_test.cpp LIBS charm::evaluate charm::scheduler LABELS unit TIMEOUT 300 NO_CLI)

@@ -193,6 +193,10 @@ void print_best(std::ostream& os, const AdviseRequest& r, const sim::Advice& adv
                       b.layout == ir::Layout::Zigzag
                           ? "each one zigzag on its own, TransformerEngine's THD format (qkv_format=\"thd\", "
                             "cu_seqlens padded to multiples of 2 x CP)"
+                      : b.layout == ir::Layout::Balanced
+                          ? "chunks placed by this tool's solver (plan --layout balanced writes the chunk map), the "
+                            "ring stopping at each shard's last reader; no framework counterpart: " +
+                                (b.chunks ? b.chunks->line() : std::string("solved"))
                           : "the whole sequence split in order; no framework lays packed documents out so under CP "
                             "(TransformerEngine's THD format zigzags each one)");
   const std::string each = r.layers > 1 ? " (each layer)" : "";
@@ -245,6 +249,7 @@ AdviseRequest advise_request(ir::Workload w, const ClusterFlags& cluster, const 
   opt.max_plan_bytes = memory_budget_bytes();
   opt.jobs = f.jobs > 0 ? f.jobs : int(std::max(1u, std::thread::hardware_concurrency()));
   opt.runnable_only = f.runnable;
+  opt.chunks = f.chunks;
   return r;
 }
 

@@ -20,14 +20,15 @@ namespace charm::cli {
 
 /// What advise's own flags say (beside the workload's and the cluster's).
 struct AdviseFlags {
-  std::string algos;          // --algos: comma-separated (empty: every algorithm)
-  bool pass_given = false;    // --pass given: rank by that pass (default: fwd+bwd)
-  bool layout_given = false;  // --layout given: only that layout's candidates
-  int jobs = 0;               // --jobs (0: the machine's cores)
-  std::string tp_search;      // --tp-search: comma-separated TP sizes
-  int layers = 1;             // --layers: times for a model of this many attention layers
-  double tie_percent = 10;    // --tie: candidates within this many percent of the best are ties
-  bool runnable = false;      // --runnable: only candidates a framework runs
+  std::string algos;              // --algos: comma-separated (empty: every algorithm)
+  bool pass_given = false;        // --pass given: rank by that pass (default: fwd+bwd)
+  bool layout_given = false;      // --layout given: only that layout's candidates
+  int jobs = 0;                   // --jobs (0: the machine's cores)
+  std::string tp_search;          // --tp-search: comma-separated TP sizes
+  int layers = 1;                 // --layers: times for a model of this many attention layers
+  double tie_percent = 10;        // --tie: candidates within this many percent of the best are ties
+  bool runnable = false;          // --runnable: only candidates a framework runs
+  sim::ChunkSolveOptions chunks;  // --solve-ms, --solve-seed: the balanced layout's solver
 };
 
 /// Default of --tie: the model's error on ratios of times (the speedup error of the calibrated

@@ -212,7 +212,16 @@ void WorkloadFlags::add(CLI::App& app, bool with_pass) {
                  "causal | full | document:L1,L2,... (packed documents of these token counts, causal within each; "
                  "they sum to --seq) | cu_seqlens:FILE (the same as FlashAttention's cumulative offsets 0,L1,L1+L2,"
                  "...,S: integers in a text file) | sliding:W (causal, each query sees its W most recent keys)");
-  app.add_option("--layout", layout, "contiguous | zigzag")->capture_default_str();
+  app.add_option("--layout", layout,
+                 "contiguous | zigzag (with --mask document: each document zigzag on its own, TransformerEngine's THD) "
+                 "| balanced (with --mask document: a solver places chunks of the documents on the ranks for the least "
+                 "simulated time; on it the ring forwards a shard only as far as its last reader)")
+      ->capture_default_str();
+  app.add_option("--solve-ms", solve_ms,
+                 "--layout balanced: the solver's time budget in ms (its structured candidates always run)")
+      ->capture_default_str();
+  app.add_option("--solve-seed", solve_seed, "--layout balanced: the seed of the solver's shuffled candidates")
+      ->capture_default_str();
   if (with_pass) app.add_option("--pass", pass, "fwd | bwd | both")->capture_default_str();
 }
 
@@ -299,6 +308,14 @@ std::int64_t from_model(std::int64_t model_value, const CLI::Option* opt, const 
 }
 
 }  // namespace
+
+sim::ChunkSolveOptions WorkloadFlags::solve_options() const {
+  if (!(solve_ms >= 0)) fail(Error{"--solve-ms", fmt::format("must be >= 0, got {}", solve_ms)});
+  sim::ChunkSolveOptions o;
+  o.budget_ms = solve_ms;
+  o.seed = solve_seed;
+  return o;
+}
 
 int WorkloadFlags::model_layers() const { return model.empty() ? 0 : int(read_model_config(model).layers); }
 

@@ -13,6 +13,7 @@
 #include "scheduler/ir/workload.hpp"
 #include "scheduler/planners/planners.hpp"
 #include "scheduler/support/expected.hpp"
+#include "sim/chunk_solver.hpp"
 
 // CLI11's types by name only: the files that define options include <CLI/CLI.hpp> (about 10 s of
 // compile time per file at -O3), the report and test files that include this one do not.
@@ -128,11 +129,14 @@ struct WorkloadFlags {
   std::string batch = "1", seq = "4k", heads = "8", kv_heads, head_dim = "128";
   std::string dtype = "bf16", layout = "contiguous", pass = "fwd";
   bool causal = false;
-  std::string mask;   // --mask: causal | full | document:L1,L2,... | sliding:W
-  std::string model;  // --model: a Hugging Face config.json giving the heads, kv heads and head dim
+  std::string mask;              // --mask: causal | full | document:L1,L2,... | sliding:W
+  double solve_ms = 500;         // --solve-ms: the balanced layout's solver's time budget
+  std::uint64_t solve_seed = 1;  // --solve-seed
+  std::string model;             // --model: a Hugging Face config.json giving the heads, kv heads and head dim
   CLI::Option *heads_opt = nullptr, *kv_heads_opt = nullptr, *head_dim_opt = nullptr;
   void add(CLI::App& app, bool with_pass = true);
   [[nodiscard]] ir::Workload get() const;
+  [[nodiscard]] sim::ChunkSolveOptions solve_options() const;
   /// The model's attention layers (num_hidden_layers), or 0 without --model.
   [[nodiscard]] int model_layers() const;
 };

@@ -83,7 +83,7 @@ Simulated run_simulate(SimulateOpts& o, const CLI::App& sub) {
     std::cerr << fmt::format("charm: warning: the plan does not fill {}: {} (nothing else runs on them)\n", topo.name,
                              sim::placement_text(file_plan->ranks, topo.num_gpus()));
   const ir::Workload w = file_plan ? ir::Workload{} : o.plan.workload.get();
-  Run r = run_simulation(std::move(file_plan), o.plan.algo, w, o.cluster, topo, use);
+  Run r = run_simulation(std::move(file_plan), o.plan.algo, w, o.cluster, topo, use, o.plan.workload.solve_options());
   return {topo, std::move(r), w.kv_heads};
 }
 
@@ -107,6 +107,7 @@ void print_simulation_head(std::ostream& os, const Run& r, const topo::Topology&
                       asked_kv_heads, w.kv_heads, w.kv_heads / asked_kv_heads, r.plan.algo);
   if (r.plan.ranks < topo.num_gpus() || r.plan.groups > 1)
     os << fmt::format("# placement: {}\n", sim::placement_text(r.plan, topo.num_gpus()));
+  if (r.chunks) os << fmt::format("# chunks: {}\n", r.chunks->line());
   if (r.plan.symmetry.active())
     os << fmt::format("# simulated one class of {} rank{} standing for all {} classes ({} symmetry of plan and "
                       "topology: {} of {} ops; --symmetry off simulates every rank)\n",
@@ -269,6 +270,7 @@ void register_advise(CLI::App& app) {
     o->advise.layout_given = sub->count("--layout") > 0;
     if (sub->count("--jobs") > 0 && o->advise.jobs == 0)
       fail(Error{"--jobs", "must be in [1, 1024] (or omitted), got 0"});
+    o->advise.chunks = o->workload.solve_options();
     const AdviseRequest req = advise_request(o->workload.get(), o->cluster, topo, o->advise);
     const sim::Advice adv = run_advise(req, topo);
     for (const auto& c : adv.candidates) warn_if_not_fits(c.memory, c.label());

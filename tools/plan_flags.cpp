@@ -4,6 +4,10 @@
 
 #include <fmt/ranges.h>
 
+#include <iostream>
+
+#include "tools/run_one.hpp"
+
 namespace charm::cli {
 
 void PlanFlags::add(CLI::App& app, bool with_ranks, bool with_plan_file) {
@@ -16,6 +20,8 @@ void PlanFlags::add(CLI::App& app, bool with_ranks, bool with_plan_file) {
     app.add_option("--domains,-d", domains, "domains (NUMA nodes / servers) the ranks split into")
         ->capture_default_str();
     add_max_memory(app);
+    app.add_option("--topology,-t", topology,
+                   "--layout balanced: the topology JSON whose simulated time the chunk map's solver minimises");
   }
   workload.add(app);
   if (with_plan_file)
@@ -23,9 +29,21 @@ void PlanFlags::add(CLI::App& app, bool with_ranks, bool with_plan_file) {
                    "a plan file (charm plan --out, or hand-edited): its algorithm, ranks and workload apply");
 }
 
+sched::PlanRequest PlanFlags::solved_request() const {
+  auto req = request();
+  if (req.workload.layout != ir::Layout::Balanced) return req;
+  if (topology.empty())
+    fail(Error{"--topology", "--layout balanced solves its chunk map for the least simulated time on a topology: "
+                             "give --topology FILE (presets in topologies/)"});
+  const auto t = load_topology_file(topology, {});
+  if (auto s = solve_chunks(req, t, workload.solve_options()))
+    std::cerr << fmt::format("charm: chunks on {}: {}\n", t.name, s->line());
+  return req;
+}
+
 ir::Plan PlanFlags::make(double extra_bytes_per_op, const std::string& what) const {
   if (!from_file()) {
-    const auto req = request();
+    const auto req = solved_request();
     if (auto s = sched::check_request(req); !s) fail(s.error());
     check_plan_budget(req, extra_bytes_per_op, what);
     return unwrap(sched::make_plan(req));

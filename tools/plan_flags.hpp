@@ -18,6 +18,7 @@ struct PlanFlags {
   int domains = 1;
   WorkloadFlags workload;
   std::string plan_file;  // --plan: run or simulate this plan instead of building one
+  std::string topology;   // plan, run: --topology, where --layout balanced's chunk map is solved
   void add(CLI::App& app, bool with_ranks = true, bool with_plan_file = false);
   [[nodiscard]] bool from_file() const { return !plan_file.empty(); }
   [[nodiscard]] sched::PlanRequest request() const {
@@ -29,6 +30,9 @@ struct PlanFlags {
     r.workload = workload.get();
     return sched::normalised(r);
   }
+  /// The request with its chunk map solved on --topology where its layout is balanced (the solution's line on
+  /// stderr); refused without a topology.
+  [[nodiscard]] sched::PlanRequest solved_request() const;
   /// The plan: built from the flags, or read from --plan and validated (a plan file that
   /// breaks a rule is refused before anything runs on it). A plan that would not fit in the
   /// memory budget, with `extra_bytes_per_op` more per op for what the caller does with it

@@ -39,9 +39,21 @@ ir::RankSymmetry quotient_for(const sched::PlanRequest& req, const topo::Topolog
   return *q;
 }
 
+std::optional<sim::ChunkSolution> solve_chunks(sched::PlanRequest& req, const topo::Topology& t,
+                                               const sim::ChunkSolveOptions& solve) {
+  if (req.workload.layout != ir::Layout::Balanced || !req.workload.chunk_map.empty()) return std::nullopt;
+  if (req.ranks > t.num_gpus())
+    fail(Error{"--ranks", fmt::format("{} ranks: {} has {} GPUs", req.ranks, t.name, t.num_gpus())});
+  auto s = sim::solve_chunk_map(req, t, solve);
+  if (!s) fail(s.error());
+  req.workload.chunk_map = s->chunk_map;
+  return std::move(s).value();
+}
+
 sim::Evaluation run_one(const std::string& algo, const ir::Workload& w, const topo::Topology& t, int domains, int ranks,
-                        SymmetryUse use, const std::vector<std::int32_t>& gpus) {
-  const auto req = sim::normalised_request({algo, w, ranks, domains});
+                        SymmetryUse use, const std::vector<std::int32_t>& gpus, const sim::ChunkSolveOptions& solve) {
+  auto req = sim::normalised_request({algo, w, ranks, domains});
+  auto chunks = solve_chunks(req, t, solve);
   if (auto s = sched::check_request(req); !s) fail(s.error());
   if (!gpus.empty() && use == SymmetryUse::On)
     fail(Error{"--symmetry", "a --gpus map places every rank by hand: it is simulated rank by rank"});
@@ -76,6 +88,7 @@ sim::Evaluation run_one(const std::string& algo, const ir::Workload& w, const to
   auto r = sim::evaluate_plan(std::move(plan), t, options);
   progress.finish();
   if (!r) throw RuntimeFailure{r.error().message()};
+  r->chunks = std::move(chunks);
   return std::move(r).value();
 }
 
@@ -104,11 +117,15 @@ sim::Evaluation run_deployment(const std::string& algo, const ir::Workload& w, c
 }
 
 sim::Evaluation run_simulation(std::optional<ir::Plan> file_plan, const std::string& algo, const ir::Workload& w,
-                               const ClusterFlags& cluster, const topo::Topology& t, SymmetryUse use) {
+                               const ClusterFlags& cluster, const topo::Topology& t, SymmetryUse use,
+                               const sim::ChunkSolveOptions& solve) {
   if (!file_plan) {
-    if (const auto layout = cluster.layout_for(t))
+    if (const auto layout = cluster.layout_for(t)) {
+      if (w.layout == ir::Layout::Balanced)
+        fail(Error{"--layout", "the balanced layout is solved for one CP group; drop --cp / --tp or use zigzag"});
       return run_deployment(algo, w, t, cluster.domains_for(t), *layout, use, cluster.tp != 0);
-    return run_one(algo, w, t, cluster.domains_for(t), cluster.ranks_for(t), use, cluster.gpu_map(t));
+    }
+    return run_one(algo, w, t, cluster.domains_for(t), cluster.ranks_for(t), use, cluster.gpu_map(t), solve);
   }
   if (file_plan->ranks > t.num_gpus())
     fail(Error{"--plan", fmt::format("the plan has {} ranks; {} has {} GPUs", file_plan->ranks, t.name, t.num_gpus())});

@@ -24,9 +24,16 @@ enum class SymmetryUse { Auto, On, Off };
 /// A planner refusal or a plan over the memory budget is the user's (UsageError, exit 2); a
 /// simulator failure is not (RuntimeFailure, exit 3).
 /// `gpus` (optional): rank r on GPU gpus[r] (one group placed by hand; simulated rank by rank).
+/// The balanced layout without a chunk map has one solved first (sim::solve_chunk_map, with `solve`).
 [[nodiscard]] sim::Evaluation run_one(const std::string& algo, const ir::Workload& w, const topo::Topology& t,
                                       int domains, int ranks, SymmetryUse use = SymmetryUse::Auto,
-                                      const std::vector<std::int32_t>& gpus = {});
+                                      const std::vector<std::int32_t>& gpus = {},
+                                      const sim::ChunkSolveOptions& solve = {});
+
+/// `req`'s chunk map solved on `t` where its layout is balanced and it has none (a progress line past a
+/// second); the solution, or nothing where there was nothing to solve. Errors are the user's (UsageError).
+std::optional<sim::ChunkSolution> solve_chunks(sched::PlanRequest& req, const topo::Topology& t,
+                                               const sim::ChunkSolveOptions& solve);
 
 /// A deployment: every CP group of layout `l` on `t` runs `algo` at once (TP splits the heads, so each
 /// group plans w with heads / TP), simulated together (by whole groups' rotation where the layout and the
@@ -42,7 +49,8 @@ enum class SymmetryUse { Auto, On, Off };
 /// layout, one group by a --gpus map, or one group on the first GPUs. Errors as run_one's.
 [[nodiscard]] sim::Evaluation run_simulation(std::optional<ir::Plan> file_plan, const std::string& algo,
                                              const ir::Workload& w, const ClusterFlags& cluster,
-                                             const topo::Topology& t, SymmetryUse use);
+                                             const topo::Topology& t, SymmetryUse use,
+                                             const sim::ChunkSolveOptions& solve = {});
 
 /// Where a plan file's ranks run: its own placement, a --gpus map, or every CP group of a --cp / --tp
 /// layout (the file is one group's plan, on the group's share of the heads); by default GPU r. A

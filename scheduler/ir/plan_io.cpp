@@ -34,6 +34,15 @@ json workload_to_json(const Workload& w) {
   // Written only where set, so files of plain masks read as before.
   if (!w.documents.empty()) j["documents"] = w.documents;
   if (w.window > 0) j["window"] = w.window;
+  if (!w.chunk_map.empty()) {
+    json ranks = json::array();
+    for (const auto& chunks : w.chunk_map) {
+      json row = json::array();
+      for (const auto& c : chunks) row.push_back(json::array({c.begin, c.count}));
+      ranks.push_back(std::move(row));
+    }
+    j["chunks"] = std::move(ranks);  // rank r's [first position, tokens] chunks in its local order
+  }
   return j;
 }
 
@@ -149,10 +158,37 @@ class Reader {
 
 }  // namespace
 
+namespace {
+/// A chunk map's shape: an array per rank of [first position, tokens] pairs inside [0, seq); the ranks'
+/// token counts and the covering are Workload::check_chunk_map's.
+Expected<std::vector<std::vector<Workload::Range>>> chunk_map_from_json(const json& j, std::int64_t seq,
+                                                                        const std::string& at) {
+  if (!j.is_array() || j.empty()) return Error{at, "must be a non-empty array (one array of chunks per rank)"};
+  std::vector<std::vector<Workload::Range>> out;
+  for (std::size_t r = 0; r < j.size(); ++r) {
+    const std::string rank_at = fmt::format("{}[{}]", at, r);
+    if (!j[r].is_array() || j[r].empty()) return Error{rank_at, "must be a non-empty array of [first, tokens] chunks"};
+    auto& chunks = out.emplace_back();
+    for (std::size_t i = 0; i < j[r].size(); ++i) {
+      const json& c = j[r][i];
+      const std::string chunk_at = fmt::format("{}[{}]", rank_at, i);
+      if (!c.is_array() || c.size() != 2 || !c[0].is_number_integer() || !c[1].is_number_integer())
+        return Error{chunk_at, "must be [first position, tokens]"};
+      auto first = int_in(c[0], 0, seq, chunk_at, true);
+      if (!first) return first.error();
+      auto count = int_in(c[1], 1, seq - *first, chunk_at);
+      if (!count) return count.error();
+      chunks.push_back({*first, *count});
+    }
+  }
+  return out;
+}
+}  // namespace
+
 Expected<Workload> workload_from_json(const json& j, std::string_view where) {
   Reader r(j, std::string(where));
   if (auto s = r.known_fields({"batch", "seq", "heads", "kv_heads", "head_dim", "dtype", "causal", "layout", "pass",
-                               "documents", "window"});
+                               "documents", "window", "chunks"});
       !s)
     return s.error();
   Workload w;
@@ -193,6 +229,13 @@ Expected<Workload> workload_from_json(const json& j, std::string_view where) {
   }
   if ((!w.documents.empty() || w.window > 0) && !w.causal)
     return Error{std::string(where) + ".causal", "documents and windows are causal masks: must be true"};
+  auto chunks = r.field("chunks", false);
+  if (!chunks) return chunks.error();
+  if (*chunks != nullptr) {
+    auto m = chunk_map_from_json(**chunks, w.seq, std::string(where) + ".chunks");
+    if (!m) return m.error();
+    w.chunk_map = std::move(*m);
+  }
   return w;
 }
 
@@ -598,6 +641,12 @@ void write_listing(const Plan& plan, std::ostream& os, int only_rank) {
   for (int r = 0; r < plan.ranks; ++r) {
     if (only_rank >= 0 && r != only_rank) continue;
     os << fmt::format("rank {}:\n", r);
+    if (!plan.workload.chunk_map.empty()) {  // the balanced layout: the positions this rank holds
+      std::string chunks;
+      for (const auto& c : plan.workload.chunk_map[std::size_t(r)])
+        chunks += fmt::format(" [{}, {})", c.begin, c.begin + c.count);
+      os << fmt::format("  tokens{}\n", chunks);
+    }
     for (OpId id : by_rank.of(r)) {
       const Op& op = plan.op(id);
       std::string deps;

@@ -29,7 +29,17 @@ std::string_view to_string(DType t) {
   }
   return "?";
 }
-std::string_view to_string(Layout l) { return l == Layout::Zigzag ? "zigzag" : "contiguous"; }
+std::string_view to_string(Layout l) {
+  switch (l) {
+  case Layout::Contiguous:
+    return "contiguous";
+  case Layout::Zigzag:
+    return "zigzag";
+  case Layout::Balanced:
+    return "balanced";
+  }
+  return "?";
+}
 std::string_view to_string(PassKind p) {
   switch (p) {
   case PassKind::Fwd:
@@ -52,7 +62,8 @@ Expected<DType> parse_dtype(std::string_view s) {
 Expected<Layout> parse_layout(std::string_view s) {
   if (s == "contiguous") return Layout::Contiguous;
   if (s == "zigzag") return Layout::Zigzag;
-  return Error{"", fmt::format("unknown layout '{}' (expected contiguous or zigzag)", s)};
+  if (s == "balanced") return Layout::Balanced;
+  return Error{"", fmt::format("unknown layout '{}' (expected contiguous, zigzag or balanced)", s)};
 }
 Expected<PassKind> parse_pass(std::string_view s) {
   if (s == "fwd") return PassKind::Fwd;
@@ -133,6 +144,7 @@ Status Workload::check(int ranks) const {
     if (window < 0 || window > seq)
       return Error{"--mask", fmt::format("a sliding window is 1 to {} tokens (the sequence), got {}", seq, window)};
   }
+  if (auto s = check_chunk_map(ranks); !s) return s;
   // Keep byte counts far from overflow.
   const double elems = double(batch) * double(seq) * double(heads) * double(head_dim);
   if (elems > double(kMaxElements))
@@ -153,8 +165,52 @@ Status Workload::check_zigzag_documents(int ranks) const {
   return {};
 }
 
+Status Workload::check_chunk_map(int ranks) const {
+  if (layout != Layout::Balanced) {
+    if (!chunk_map.empty())
+      return Error{"chunks",
+                   "a chunk map is the balanced layout's; this workload's layout is " + std::string(to_string(layout))};
+    return {};
+  }
+  if (documents.empty() || window > 0)
+    return Error{"--layout",
+                 "the balanced layout places packed documents: give --mask document:... or cu_seqlens:FILE"};
+  if (chunk_map.empty())
+    return Error{"--layout", "the balanced layout's chunk map is solved against a topology (simulate, plan --topology, "
+                             "run, advise) or read from a plan file; none was given"};
+  if (std::int64_t(chunk_map.size()) != ranks)
+    return Error{"chunks", fmt::format("has {} ranks' chunks, the plan {} ranks", chunk_map.size(), ranks)};
+  std::vector<Range> all;
+  for (std::size_t r = 0; r < chunk_map.size(); ++r) {
+    std::int64_t tokens = 0, end = 0;
+    for (const Range& c : chunk_map[r]) {
+      if (c.count < 1 || c.begin < 0 || c.begin > seq - c.count)
+        return Error{"chunks", fmt::format("rank {} has the chunk [{}, {}) outside the sequence [0, {})", r, c.begin,
+                                           c.begin + c.count, seq)};
+      // The kernels walk a shard's keys in position order, as in every other layout.
+      if (c.begin < end)
+        return Error{"chunks", fmt::format("rank {}'s chunks are not in position order (the one at {} after one "
+                                           "ending at {})",
+                                           r, c.begin, end)};
+      end = c.begin + c.count;
+      tokens += c.count;
+      all.push_back(c);
+    }
+    if (tokens != seq / ranks)
+      return Error{"chunks", fmt::format("rank {} holds {} tokens, not S/n = {}", r, tokens, seq / ranks)};
+  }
+  std::sort(all.begin(), all.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
+  for (std::size_t i = 0; i + 1 < all.size(); ++i)
+    if (all[i].begin + all[i].count != all[i + 1].begin)
+      return Error{"chunks", fmt::format("positions {} to {} are on no rank or on two",
+                                         std::min(all[i].begin + all[i].count, all[i + 1].begin),
+                                         std::max(all[i].begin + all[i].count, all[i + 1].begin))};
+  return {};
+}
+
 std::vector<Workload::Range> Workload::shard_ranges(int rank, int ranks) const {
   if (layout == Layout::Contiguous) return {{rank * (seq / ranks), seq / ranks}};
+  if (layout == Layout::Balanced) return chunk_map[std::size_t(rank)];
   if (documents.empty()) {
     const std::int64_t c = seq / (2 * ranks);
     return {{rank * c, c}, {(2 * ranks - 1 - rank) * c, c}};
@@ -275,14 +331,41 @@ Status apply_mask(Workload& w, std::string_view spec) {
   return {};
 }
 
+namespace {
+/// pairs_in over documents starting at `starts` (then seq): only the documents that hold both a query of
+/// [qa, qb) and a key of [ka, kb) are visited, found by bisection.
+double pairs_between(const std::vector<std::int64_t>& starts, std::int64_t window, std::int64_t qa, std::int64_t qb,
+                     std::int64_t ka, std::int64_t kb) {
+  if (qa >= qb || ka >= kb) return 0.0;
+  double sum = 0;
+  auto i = std::size_t(std::upper_bound(starts.begin(), starts.end() - 1, std::max(qa, ka)) - starts.begin()) - 1;
+  for (; i + 1 < starts.size() && starts[i] < std::min(qb, kb); ++i) {
+    const std::int64_t s = starts[i], u = std::max(qa, s), v = std::min(qb, starts[i + 1]);
+    if (u < v) sum += rows_below(u, v, s, window, kb) - rows_below(u, v, s, window, ka);
+  }
+  return sum;
+}
+}  // namespace
+
 double Workload::visible_pairs(int q_rank, int kv_rank, int ranks) const {
   const double t = double(seq / ranks);
   if (!causal) return t * t;
   if (position_mask()) {
+    // A shard's chunks are in position order in every layout: a query chunk sees keys from the first one its
+    // first query sees up to its last, so only the key chunks over that span are visited.
+    std::vector<std::int64_t> starts{0};
+    for (const std::int64_t len : documents) starts.push_back(starts.back() + len);
+    if (documents.empty()) starts.push_back(seq);
+    const auto qs = shard_ranges(q_rank, ranks), ks = shard_ranges(kv_rank, ranks);
     double sum = 0;
-    for (auto q : shard_ranges(q_rank, ranks))
-      for (auto k : shard_ranges(kv_rank, ranks))
-        sum += pairs_in(q.begin, q.begin + q.count, k.begin, k.begin + k.count);
+    for (const Range& q : qs) {
+      const std::int64_t doc = *std::prev(std::upper_bound(starts.begin(), starts.end() - 1, q.begin));
+      const std::int64_t lo = window > 0 ? std::max(doc, q.begin - window + 1) : doc, hi = q.begin + q.count;
+      auto k = std::lower_bound(ks.begin(), ks.end(), lo,
+                                [](const Range& r, std::int64_t x) { return r.begin + r.count <= x; });
+      for (; k != ks.end() && k->begin < hi; ++k)
+        sum += pairs_between(starts, window, q.begin, hi, k->begin, k->begin + k->count);
+    }
     return sum;
   }
   double sum = 0;
@@ -326,7 +409,7 @@ Bytes Workload::dkv_bytes(int ranks, bool activations_dtype) const {
 bool Workload::operator==(const Workload& o) const {
   return batch == o.batch && seq == o.seq && heads == o.heads && kv_heads == o.kv_heads && head_dim == o.head_dim &&
          dtype == o.dtype && causal == o.causal && layout == o.layout && pass == o.pass && documents == o.documents &&
-         window == o.window;
+         window == o.window && chunk_map == o.chunk_map;
 }
 
 Flops Workload::block_flops(Phase phase, int q_rank, int kv_rank, int ranks) const {

@@ -2,8 +2,9 @@
 // The workload of one attention layer and the byte/FLOP arithmetic that follows from it.
 //
 // A rank owns one *shard* of the sequence: S/n tokens, as one contiguous chunk
-// (layout contiguous) or as chunks r and 2n-1-r of 2n (layout zigzag, the causal
-// load-balancing layout). All mask and FLOP questions are answered from the
+// (layout contiguous), as chunks r and 2n-1-r of 2n (layout zigzag, the causal
+// load-balancing layout), or as the chunks its chunk map lists (layout balanced:
+// packed documents placed by a solver, sim/chunk_solver). All mask and FLOP questions are answered from the
 // global token positions of the shards, so every layout is handled by one rule:
 // key position <= query position under a causal mask.
 
@@ -20,7 +21,7 @@ using Bytes = std::uint64_t;
 using Flops = double;
 
 enum class DType : std::uint8_t { BF16, FP16, FP32 };
-enum class Layout : std::uint8_t { Contiguous, Zigzag };
+enum class Layout : std::uint8_t { Contiguous, Zigzag, Balanced };
 enum class PassKind : std::uint8_t { Fwd, Bwd, Both };
 /// The pass an individual op belongs to (a plan for PassKind::Both holds both).
 enum class Phase : std::uint8_t { Fwd, Bwd };
@@ -58,6 +59,13 @@ inline constexpr std::int64_t kMaxHeadDim = std::int64_t{1} << 20;
 inline constexpr std::int64_t kMaxElements = std::int64_t{1} << 50;
 
 struct Workload {
+  /// Token positions [begin, begin + count) of the sequence.
+  struct Range {
+    std::int64_t begin;
+    std::int64_t count;
+    [[nodiscard]] bool operator==(const Range& o) const { return begin == o.begin && count == o.count; }
+  };
+
   std::int64_t batch = 1;
   std::int64_t seq = 4096;    // global sequence length S
   std::int64_t heads = 8;     // query heads
@@ -72,6 +80,9 @@ struct Workload {
   std::vector<std::int64_t> documents;
   /// Sliding window (with causal): a query sees the `window` most recent keys, itself included. 0: none.
   std::int64_t window = 0;
+  /// Layout balanced (its chunk map): rank r's chunks of the sequence in its local token order, S/n tokens a rank,
+  /// every position on exactly one rank (check_chunk_map). Empty on the other layouts.
+  std::vector<std::vector<Range>> chunk_map;
 
   [[nodiscard]] bool operator==(const Workload& o) const;
 
@@ -89,15 +100,14 @@ struct Workload {
   /// With packed documents on the zigzag layout (each document zigzag on its own, TransformerEngine's THD
   /// layout): every document a multiple of 2 x ranks tokens, or the error naming the padded length.
   [[nodiscard]] Status check_zigzag_documents(int ranks) const;
+  /// Layout balanced: packed documents and a chunk map of `ranks` shards of S/n tokens covering the sequence.
+  [[nodiscard]] Status check_chunk_map(int ranks) const;
 
   [[nodiscard]] std::int64_t chunks(int ranks) const { return layout == Layout::Zigzag ? 2 * ranks : ranks; }
   [[nodiscard]] std::int64_t shard_tokens(int ranks) const { return seq / ranks; }
   /// Global positions of rank r's tokens, as (first, count) chunk ranges in local order. Zigzag: chunks r and
   /// 2N-1-r of the sequence, or, with packed documents, of each document in turn (TransformerEngine's THD layout).
-  struct Range {
-    std::int64_t begin;
-    std::int64_t count;
-  };
+  /// Balanced: the chunk map's.
   [[nodiscard]] std::vector<Range> shard_ranges(int rank, int ranks) const;
 
   [[nodiscard]] MaskPiece mask(int q_rank, int kv_rank, int ranks) const;

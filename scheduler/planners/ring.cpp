@@ -14,6 +14,14 @@
 // The *_over forms run several rings side by side over any buffers (USP runs
 // one ring per Ulysses head slice across domains, over gathered regions).
 //
+// On the balanced layout (packed documents placed by a solver) a shard travels only
+// as far as its last reader: the member furthest along the ring whose queries see
+// one of its keys (its reach). KV goes no further. In the backward the owner keeps its
+// own block's dK/dV, the running sum starts at the next reader and goes home straight
+// from the reach, on a stream of its own (Out: results going home) so that the ring's
+// sums behind it do not wait, and is added in there. Every other layout sends every shard
+// all the way round, as ring-flash-attention and TransformerEngine do.
+//
 // Buffers in flight are bounded (double buffering): a rank receives KV into
 // two slots, and backward adds two slots for dK/dV partials and two for the
 // running sums; a slot is written again only after its previous content is
@@ -28,22 +36,41 @@ using namespace charm::ir;
 
 namespace {
 
-/// The kv exchange of one ring step: in every ring, member i sends `cur` to member i+1.
+/// How far each rank's shard travels along its ring: the furthest member after it whose queries
+/// see one of its keys (0: none), on the balanced layout; all the way round (len - 1) otherwise.
+std::vector<std::size_t> ring_reach(const PlanBuilder& b, const std::vector<Ring>& rings,
+                                    const std::vector<BufferId>& q, const std::vector<BufferId>& kv) {
+  std::vector<std::size_t> reach(std::size_t(b.ranks()), 0);
+  const bool pruned = b.workload().layout == Layout::Balanced;
+  for (const Ring& ring : rings)
+    for (std::size_t o = 0; o < ring.size(); ++o) {
+      std::size_t& k = reach[std::size_t(ring[o])];
+      k = ring.size() - 1;
+      if (!pruned) continue;
+      while (k > 0 && !b.any_visible(q[std::size_t(ring[(o + k) % ring.size()])], kv[std::size_t(ring[o])])) --k;
+    }
+  return reach;
+}
+
+/// The kv exchange of one ring step: in every ring, member i sends `cur` to member i+1 where
+/// `moves(rank)` says its buffer goes on (and it holds one).
+template <class Moves>
 std::vector<BufferId> ring_shift(PlanBuilder& b, Stream stream, const std::vector<Ring>& rings,
-                                 const std::vector<BufferId>& cur, const std::vector<OpId>& barrier,
-                                 BufferRing& slots) {
+                                 const std::vector<BufferId>& cur, const std::vector<OpId>& barrier, BufferRing& slots,
+                                 Moves moves) {
   const auto N = std::size_t(b.ranks());
   const std::vector<int> group = b.new_group_per_rank();
   std::vector<BufferId> next(N, kNone);
   for (const Ring& ring : rings) {
     for (std::size_t i = 0; i < ring.size(); ++i) {
       const RankId r = ring[i], dst = ring[(i + 1) % ring.size()];
+      const BufferId src = cur[std::size_t(r)];
+      if (src == kNone || !moves(r)) continue;
       // The barrier op of each side, if any (no allocation per transfer).
       auto wait_for = [&](RankId x) {
         const OpId w = barrier.empty() ? kNone : barrier[std::size_t(x)];
         return w == kNone ? std::span<const OpId>() : std::span<const OpId>(&barrier[std::size_t(x)], 1);
       };
-      const BufferId src = cur[std::size_t(r)];
       const BufferId into = b.buffer(slots, dst, b.buf(src).kind, b.region(src), BufInit::None);
       auto t = b.transfer(stream, src, dst, group[std::size_t(r)], group[std::size_t(dst)], wait_for(r), wait_for(dst),
                           into);
@@ -69,27 +96,50 @@ std::vector<BufferId> zeroed_on_rings(PlanBuilder& b, const std::vector<Ring>& r
   return acc;
 }
 
+/// The ring member whose shard `r` holds after `step` steps.
+RankId origin_at(const std::vector<Ring>& rings, const std::vector<std::size_t>& member, RankId r, std::size_t step) {
+  const Ring& ring = rings[member[std::size_t(r) * 2]];
+  const std::size_t i = member[std::size_t(r) * 2 + 1];
+  return ring[(i + ring.size() - step % ring.size()) % ring.size()];
+}
+
+/// Per rank: (its ring, its index there).
+std::vector<std::size_t> ring_members(const std::vector<Ring>& rings, int ranks) {
+  std::vector<std::size_t> member(2 * std::size_t(ranks), 0);
+  for (std::size_t k = 0; k < rings.size(); ++k)
+    for (std::size_t i = 0; i < rings[k].size(); ++i) {
+      member[2 * std::size_t(rings[k][i])] = k;
+      member[2 * std::size_t(rings[k][i]) + 1] = i;
+    }
+  return member;
+}
+
 /// The steps of the rings: each step launches the KV exchange for the next step (after the
-/// computes of the step before, whose slots it overwrites), then calls `compute(rank, kv held)` for
-/// every member, which returns its compute op (kNone: nothing computed), then `end_of_step()`.
+/// computes of the step before, whose slots it overwrites) of the shards whose reach goes further, then
+/// calls `compute(rank, kv held)` for every member holding one, which returns its compute op (kNone:
+/// nothing computed), then `end_of_step(step)`.
 template <class Compute, class EndOfStep>
-void walk_rings(PlanBuilder& b, const std::vector<Ring>& rings, const std::vector<BufferId>& kv, Compute compute,
-                EndOfStep end_of_step) {
+void walk_rings(PlanBuilder& b, const std::vector<Ring>& rings, const std::vector<BufferId>& kv,
+                const std::vector<std::size_t>& reach, Compute compute, EndOfStep end_of_step) {
   const auto N = std::size_t(b.ranks());
   const std::size_t len = ring_length(rings);
+  const std::vector<std::size_t> member = ring_members(rings, b.ranks());
   std::vector<BufferId> cur = kv;
   std::vector<OpId> prev_compute(N, kNone), last_compute(N, kNone);
   BufferRing kv_slots(b.ranks(), 2);
   for (std::size_t step = 0; step < len; ++step) {
     std::vector<BufferId> next;
-    if (step + 1 < len) next = ring_shift(b, Stream::Kv, rings, cur, prev_compute, kv_slots);
+    if (step + 1 < len)
+      next = ring_shift(b, Stream::Kv, rings, cur, prev_compute, kv_slots,
+                        [&](RankId r) { return step + 1 <= reach[std::size_t(origin_at(rings, member, r, step))]; });
     for (const Ring& ring : rings)
       for (RankId r : ring) {
         const auto i = std::size_t(r);
+        if (cur[i] == kNone) continue;
         if (const OpId c = compute(i, cur[i]); c != kNone) last_compute[i] = c;
       }
     prev_compute = last_compute;
-    end_of_step();
+    end_of_step(step);
     if (step + 1 < len) cur = std::move(next);
   }
 }
@@ -106,11 +156,11 @@ std::vector<BufferId> ring_forward_over(PlanBuilder& b, const std::vector<Ring>&
                                         const std::vector<BufferId>& kv) {
   std::vector<BufferId> acc = zeroed_on_rings(b, rings, BufKind::Out, q);
   walk_rings(
-      b, rings, kv,
+      b, rings, kv, ring_reach(b, rings, q, kv),
       [&](std::size_t i, BufferId held) {
         return b.any_visible(q[i], held) ? b.compute_fwd(q[i], held, acc[i]) : kNone;
       },
-      [] {});
+      [](std::size_t) {});
   return acc;
 }
 
@@ -118,27 +168,45 @@ RingGradients ring_backward_over(PlanBuilder& b, const std::vector<Ring>& rings,
                                  const std::vector<BufferId>& kv) {
   RingGradients g{zeroed_on_rings(b, rings, BufKind::Dq, qbundle),
                   std::vector<BufferId>(std::size_t(b.ranks()), kNone)};
-  auto& running = g.dkv;
+  std::vector<BufferId> running(std::size_t(b.ranks()), kNone);
   BufferRing partial_slots(b.ranks(), 1), sum_slots(b.ranks(), 2);
-  const bool sums_move = ring_length(rings) > 1;
+  const std::size_t len = ring_length(rings);
+  const std::vector<std::size_t> reach = ring_reach(b, rings, qbundle, kv), member = ring_members(rings, b.ranks());
+  // Pruned (the balanced layout): the owner keeps its own block's dK/dV as its result, the running sum starts at
+  // the first reader after it, and goes home from the reach, where it is added in.
+  const bool pruned = b.workload().layout == Layout::Balanced && len > 1;
+  bool first_step = true;
   walk_rings(
-      b, rings, kv,
+      b, rings, kv, reach,
       // Each block's dK/dV go into a fresh partial, so the compute never waits
       // for the running sum in flight; the sum picks the partial up on arrival.
       [&](std::size_t i, BufferId held) {
         const auto r = RankId(i);
-        const BufferId part = b.buffer(partial_slots, r, BufKind::Dkv, b.region(held), BufInit::Zero);
+        const bool own = pruned && first_step;
+        const BufferId part = own ? b.buffer(r, BufKind::Dkv, b.region(held), BufInit::Zero)
+                                  : b.buffer(partial_slots, r, BufKind::Dkv, b.region(held), BufInit::Zero);
         const OpId c = b.any_visible(qbundle[i], held) ? b.compute_bwd(qbundle[i], held, g.dq[i], part) : kNone;
-        if (running[i] == kNone)
+        if (own)
+          g.dkv[i] = part;
+        else if (running[i] == kNone)
           running[i] = part;
         else
           b.accumulate(Stream::Dkv, part, running[i]);
         return c;
       },
       // The running dK/dV sum moves one step behind its KV; after the last step it reaches its owner.
-      [&] {
-        if (sums_move) running = ring_shift(b, Stream::Dkv, rings, running, {}, sum_slots);
+      [&](std::size_t step) {
+        first_step = false;
+        for (RankId r = 0; pruned && r < b.ranks(); ++r) {
+          const RankId home = origin_at(rings, member, r, step);
+          if (running[std::size_t(r)] == kNone || step != reach[std::size_t(home)]) continue;
+          const BufferId arrived = b.transfer(Stream::Out, running[std::size_t(r)], home).dst;
+          b.accumulate(Stream::Out, arrived, g.dkv[std::size_t(home)]);
+          running[std::size_t(r)] = kNone;
+        }
+        if (len > 1) running = ring_shift(b, Stream::Dkv, rings, running, {}, sum_slots, [](RankId) { return true; });
       });
+  if (!pruned) g.dkv = running;
   return g;
 }
 
