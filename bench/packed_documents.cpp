@@ -1,11 +1,11 @@
 // Packed documents: the balanced layout's solver against TransformerEngine's THD layout on random document sets.
 //
-//   packed_documents [SETS] [SEED] [--csv FILE]
+//   packed_documents [SETS] [SEED] [HEADS] [KV_HEADS] [--csv FILE]
 //
 // For 16 ranks (h100-2x8) and 64 ranks (the same cluster generated with 8 nodes): SETS random document sets,
 // lengths log-uniform in [512, 64k] tokens rounded to a multiple of 2 x ranks (THD's padding unit, so THD
 // applies without padding), summing to a total drawn from 128k to 1M (a multiple of 2 x ranks x 1024). Each set
-// is solved for the ring, both passes, 8 query and kv heads of 128, bf16; the line per set gives the balanced
+// is solved for the ring, both passes, HEADS query and KV_HEADS kv heads (default 8 and 8) of 128, bf16; the line per set gives the balanced
 // layout's simulated time, THD's, their ratio and the solve time. The summary gives the mean and worst ratio
 // and the median and slowest solve (bench/RESULTS.md, "Packed documents").
 #include <fmt/format.h>
@@ -36,9 +36,10 @@ topo::Topology cluster(int nodes) {
   return *t;
 }
 
-ir::Workload random_set(std::mt19937_64& rng, int ranks) {
+ir::Workload random_set(std::mt19937_64& rng, int ranks, std::int64_t heads, std::int64_t kv_heads) {
   ir::Workload w;
-  w.heads = w.kv_heads = 8;
+  w.heads = heads;
+  w.kv_heads = kv_heads;
   w.head_dim = 128;
   w.causal = true;
   w.layout = ir::Layout::Balanced;
@@ -64,9 +65,10 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   const int sets = argc > 1 ? std::atoi(argv[1]) : 100;
   const std::uint64_t seed = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 52;
+  const std::int64_t heads = argc > 3 ? std::atoll(argv[3]) : 8, kv_heads = argc > 4 ? std::atoll(argv[4]) : heads;
   std::ofstream csv;
-  if (argc > 4 && std::string(argv[3]) == "--csv") {
-    csv.open(argv[4]);
+  if (argc > 6 && std::string(argv[5]) == "--csv") {
+    csv.open(argv[6]);
     csv << "ranks,set,seq,documents,balanced_ms,thd_ms,contiguous_ms,ratio,candidate,solve_ms\n";
   }
   for (const int ranks : {16, 64}) {
@@ -75,7 +77,7 @@ int main(int argc, char** argv) {
     std::vector<double> ratios, solve_ms;
     int above = 0;
     for (int i = 0; i < sets; ++i) {
-      const ir::Workload w = random_set(rng, ranks);
+      const ir::Workload w = random_set(rng, ranks, heads, kv_heads);
       auto s = sim::solve_chunk_map({"ring", w, ranks, ranks / 8}, t);
       if (!s) {
         std::fprintf(stderr, "set %d: %s\n", i, s.error().message().c_str());
@@ -92,9 +94,9 @@ int main(int argc, char** argv) {
     }
     double mean = 0;
     for (double r : ratios) mean += r / double(ratios.size());
-    std::printf("%d ranks on %s, %d sets: balanced/THD mean %.3f (%.1f%% below), worst %.3f, best %.3f, above THD "
+    std::printf("H=%lld/%lld, %d ranks on %s, %d sets: balanced/THD mean %.3f (%.1f%% below), worst %.3f, best %.3f, above THD "
                 "%d; solve median %.0f ms, max %.0f ms\n",
-                ranks, t.name.c_str(), sets, mean, 100 * (1 - mean), *std::max_element(ratios.begin(), ratios.end()),
+                static_cast<long long>(heads), static_cast<long long>(kv_heads), ranks, t.name.c_str(), sets, mean, 100 * (1 - mean), *std::max_element(ratios.begin(), ratios.end()),
                 *std::min_element(ratios.begin(), ratios.end()), above, median(solve_ms),
                 *std::max_element(solve_ms.begin(), solve_ms.end()));
   }
