@@ -221,3 +221,21 @@ def test_model_config_tp_blocks_and_layout_axes():
     rows = charm.sweep(topology=H100, seq="16k", tp=[1, 2], algos="ring")
     assert sorted({(r["tp"], r["cp"]) for r in rows}) == [(1, 16), (2, 8)]
     assert all(r["batch"] == 1 and r["heads"] == 8 and r["head_dim"] == 128 for r in rows)  # simulate's defaults
+
+
+def test_the_balanced_layout_solves_as_the_cli_does():
+    args = dict(topology=H100, algo="ring", seq=8192, heads=8, mask="document:4096,2048,1024,1024",
+                layout="balanced", pass_="both")
+    py = charm.simulate(**args)
+    code, stdout, stderr = cli("simulate", "-t", H100, "--algo", "ring", "--seq", 8192, "--heads", 8, "--mask",
+                               "document:4096,2048,1024,1024", "--layout", "balanced", "--pass", "both", "--json")
+    assert code == 0, stderr
+    by_cli = json.loads(stdout)
+    for run in (py, by_cli):  # the solve's wall time and whether it hit the budget are the machine's
+        del run["chunk_solver"]["solve_ms"], run["chunk_solver"]["budget_hit"]
+    assert py == by_cli
+    assert len(py["workload"]["chunks"]) == 16
+    solver = py["chunk_solver"]
+    assert solver["best"]["time_ms"] == py["time_ms"] <= solver["thd"]["time_ms"]
+    with pytest.raises(ValueError, match="^--layout: the balanced layout places packed documents"):
+        charm.simulate(topology=H100, algo="ring", seq=8192, layout="balanced")
