@@ -224,6 +224,16 @@ json simulate_json(const Evaluation& r, const topo::Topology& t, const Explanati
   if (r.tp_block) j["tensor_parallel"] = tp_block_json(*r.tp_block, t);
   if (auto v = visible_json(r.plan); !v.is_null()) j["visible_tflop_per_rank"] = std::move(v);
   if (r.chunks) j["chunk_solver"] = chunk_solution_json(*r.chunks);
+  if (r.plan.workload.layout == ir::Layout::Balanced && !r.plan.symmetry.active()) {
+    // Per rank: the visible pairs' FLOPs its queries hold, its compute stream's busy time and when it ends.
+    json ranks = json::array();
+    const auto f = flops_per_rank(r.plan);
+    for (std::size_t k = 0; k < r.result.ranks.size() && k < f.size(); ++k)
+      ranks.push_back({{"visible_tflop", f[k] / 1e12},
+                       {"compute_busy_ms", r.result.ranks[k].compute_busy_s * 1e3},
+                       {"end_ms", r.result.ranks[k].end_s * 1e3}});
+    j["per_rank"] = std::move(ranks);
+  }
   if (r.formula.available) {
     j["formula"] = closed_form_json(r.formula, uniform);
     j["formula_paper"] = formula_json(r.formula.paper_time_s, r.formula.paper_exposed_s);
