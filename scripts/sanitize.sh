@@ -60,8 +60,9 @@ if [[ $stage == asan || $stage == all ]]; then
   heavy+=:CliCommlist.MatchesAlgorithm1:SimCli.NoInfOrNanAtTheEdgesOfThePlausibleRanges
   heavy+=:Metamorphic.RaisingOneHardwareFigureNeverMakesARunSlower
   # ... and the 200 random THD document sets (runtime_mask_test took 89 s under ASan with them, 44 s before):
-  # MaskExact runs THD for every algorithm here.
-  heavy+=:ThdLayout.RandomDocumentSetsAreExactAndBalanced
+  # MaskExact runs THD for every algorithm here; the same for the 200 random chunk maps of the balanced layout
+  # (TheRingStopsAtTheLastReader stays).
+  heavy+=:ThdLayout.RandomDocumentSetsAreExactAndBalanced:BalancedLayout.RandomChunkMapsAreExact
   timing+=:$heavy
   GTEST_FILTER=${CHARM_ASAN_FILTER:--*_n8_d1_*:*_n8_d2_*:*_n12_*:*_n16_*:*_n24_*:*_n32_*:*_n64_*:$timing} \
     ctest --test-dir build-asan --output-on-failure -j"$jobs" --timeout 900 -LE mpi -E runtime_grid_test
