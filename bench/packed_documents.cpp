@@ -5,9 +5,9 @@
 // For 16 ranks (h100-2x8) and 64 ranks (the same cluster generated with 8 nodes): SETS random document sets,
 // lengths log-uniform in [512, 64k] tokens rounded to a multiple of 2 x ranks (THD's padding unit, so THD
 // applies without padding), summing to a total drawn from 128k to 1M (a multiple of 2 x ranks x 1024). Each set
-// is solved for the ring, both passes, HEADS query and KV_HEADS kv heads (default 8 and 8) of 128, bf16; the line per set gives the balanced
-// layout's simulated time, THD's, their ratio and the solve time. The summary gives the mean and worst ratio
-// and the median and slowest solve (bench/RESULTS.md, "Packed documents").
+// is solved for the ring, both passes, HEADS query and KV_HEADS kv heads (default 8 and 8) of 128, bf16; the line per
+// set gives the balanced layout's simulated time, THD's, their ratio and the solve time. The summary gives the mean and
+// worst ratio and the median and slowest solve (bench/RESULTS.md, "Packed documents").
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -94,11 +94,13 @@ int main(int argc, char** argv) {
     }
     double mean = 0;
     for (double r : ratios) mean += r / double(ratios.size());
-    std::printf("H=%lld/%lld, %d ranks on %s, %d sets: balanced/THD mean %.3f (%.1f%% below), worst %.3f, best %.3f, above THD "
-                "%d; solve median %.0f ms, max %.0f ms\n",
-                static_cast<long long>(heads), static_cast<long long>(kv_heads), ranks, t.name.c_str(), sets, mean, 100 * (1 - mean), *std::max_element(ratios.begin(), ratios.end()),
-                *std::min_element(ratios.begin(), ratios.end()), above, median(solve_ms),
-                *std::max_element(solve_ms.begin(), solve_ms.end()));
+    std::printf(
+        "H=%lld/%lld, %d ranks on %s, %d sets: balanced/THD mean %.3f (%.1f%% below), worst %.3f, best %.3f, above THD "
+        "%d; solve median %.0f ms, max %.0f ms\n",
+        static_cast<long long>(heads), static_cast<long long>(kv_heads), ranks, t.name.c_str(), sets, mean,
+        100 * (1 - mean), *std::max_element(ratios.begin(), ratios.end()),
+        *std::min_element(ratios.begin(), ratios.end()), above, median(solve_ms),
+        *std::max_element(solve_ms.begin(), solve_ms.end()));
   }
   return 0;
 }

@@ -16,6 +16,7 @@
 #include "calibrate/normal_equations.hpp"
 #include "scheduler/ir/plan_index.hpp"
 #include "scheduler/ir/plan_io.hpp"
+#include "scheduler/planners/algorithms.hpp"
 #include "scheduler/planners/planners.hpp"
 #include "scheduler/support/parallel_for.hpp"
 #include "sim/compute_model.hpp"
@@ -707,10 +708,10 @@ std::vector<SpeedupPair> speedup_pairs(const MeasurementSet& data, const std::ve
   std::vector<SpeedupPair> pairs;
   std::map<std::string, std::size_t> ring_of;
   for (std::size_t i = 0; i < rows.size(); ++i)
-    if (data.rows[i].algo == "ring" && data.rows[i].metric == Metric::Time)
+    if (data.rows[i].algo == sched::baseline_algorithm() && data.rows[i].metric == Metric::Time)
       ring_of.emplace(row_key(data.rows[i], rows[i].ranks), i);
   for (std::size_t i = 0; i < rows.size(); ++i) {
-    if (data.rows[i].algo == "ring" || data.rows[i].metric != Metric::Time) continue;
+    if (data.rows[i].algo == sched::baseline_algorithm() || data.rows[i].metric != Metric::Time) continue;
     if (auto it = ring_of.find(row_key(data.rows[i], rows[i].ranks)); it != ring_of.end())
       pairs.push_back({it->second, i});
   }

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "scheduler/ir/plan_io.hpp"
+#include "scheduler/planners/algorithms.hpp"
 #include "scheduler/planners/planners.hpp"
 #include "scheduler/support/json_text.hpp"
 #include "scheduler/validate/validator.hpp"
@@ -273,7 +274,7 @@ struct WorkloadArgs {
   py::arg("mask") = py::none(), py::arg("model") = py::none()
 
 std::string algo_arg(const py::object& o) {
-  if (!given(o)) return "charm";
+  if (!given(o)) return std::string(sched::default_algorithm());
   auto a = sched::resolve_algorithm(text_arg(o, "--algo"), "--algo");
   if (!a) fail(a.error());
   return *a;

@@ -9,6 +9,7 @@
 #include <set>
 #include <tuple>
 
+#include "scheduler/planners/algorithms.hpp"
 #include "scheduler/planners/planners.hpp"
 #include "scheduler/support/parallel_for.hpp"
 #include "sim/evaluate.hpp"
@@ -97,13 +98,13 @@ void plan_candidates(const Workload& w, const std::vector<std::string>& algos, c
         Workload wl = w;
         wl.layout = l;
         sched::PlanRequest req = normalised_request({a, wl, ranks, d});
-        // "ring-zigzag" is ring on the zigzag layout (tasp-zigzag likewise): one candidate, not two.
+        // An algorithm with a forced layout is its base on that layout (ring-zigzag is ring on zigzag): one
+        // candidate, not two.
         std::string base = a;
-        if (const auto k = base.rfind("-zigzag");
-            k != std::string::npos && k + 7 == base.size() &&
-            std::find(algos.begin(), algos.end(), base.substr(0, k)) != algos.end() &&
+        if (const sched::Algorithm* row = sched::find_algorithm(a);
+            row != nullptr && !row->base.empty() && std::find(algos.begin(), algos.end(), row->base) != algos.end() &&
             (!w.causal || std::find(layouts.begin(), layouts.end(), Layout::Zigzag) != layouts.end()))
-          base = base.substr(0, k);
+          base = std::string(row->base);
         // Without a mask the layout only relabels tokens: one layout is one candidate. A CP group of one GPU
         // communicates nothing: every algorithm is the same single kernel, one candidate (the first that plans).
         if (ranks == 1 && !seen.empty()) continue;

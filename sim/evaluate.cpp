@@ -36,7 +36,10 @@ ComputeModel compute_model_for(const topo::Topology& t, const ir::Workload& w) {
 namespace {
 /// Algorithms whose backward pass begins before the forward ends (pass both), so the sum of the two passes'
 /// closed forms is not the run's time.
-bool passes_overlap(const std::string& algo) { return algo == "merge" || algo == "rm+"; }
+bool passes_overlap(const std::string& algo) {
+  const sched::Algorithm* row = sched::find_algorithm(algo);
+  return row != nullptr && row->passes_overlap;
+}
 }  // namespace
 
 ClosedForm closed_form_on(const std::string& algo, const topo::Topology& t, int ranks, const ir::Workload& w,

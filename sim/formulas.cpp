@@ -4,6 +4,8 @@
 #include <cmath>
 #include <vector>
 
+#include "scheduler/planners/algorithms.hpp"
+
 namespace charm::sim {
 
 using namespace charm::ir;
@@ -169,18 +171,23 @@ ClosedForm closed_form(const std::string& algo, int n, Phase ph, const StepCosts
   const int L = log2i(n);
   const double busy = double(n) * c.t_comp;
   double paper_o = 0;
-  if (algo == "ring" || algo == "ring-zigzag") {
+  const sched::Algorithm* row = sched::find_algorithm(algo);
+  switch (row != nullptr ? row->closed_form : sched::Algorithm::ClosedForm::None) {
+  case sched::Algorithm::ClosedForm::Ring:
     f.time_s = ring_time(n, ph, c);
     paper_o = double(n - 1) * l(c.t_kv - c.t_comp);  // Eq. 2
-  } else if (algo == "merge") {
+    break;
+  case sched::Algorithm::ClosedForm::Merge:
     f.time_s = merge_time(n, ph, c);
     for (int i = 1; i <= L; ++i)  // Eq. 4
       paper_o += l(double(1 << (i - 1)) * c.t_kv - double(1 << std::max(i - 2, 0)) * c.t_comp);
-  } else if (algo == "rm+") {
+    break;
+  case sched::Algorithm::ClosedForm::RmPlus:
     f.time_s = rmplus_time(n, ph, c);
     for (int i = 1; i <= L; ++i)  // Eq. 5-6 as printed
       paper_o += l(double(1 << std::max(i - 2, 0)) * std::max(c.t_q, c.t_kv) - double(1 << (i - 1)) * c.t_comp);
-  } else {
+    break;
+  case sched::Algorithm::ClosedForm::None:
     return f;
   }
   f.available = true;

@@ -4,6 +4,8 @@
 
 #include <vector>
 
+#include "scheduler/planners/algorithms.hpp"
+
 namespace charm::sim {
 
 using ir::Layout;
@@ -59,7 +61,8 @@ FrameworkSettings framework_settings(std::string_view algo, Layout layout, bool 
   if (!row->megatron.empty()) {
     if (holds(row->megatron_shards, layout, causal)) {
       std::string type(row->megatron), te(row->te), extra;
-      if (algo == "usp") {
+      if (const sched::Algorithm* a = sched::find_algorithm(algo);
+          a != nullptr && a->heads == sched::Algorithm::HeadSplit::PerDomain) {
         // USP's degrees: Ulysses over n/D adjacent ranks, the ring over D; a degenerate split is one of them.
         const int inner = domains > 0 ? ranks / domains : ranks;
         if (domains <= 1) {

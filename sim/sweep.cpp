@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "scheduler/ir/plan_io.hpp"
+#include "scheduler/planners/algorithms.hpp"
 #include "scheduler/planners/planners.hpp"
 #include "scheduler/support/csv_field.hpp"
 #include "scheduler/support/first_exception.hpp"
@@ -155,16 +156,17 @@ SweepTaskOut run_task(const SweepSpec& spec, std::size_t config, ir::Phase phase
     return {true, false, *e};
   };
 
-  // Ring first: every other algorithm's speedup is measured against it.
-  const bool ring_listed = std::find(spec.algos.begin(), spec.algos.end(), "ring") != spec.algos.end();
+  // The baseline (ring) first: every other algorithm's speedup is measured against it.
+  const std::string baseline(sched::baseline_algorithm());
+  const bool ring_listed = std::find(spec.algos.begin(), spec.algos.end(), baseline) != spec.algos.end();
   const std::size_t refused_before = out.skip_reasons.size();
-  const Outcome ring = run("ring");
+  const Outcome ring = run(baseline);
   if (!ring_listed) out.skip_reasons.resize(refused_before);  // the hidden baseline is not a row
-  const double ccr = closed_form_on("ring", t, ranks, *group, compute_model_for(t, *group)).ccr;
+  const double ccr = closed_form_on(baseline, t, ranks, *group, compute_model_for(t, *group)).ccr;
 
   for (const auto& algo : spec.algos) {
     if (runs_elsewhere(spec, algo, *group, ranks, domains)) continue;
-    const Outcome o = algo == "ring" ? ring : run(algo);
+    const Outcome o = algo == baseline ? ring : run(algo);
     if (!o.ok) {  // refused (the reason is recorded; ring's when the baseline ran) or failed (in failures)
       if (o.refused) ++out.skipped;
       continue;

@@ -11,20 +11,18 @@
 #include <set>
 #include <tuple>
 
+#include "scheduler/planners/algorithms.hpp"
 #include "sim/evaluate.hpp"
 
 namespace charm::sim {
 
 namespace {
 
-/// Fixed colours, so an algorithm looks the same in every figure; charm stands out.
+/// Fixed colours (the algorithm table's), so an algorithm looks the same in every figure; charm stands out.
 std::string colour(const std::string& algo, std::size_t fallback) {
-  static const std::map<std::string, std::string> known{
-      {"ring", "#555555"},    {"ring-zigzag", "#8c564b"},  {"merge", "#1f77b4"}, {"rm+", "#2ca02c"},
-      {"charm", "#d62728"},   {"allgather-kv", "#9467bd"}, {"tasp", "#ff7f0e"},  {"tasp-zigzag", "#bcbd22"},
-      {"ulysses", "#17becf"}, {"usp", "#e377c2"}};
   static const char* const spare[] = {"#7f7f7f", "#aec7e8", "#98df8a", "#ffbb78"};
-  if (auto it = known.find(algo); it != known.end()) return it->second;
+  if (const sched::Algorithm* row = sched::find_algorithm(algo); row != nullptr && !row->colour.empty())
+    return std::string(row->colour);
   return spare[fallback % 4];
 }
 
@@ -425,11 +423,11 @@ class PlotScript {
         s_ += "set xtics autofreq\nset xrange [*:*]\n";
       }
       std::string plot = "plot " + legend(false, true, [&](std::size_t a, std::size_t f) {
-                           return spec_.algos[a] != "ring" && !ccr_pts_[slot(p, a, f)].empty();
+                           return spec_.algos[a] != sched::baseline_algorithm() && !ccr_pts_[slot(p, a, f)].empty();
                          });
       for (std::size_t a = 0; a < na_; ++a)
         for (std::size_t f = 0; f < nf_; ++f) {
-          if (spec_.algos[a] == "ring" || ccr_pts_[slot(p, a, f)].empty()) continue;
+          if (spec_.algos[a] == sched::baseline_algorithm() || ccr_pts_[slot(p, a, f)].empty()) continue;
           plot += fmt::format(", {} using 1:2 with points pt {} ps {} lc rgb {} notitle", block_name("ccr", p, a, f),
                               marker(f), point_size, quoted(colour(spec_.algos[a], a)));
         }
@@ -456,7 +454,7 @@ class PlotScript {
                           time_hi_[p] > 0 ? "*" : "1");
       }
       auto drawn = [&](std::size_t a, std::size_t f) {
-        return (time || spec_.algos[a] != "ring") && has_line(p, a, f, x, time);
+        return (time || spec_.algos[a] != sched::baseline_algorithm()) && has_line(p, a, f, x, time);
       };
       std::string plot = "plot " + legend(true, !time, drawn);
       for (std::size_t a = 0; a < na_; ++a)

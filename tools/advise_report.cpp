@@ -19,7 +19,8 @@ namespace {
 
 /// usp and ulysses exchange heads all-to-all: the model's flows for it, and what they leave out.
 std::string all_to_all_caveat(const std::string& algo, int peers) {
-  if (algo != "ulysses" && algo != "usp") return {};
+  const sched::Algorithm* row = sched::find_algorithm(algo);
+  if (row == nullptr || row->heads == sched::Algorithm::HeadSplit::None) return {};
   return fmt::format("{}'s all-to-all ({} peers) is modelled as concurrent point-to-point flows that pay the "
                      "stack's per-message cost once, without the collective library's per-peer scheduling: "
                      "its time is optimistic, more so with more peers",
@@ -162,7 +163,7 @@ void print_best(std::ostream& os, const AdviseRequest& r, const sim::Advice& adv
   const auto& b = adv.candidates.front();
   const sim::Candidate* ring = nullptr;
   for (const auto& c : adv.candidates)
-    if (c.algo == "ring" || c.algo == "ring-zigzag") {
+    if (sched::in_baseline_family(c.algo)) {
       ring = &c;
       break;
     }

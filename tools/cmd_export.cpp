@@ -40,7 +40,7 @@ std::vector<std::string> existing_outputs(const std::string& dir, const std::str
 
 void register_export(CLI::App& app) {
   struct Opts {
-    std::string plan, chakra, prefix = "charm", topology;
+    std::string plan, chakra, prefix = "charm", topology;  // the tool's name, not the algorithm
   };
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand(

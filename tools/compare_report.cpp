@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <ostream>
 
+#include "scheduler/planners/algorithms.hpp"
 #include "scheduler/planners/planners.hpp"
 #include "sim/run_json.hpp"
 #include "tools/cli_common.hpp"
@@ -19,7 +20,7 @@ namespace {
 /// Ring's time in `pass` (0 when ring did not run it): the speedup column's denominator.
 double ring_time(const std::vector<CompareRow>& rows, const std::string& pass) {
   for (const auto& r : rows)
-    if (r.ok && r.algo == "ring" && r.pass == pass) return r.s.time_s;
+    if (r.ok && r.algo == sched::baseline_algorithm() && r.pass == pass) return r.s.time_s;
   return 0.0;
 }
 
@@ -82,7 +83,7 @@ void print_best(std::ostream& os, const CompareRequest& r, const std::vector<Com
         ++n;
       }
     if (n != r.passes.size()) continue;
-    if (a == "ring") ring_t = t;
+    if (a == sched::baseline_algorithm()) ring_t = t;
     if (best.empty() || t < best_t) {
       best = a;
       best_t = t;

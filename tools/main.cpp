@@ -159,7 +159,9 @@ int usage_failure(const charm::Error& e, int argc, char** argv) {
 int run_command(int argc, char** argv) {
   // An interrupt removes the temporaries of the output being written (cli_common.hpp).
   charm::cli::install_interrupt_cleanup();
-  CLI::App app{"charm: plan, validate, simulate and run distributed attention (CHARM+, RM+, Ring, ...)", "charm"};
+  // The program's name, "charm", is the tool's, not the algorithm's.
+  CLI::App app{"charm: plan, validate, simulate and run distributed attention (CHARM+, RM+, Ring, ...)",
+               "charm"};  // not the algorithm
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "all subcommands' help");
   app.set_version_flag("--version", charm::cli::version_text());

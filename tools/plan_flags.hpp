@@ -6,6 +6,7 @@
 
 #include "scheduler/ir/plan.hpp"
 #include "scheduler/ir/plan_io.hpp"
+#include "scheduler/planners/algorithms.hpp"
 #include "scheduler/planners/planners.hpp"
 #include "scheduler/validate/validator.hpp"
 #include "tools/cli_common.hpp"
@@ -13,7 +14,7 @@
 namespace charm::cli {
 
 struct PlanFlags {
-  std::string algo = "charm";
+  std::string algo = std::string(sched::default_algorithm());
   int ranks = 8;
   int domains = 1;
   WorkloadFlags workload;

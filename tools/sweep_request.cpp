@@ -8,6 +8,7 @@
 #include <set>
 #include <tuple>
 
+#include "scheduler/planners/algorithms.hpp"
 #include "scheduler/planners/planners.hpp"
 #include "sim/evaluate.hpp"
 #include "sim/simulator.hpp"
@@ -299,7 +300,7 @@ void check_sweep_fits(const sim::SweepSpec& spec, const std::vector<std::string>
                                     configs, kMaxConfigs)});
   std::set<std::tuple<std::size_t, std::string, int, int, bool>> fit;
   std::vector<std::string> algos = spec.algos;
-  algos.push_back("ring");  // the baseline runs whether listed or not
+  algos.emplace_back(sched::baseline_algorithm());  // the baseline runs whether listed or not
   for (std::size_t i = 0; i < spec.num_configs(); ++i) {
     const sim::SweepConfig c = sim::sweep_config(spec, i);
     const topo::Topology& t = spec.topologies[c.topology];

@@ -21,7 +21,7 @@
 namespace charm::chakra {
 
 struct ExportOptions {
-  std::string prefix = "charm";  // files DIR/PREFIX.RANK.et
+  std::string prefix = "charm";  // files DIR/PREFIX.RANK.et (the tool's name, not the algorithm)
   /// Seconds an op takes, for duration_micros (ASTRA-sim uses it where its roofline is off);
   /// empty: every duration is 0 and the reader's own model decides.
   std::function<double(ir::OpId)> seconds;

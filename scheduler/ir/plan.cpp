@@ -36,7 +36,7 @@ std::string_view to_string(OpKind k) {
   case OpKind::Recv:
     return "recv";
   case OpKind::Merge:
-    return "merge";
+    return "merge";  // the op kind, not the algorithm
   case OpKind::Accumulate:
     return "accumulate";
   case OpKind::Copy:

@@ -99,17 +99,21 @@ using A = Algorithm;
 // `allgather`, TransformerEngine `all_gather`.
 
 void add_rings(std::vector<Algorithm>& t) {
-  A ring{
-      .name = "ring",
-      .forward = ring_fwd,
-      .backward = ring_bwd,
-      .symmetry = rotate_by_rank,
-      .counterparts = {{Layout::Contiguous, "p2p", "p2p", Layout::Zigzag, "ring_flash_attn", Layout::Contiguous,
-                        "Megatron-LM's causal split is zigzag: that is ring [zigzag]"},
-                       {Layout::Zigzag, "p2p", "p2p", Layout::Zigzag, "zigzag_ring_flash_attn", Layout::Zigzag, ""}}};
+  A ring{.name = "ring",
+         .forward = ring_fwd,
+         .backward = ring_bwd,
+         .symmetry = rotate_by_rank,
+         .counterparts = {{Layout::Contiguous, "p2p", "p2p", Layout::Zigzag, "ring_flash_attn", Layout::Contiguous,
+                           "Megatron-LM's causal split is zigzag: that is ring [zigzag]"},
+                          {Layout::Zigzag, "p2p", "p2p", Layout::Zigzag, "zigzag_ring_flash_attn", Layout::Zigzag, ""}},
+         .closed_form = A::ClosedForm::Ring,
+         .baseline = true,
+         .colour = "#555555"};
   t.push_back(ring);
   A ring_zigzag = ring;
   ring_zigzag.name = "ring-zigzag";
+  ring_zigzag.baseline = false;
+  ring_zigzag.colour = "#8c564b";
   ring_zigzag.forced_layout = Layout::Zigzag;
   ring_zigzag.base = "ring";
   ring_zigzag.counterparts = {
@@ -124,7 +128,10 @@ void add_merges(std::vector<Algorithm>& t) {
                 .forward = merge_fwd,
                 .backward = merge_bwd,
                 .symmetry = merge_symmetry,
-                .counterparts = {{.note = "this project's merge schedule (the paper's baseline)"}}});
+                .counterparts = {{.note = "this project's merge schedule (the paper's baseline)"}},
+                .closed_form = A::ClosedForm::Merge,
+                .passes_overlap = true,
+                .colour = "#1f77b4"});
   t.back().gather_tables = 1;
   t.push_back(A{.name = "rm+",
                 .ranks = A::Ranks::PowerOfTwo,
@@ -134,7 +141,10 @@ void add_merges(std::vector<Algorithm>& t) {
                 .forward = rmplus_fwd,
                 .backward = rmplus_bwd,
                 .symmetry = xor_by_rank,
-                .counterparts = {{.note = "the paper's re-merge schedule"}}});
+                .counterparts = {{.note = "the paper's re-merge schedule"}},
+                .closed_form = A::ClosedForm::RmPlus,
+                .passes_overlap = true,
+                .colour = "#2ca02c"});
   t.push_back(A{.name = "charm",
                 .ranks = A::Ranks::PowerOfTwoPerDomain,
                 .uses_domains = true,
@@ -144,7 +154,8 @@ void add_merges(std::vector<Algorithm>& t) {
                 .forward = charm_fwd,
                 .backward = charm_bwd,
                 .symmetry = charm_symmetry,
-                .counterparts = {{.note = "the paper's cross-hardware schedule"}}});
+                .counterparts = {{.note = "the paper's cross-hardware schedule"}},
+                .colour = "#d62728"});
 }
 
 void add_gather_and_tasp(std::vector<Algorithm>& t) {
@@ -159,13 +170,15 @@ void add_gather_and_tasp(std::vector<Algorithm>& t) {
                                   Layout::Zigzag,
                                   "llama3_flash_attn",
                                   Layout::Contiguous,
-                                  "KV gathered whole before attention"}}});
+                                  "KV gathered whole before attention"}},
+                .colour = "#9467bd"});
   A tasp{.name = "tasp",
          .no_backward = kTaspForwardOnly,
          .token_parts = true,
          .forward = tasp_fwd,
          .symmetry = rotate_by_rank,
-         .counterparts = {{.note = "TASP's Hamiltonian-cycle schedule"}}};
+         .counterparts = {{.note = "TASP's Hamiltonian-cycle schedule"}},
+         .colour = "#ff7f0e"};
   tasp.ops_fwd = tasp.ops_both = {.square = 3};
   t.push_back(tasp);
   A tasp_zigzag = tasp;
@@ -173,6 +186,7 @@ void add_gather_and_tasp(std::vector<Algorithm>& t) {
   tasp_zigzag.forced_layout = Layout::Zigzag;
   tasp_zigzag.base = "tasp";
   tasp_zigzag.counterparts = {{.note = "tasp on the zigzag layout"}};
+  tasp_zigzag.colour = "#bcbd22";
   t.push_back(tasp_zigzag);
 }
 
@@ -190,7 +204,8 @@ void add_head_splits(std::vector<Algorithm>& t) {
                 .counterparts = {{.megatron = "a2a",
                                   .te = "a2a",
                                   .note = "ring-flash-attention has no all-to-all",
-                                  .other_call = "DeepSpeed-Ulysses deepspeed.sequence.layer.DistributedAttention"}}});
+                                  .other_call = "DeepSpeed-Ulysses deepspeed.sequence.layer.DistributedAttention"}},
+                .colour = "#17becf"});
   t.push_back(A{.name = "usp",
                 .uses_domains = true,
                 .heads = A::HeadSplit::PerDomain,
@@ -205,7 +220,8 @@ void add_head_splits(std::vector<Algorithm>& t) {
                                   .te = "a2a+p2p",
                                   .megatron_shards = Layout::Zigzag,
                                   .note = "ring-flash-attention has no all-to-all",
-                                  .other_call = "yunchang LongContextAttention (USP's own implementation)"}}});
+                                  .other_call = "yunchang LongContextAttention (USP's own implementation)"}},
+                .colour = "#e377c2"});
 }
 
 std::vector<Algorithm> make_table() {
@@ -228,6 +244,22 @@ const Algorithm* find_algorithm(std::string_view name) {
   for (const auto& a : algorithms())
     if (a.name == name) return &a;
   return nullptr;
+}
+
+std::string_view baseline_algorithm() {
+  for (const auto& a : algorithms())
+    if (a.baseline) return a.name;
+  CHARM_ASSERT(false, "the algorithm table marks a baseline");
+  return {};
+}
+
+std::string_view default_algorithm() { return "charm"; }
+
+bool Algorithm::baseline_family() const { return baseline || base == baseline_algorithm(); }
+
+bool in_baseline_family(std::string_view name) {
+  const Algorithm* a = find_algorithm(name);
+  return a != nullptr && a->baseline_family();
 }
 
 }  // namespace charm::sched

@@ -39,6 +39,8 @@ struct Algorithm {
   enum class Ranks : std::uint8_t { Any, PowerOfTwo, PowerOfTwoPerDomain };
   /// How the schedule splits heads over ranks (Ulysses' all-to-all): not, over every rank, over a domain's.
   enum class HeadSplit : std::uint8_t { None, AllRanks, PerDomain };
+  /// The paper's closed form of its time (sim/formulas), if it has one: Eq. 1-2 (ring), 3-4 (merge), 5-6 (rm+).
+  enum class ClosedForm : std::uint8_t { None, Ring, Merge, RmPlus };
   /// What a causal mask on the contiguous layout takes off its op count (estimate_plan): the ops of
   /// hidden pairs (it plans pairs, transfers included), their computes only (the ring family moves
   /// every shard), or nothing (whole heads computed locally).
@@ -69,11 +71,24 @@ struct Algorithm {
   Symmetry symmetry = nullptr;  // its plans' rank symmetry without a position mask (plan_symmetry)
   /// Its names in the frameworks: one entry, or one per layout where they differ (none: no counterpart).
   std::vector<Counterpart> counterparts{};
+  ClosedForm closed_form = ClosedForm::None;
+  bool passes_overlap = false;  // its backward starts while its forward's last steps still run (pass both)
+  bool baseline = false;        // what speedups are over (compare, sweep, calibrate's speedup rows)
+  std::string_view colour{};    // its line in every figure (sweep's gnuplot)
+
+  /// Whether it is the baseline or the baseline on a forced layout (ring, ring-zigzag).
+  [[nodiscard]] bool baseline_family() const;
 };
 
 /// Every algorithm, in the order reports list them.
 [[nodiscard]] const std::vector<Algorithm>& algorithms();
 /// The row of a canonical name (resolve_algorithm's); nullptr for any other.
 [[nodiscard]] const Algorithm* find_algorithm(std::string_view name);
+/// The baseline's name (the row marked baseline: ring).
+[[nodiscard]] std::string_view baseline_algorithm();
+/// What --algo means when not given (the paper's schedule).
+[[nodiscard]] std::string_view default_algorithm();
+/// Whether `name` is the baseline or the baseline on a forced layout; false for an unknown name.
+[[nodiscard]] bool in_baseline_family(std::string_view name);
 
 }  // namespace charm::sched
