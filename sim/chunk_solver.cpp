@@ -194,7 +194,7 @@ Expected<ChunkSolution> solve_chunk_map(const sched::PlanRequest& req_in, const 
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   };
   sched::PlanRequest req = normalised_request(req_in);
-  const ir::Workload& w = req.workload;
+  const ir::Workload w = req.workload;  // the request's chunk map changes with each candidate
   if (w.layout != ir::Layout::Balanced || w.documents.empty() || w.window > 0)
     return Error{"--layout",
                  "the balanced layout places packed documents: give --mask document:... or cu_seqlens:FILE"};

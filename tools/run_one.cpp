@@ -44,6 +44,8 @@ std::optional<sim::ChunkSolution> solve_chunks(sched::PlanRequest& req, const to
   if (req.workload.layout != ir::Layout::Balanced || !req.workload.chunk_map.empty()) return std::nullopt;
   if (req.ranks > t.num_gpus())
     fail(Error{"--ranks", fmt::format("{} ranks: {} has {} GPUs", req.ranks, t.name, t.num_gpus())});
+  // Each candidate is planned and simulated in full (one at a time): the budget of one simulation holds.
+  check_plan_budget(req, sched::kSimBytesPerOp, "each of the chunk solver's simulations");
   auto s = sim::solve_chunk_map(req, t, solve);
   if (!s) fail(s.error());
   req.workload.chunk_map = s->chunk_map;
