@@ -436,10 +436,24 @@ void placement_flags(cli::ClusterFlags& cf, const py::object& cp, const py::obje
 using cli::run_one;
 using cli::SymmetryUse;
 
+/// The balanced layout's solver: solve_ms= and solve_seed=, as --solve-ms and --solve-seed.
+sim::ChunkSolveOptions solve_args(const py::object& solve_ms, const py::object& solve_seed) {
+  cli::WorkloadFlags f;
+  if (given(solve_ms)) f.solve_ms = real_arg(solve_ms, "--solve-ms");
+  if (given(solve_seed)) {
+    const int seed = int_arg(solve_seed, "--solve-seed");
+    if (seed < 0) fail(Error{"--solve-seed", fmt::format("must be >= 0, got {}", seed)});
+    f.solve_seed = std::uint64_t(seed);
+  }
+  return f.solve_options();
+}
+
 py::object simulate_fn(const py::object& algo, const py::object& plan, WorkloadArgs wa, ClusterArgs ca,
                        const py::object& symmetry, std::size_t path_limit, const py::object& trace,
-                       const py::object& cp, const py::object& tp, const py::object& order, const py::object& gpus) {
+                       const py::object& cp, const py::object& tp, const py::object& order, const py::object& gpus,
+                       const py::object& solve_ms, const py::object& solve_seed) {
   return guarded([&] {
+    const sim::ChunkSolveOptions solve = solve_args(solve_ms, solve_seed);
     const std::string sym = given(symmetry) ? text_arg(symmetry, "--symmetry") : "auto";
     if (sym != "auto" && sym != "on" && sym != "off")
       fail(Error{"--symmetry", fmt::format("{} not in {{auto,on,off}}", sym)});
@@ -469,7 +483,7 @@ py::object simulate_fn(const py::object& algo, const py::object& plan, WorkloadA
     json j;
     {
       py::gil_scoped_release nogil;
-      const sim::Evaluation r = cli::run_simulation(std::move(file_plan), name, w, cf, topo, use);
+      const sim::Evaluation r = cli::run_simulation(std::move(file_plan), name, w, cf, topo, use, solve);
       if (trace_path) cli::write_file_atomic(*trace_path, sim::chrome_trace(r.plan, r.result).dump() + "\n");
       const sim::Explanation ex = sim::explain(r.plan, r.result, topo);
       const sim::MemoryVerdict mem = sim::memory_verdict(r.summary.peak_mem_bytes, cf.reserved_gb, topo.gpu);
@@ -502,8 +516,10 @@ py::object compare_fn(const py::object& algos, WorkloadArgs wa, ClusterArgs ca, 
 
 py::object advise_fn(const py::object& algos, WorkloadArgs wa, ClusterArgs ca, const py::object& jobs,
                      const py::object& tp, const py::object& tp_search, const py::object& order,
-                     const py::object& layers, const py::object& tie, const py::object& runnable) {
+                     const py::object& layers, const py::object& tie, const py::object& runnable,
+                     const py::object& solve_ms, const py::object& solve_seed) {
   return guarded([&] {
+    const sim::ChunkSolveOptions solve = solve_args(solve_ms, solve_seed);
     cli::ClusterFlags cf = ca.flags();
     if (given(tp)) cf.tp = int_arg(tp, "--tp");
     if (given(tp) && cf.tp < 1) fail(Error{"--tp", "must be at least 1"});
@@ -525,6 +541,7 @@ py::object advise_fn(const py::object& algos, WorkloadArgs wa, ClusterArgs ca, c
     if (given(layers)) f.layers = int_arg(layers, "--layers");
     if (given(tie)) f.tie_percent = real_arg(tie, "--tie");
     if (given(runnable)) f.runnable = bool_arg(runnable, "--runnable");
+    f.chunks = solve;
     const cli::AdviseRequest req = cli::advise_request(wf.get(), cf, topo, f);
     std::optional<sim::Advice> adv;
     {
@@ -725,18 +742,19 @@ void def_simulation(py::module_& m) {
          const py::object& bw_gbps, const py::object& tflops, const py::object& latency_us, const py::object& hbm_gbps,
          const py::object& domains, const py::object& reserved_gb, const py::object& symmetry, std::size_t path_limit,
          const py::object& trace, const py::object& cp, const py::object& tp, const py::object& order,
-         const py::object& gpus) {
+         const py::object& gpus, const py::object& solve_ms, const py::object& solve_seed) {
         return simulate_fn(algo, plan,
                            {batch, seq, heads, kv_heads, head_dim, dtype, layout, pass, causal, mask, model},
                            {topology, uniform, ranks, bw_gbps, tflops, latency_us, hbm_gbps, domains, reserved_gb},
-                           symmetry, path_limit, trace, cp, tp, order, gpus);
+                           symmetry, path_limit, trace, cp, tp, order, gpus, solve_ms, solve_seed);
       },
       py::kw_only(), py::arg("algo") = py::none(), py::arg("plan") = py::none(), CHARM_WORKLOAD_ARGS,
       CHARM_CLUSTER_ARGS, py::arg("symmetry") = py::none(), py::arg("path_limit") = 64, py::arg("trace") = py::none(),
       py::arg("cp") = py::none(), py::arg("tp") = py::none(), py::arg("order") = py::none(),
-      py::arg("gpus") = py::none(),
+      py::arg("gpus") = py::none(), py::arg("solve_ms") = py::none(), py::arg("solve_seed") = py::none(),
       "charm simulate --json as a dict; cp= / tp= / order= simulate every CP group of that layout at once, gpus= "
-      "places one group by hand (a list or '0,2,4').");
+      "places one group by hand (a list or '0,2,4'); layout='balanced' solves its chunks within solve_ms= (a "
+      "seed solve_seed=), as --solve-ms and --solve-seed.");
   m.def(
       "compare",
       [](const py::object& algos, const py::object& batch, const py::object& seq, const py::object& heads,
@@ -766,15 +784,16 @@ void def_search(py::module_& m) {
          const py::object& topology, const py::object& uniform, const py::object& ranks, const py::object& bw_gbps,
          const py::object& tflops, const py::object& latency_us, const py::object& hbm_gbps, const py::object& domains,
          const py::object& reserved_gb, const py::object& jobs, const py::object& tp, const py::object& tp_search,
-         const py::object& order, const py::object& layers, const py::object& tie, const py::object& runnable) {
+         const py::object& order, const py::object& layers, const py::object& tie, const py::object& runnable,
+         const py::object& solve_ms, const py::object& solve_seed) {
         return advise_fn(algos, {batch, seq, heads, kv_heads, head_dim, dtype, layout, pass, causal, mask, model},
                          {topology, uniform, ranks, bw_gbps, tflops, latency_us, hbm_gbps, domains, reserved_gb}, jobs,
-                         tp, tp_search, order, layers, tie, runnable);
+                         tp, tp_search, order, layers, tie, runnable, solve_ms, solve_seed);
       },
       py::kw_only(), py::arg("algos") = py::none(), CHARM_WORKLOAD_ARGS, CHARM_CLUSTER_ARGS,
       py::arg("jobs") = py::none(), py::arg("tp") = py::none(), py::arg("tp_search") = py::none(),
       py::arg("order") = py::none(), py::arg("layers") = py::none(), py::arg("tie") = py::none(),
-      py::arg("runnable") = py::none(),
+      py::arg("runnable") = py::none(), py::arg("solve_ms") = py::none(), py::arg("solve_seed") = py::none(),
       "charm advise --json as a dict: 'best', 'candidates' (fastest first, each with its 'frameworks' and 'tie'), "
       "'refused'; tp_search=[1, 2, 4, 8] ranks CP x TP layouts (whole attention blocks' times), layers= scales times "
       "to a model, runnable=True keeps the rows a framework runs, model= reads a Hugging Face config.json.");

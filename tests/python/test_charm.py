@@ -239,3 +239,15 @@ def test_the_balanced_layout_solves_as_the_cli_does():
     assert solver["best"]["time_ms"] == py["time_ms"] <= solver["thd"]["time_ms"]
     with pytest.raises(ValueError, match="^--layout: the balanced layout places packed documents"):
         charm.simulate(topology=H100, algo="ring", seq=8192, layout="balanced")
+    # The solver's flags: a seed and a budget, as --solve-seed and --solve-ms.
+    seeded = charm.simulate(**args, solve_seed=7, solve_ms=10000)
+    code, stdout, stderr = cli("simulate", "-t", H100, "--algo", "ring", "--seq", 8192, "--heads", 8, "--mask",
+                               "document:4096,2048,1024,1024", "--layout", "balanced", "--pass", "both",
+                               "--solve-seed", 7, "--solve-ms", 10000, "--json")
+    assert code == 0, stderr
+    assert seeded["chunk_solver"]["tried"] == json.loads(stdout)["chunk_solver"]["tried"]
+    with pytest.raises(ValueError, match="^--solve-ms: must be >= 0, got -1"):
+        charm.simulate(**args, solve_ms=-1)
+    advice = charm.advise(topology=H100, algos=["ring"], seq=8192, heads=8, mask="document:4096,2048,1024,1024",
+                          solve_seed=7)
+    assert "ring [balanced]" in [c["label"] for c in advice["candidates"]]
