@@ -207,6 +207,23 @@ TEST(SimCli, CuSeqlensFileIsTheDocumentMask) {
   EXPECT_EQ(nlohmann::json::parse(a.out), nlohmann::json::parse(b.out));
 }
 
+// compare on the balanced layout solves each algorithm's chunks once for both passes; an algorithm with a layout
+// of its own (ring-zigzag: THD under documents) runs on it, so the two rings of packed documents sit side by side.
+TEST(SimCli, CompareSolvesTheBalancedLayoutPerAlgorithm) {
+  auto o = run("compare --topology " + topo("h100-2x8.json") +
+               " --seq 8k --mask document:4096,2048,2048 --layout balanced --algos ring,ring-zigzag --json");
+  ASSERT_EQ(o.code, 0) << o.out;
+  const auto j = nlohmann::json::parse(o.out);
+  ASSERT_EQ(j["results"].size(), 4u);
+  std::map<std::string, double> t;
+  for (const auto& r : j["results"]) {
+    ASSERT_TRUE(r.contains("time_ms")) << r.dump();
+    t[r["algo"].get<std::string>() + " " + r["pass"].get<std::string>()] = r["time_ms"].get<double>();
+  }
+  EXPECT_LT(t["ring fwd"], t["ring-zigzag fwd"]);
+  EXPECT_LT(t["ring bwd"], t["ring-zigzag bwd"]);
+}
+
 TEST(SimCli, AdviseMarksTiesAndScalesToLayers) {
   const std::string args = "advise --topology " + topo("h100-2x8.json") +
                            " --batch 16 --seq 26880 --heads 12 --head-dim 192 --algos ring,charm,rm+ --json";

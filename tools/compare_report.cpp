@@ -122,10 +122,48 @@ CompareRequest compare_request(ir::Workload w, const ClusterFlags& cluster, cons
   return r;
 }
 
+namespace {
+/// On the balanced layout, each algorithm's chunk map, solved once for the passes compared together (one
+/// deployment runs one map), or why there is none.
+Expected<sim::ChunkMap> balanced_chunks(const CompareRequest& r, const topo::Topology& t, const std::string& algo) {
+  if (r.layout) return Error{"--layout", "the balanced layout is solved for one CP group; drop --cp / --tp"};
+  ir::Workload w = r.workload;
+  w.pass = r.passes.size() > 1 ? ir::PassKind::Both : r.passes.front();
+  auto s = sim::solve_chunk_map(sim::normalised_request({algo, w, r.ranks, r.domains}), t);
+  if (!s) return s.error();
+  return std::move(s->chunk_map);
+}
+}  // namespace
+
 std::vector<CompareRow> run_compare(const CompareRequest& r, const topo::Topology& t) {
   std::vector<CompareRow> rows;
+  const bool balanced = r.workload.layout == ir::Layout::Balanced && r.workload.chunk_map.empty();
+  std::vector<Expected<sim::ChunkMap>> maps;
+  for (const auto& a : r.algos) {
+    // An algorithm with a layout of its own (ring-zigzag) runs on it, as under any other --layout.
+    const sched::Algorithm* row = sched::find_algorithm(a);
+    const bool solve = balanced && row != nullptr && !row->forced_layout;
+    maps.push_back(solve ? balanced_chunks(r, t, a) : Expected<sim::ChunkMap>(sim::ChunkMap{}));
+  }
   for (const auto p : r.passes)
-    for (const auto& a : r.algos) rows.push_back(compare_one(r, t, a, p));
+    for (std::size_t i = 0; i < r.algos.size(); ++i) {
+      if (!maps[i]) {
+        rows.push_back({r.algos[i],
+                        std::string(to_string(p)),
+                        std::string(to_string(r.workload.layout)),
+                        maps[i].error().message(),
+                        false,
+                        {},
+                        {},
+                        {},
+                        {},
+                        {}});
+        continue;
+      }
+      CompareRequest with_map = r;
+      if (balanced) with_map.workload.chunk_map = *maps[i];
+      rows.push_back(compare_one(with_map, t, r.algos[i], p));
+    }
   // Nothing computed is a failure (exit 2), not an empty answer: one line with the first reason.
   if (std::none_of(rows.begin(), rows.end(), [](const CompareRow& x) { return x.ok; }))
     fail(Error{"--algos", fmt::format("no algorithm could run this workload (the first: {} {}: {})", rows.front().algo,
