@@ -158,6 +158,37 @@ std::string name_of(const ::testing::TestParamInfo<Case>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Masks, MaskExact, ::testing::ValuesIn(cases()), name_of);
 
+/// The small packed-documents workload of the random-set tests (fp32, both passes) on `layout`; the documents are
+/// the test's.
+ir::Workload small_packed(ir::Layout layout) {
+  ir::Workload w;
+  w.heads = w.kv_heads = 2;
+  w.head_dim = 8;
+  w.dtype = ir::DType::FP32;
+  w.causal = true;
+  w.layout = layout;
+  w.pass = ir::PassKind::Both;
+  return w;
+}
+
+/// `algo`'s plan of `w` validated and run on threads, every output within 1e-5 of the dense fp64 reference.
+void expect_exact_on_threads(const std::string& algo, const ir::Workload& w, int ranks, int domains,
+                             std::uint64_t seed) {
+  auto plan = sched::make_plan({algo, w, ranks, domains});
+  ASSERT_TRUE(plan.ok()) << plan.error().message();
+  const auto rep = sched::validate(*plan);
+  ASSERT_TRUE(rep.ok()) << rep.summary(*plan);
+  const GlobalTensors in = make_inputs(w, seed);
+  const Reference ref = reference_attention(w, in, true);
+  auto res = run_threads(*plan, in, RunOptions{60});
+  ASSERT_TRUE(res.ok()) << res.error().message();
+  const auto chk = check_against(res->out, ref, w.dtype);
+  for (const auto* e : {&chk.out, &chk.dq, &chk.dk, &chk.dv}) {
+    ASSERT_TRUE(e->has_value());
+    ASSERT_LE((*e)->max_rel, 1e-5);
+  }
+}
+
 // TransformerEngine's THD layout (each packed document zigzag on its own) is exact on random document sets:
 // 200 sets of 1 to 12 documents (multiples of 2N tokens, as TE pads them), ring and charm, forward and
 // backward together, each plan validated and run on threads against the dense fp64 reference; every rank
@@ -167,22 +198,12 @@ TEST(ThdLayout, RandomDocumentSetsAreExactAndBalanced) {
   for (int trial = 0; trial < 200; ++trial) {
     const bool charm = trial % 2 == 1;
     const int ranks = charm ? 8 : 4, domains = charm ? 2 : 1;
-    ir::Workload w;
-    w.heads = w.kv_heads = 2;
-    w.head_dim = 8;
-    w.dtype = ir::DType::FP32;
-    w.causal = true;
-    w.layout = ir::Layout::Zigzag;
-    w.pass = ir::PassKind::Both;
+    ir::Workload w = small_packed(ir::Layout::Zigzag);
     const int docs = 1 + int(rng() % 12);
     for (int d = 0; d < docs; ++d) w.documents.push_back(2 * ranks * (1 + std::int64_t(rng() % 6)));
     w.seq = 0;
     for (const auto len : w.documents) w.seq += len;
     SCOPED_TRACE(fmt::format("trial {} {} on {}: {}", trial, charm ? "charm" : "ring", ranks, w.mask_text()));
-    auto plan = sched::make_plan({charm ? "charm" : "ring", w, ranks, domains});
-    ASSERT_TRUE(plan.ok()) << plan.error().message();
-    const auto rep = sched::validate(*plan);
-    ASSERT_TRUE(rep.ok()) << rep.summary(*plan);
     double first = -1;
     for (int q = 0; q < ranks; ++q) {
       double mine = 0;
@@ -190,15 +211,7 @@ TEST(ThdLayout, RandomDocumentSetsAreExactAndBalanced) {
       if (first < 0) first = mine;
       ASSERT_EQ(mine, first) << "rank " << q;
     }
-    const GlobalTensors in = make_inputs(w, std::uint64_t(trial));
-    const Reference ref = reference_attention(w, in, true);
-    auto res = run_threads(*plan, in, RunOptions{60});
-    ASSERT_TRUE(res.ok()) << res.error().message();
-    const auto chk = check_against(res->out, ref, w.dtype);
-    for (const auto* e : {&chk.out, &chk.dq, &chk.dk, &chk.dv}) {
-      ASSERT_TRUE(e->has_value());
-      ASSERT_LE((*e)->max_rel, 1e-5);
-    }
+    ASSERT_NO_FATAL_FAILURE(expect_exact_on_threads(charm ? "charm" : "ring", w, ranks, domains, trial));
   }
 }
 
@@ -226,20 +239,15 @@ std::vector<std::vector<ir::Workload::Range>> random_chunk_map(std::int64_t seq,
 
 // The balanced layout takes any chunk map, and on it the ring forwards a shard only as far as its last reader
 // (and its dK/dV sum goes home from there): 200 random document sets on random chunk maps, ring and charm,
-// forward and backward together, each plan validated and run on threads against the dense fp64 reference. Every
-// document set is also run on a map that keeps most documents whole, where the ring moves less than all round.
+// forward and backward together, each plan validated and run on threads against the dense fp64 reference. Half
+// the sets run on the contiguous cut, which keeps documents whole where they fit (the ring stops early), half on
+// units dealt to the ranks in a random order.
 TEST(BalancedLayout, RandomChunkMapsAreExact) {
   std::mt19937 rng(5252);
   for (int trial = 0; trial < 200; ++trial) {
     const bool charm = trial % 2 == 1;
     const int ranks = charm ? 8 : 4, domains = charm ? 2 : 1;
-    ir::Workload w;
-    w.heads = w.kv_heads = 2;
-    w.head_dim = 8;
-    w.dtype = ir::DType::FP32;
-    w.causal = true;
-    w.layout = ir::Layout::Balanced;
-    w.pass = ir::PassKind::Both;
+    ir::Workload w = small_packed(ir::Layout::Balanced);
     const std::int64_t unit = 1 + std::int64_t(rng() % 8);
     w.seq = unit * ranks * (2 + std::int64_t(rng() % 6));
     for (std::int64_t left = w.seq; left > 0;) {
@@ -255,19 +263,7 @@ TEST(BalancedLayout, RandomChunkMapsAreExact) {
       w.chunk_map = random_chunk_map(w.seq, ranks, unit, rng);
     }
     SCOPED_TRACE(fmt::format("trial {} {} on {}: {}", trial, charm ? "charm" : "ring", ranks, w.mask_text()));
-    auto plan = sched::make_plan({charm ? "charm" : "ring", w, ranks, domains});
-    ASSERT_TRUE(plan.ok()) << plan.error().message();
-    const auto rep = sched::validate(*plan);
-    ASSERT_TRUE(rep.ok()) << rep.summary(*plan);
-    const GlobalTensors in = make_inputs(w, std::uint64_t(trial));
-    const Reference ref = reference_attention(w, in, true);
-    auto res = run_threads(*plan, in, RunOptions{60});
-    ASSERT_TRUE(res.ok()) << res.error().message();
-    const auto chk = check_against(res->out, ref, w.dtype);
-    for (const auto* e : {&chk.out, &chk.dq, &chk.dk, &chk.dv}) {
-      ASSERT_TRUE(e->has_value());
-      ASSERT_LE((*e)->max_rel, 1e-5);
-    }
+    ASSERT_NO_FATAL_FAILURE(expect_exact_on_threads(charm ? "charm" : "ring", w, ranks, domains, trial));
   }
 }
 
