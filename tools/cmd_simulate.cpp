@@ -242,7 +242,8 @@ void register_advise(CLI::App& app) {
   // advise ranks fwd+bwd unless a pass is asked for; --layout restricts the candidates.
   sub->get_option("--pass")->description("rank by this pass alone: fwd | bwd (default: fwd+bwd)")->default_str("");
   sub->get_option("--layout")
-      ->description("contiguous | zigzag: only this layout's candidates (default: both layouts under a causal mask)")
+      ->description("contiguous | zigzag | balanced: only this layout's candidates (default: contiguous and zigzag "
+                    "under a causal mask, and balanced too with packed documents)")
       ->default_str("");
   sub->add_option("--algos", o->advise.algos, "comma-separated algorithms to consider (default: all)");
   sub->add_flag("--json", o->json_out, "JSON output");
