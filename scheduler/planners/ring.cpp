@@ -96,51 +96,47 @@ std::vector<BufferId> zeroed_on_rings(PlanBuilder& b, const std::vector<Ring>& r
   return acc;
 }
 
-/// The ring member whose shard `r` holds after `step` steps.
-RankId origin_at(const std::vector<Ring>& rings, const std::vector<std::size_t>& member, RankId r, std::size_t step) {
-  const Ring& ring = rings[member[std::size_t(r) * 2]];
-  const std::size_t i = member[std::size_t(r) * 2 + 1];
-  return ring[(i + ring.size() - step % ring.size()) % ring.size()];
-}
-
-/// Per rank: (its ring, its index there).
-std::vector<std::size_t> ring_members(const std::vector<Ring>& rings, int ranks) {
-  std::vector<std::size_t> member(2 * std::size_t(ranks), 0);
-  for (std::size_t k = 0; k < rings.size(); ++k)
-    for (std::size_t i = 0; i < rings[k].size(); ++i) {
-      member[2 * std::size_t(rings[k][i])] = k;
-      member[2 * std::size_t(rings[k][i]) + 1] = i;
-    }
-  return member;
+/// `from` passed one step along the rings: member i+1 then holds what member i held.
+std::vector<RankId> passed_on(const std::vector<Ring>& rings, const std::vector<RankId>& from) {
+  std::vector<RankId> next(from.size(), kNone);
+  for (const Ring& ring : rings)
+    for (std::size_t i = 0; i < ring.size(); ++i)
+      next[std::size_t(ring[(i + 1) % ring.size()])] = from[std::size_t(ring[i])];
+  return next;
 }
 
 /// The steps of the rings: each step launches the KV exchange for the next step (after the
 /// computes of the step before, whose slots it overwrites) of the shards whose reach goes further, then
-/// calls `compute(rank, kv held)` for every member holding one, which returns its compute op (kNone:
-/// nothing computed), then `end_of_step(step)`.
+/// calls `compute(rank, kv held, its owner)` for every member holding one, which returns its compute op
+/// (kNone: nothing computed), then `end_of_step(step, owners)`, owners[r] being whose shard r held.
 template <class Compute, class EndOfStep>
 void walk_rings(PlanBuilder& b, const std::vector<Ring>& rings, const std::vector<BufferId>& kv,
                 const std::vector<std::size_t>& reach, Compute compute, EndOfStep end_of_step) {
   const auto N = std::size_t(b.ranks());
   const std::size_t len = ring_length(rings);
-  const std::vector<std::size_t> member = ring_members(rings, b.ranks());
   std::vector<BufferId> cur = kv;
+  std::vector<RankId> from(N, kNone);  // whose shard each member holds this step
+  for (const Ring& ring : rings)
+    for (RankId r : ring) from[std::size_t(r)] = r;
   std::vector<OpId> prev_compute(N, kNone), last_compute(N, kNone);
   BufferRing kv_slots(b.ranks(), 2);
   for (std::size_t step = 0; step < len; ++step) {
     std::vector<BufferId> next;
     if (step + 1 < len)
       next = ring_shift(b, Stream::Kv, rings, cur, prev_compute, kv_slots,
-                        [&](RankId r) { return step + 1 <= reach[std::size_t(origin_at(rings, member, r, step))]; });
+                        [&](RankId r) { return step + 1 <= reach[std::size_t(from[std::size_t(r)])]; });
     for (const Ring& ring : rings)
       for (RankId r : ring) {
         const auto i = std::size_t(r);
         if (cur[i] == kNone) continue;
-        if (const OpId c = compute(i, cur[i]); c != kNone) last_compute[i] = c;
+        if (const OpId c = compute(i, cur[i], from[i]); c != kNone) last_compute[i] = c;
       }
     prev_compute = last_compute;
-    end_of_step(step);
-    if (step + 1 < len) cur = std::move(next);
+    end_of_step(step, from);
+    if (step + 1 < len) {
+      cur = std::move(next);
+      from = passed_on(rings, from);
+    }
   }
 }
 
@@ -157,10 +153,10 @@ std::vector<BufferId> ring_forward_over(PlanBuilder& b, const std::vector<Ring>&
   std::vector<BufferId> acc = zeroed_on_rings(b, rings, BufKind::Out, q);
   walk_rings(
       b, rings, kv, ring_reach(b, rings, q, kv),
-      [&](std::size_t i, BufferId held) {
+      [&](std::size_t i, BufferId held, RankId) {
         return b.any_visible(q[i], held) ? b.compute_fwd(q[i], held, acc[i]) : kNone;
       },
-      [](std::size_t) {});
+      [](std::size_t, const std::vector<RankId>&) {});
   return acc;
 }
 
@@ -171,18 +167,17 @@ RingGradients ring_backward_over(PlanBuilder& b, const std::vector<Ring>& rings,
   std::vector<BufferId> running(std::size_t(b.ranks()), kNone);
   BufferRing partial_slots(b.ranks(), 1), sum_slots(b.ranks(), 2);
   const std::size_t len = ring_length(rings);
-  const std::vector<std::size_t> reach = ring_reach(b, rings, qbundle, kv), member = ring_members(rings, b.ranks());
+  const std::vector<std::size_t> reach = ring_reach(b, rings, qbundle, kv);
   // Pruned (the balanced layout): the owner keeps its own block's dK/dV as its result, the running sum starts at
   // the first reader after it, and goes home from the reach, where it is added in.
   const bool pruned = b.workload().layout == Layout::Balanced && len > 1;
-  bool first_step = true;
   walk_rings(
       b, rings, kv, reach,
       // Each block's dK/dV go into a fresh partial, so the compute never waits
       // for the running sum in flight; the sum picks the partial up on arrival.
-      [&](std::size_t i, BufferId held) {
+      [&](std::size_t i, BufferId held, RankId owner) {
         const auto r = RankId(i);
-        const bool own = pruned && first_step;
+        const bool own = pruned && owner == r;
         const BufferId part = own ? b.buffer(r, BufKind::Dkv, b.region(held), BufInit::Zero)
                                   : b.buffer(partial_slots, r, BufKind::Dkv, b.region(held), BufInit::Zero);
         const OpId c = b.any_visible(qbundle[i], held) ? b.compute_bwd(qbundle[i], held, g.dq[i], part) : kNone;
@@ -195,10 +190,9 @@ RingGradients ring_backward_over(PlanBuilder& b, const std::vector<Ring>& rings,
         return c;
       },
       // The running dK/dV sum moves one step behind its KV; after the last step it reaches its owner.
-      [&](std::size_t step) {
-        first_step = false;
+      [&](std::size_t step, const std::vector<RankId>& owners) {
         for (RankId r = 0; pruned && r < b.ranks(); ++r) {
-          const RankId home = origin_at(rings, member, r, step);
+          const RankId home = owners[std::size_t(r)];
           if (running[std::size_t(r)] == kNone || step != reach[std::size_t(home)]) continue;
           const BufferId arrived = b.transfer(Stream::Out, running[std::size_t(r)], home).dst;
           b.accumulate(Stream::Out, arrived, g.dkv[std::size_t(home)]);
