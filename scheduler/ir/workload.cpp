@@ -272,18 +272,34 @@ std::int64_t Workload::first_visible(std::int64_t q) const {
   return window > 0 ? std::max(start, q - window + 1) : start;
 }
 
+namespace {
+/// Where each document starts, then seq (one document: 0, seq).
+std::vector<std::int64_t> document_starts(const Workload& w) {
+  std::vector<std::int64_t> starts{0};
+  for (const std::int64_t len : w.documents) starts.push_back(starts.back() + len);
+  if (w.documents.empty()) starts.push_back(w.seq);
+  return starts;
+}
+
+/// Causal pairs between [qa, qb) and [ka, kb) over documents starting at `starts` (then seq): only the
+/// documents that hold both a query of [qa, qb) and a key of [ka, kb) are visited, found by bisection.
+double pairs_between(const std::vector<std::int64_t>& starts, std::int64_t window, std::int64_t qa, std::int64_t qb,
+                     std::int64_t ka, std::int64_t kb) {
+  if (qa >= qb || ka >= kb) return 0.0;
+  double sum = 0;
+  auto i = std::size_t(std::upper_bound(starts.begin(), starts.end() - 1, std::max(qa, ka)) - starts.begin()) - 1;
+  for (; i + 1 < starts.size() && starts[i] < std::min(qb, kb); ++i) {
+    const std::int64_t s = starts[i], u = std::max(qa, s), v = std::min(qb, starts[i + 1]);
+    if (u < v) sum += rows_below(u, v, s, window, kb) - rows_below(u, v, s, window, ka);
+  }
+  return sum;
+}
+}  // namespace
+
 double Workload::pairs_in(std::int64_t qa, std::int64_t qb, std::int64_t ka, std::int64_t kb) const {
   if (qa >= qb || ka >= kb) return 0.0;
   if (!causal) return double(qb - qa) * double(kb - ka);
-  const std::vector<std::int64_t> one{seq};
-  double sum = 0;
-  for (std::int64_t s = 0; const std::int64_t len : documents.empty() ? one : documents) {
-    const std::int64_t u = std::max(qa, s), v = std::min(qb, s + len);
-    if (u < v) sum += rows_below(u, v, s, window, kb) - rows_below(u, v, s, window, ka);
-    s += len;
-    if (s >= qb) break;
-  }
-  return sum;
+  return pairs_between(document_starts(*this), window, qa, qb, ka, kb);
 }
 
 std::string Workload::mask_text() const {
@@ -331,31 +347,13 @@ Status apply_mask(Workload& w, std::string_view spec) {
   return {};
 }
 
-namespace {
-/// pairs_in over documents starting at `starts` (then seq): only the documents that hold both a query of
-/// [qa, qb) and a key of [ka, kb) are visited, found by bisection.
-double pairs_between(const std::vector<std::int64_t>& starts, std::int64_t window, std::int64_t qa, std::int64_t qb,
-                     std::int64_t ka, std::int64_t kb) {
-  if (qa >= qb || ka >= kb) return 0.0;
-  double sum = 0;
-  auto i = std::size_t(std::upper_bound(starts.begin(), starts.end() - 1, std::max(qa, ka)) - starts.begin()) - 1;
-  for (; i + 1 < starts.size() && starts[i] < std::min(qb, kb); ++i) {
-    const std::int64_t s = starts[i], u = std::max(qa, s), v = std::min(qb, starts[i + 1]);
-    if (u < v) sum += rows_below(u, v, s, window, kb) - rows_below(u, v, s, window, ka);
-  }
-  return sum;
-}
-}  // namespace
-
 double Workload::visible_pairs(int q_rank, int kv_rank, int ranks) const {
   const double t = double(seq / ranks);
   if (!causal) return t * t;
   if (position_mask()) {
     // A shard's chunks are in position order in every layout: a query chunk sees keys from the first one its
     // first query sees up to its last, so only the key chunks over that span are visited.
-    std::vector<std::int64_t> starts{0};
-    for (const std::int64_t len : documents) starts.push_back(starts.back() + len);
-    if (documents.empty()) starts.push_back(seq);
+    const std::vector<std::int64_t> starts = document_starts(*this);
     const auto qs = shard_ranges(q_rank, ranks), ks = shard_ranges(kv_rank, ranks);
     double sum = 0;
     for (const Range& q : qs) {
