@@ -24,13 +24,21 @@ double ring_time(const std::vector<CompareRow>& rows, const std::string& pass) {
   return 0.0;
 }
 
-CompareRow compare_one(const CompareRequest& r, const topo::Topology& t, const std::string& algo, ir::PassKind p) {
+/// `algo` in pass `p`; on the balanced layout with the chunk map `chunks` solved for it (empty: none to use), or
+/// refused with why there is none.
+CompareRow compare_one(const CompareRequest& r, const topo::Topology& t, const std::string& algo, ir::PassKind p,
+                       const Expected<sim::ChunkMap>& chunks) {
   ir::Workload wp = r.workload;
   wp.pass = p;
+  if (chunks && !chunks->empty()) wp.chunk_map = *chunks;
   const ir::Workload wg = r.layout ? unwrap(sched::group_workload(wp, *r.layout)) : wp;
   const sched::PlanRequest req = sim::normalised_request({algo, wg, r.ranks, r.domains});
   CompareRow row{
       algo, std::string(to_string(p)), std::string(to_string(req.workload.layout)), {}, false, {}, {}, {}, {}, {}};
+  if (!chunks) {
+    row.note = chunks.error().message();
+    return row;
+  }
   if (auto st = sched::check_request(req); !st) {
     row.note = st.error().message();
     return row;
@@ -146,24 +154,7 @@ std::vector<CompareRow> run_compare(const CompareRequest& r, const topo::Topolog
     maps.push_back(solve ? balanced_chunks(r, t, a) : Expected<sim::ChunkMap>(sim::ChunkMap{}));
   }
   for (const auto p : r.passes)
-    for (std::size_t i = 0; i < r.algos.size(); ++i) {
-      if (!maps[i]) {
-        rows.push_back({r.algos[i],
-                        std::string(to_string(p)),
-                        std::string(to_string(r.workload.layout)),
-                        maps[i].error().message(),
-                        false,
-                        {},
-                        {},
-                        {},
-                        {},
-                        {}});
-        continue;
-      }
-      CompareRequest with_map = r;
-      if (balanced) with_map.workload.chunk_map = *maps[i];
-      rows.push_back(compare_one(with_map, t, r.algos[i], p));
-    }
+    for (std::size_t i = 0; i < r.algos.size(); ++i) rows.push_back(compare_one(r, t, r.algos[i], p, maps[i]));
   // Nothing computed is a failure (exit 2), not an empty answer: one line with the first reason.
   if (std::none_of(rows.begin(), rows.end(), [](const CompareRow& x) { return x.ok; }))
     fail(Error{"--algos", fmt::format("no algorithm could run this workload (the first: {} {}: {})", rows.front().algo,
