@@ -516,7 +516,8 @@ Expected<std::vector<FitParameter>> choose_parameters(Model& model, const std::v
   std::vector<std::string> defaults = default_fit_parameters();
   // On a shared GPU link (PCIe) the link rate itself is what runs short; on a
   // dedicated one (NVLink) it is the injection limit, already in the list.
-  if (model.base.contains("intra") && model.base["intra"].value("sharing", "") == "shared")
+  if (model.base.contains("intra") &&
+      parse_enum(model.base["intra"].value("sharing", ""), topo::kSharingNames) == topo::Sharing::Shared)
     defaults.push_back("intra.bandwidth_gbps");
   for (const auto& path : defaults) {
     if (is_fixed(path) || !parameter_value(model.base, path, model.source)) continue;
@@ -930,13 +931,11 @@ void write_document(const Model& model, const std::vector<double>& best, const M
 
 }  // namespace
 
-bool is_link_class(const std::string& cls) { return cls == "intra" || cls == "numa" || cls == "inter"; }
-
 Expected<std::vector<FixedParameter>> fixed_from_nccl_tests(const json& base, const std::string& base_source,
                                                             const std::string& cls, const NcclLog& log) {
   const std::string where = "--nccl-tests";
-  if (!is_link_class(cls))
-    return Error{where, fmt::format("unknown link class '{}' (expected intra, numa or inter)", cls)};
+  const auto link_class = parse_enum(cls, kLinkClassNames);
+  if (!link_class) return Error{where, fmt::format("unknown link class '{}' (expected intra, numa or inter)", cls)};
   if (!base.contains("nodes"))
     return Error{where,
                  fmt::format("{} is an explicit topology; link classes belong to the generator form", base_source)};
@@ -949,11 +948,11 @@ Expected<std::vector<FixedParameter>> fixed_from_nccl_tests(const json& base, co
   json probe = base;
   const long per_node = base.value("gpus_per_node", 1L), numa = base.value("numa_per_node", 1L);
   int dst = 1;
-  if (cls == "numa") {
+  if (*link_class == LinkClass::Numa) {
     if (numa < 2)
       return Error{where, fmt::format("{} has one NUMA node per node: no numa link to measure", base_source)};
     dst = int(per_node / numa);
-  } else if (cls == "inter") {
+  } else if (*link_class == LinkClass::Inter) {
     if (base.value("nodes", 1L) < 2) probe["nodes"] = 2;
     dst = int(per_node);
   } else if (per_node / numa < 2) {

@@ -31,6 +31,7 @@
 #include "calibrate/measurements.hpp"
 #include "calibrate/nccl_tests.hpp"
 #include "calibrate/parameters.hpp"
+#include "scheduler/support/enum_names.hpp"
 #include "scheduler/support/expected.hpp"
 
 namespace charm::calib {
@@ -46,7 +47,10 @@ struct FixedParameter {
 };
 
 /// The link classes an nccl-tests log can describe (generator form): intra, numa, inter.
-[[nodiscard]] bool is_link_class(const std::string& cls);
+enum class LinkClass { Intra, Numa, Inter };
+inline constexpr EnumName<LinkClass> kLinkClassNames[] = {
+    {"intra", LinkClass::Intra}, {"numa", LinkClass::Numa}, {"inter", LinkClass::Inter}};
+[[nodiscard]] inline bool is_link_class(const std::string& cls) { return parse_enum(cls, kLinkClassNames).has_value(); }
 
 /// Bandwidth (the busbw plateau) and per-link latency of link class `cls` from its log.
 /// The latency is the fitted start-up time less the route's other links, divided by the

@@ -67,10 +67,12 @@ Status read_cell(Col c, std::string_view v, KernelTime& k, bool& kv_heads_given,
     k.workload.pass = *p;
     return {};
   }
-  case Col::Mask:
-    if (v != "full" && v != "causal") return bad(fmt::format("must be full or causal, got '{}'", v));
-    k.causal = v == "causal";
+  case Col::Mask: {
+    const auto causal = parse_enum(v, kKernelMaskNames);
+    if (!causal) return bad(fmt::format("must be full or causal, got '{}'", v));
+    k.causal = *causal;
     return {};
+  }
   case Col::KvHeads:
     kv_heads_given = !v.empty();
     return read_workload_cell(WorkloadCell::KvHeads, v, k.workload, bad);

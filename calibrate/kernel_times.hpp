@@ -19,9 +19,13 @@
 #include <vector>
 
 #include "scheduler/ir/workload.hpp"
+#include "scheduler/support/enum_names.hpp"
 #include "scheduler/support/expected.hpp"
 
 namespace charm::calib {
+
+/// The mask column's spellings (and `bench-kernels --mask`'s): a kernel timed without a mask or with the causal one.
+inline constexpr EnumName<bool> kKernelMaskNames[] = {{"full", false}, {"causal", true}};
 
 struct KernelTime {
   int line = 0;           // 1-based line in the file

@@ -1,6 +1,7 @@
 #include "calibrate/measurements.hpp"
 
 #include "calibrate/csv_records.hpp"
+#include "scheduler/support/enum_names.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -37,34 +38,26 @@ std::string expected_list() {
   return s;
 }
 
+constexpr EnumName<Metric> kMetricNames[] = {{"time", Metric::Time},
+                                             {"comm", Metric::Comm},
+                                             {"compute", Metric::Compute},
+                                             {"comm-alone", Metric::CommAlone},
+                                             {"compute-alone", Metric::ComputeAlone}};
+
 Expected<Metric> parse_metric(std::string_view v) {
-  if (v.empty() || v == "time") return Metric::Time;
-  if (v == "comm") return Metric::Comm;
-  if (v == "compute") return Metric::Compute;
-  if (v == "comm-alone") return Metric::CommAlone;
-  if (v == "compute-alone") return Metric::ComputeAlone;
-  return Error{"", fmt::format("must be time, comm, compute, comm-alone or compute-alone, got '{}'", v)};
+  if (v.empty()) return Metric::Time;
+  if (auto m = parse_enum(v, kMetricNames)) return *m;
+  return Error{"", fmt::format("must be {}, got '{}'", enum_names_text(kMetricNames), v)};
 }
+
+/// The causal column: 0 or 1.
+constexpr EnumName<bool> kCausalNames[] = {{"0", false}, {"1", true}};
 
 }  // namespace
 
 std::string_view column_name(Column c) { return kNames[static_cast<std::size_t>(c)]; }
 
-std::string_view to_string(Metric m) {
-  switch (m) {
-  case Metric::Comm:
-    return "comm";
-  case Metric::Compute:
-    return "compute";
-  case Metric::CommAlone:
-    return "comm-alone";
-  case Metric::ComputeAlone:
-    return "compute-alone";
-  case Metric::Time:
-    break;
-  }
-  return "time";
-}
+std::string_view to_string(Metric m) { return enum_name(m, kMetricNames); }
 
 Column column_of_flag(std::string_view flag) {
   std::string name(flag.substr(flag.rfind("--", 0) == 0 ? 2 : 0));
@@ -137,10 +130,12 @@ Status read_name_cell(Column c, std::string_view v, Measurement& m, const BadCel
     m.workload.layout = *l;
     return {};
   }
-  case Column::Causal:
-    if (v != "0" && v != "1") return bad(fmt::format("must be 0 or 1, got '{}'", v));
-    m.workload.causal = v == "1";
+  case Column::Causal: {
+    const auto causal = parse_enum(v, kCausalNames);
+    if (!causal) return bad(fmt::format("must be 0 or 1, got '{}'", v));
+    m.workload.causal = *causal;
     return {};
+  }
   default: {
     auto mt = parse_metric(v);
     if (!mt) return bad(mt.error().what);

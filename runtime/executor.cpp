@@ -219,7 +219,7 @@ DriveOutcome drive_job(std::span<RankExecutor* const> execs, const ir::Plan& pla
       const JobState& j = **job;
       if (j.failed > 0) {  // every process sees this round: all leave here
         out.agreed = true;
-        out.status = local ? *local : Error{"", "another rank failed"};
+        out.status = local ? *local : Error{"", "another rank failed", ErrorKind::PeerFailed};
         break;
       }
       if (j.done >= mon.processes()) break;

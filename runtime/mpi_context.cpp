@@ -300,7 +300,7 @@ Expected<RunResult> MpiContext::run(const ir::Plan& plan, const GlobalTensors& i
   if (!d.status) {
     if (!d.agreed) return d.status.error();
     // Every process left in the same round: the lowest failing rank's error reaches all.
-    auto a = mpi_agree(comms_->hb, d.status.error().what == "another rank failed" ? Status{} : d.status, 3, c.timeout_s,
+    auto a = mpi_agree(comms_->hb, d.status.error().kind == ErrorKind::PeerFailed ? Status{} : d.status, 3, c.timeout_s,
                        "the failure");
     if (!a) return d.status.error();  // no agreement after all: the caller aborts with our own error
     agreed_ = !a->status.ok();

@@ -236,10 +236,11 @@ class Workers {
 
 bool cancelled(const MpiContext::TaskShare& s) { return s.cancel != nullptr && s.cancel->load(); }
 
-Error interrupted() { return Error{"", "interrupted"}; }
+Error interrupted() { return Error{"", "interrupted", ErrorKind::Interrupted}; }
 /// Rank 0's interruption after it did not run for longer than the timeout itself (stopped,
 /// starved): another process has reported it as a stall, so the caller stays quiet.
-Error interrupted_after_pause() { return Error{"", "interrupted after this process was paused"}; }
+/// Not of kind Interrupted: the job ends as a failed run, not as a signalled one.
+Error interrupted_after_pause() { return Error{"", "interrupted after this process was paused", ErrorKind::RunFailed}; }
 
 /// What the MPI thread of a process shares: the communicator, the lock (SERIALIZED
 /// libraries), the sends in flight and the worker threads.

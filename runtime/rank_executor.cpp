@@ -216,8 +216,12 @@ Status RankExecutor::run_comm(std::span<const OpId> ops, bool& stopped) {
     reqs.push_back(std::move(*r));
   }
   auto done = transport_.wait_all(reqs, [this] { return stop_.load(); });
-  if (!done && !done.error().where.empty() && done.error().where.rfind("rank ", 0) == 0)
-    return done.error();  // names its op
+  // Whether the transport's error names one of these requests' ops (its `where` is the label).
+  const auto names_an_op = [&](const Error& e) {
+    const auto is_where = [&](const RequestPtr& r) { return r->label == e.where; };  // a place, not a meaning
+    return std::any_of(reqs.begin(), reqs.end(), is_where);
+  };
+  if (!done && names_an_op(done.error())) return done.error();
   if (!done) return Error{where(ops[0]), done.error().message()};
   stopped = !*done;
   return {};

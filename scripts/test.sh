@@ -4,5 +4,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/check-algorithm-names.sh  # one place names the algorithms: their table
+scripts/check-string-compares.sh  # values told apart by type: error kinds, tables of spellings
 scripts/build.sh -DCHARM_WERROR=ON
 ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 600

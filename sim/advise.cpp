@@ -241,7 +241,8 @@ Expected<Advice> advise(const Workload& w, const topo::Topology& t, const Advise
   adv.simulations = jobs.size();
   for (auto& j : jobs) {
     if (!j.error.empty())
-      return Error{"simulate", fmt::format("{} {}: {}", cands[j.candidate].label(), to_string(j.phase), j.error)};
+      return Error{"simulate", fmt::format("{} {}: {}", cands[j.candidate].label(), to_string(j.phase), j.error),
+                   ErrorKind::RunFailed};
     (j.phase == Phase::Fwd ? cands[j.candidate].fwd : cands[j.candidate].bwd) = std::move(j.out);
   }
   summarise(cands, opt, t);

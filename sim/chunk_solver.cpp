@@ -108,17 +108,21 @@ std::vector<Doc> documents_of(const ir::Workload& w) {
   return docs;
 }
 
+/// The candidates the solution reports beside the winner.
+enum class Baseline { None, Thd, Contiguous };
+
 struct Candidate {
   std::string name;
   ChunkMap map;
+  Baseline baseline = Baseline::None;
 };
 
 /// The structured candidates: THD where it applies, the contiguous cut, and the streams over thresholds and orders.
 std::vector<Candidate> structured_candidates(const ir::Workload& w, int ranks) {
   std::vector<Candidate> out;
-  if (ChunkMap thd = thd_chunk_map(w, ranks); !thd.empty()) out.push_back({"thd", std::move(thd)});
+  if (ChunkMap thd = thd_chunk_map(w, ranks); !thd.empty()) out.push_back({"thd", std::move(thd), Baseline::Thd});
   const std::vector<Doc> docs = documents_of(w);
-  out.push_back({"contiguous", streams_chunk_map(Stream({}), Stream(docs), ranks)});
+  out.push_back({"contiguous", streams_chunk_map(Stream({}), Stream(docs), ranks), Baseline::Contiguous});
   const double share = double(w.seq / ranks);
   for (const double theta : {0.25, 0.5, 1.0, 2.0, 4.0})
     for (const bool long_desc : {true, false})
@@ -216,8 +220,8 @@ Expected<ChunkSolution> solve_chunk_map(const sched::PlanRequest& req_in, const 
     ChunkFigures f{r->makespan_s, 0, chunk_imbalance(w, req.workload.chunk_map)};
     for (const ir::Op& op : plan->ops())
       if (op.kind == ir::OpKind::Send) f.sent_bytes += double(op.bytes);
-    if (c.name == "thd") best.thd = f;
-    if (c.name == "contiguous") best.contiguous = f;
+    if (c.baseline == Baseline::Thd) best.thd = f;
+    if (c.baseline == Baseline::Contiguous) best.contiguous = f;
     if (best.chunk_map.empty() || f.makespan_s < best.best.makespan_s) {
       best.best = f;
       best.candidate = std::move(c.name);

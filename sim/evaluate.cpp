@@ -74,7 +74,7 @@ ClosedForm closed_form_on(const std::string& algo, const topo::Topology& t, int 
   } else if (w.causal) {
     total.applies = false;
     total.why_not = "the closed forms count every block unmasked; the causal mask skips and shrinks blocks";
-  } else if (t.gpu.model != "uniform") {
+  } else if (!t.uniform) {
     total.applies = false;
     total.why_not = "a uniform link stands in for the slowest ring hop; contention, the other links and the GPU's "
                     "efficiency curve are not in the form";

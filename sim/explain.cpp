@@ -79,8 +79,7 @@ std::string human_bytes(double bytes) {
 }
 
 std::string Bottleneck::line() const {
-  std::string who = resource_class == "compute" || resource_class == "memory"
-                        ? fmt::format("{} (rank {})", resource_class, rank)
+  std::string who = channel < 0                ? fmt::format("{} (rank {})", resource_class, rank)
                     : resource_class == "link" ? fmt::format("link {}", resource)
                                                : fmt::format("{} link {}", resource_class, resource);
   if (!saturated)
@@ -156,7 +155,7 @@ void channel_bottleneck(const Plan& plan, const SimResult& r, const topo::Topolo
          t.channel_link(int(c)).bandwidth_gbps < t.channel_link(best_channel).bandwidth_gbps)) {
       best_channel = int(c);
       const auto& l = t.channel_link(int(c));
-      best = {t.channel_name(int(c)), class_of(l.kind), u, 0, false, {}, {}};
+      best = {t.channel_name(int(c)), class_of(l.kind), u, 0, false, {}, {}, int(c)};
       // What the link could carry: a shared link divides its bandwidth among its flows; a
       // dedicated one gives each flow its per-flow rate, up to the GPU's injection limit.
       const double avg = ch.bytes / std::max(ch.busy_s, 1e-30) / 1e9;
@@ -171,7 +170,7 @@ void channel_bottleneck(const Plan& plan, const SimResult& r, const topo::Topolo
       }
     }
   }
-  if (best_channel >= 0 && best.resource_class != "compute" && best.resource_class != "memory") {
+  if (best.channel >= 0) {
     best.traffic = channel_traffic(plan, t, best_channel);
     best.figure = traffic_text(best.traffic, plan.workload) + "; " + best.figure;
   }

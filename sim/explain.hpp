@@ -38,6 +38,7 @@ struct Bottleneck {
   bool saturated = false;  // utilisation >= kSaturated
   std::vector<KindTraffic> traffic;  // a channel: what it carries, largest first
   std::string figure;                // the byte or FLOP figure behind it, one clause
+  int channel = -1;                  // the link's channel; -1 for a rank's compute or memory
   /// One line: "fabric nic0->fabric 97% busy: carries Q 16 x 67.1 MB vs KV 32 x 16.8 MB (GQA 8:1)".
   [[nodiscard]] std::string line() const;
   /// A table cell: "nic 97% Q", "compute 88%", "latency (nic 41%)".

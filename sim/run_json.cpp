@@ -38,7 +38,7 @@ json bottleneck_json(const Bottleneck& b) {
   json j = {{"text", b.line()},          {"resource", b.resource},
             {"class", b.resource_class}, {"utilisation", b.utilisation},
             {"saturated", b.saturated},  {"figure", b.figure}};
-  if (b.resource_class == "compute" || b.resource_class == "memory") j["rank"] = b.rank;
+  if (b.channel < 0) j["rank"] = b.rank;
   if (!traffic.empty()) j["traffic"] = traffic;
   return j;
 }

@@ -508,8 +508,10 @@ Error Engine::deadlock() const {
     what = fmt::format("rank {} stream {} {}", so.rank, to_string(so.stream), to_string(so.kind));
     if (is_comm(so)) what += fmt::format(" peer {} tag {}", so.peer, so.tag);
   }
-  return Error{"simulate", fmt::format("the plan deadlocks: {} of {} ops completed; stuck at op {} ({})", done_,
-                                       plan_.size(), stuck, what)};
+  return Error{
+      "simulate",
+      fmt::format("the plan deadlocks: {} of {} ops completed; stuck at op {} ({})", done_, plan_.size(), stuck, what),
+      ErrorKind::RunFailed};
 }
 
 void Engine::finish() {

@@ -163,6 +163,7 @@ struct Axis {
   bool log = false;
   std::vector<double> values;  // distinct, ascending
   std::function<double(const SweepRow&)> of;
+  int field = -1;  // the swept field's index in spec.set_fields; -1: the sequence length
 };
 
 std::vector<Axis> line_axes(const SweepSpec& spec) {
@@ -173,9 +174,13 @@ std::vector<Axis> line_axes(const SweepSpec& spec) {
     all.push_back(std::move(a));
   }
   for (std::size_t k = 0; k < spec.set_fields.size(); ++k) {
-    Axis a{fmt::format("set{}", k), spec.set_fields[k], false, false, {}, [&spec, k](const SweepRow& r) {
-             return spec.points[r.topology].values[k];
-           }};
+    Axis a{fmt::format("set{}", k),
+           spec.set_fields[k],
+           false,
+           false,
+           {},
+           [&spec, k](const SweepRow& r) { return spec.points[r.topology].values[k]; },
+           int(k)};
     std::set<double> values;
     for (const auto& p : spec.points) values.insert(p.values[k]);
     a.values.assign(values.begin(), values.end());
@@ -228,7 +233,7 @@ class PlotScript {
     // The run-time view is drawn against the first swept field when there is one: that is the question
     // a hardware sweep asks (how much faster with twice the bandwidth); else against the first axis.
     for (std::size_t i = 0; i < axes_.size(); ++i)
-      if (axes_[i].kind != "seq") {
+      if (axes_[i].field >= 0) {
         time_axis_ = i;
         break;
       }

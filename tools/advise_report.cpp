@@ -242,7 +242,7 @@ AdviseRequest advise_request(ir::Workload w, const ClusterFlags& cluster, const 
   if (!opt.tp.empty()) {
     opt.order = unwrap(sched::parse_layout_order(cluster.order));
     if (cluster.ranks_given) fail(Error{"--ranks", "a layout search takes every GPU; drop --ranks"});
-  } else if (cluster.order != "tp-cp") {
+  } else if (cluster.order != ClusterFlags::kDefaultOrder) {
     fail(Error{"--order", "orders the axes of a --tp / --tp-search layout; give one of them"});
   }
   opt.ranks = opt.tp.empty() ? cluster.ranks_for(t) : 0;
@@ -257,7 +257,7 @@ AdviseRequest advise_request(ir::Workload w, const ClusterFlags& cluster, const 
 sim::Advice run_advise(const AdviseRequest& r, const topo::Topology& t) {
   auto adv = sim::advise(r.workload, t, r.options);
   if (!adv) {
-    if (adv.error().where == "simulate") throw RuntimeFailure{adv.error().message()};
+    if (adv.error().kind == ErrorKind::RunFailed) throw RuntimeFailure{adv.error().message()};
     fail(adv.error());
   }
   if (adv->candidates.empty() && adv->not_runnable > 0)

@@ -16,7 +16,8 @@ struct KernelBenchSpec {
   std::vector<std::int64_t> tokens;  // q = kv tokens of a block
   std::vector<bool> causal;          // full and/or causal (the diagonal block)
   std::int64_t batch = 1, heads = 8, kv_heads = 8, head_dim = 128;
-  ir::DType dtype = ir::DType::BF16;
+  ir::DType dtype = ir::DType::BF16;  // on a GPU; the CPU kernels compute in fp32
+  bool on_gpu = false;
   int repeats = 5;  // timed calls per row; the row holds their median
   int warmup = 1;
   int device = 0;  // cuda

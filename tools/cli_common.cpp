@@ -114,9 +114,14 @@ Expected<std::string> check_number(const std::string& text, NumberKind kind) {
 void apply_number_grammar(CLI::App& app) {
   for (CLI::Option* opt : app.get_options()) {
     // CLI11 names the type an option converts to: INT, UINT, FLOAT (TEXT, ... for the rest).
+    static constexpr EnumName<std::optional<NumberKind>> kTypes[] = {{"TEXT", std::nullopt},
+                                                                     {"INT", NumberKind::Integer},
+                                                                     {"UINT", NumberKind::Unsigned},
+                                                                     {"FLOAT", NumberKind::Real}};
     std::string type = opt->get_type_name();
-    type = type.substr(0, type.find(':'));
-    if (type == "TEXT") {
+    const auto typed = parse_enum(type.substr(0, type.find(':')), kTypes);
+    if (!typed) continue;  // a type of its own: CLI11 checks it
+    if (!*typed) {
       // An empty path reads as "not given" further on: `--trace ""` would write nothing, exit 0.
       opt->check(CLI::Validator(
           [](const std::string& value) {
@@ -126,10 +131,7 @@ void apply_number_grammar(CLI::App& app) {
           ""));
       continue;
     }
-    if (type != "INT" && type != "UINT" && type != "FLOAT") continue;
-    const NumberKind kind = type == "INT"    ? NumberKind::Integer
-                            : type == "UINT" ? NumberKind::Unsigned
-                                             : NumberKind::Real;
+    const NumberKind kind = **typed;
     opt->transform(CLI::Validator(
         [kind](std::string& value) {
           auto checked = check_number(value, kind);
@@ -150,17 +152,13 @@ Expected<std::int64_t> parse_size(const std::string& text, const std::string& fl
   if (i == 0 || !decimal_mantissa(std::string_view(text).substr(0, i)))
     return Error{flag, fmt::format("expected a number like 4096 or 128k, got '{}'", text)};
   const double v = decimal_value(std::string_view(text).substr(0, i));
-  std::string suffix = text.substr(i);
-  double mult = 1;
-  if (suffix == "k" || suffix == "K")
-    mult = 1024;
-  else if (suffix == "m" || suffix == "M")
-    mult = 1024.0 * 1024;
-  else if (suffix == "g" || suffix == "G")
-    mult = 1024.0 * 1024 * 1024;
-  else if (!suffix.empty())
-    return Error{flag, fmt::format("unknown size suffix '{}' in '{}' (use k, M or G)", suffix, text)};
-  const double x = v * mult;
+  static constexpr EnumName<double> kSuffixes[] = {
+      {"", 1},          {"k", 1024.0},       {"K", 1024.0},      {"m", 1048576.0},
+      {"M", 1048576.0}, {"g", 1073741824.0}, {"G", 1073741824.0}};
+  const std::string suffix = text.substr(i);
+  const std::optional<double> mult = parse_enum(suffix, kSuffixes);
+  if (!mult) return Error{flag, fmt::format("unknown size suffix '{}' in '{}' (use k, M or G)", suffix, text)};
+  const double x = v * *mult;
   if (!std::isfinite(x) || x > 9e15) return Error{flag, fmt::format("'{}' is too large", text)};
   if (x != std::floor(x)) return Error{flag, fmt::format("'{}' is not a whole number", text)};
   return static_cast<std::int64_t>(x);

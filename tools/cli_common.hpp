@@ -12,6 +12,7 @@
 
 #include "scheduler/ir/workload.hpp"
 #include "scheduler/planners/planners.hpp"
+#include "scheduler/support/enum_names.hpp"
 #include "scheduler/support/expected.hpp"
 #include "sim/chunk_solver.hpp"
 

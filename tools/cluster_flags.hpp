@@ -45,14 +45,16 @@ struct ClusterFlags {
   bool ranks_given = false;  // with --topology: one group on the topology's first `ranks` GPUs
   int cp = 0, tp = 0;        // a deployment's CP and TP sizes (0: not given)
   std::string gpus;          // --gpus: one group placed by hand, rank r on the r-th GPU listed
-  std::string order = "tp-cp";
+  /// --order's default: the layout orders (sched::parse_layout_order) name tp-cp first.
+  static constexpr std::string_view kDefaultOrder = "tp-cp";
+  std::string order{kDefaultOrder};
 
   void add(CLI::App& app);
   [[nodiscard]] topo::Topology get() const;
   /// The deployment --cp / --tp describe on `t`, if either is given.
   [[nodiscard]] std::optional<sched::Layout> layout_for(const topo::Topology& t) const {
     if (cp == 0 && tp == 0) {
-      if (order != "tp-cp") fail(Error{"--order", "orders the axes of a --cp / --tp layout; give one of them"});
+      if (order != kDefaultOrder) fail(Error{"--order", "orders the axes of a --cp / --tp layout; give one of them"});
       return std::nullopt;
     }
     if (uniform) fail(Error{cp != 0 ? "--cp" : "--tp", "places groups on a --topology; --uniform has no layout"});

@@ -77,6 +77,9 @@ Expected<double> time_cpu_kernel(const KernelBenchSpec& spec, const calib::Kerne
 
 namespace {
 
+/// --backend: the kernels on the CPU (fp32) or on a GPU.
+constexpr EnumName<bool> kOnGpu[] = {{"cpu", false}, {"cuda", true}};
+
 struct BenchKernelsOpts {
   std::string backend = "cpu", out, pass = "both", tokens = "128,256,512,1024", mask = "full,causal";
   std::string batch = "1", heads = "8", kv_heads, head_dim = "64", dtype = "bf16";
@@ -87,25 +90,27 @@ struct BenchKernelsOpts {
 KernelBenchSpec bench_spec(const BenchKernelsOpts& o, KernelTimer& timer) {
   check_command_files({{}, {{"--out", o.out}}, {}});
   KernelBenchSpec spec;
-  if (o.backend != "cpu" && o.backend != "cuda")
-    fail(Error{"--backend", fmt::format("must be cpu or cuda, got '{}'", o.backend)});
+  const auto on_gpu = parse_enum(o.backend, kOnGpu);
+  if (!on_gpu) fail(Error{"--backend", fmt::format("must be cpu or cuda, got '{}'", o.backend)});
   timer = &time_cpu_kernel;
-  if (o.backend == "cuda") {
+  spec.on_gpu = *on_gpu;
+  if (spec.on_gpu) {
 #ifdef CHARM_CLI_HAVE_CUDA
     timer = &time_cuda_kernel;
 #else
     fail(Error{"--backend", "cuda: this charm was built without the CUDA toolkit"});
 #endif
   }
-  if (o.pass == "both")
+  const auto pass = ir::parse_pass(o.pass);
+  if (!pass) fail(Error{"--pass", fmt::format("must be fwd, bwd or both, got '{}'", o.pass)});
+  if (*pass == ir::PassKind::Both)
     spec.passes = {ir::PassKind::Fwd, ir::PassKind::Bwd};
-  else if (o.pass == "fwd" || o.pass == "bwd")
-    spec.passes = {o.pass == "fwd" ? ir::PassKind::Fwd : ir::PassKind::Bwd};
   else
-    fail(Error{"--pass", fmt::format("must be fwd, bwd or both, got '{}'", o.pass)});
+    spec.passes = {*pass};
   for (const auto& m : split_list(o.mask)) {
-    if (m != "full" && m != "causal") fail(Error{"--mask", fmt::format("must be full or causal, got '{}'", m)});
-    spec.causal.push_back(m == "causal");
+    const auto causal = parse_enum(m, calib::kKernelMaskNames);
+    if (!causal) fail(Error{"--mask", fmt::format("must be full or causal, got '{}'", m)});
+    spec.causal.push_back(*causal);
   }
   if (spec.causal.empty()) fail(Error{"--mask", "names no mask"});
   for (const auto& t : split_list(o.tokens)) {
@@ -153,7 +158,7 @@ void bench_kernels(const BenchKernelsOpts& o, const KernelBenchSpec& spec, Kerne
         row.workload.heads = spec.heads;
         row.workload.kv_heads = spec.kv_heads;
         row.workload.head_dim = spec.head_dim;
-        row.workload.dtype = o.backend == "cpu" ? ir::DType::FP32 : spec.dtype;
+        row.workload.dtype = spec.on_gpu ? spec.dtype : ir::DType::FP32;
         row.workload.seq = t;
         row.q_tokens = row.kv_tokens = t;
         row.causal = causal;

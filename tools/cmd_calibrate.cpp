@@ -185,11 +185,12 @@ calib::CalibrationOptions calibration_options(const CalibrateOpts& o, bool jobs_
   if (o.restarts < 0 || o.restarts > 100)
     fail(Error{"--restarts", fmt::format("must be in [0, 100], got {}", o.restarts)});
   opt.restarts = o.restarts;
-  if (o.loo != "one-step" && o.loo != "exact" && o.loo != "off")
-    fail(Error{"--loo", fmt::format("expected one-step, exact or off, got '{}'", o.loo)});
-  opt.leave_one_out = o.no_loo || o.loo == "off" ? calib::LeaveOneOut::Off
-                      : o.loo == "exact"         ? calib::LeaveOneOut::Exact
-                                                 : calib::LeaveOneOut::OneStep;
+  static constexpr EnumName<calib::LeaveOneOut> kLoo[] = {{"one-step", calib::LeaveOneOut::OneStep},
+                                                          {"exact", calib::LeaveOneOut::Exact},
+                                                          {"off", calib::LeaveOneOut::Off}};
+  const auto loo = parse_enum(o.loo, kLoo);
+  if (!loo) fail(Error{"--loo", fmt::format("expected {}, got '{}'", enum_names_text(kLoo), o.loo)});
+  opt.leave_one_out = o.no_loo ? calib::LeaveOneOut::Off : *loo;
   if (!(o.speedup_weight >= 0 && o.speedup_weight <= 100))
     fail(Error{"--speedup-weight", fmt::format("must be in [0, 100], got {}", o.speedup_weight)});
   opt.speedup_weight = o.speedup_weight;

@@ -429,13 +429,13 @@ void run_threads_backend(const RunOpts& o, const rt::RunOptions& ropt) {
 
 /// Under mpirun the job is the processes: --ranks defaults to their number, and a backend that
 /// runs every rank in one process would run the whole job N times.
-void adopt_job_size(RunOpts& o, bool ranks_given) {
+void adopt_job_size(RunOpts& o, std::optional<Backend> backend, bool ranks_given) {
   const auto job = launched_job();
   if (!job || job->size <= 1) return;
-  if (o.backend == "threads" || o.backend == "cuda-local")
+  if (backend == Backend::Threads || backend == Backend::CudaLocal)
     fail(Error{"--backend", fmt::format("mpirun started {} processes, but --backend {} runs every rank in one process "
                                         "(each would run the whole job): use --backend mpi{}",
-                                        job->size, o.backend, o.backend == "cuda-local" ? " or cuda" : "")});
+                                        job->size, o.backend, backend == Backend::CudaLocal ? " or cuda" : "")});
   if (!ranks_given && !o.plan.from_file()) o.plan.ranks = job->size;
 }
 
@@ -473,7 +473,8 @@ void register_run(CLI::App& app) {
       ->group("");
   for (auto& b : run_backends()) b.add_flags(*sub);
   sub->callback([o, sub] {
-    adopt_job_size(*o, sub->count("--ranks") > 0);
+    const std::optional<Backend> backend = parse_enum(o->backend, kBackendNames);
+    adopt_job_size(*o, backend, sub->count("--ranks") > 0);
     refuse_other_backends_outputs(*o);
     // Before the run, not after minutes of compute: where the dump and the trace go must take
     // files, and neither may replace the plan file.
@@ -484,14 +485,14 @@ void register_run(CLI::App& app) {
     check_command_files(files);
     for (const auto& b : run_backends())
       if (std::find(b.names.begin(), b.names.end(), o->backend) != b.names.end()) {
-        RunRequest req{&o->plan, o->backend, o->seed, o->check, o->json, o->inject_stall, o->timeout_s, o->trace, {}};
+        RunRequest req{&o->plan, *backend, o->seed, o->check, o->json, o->inject_stall, o->timeout_s, o->trace, {}};
         req.report = [o](const ir::Plan& plan, const rt::GlobalTensors& in, const rt::RunResult& res,
                          const nlohmann::json& extra,
                          const std::string& extra_text) { return report(plan, *o, in, res, extra, extra_text); };
         exit_code() = b.run(req);
         return;
       }
-    if (o->backend != "threads" && o->backend != "mpi") {
+    if (backend != Backend::Threads && backend != Backend::Mpi) {
       // The backends this build has: threads and mpi always, the GPU ones when CUDA was found.
       std::string known = "threads, mpi";
       for (const auto& b : run_backends())
@@ -501,7 +502,7 @@ void register_run(CLI::App& app) {
     if (!(o->timeout_s >= 0)) fail(Error{"--timeout-s", "must be >= 0"});
     // The timeline gives the run's summary (--json) and its trace.
     rt::RunOptions ropt{o->timeout_s, !o->trace.empty() || o->json};
-    if (o->backend == "threads") return run_threads_backend(*o, ropt);
+    if (backend == Backend::Threads) return run_threads_backend(*o, ropt);
 #ifdef CHARM_RT_HAVE_MPI
     run_mpi(*o, ropt);
 #else

@@ -172,15 +172,16 @@ int run_nccl_job(const RunRequest& req, const CudaFlags& f, ir::Plan& plan, cons
 
 int run_cuda(const RunRequest& req, const CudaFlags& f) {
   // Without a device nothing else matters: one line, exit 2 (bad input for this machine).
-  if (auto n = rt::cuda::device_count(); !n) fail(Error{"--backend " + req.backend, n.error().message()});
+  const std::string flag = fmt::format("--backend {}", enum_name(req.backend, kBackendNames));
+  if (auto n = rt::cuda::device_count(); !n) fail(Error{flag, n.error().message()});
   if (f.warmup < 0) fail(Error{"--warmup", "must be >= 0"});
   const auto budget = unwrap(parse_size(f.tile_budget, "--tile-budget"));
   if (budget < (1 << 20)) fail(Error{"--tile-budget", "must be at least 1M"});
   const rt::cuda::CudaRunOptions opt{req.timeout_s, f.warmup, f.device, std::size_t(budget)};
   auto plan = req.plan->make();
-  if (auto s = rt::cuda::supports(plan); !s) fail(Error{"--backend " + req.backend, s.error().what});
+  if (auto s = rt::cuda::supports(plan); !s) fail(Error{flag, s.error().what});
   const calib::Measurement row = f.append_measurements.empty() ? calib::Measurement{} : measurement_of(plan);
-  if (req.backend == "cuda-local") return run_on_one_gpu(req, f, plan, opt, row);
+  if (req.backend == Backend::CudaLocal) return run_on_one_gpu(req, f, plan, opt, row);
 #ifdef CHARM_RT_HAVE_NCCL
   return run_nccl_job(req, f, plan, opt, row);
 #else

@@ -64,9 +64,7 @@ struct Simulated {
 
 /// The flags to a simulation: a plan file (placed as the flags or the file say) or an algorithm.
 Simulated run_simulate(SimulateOpts& o, const CLI::App& sub) {
-  const SymmetryUse use = o.symmetry == "on"    ? SymmetryUse::On
-                          : o.symmetry == "off" ? SymmetryUse::Off
-                                                : SymmetryUse::Auto;
+  const SymmetryUse use = parse_enum(o.symmetry, kSymmetryUseNames).value_or(SymmetryUse::Auto);
   if (use == SymmetryUse::On && o.plan.from_file())
     fail(Error{"--symmetry", "a plan file holds every rank's ops; --symmetry applies to --algo runs"});
   check_command_files({{{"--topology", o.cluster.topology}, {"--plan", o.plan.plan_file}}, {{"--trace", o.trace}}, {}});

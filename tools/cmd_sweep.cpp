@@ -394,7 +394,7 @@ void sweep_over_mpi(const SweepJob& job, const SweepOpts& o) {
     // A signal (mpirun passes one on when a process of the job dies): rank 0 says it, and the
     // job ends at once, with no output. A rank 0 that was itself stopped stays quiet: another
     // process has said why.
-    const bool signalled = got.error().message() == "interrupted";
+    const bool signalled = got.error().kind == ErrorKind::Interrupted;
     exit_code() = signalled ? 128 + stop_signal() : kExitRuntime;
     if (ctx.rank() == 0 && signalled) say_interrupted(job, tasks_done, true);
     std::fflush(stderr);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "runtime/executor.hpp"
+#include "scheduler/support/enum_names.hpp"
 #include "tools/plan_flags.hpp"
 
 // CLI11's types by name only: the files that define options include <CLI/CLI.hpp> (about 10 s of
@@ -23,9 +24,15 @@ class Validator;
 
 namespace charm::cli {
 
+/// Where `charm run` executes a plan. Threads and MPI are always built; the GPU ones register
+/// themselves when the CUDA toolkit was found.
+enum class Backend { Threads, Mpi, CudaLocal, Cuda };
+inline constexpr EnumName<Backend> kBackendNames[] = {
+    {"threads", Backend::Threads}, {"mpi", Backend::Mpi}, {"cuda-local", Backend::CudaLocal}, {"cuda", Backend::Cuda}};
+
 struct RunRequest {
   const PlanFlags* plan = nullptr;
-  std::string backend;
+  Backend backend = Backend::Threads;
   std::uint64_t seed = 0;
   bool check = false, json = false, inject_stall = false;
   double timeout_s = 0;

@@ -8,6 +8,7 @@
 
 #include "scheduler/ir/workload.hpp"
 #include "scheduler/planners/layout.hpp"
+#include "scheduler/support/enum_names.hpp"
 #include "sim/evaluate.hpp"
 #include "tools/cluster_flags.hpp"
 #include "topologies/topology.hpp"
@@ -16,6 +17,8 @@ namespace charm::cli {
 
 /// Whether a run may simulate one class of symmetric ranks for all (sim::simulate on a quotient plan).
 enum class SymmetryUse { Auto, On, Off };
+inline constexpr EnumName<SymmetryUse> kSymmetryUseNames[] = {
+    {"auto", SymmetryUse::Auto}, {"on", SymmetryUse::On}, {"off", SymmetryUse::Off}};
 
 /// The quotient to simulate `req` by on `t`, if the use and the symmetries allow one (On where none
 /// does fails with --symmetry).

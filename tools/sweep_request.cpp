@@ -275,14 +275,12 @@ void set_sweep_lists(sim::SweepSpec& spec, const SweepLists& lists) {
   if (!(lists.reserved_gb >= 0) || !std::isfinite(lists.reserved_gb) || lists.reserved_gb > 1e4)
     fail(Error{"--reserved-gb", fmt::format("must be a number of GB in [0, 10000], got {}", lists.reserved_gb)});
   spec.reserved_gb = lists.reserved_gb;
-  if (lists.pass == "fwd")
-    spec.passes = {ir::Phase::Fwd};
-  else if (lists.pass == "bwd")
-    spec.passes = {ir::Phase::Bwd};
-  else if (lists.pass == "both")
+  const auto pass = ir::parse_pass(lists.pass);
+  if (!pass) fail(Error{"--pass", fmt::format("expected fwd, bwd or both, got '{}'", lists.pass)});
+  if (*pass == ir::PassKind::Both)
     spec.passes = {ir::Phase::Fwd, ir::Phase::Bwd};
   else
-    fail(Error{"--pass", fmt::format("expected fwd, bwd or both, got '{}'", lists.pass)});
+    spec.passes = {*pass == ir::PassKind::Fwd ? ir::Phase::Fwd : ir::Phase::Bwd};
 }
 
 void check_sweep_fits(const sim::SweepSpec& spec, const std::vector<std::string>& names) {

@@ -491,6 +491,7 @@ Topology make_uniform(int gpus, GBps bw_gbps, double tflops, double latency_us, 
   t.sources.links = fmt::format("uniform {} GB/s, contention-free (--uniform)", bw_gbps);
   t.name = fmt::format("uniform-{}x{}GBps", gpus, bw_gbps);
   t.notes = "contention-free, fully connected: dedicated links, no port limit (the setting of the paper's formulas)";
+  t.uniform = true;
   t.gpu.model = "uniform";
   t.gpu.tflops_bf16 = t.gpu.tflops_fp16 = t.gpu.tflops_fp32 = tflops;
   t.gpu.hbm_gbps = hbm_gbps;

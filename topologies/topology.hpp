@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "scheduler/ir/workload.hpp"
+#include "scheduler/support/enum_names.hpp"
 #include "scheduler/support/expected.hpp"
 #include "topologies/gpu_arch.hpp"
 #include "topologies/kernel_table.hpp"
@@ -45,6 +46,7 @@ namespace charm::topo {
 using GBps = double;
 
 enum class Sharing : std::uint8_t { Shared, Dedicated };
+inline constexpr EnumName<Sharing> kSharingNames[] = {{"shared", Sharing::Shared}, {"dedicated", Sharing::Dedicated}};
 
 /// The transport a link belongs to. The order is the preference order of route
 /// selection (lower is preferred), NCCL's: NVLink/NVSwitch, PCIe peer-to-peer
@@ -167,6 +169,7 @@ class Topology {
  public:
   std::string name;
   std::string notes;
+  bool uniform = false;  // make_uniform's: contention-free links and an ideal GPU, the paper's formulas' setting
   /// What the file says that the loader read past, one line each (a `numa` block where numa_per_node is 1): the
   /// CLI prints them on stderr; programs that generate documents may ignore them.
   std::vector<std::string> warnings;

@@ -587,7 +587,8 @@ Expected<Plan> load_plan(const std::string& path) {
   if (plan) return plan;
   // "file.json.ops[3].peer" -> "file.json: ops[3].peer", as the topology loader writes it.
   Error e = plan.error();
-  if (e.where.size() > path.size() + 1 && e.where.compare(0, path.size(), path) == 0 && e.where[path.size()] == '.')
+  const std::string_view at = e.where;
+  if (at.size() > path.size() + 1 && at.starts_with(path) && at[path.size()] == '.')  // a place, not a meaning
     e = Error{path, e.where.substr(path.size() + 1) + ": " + e.what};
   return e;
 }

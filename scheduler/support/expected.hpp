@@ -7,10 +7,19 @@
 
 namespace charm {
 
+/// What kind of error it is, for the code that must tell errors apart (never by their text).
+enum class ErrorKind {
+  Input,        // the user's input is wrong: a flag, a file, a field (the default)
+  RunFailed,    // the run itself failed: a simulated plan that deadlocks
+  Interrupted,  // a signal stopped the work
+  PeerFailed,   // this rank stopped because another failed first: that one's error is the one to report
+};
+
 /// An error for the user: `where` names the file, JSON path or flag, `what` says what is wrong.
 struct Error {
   std::string where;
   std::string what;
+  ErrorKind kind = ErrorKind::Input;
   [[nodiscard]] std::string message() const { return where.empty() ? what : where + ": " + what; }
 };
 
