@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <functional>
+#include <optional>
 
 #include "topologies/topology.hpp"
 #include "topologies/topology_json.hpp"
@@ -37,6 +38,37 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+Bounds bandwidth_bounds(double base) {
+  // Never below the topology's plausible range (topology.hpp), which the fitted file must pass.
+  return Bounds{std::max(base / 20, topo::kMinGbps), base, Scale::Log, "bandwidth: [base/20, base]", true};
+}
+
+/// The quantity of a stack cost field (stack_fields.def), when `path` is one.
+std::optional<topo::StackQuantity> stack_quantity(const std::string& path) {
+  constexpr std::string_view kSection = "stack.";
+  if (!path.starts_with(kSection)) return std::nullopt;
+  for (const topo::StackField& f : topo::kStackFields)
+    if (f.name == std::string_view(path).substr(kSection.size())) return f.quantity;
+  return std::nullopt;
+}
+
+/// A stack field's bounds, by its quantity.
+Bounds stack_bounds(topo::StackQuantity q, double base) {
+  switch (q) {
+  case topo::StackQuantity::Cost:
+    return Bounds{0, 1000, Scale::Linear, "software cost: [0, 1000] us", true};
+  case topo::StackQuantity::Passes:
+    return Bounds{0, 20, Scale::Linear, "update passes: [0, 20]", true};
+  case topo::StackQuantity::FusedPasses:
+    return Bounds{0.5, 20, Scale::Log, "merge traffic: [0.5, 20] fused passes", true};
+  case topo::StackQuantity::Slowdown:
+    return Bounds{0, 2, Scale::Linear, "overlap slowdown: [0, 2] (2: three times as long)", true};
+  case topo::StackQuantity::Bandwidth:
+    break;
+  }
+  return bandwidth_bounds(base);
+}
+
 /// One rule of the registry: which fields it covers and their bounds given the base value.
 struct Rule {
   std::function<bool(const std::string& path)> matches;
@@ -46,11 +78,7 @@ struct Rule {
 const std::vector<Rule>& registry() {
   static const std::vector<Rule> rules{
       // A measured bandwidth is what the hardware attains, at most the base file's nominal rate.
-      {[](const std::string& p) { return ends_with(last_key(p), "_gbps"); },
-       // Never below the topology's plausible range (topology.hpp), which the fitted file must pass.
-       [](double base) {
-         return Bounds{std::max(base / 20, topo::kMinGbps), base, Scale::Log, "bandwidth: [base/20, base]", true};
-       }},
+      {[](const std::string& p) { return ends_with(last_key(p), "_gbps"); }, bandwidth_bounds},
       {[](const std::string& p) { return has_component(p, "efficiency"); },
        [](double) {
          return Bounds{1e-3, 1.0, Scale::Log, "efficiency: (0, 1]", true};
@@ -67,24 +95,6 @@ const std::vector<Rule>& registry() {
       {[](const std::string& p) { return last_key(p) == "launch_us"; },
        [](double) {
          return Bounds{0, 1000, Scale::Linear, "launch overhead: [0, 1000] us", true};
-       }},
-      {[](const std::string& p) {
-         return last_key(p) == "step_us" || last_key(p) == "host_us" || last_key(p) == "message_us";
-       },
-       [](double) {
-         return Bounds{0, 1000, Scale::Linear, "software cost: [0, 1000] us", true};
-       }},
-      {[](const std::string& p) { return last_key(p) == "update_passes" || last_key(p) == "bwd_update_passes"; },
-       [](double) {
-         return Bounds{0, 20, Scale::Linear, "update passes: [0, 20]", true};
-       }},
-      {[](const std::string& p) { return last_key(p) == "merge_traffic"; },
-       [](double) {
-         return Bounds{0.5, 20, Scale::Log, "merge traffic: [0.5, 20] fused passes", true};
-       }},
-      {[](const std::string& p) { return ends_with(last_key(p), "_slowdown"); },
-       [](double) {
-         return Bounds{0, 2, Scale::Linear, "overlap slowdown: [0, 2] (2: three times as long)", true};
        }},
       {[](const std::string& p) { return is_measurement_parameter(p); },
        [](double) {
@@ -152,9 +162,13 @@ void set_parameter(nlohmann::json& doc, const std::string& path, double value) {
 }
 
 Expected<Bounds> bounds_for(const std::string& path, double base) {
-  for (const auto& r : registry()) {
-    if (!r.matches(path)) continue;
-    Bounds b = r.bounds(base);
+  // A stack field's line of stack_fields.def says its quantity; the registry's first matching rule the rest's.
+  std::optional<Bounds> found;
+  if (const auto stack = stack_quantity(path)) found = stack_bounds(*stack, base);
+  for (const auto& r : registry())
+    if (!found && r.matches(path)) found = r.bounds(base);
+  if (found) {
+    Bounds b = *found;
     // A base value outside the physical range still has to be reachable by the fit.
     b.lo = std::min(b.lo, base);
     b.hi = std::max(b.hi, base);

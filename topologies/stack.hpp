@@ -2,28 +2,8 @@
 // StackSpec: what the software around the kernels costs on given hardware.
 //
 // The hardware layer (links, datasheet rates) says what the wires carry; the
-// stack says what a framework and its collective library attain on them:
-//
-//   host_us            host time the framework's one thread per GPU spends issuing one op
-//                      (a kernel call with its bookkeeping, a send or a receive): the thread issues a
-//                      rank's ops in program order and never waits for the GPU, so an op cannot start
-//                      before the thread has issued it and every op before it
-//   step_us            per schedule step (one attention block issued by the framework:
-//                      the Python/C++ dispatch of the kernel, its merge and its bookkeeping)
-//   update_passes      fused passes over a block's fp32 results that the framework adds to
-//                      fold them into the running ones (a pass: read both, write one, 12 bytes
-//                      an element); 0 where the kernel accumulates in place
-//   bwd_update_passes  the same for the backward pass's dQ, dK and dV (each a plain `+=`: one pass)
-//   merge_traffic      HBM bytes a merge/accumulate op of the plan moves, in units of one fused
-//                      pass (read partial and accumulator, write the accumulator)
-//   message_us         per point-to-point message (issuing the send/recv pair, waiting on it)
-//   compute_slowdown   while a GPU has transfers in flight its attention kernels take
-//                      (1 + x) as long: the library's channels run as thread blocks on the
-//                      SMs and its traffic takes HBM bandwidth
-//   comm_slowdown      while a GPU computes, its transfers take (1 + y) as long
-//   intra_flow_gbps    the most one transfer attains on a GPU link of a generated node
-//   intra_injection_gbps  what a GPU's concurrent transfers attain together there
-//                      (0: no limit below the link; a file's own intra fields win)
+// stack says what a framework and its collective library attain on them. Its cost
+// fields are listed in stack_fields.def, one line each with what it means.
 //
 // Named presets (stack_preset) let a datasheet description inherit a realistic
 // stack, each value with its public source beside it in stack.cpp: te-fused (the
@@ -41,18 +21,21 @@
 
 namespace charm::topo {
 
+/// What kind of quantity a stack field is: how a topology file's value is read and checked, and the
+/// bounds calibrate fits it within.
+enum class StackQuantity {
+  Cost,         // us of host or framework time, >= 0 (calibrate: [0, 1000])
+  Passes,       // fused passes over fp32 results, [0, 100] (calibrate: [0, 20])
+  FusedPasses,  // HBM traffic in fused passes, [0.1, 100] (calibrate: [0.5, 20])
+  Slowdown,     // a fraction longer, [0, 10] (calibrate: [0, 2])
+  Bandwidth,    // GB/s, 0: no limit (calibrate: [base/20, base])
+};
+
 struct StackSpec {
   std::string preset = "none";
-  double host_us = 0;
-  double step_us = 0;
-  double update_passes = 0;
-  double bwd_update_passes = 0;
-  double merge_traffic = 1;
-  double message_us = 0;
-  double compute_slowdown = 0;
-  double comm_slowdown = 0;
-  double intra_flow_gbps = 0;
-  double intra_injection_gbps = 0;
+#define CHARM_STACK_FIELD(name, value, quantity) double name = value;
+#include "topologies/stack_fields.def"
+#undef CHARM_STACK_FIELD
   std::string kernel = "fa2";    // the kernel library the framework runs by default
   std::string kernel_hopper;     // ... on Hopper, where it differs
   std::string source = "ideal";  // where the preset's values come from (one phrase)
@@ -68,5 +51,17 @@ struct StackSpec {
 inline constexpr std::string_view kDefaultStack = "te-fused";
 /// The kernel library `s` runs on GPUs of `family` (gpu_arch.hpp) unless the topology names one.
 [[nodiscard]] std::string_view default_kernel_library(const StackSpec& s, std::string_view family);
+
+/// One cost field of the stack, from stack_fields.def.
+struct StackField {
+  std::string_view name;  // the member's and the JSON key's
+  double StackSpec::*member;
+  StackQuantity quantity;
+};
+inline constexpr StackField kStackFields[] = {
+#define CHARM_STACK_FIELD(name, value, quantity) {#name, &StackSpec::name, StackQuantity::quantity},
+#include "topologies/stack_fields.def"
+#undef CHARM_STACK_FIELD
+};
 
 }  // namespace charm::topo
