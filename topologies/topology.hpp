@@ -34,7 +34,7 @@
 #include <string_view>
 #include <vector>
 
-#include "scheduler/ir/workload.hpp"
+#include "scheduler/support/dtype.hpp"
 #include "scheduler/support/enum_names.hpp"
 #include "scheduler/support/expected.hpp"
 #include "topologies/gpu_arch.hpp"
@@ -80,8 +80,8 @@ struct GpuSpec {
   std::shared_ptr<const KernelTable> kernel;
   double kernel_scale_fwd = 1, kernel_scale_bwd = 1;
   std::string family;  // the architecture (gpu_arch.hpp); empty when the model is not known
-  [[nodiscard]] double peak_flops(ir::DType t) const {
-    return 1e12 * (t == ir::DType::FP32 ? tflops_fp32 : t == ir::DType::FP16 ? tflops_fp16 : tflops_bf16);
+  [[nodiscard]] double peak_flops(DType t) const {
+    return 1e12 * (t == DType::FP32 ? tflops_fp32 : t == DType::FP16 ? tflops_fp16 : tflops_bf16);
   }
 };
 

@@ -9,26 +9,8 @@
 #include <cstdio>
 #include <cstdlib>
 
-namespace charm {
-void invariant_failed(const char* expr, const char* file, int line, const std::string& msg) {
-  std::fprintf(stderr, "charm: internal error: %s:%d: %s (%s)\n", file, line, msg.c_str(), expr);
-  std::abort();
-}
-}  // namespace charm
-
 namespace charm::ir {
 
-std::string_view to_string(DType t) {
-  switch (t) {
-  case DType::BF16:
-    return "bf16";
-  case DType::FP16:
-    return "fp16";
-  case DType::FP32:
-    return "fp32";
-  }
-  return "?";
-}
 std::string_view to_string(Layout l) {
   switch (l) {
   case Layout::Contiguous:
@@ -53,12 +35,6 @@ std::string_view to_string(PassKind p) {
 }
 std::string_view to_string(Phase p) { return p == Phase::Fwd ? "fwd" : "bwd"; }
 
-Expected<DType> parse_dtype(std::string_view s) {
-  if (s == "bf16") return DType::BF16;
-  if (s == "fp16") return DType::FP16;
-  if (s == "fp32") return DType::FP32;
-  return Error{"", fmt::format("unknown dtype '{}' (expected bf16, fp16 or fp32)", s)};
-}
 Expected<Layout> parse_layout(std::string_view s) {
   if (s == "contiguous") return Layout::Contiguous;
   if (s == "zigzag") return Layout::Zigzag;
@@ -71,7 +47,6 @@ Expected<PassKind> parse_pass(std::string_view s) {
   if (s == "both") return PassKind::Both;
   return Error{"", fmt::format("unknown pass '{}' (expected fwd, bwd or both)", s)};
 }
-Bytes dtype_size(DType t) { return t == DType::FP32 ? 4 : 2; }
 
 std::string_view to_string(MaskPiece m) {
   switch (m) {

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "scheduler/support/dtype.hpp"
 #include "scheduler/support/expected.hpp"
 
 namespace charm::ir {
@@ -20,20 +21,21 @@ namespace charm::ir {
 using Bytes = std::uint64_t;
 using Flops = double;
 
-enum class DType : std::uint8_t { BF16, FP16, FP32 };
+// Element types live below every layer (scheduler/support/dtype.hpp); the IR names them as its own.
+using charm::DType;
+using charm::dtype_size;
+using charm::parse_dtype;
+using charm::to_string;
 enum class Layout : std::uint8_t { Contiguous, Zigzag, Balanced };
 enum class PassKind : std::uint8_t { Fwd, Bwd, Both };
 /// The pass an individual op belongs to (a plan for PassKind::Both holds both).
 enum class Phase : std::uint8_t { Fwd, Bwd };
 
-[[nodiscard]] std::string_view to_string(DType t);
 [[nodiscard]] std::string_view to_string(Layout l);
 [[nodiscard]] std::string_view to_string(PassKind p);
 [[nodiscard]] std::string_view to_string(Phase p);
-[[nodiscard]] Expected<DType> parse_dtype(std::string_view s);
 [[nodiscard]] Expected<Layout> parse_layout(std::string_view s);
 [[nodiscard]] Expected<PassKind> parse_pass(std::string_view s);
-[[nodiscard]] Bytes dtype_size(DType t);
 
 /// The shape of the part of a (q shard, kv shard) block that the mask leaves.
 enum class MaskPiece : std::uint8_t {

@@ -2,8 +2,8 @@
 // The spellings of an enum's values, in one table per enum: parsing a flag or a field and naming a
 // value both read it, so no code compares a text against a literal to tell values apart.
 
-#include <optional>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <string_view>
 
