@@ -5,28 +5,16 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <limits>
 #include <thread>
 
 #include "runtime/cuda/cuda_check.hpp"
-#include "runtime/cuda/kernels.hpp"
-#include "scheduler/ir/buffer_rules.hpp"
 
 namespace charm::rt::cuda {
 
-using ir::BufKind;
 using ir::is_comm;
 using ir::OpId;
 using ir::OpKind;
 using Clock = std::chrono::steady_clock;
-
-namespace {
-
-std::string op_where(const ir::Plan& plan, OpId id) {
-  return fmt::format("rank {} op {} ({})", plan.op(id).rank, id, ir::op_label(plan, id));
-}
-
-}  // namespace
 
 Expected<std::unique_ptr<PlanRunner>> PlanRunner::create(const ir::Plan& plan, std::vector<ir::RankId> local_ranks,
                                                          const CudaRunOptions& opt, Hooks hooks) {
@@ -183,63 +171,6 @@ PlanRunner::~PlanRunner() {
   (void)cudaDeviceSynchronize();
 }
 
-char* PlanRunner::base(ir::BufferId b) const {
-  const DeviceBuffer& d = dev_[b];
-  return static_cast<char*>(buffers_[std::size_t(d.root)]) + d.offset;
-}
-
-char* PlanRunner::section(ir::BufferId b, ir::RankId x, int sec) const {
-  const DeviceBuffer& d = dev_[b];
-  return base(b) + d.block_at(x) + d.layout.sections[std::size_t(sec)].offset;
-}
-
-char* PlanRunner::wire_section(ir::BufferId b, ir::RankId x, int sec) const {
-  const DeviceBuffer& d = dev_[b];
-  return static_cast<char*>(wire_[std::size_t(d.root)]) + d.wire_offset +
-         std::size_t(x - d.region.owner_begin) * d.wire.bytes + d.wire.sections[std::size_t(sec)].offset;
-}
-
-Status PlanRunner::init_buffers(const GlobalTensors& in) {
-  const auto fill = input_filler(plan_, in);
-  const auto dtype = plan_.workload.dtype;
-  for (std::size_t b = 0; b < buffers_.size(); ++b) {
-    if (buffers_[b] == nullptr) continue;
-    const auto& buf = plan_.buffers()[b];
-    const DeviceBuffer& d = dev_.buf[b];
-    const auto& lay = d.layout;
-    if (buf.init == ir::BufInit::Input) {  // one whole shard (ir::check_buffer)
-      auto& host = host_inputs_[b];
-      if (host.empty()) {
-        host.resize(std::size_t(lay.host_elems()));
-        CHARM_TRY(fill(buf, host));
-      }
-      CHARM_CUDA_TRY(cudaMemcpy(staging_, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
-      std::int64_t at = 0;
-      for (std::size_t s = 0; s < lay.sections.size(); ++s) {
-        const auto& sec = lay.sections[s];
-        char* dst = section(ir::BufferId(b), buf.owner, int(s));
-        if (sec.f32)
-          CHARM_CUDA_TRY(
-              cudaMemcpy(dst, staging_ + at, std::size_t(sec.elems) * sizeof(float), cudaMemcpyDeviceToDevice));
-        else
-          CHARM_TRY(convert_from_f32(dtype, staging_ + at, dst, sec.elems, nullptr));
-        at += sec.elems;
-      }
-      // The staging area is reused by the next buffer: finish this one first.
-      CHARM_CUDA_TRY(cudaDeviceSynchronize());
-    } else if (buf.init == ir::BufInit::Zero) {
-      // Empty accumulators: zero, except an output's LSE, which is -inf (every owner's block).
-      CHARM_CUDA_TRY(cudaMemset(buffers_[b], 0, d.bytes()));
-      if (buf.kind == BufKind::Out)
-        for (ir::RankId x = d.region.owner_begin; x < d.region.owner_end; ++x)
-          CHARM_TRY(fill_f32(f32(ir::BufferId(b), x, 1), lay.sections[1].elems, -std::numeric_limits<float>::infinity(),
-                             nullptr));
-    }
-  }
-  CHARM_CUDA_TRY(cudaDeviceSynchronize());
-  return {};
-}
-
 std::size_t PlanRunner::group_end(const Lane& l) const { return l.next + idx_.group(l.ops[l.next]).size(); }
 
 bool PlanRunner::deps_enqueued(OpId id) const {
@@ -288,243 +219,6 @@ Expected<bool> PlanRunner::step(Lane& l) {
     return true;
   }
   return step_local_group(l, end);
-}
-
-Expected<bool> PlanRunner::step_local_group(Lane& l, std::size_t end) {
-  bool moved = false;
-  if (!l.open) {
-    for (std::size_t i = l.next; i < end; ++i)
-      if (!deps_enqueued(l.ops[i])) return false;
-    for (std::size_t i = l.next; i < end; ++i) {
-      const OpId id = l.ops[i];
-      CHARM_TRY(wait_deps(l, id));
-      CHARM_CUDA_TRY(cudaEventRecord(start_ev_[std::size_t(id)], l.cs));
-      opened_[std::size_t(id)] = 1;
-    }
-    l.open = moved = true;
-  }
-  bool complete = true;
-  for (std::size_t i = l.next; i < end; ++i) {
-    const OpId id = l.ops[i];
-    const OpId peer = idx_.partner(id);
-    const auto& op = plan_.op(id);
-    if (op.kind == OpKind::Send) {
-      complete = complete && peer != ir::kNone && copied_[std::size_t(peer)];
-      continue;
-    }
-    if (copied_[std::size_t(id)]) continue;
-    if (peer == ir::kNone || !opened_[std::size_t(peer)]) {
-      complete = false;
-      continue;
-    }
-    // The sender has reached its send: copy its source into our destination.
-    auto sa = ir::decode(plan_, peer);
-    if (!sa) return Error{op_where(plan_, peer), sa.error().what};
-    auto ra = ir::decode(plan_, id);
-    if (!ra) return Error{op_where(plan_, id), ra.error().what};
-    const ir::BufferId sb = std::get<ir::SendArgs>(*sa).src, rb = std::get<ir::RecvArgs>(*ra).dst;
-    CHARM_CUDA_TRY(cudaStreamWaitEvent(l.cs, start_ev_[std::size_t(peer)], 0));
-    CHARM_TRY(local_transfer(id, sb, rb, l.cs));
-    CHARM_CUDA_TRY(cudaEventRecord(copy_ev_[std::size_t(id)], l.cs));
-    copied_[std::size_t(id)] = 1;
-    moved = true;
-  }
-  if (!complete) return moved;
-  for (std::size_t i = l.next; i < end; ++i) {
-    const OpId id = l.ops[i];
-    if (plan_.op(id).kind == OpKind::Send)
-      CHARM_CUDA_TRY(cudaStreamWaitEvent(l.cs, copy_ev_[std::size_t(idx_.partner(id))], 0));
-  }
-  for (std::size_t i = l.next; i < end; ++i) {
-    CHARM_CUDA_TRY(cudaEventRecord(end_ev_[std::size_t(l.ops[i])], l.cs));
-    enqueued_[std::size_t(l.ops[i])] = 1;
-  }
-  l.open = false;
-  l.next = end;
-  return true;
-}
-
-Status PlanRunner::run_local(Lane& l, OpId id) {
-  auto a = ir::decode(plan_, id);
-  if (!a) return Error{op_where(plan_, id), a.error().what};
-  return std::visit(ir::Overloaded{
-                        [&](const ir::ComputeFwdArgs& c) { return compute_fwd(id, c); },
-                        [&](const ir::ComputeBwdArgs& c) { return compute_bwd(id, c); },
-                        [&](const ir::MergeArgs& m) { return merge(l, id, m); },
-                        [&](const ir::AccumulateArgs& m) { return accumulate(l, id, m); },
-                        [&](const ir::PackArgs& k) { return pack(l, id, k); },
-                        [&](const ir::CopyArgs& c) { return copy(l, id, c); },
-                        [&](const ir::SendArgs&) {
-                          return Status(Error{op_where(plan_, id), "not a local op"});
-                        },
-                        [&](const ir::RecvArgs&) {
-                          return Status(Error{op_where(plan_, id), "not a local op"});
-                        },
-                    },
-                    *a);
-}
-
-Status PlanRunner::local_buffers(OpId id, std::initializer_list<ir::BufferId> bufs) const {
-  for (ir::BufferId b : bufs)
-    if (dev_[b].root == ir::kNone || buffers_[std::size_t(dev_[b].root)] == nullptr)
-      return Error{op_where(plan_, id), fmt::format("buffer {} is not on this rank", b)};
-  return {};
-}
-
-Status PlanRunner::same_region(OpId id, ir::BufferId a, ir::BufferId b, const char* what) const {
-  if (dev_[a].region == dev_[b].region) return {};
-  return Error{op_where(plan_, id), fmt::format("{}: {} and {} hold different regions", what,
-                                                ir::buffer_label(plan_, a), ir::buffer_label(plan_, b))};
-}
-
-Status PlanRunner::local_transfer(OpId id, ir::BufferId sb, ir::BufferId rb, cudaStream_t s) {
-  // A transfer moves a whole buffer or view: both sides hold one kind over one region.
-  CHARM_TRY(local_buffers(id, {sb, rb}));
-  const auto &src = plan_.buffer(sb), &dst = plan_.buffer(rb);
-  if (src.kind != dst.kind || dev_[sb].region != dev_[rb].region)
-    return Error{op_where(plan_, id), fmt::format("receives {} into {}: a transfer needs the same kind and region on "
-                                                  "both sides",
-                                                  ir::buffer_label(plan_, sb), ir::buffer_label(plan_, rb))};
-  const DeviceBuffer& d = dev_[rb];
-  if (!d.staged) {
-    CHARM_CUDA_TRY(cudaMemcpyAsync(base(rb), base(sb), d.bytes(), cudaMemcpyDeviceToDevice, s));
-    return {};
-  }
-  // O goes through the dtype, as it would over the wire; LSE stays fp32.
-  const auto dtype = plan_.workload.dtype;
-  for (ir::RankId x = d.region.owner_begin; x < d.region.owner_end; ++x) {
-    const std::int64_t nq = d.layout.sections[0].elems, nl = d.layout.sections[1].elems;
-    CHARM_TRY(convert_from_f32(dtype, f32(sb, x, 0), wire_section(rb, x, 0), nq, s));
-    CHARM_TRY(convert_to_f32(dtype, wire_section(rb, x, 0), f32(rb, x, 0), nq, s));
-    CHARM_CUDA_TRY(
-        cudaMemcpyAsync(f32(rb, x, 1), f32(sb, x, 1), std::size_t(nl) * sizeof(float), cudaMemcpyDeviceToDevice, s));
-  }
-  return {};
-}
-
-Status PlanRunner::convert_wire(ir::BufferId b, bool to_wire, cudaStream_t s) {
-  const DeviceBuffer& d = dev_[b];
-  const std::int64_t nq = d.layout.sections[0].elems, nl = d.layout.sections[1].elems;
-  const auto dtype = plan_.workload.dtype;
-  for (ir::RankId x = d.region.owner_begin; x < d.region.owner_end; ++x) {
-    char *wire_lse = wire_section(b, x, 1), *lse = section(b, x, 1);
-    if (to_wire)
-      CHARM_TRY(convert_from_f32(dtype, f32(b, x, 0), wire_section(b, x, 0), nq, s));
-    else
-      CHARM_TRY(convert_to_f32(dtype, wire_section(b, x, 0), f32(b, x, 0), nq, s));
-    CHARM_CUDA_TRY(cudaMemcpyAsync(to_wire ? wire_lse : lse, to_wire ? lse : wire_lse, std::size_t(nl) * sizeof(float),
-                                   cudaMemcpyDeviceToDevice, s));
-  }
-  return {};
-}
-
-Status PlanRunner::stage_group(std::span<const OpId> group, bool before, cudaStream_t s) {
-  for (OpId id : group) {
-    const bool send = plan_.op(id).kind == OpKind::Send;
-    if (send != before) continue;
-    auto a = ir::decode(plan_, id);
-    if (!a) return Error{op_where(plan_, id), a.error().what};
-    const ir::BufferId b = send ? std::get<ir::SendArgs>(*a).src : std::get<ir::RecvArgs>(*a).dst;
-    CHARM_TRY(local_buffers(id, {b}));
-    if (!dev_[b].staged) continue;
-    CHARM_TRY(convert_wire(b, /*to_wire=*/send, s));
-  }
-  return {};
-}
-
-Expected<PlanRunner::Transfer> PlanRunner::transfer(OpId id) const {
-  auto a = ir::decode(plan_, id);
-  if (!a) return Error{op_where(plan_, id), a.error().what};
-  if (!is_comm(plan_.op(id))) return Error{op_where(plan_, id), "not a transfer"};
-  const ir::BufferId b =
-      plan_.op(id).kind == OpKind::Send ? std::get<ir::SendArgs>(*a).src : std::get<ir::RecvArgs>(*a).dst;
-  CHARM_TRY(local_buffers(id, {b}));
-  const DeviceBuffer& d = dev_[b];
-  if (d.staged) return Transfer{wire_section(b, d.region.owner_begin, 0), d.wire_bytes()};
-  return Transfer{base(b), d.bytes()};
-}
-
-Status PlanRunner::compute_fwd(OpId id, const ir::ComputeFwdArgs& a) {
-  CHARM_TRY(local_buffers(id, {a.q, a.kv, a.out}));
-  BlockAttention* attn = attn_[std::size_t(id)];
-  if (attn == nullptr) return Error{op_where(plan_, id), "internal: no attention kernels for this op"};
-  for (const ComputeBlock& k : blocks_[std::size_t(id)].blocks)
-    CHARM_TRY(attn->fwd(dat(a.q, k.x, 0), dat(a.kv, k.y, 0), dat(a.kv, k.y, 1), vis_ + k.mask, f32(a.out, k.x, 0),
-                        f32(a.out, k.x, 1)));
-  return {};
-}
-
-Status PlanRunner::compute_bwd(OpId id, const ir::ComputeBwdArgs& a) {
-  CHARM_TRY(local_buffers(id, {a.qbundle, a.kv, a.dq, a.dkv}));
-  BlockAttention* attn = attn_[std::size_t(id)];
-  if (attn == nullptr) return Error{op_where(plan_, id), "internal: no attention kernels for this op"};
-  for (const ComputeBlock& k : blocks_[std::size_t(id)].blocks)
-    CHARM_TRY(attn->bwd(dat(a.qbundle, k.x, 0), dat(a.qbundle, k.x, 1), f32(a.qbundle, k.x, 2), f32(a.qbundle, k.x, 3),
-                        dat(a.kv, k.y, 0), dat(a.kv, k.y, 1), vis_ + k.mask, f32(a.dq, k.x, 0), f32(a.dkv, k.y, 0),
-                        f32(a.dkv, k.y, 1)));
-  return {};
-}
-
-Status PlanRunner::merge(Lane& l, OpId id, const ir::MergeArgs& a) {
-  CHARM_TRY(local_buffers(id, {a.partial, a.acc}));
-  CHARM_TRY(same_region(id, a.partial, a.acc, "merges a partial into another output"));
-  const DeviceBuffer& d = dev_[a.acc];
-  const ShardShape& bs = d.block;
-  for (ir::RankId x = d.region.owner_begin; x < d.region.owner_end; ++x)
-    CHARM_TRY(merge_out(f32(a.partial, x, 0), f32(a.partial, x, 1), false, f32(a.acc, x, 0), f32(a.acc, x, 1), bs.batch,
-                        bs.tokens, bs.heads, bs.head_dim, l.cs));
-  return {};
-}
-
-Status PlanRunner::accumulate(Lane& l, OpId id, const ir::AccumulateArgs& a) {
-  CHARM_TRY(local_buffers(id, {a.partial, a.acc}));
-  CHARM_TRY(same_region(id, a.partial, a.acc, "adds a gradient to another region"));
-  const DeviceBuffer& d = dev_[a.acc];
-  for (ir::RankId x = d.region.owner_begin; x < d.region.owner_end; ++x)
-    for (std::size_t s = 0; s < d.layout.sections.size(); ++s)
-      CHARM_TRY(add_f32(f32(a.partial, x, int(s)), f32(a.acc, x, int(s)), d.layout.sections[s].elems, l.cs));
-  return {};
-}
-
-Status PlanRunner::pack(Lane& l, OpId id, const ir::PackArgs& a) {
-  CHARM_TRY(local_buffers(id, {a.q, a.dout, a.out, a.qbundle}));
-  for (ir::BufferId b : {a.q, a.dout, a.out})
-    CHARM_TRY(same_region(id, b, a.qbundle, "packs tensors of another region into the bundle"));
-  const DeviceBuffer& d = dev_[a.qbundle];
-  const ShardShape& bs = d.block;
-  const auto dtype = plan_.workload.dtype;
-  const std::size_t data_bytes = std::size_t(bs.q_elems()) * ir::dtype_size(dtype);
-  for (ir::RankId x = d.region.owner_begin; x < d.region.owner_end; ++x) {
-    CHARM_CUDA_TRY(cudaMemcpyAsync(dat(a.qbundle, x, 0), dat(a.q, x, 0), data_bytes, cudaMemcpyDeviceToDevice, l.cs));
-    CHARM_CUDA_TRY(
-        cudaMemcpyAsync(dat(a.qbundle, x, 1), dat(a.dout, x, 0), data_bytes, cudaMemcpyDeviceToDevice, l.cs));
-    CHARM_CUDA_TRY(cudaMemcpyAsync(dat(a.qbundle, x, 2), dat(a.out, x, 1), std::size_t(bs.lse_elems()) * sizeof(float),
-                                   cudaMemcpyDeviceToDevice, l.cs));
-    CHARM_TRY(bundle_delta(dtype, dat(a.dout, x, 0), f32(a.out, x, 0), f32(a.qbundle, x, 3), bs.batch, bs.tokens,
-                           bs.heads, bs.head_dim, l.cs));
-  }
-  return {};
-}
-
-Status PlanRunner::copy(Lane& l, OpId id, const ir::CopyArgs& a) {
-  CHARM_TRY(local_buffers(id, {a.src, a.dst}));
-  const DeviceBuffer &s = dev_[a.src], &d = dev_[a.dst];
-  const BufKind kind = plan_.buffer(a.src).kind;
-  if (plan_.buffer(a.dst).kind != kind || (!s.region.contains(d.region) && !d.region.contains(s.region)))
-    return Error{op_where(plan_, id),
-                 fmt::format("copies between {} and {}, which are of other kinds or neither of whose regions "
-                             "contains the other",
-                             ir::buffer_label(plan_, a.src), ir::buffer_label(plan_, a.dst))};
-  if (s.region == d.region) {
-    CHARM_CUDA_TRY(cudaMemcpyAsync(base(a.dst), base(a.src), d.bytes(), cudaMemcpyDeviceToDevice, l.cs));
-    return {};
-  }
-  const char* from = base(a.src);
-  char* to = base(a.dst);
-  for (const Copy2D& c : region_copies(plan_.workload, plan_.ranks, plan_.parts, kind, s, d))
-    CHARM_CUDA_TRY(cudaMemcpy2DAsync(to + c.dst, c.dst_pitch, from + c.src, c.src_pitch, c.width, c.height,
-                                     cudaMemcpyDeviceToDevice, l.cs));
-  return {};
 }
 
 std::string PlanRunner::stuck_message(bool enqueue) const {
@@ -653,37 +347,6 @@ Status PlanRunner::wait_all() {
   }
   for (auto& l : lanes_) CHARM_CUDA_TRY(cudaStreamSynchronize(l.cs));
   return {};
-}
-
-Expected<RankOutputs> PlanRunner::outputs(ir::RankId rank) {
-  RankOutputs o;
-  const auto& res = plan_.results()[std::size_t(rank)];
-  const auto pass = plan_.workload.pass;
-  auto take = [&](ir::BufferId b, BufKind k, int sec, std::vector<float>& dst) -> Status {
-    if (b == ir::kNone)
-      return Error{fmt::format("rank {}", rank), fmt::format("the plan names no {} result", ir::to_string(k))};
-    if (b < 0 || std::size_t(b) >= plan_.buffers().size() || plan_.buffer(b).kind != k ||
-        plan_.buffer(b).owner != rank || dev_[b].root == ir::kNone)
-      return Error{fmt::format("rank {}", rank),
-                   fmt::format("result buffer {} is not this rank's {}", b, ir::to_string(k))};
-    if (!ir::is_whole_shard(plan_, b, rank))
-      return Error{fmt::format("rank {}", rank),
-                   fmt::format("result buffer {} ({}) is not one whole shard", b, ir::buffer_label(plan_, b))};
-    const auto& s = dev_[b].layout.sections[std::size_t(sec)];
-    dst.resize(std::size_t(s.elems));
-    CHARM_CUDA_TRY(cudaMemcpy(dst.data(), section(b, rank, sec), dst.size() * sizeof(float), cudaMemcpyDeviceToHost));
-    return {};
-  };
-  if (pass != ir::PassKind::Bwd) {
-    CHARM_TRY(take(res.out, BufKind::Out, 0, o.out));
-    CHARM_TRY(take(res.out, BufKind::Out, 1, o.lse));
-  }
-  if (pass != ir::PassKind::Fwd) {
-    CHARM_TRY(take(res.dq, BufKind::Dq, 0, o.dq));
-    CHARM_TRY(take(res.dkv, BufKind::Dkv, 0, o.dk));
-    CHARM_TRY(take(res.dkv, BufKind::Dkv, 1, o.dv));
-  }
-  return o;
 }
 
 }  // namespace charm::rt::cuda
