@@ -227,7 +227,7 @@ int main(int argc, char** argv) {
   std::optional<ir::Plan> plan;
   {
     Stage st;
-    const auto nreq = sim::normalised_request(req);
+    const auto nreq = sched::normalised(req);
     ir::RankSymmetry q;
     if (by_symmetry) {
       q = sim::simulation_symmetry(nreq, *t);

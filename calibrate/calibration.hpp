@@ -31,6 +31,7 @@
 #include "calibrate/measurements.hpp"
 #include "calibrate/nccl_tests.hpp"
 #include "calibrate/parameters.hpp"
+#include "scheduler/planners/planners.hpp"
 #include "scheduler/support/enum_names.hpp"
 #include "scheduler/support/expected.hpp"
 
@@ -124,10 +125,9 @@ struct CalibrationOptions {
   int max_evaluations = 0;                           // per local search; 0: 150 x (parameters + 1)
   std::function<void(const FitProgress&)> progress;  // called on the calling thread, often: throttle it
   /// Rows are refused before they are planned when their plan (held for the fit, with every row planned
-  /// before it) and its simulation would need more (sched::estimate_plan; 0: no limit). The error names
-  /// the row's file:line and the budget by `memory_budget_name`.
-  double memory_budget_bytes = 0;
-  std::string memory_budget_name = "--max-memory";
+  /// before it) and its simulation would need more (sched::estimate_plan; the default: no limit). The error
+  /// names the row's file:line and the budget.
+  sched::MemoryBudget memory_budget;
   KernelTimeSet kernels;  // single-GPU kernel times fitted with the runs (calibrate --kernels)
   /// Weight of the speedups in the objective: each pair of a ring run and another algorithm's run
   /// of one workload adds weight x log(predicted speedup / measured speedup)^2 to the rows' terms

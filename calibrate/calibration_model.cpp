@@ -131,26 +131,25 @@ Status build_rows(Model& model, const MeasurementSet& data, const CalibrationOpt
     if (auto st = place_row(model, variants, at_ranks, row); !st) return st;
     const topo::Topology& t = variants.topos[row.variant];
     if (auto st = row_domains(t, m, at_ranks, row); !st) return st;
-    const sched::PlanRequest req = sim::normalised_request({m.algo, m.workload, row.ranks, row.domains});
-    if (auto st = sched::check_request(req); !st)
-      return Error{data.where(m, column_of_flag(st.error().where)), st.error().what};
+    const auto checked = sched::CheckedRequest::check({m.algo, m.workload, row.ranks, row.domains});
+    if (!checked) return Error{data.where(m, column_of_flag(checked.error().where)), checked.error().what};
+    const sched::PlanRequest& req = checked->get();
     // The budget `charm simulate` applies, before the plan is built: its plan and one simulation of it,
     // beside every plan held already.
     const auto estimate = sched::estimate_plan(req);
-    if (const double bytes = held_bytes + estimate.plan_bytes + sched::kSimBytesPerOp * estimate.ops;
-        options.memory_budget_bytes > 0 && bytes > options.memory_budget_bytes)
-      return Error{
-          fmt::format("{}:{}", data.files[std::size_t(m.file)], m.line),
-          sched::over_budget_text(
-              fmt::format("planning and simulating this row ({} on {} ranks: about {:.2g} ops{})", m.algo, row.ranks,
-                          estimate.ops, held_bytes > 0 ? fmt::format(", beside the plans of the rows before it") : ""),
-              bytes, options.memory_budget_bytes, options.memory_budget_name)};
+    if (auto st = options.memory_budget.fits(
+            held_bytes + estimate.plan_bytes + sched::kSimBytesPerOp * estimate.ops,
+            fmt::format("planning and simulating this row ({} on {} ranks: about {:.2g} ops{})", m.algo, row.ranks,
+                        estimate.ops, held_bytes > 0 ? fmt::format(", beside the plans of the rows before it") : ""),
+            fmt::format("{}:{}", data.files[std::size_t(m.file)], m.line));
+        !st)
+      return st.error();
     held_bytes += estimate.plan_bytes;
     // The plan the simulator runs: one class of ranks where the row's symmetry and its topology's allow
     // (every figure is the full plan's; sim_quotient_test holds it to the full plan's). Only the symmetries
     // of the schedule and the topology's structure: the one by cost (zigzag halves priced alike) holds for
     // some values of the fitted parameters and not others.
-    auto plan = sched::make_plan(req, sim::quotient_symmetry(sched::plan_symmetry(req, false), t, req.ranks));
+    auto plan = sched::make_plan(*checked, sim::quotient_symmetry(sched::plan_symmetry(*checked, false), t, req.ranks));
     if (!plan) return Error{data.where(m, column_of_flag(plan.error().where)), plan.error().what};
     row.metric = m.metric;
     row.charge = charge_of(m.metric);

@@ -123,9 +123,9 @@ py::object simulate_fn(const py::object& algo, const py::object& plan, WorkloadA
   return guarded([&] {
     const sim::ChunkSolveOptions solve = solve_args(solve_ms, solve_seed);
     const std::string sym = given(symmetry) ? text_arg(symmetry, "--symmetry") : "auto";
-    if (sym != "auto" && sym != "on" && sym != "off")
-      fail(Error{"--symmetry", fmt::format("{} not in {{auto,on,off}}", sym)});
-    const SymmetryUse use = sym == "on" ? SymmetryUse::On : sym == "off" ? SymmetryUse::Off : SymmetryUse::Auto;
+    const auto parsed = parse_enum(sym, cli::kSymmetryUseNames);
+    if (!parsed) fail(Error{"--symmetry", fmt::format("{} not in {{auto,on,off}}", sym)});
+    const SymmetryUse use = *parsed;
     cli::ClusterFlags cf = ca.flags();
     placement_flags(cf, cp, tp, order, gpus);
     const auto trace_path = path_arg(trace, "--trace");

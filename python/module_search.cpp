@@ -214,7 +214,7 @@ py::object frameworks_fn(const py::object& algo, const py::object& layout, bool 
     if (tp < 0 || tp > 1 << 20) fail(Error{"--tp", fmt::format("must be in [0, 1048576] (0: not named), got {}", tp)});
     ir::Workload w;
     w.layout = l;
-    const auto req = sim::normalised_request({algo_arg(algo), w, ranks, domains});
+    const auto req = sched::normalised({algo_arg(algo), w, ranks, domains});
     return to_py(sim::framework_json(
         sim::framework_settings(req.algo, req.workload.layout, causal, req.ranks, req.domains, tp)));
   });

@@ -97,7 +97,7 @@ void plan_candidates(const Workload& w, const std::vector<std::string>& algos, c
       for (int d : sched::uses_domains(a) ? split : std::vector<int>{1}) {
         Workload wl = w;
         wl.layout = l;
-        sched::PlanRequest req = normalised_request({a, wl, ranks, d});
+        sched::PlanRequest req = sched::normalised({a, wl, ranks, d});
         // An algorithm with a forced layout is its base on that layout (ring-zigzag is ring on zigzag): one
         // candidate, not two.
         std::string base = a;

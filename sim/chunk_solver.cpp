@@ -197,7 +197,7 @@ Expected<ChunkSolution> solve_chunk_map(const sched::PlanRequest& req_in, const 
   const auto elapsed_ms = [&] {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   };
-  sched::PlanRequest req = normalised_request(req_in);
+  sched::PlanRequest req = sched::normalised(req_in);
   const ir::Workload w = req.workload;  // the request's chunk map changes with each candidate
   if (w.layout != ir::Layout::Balanced || w.documents.empty() || w.window > 0)
     return Error{"--layout",

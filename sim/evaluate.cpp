@@ -27,8 +27,6 @@ int default_domains(const topo::Topology& t, std::span<const std::int32_t> gpus,
   return std::max<int>(1, int(std::unique(seen.begin(), seen.end()) - seen.begin()));
 }
 
-sched::PlanRequest normalised_request(sched::PlanRequest req) { return sched::normalised(std::move(req)); }
-
 ComputeModel compute_model_for(const topo::Topology& t, const ir::Workload& w) {
   return ComputeModel::from_topology(t, w.dtype);
 }
@@ -91,12 +89,17 @@ ClosedForm closed_form_on(const std::string& algo, const topo::Topology& t, int 
   return total;
 }
 
-ir::RankSymmetry plan_symmetry_on(const sched::PlanRequest& req, const topo::Topology& t) {
-  return sched::plan_symmetry(req, compute_model_for(t, req.workload).prices_zigzag_halves_alike());
+ir::RankSymmetry plan_symmetry_on(const sched::CheckedRequest& req, const topo::Topology& t) {
+  return sched::plan_symmetry(req, compute_model_for(t, req->workload).prices_zigzag_halves_alike());
+}
+
+ir::RankSymmetry simulation_symmetry(const sched::CheckedRequest& req, const topo::Topology& t) {
+  return quotient_symmetry(plan_symmetry_on(req, t), t, req->ranks);
 }
 
 ir::RankSymmetry simulation_symmetry(const sched::PlanRequest& req, const topo::Topology& t) {
-  return quotient_symmetry(plan_symmetry_on(req, t), t, req.ranks);
+  const auto checked = sched::CheckedRequest::check(req);
+  return checked ? simulation_symmetry(*checked, t) : ir::RankSymmetry{};
 }
 
 Expected<Evaluation> evaluate_plan(ir::Plan plan, const topo::Topology& t, SimOptions options) {
@@ -116,10 +119,10 @@ Expected<Evaluation> evaluate_plan(ir::Plan plan, const topo::Topology& t, SimOp
 
 Expected<Evaluation> evaluate(const sched::PlanRequest& req, const topo::Topology& t, bool by_symmetry,
                               SimOptions options) {
-  const sched::PlanRequest r = normalised_request(req);
-  ir::RankSymmetry q;
-  if (by_symmetry && sched::check_request(r)) q = simulation_symmetry(r, t);
-  auto plan = sched::make_plan(r, q);
+  const auto checked = sched::CheckedRequest::check(req);
+  if (!checked) return checked.error();
+  const ir::RankSymmetry q = by_symmetry ? simulation_symmetry(*checked, t) : ir::RankSymmetry{};
+  auto plan = sched::make_plan(*checked, q);
   if (!plan) return plan.error();
   return evaluate_plan(std::move(plan).value(), t, options);
 }
@@ -137,9 +140,10 @@ bool serves(const sched::PlanRequest& built, const ir::RankSymmetry& quotient, c
 }  // namespace
 
 Expected<Summary> PlanReuse::evaluate(const sched::PlanRequest& req, const topo::Topology& t, SimOptions options) {
-  const sched::PlanRequest r = normalised_request(req);
-  ir::RankSymmetry q;
-  if (sched::check_request(r)) q = simulation_symmetry(r, t);
+  const auto checked = sched::CheckedRequest::check(req);
+  if (!checked) return checked.error();
+  const sched::PlanRequest& r = checked->get();
+  const ir::RankSymmetry q = simulation_symmetry(*checked, t);
   // One entry per algorithm and pass: the one this request would replace.
   auto slot = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) {
     return e.req.algo == r.algo && e.req.workload.pass == r.workload.pass;
@@ -152,7 +156,7 @@ Expected<Summary> PlanReuse::evaluate(const sched::PlanRequest& req, const topo:
     index = std::move(slot->index);
     ++reused_;
   } else {
-    auto built = sched::make_plan(r, q);
+    auto built = sched::make_plan(*checked, q);
     if (!built) return built.error();
     plan = std::move(built).value();
     index.emplace(plan, nullptr, ir::PlanIndex::Parts::Lean);  // what the simulator walks

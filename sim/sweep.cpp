@@ -67,7 +67,7 @@ Placement placement_of(const SweepConfig& c, const topo::Topology& t) {
 /// it runs on, so its speedup is over ring on that layout (the ring row with the same key), or,
 /// when the layout list lacks that layout, in the configuration of the list's first layout.
 bool runs_elsewhere(const SweepSpec& spec, const std::string& algo, const ir::Workload& w, int ranks, int domains) {
-  const ir::Layout runs_on = normalised_request({algo, w, ranks, domains}).workload.layout;
+  const ir::Layout runs_on = sched::normalised({algo, w, ranks, domains}).workload.layout;
   if (runs_on == w.layout) return false;
   const bool listed = std::find(spec.layouts.begin(), spec.layouts.end(), runs_on) != spec.layouts.end();
   return listed || w.layout != spec.layouts.front();
@@ -101,7 +101,7 @@ SweepRow where_row(const SweepConfig& c, const Placement& where, const std::stri
     r.tp = where.layout->tp;
     r.cp = where.layout->cp;
   }
-  r.workload = normalised_request({algo, group, where.ranks, where.domains}).workload;  // ring-zigzag: its zigzag
+  r.workload = sched::normalised({algo, group, where.ranks, where.domains}).workload;  // ring-zigzag: its zigzag
   r.workload.heads = w.heads;        // as configured: the model's heads, before TP splits them
   r.workload.kv_heads = w.kv_heads;  // ... and before Ulysses repeats any (the planner's, not an axis)
   r.algo = algo;
@@ -131,7 +131,7 @@ SweepTaskOut run_task(const SweepSpec& spec, std::size_t config, ir::Phase phase
     Summary s;
   };
   auto run = [&](const std::string& algo) -> Outcome {
-    const sched::PlanRequest req = normalised_request({algo, *group, ranks, domains});
+    const sched::PlanRequest req = sched::normalised({algo, *group, ranks, domains});
     if (auto st = sched::check_request(req); !st) {
       out.skip_reasons.push_back(fmt::format("{}: {}", algo, st.error().message()));
       return {false, true, {}};

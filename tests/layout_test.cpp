@@ -39,7 +39,7 @@ ir::Plan group_plan(const std::string& algo, int cp, int domains) {
   w.heads = 6;  // 12 heads over TP 2
   w.kv_heads = 6;
   w.head_dim = 128;
-  auto p = make_plan(sim::normalised_request({algo, w, cp, domains}), {});
+  auto p = make_plan(sched::normalised({algo, w, cp, domains}), {});
   EXPECT_TRUE(p.ok()) << (p.ok() ? "" : p.error().message());
   return std::move(p).value();
 }
@@ -156,7 +156,7 @@ TEST(LayoutAdvise, RanksEachLayoutAsADeploymentRunsIt) {
   for (const Candidate& c : adv->candidates) {
     SCOPED_TRACE(c.label());
     const sched::Layout l = *sched::make_layout(16, 16 / c.tp, c.tp, sched::LayoutOrder::TpInner);
-    const auto req = normalised_request({"ring", *sched::group_workload(w, l), l.cp, 1});
+    const auto req = sched::normalised({"ring", *sched::group_workload(w, l), l.cp, 1});
     auto e = evaluate_deployment(req, l, l.groups(), *t, &w);  // a layout search's times are attention blocks'
     ASSERT_TRUE(e.ok());
     EXPECT_EQ(c.fwd->time_ms, e->summary.time_s * 1e3);

@@ -238,7 +238,7 @@ TEST(Metamorphic, RaisingOneHardwareFigureNeverMakesARunSlower) {
   for (int i = 0; pairs < 1200 && i < 20000; ++i) {
     const Case c = random_case(rng, algos);
     sched::PlanRequest req{c.algo, c.w, c.ranks, c.domains};
-    req = normalised_request(req);
+    req = sched::normalised(req);
     if (!sched::check_request(req).ok()) continue;
     json base = box("NVIDIA H100 SXM", c.nvlink, c.nic, 1);
     base["gpus_per_node"] = c.ranks / 2;  // two nodes of half the ranks: NVLink and the NIC both carry traffic
@@ -285,7 +285,7 @@ TEST(UlyssesKvReplication, SixtyFourQueryAndEightKvHeadsRunOverSixteenAndSixtyFo
     w.head_dim = 128;
     w.pass = PassKind::Fwd;
     sched::PlanRequest req{"ulysses", w, ranks, 1};
-    req = normalised_request(req);
+    req = sched::normalised(req);
     ASSERT_TRUE(sched::check_request(req).ok()) << ranks;
     EXPECT_EQ(req.workload.kv_heads, ranks);  // each of the 8 kv heads repeated ranks / 8 times
     auto p = sched::make_plan(req);

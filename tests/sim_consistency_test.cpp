@@ -52,7 +52,7 @@ TEST_P(ClockConsistency, TimeIsTheEndOfTheLastOpOnEveryAlgorithm) {
   int simulated = 0;
   for (const auto& algo : sched::algorithm_names()) {
     sched::PlanRequest req{algo, w, t->num_gpus(), default_domains(*t)};
-    req = normalised_request(req);
+    req = sched::normalised(req);
     if (!sched::check_request(req).ok()) continue;
     auto ev = evaluate(req, *t);
     ASSERT_TRUE(ev.ok()) << algo << ": " << ev.error().message();
@@ -166,7 +166,7 @@ TEST_P(PeakMemory, IsFixedPerBshAtEveryBatchAndSequence) {
     w.dtype = DType::BF16;
     w.pass = c.pass;
     w.causal = c.causal;
-    auto ev = evaluate(normalised_request({c.algo, w, kRanks, 2}), *t);
+    auto ev = evaluate(sched::normalised({c.algo, w, kRanks, 2}), *t);
     EXPECT_TRUE(ev.ok()) << ev.error().message();
     if (!ev.ok()) return 0.0;
     ir::Bytes peak = 0;
@@ -235,7 +235,7 @@ TEST(Progress, PlannerAndSimulatorReportGrowingCountsAndChangeNothing) {
   w.head_dim = 64;
   w.causal = true;
   w.pass = PassKind::Both;
-  const sched::PlanRequest req = normalised_request({"ring", w, 128, 1});
+  const sched::PlanRequest req = sched::normalised({"ring", w, 128, 1});
   std::vector<std::size_t> planned;
   auto plan = sched::make_plan(req, {}, nullptr, [&](std::size_t ops) { planned.push_back(ops); });
   ASSERT_TRUE(plan.ok()) << plan.error().message();

@@ -106,7 +106,7 @@ TEST(SimQuotient, EveryFigureOfTheFullPlanOnEveryPreset) {
         w.head_dim = 64;
         w.pass = pass;
         const int ranks = t.num_gpus();
-        auto req = normalised_request({algo, w, ranks, default_domains(t, ranks)});
+        auto req = sched::normalised({algo, w, ranks, default_domains(t, ranks)});
         if (!sched::check_request(req)) continue;
         // By label, or by cost where the GPU prices the zigzag halves alike (the uniform clusters here).
         const RankSymmetry s = simulation_symmetry(req, t);

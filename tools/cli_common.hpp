@@ -79,6 +79,8 @@ EarlyFailure& early_failure_handler();
 /// --max-memory (commands that build plans take it) or half of this machine's memory.
 void add_max_memory(CLI::App& app);
 [[nodiscard]] double memory_budget_bytes();
+/// The budget as the layers below take it (sched::MemoryBudget: its bytes and its name).
+[[nodiscard]] sched::MemoryBudget memory_budget();
 /// Fails naming `flag` when `bytes` (an estimate of `what`) exceeds the budget.
 void check_budget(double bytes, const std::string& what, const std::string& flag);
 /// How the budget is named in a refusal: "--max-memory" when given, else "half of this machine's memory".

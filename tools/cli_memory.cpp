@@ -40,10 +40,10 @@ std::string memory_budget_name() {
   return max_memory_text().empty() ? "half of this machine's memory" : "--max-memory";
 }
 
+sched::MemoryBudget memory_budget() { return {memory_budget_bytes(), memory_budget_name()}; }
+
 void check_budget(double bytes, const std::string& what, const std::string& flag) {
-  const double budget = memory_budget_bytes();
-  if (bytes <= budget) return;
-  fail(Error{flag, sched::over_budget_text(what, bytes, budget, memory_budget_name())});
+  unwrap(memory_budget().fits(bytes, what, flag));
 }
 
 void check_plan_file_budget(const std::string& path, const std::string& flag) {
@@ -61,20 +61,7 @@ void check_plan_file_budget(const std::string& path, const std::string& flag) {
 
 void check_plan_budget(const sched::PlanRequest& req, double extra_bytes_per_op, const std::string& what,
                        const ir::RankSymmetry& quotient) {
-  if (!quotient.active()) {
-    const auto e = sched::estimate_plan(req);
-    check_budget(e.plan_bytes + extra_bytes_per_op * e.ops,
-                 fmt::format("{} ({} on {} ranks: about {:.2g} ops)", what, req.algo, req.ranks, e.ops), "--ranks");
-    return;
-  }
-  // The planner still describes every rank: its buffers on the other ranks (phantoms) are the bulk.
-  const auto e = sched::estimate_quotient_plan(req, quotient);
-  check_budget(e.plan_bytes + extra_bytes_per_op * e.ops,
-               fmt::format("{} of one class of {} rank{} ({} on {} ranks: about {:.2g} ops, and {:.2g} buffers of the "
-                           "other ranks)",
-                           what, quotient.block, quotient.block == 1 ? "" : "s", req.algo, req.ranks, e.ops,
-                           e.phantom_buffers),
-               "--ranks");
+  unwrap(memory_budget().fits_plan(req, extra_bytes_per_op, what, quotient));
 }
 
 }  // namespace charm::cli

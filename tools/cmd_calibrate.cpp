@@ -248,8 +248,7 @@ void register_calibrate(CLI::App& app) {
       opt.kernels = unwrap(calib::load_kernel_times(o->kernels));
       for (const auto& w : opt.kernels.warnings) std::cerr << "charm: warning: " << w << "\n";
     }
-    opt.memory_budget_bytes = memory_budget_bytes();
-    opt.memory_budget_name = memory_budget_name();
+    opt.memory_budget = memory_budget();
     // On a terminal, beside a text report; asked for, anywhere.
     ProgressLine progress(o->progress || (!o->json_out && ::isatty(STDERR_FILENO) != 0));
     opt.progress = fit_progress(progress);

@@ -32,7 +32,7 @@ CompareRow compare_one(const CompareRequest& r, const topo::Topology& t, const s
   wp.pass = p;
   if (chunks && !chunks->empty()) wp.chunk_map = *chunks;
   const ir::Workload wg = r.layout ? unwrap(sched::group_workload(wp, *r.layout)) : wp;
-  const sched::PlanRequest req = sim::normalised_request({algo, wg, r.ranks, r.domains});
+  const sched::PlanRequest req = sched::normalised({algo, wg, r.ranks, r.domains});
   CompareRow row{
       algo, std::string(to_string(p)), std::string(to_string(req.workload.layout)), {}, false, {}, {}, {}, {}, {}};
   if (!chunks) {
@@ -137,7 +137,7 @@ Expected<sim::ChunkMap> balanced_chunks(const CompareRequest& r, const topo::Top
   if (r.layout) return Error{"--layout", "the balanced layout is solved for one CP group; drop --cp / --tp"};
   ir::Workload w = r.workload;
   w.pass = r.passes.size() > 1 ? ir::PassKind::Both : r.passes.front();
-  auto s = sim::solve_chunk_map(sim::normalised_request({algo, w, r.ranks, r.domains}), t);
+  auto s = sim::solve_chunk_map(sched::normalised({algo, w, r.ranks, r.domains}), t);
   if (!s) return s.error();
   return std::move(s->chunk_map);
 }

@@ -43,10 +43,9 @@ sched::PlanRequest PlanFlags::solved_request() const {
 
 ir::Plan PlanFlags::make(double extra_bytes_per_op, const std::string& what) const {
   if (!from_file()) {
-    const auto req = solved_request();
-    if (auto s = sched::check_request(req); !s) fail(s.error());
-    check_plan_budget(req, extra_bytes_per_op, what);
-    return unwrap(sched::make_plan(req));
+    const auto checked = unwrap(sched::CheckedRequest::check(solved_request()));
+    check_plan_budget(checked.get(), extra_bytes_per_op, what);
+    return unwrap(sched::make_plan(checked));
   }
   // The file fixes what these flags describe; given with it they would be silently ignored.
   for (const char* f : {"--algo", "--ranks", "--domains", "--batch", "--seq", "--heads", "--kv-heads", "--head-dim",

@@ -18,104 +18,51 @@ std::string approx(double n) {
   return fmt::format("{:.1f}M", n / 1e6);
 }
 
-/// Full plans at least this large are simulated by their quotient under `--symmetry auto`: below,
-/// every rank's ops are kept (traces and critical paths name every rank) and the run is quick anyway.
-constexpr double kQuotientFromOps = 1 << 20;
-}  // namespace
-
-ir::RankSymmetry quotient_for(const sched::PlanRequest& req, const topo::Topology& t, SymmetryUse use) {
-  if (use == SymmetryUse::Off) return {};
-  const ir::RankSymmetry plan_sym = sim::plan_symmetry_on(req, t);
-  const auto q =
-      plan_sym.active()
-          ? sim::topology_quotient(plan_sym, t, req.ranks)
-          : Expected<ir::RankSymmetry>(Error{"", fmt::format("{} has no rank symmetry on this workload (a causal "
-                                                             "mask breaks every one but usp's on zigzag, and "
-                                                             "zigzag where the GPU prices its halves alike)",
-                                                             req.algo)});
-  if (use == SymmetryUse::On && !q)
-    fail(Error{"--symmetry", fmt::format("cannot simulate one class of ranks for all: {}", q.error().message())});
-  if (!q || (use == SymmetryUse::Auto && sched::estimate_plan(req).ops < kQuotientFromOps)) return {};
-  return *q;
+/// The progress line of a run of `algo` at `p`, `elapsed` seconds in.
+std::string progress_text(const std::string& algo, const sim::RunProgress& p, double elapsed) {
+  switch (p.stage) {
+  case sim::RunProgress::Stage::Planning:
+    return fmt::format("charm: planning {}: {} of about {} ops, {:.0f} s", algo, approx(double(p.done)),
+                       approx(p.total), elapsed);
+  case sim::RunProgress::Stage::Indexing:
+    return fmt::format("charm: preparing the simulation of {}: {} ops, {:.0f} s", algo, approx(p.total), elapsed);
+  case sim::RunProgress::Stage::Simulating:
+    break;
+  }
+  return fmt::format("charm: simulating {}: {:.0f}% of {} ops, {:.0f} s", algo,
+                     100.0 * double(p.done) / std::max(p.total, 1.0), approx(p.total), elapsed);
 }
+
+/// A refused request is the user's (UsageError, exit 2); a simulation that failed is not (RuntimeFailure, exit 3).
+sim::Evaluation unwrap_run(Expected<sim::Evaluation> e) {
+  if (!e && e.error().kind == ErrorKind::RunFailed) throw RuntimeFailure{e.error().message()};
+  return unwrap(std::move(e));
+}
+}  // namespace
 
 std::optional<sim::ChunkSolution> solve_chunks(sched::PlanRequest& req, const topo::Topology& t,
                                                const sim::ChunkSolveOptions& solve) {
-  if (req.workload.layout != ir::Layout::Balanced || !req.workload.chunk_map.empty()) return std::nullopt;
-  if (req.ranks > t.num_gpus())
-    fail(Error{"--ranks", fmt::format("{} ranks: {} has {} GPUs", req.ranks, t.name, t.num_gpus())});
-  // Each candidate is planned and simulated in full (one at a time): the budget of one simulation holds.
-  check_plan_budget(req, sched::kSimBytesPerOp, "each of the chunk solver's simulations");
-  auto s = sim::solve_chunk_map(req, t, solve);
-  if (!s) fail(s.error());
-  req.workload.chunk_map = s->chunk_map;
-  return std::move(s).value();
+  return unwrap(sim::solve_chunks(req, t, solve, memory_budget()));
 }
 
 sim::Evaluation run_one(const std::string& algo, const ir::Workload& w, const topo::Topology& t, int domains, int ranks,
                         SymmetryUse use, const std::vector<std::int32_t>& gpus, const sim::ChunkSolveOptions& solve) {
-  auto req = sim::normalised_request({algo, w, ranks, domains});
-  auto chunks = solve_chunks(req, t, solve);
-  if (auto s = sched::check_request(req); !s) fail(s.error());
-  if (!gpus.empty() && use == SymmetryUse::On)
-    fail(Error{"--symmetry", "a --gpus map places every rank by hand: it is simulated rank by rank"});
-  const ir::RankSymmetry q = gpus.empty() ? quotient_for(req, t, use) : ir::RankSymmetry{};
-  // The simulator keeps times and state per op: about 30 bytes an op beside the plan (measured:
-  // 148 bytes an op in all for a 3.1M-op ring, 123 for a 2.1M-op charm); 60 leaves a margin.
-  check_plan_budget(req, sched::kSimBytesPerOp, "the simulation", q);
   // Runs at cluster scale take seconds to minutes: a progress line past the first second.
   ProgressLine progress;
-  const double estimate = q.active() ? sched::estimate_quotient_plan(req, q).ops : sched::estimate_plan(req).ops;
-  auto planned = [&](std::size_t ops) {
-    progress.update([&] {
-      return fmt::format("charm: planning {}: {} of about {} ops, {:.0f} s", algo, approx(double(ops)),
-                         approx(estimate), progress.elapsed());
-    });
+  sim::SimulationRequest r{{algo, w, ranks, domains}, gpus, use, solve, memory_budget(), {}};
+  r.progress = [&](const sim::RunProgress& p) {
+    progress.update([&] { return progress_text(algo, p, progress.elapsed()); });
   };
-  ir::Plan plan = unwrap(sched::make_plan(req, q, nullptr, planned));
-  plan.gpus = gpus;
-  // The simulator indexes the plan before its first op runs (seconds at a few million ops).
-  progress.update([&] {
-    return fmt::format("charm: preparing the simulation of {}: {} ops, {:.0f} s", algo, approx(double(plan.size())),
-                       progress.elapsed());
-  });
-  sim::SimOptions options;
-  options.progress = [&](std::size_t done, std::size_t total) {
-    progress.update([&] {
-      return fmt::format("charm: simulating {}: {:.0f}% of {} ops, {:.0f} s", algo,
-                         100.0 * double(done) / double(std::max<std::size_t>(total, 1)), approx(double(total)),
-                         progress.elapsed());
-    });
-  };
-  auto r = sim::evaluate_plan(std::move(plan), t, options);
+  auto e = sim::simulate_request(r, t);
   progress.finish();
-  if (!r) throw RuntimeFailure{r.error().message()};
-  r->chunks = std::move(chunks);
-  return std::move(r).value();
+  return unwrap_run(std::move(e));
 }
 
 sim::Evaluation run_deployment(const std::string& algo, const ir::Workload& w, const topo::Topology& t, int domains,
                                const sched::Layout& l, SymmetryUse use, bool attention_block) {
   const ir::Workload group_w = unwrap(sched::group_workload(w, l));
-  const auto req = sim::normalised_request({algo, group_w, l.cp, domains});
-  if (auto s = sched::check_request(req); !s) fail(s.error());
-  // Whole groups stand for the others where the layout's rotation is one the topology has; as for one
-  // group, --symmetry auto keeps every rank below a million ops.
-  const auto e = sched::estimate_plan(req);
-  int copies = l.groups();
-  if (use == SymmetryUse::On || (use == SymmetryUse::Auto && e.ops * l.groups() >= kQuotientFromOps)) {
-    const auto q = sim::deployment_copies(l, t);
-    if (q) copies = *q;
-    if (use == SymmetryUse::On && !q)
-      fail(Error{"--symmetry", fmt::format("cannot simulate a class of CP groups for all: {}", q.error().message())});
-  }
-  check_budget((e.plan_bytes + sched::kSimBytesPerOp * e.ops) * (copies + 1),
-               fmt::format("the simulation of {} CP group{} ({} on {} ranks each: about {:.2g} ops)", copies,
-                           copies == 1 ? "" : "s", algo, l.cp, e.ops * copies),
-               "--cp");
-  auto r = sim::evaluate_deployment(req, l, copies, t, attention_block ? &w : nullptr);
-  if (!r) throw RuntimeFailure{r.error().message()};
-  return std::move(r).value();
+  const sim::SimulationRequest group{{algo, group_w, l.cp, domains}, {}, use, {}, memory_budget(), {}};
+  return unwrap_run(sim::simulate_deployment(group, l, t, attention_block ? &w : nullptr));
 }
 
 sim::Evaluation run_simulation(std::optional<ir::Plan> file_plan, const std::string& algo, const ir::Workload& w,

@@ -10,22 +10,17 @@
 #include "scheduler/planners/layout.hpp"
 #include "scheduler/support/enum_names.hpp"
 #include "sim/evaluate.hpp"
+#include "sim/simulate_request.hpp"
 #include "tools/cluster_flags.hpp"
 #include "topologies/topology.hpp"
 
 namespace charm::cli {
 
-/// Whether a run may simulate one class of symmetric ranks for all (sim::simulate on a quotient plan).
-enum class SymmetryUse { Auto, On, Off };
-inline constexpr EnumName<SymmetryUse> kSymmetryUseNames[] = {
-    {"auto", SymmetryUse::Auto}, {"on", SymmetryUse::On}, {"off", SymmetryUse::Off}};
+using sim::kSymmetryUseNames;
+using sim::SymmetryUse;
 
-/// The quotient to simulate `req` by on `t`, if the use and the symmetries allow one (On where none
-/// does fails with --symmetry).
-[[nodiscard]] ir::RankSymmetry quotient_for(const sched::PlanRequest& req, const topo::Topology& t, SymmetryUse use);
-
-/// A planner refusal or a plan over the memory budget is the user's (UsageError, exit 2); a
-/// simulator failure is not (RuntimeFailure, exit 3).
+/// sim::simulate_request with this command's memory budget and progress line. A planner refusal or a plan over
+/// the memory budget is the user's (UsageError, exit 2); a simulator failure is not (RuntimeFailure, exit 3).
 /// `gpus` (optional): rank r on GPU gpus[r] (one group placed by hand; simulated rank by rank).
 /// The balanced layout without a chunk map has one solved first (sim::solve_chunk_map, with `solve`).
 [[nodiscard]] sim::Evaluation run_one(const std::string& algo, const ir::Workload& w, const topo::Topology& t,

@@ -306,7 +306,7 @@ void check_sweep_fits(const sim::SweepSpec& spec, const std::vector<std::string>
       for (const auto& algo : algos) {
         ir::Workload w = c.workload;
         w.pass = phase == ir::Phase::Fwd ? ir::PassKind::Fwd : ir::PassKind::Bwd;
-        const auto req = sim::normalised_request({algo, w, t.num_gpus(), sim::default_domains(t)});
+        const auto req = sched::normalised({algo, w, t.num_gpus(), sim::default_domains(t)});
         const auto key = std::tuple{c.topology, req.algo, int(w.pass), int(req.workload.layout), w.causal};
         if (fit.count(key) > 0 || !sched::check_request(req)) continue;
         try {

@@ -106,6 +106,28 @@ std::string over_budget_text(const std::string& what, double bytes, double budge
                      what, gb(bytes), gb(budget), budget_name);
 }
 
+Status MemoryBudget::fits(double need, const std::string& what, const std::string& flag) const {
+  if (need <= bytes) return {};
+  return Error{flag, over_budget_text(what, need, bytes, name)};
+}
+
+Status MemoryBudget::fits_plan(const PlanRequest& req, double extra_bytes_per_op, const std::string& what,
+                               const RankSymmetry& quotient) const {
+  if (!quotient.active()) {
+    const auto e = estimate_plan(req);
+    return fits(e.plan_bytes + extra_bytes_per_op * e.ops,
+                fmt::format("{} ({} on {} ranks: about {:.2g} ops)", what, req.algo, req.ranks, e.ops), "--ranks");
+  }
+  // The planner still describes every rank: its buffers on the other ranks (phantoms) are the bulk.
+  const auto e = estimate_quotient_plan(req, quotient);
+  return fits(e.plan_bytes + extra_bytes_per_op * e.ops,
+              fmt::format("{} of one class of {} rank{} ({} on {} ranks: about {:.2g} ops, and {:.2g} buffers of the "
+                          "other ranks)",
+                          what, quotient.block, quotient.block == 1 ? "" : "s", req.algo, req.ranks, e.ops,
+                          e.phantom_buffers),
+              "--ranks");
+}
+
 PlanEstimate estimate_quotient_plan(const PlanRequest& req, const RankSymmetry& quotient) {
   // A symmetric plan's ranks hold equal shares of its ops and buffers. Buffers per op, measured at
   // 64 and 256 ranks: 0.33 (fwd) to 0.52 (bwd), ulysses and usp 0.7. A phantom costs nothing while
@@ -261,10 +283,16 @@ Plan build_plan(const PlanRequest& req, const RankSymmetry& quotient, QuotientSt
 
 }  // namespace
 
-Expected<Plan> make_plan(const PlanRequest& req_in) {
-  const PlanRequest req = normalised(req_in);
+Expected<CheckedRequest> CheckedRequest::check(PlanRequest req) {
+  req = normalised(std::move(req));
   if (auto s = check_request(req); !s) return s.error();
-  return build_plan(req, {});
+  return CheckedRequest(std::move(req));
+}
+
+Expected<Plan> make_plan(const PlanRequest& req) {
+  const auto checked = CheckedRequest::check(req);
+  if (!checked) return checked.error();
+  return build_plan(checked->get(), {});
 }
 
 int document_period(const ir::Workload& w, int ranks) {
@@ -300,9 +328,13 @@ RankSymmetry with_period(const PlanRequest& req, int period) {
 }
 }  // namespace
 
-RankSymmetry plan_symmetry(const PlanRequest& req_in, bool zigzag_halves_alike) {
-  const PlanRequest req = normalised(req_in);
-  if (!check_request(req).ok()) return {};
+RankSymmetry plan_symmetry(const PlanRequest& req, bool zigzag_halves_alike) {
+  const auto checked = CheckedRequest::check(req);
+  return checked ? plan_symmetry(*checked, zigzag_halves_alike) : RankSymmetry{};
+}
+
+RankSymmetry plan_symmetry(const CheckedRequest& checked, bool zigzag_halves_alike) {
+  const PlanRequest& req = checked.get();
   const int n = req.ranks;
   const ir::Workload& w = req.workload;
   RankSymmetry s;
@@ -321,9 +353,10 @@ RankSymmetry plan_symmetry(const PlanRequest& req_in, bool zigzag_halves_alike) 
 
 namespace {
 /// The plan's own symmetry, where `quotient` coarsens it (check_quotient's test); why not otherwise.
-Expected<RankSymmetry> coarsened_symmetry(const PlanRequest& req, const RankSymmetry& quotient) {
+Expected<RankSymmetry> coarsened_symmetry(const CheckedRequest& checked, const RankSymmetry& quotient) {
+  const PlanRequest& req = checked.get();
   if (auto s = check_symmetry_shape(quotient, req.ranks); !s) return s.error();
-  const RankSymmetry s = plan_symmetry(req, quotient.zigzag_halves_alike);
+  const RankSymmetry s = plan_symmetry(checked, quotient.zigzag_halves_alike);
   if (!s.active())
     return Error{"symmetry",
                  fmt::format("{}'s plan for this request has no rank symmetry to take a quotient by", req.algo)};
@@ -335,17 +368,29 @@ Expected<RankSymmetry> coarsened_symmetry(const PlanRequest& req, const RankSymm
 }  // namespace
 
 Status check_quotient(const PlanRequest& req, const RankSymmetry& quotient) {
-  if (auto s = coarsened_symmetry(req, quotient); !s) return s.error();
+  if (auto s = check_symmetry_shape(quotient, req.ranks); !s) return s.error();
+  const auto checked = CheckedRequest::check(req);
+  if (!checked)
+    return Error{"symmetry",
+                 fmt::format("{}'s plan for this request has no rank symmetry to take a quotient by", req.algo)};
+  if (auto s = coarsened_symmetry(*checked, quotient); !s) return s.error();
   return {};
 }
 
-Expected<Plan> make_plan(const PlanRequest& req_in, RankSymmetry quotient, QuotientStats* stats,
+Expected<Plan> make_plan(const PlanRequest& req, RankSymmetry quotient, QuotientStats* stats,
                          const PlanProgress& progress) {
   if (stats != nullptr) *stats = {};
-  const PlanRequest req = normalised(req_in);
-  if (auto s = check_request(req); !s) return s.error();
+  const auto checked = CheckedRequest::check(req);
+  if (!checked) return checked.error();
+  return make_plan(*checked, quotient, stats, progress);
+}
+
+Expected<Plan> make_plan(const CheckedRequest& checked, RankSymmetry quotient, QuotientStats* stats,
+                         const PlanProgress& progress) {
+  if (stats != nullptr) *stats = {};
+  const PlanRequest& req = checked.get();
   if (!quotient.active()) return build_plan(req, {}, nullptr, progress);
-  const auto s = coarsened_symmetry(req, quotient);  // also what the images may differ in
+  const auto s = coarsened_symmetry(checked, quotient);  // also what the images may differ in
   if (!s) return s.error();
   quotient.heads_are_labels = s->heads_are_labels;
   quotient.zigzag_halves_alike = s->zigzag_halves_alike;

@@ -2,6 +2,7 @@
 // The planners: compile an algorithm, a workload and a cluster shape into a plan.
 
 #include <functional>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -72,6 +73,33 @@ inline constexpr double kSimBytesPerOp = 25;
 /// Builds the plan; errors (exit code 2 material) name the flag at fault.
 [[nodiscard]] Expected<ir::Plan> make_plan(const PlanRequest& req);
 
+/// A request as the planner runs it (normalised) that the planner accepts (check_request). Only `check` makes
+/// one, so the stages that take one (plan_symmetry, make_plan) neither normalise nor check it again.
+class CheckedRequest {
+ public:
+  /// `req` normalised, or why its algorithm cannot plan it.
+  [[nodiscard]] static Expected<CheckedRequest> check(PlanRequest req);
+  [[nodiscard]] const PlanRequest& get() const { return req_; }
+  const PlanRequest* operator->() const { return &req_; }
+
+ private:
+  explicit CheckedRequest(PlanRequest req) : req_(std::move(req)) {}
+  PlanRequest req_;
+};
+
+/// What work may take of this machine's memory, and how that was chosen ("--max-memory", "half of this
+/// machine's memory"). The estimates above judge work against it before the work starts.
+struct MemoryBudget {
+  double bytes = std::numeric_limits<double>::infinity();
+  std::string name = "no limit";
+  /// Refuses `what`, estimated at `need` bytes, over the budget: an error of `flag` (over_budget_text).
+  [[nodiscard]] Status fits(double need, const std::string& what, const std::string& flag) const;
+  /// ... building `req`'s plan (its quotient's under an active `quotient`) with `extra_bytes_per_op` more an op (a
+  /// JSON copy, the simulator's state): an error of --ranks.
+  [[nodiscard]] Status fits_plan(const PlanRequest& req, double extra_bytes_per_op, const std::string& what,
+                                 const ir::RankSymmetry& quotient = {}) const;
+};
+
 /// The rank symmetry of the algorithm's plan for this request (ir/symmetry.hpp): the group with
 /// the smallest block that the plan is invariant under, or Kind::None (also where that group is
 /// trivial, block = ranks, or the request is not valid). A table, checked against
@@ -95,6 +123,7 @@ inline constexpr double kSimBytesPerOp = 25;
 /// same): a causal zigzag plan without a symmetry by label takes its algorithm's unmasked one, by cost
 /// (ir::RankSymmetry::zigzag_halves_alike).
 [[nodiscard]] ir::RankSymmetry plan_symmetry(const PlanRequest& req, bool zigzag_halves_alike = false);
+[[nodiscard]] ir::RankSymmetry plan_symmetry(const CheckedRequest& req, bool zigzag_halves_alike = false);
 /// The fewest ranks a rotation must move so that packed documents land on documents: k such that
 /// k shards hold a whole number of documents, where every document has one length and the layout is
 /// contiguous (so the mask repeats every k ranks, round the end too); 0 where there is no such k.
@@ -112,6 +141,9 @@ struct QuotientStats {
 /// Told the ops built so far, now and then while a plan is built (every PlanBuilder::kProgressOps).
 using PlanProgress = std::function<void(std::size_t ops)>;
 [[nodiscard]] Expected<ir::Plan> make_plan(const PlanRequest& req, ir::RankSymmetry quotient,
+                                           QuotientStats* stats = nullptr, const PlanProgress& progress = {});
+/// The same for a checked request: planned as it is, with no check again.
+[[nodiscard]] Expected<ir::Plan> make_plan(const CheckedRequest& req, ir::RankSymmetry quotient = {},
                                            QuotientStats* stats = nullptr, const PlanProgress& progress = {});
 
 }  // namespace charm::sched

@@ -1,0 +1,67 @@
+#pragma once
+// One algorithm on one topology as `charm simulate` runs it, from the request to the evaluation: the
+// balanced layout's chunk map solved, the request checked once (sched::CheckedRequest), the rank symmetry
+// chosen, the plan's memory checked against the budget, the plan built and simulated. The command line and
+// the Python module call it through tools/run_one.hpp; nothing here reads flags or prints.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "scheduler/planners/layout.hpp"
+#include "scheduler/planners/planners.hpp"
+#include "scheduler/support/enum_names.hpp"
+#include "sim/chunk_solver.hpp"
+#include "sim/evaluate.hpp"
+#include "topologies/topology.hpp"
+
+namespace charm::sim {
+
+/// Whether a run may simulate one class of symmetric ranks for all (sim::simulate on a quotient plan).
+enum class SymmetryUse { Auto, On, Off };
+inline constexpr EnumName<SymmetryUse> kSymmetryUseNames[] = {
+    {"auto", SymmetryUse::Auto}, {"on", SymmetryUse::On}, {"off", SymmetryUse::Off}};
+
+/// How far a run has got, for a progress line.
+struct RunProgress {
+  enum class Stage { Planning, Indexing, Simulating };
+  Stage stage = Stage::Planning;
+  std::size_t done = 0;  // ops planned (Planning) or simulated (Simulating)
+  double total = 0;      // ops: the estimate while planning, the plan's after
+};
+
+/// One group of ranks: `plan` (the algorithm, workload, ranks, domains) on `t`'s first GPUs, or on `gpus`.
+struct SimulationRequest {
+  sched::PlanRequest plan;
+  std::vector<std::int32_t> gpus;  // rank r on GPU gpus[r] (placed by hand: simulated rank by rank); empty: GPU r
+  SymmetryUse symmetry = SymmetryUse::Auto;
+  ChunkSolveOptions solve;  // the balanced layout's chunk map, where the workload has none
+  sched::MemoryBudget budget;
+  std::function<void(const RunProgress&)> progress;  // told now and then on the caller's thread; may be empty
+};
+
+/// The quotient to simulate `req` by on `t`, if `use` and the symmetries allow one; an error of --symmetry
+/// where `use` is On and none does.
+[[nodiscard]] Expected<ir::RankSymmetry> quotient_for(const sched::CheckedRequest& req, const topo::Topology& t,
+                                                      SymmetryUse use);
+
+/// `req`'s chunk map solved on `t` where its layout is balanced and it has none; the solution, or nothing
+/// where there was nothing to solve. Errors are the request's (ErrorKind::Input).
+[[nodiscard]] Expected<std::optional<ChunkSolution>> solve_chunks(sched::PlanRequest& req, const topo::Topology& t,
+                                                                  const ChunkSolveOptions& solve,
+                                                                  const sched::MemoryBudget& budget);
+
+/// Plans and simulates one group. A refusal of the request (the planner's, the symmetry's, the memory
+/// budget's) is an ErrorKind::Input error; a simulation that fails is ErrorKind::RunFailed.
+[[nodiscard]] Expected<Evaluation> simulate_request(const SimulationRequest& r, const topo::Topology& t);
+
+/// A deployment: every CP group of layout `l` on `t` runs `group.plan` (one CP group's request: l.cp ranks,
+/// TP's share of the heads) at once, simulated together (by whole groups' rotation where the layout and the
+/// topology share one). `block_model`: as evaluate_deployment's. Errors as simulate_request's.
+[[nodiscard]] Expected<Evaluation> simulate_deployment(const SimulationRequest& group, const sched::Layout& l,
+                                                       const topo::Topology& t,
+                                                       const ir::Workload* block_model = nullptr);
+
+}  // namespace charm::sim
