@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -125,6 +127,44 @@ std::string simulate_csv(const json& truth, const std::vector<SimRun>& runs, int
                        r.seq, e->summary.time_s * 1e3, ranks, domains);
   }
   return csv.str();
+}
+
+// A stack field is one line of topologies/stack_fields.def: for every line, a topology file's "stack" object
+// sets it (and refuses a value outside its quantity's range), the completed document writes it back,
+// calibrate's --set path reaches it, and the bounds registry knows it by its quantity.
+TEST(StackFields, EveryLineIsReadWrittenAndFitted) {
+  const json base = load_json("topologies/nominal/h100-2x8.json");
+  std::ifstream doc_in(test_support::source_path("docs/topology.md"));
+  const std::string topology_doc((std::istreambuf_iterator<char>(doc_in)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(topology_doc.empty());
+  for (const topo::StackField& f : topo::kStackFields) {
+    const std::string name(f.name), path = "stack." + name;
+    // A value inside every quantity's range and not its default: 0.5 passes, us, GB/s or a slowdown.
+    json doc = base;
+    doc["stack"] = {{"preset", "none"}, {name, 0.5}};
+    auto t = topo::parse_topology(doc, "stack-field.json");
+    ASSERT_TRUE(t) << name << ": " << t.error().message();
+    EXPECT_DOUBLE_EQ(t->stack.*f.member, 0.5) << name;
+    // Out of range: every quantity refuses a negative value, naming the field.
+    doc["stack"][name] = -1;
+    auto bad = topo::parse_topology(doc, "stack-field.json");
+    ASSERT_FALSE(bad) << name;
+    EXPECT_NE(bad.error().message().find("stack." + name), std::string::npos) << bad.error().message();
+    // Written back whole, so --set and --fit find it at its path.
+    json full = base;
+    ASSERT_TRUE(topo::complete_document(full, "stack-field.json"));
+    auto v = parameter_value(full, path, "stack-field.json");
+    ASSERT_TRUE(v) << path << ": " << v.error().message();
+    set_parameter(full, path, 0.75);
+    auto t2 = topo::parse_topology(full, "stack-field.json");
+    ASSERT_TRUE(t2) << path << ": " << t2.error().message();
+    EXPECT_DOUBLE_EQ(t2->stack.*f.member, 0.75) << path;
+    auto b = bounds_for(path, 0.75);
+    ASSERT_TRUE(b) << path;
+    EXPECT_TRUE(b->known) << path << ": the bounds registry has no rule for its quantity";
+    // And the users' table of stack fields names it.
+    EXPECT_NE(topology_doc.find("`" + name + "`"), std::string::npos) << name << " is not in docs/topology.md";
+  }
 }
 
 TEST(Calibrate, RecoversScaledParametersAndPredictsHeldOutRows) {
