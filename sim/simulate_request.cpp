@@ -38,8 +38,7 @@ Expected<ir::RankSymmetry> quotient_for(const sched::CheckedRequest& req, const 
 }
 
 Expected<std::optional<ChunkSolution>> solve_chunks(sched::PlanRequest& req, const topo::Topology& t,
-                                                    const ChunkSolveOptions& solve,
-                                                    const sched::MemoryBudget& budget) {
+                                                    const ChunkSolveOptions& solve, const sched::MemoryBudget& budget) {
   if (req.workload.layout != ir::Layout::Balanced || !req.workload.chunk_map.empty())
     return std::optional<ChunkSolution>();
   if (req.ranks > t.num_gpus())
@@ -77,8 +76,8 @@ Expected<Evaluation> simulate_request(const SimulationRequest& r, const topo::To
   const auto tell = [&](RunProgress::Stage stage, std::size_t done, double total) {
     if (r.progress) r.progress(RunProgress{stage, done, total});
   };
-  const double estimate = q.active() ? sched::estimate_quotient_plan(checked->get(), q).ops
-                                     : sched::estimate_plan(checked->get()).ops;
+  const double estimate =
+      q.active() ? sched::estimate_quotient_plan(checked->get(), q).ops : sched::estimate_plan(checked->get()).ops;
   auto plan = sched::make_plan(*checked, q, nullptr,
                                [&](std::size_t ops) { tell(RunProgress::Stage::Planning, ops, estimate); });
   if (!plan) return plan.error();
@@ -109,8 +108,7 @@ Expected<Evaluation> simulate_deployment(const SimulationRequest& group, const s
     const auto q = deployment_copies(l, t);
     if (q) copies = *q;
     if (use == SymmetryUse::On && !q)
-      return Error{"--symmetry",
-                   fmt::format("cannot simulate a class of CP groups for all: {}", q.error().message())};
+      return Error{"--symmetry", fmt::format("cannot simulate a class of CP groups for all: {}", q.error().message())};
   }
   if (auto s = group.budget.fits((e.plan_bytes + sched::kSimBytesPerOp * e.ops) * (copies + 1),
                                  fmt::format("the simulation of {} CP group{} ({} on {} ranks each: about {:.2g} ops)",
