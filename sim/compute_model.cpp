@@ -134,7 +134,7 @@ ComputeModel ComputeModel::from_topology(const topo::Topology& t, ir::DType dtyp
 }
 
 double ComputeModel::flops_per_pair(const ir::Workload& w, ir::Phase phase) {
-  return 4.0 * double(w.head_dim) * (phase == ir::Phase::Fwd ? 1.0 : 2.5);
+  return ir::attention_flops(1, 1, double(w.head_dim), 1, phase);
 }
 
 BlockShape BlockShape::of(double pairs, ir::MaskPiece mask) {
@@ -184,7 +184,7 @@ double ComputeModel::efficiency(const BlockShape& block, ir::Phase phase, double
 Seconds ComputeModel::busy_seconds(const BlockShape& block, ir::Phase phase, double head_dim, double batch_heads,
                                    double eff) const {
   const bool fwd = phase == ir::Phase::Fwd;
-  const double per_pair = 4.0 * head_dim * (fwd ? 1.0 : 2.5);
+  const double per_pair = ir::attention_flops(1, 1, head_dim, 1, phase);
   const double flops = block.pairs() * per_pair * batch_heads;
   const topo::KernelTile tile = fwd ? tile_fwd : tile_bwd;
   if (!shaped(phase)) {

@@ -386,8 +386,7 @@ bool Workload::operator==(const Workload& o) const {
 }
 
 Flops Workload::block_flops(Phase phase, int q_rank, int kv_rank, int ranks) const {
-  const double fwd = 4.0 * double(batch) * double(heads) * double(head_dim) * visible_pairs(q_rank, kv_rank, ranks);
-  return phase == Phase::Fwd ? fwd : 2.5 * fwd;
+  return attention_flops(double(batch), double(heads), double(head_dim), visible_pairs(q_rank, kv_rank, ranks), phase);
 }
 
 }  // namespace charm::ir

@@ -37,6 +37,14 @@ enum class Phase : std::uint8_t { Fwd, Bwd };
 [[nodiscard]] Expected<Layout> parse_layout(std::string_view s);
 [[nodiscard]] Expected<PassKind> parse_pass(std::string_view s);
 
+/// FlashAttention's FLOP count, the one formula every layer uses: 4 x head_dim for each visible (query, key)
+/// pair of each head forward (QK^T and PV, a multiply-add each), 2.5 times that backward. Multiplied in this
+/// order: the products of integers stay exact while they fit a double's 53 bits.
+[[nodiscard]] constexpr Flops attention_flops(double batch, double heads, double head_dim, double pairs, Phase phase) {
+  const double fwd = 4.0 * batch * heads * head_dim * pairs;
+  return phase == Phase::Fwd ? fwd : 2.5 * fwd;
+}
+
 /// The shape of the part of a (q shard, kv shard) block that the mask leaves.
 enum class MaskPiece : std::uint8_t {
   Empty,         // nothing visible: the pair is skipped

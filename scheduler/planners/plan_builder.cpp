@@ -364,8 +364,7 @@ Op PlanBuilder::block_op(Phase phase, BufferId q, BufferId kv) const {
         pairs +=
             visible_pairs(w, plan_.ranks, plan_.parts, x, rq.part_begin, rq.part_end, y, rk.part_begin, rk.part_end);
     const double heads = double(w.heads / w.kv_heads) * double(rq.heads());
-    const double fwd = 4.0 * double(w.batch) * heads * double(w.head_dim) * pairs;
-    op.flops = phase == Phase::Fwd ? fwd : 2.5 * fwd;
+    op.flops = ir::attention_flops(double(w.batch), heads, double(w.head_dim), pairs, phase);
   }
   op.buf[0] = q;
   op.buf[1] = kv;
