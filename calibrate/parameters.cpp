@@ -165,8 +165,8 @@ Expected<Bounds> bounds_for(const std::string& path, double base) {
   // A stack field's line of stack_fields.def says its quantity; the registry's first matching rule the rest's.
   std::optional<Bounds> found;
   if (const auto stack = stack_quantity(path)) found = stack_bounds(*stack, base);
-  for (const auto& r : registry())
-    if (!found && r.matches(path)) found = r.bounds(base);
+  for (auto r = registry().begin(); !found && r != registry().end(); ++r)
+    if (r->matches(path)) found = r->bounds(base);
   if (found) {
     Bounds b = *found;
     // A base value outside the physical range still has to be reachable by the fit.
