@@ -32,13 +32,13 @@ Expected<ir::RankSymmetry> quotient_for(const sched::CheckedRequest& req, const 
                                                              req->algo)});
   if (use == SymmetryUse::On && !q)
     return Error{"--symmetry", fmt::format("cannot simulate one class of ranks for all: {}", q.error().message())};
-  if (!q || (use == SymmetryUse::Auto && sched::estimate_plan(req.get()).ops < kQuotientFromOps))
-    return ir::RankSymmetry{};
+  if (!q || (use == SymmetryUse::Auto && req.estimate().ops < kQuotientFromOps)) return ir::RankSymmetry{};
   return *q;
 }
 
 Expected<std::optional<ChunkSolution>> solve_chunks(sched::PlanRequest& req, const topo::Topology& t,
                                                     const ChunkSolveOptions& solve, const sched::MemoryBudget& budget) {
+  req = sched::normalised(std::move(req));
   if (req.workload.layout != ir::Layout::Balanced || !req.workload.chunk_map.empty())
     return std::optional<ChunkSolution>();
   if (req.ranks > t.num_gpus())
@@ -57,29 +57,22 @@ Expected<std::optional<ChunkSolution>> solve_chunks(sched::PlanRequest& req, con
 }
 
 Expected<Evaluation> simulate_request(const SimulationRequest& r, const topo::Topology& t) {
-  sched::PlanRequest req = sched::normalised(r.plan);
-  auto chunks = solve_chunks(req, t, r.solve, r.budget);
-  if (!chunks) return chunks.error();
-  const auto checked = sched::CheckedRequest::check(std::move(req));
-  if (!checked) return checked.error();
   if (!r.gpus.empty() && r.symmetry == SymmetryUse::On)
     return Error{"--symmetry", "a --gpus map places every rank by hand: it is simulated rank by rank"};
   ir::RankSymmetry q;
   if (r.gpus.empty()) {
-    auto got = quotient_for(*checked, t, r.symmetry);
+    auto got = quotient_for(r.plan, t, r.symmetry);
     if (!got) return got.error();
     q = *got;
   }
-  // The simulator keeps times and state per op: about 30 bytes an op beside the plan (measured:
-  // 148 bytes an op in all for a 3.1M-op ring, 123 for a 2.1M-op charm); 60 leaves a margin.
-  if (auto s = r.budget.fits_plan(checked->get(), sched::kSimBytesPerOp, "the simulation", q); !s) return s.error();
+  // The plan and the simulator's state per op (kSimBytesPerOp) within the budget.
+  if (auto s = r.budget.fits_plan(r.plan, sched::kSimBytesPerOp, "the simulation", q); !s) return s.error();
   const auto tell = [&](RunProgress::Stage stage, std::size_t done, double total) {
     if (r.progress) r.progress(RunProgress{stage, done, total});
   };
-  const double estimate =
-      q.active() ? sched::estimate_quotient_plan(checked->get(), q).ops : sched::estimate_plan(checked->get()).ops;
-  auto plan = sched::make_plan(*checked, q, nullptr,
-                               [&](std::size_t ops) { tell(RunProgress::Stage::Planning, ops, estimate); });
+  auto plan = sched::make_plan(r.plan, q, nullptr, [&](std::size_t built, double estimated) {
+    tell(RunProgress::Stage::Planning, built, estimated);
+  });
   if (!plan) return plan.error();
   plan->gpus = r.gpus;
   // The simulator indexes the plan before its first op runs (seconds at a few million ops).
@@ -90,18 +83,15 @@ Expected<Evaluation> simulate_request(const SimulationRequest& r, const topo::To
   };
   auto e = evaluate_plan(std::move(plan).value(), t, options);
   if (!e) return run_failed(e.error());
-  e->chunks = std::move(chunks).value();
   return e;
 }
 
 Expected<Evaluation> simulate_deployment(const SimulationRequest& group, const sched::Layout& l,
                                          const topo::Topology& t, const ir::Workload* block_model) {
-  const auto checked = sched::CheckedRequest::check(group.plan);
-  if (!checked) return checked.error();
-  const sched::PlanRequest& req = checked->get();
+  const sched::PlanRequest& req = group.plan.get();
   // Whole groups stand for the others where the layout's rotation is one the topology has; as for one
   // group, --symmetry auto keeps every rank below a million ops.
-  const auto e = sched::estimate_plan(req);
+  const sched::PlanEstimate& e = group.plan.estimate();
   int copies = l.groups();
   const SymmetryUse use = group.symmetry;
   if (use == SymmetryUse::On || (use == SymmetryUse::Auto && e.ops * l.groups() >= kQuotientFromOps)) {

@@ -1,8 +1,9 @@
 #pragma once
-// One algorithm on one topology as `charm simulate` runs it, from the request to the evaluation: the
-// balanced layout's chunk map solved, the request checked once (sched::CheckedRequest), the rank symmetry
-// chosen, the plan's memory checked against the budget, the plan built and simulated. The command line and
-// the Python module call it through tools/run_one.hpp; nothing here reads flags or prints.
+// One algorithm on one topology as `charm simulate` runs it, from the request to the evaluation, each stage
+// once: the balanced layout's chunk map solved (solve_chunks, a stage of its own before), the request checked
+// (sched::CheckedRequest), the rank symmetry chosen, the plan's memory judged by the budget, the plan built and
+// simulated. The command line and the Python module call it through tools/run_one.hpp; nothing here reads
+// flags or prints.
 
 #include <cstddef>
 #include <cstdint>
@@ -10,8 +11,10 @@
 #include <optional>
 #include <vector>
 
+#include "scheduler/planners/estimate.hpp"
 #include "scheduler/planners/layout.hpp"
 #include "scheduler/planners/planners.hpp"
+#include "scheduler/planners/request.hpp"
 #include "scheduler/support/enum_names.hpp"
 #include "sim/chunk_solver.hpp"
 #include "sim/evaluate.hpp"
@@ -32,12 +35,12 @@ struct RunProgress {
   double total = 0;      // ops: the estimate while planning, the plan's after
 };
 
-/// One group of ranks: `plan` (the algorithm, workload, ranks, domains) on `t`'s first GPUs, or on `gpus`.
+/// One group of ranks: `plan` (the algorithm, workload, ranks, domains, checked; on the balanced layout with
+/// its chunk map) on `t`'s first GPUs, or on `gpus`.
 struct SimulationRequest {
-  sched::PlanRequest plan;
+  sched::CheckedRequest plan;
   std::vector<std::int32_t> gpus;  // rank r on GPU gpus[r] (placed by hand: simulated rank by rank); empty: GPU r
   SymmetryUse symmetry = SymmetryUse::Auto;
-  ChunkSolveOptions solve;  // the balanced layout's chunk map, where the workload has none
   sched::MemoryBudget budget;
   std::function<void(const RunProgress&)> progress;  // told now and then on the caller's thread; may be empty
 };
@@ -47,14 +50,15 @@ struct SimulationRequest {
 [[nodiscard]] Expected<ir::RankSymmetry> quotient_for(const sched::CheckedRequest& req, const topo::Topology& t,
                                                       SymmetryUse use);
 
-/// `req`'s chunk map solved on `t` where its layout is balanced and it has none; the solution, or nothing
-/// where there was nothing to solve. Errors are the request's (ErrorKind::Input).
+/// `req`'s chunk map solved on `t` where its layout is balanced and it has none (`req` normalised first, as the
+/// planner runs it); the solution, or nothing where there was nothing to solve. Errors are the request's
+/// (ErrorKind::Input).
 [[nodiscard]] Expected<std::optional<ChunkSolution>> solve_chunks(sched::PlanRequest& req, const topo::Topology& t,
                                                                   const ChunkSolveOptions& solve,
                                                                   const sched::MemoryBudget& budget);
 
-/// Plans and simulates one group. A refusal of the request (the planner's, the symmetry's, the memory
-/// budget's) is an ErrorKind::Input error; a simulation that fails is ErrorKind::RunFailed.
+/// Plans and simulates one group. A refusal of the request (the symmetry's, the memory budget's) is an
+/// ErrorKind::Input error; a simulation that fails is ErrorKind::RunFailed.
 [[nodiscard]] Expected<Evaluation> simulate_request(const SimulationRequest& r, const topo::Topology& t);
 
 /// A deployment: every CP group of layout `l` on `t` runs `group.plan` (one CP group's request: l.cp ranks,

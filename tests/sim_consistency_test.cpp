@@ -237,7 +237,7 @@ TEST(Progress, PlannerAndSimulatorReportGrowingCountsAndChangeNothing) {
   w.pass = PassKind::Both;
   const sched::PlanRequest req = sched::normalised({"ring", w, 128, 1});
   std::vector<std::size_t> planned;
-  auto plan = sched::make_plan(req, {}, nullptr, [&](std::size_t ops) { planned.push_back(ops); });
+  auto plan = sched::make_plan(req, {}, nullptr, [&](std::size_t ops, double) { planned.push_back(ops); });
   ASSERT_TRUE(plan.ok()) << plan.error().message();
   const std::size_t n = plan->size();
   ASSERT_GT(n, sched::PlanBuilder::kProgressOps) << "the case must be large enough to report";

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "scheduler/planners/layout.hpp"
+#include "scheduler/planners/request.hpp"
 #include "sim/simulator.hpp"
 #include "tools/cli_common.hpp"
 
@@ -47,21 +48,26 @@ std::optional<sim::ChunkSolution> solve_chunks(sched::PlanRequest& req, const to
 
 sim::Evaluation run_one(const std::string& algo, const ir::Workload& w, const topo::Topology& t, int domains, int ranks,
                         SymmetryUse use, const std::vector<std::int32_t>& gpus, const sim::ChunkSolveOptions& solve) {
+  sched::PlanRequest req{algo, w, ranks, domains};
+  auto chunks = solve_chunks(req, t, solve);
+  sim::SimulationRequest r{unwrap(sched::CheckedRequest::check(std::move(req))), gpus, use, memory_budget(), {}};
   // Runs at cluster scale take seconds to minutes: a progress line past the first second.
   ProgressLine progress;
-  sim::SimulationRequest r{{algo, w, ranks, domains}, gpus, use, solve, memory_budget(), {}};
   r.progress = [&](const sim::RunProgress& p) {
     progress.update([&] { return progress_text(algo, p, progress.elapsed()); });
   };
   auto e = sim::simulate_request(r, t);
   progress.finish();
-  return unwrap_run(std::move(e));
+  sim::Evaluation ev = unwrap_run(std::move(e));
+  ev.chunks = std::move(chunks);
+  return ev;
 }
 
 sim::Evaluation run_deployment(const std::string& algo, const ir::Workload& w, const topo::Topology& t, int domains,
                                const sched::Layout& l, SymmetryUse use, bool attention_block) {
   const ir::Workload group_w = unwrap(sched::group_workload(w, l));
-  const sim::SimulationRequest group{{algo, group_w, l.cp, domains}, {}, use, {}, memory_budget(), {}};
+  const sim::SimulationRequest group{
+      unwrap(sched::CheckedRequest::check({algo, group_w, l.cp, domains})), {}, use, memory_budget(), {}};
   return unwrap_run(sim::simulate_deployment(group, l, t, attention_block ? &w : nullptr));
 }
 
