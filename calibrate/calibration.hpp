@@ -32,8 +32,8 @@
 #include "calibrate/nccl_tests.hpp"
 #include "calibrate/parameters.hpp"
 #include "scheduler/planners/planners.hpp"
-#include "scheduler/support/enum_names.hpp"
-#include "scheduler/support/expected.hpp"
+#include "support/enum_names.hpp"
+#include "support/expected.hpp"
 
 namespace charm::calib {
 

@@ -28,9 +28,9 @@
 #include "calibrate/calibration.hpp"
 #include "calibrate/normal_equations.hpp"
 #include "scheduler/ir/plan_index.hpp"
-#include "scheduler/support/parallel_for.hpp"
 #include "sim/compute_model.hpp"
 #include "sim/evaluate.hpp"
+#include "support/parallel_for.hpp"
 #include "topologies/topology_json.hpp"
 
 namespace charm::calib::detail {

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "scheduler/ir/workload.hpp"
-#include "scheduler/support/expected.hpp"
+#include "support/expected.hpp"
 
 namespace charm::calib {
 

@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "scheduler/ir/workload.hpp"
-#include "scheduler/support/enum_names.hpp"
-#include "scheduler/support/expected.hpp"
+#include "support/enum_names.hpp"
+#include "support/expected.hpp"
 
 namespace charm::calib {
 

@@ -1,7 +1,7 @@
 #include "calibrate/measurements.hpp"
 
 #include "calibrate/csv_records.hpp"
-#include "scheduler/support/enum_names.hpp"
+#include "support/enum_names.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -18,9 +18,9 @@
 #include <sstream>
 
 #include "scheduler/planners/planners.hpp"
-#include "scheduler/support/csv_field.hpp"
-#include "scheduler/support/input_file.hpp"
-#include "scheduler/support/suggest.hpp"
+#include "support/csv_field.hpp"
+#include "support/input_file.hpp"
+#include "support/suggest.hpp"
 
 namespace charm::calib {
 

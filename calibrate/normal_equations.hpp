@@ -7,7 +7,7 @@
 #include <optional>
 #include <vector>
 
-#include "scheduler/support/expected.hpp"
+#include "support/expected.hpp"
 
 namespace charm::calib {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "scheduler/support/expected.hpp"
+#include "support/expected.hpp"
 
 namespace charm::calib {
 

@@ -9,7 +9,7 @@
 
 #include "python/module_support.hpp"
 #include "scheduler/planners/algorithms.hpp"
-#include "scheduler/support/json_text.hpp"
+#include "support/json_text.hpp"
 
 namespace charm::python {
 

@@ -13,7 +13,7 @@
 #include <mutex>
 #include <string>
 
-#include "scheduler/support/expected.hpp"
+#include "support/expected.hpp"
 
 namespace charm::rt {
 

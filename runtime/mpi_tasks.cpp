@@ -30,7 +30,7 @@
 #include "runtime/mpi_check.hpp"
 #include "runtime/mpi_comms.hpp"
 #include "runtime/mpi_context.hpp"
-#include "scheduler/support/first_exception.hpp"
+#include "support/first_exception.hpp"
 
 namespace charm::rt {
 

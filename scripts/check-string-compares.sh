@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Values are told apart by type, not by text. Fails when
 #   - any source compares an error's text (Error::message(), ::what, ::where) against anything: code asks
-#     Error::kind instead (scheduler/support/expected.hpp). A line that reads `where` as a place (rewriting a
+#     Error::kind instead (support/expected.hpp). A line that reads `where` as a place (rewriting a
 #     path, matching an op's label) says "a place, not a meaning";
 #   - the sources of sim/, tools/ and calibrate/ hold 15 or more comparisons (== or !=) against a string literal:
-#     an enum's spellings live in one table (EnumName, scheduler/support/enum_names.hpp) and parse_enum reads it.
+#     an enum's spellings live in one table (EnumName, support/enum_names.hpp) and parse_enum reads it.
 # The comparisons left are spellings of formats other programs write (an nccl-tests header, a CSV's byte-order
 # mark, the command's own first argument); the script lists them.
 set -euo pipefail

@@ -27,7 +27,7 @@ what = {
     "charm_chakra": "scheduler/chakra/: Chakra export",
     "charm_trace": "scheduler/trace/: timelines and traces",
     "charm_ir": "scheduler/ir/: the plan (one IR)",
-    "charm_support": "scheduler/support/: files, JSON, errors",
+    "charm_support": "support/: files, JSON, errors",
 }
 text = open(sys.argv[1]).read()
 names = {}

@@ -11,9 +11,9 @@
 
 #include "scheduler/planners/algorithms.hpp"
 #include "scheduler/planners/planners.hpp"
-#include "scheduler/support/parallel_for.hpp"
 #include "sim/evaluate.hpp"
 #include "sim/frameworks.hpp"
+#include "support/parallel_for.hpp"
 
 namespace charm::sim {
 

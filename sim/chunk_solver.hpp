@@ -24,8 +24,8 @@
 
 #include "scheduler/ir/workload.hpp"
 #include "scheduler/planners/planners.hpp"
-#include "scheduler/support/expected.hpp"
 #include "sim/compute_model.hpp"
+#include "support/expected.hpp"
 #include "topologies/topology.hpp"
 
 namespace charm::sim {

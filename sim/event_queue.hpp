@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "scheduler/support/expected.hpp"
+#include "support/expected.hpp"
 
 namespace charm::sim {
 

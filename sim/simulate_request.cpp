@@ -86,27 +86,31 @@ Expected<Evaluation> simulate_request(const SimulationRequest& r, const topo::To
   return e;
 }
 
-Expected<Evaluation> simulate_deployment(const SimulationRequest& group, const sched::Layout& l,
-                                         const topo::Topology& t, const ir::Workload* block_model) {
-  const sched::PlanRequest& req = group.plan.get();
+Expected<Evaluation> simulate_deployment(const DeploymentRequest& d, const topo::Topology& t) {
+  const sched::Layout& l = d.layout;
+  const auto group_w = sched::group_workload(d.model.workload, l);
+  if (!group_w) return group_w.error();
+  const auto group = sched::CheckedRequest::check({d.model.algo, *group_w, l.cp, d.model.domains});
+  if (!group) return group.error();
+  const sched::PlanRequest& req = group->get();
   // Whole groups stand for the others where the layout's rotation is one the topology has; as for one
   // group, --symmetry auto keeps every rank below a million ops.
-  const sched::PlanEstimate& e = group.plan.estimate();
+  const sched::PlanEstimate& e = group->estimate();
   int copies = l.groups();
-  const SymmetryUse use = group.symmetry;
+  const SymmetryUse use = d.symmetry;
   if (use == SymmetryUse::On || (use == SymmetryUse::Auto && e.ops * l.groups() >= kQuotientFromOps)) {
     const auto q = deployment_copies(l, t);
     if (q) copies = *q;
     if (use == SymmetryUse::On && !q)
       return Error{"--symmetry", fmt::format("cannot simulate a class of CP groups for all: {}", q.error().message())};
   }
-  if (auto s = group.budget.fits((e.plan_bytes + sched::kSimBytesPerOp * e.ops) * (copies + 1),
-                                 fmt::format("the simulation of {} CP group{} ({} on {} ranks each: about {:.2g} ops)",
-                                             copies, copies == 1 ? "" : "s", req.algo, l.cp, e.ops * copies),
-                                 "--cp");
+  if (auto s = d.budget.fits((e.plan_bytes + sched::kSimBytesPerOp * e.ops) * (copies + 1),
+                             fmt::format("the simulation of {} CP group{} ({} on {} ranks each: about {:.2g} ops)",
+                                         copies, copies == 1 ? "" : "s", req.algo, l.cp, e.ops * copies),
+                             "--cp");
       !s)
     return s.error();
-  auto r = evaluate_deployment(req, l, copies, t, block_model);
+  auto r = evaluate_deployment(req, l, copies, t, d.attention_block ? &d.model.workload : nullptr);
   if (!r) return run_failed(r.error());
   return r;
 }

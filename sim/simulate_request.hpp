@@ -15,9 +15,9 @@
 #include "scheduler/planners/layout.hpp"
 #include "scheduler/planners/planners.hpp"
 #include "scheduler/planners/request.hpp"
-#include "scheduler/support/enum_names.hpp"
 #include "sim/chunk_solver.hpp"
 #include "sim/evaluate.hpp"
+#include "support/enum_names.hpp"
 #include "topologies/topology.hpp"
 
 namespace charm::sim {
@@ -61,11 +61,19 @@ struct SimulationRequest {
 /// ErrorKind::Input error; a simulation that fails is ErrorKind::RunFailed.
 [[nodiscard]] Expected<Evaluation> simulate_request(const SimulationRequest& r, const topo::Topology& t);
 
-/// A deployment: every CP group of layout `l` on `t` runs `group.plan` (one CP group's request: l.cp ranks,
-/// TP's share of the heads) at once, simulated together (by whole groups' rotation where the layout and the
-/// topology share one). `block_model`: as evaluate_deployment's. Errors as simulate_request's.
-[[nodiscard]] Expected<Evaluation> simulate_deployment(const SimulationRequest& group, const sched::Layout& l,
-                                                       const topo::Topology& t,
-                                                       const ir::Workload* block_model = nullptr);
+/// A deployment: every CP group of `layout` runs `model`'s algorithm at once, each on the whole model's
+/// workload with TP's share of the heads (sched::group_workload) over layout.cp ranks and `model.domains`.
+struct DeploymentRequest {
+  sched::PlanRequest model;  // the algorithm, the whole model's workload and the domains (its ranks: unused)
+  sched::Layout layout;
+  SymmetryUse symmetry = SymmetryUse::Auto;
+  sched::MemoryBudget budget;
+  bool attention_block = false;  // whole attention blocks' times, TP's collectives and GEMMs included (--tp given)
+};
+
+/// Plans and simulates a deployment's CP groups together (by whole groups' rotation where the layout and the
+/// topology share one). Heads or kv heads that TP does not divide are --tp's errors; the rest as
+/// simulate_request's.
+[[nodiscard]] Expected<Evaluation> simulate_deployment(const DeploymentRequest& d, const topo::Topology& t);
 
 }  // namespace charm::sim

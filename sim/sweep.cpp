@@ -14,10 +14,10 @@
 #include "scheduler/ir/plan_io.hpp"
 #include "scheduler/planners/algorithms.hpp"
 #include "scheduler/planners/planners.hpp"
-#include "scheduler/support/csv_field.hpp"
-#include "scheduler/support/first_exception.hpp"
 #include "sim/evaluate.hpp"
 #include "sim/explain.hpp"
+#include "support/csv_field.hpp"
+#include "support/first_exception.hpp"
 
 namespace charm::sim {
 

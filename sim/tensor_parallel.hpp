@@ -26,7 +26,7 @@
 
 #include "scheduler/ir/workload.hpp"
 #include "scheduler/planners/layout.hpp"
-#include "scheduler/support/expected.hpp"
+#include "support/expected.hpp"
 #include "topologies/topology.hpp"
 
 namespace charm::sim {

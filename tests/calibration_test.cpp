@@ -131,7 +131,8 @@ std::string simulate_csv(const json& truth, const std::vector<SimRun>& runs, int
 
 // A stack field is one line of topologies/stack_fields.def: for every line, a topology file's "stack" object
 // sets it (and refuses a value outside its quantity's range), the completed document writes it back,
-// calibrate's --set path reaches it, and the bounds registry knows it by its quantity.
+// calibrate's --set path reaches it, the bounds registry knows it by its quantity, and docs/topology.md's
+// field table has the line's default and meaning.
 TEST(StackFields, EveryLineIsReadWrittenAndFitted) {
   const json base = load_json("topologies/nominal/h100-2x8.json");
   std::ifstream doc_in(test_support::source_path("docs/topology.md"));
@@ -162,9 +163,14 @@ TEST(StackFields, EveryLineIsReadWrittenAndFitted) {
     auto b = bounds_for(path, 0.75);
     ASSERT_TRUE(b) << path;
     EXPECT_TRUE(b->known) << path << ": the bounds registry has no rule for its quantity";
-    // And the users' table of stack fields names it.
-    EXPECT_NE(topology_doc.find("`" + name + "`"), std::string::npos) << name << " is not in docs/topology.md";
   }
+  // The users' table of stack fields is the .def's lines, as they read now.
+  std::string rows;
+  for (const topo::StackField& f : topo::kStackFields)
+    rows += fmt::format("| `{}` | {:g} | {} |\n", f.name, f.default_value, f.meaning);
+  EXPECT_NE(topology_doc.find(rows), std::string::npos)
+      << "docs/topology.md's stack field table (after its `preset` row) should read, from stack_fields.def:\n"
+      << rows;
 }
 
 TEST(Calibrate, RecoversScaledParametersAndPredictsHeldOutRows) {

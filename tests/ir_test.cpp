@@ -11,8 +11,8 @@
 #include "scheduler/ir/plan_index.hpp"
 #include "scheduler/ir/plan_io.hpp"
 #include "scheduler/planners/planners.hpp"
-#include "scheduler/support/json_text.hpp"
-#include "scheduler/support/suggest.hpp"
+#include "support/json_text.hpp"
+#include "support/suggest.hpp"
 
 using namespace charm;
 using namespace charm::ir;

@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "scheduler/support/parallel_for.hpp"
+#include "support/parallel_for.hpp"
 
 namespace charm {
 namespace {

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "calibrate/kernel_times.hpp"
-#include "scheduler/support/expected.hpp"
+#include "support/expected.hpp"
 
 namespace charm::cli {
 

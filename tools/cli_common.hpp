@@ -12,9 +12,9 @@
 
 #include "scheduler/ir/workload.hpp"
 #include "scheduler/planners/planners.hpp"
-#include "scheduler/support/enum_names.hpp"
-#include "scheduler/support/expected.hpp"
 #include "sim/chunk_solver.hpp"
+#include "support/enum_names.hpp"
+#include "support/expected.hpp"
 
 // CLI11's types by name only: the files that define options include <CLI/CLI.hpp> (about 10 s of
 // compile time per file at -O3), the report and test files that include this one do not.

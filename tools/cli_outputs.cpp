@@ -20,7 +20,7 @@
 #include <utility>
 #include <vector>
 
-#include "scheduler/support/input_file.hpp"
+#include "support/input_file.hpp"
 
 namespace charm::cli {
 

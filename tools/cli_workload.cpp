@@ -11,8 +11,8 @@
 #include <string_view>
 #include <vector>
 
-#include "scheduler/support/input_file.hpp"
-#include "scheduler/support/json_text.hpp"
+#include "support/input_file.hpp"
+#include "support/json_text.hpp"
 
 namespace charm::cli {
 

@@ -7,9 +7,9 @@
 
 #include <iostream>
 
-#include "scheduler/support/input_file.hpp"
-#include "scheduler/support/json_text.hpp"
 #include "scheduler/trace/diff.hpp"
+#include "support/input_file.hpp"
+#include "support/json_text.hpp"
 #include "tools/cli_common.hpp"
 
 namespace charm::cli {

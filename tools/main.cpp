@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "scheduler/support/suggest.hpp"
+#include "support/suggest.hpp"
 #include "tools/cli_common.hpp"
 
 namespace charm::cli {

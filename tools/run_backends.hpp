@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "runtime/executor.hpp"
-#include "scheduler/support/enum_names.hpp"
+#include "support/enum_names.hpp"
 #include "tools/plan_flags.hpp"
 
 // CLI11's types by name only: the files that define options include <CLI/CLI.hpp> (about 10 s of

@@ -65,10 +65,7 @@ sim::Evaluation run_one(const std::string& algo, const ir::Workload& w, const to
 
 sim::Evaluation run_deployment(const std::string& algo, const ir::Workload& w, const topo::Topology& t, int domains,
                                const sched::Layout& l, SymmetryUse use, bool attention_block) {
-  const ir::Workload group_w = unwrap(sched::group_workload(w, l));
-  const sim::SimulationRequest group{
-      unwrap(sched::CheckedRequest::check({algo, group_w, l.cp, domains})), {}, use, memory_budget(), {}};
-  return unwrap_run(sim::simulate_deployment(group, l, t, attention_block ? &w : nullptr));
+  return unwrap_run(sim::simulate_deployment({{algo, w, l.cp, domains}, l, use, memory_budget(), attention_block}, t));
 }
 
 sim::Evaluation run_simulation(std::optional<ir::Plan> file_plan, const std::string& algo, const ir::Workload& w,

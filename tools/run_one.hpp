@@ -8,9 +8,9 @@
 
 #include "scheduler/ir/workload.hpp"
 #include "scheduler/planners/layout.hpp"
-#include "scheduler/support/enum_names.hpp"
 #include "sim/evaluate.hpp"
 #include "sim/simulate_request.hpp"
+#include "support/enum_names.hpp"
 #include "tools/cluster_flags.hpp"
 #include "topologies/topology.hpp"
 

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "scheduler/support/expected.hpp"
 #include "sim/sweep.hpp"
+#include "support/expected.hpp"
 
 namespace charm::cli {
 

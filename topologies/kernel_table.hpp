@@ -17,7 +17,7 @@
 #include <string_view>
 #include <vector>
 
-#include "scheduler/support/expected.hpp"
+#include "support/expected.hpp"
 
 namespace charm::topo {
 

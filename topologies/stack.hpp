@@ -17,7 +17,7 @@
 #include <string_view>
 #include <vector>
 
-#include "scheduler/support/expected.hpp"
+#include "support/expected.hpp"
 
 namespace charm::topo {
 
@@ -33,7 +33,7 @@ enum class StackQuantity {
 
 struct StackSpec {
   std::string preset = "none";
-#define CHARM_STACK_FIELD(name, value, quantity) double name = value;
+#define CHARM_STACK_FIELD(name, value, quantity, meaning) double name = value;
 #include "topologies/stack_fields.def"
 #undef CHARM_STACK_FIELD
   std::string kernel = "fa2";    // the kernel library the framework runs by default
@@ -57,9 +57,12 @@ struct StackField {
   std::string_view name;  // the member's and the JSON key's
   double StackSpec::*member;
   StackQuantity quantity;
+  double default_value;      // where a preset sets none
+  std::string_view meaning;  // one sentence or two, as docs/topology.md's field table has it
 };
 inline constexpr StackField kStackFields[] = {
-#define CHARM_STACK_FIELD(name, value, quantity) {#name, &StackSpec::name, StackQuantity::quantity},
+#define CHARM_STACK_FIELD(name, value, quantity, meaning)                                                              \
+  {#name, &StackSpec::name, StackQuantity::quantity, value, meaning},
 #include "topologies/stack_fields.def"
 #undef CHARM_STACK_FIELD
 };

@@ -34,9 +34,9 @@
 #include <string_view>
 #include <vector>
 
-#include "scheduler/support/dtype.hpp"
-#include "scheduler/support/enum_names.hpp"
-#include "scheduler/support/expected.hpp"
+#include "support/dtype.hpp"
+#include "support/enum_names.hpp"
+#include "support/expected.hpp"
 #include "topologies/gpu_arch.hpp"
 #include "topologies/kernel_table.hpp"
 #include "topologies/stack.hpp"

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "scheduler/support/input_file.hpp"
-#include "scheduler/support/json_text.hpp"
+#include "support/input_file.hpp"
+#include "support/json_text.hpp"
 #include "topologies/topology_reader.hpp"
 
 // The loader's entry points and the document's "routes"; its other parts are in the files topology_reader.hpp

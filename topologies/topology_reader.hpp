@@ -17,7 +17,7 @@
 #include <map>
 #include <string>
 
-#include "scheduler/support/expected.hpp"
+#include "support/expected.hpp"
 #include "topologies/topology.hpp"
 #include "topologies/topology_json.hpp"
 

@@ -11,7 +11,7 @@
 
 #include <cublas_v2.h>
 
-#include "scheduler/support/expected.hpp"
+#include "support/expected.hpp"
 
 namespace charm::rt::cuda::blas {
 

@@ -9,7 +9,7 @@
 
 #include <string>
 
-#include "scheduler/support/expected.hpp"
+#include "support/expected.hpp"
 
 namespace charm::rt::cuda {
 

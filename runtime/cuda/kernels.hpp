@@ -13,7 +13,7 @@
 #include <cstdint>
 
 #include "scheduler/ir/workload.hpp"
-#include "scheduler/support/expected.hpp"
+#include "support/expected.hpp"
 
 namespace charm::rt::cuda {
 

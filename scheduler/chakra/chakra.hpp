@@ -16,7 +16,7 @@
 #include <string>
 
 #include "scheduler/ir/plan.hpp"
-#include "scheduler/support/expected.hpp"
+#include "support/expected.hpp"
 
 namespace charm::chakra {
 

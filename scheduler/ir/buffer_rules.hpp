@@ -3,7 +3,7 @@
 // validator proves them of every buffer, and the executors check them before they allocate.
 
 #include "scheduler/ir/plan.hpp"
-#include "scheduler/support/expected.hpp"
+#include "support/expected.hpp"
 
 namespace charm::ir {
 

@@ -11,7 +11,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "scheduler/support/expected.hpp"
+#include "support/expected.hpp"
 
 namespace charm::ir::detail {
 

@@ -1,7 +1,7 @@
 // A plan from JSON (its buffers, results, ops and placement) and load_plan, which reads a plan file.
 #include "scheduler/ir/plan_io.hpp"
 
-#include "scheduler/support/json_text.hpp"
+#include "support/json_text.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "scheduler/ir/json_reader.hpp"
-#include "scheduler/support/input_file.hpp"
+#include "support/input_file.hpp"
 
 namespace charm::ir {
 

@@ -18,7 +18,7 @@
 
 #include <cstdint>
 
-#include "scheduler/support/expected.hpp"
+#include "support/expected.hpp"
 
 namespace charm::ir {
 

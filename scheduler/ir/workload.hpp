@@ -13,15 +13,15 @@
 #include <string_view>
 #include <vector>
 
-#include "scheduler/support/dtype.hpp"
-#include "scheduler/support/expected.hpp"
+#include "support/dtype.hpp"
+#include "support/expected.hpp"
 
 namespace charm::ir {
 
 using Bytes = std::uint64_t;
 using Flops = double;
 
-// Element types live below every layer (scheduler/support/dtype.hpp); the IR names them as its own.
+// Element types live below every layer (support/dtype.hpp); the IR names them as its own.
 using charm::DType;
 using charm::dtype_size;
 using charm::parse_dtype;

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "scheduler/support/expected.hpp"
+#include "support/expected.hpp"
 
 namespace charm::sched {
 

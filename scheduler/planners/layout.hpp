@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "scheduler/ir/plan.hpp"
-#include "scheduler/support/expected.hpp"
+#include "support/expected.hpp"
 
 namespace charm::sched {
 

@@ -12,7 +12,7 @@
 #include "scheduler/planners/algorithms.hpp"
 #include "scheduler/planners/comm_list.hpp"
 #include "scheduler/planners/schedules.hpp"
-#include "scheduler/support/suggest.hpp"
+#include "support/suggest.hpp"
 
 namespace charm::sched {
 

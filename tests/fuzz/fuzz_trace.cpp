@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <string>
 
-#include "scheduler/support/json_text.hpp"
 #include "scheduler/trace/diff.hpp"
+#include "support/json_text.hpp"
 
 namespace {
 const nlohmann::json& reference() {

@@ -1,4 +1,4 @@
-#include "scheduler/support/csv_field.hpp"
+#include "support/csv_field.hpp"
 
 namespace charm {
 

@@ -1,4 +1,4 @@
-#include "scheduler/support/input_file.hpp"
+#include "support/input_file.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>

@@ -1,4 +1,4 @@
-#include "scheduler/support/json_text.hpp"
+#include "support/json_text.hpp"
 
 #include <fmt/format.h>
 

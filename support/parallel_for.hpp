@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "scheduler/support/first_exception.hpp"
+#include "support/first_exception.hpp"
 
 namespace charm {
 

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string_view>
 
-#include "scheduler/support/enum_names.hpp"
-#include "scheduler/support/expected.hpp"
+#include "support/enum_names.hpp"
+#include "support/expected.hpp"
 
 namespace charm {
 

@@ -1,4 +1,4 @@
-#include "scheduler/support/suggest.hpp"
+#include "support/suggest.hpp"
 
 #include <algorithm>
 #include <cctype>

@@ -12,7 +12,7 @@
 #include <string>
 #include <string_view>
 
-#include "scheduler/support/expected.hpp"
+#include "support/expected.hpp"
 
 namespace charm {
 

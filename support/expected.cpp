@@ -1,4 +1,4 @@
-#include "scheduler/support/expected.hpp"
+#include "support/expected.hpp"
 
 #include <cstdio>
 #include <cstdlib>

@@ -1,4 +1,4 @@
-#include "scheduler/support/dtype.hpp"
+#include "support/dtype.hpp"
 
 #include <fmt/format.h>
 
