@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "runtime/reference.hpp"
+#include "runtime/stall.hpp"
 #include "runtime/thread_transport.hpp"
 
 namespace charm::rt {
@@ -61,27 +62,26 @@ bool has_counterpart(const ir::Plan& plan, ir::OpId id) {
   return false;
 }
 
-/// The blocked op that explains the stall best: a transfer whose counterpart does
-/// not exist, else any op stuck in the transport, else the first one.
-const BlockedOp* root_cause(const ir::Plan& plan, const std::vector<BlockedOp>& blocked, bool& orphan) {
-  orphan = false;
-  const BlockedOp* in_transport = nullptr;
-  for (const auto& b : blocked) {
-    if (!b.in_transport) continue;
-    if (!has_counterpart(plan, b.op)) {
-      orphan = true;
-      return &b;
-    }
-    if (in_transport == nullptr) in_transport = &b;
-  }
-  if (in_transport != nullptr) return in_transport;
-  return blocked.empty() ? nullptr : &blocked.front();
+/// The blocked ops as a stall report weighs them (stall_root_cause).
+std::vector<WaitingOp> waiting_ops(const ir::Plan& plan, const std::vector<BlockedOp>& blocked) {
+  std::vector<WaitingOp> waiting;
+  for (const auto& b : blocked) waiting.push_back({b.in_transport, b.in_transport && !has_counterpart(plan, b.op)});
+  return waiting;
+}
+
+/// Whether the op that explains the stall best is a transfer the plan gives no counterpart.
+bool orphan_at_root(const ir::Plan& plan, const std::vector<BlockedOp>& blocked) {
+  const std::vector<WaitingOp> waiting = waiting_ops(plan, blocked);
+  const std::size_t at = stall_root_cause(waiting);
+  return at < waiting.size() && waiting[at].orphan;
 }
 
 std::string stall_message(const ir::Plan& plan, const std::vector<BlockedOp>& blocked, double seconds) {
-  bool orphan = false;
-  const BlockedOp* pick = root_cause(plan, blocked, orphan);
-  if (pick == nullptr) return fmt::format("stall: no progress for {:.1f} s, but no op is waiting", seconds);
+  const std::vector<WaitingOp> waiting = waiting_ops(plan, blocked);
+  const std::size_t at = stall_root_cause(waiting);
+  if (at == blocked.size()) return fmt::format("stall: no progress for {:.1f} s, but no op is waiting", seconds);
+  const BlockedOp* pick = &blocked[at];
+  const bool orphan = waiting[at].orphan;
   std::string what;
   if (pick->in_transport)
     what = fmt::format("op {} '{}' ({})", pick->op, ir::op_label(plan, pick->op),
@@ -169,8 +169,7 @@ Status drive(std::span<RankExecutor* const> execs, const ir::Plan& plan, const R
         last_change = now;
         continue;
       }
-      bool orphan = false;
-      (void)root_cause(plan, blocked, orphan);
+      const bool orphan = orphan_at_root(plan, blocked);
       // With one rank per process, a rank that only waits behind another gives that
       // rank's watchdog a head start, so the root cause is what gets reported.
       if (!orphan && execs.size() < std::size_t(plan.ranks) && !deferred) {
@@ -234,8 +233,7 @@ DriveOutcome drive_job(std::span<RankExecutor* const> execs, const ir::Plan& pla
         last_change = now;
         continue;
       }
-      bool orphan = false;
-      (void)root_cause(plan, blocked, orphan);
+      const bool orphan = orphan_at_root(plan, blocked);
       // A rank that only waits behind another gives the rank whose op has no peer a short
       // head start (every watchdog of the job sees the same rounds), so the root cause is
       // what gets reported first.

@@ -9,6 +9,7 @@
 
 #include "runtime/executor.hpp"
 #include "runtime/region_copy.hpp"
+#include "runtime/stall.hpp"
 #include "runtime_region_test_support.hpp"
 #include "scheduler/ir/buffer_rules.hpp"
 #include "scheduler/planners/plan_builder.hpp"
@@ -388,3 +389,13 @@ TEST(RegionRules, PartsThatDoNotDivideTheShardAreAnError) {
 
 }  // namespace
 }  // namespace charm::rt
+
+// The one stall rule both executors report by: a transfer the plan gives no counterpart, else a transfer,
+// else the first waiting op.
+TEST(StallRule, AnOrphanTransferThenATransferThenTheFirst) {
+  using W = charm::rt::WaitingOp;
+  EXPECT_EQ(charm::rt::stall_root_cause(std::vector<W>{}), 0u);  // none waits: the size
+  EXPECT_EQ(charm::rt::stall_root_cause(std::vector<W>{{false, false}, {false, false}}), 0u);
+  EXPECT_EQ(charm::rt::stall_root_cause(std::vector<W>{{false, false}, {true, false}, {true, false}}), 1u);
+  EXPECT_EQ(charm::rt::stall_root_cause(std::vector<W>{{true, false}, {false, false}, {true, true}, {true, true}}), 2u);
+}

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "runtime/cuda/cuda_check.hpp"
+#include "runtime/stall.hpp"
 
 namespace charm::rt::cuda {
 
@@ -222,24 +223,21 @@ Expected<bool> PlanRunner::step(Lane& l) {
 }
 
 std::string PlanRunner::stuck_message(bool enqueue) const {
-  // The op that explains the stall best: a transfer without a counterpart, else a transfer, else any.
-  const Lane* pick = nullptr;
-  bool orphan = false;
+  // The op that explains the stall best (stall_root_cause), of each stuck lane's next op.
+  std::vector<const Lane*> stuck_lanes;
+  std::vector<WaitingOp> waiting;
   for (const auto& l : lanes_) {
     const std::size_t at = enqueue ? l.next : l.done;
     if (at >= l.ops.size()) continue;
     const OpId id = l.ops[at];
     const bool comm = is_comm(plan_.op(id));
-    const bool lone = comm && !hooks_.issue_group && idx_.partner(id) == ir::kNone;
-    if (lone && !orphan) {
-      pick = &l;
-      orphan = true;
-    } else if (pick == nullptr ||
-               (!orphan && comm && !is_comm(plan_.op(pick->ops[enqueue ? pick->next : pick->done])))) {
-      pick = &l;
-    }
+    stuck_lanes.push_back(&l);
+    waiting.push_back({comm, comm && !hooks_.issue_group && idx_.partner(id) == ir::kNone});
   }
-  if (pick == nullptr) return "stall: no op is waiting";
+  const std::size_t at = stall_root_cause(waiting);
+  if (at == waiting.size()) return "stall: no op is waiting";
+  const Lane* pick = stuck_lanes[at];
+  const bool orphan = waiting[at].orphan;
   const OpId id = pick->ops[enqueue ? pick->next : pick->done];
   std::string why;
   if (orphan)
@@ -257,8 +255,7 @@ std::string PlanRunner::stuck_message(bool enqueue) const {
     }
     if (why.empty()) why = "its kernel has not finished";
   }
-  std::size_t stuck = 0;
-  for (const auto& l : lanes_) stuck += (enqueue ? l.next : l.done) < l.ops.size() ? 1 : 0;
+  const std::size_t stuck = stuck_lanes.size();
   return fmt::format("stall: {}: rank {} stream {} waits on op {} '{}' ({}); {} stream(s) blocked",
                      enqueue ? "the plan cannot be issued" : fmt::format("no progress for {:.1f} s", opt_.timeout_s),
                      pick->rank, ir::to_string(pick->stream), id, ir::op_label(plan_, id), why, stuck);
