@@ -35,13 +35,34 @@ function(charm_compile_together target group)
   endif()
 endfunction()
 
-# charm_setup_target(<target> [NO_PCH]): warnings, sanitizers, the repository's include root and,
-# unless NO_PCH (a one-file program gains nothing from its own), the precompiled headers.
+# charm_library_flags(<target>): what every library compiles with beyond the warnings, so that all of
+# them can share one precompiled header: position-independent code (the Python module links them into a
+# shared object) without semantic interposition (so the command line's code keeps its inlining).
+function(charm_library_flags target)
+  set_target_properties(${target} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-fno-semantic-interposition>)
+  endif()
+endfunction()
+
+# charm_setup_target(<target> [NO_PCH] [OWN_PCH] [PCH_EXTRA header...]): warnings, sanitizers, the
+# repository's include root and the precompiled headers. A library shares the libraries' one
+# (charm_share_library_pch) unless it compiles with other flags (OWN_PCH) or more headers (PCH_EXTRA);
+# a program has its own; NO_PCH: none (a one-file program gains nothing from its own).
 function(charm_setup_target target)
-  cmake_parse_arguments(S "NO_PCH" "" "PCH_EXTRA" ${ARGN})
+  cmake_parse_arguments(S "NO_PCH;OWN_PCH" "" "PCH_EXTRA" ${ARGN})
   target_link_libraries(${target} PRIVATE charm::warnings)
   target_include_directories(${target} PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>)
-  if(NOT S_NO_PCH)
+  get_target_property(type ${target} TYPE)
+  if(type STREQUAL "STATIC_LIBRARY")
+    charm_library_flags(${target})
+  endif()
+  if(S_NO_PCH)
+    return()
+  endif()
+  if(type STREQUAL "STATIC_LIBRARY" AND NOT S_OWN_PCH AND NOT S_PCH_EXTRA)
+    charm_share_library_pch(${target})
+  else()
     charm_precompile_headers(${target} EXTRA ${S_PCH_EXTRA})
   endif()
 endfunction()
