@@ -226,14 +226,14 @@ Expected<int> deployment_copies(const sched::Layout& l, const topo::Topology& t)
   return q->block / l.cp;
 }
 
-Expected<Evaluation> evaluate_deployment(const sched::PlanRequest& group_req, const sched::Layout& l, int copies,
+Expected<Evaluation> evaluate_deployment(const sched::CheckedRequest& group_req, const sched::Layout& l, int copies,
                                          const topo::Topology& t, const ir::Workload* block_model) {
-  auto group = sched::make_plan(group_req, {});
+  auto group = sched::make_plan(group_req);
   if (!group) return group.error();
   auto e = evaluate_plan(sched::place_groups(*group, l, copies), t);
   if (!e || block_model == nullptr) return e;
   ir::Workload model = *block_model;
-  model.pass = group_req.workload.pass;
+  model.pass = group_req->workload.pass;
   auto block = tp_block_cost(model, l, t);
   if (!block) return block.error();
   e->summary.time_s += block->total_s();

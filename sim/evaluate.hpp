@@ -145,13 +145,13 @@ class SimulationMemo {
 /// (TP peers interleaving one replica's groups; blocks spanning them all). Error: why not, for --symmetry on.
 [[nodiscard]] Expected<int> deployment_copies(const sched::Layout& l, const topo::Topology& t);
 
-/// A deployment (sched/layout.hpp): `group_req` (one CP group's request: l.cp ranks, TP's share of the
-/// heads; normalised and checked by the caller) planned once and placed as `copies` groups of `l` on `t`
+/// A deployment (sched/layout.hpp): `group_req` (one CP group's request, checked: l.cp ranks, TP's share of
+/// the heads) planned once and placed as `copies` groups of `l` on `t`
 /// (l.groups(): every group; fewer: the quotient deployment_copies allows), then simulated.
 /// `block_model` (the whole model's workload, before TP splits its heads): the times are the whole attention
 /// block's, tensor parallelism's collectives and the projections' GEMMs added to core attention
 /// (sim/tensor_parallel.hpp, Evaluation::tp_block); null: core attention alone.
-[[nodiscard]] Expected<Evaluation> evaluate_deployment(const sched::PlanRequest& group_req, const sched::Layout& l,
+[[nodiscard]] Expected<Evaluation> evaluate_deployment(const sched::CheckedRequest& group_req, const sched::Layout& l,
                                                        int copies, const topo::Topology& t,
                                                        const ir::Workload* block_model = nullptr);
 

@@ -110,7 +110,7 @@ Expected<Evaluation> simulate_deployment(const DeploymentRequest& d, const topo:
                              "--cp");
       !s)
     return s.error();
-  auto r = evaluate_deployment(req, l, copies, t, d.attention_block ? &d.model.workload : nullptr);
+  auto r = evaluate_deployment(*group, l, copies, t, d.attention_block ? &d.model.workload : nullptr);
   if (!r) return run_failed(r.error());
   return r;
 }

@@ -156,8 +156,9 @@ TEST(LayoutAdvise, RanksEachLayoutAsADeploymentRunsIt) {
   for (const Candidate& c : adv->candidates) {
     SCOPED_TRACE(c.label());
     const sched::Layout l = *sched::make_layout(16, 16 / c.tp, c.tp, sched::LayoutOrder::TpInner);
-    const auto req = sched::normalised({"ring", *sched::group_workload(w, l), l.cp, 1});
-    auto e = evaluate_deployment(req, l, l.groups(), *t, &w);  // a layout search's times are attention blocks'
+    const auto req = sched::CheckedRequest::check({"ring", *sched::group_workload(w, l), l.cp, 1});
+    ASSERT_TRUE(req.ok()) << req.error().message();
+    auto e = evaluate_deployment(*req, l, l.groups(), *t, &w);  // a layout search's times are attention blocks'
     ASSERT_TRUE(e.ok());
     EXPECT_EQ(c.fwd->time_ms, e->summary.time_s * 1e3);
     ASSERT_TRUE(e->tp_block.has_value());
