@@ -145,20 +145,12 @@ void plan_candidates(const Workload& w, const std::vector<std::string>& algos, c
       }
 }
 
-/// evaluate_deployment of a request not yet checked.
-Expected<Evaluation> deployment_evaluation(const sched::PlanRequest& req, const sched::Layout& l, int copies,
-                                           const topo::Topology& t, const Workload* block_model) {
-  const auto checked = sched::CheckedRequest::check(req);
-  if (!checked) return checked.error();
-  return evaluate_deployment(*checked, l, copies, t, block_model);
-}
-
 /// Independent simulations, `threads` at a time (each job fills its own slot).
 /// `block_model`: a layout search's whole workload (its jobs' times are attention blocks'), else null.
 void run_jobs(std::vector<Job>& jobs, const topo::Topology& t, int threads, const Workload* block_model) {
   parallel_for(jobs.size(), threads, [&](std::size_t i) {
     Job& j = jobs[i];
-    auto ev = j.layout ? deployment_evaluation(j.req, *j.layout, j.copies, t, block_model) : evaluate(j.req, t);
+    auto ev = j.layout ? evaluate_deployment(j.req, *j.layout, j.copies, t, block_model) : evaluate(j.req, t);
     if (!ev) {
       j.error = ev.error().message();
       return;

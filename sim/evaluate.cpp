@@ -241,4 +241,11 @@ Expected<Evaluation> evaluate_deployment(const sched::CheckedRequest& group_req,
   return e;
 }
 
+Expected<Evaluation> evaluate_deployment(const sched::PlanRequest& group_req, const sched::Layout& l, int copies,
+                                         const topo::Topology& t, const ir::Workload* block_model) {
+  const auto checked = sched::CheckedRequest::check(group_req);
+  if (!checked) return checked.error();
+  return evaluate_deployment(*checked, l, copies, t, block_model);
+}
+
 }  // namespace charm::sim

@@ -154,5 +154,9 @@ class SimulationMemo {
 [[nodiscard]] Expected<Evaluation> evaluate_deployment(const sched::CheckedRequest& group_req, const sched::Layout& l,
                                                        int copies, const topo::Topology& t,
                                                        const ir::Workload* block_model = nullptr);
+/// The same for a request not yet checked (sched::CheckedRequest::check first; its refusal is the error).
+[[nodiscard]] Expected<Evaluation> evaluate_deployment(const sched::PlanRequest& group_req, const sched::Layout& l,
+                                                       int copies, const topo::Topology& t,
+                                                       const ir::Workload* block_model = nullptr);
 
 }  // namespace charm::sim

@@ -76,9 +76,7 @@ bool runs_elsewhere(const SweepSpec& spec, const std::string& algo, const ir::Wo
 /// The summary of a deployment: `copies` CP groups of `l` (the whole attention block's with `block_model`).
 Expected<Summary> deployment_summary(const sched::PlanRequest& req, const sched::Layout& l, int copies,
                                      const topo::Topology& t, const ir::Workload* block_model) {
-  const auto checked = sched::CheckedRequest::check(req);
-  if (!checked) return checked.error();
-  auto e = evaluate_deployment(*checked, l, copies, t, block_model);
+  auto e = evaluate_deployment(req, l, copies, t, block_model);
   if (!e) return e.error();
   return e->summary;
 }

@@ -28,8 +28,8 @@ using sim::SymmetryUse;
                                       const std::vector<std::int32_t>& gpus = {},
                                       const sim::ChunkSolveOptions& solve = {});
 
-/// `req`'s chunk map solved on `t` where its layout is balanced and it has none (a progress line past a
-/// second); the solution, or nothing where there was nothing to solve. Errors are the user's (UsageError).
+/// `req`'s chunk map solved on `t` where its layout is balanced and it has none (within the solver's time
+/// budget, --solve-ms); the solution, or nothing where there was nothing to solve. Errors are the user's (UsageError).
 std::optional<sim::ChunkSolution> solve_chunks(sched::PlanRequest& req, const topo::Topology& t,
                                                const sim::ChunkSolveOptions& solve);
 
