@@ -326,7 +326,12 @@ void assemble(const ir::Plan& plan, ir::RankId rank, const RankOutputs& shard, G
   }
 }
 
-Expected<RunResult> run_threads(const ir::Plan& plan, const GlobalTensors& in, const RunOptions& opt) {
+Expected<RunResult> run_threads(const ir::ValidatedPlan& plan, const GlobalTensors& in, const RunOptions& opt) {
+  if (opt.faults.break_plan()) return run_threads_unvalidated(broken_copy(*plan, opt.faults), in, opt);
+  return run_threads_unvalidated(*plan, in, opt);
+}
+
+Expected<RunResult> run_threads_unvalidated(const ir::Plan& plan, const GlobalTensors& in, const RunOptions& opt) {
   CHARM_ASSERT(!plan.symmetry.active(), "executors run full plans, not one class of ranks");
   ThreadTransport transport;
   const ir::PlanIndex index(plan);  // one for every rank; outlives the executors (declared before them)

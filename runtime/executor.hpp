@@ -8,8 +8,10 @@
 #include <span>
 #include <string>
 
+#include "runtime/faults.hpp"
 #include "runtime/global_tensors.hpp"
 #include "runtime/rank_executor.hpp"
+#include "scheduler/ir/validated_plan.hpp"
 #include "scheduler/trace/trace.hpp"
 
 namespace charm::rt {
@@ -36,10 +38,10 @@ class JobMonitor {
 };
 
 struct RunOptions {
-  double timeout_s = 0;            // watchdog: give up after this long without progress; 0 = never
-  bool timeline = false;           // record every op's start and end (RunResult::timeline)
-  bool inject_short_recv = false;  // testing (backend mpi): rank 1 posts its first receive one float short
-  JobMonitor* monitor = nullptr;   // set by backend mpi: progress anywhere in the job is progress
+  double timeout_s = 0;           // watchdog: give up after this long without progress; 0 = never
+  bool timeline = false;          // record every op's start and end (RunResult::timeline)
+  Faults faults{};                // testing: what to break on purpose (none by default)
+  JobMonitor* monitor = nullptr;  // set by backend mpi: progress anywhere in the job is progress
 };
 
 struct RunResult {
@@ -74,8 +76,13 @@ struct DriveOutcome {
 /// Writes a rank's shard results into the global tensors (sized here on first use).
 void assemble(const ir::Plan& plan, ir::RankId rank, const RankOutputs& shard, GlobalTensors& global);
 
-/// Backend `threads`: runs every rank of `plan` in this process.
-[[nodiscard]] Expected<RunResult> run_threads(const ir::Plan& plan, const GlobalTensors& in, const RunOptions& opt);
+/// Backend `threads`: runs every rank of `plan` in this process (a copy broken by opt.faults where they drop ops).
+[[nodiscard]] Expected<RunResult> run_threads(const ir::ValidatedPlan& plan, const GlobalTensors& in,
+                                              const RunOptions& opt);
+/// run_threads on a plan nobody proved: for the tests of the executor's own defences, which must name a broken
+/// plan's fault as an error, never crash. Everything else runs a ValidatedPlan.
+[[nodiscard]] Expected<RunResult> run_threads_unvalidated(const ir::Plan& plan, const GlobalTensors& in,
+                                                          const RunOptions& opt);
 
 /// Builds the inputs a plan needs from `seed`: q, k, v, dout, plus out/lse from the
 /// fp64 reference when the plan is backward-only (it expects the forward results as inputs).

@@ -273,14 +273,19 @@ Expected<std::vector<RankOutputs>> gather_outputs(const Collectives& c, const Ra
 
 }  // namespace
 
-Expected<RunResult> MpiContext::run(const ir::Plan& plan, const GlobalTensors& in, const RunOptions& opt_in) {
+Expected<RunResult> MpiContext::run(const ir::ValidatedPlan& plan, const GlobalTensors& in, const RunOptions& opt) {
+  if (opt.faults.break_plan()) return run_plan(broken_copy(*plan, opt.faults), in, opt);
+  return run_plan(*plan, in, opt);
+}
+
+Expected<RunResult> MpiContext::run_plan(const ir::Plan& plan, const GlobalTensors& in, const RunOptions& opt_in) {
   CHARM_ASSERT(!plan.symmetry.active(), "executors run full plans, not one class of ranks");
   agreed_ = false;
   if (plan.ranks != size_)
     return Error{"--ranks", fmt::format("the plan has {} ranks but mpirun started {} processes", plan.ranks, size_)};
   const Collectives c{comms_->comm, opt_in.timeout_s, multiple_ ? nullptr : &mu_};
   MpiTransport transport(&comms_->comm, c.mu, tag_ub_);
-  if (opt_in.inject_short_recv && rank_ == 1) transport.inject_short_recv();
+  if (opt_in.faults.short_recv && rank_ == 1) transport.inject_short_recv();
   RankExecutor exec(plan, rank_, transport, input_filler(plan, in));
   RankExecutor* ptr = &exec;
   MpiMonitor monitor(comms_->hb, size_, c.mu);

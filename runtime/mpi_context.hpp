@@ -56,11 +56,11 @@ class MpiContext {
   /// field in which some rank differs from rank 0 (where: "mpirun"), or ok.
   [[nodiscard]] Expected<Status> same_work(const WorkFields& fields, double timeout_s);
 
-  /// Runs this process's rank of `plan`; rank 0 gets the assembled global results
-  /// and the slowest rank's time, other ranks an empty result. Collective. On an
-  /// error, failure_agreed() says whether every process returned the same error (then
-  /// each may end normally), or not (a stall, a dead peer: abort()).
-  [[nodiscard]] Expected<RunResult> run(const ir::Plan& plan, const GlobalTensors& in, const RunOptions& opt);
+  /// Runs this process's rank of `plan` (a copy broken by opt.faults where they drop ops); rank 0 gets the assembled
+  /// global results and the slowest rank's time, other ranks an empty result. Collective. On an error, failure_agreed()
+  /// says whether every process returned the same error (then each may end normally), or not (a stall, a dead peer:
+  /// abort()).
+  [[nodiscard]] Expected<RunResult> run(const ir::ValidatedPlan& plan, const GlobalTensors& in, const RunOptions& opt);
   [[nodiscard]] bool failure_agreed() const { return agreed_; }
 
   /// Rank 0 runs `work` (it returns the exit code) while the others wait for its code,
@@ -97,6 +97,7 @@ class MpiContext {
 
  private:
   MpiContext() = default;
+  [[nodiscard]] Expected<RunResult> run_plan(const ir::Plan& plan, const GlobalTensors& in, const RunOptions& opt);
   int rank_ = 0, size_ = 1;
   bool multiple_ = false, agreed_ = false;
   long tag_ub_ = 32767;

@@ -11,6 +11,7 @@
 #include "runtime/cuda/cuda_executor.hpp"
 #include "runtime/reference.hpp"
 #include "scheduler/planners/planners.hpp"
+#include "scheduler/validate/validator.hpp"
 
 namespace charm::rt::cuda {
 namespace {
@@ -54,12 +55,15 @@ TEST_P(CudaLocal, MatchesReference) {
   req.workload.causal = c.causal;
   req.workload.layout = c.layout;
   req.workload.pass = c.pass;
-  auto plan = sched::make_plan(req);
-  ASSERT_TRUE(bool(plan)) << plan.error().message();
+  auto made = sched::make_plan(req);
+  ASSERT_TRUE(bool(made)) << made.error().message();
+  const auto valid = sched::validated(std::move(*made));
+  ASSERT_TRUE(bool(valid)) << valid.error().message();
+  const ir::Plan* plan = &**valid;
   const auto in = plan_inputs(plan->workload, 3);
   CudaRunOptions opt;
   opt.timeout_s = 60;
-  auto res = run_cuda_local(*plan, in, opt);
+  auto res = run_cuda_local(*valid, in, opt);
   ASSERT_TRUE(bool(res)) << res.error().message();
   const auto ref = reference_attention(plan->workload, in, c.pass != ir::PassKind::Fwd);
   const auto rep = check_against(res->run.out, ref, c.dtype);
@@ -110,15 +114,12 @@ TEST(CudaLocalStall, MissingSendIsReportedNotHung) {
   req.workload.head_dim = 32;
   auto plan = sched::make_plan(req);
   ASSERT_TRUE(bool(plan));
-  for (ir::OpId id = 0; id < ir::OpId(plan->size()); ++id)
-    if (plan->op(id).kind == ir::OpKind::Send) {
-      const ir::OpId ids[] = {id};
-      plan->erase_ops(ids);
-      break;
-    }
+  const auto valid = sched::validated(std::move(*plan));
+  ASSERT_TRUE(bool(valid)) << valid.error().message();
   CudaRunOptions opt;
   opt.timeout_s = 5;
-  auto res = run_cuda_local(*plan, plan_inputs(plan->workload, 1), opt);
+  opt.faults.drop_first_send = true;
+  auto res = run_cuda_local(*valid, plan_inputs((*valid)->workload, 1), opt);
   ASSERT_FALSE(bool(res));
   EXPECT_NE(res.error().message().find("stall"), std::string::npos) << res.error().message();
   EXPECT_NE(res.error().message().find("no matching peer op"), std::string::npos) << res.error().message();

@@ -85,10 +85,10 @@ TEST_P(PlannerExact, MatchesDenseReference) {
   const auto w = workload_of(c);
   auto plan = sched::make_plan({c.algo, w, c.ranks, c.domains});
   ASSERT_TRUE(plan.ok()) << plan.error().message();
-  const auto rep = sched::validate(*plan);
-  ASSERT_TRUE(rep.ok()) << rep.summary(*plan);
+  const auto valid = sched::validated(*plan);
+  ASSERT_TRUE(valid.ok()) << valid.error().message();
   const Golden& g = golden(w);
-  auto res = run_threads(*plan, g.in, RunOptions{60});
+  auto res = run_threads(*valid, g.in, RunOptions{60});
   ASSERT_TRUE(res.ok()) << res.error().message();
   const auto chk = check_against(res->out, g.ref, w.dtype);
   const std::pair<const char*, const std::optional<TensorError>*> all[] = {
@@ -148,7 +148,7 @@ TEST(ExecutorJudge, DroppedComputeFailsTheCheck) {
       break;
     }
   const Golden& g = golden(w);
-  auto res = run_threads(*plan, g.in, RunOptions{60});
+  auto res = run_threads_unvalidated(*plan, g.in, RunOptions{60});
   ASSERT_TRUE(res.ok()) << res.error().message();
   const auto chk = check_against(res->out, g.ref, w.dtype);
   EXPECT_FALSE(chk.ok());
@@ -173,7 +173,7 @@ TEST(ExecutorWatchdog, MissingSendIsReportedAsAStall) {
   const ir::OpId ids[] = {send};
   plan->erase_ops(ids);
   const auto in = make_inputs(w, 1);
-  auto res = run_threads(*plan, in, RunOptions{0.5});
+  auto res = run_threads_unvalidated(*plan, in, RunOptions{0.5});
   ASSERT_FALSE(res.ok());
   const std::string msg = res.error().message();
   EXPECT_NE(msg.find("stall"), std::string::npos) << msg;

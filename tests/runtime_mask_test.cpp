@@ -109,8 +109,8 @@ TEST_P(MaskExact, MatchesDenseReferenceAndCostsTheVisiblePairs) {
   const ir::Workload w = workload_of(c);
   auto plan = sched::make_plan({c.algo, w, c.ranks, c.domains});
   ASSERT_TRUE(plan.ok()) << plan.error().message();
-  const auto rep = sched::validate(*plan);
-  ASSERT_TRUE(rep.ok()) << rep.summary(*plan);
+  const auto valid = sched::validated(*plan);
+  ASSERT_TRUE(valid.ok()) << valid.error().message();
   // Compute: 4 B H D per visible pair forward, 2.5 times that backward (FlashAttention's count).
   double pairs = 0;
   for (std::int64_t q = 0; q < w.seq; ++q) pairs += double(q - w.first_visible(q) + 1);
@@ -123,7 +123,7 @@ TEST_P(MaskExact, MatchesDenseReferenceAndCostsTheVisiblePairs) {
   EXPECT_EQ(bwd, backward ? 2.5 * per_pair * pairs : 0.0);
   const GlobalTensors in = make_inputs(w, 7);
   const Reference ref = reference_attention(w, in, backward);
-  auto res = run_threads(*plan, in, RunOptions{60});
+  auto res = run_threads(*valid, in, RunOptions{60});
   ASSERT_TRUE(res.ok()) << res.error().message();
   const auto chk = check_against(res->out, ref, w.dtype);
   const std::pair<const char*, const std::optional<TensorError>*> all[] = {
@@ -176,11 +176,11 @@ void expect_exact_on_threads(const std::string& algo, const ir::Workload& w, int
                              std::uint64_t seed) {
   auto plan = sched::make_plan({algo, w, ranks, domains});
   ASSERT_TRUE(plan.ok()) << plan.error().message();
-  const auto rep = sched::validate(*plan);
-  ASSERT_TRUE(rep.ok()) << rep.summary(*plan);
+  const auto valid = sched::validated(*plan);
+  ASSERT_TRUE(valid.ok()) << valid.error().message();
   const GlobalTensors in = make_inputs(w, seed);
   const Reference ref = reference_attention(w, in, true);
-  auto res = run_threads(*plan, in, RunOptions{60});
+  auto res = run_threads(*valid, in, RunOptions{60});
   ASSERT_TRUE(res.ok()) << res.error().message();
   const auto chk = check_against(res->out, ref, w.dtype);
   for (const auto* e : {&chk.out, &chk.dq, &chk.dk, &chk.dv}) {

@@ -280,7 +280,9 @@ void expect_exact(const ir::Plan& plan, bool regions = true) {
   const auto& w = plan.workload;
   const auto in = plan_inputs(w, 5);
   const auto ref = reference_attention(w, in, w.pass != ir::PassKind::Fwd);
-  auto res = run_threads(plan, in, RunOptions{60});
+  // Unvalidated: the causal cases' hand-built plans also compute blocks the mask empties, a waste the
+  // validator's coverage rule refuses and the executor must still get right.
+  auto res = run_threads_unvalidated(plan, in, RunOptions{60});
   ASSERT_TRUE(res.ok()) << res.error().message();
   const auto chk = check_against(res->out, ref, w.dtype);
   const bool fwd = w.pass != ir::PassKind::Bwd, bwd = w.pass != ir::PassKind::Fwd;
@@ -326,7 +328,7 @@ TEST(UlyssesStyle, DroppedRangedComputeFailsTheCheck) {
       break;
     }
   const auto in = plan_inputs(w, 5);
-  auto res = run_threads(plan, in, RunOptions{60});
+  auto res = run_threads_unvalidated(plan, in, RunOptions{60});
   ASSERT_TRUE(res.ok()) << res.error().message();
   const auto chk = check_against(res->out, reference_attention(w, in, false), w.dtype);
   EXPECT_FALSE(chk.ok());

@@ -38,28 +38,11 @@ struct RunOpts {
   PlanFlags plan;
   std::string backend = "threads";
   std::uint64_t seed = 0;
-  bool check = false, json = false, inject_stall = false, inject_drop_compute = false, inject_short_recv = false;
+  bool check = false, json = false;
+  rt::Faults faults;  // --inject-*: testing
   std::string dump, trace;
   double timeout_s = 300;
 };
-
-/// Drops the plan's first block that pairs two different ranks: the check must fail (exit 1).
-void drop_first_remote_compute(ir::Plan& plan) {
-  for (ir::OpId id = 0; id < static_cast<ir::OpId>(plan.size()); ++id) {
-    const auto& op = plan.op(id);
-    if (op.kind == ir::OpKind::Compute && op.q_owner != op.kv_owner) {
-      const ir::OpId ids[] = {id};
-      plan.erase_ops(ids);
-      return;
-    }
-  }
-}
-
-/// Testing hooks, applied after validation so that the broken plan still runs.
-void inject_faults(ir::Plan& plan, const RunOpts& o) {
-  if (o.inject_stall) drop_first_send(plan);
-  if (o.inject_drop_compute) drop_first_remote_compute(plan);
-}
 
 nlohmann::json err_json(const rt::CheckReport& r, double rt::TensorError::*field) {
   nlohmann::json j = nlohmann::json::object();
@@ -294,9 +277,9 @@ rt::WorkFields work_fields(const ir::Plan& plan, const RunOpts& o) {
           {"--seed", std::to_string(o.seed)},
           {"--check", o.check ? "on" : "off"},
           {"--timeout-s", fmt::format("{}", o.timeout_s)},
-          {"--inject-stall", o.inject_stall ? "on" : "off"},
-          {"--inject-drop-compute", o.inject_drop_compute ? "on" : "off"},
-          {"--inject-short-recv", o.inject_short_recv ? "on" : "off"},
+          {"--inject-stall", o.faults.drop_first_send ? "on" : "off"},
+          {"--inject-drop-compute", o.faults.drop_first_remote_compute ? "on" : "off"},
+          {"--inject-short-recv", o.faults.short_recv ? "on" : "off"},
           {"plan", fmt::format("{:016x}", rt::plan_fingerprint(plan))}};
 }
 
@@ -325,20 +308,22 @@ const bool early_failure_registered = [] {
 }();
 
 /// The mpi backend once MPI is up: build the plan, agree, run, and rank 0 reports.
-void run_mpi_job(rt::MpiContext& ctx, const RunOpts& o, rt::RunOptions ropt) {
+void run_mpi_job(rt::MpiContext& ctx, const RunOpts& o, const rt::RunOptions& ropt) {
   const double tmo = o.timeout_s;
   // Each process builds its plan; a bad flag on one of them reaches every one (the processes
   // of an MPMD job may have been given different flags), before any other collective.
-  std::optional<ir::Plan> plan;
+  std::optional<ir::ValidatedPlan> plan;
   Status made;
   int made_code = 0;
   try {
-    plan.emplace(o.plan.make());
-    check_run_memory(*plan, o.check, false);
-    if (plan->ranks != ctx.size())
-      fail(Error{o.plan.from_file() ? "--plan" : "--ranks",
-                 fmt::format("{} ranks {}, but mpirun started {} processes", plan->ranks,
-                             o.plan.from_file() ? "in the plan" : "asked for", ctx.size())});
+    // Every process proves its own plan (the planner's, or the file's), in parallel.
+    plan.emplace(o.plan.make_validated([&](const ir::Plan& p) {
+      check_run_memory(p, o.check, false);
+      if (p.ranks != ctx.size())
+        fail(Error{o.plan.from_file() ? "--plan" : "--ranks",
+                   fmt::format("{} ranks {}, but mpirun started {} processes", p.ranks,
+                               o.plan.from_file() ? "in the plan" : "asked for", ctx.size())});
+    }));
   } catch (const UsageError& e) {
     made = e.error;
     made_code = kExitUsage;
@@ -352,21 +337,12 @@ void run_mpi_job(rt::MpiContext& ctx, const RunOpts& o, rt::RunOptions ropt) {
   auto a = ctx.agree(made, made_code, tmo, "the plan");
   if (!a) abort_job(ctx, a.error());
   if (!a->status) agreed_failure(ctx, *a);
-  Status valid;
-  if (ctx.rank() == 0 && !o.plan.from_file())
-    if (auto rep = sched::validate(*plan); !rep.ok())
-      valid = Error{"", "internal: the planner produced an invalid plan: " + rep.summary(*plan)};
-  inject_faults(*plan, o);
   // The same work on every process, or one line from rank 0 and exit 2 on all: a rank with
   // another sequence length would receive into buffers of the wrong size.
-  auto same = ctx.same_work(work_fields(*plan, o), tmo);
+  auto same = ctx.same_work(work_fields(**plan, o), tmo);
   if (!same) abort_job(ctx, same.error());
   if (!*same) agreed_failure(ctx, {*same, kExitUsage});
-  a = ctx.agree(valid, kExitRuntime, tmo, "the plan's validation");
-  if (!a) abort_job(ctx, a.error());
-  if (!a->status) agreed_failure(ctx, *a);
-  const auto in = rt::plan_inputs(plan->workload, o.seed);
-  ropt.inject_short_recv = o.inject_short_recv;
+  const auto in = rt::plan_inputs((*plan)->workload, o.seed);
   auto res = ctx.run(*plan, in, ropt);
   if (!res) {
     if (ctx.failure_agreed()) agreed_failure(ctx, {res.error(), kExitRuntime});
@@ -375,8 +351,8 @@ void run_mpi_job(rt::MpiContext& ctx, const RunOpts& o, rt::RunOptions ropt) {
   // Rank 0 checks and reports while the others wait for its verdict (exit code).
   auto code = ctx.rank0_decides(
       [&] {
-        write_measured_trace(o.trace, *plan, *res, "mpi");
-        return report(*plan, o, in, *res);
+        write_measured_trace(o.trace, **plan, *res, "mpi");
+        return report(**plan, o, in, *res);
       },
       exit_code_of, tmo);
   if (!code) abort_job(ctx, code.error());
@@ -411,20 +387,17 @@ void run_threads_backend(const RunOpts& o, const rt::RunOptions& ropt) {
                fmt::format("the threads backend runs up to 6 threads per rank in one process; {} ranks is over its "
                            "{}-rank limit (use --backend mpi)",
                            o.plan.ranks, kMaxThreadRanks)});
-  auto plan = o.plan.make();  // a --plan file is validated as it is read
-  if (plan.ranks > kMaxThreadRanks)
-    fail(Error{"--plan", fmt::format("the threads backend runs up to {} ranks; the plan has {} (use --backend mpi)",
-                                     kMaxThreadRanks, plan.ranks)});
-  check_run_memory(plan, o.check, true);
-  if (!o.plan.from_file())
-    if (auto rep = sched::validate(plan); !rep.ok())
-      throw RuntimeFailure{"internal: the planner produced an invalid plan: " + rep.summary(plan)};
-  inject_faults(plan, o);
-  const auto in = rt::plan_inputs(plan.workload, o.seed);
+  const auto plan = o.plan.make_validated([&](const ir::Plan& p) {
+    if (p.ranks > kMaxThreadRanks)
+      fail(Error{"--plan", fmt::format("the threads backend runs up to {} ranks; the plan has {} (use --backend mpi)",
+                                       kMaxThreadRanks, p.ranks)});
+    check_run_memory(p, o.check, true);
+  });
+  const auto in = rt::plan_inputs(plan->workload, o.seed);
   auto res = rt::run_threads(plan, in, ropt);
   if (!res) throw RuntimeFailure{res.error().message()};
-  write_measured_trace(o.trace, plan, *res, "threads");
-  exit_code() = report(plan, o, in, *res);
+  write_measured_trace(o.trace, *plan, *res, "threads");
+  exit_code() = report(*plan, o, in, *res);
 }
 
 /// Under mpirun the job is the processes: --ranks defaults to their number, and a backend that
@@ -466,9 +439,10 @@ void register_run(CLI::App& app) {
   sub->add_flag("--json", o->json, "JSON output");
   sub->add_option("--timeout-s", o->timeout_s, "watchdog: fail (exit 3) after this long without progress; 0 = off")
       ->capture_default_str();
-  sub->add_flag("--inject-stall", o->inject_stall, "testing: drop the plan's first send")->group("");
-  sub->add_flag("--inject-drop-compute", o->inject_drop_compute, "testing: drop one block computation")->group("");
-  sub->add_flag("--inject-short-recv", o->inject_short_recv,
+  sub->add_flag("--inject-stall", o->faults.drop_first_send, "testing: drop the plan's first send")->group("");
+  sub->add_flag("--inject-drop-compute", o->faults.drop_first_remote_compute, "testing: drop one block computation")
+      ->group("");
+  sub->add_flag("--inject-short-recv", o->faults.short_recv,
                 "testing (mpi): rank 1 posts its first receive one float short")
       ->group("");
   for (auto& b : run_backends()) b.add_flags(*sub);
@@ -485,7 +459,7 @@ void register_run(CLI::App& app) {
     check_command_files(files);
     for (const auto& b : run_backends())
       if (std::find(b.names.begin(), b.names.end(), o->backend) != b.names.end()) {
-        RunRequest req{&o->plan, *backend, o->seed, o->check, o->json, o->inject_stall, o->timeout_s, o->trace, {}};
+        RunRequest req{&o->plan, *backend, o->seed, o->check, o->json, o->faults, o->timeout_s, o->trace, {}};
         req.report = [o](const ir::Plan& plan, const rt::GlobalTensors& in, const rt::RunResult& res,
                          const nlohmann::json& extra,
                          const std::string& extra_text) { return report(plan, *o, in, res, extra, extra_text); };
@@ -501,7 +475,7 @@ void register_run(CLI::App& app) {
     }
     if (!(o->timeout_s >= 0)) fail(Error{"--timeout-s", "must be >= 0"});
     // The timeline gives the run's summary (--json) and its trace.
-    rt::RunOptions ropt{o->timeout_s, !o->trace.empty() || o->json};
+    rt::RunOptions ropt{o->timeout_s, !o->trace.empty() || o->json, o->faults};
     if (backend == Backend::Threads) return run_threads_backend(*o, ropt);
 #ifdef CHARM_RT_HAVE_MPI
     run_mpi(*o, ropt);

@@ -14,7 +14,6 @@
 #include "scheduler/planners/planners.hpp"
 #include "scheduler/trace/summary.hpp"
 #include "scheduler/trace/trace.hpp"
-#include "scheduler/validate/validator.hpp"
 #include "tools/cli_common.hpp"
 #include "tools/mpi_job.hpp"
 #include "tools/run_backends.hpp"
@@ -81,13 +80,11 @@ std::pair<nlohmann::json, std::string> timing(const trace::RunSummary& s, const 
 }
 
 /// Backend cuda-local: every rank of the plan on one GPU.
-int run_on_one_gpu(const RunRequest& req, const CudaFlags& f, ir::Plan& plan, const rt::cuda::CudaRunOptions& opt,
-                   const calib::Measurement& row) {
-  auto rep = sched::validate(plan);
-  if (!rep.ok()) throw RuntimeFailure{"internal: the planner produced an invalid plan: " + rep.summary(plan)};
-  if (req.inject_stall) drop_first_send(plan);
+int run_on_one_gpu(const RunRequest& req, const CudaFlags& f, const ir::ValidatedPlan& valid,
+                   const rt::cuda::CudaRunOptions& opt, const calib::Measurement& row) {
+  const ir::Plan& plan = *valid;
   const auto in = rt::plan_inputs(plan.workload, req.seed);
-  auto res = rt::cuda::run_cuda_local(plan, in, opt);
+  auto res = rt::cuda::run_cuda_local(valid, in, opt);
   if (!res) throw RuntimeFailure{res.error().message()};
   const auto dev = rt::cuda::device_description(f.device);
   const trace::Timeline t = measured_timeline(plan, *res);
@@ -100,8 +97,9 @@ int run_on_one_gpu(const RunRequest& req, const CudaFlags& f, ir::Plan& plan, co
 
 #ifdef CHARM_RT_HAVE_NCCL
 /// Backend cuda: one GPU per rank, one process per rank under mpirun, NCCL between them.
-int run_nccl_job(const RunRequest& req, const CudaFlags& f, ir::Plan& plan, const rt::cuda::CudaRunOptions& opt,
-                 const calib::Measurement& row) {
+int run_nccl_job(const RunRequest& req, const CudaFlags& f, const ir::ValidatedPlan& valid,
+                 const rt::cuda::CudaRunOptions& opt, const calib::Measurement& row) {
+  const ir::Plan& plan = *valid;
   auto ctx_e = init_mpi(req.timeout_s);
   if (!ctx_e) throw RuntimeFailure{ctx_e.error().message()};
   auto ctx = std::move(*ctx_e);
@@ -117,21 +115,12 @@ int run_nccl_job(const RunRequest& req, const CudaFlags& f, ir::Plan& plan, cons
   }
   if (plan.ranks != ctx->size())
     fail(Error{"--ranks", fmt::format("{} ranks asked for, but mpirun started {} processes", plan.ranks, ctx->size())});
-  if (ctx->rank() == 0) {
-    auto rep = sched::validate(plan);
-    if (!rep.ok()) {
-      std::fprintf(stderr, "charm: error: internal: the planner produced an invalid plan: %s\n",
-                   rep.summary(plan).c_str());
-      ctx->abort(kExitRuntime);
-    }
-  }
-  if (req.inject_stall) drop_first_send(plan);
   // The same work on every process, or one line from rank 0 and exit 2 on all.
   {
     const auto same = ctx->same_work({{"--seed", std::to_string(req.seed)},
                                       {"--check", req.check ? "on" : "off"},
                                       {"--warmup", std::to_string(f.warmup)},
-                                      {"--inject-stall", req.inject_stall ? "on" : "off"},
+                                      {"--inject-stall", req.faults.drop_first_send ? "on" : "off"},
                                       {"plan", fmt::format("{:016x}", rt::plan_fingerprint(plan))}},
                                      req.timeout_s);
     if (!same) {
@@ -141,7 +130,7 @@ int run_nccl_job(const RunRequest& req, const CudaFlags& f, ir::Plan& plan, cons
     if (!*same) throw UsageError{same->error()};
   }
   const auto in = rt::plan_inputs(plan.workload, req.seed);
-  auto res = rt::cuda::run_cuda_nccl(plan, in, opt);
+  auto res = rt::cuda::run_cuda_nccl(valid, in, opt);
   if (!res) {
     // The watchdog already aborted the communicators; end every process with the runtime code.
     std::fprintf(stderr, "charm: error: %s\n", res.error().message().c_str());
@@ -177,10 +166,11 @@ int run_cuda(const RunRequest& req, const CudaFlags& f) {
   if (f.warmup < 0) fail(Error{"--warmup", "must be >= 0"});
   const auto budget = unwrap(parse_size(f.tile_budget, "--tile-budget"));
   if (budget < (1 << 20)) fail(Error{"--tile-budget", "must be at least 1M"});
-  const rt::cuda::CudaRunOptions opt{req.timeout_s, f.warmup, f.device, std::size_t(budget)};
-  auto plan = req.plan->make();
-  if (auto s = rt::cuda::supports(plan); !s) fail(Error{flag, s.error().what});
-  const calib::Measurement row = f.append_measurements.empty() ? calib::Measurement{} : measurement_of(plan);
+  rt::cuda::CudaRunOptions opt{req.timeout_s, f.warmup, f.device, std::size_t(budget), {}};
+  opt.faults.drop_first_send = req.faults.drop_first_send;  // the GPU backends' one injected fault
+  const auto plan = req.plan->make_validated();             // every process proves its own
+  if (auto s = rt::cuda::supports(*plan); !s) fail(Error{flag, s.error().what});
+  const calib::Measurement row = f.append_measurements.empty() ? calib::Measurement{} : measurement_of(*plan);
   if (req.backend == Backend::CudaLocal) return run_on_one_gpu(req, f, plan, opt, row);
 #ifdef CHARM_RT_HAVE_NCCL
   return run_nccl_job(req, f, plan, opt, row);

@@ -47,6 +47,19 @@ ir::Plan PlanFlags::make(double extra_bytes_per_op, const std::string& what) con
     check_plan_budget(checked.get(), extra_bytes_per_op, what);
     return unwrap(sched::make_plan(checked));
   }
+  return std::move(proved_file_plan(read_plan_file())).release();
+}
+
+ir::ValidatedPlan PlanFlags::make_validated(const std::function<void(const ir::Plan&)>& before_proof) const {
+  ir::Plan plan = from_file() ? read_plan_file() : make();
+  if (before_proof) before_proof(plan);
+  if (from_file()) return proved_file_plan(std::move(plan));
+  auto v = sched::validated(std::move(plan));
+  if (!v) throw RuntimeFailure{"internal: the planner produced an invalid plan: " + v.error().message()};
+  return std::move(v).value();
+}
+
+ir::Plan PlanFlags::read_plan_file() const {
   // The file fixes what these flags describe; given with it they would be silently ignored.
   for (const char* f : {"--algo", "--ranks", "--domains", "--batch", "--seq", "--heads", "--kv-heads", "--head-dim",
                         "--dtype", "--causal", "--mask", "--layout", "--pass"})
@@ -54,10 +67,13 @@ ir::Plan PlanFlags::make(double extra_bytes_per_op, const std::string& what) con
       fail(Error{
           f, fmt::format("the plan file {} fixes the algorithm, ranks and workload; drop {} or --plan", plan_file, f)});
   check_plan_file_budget(plan_file, "--plan");
-  ir::Plan plan = unwrap(ir::load_plan(plan_file));
-  if (auto rep = sched::validate(plan); !rep.ok())
-    fail(Error{"--plan", fmt::format("{} is not a valid plan: {}", plan_file, rep.summary(plan))});
-  return plan;
+  return unwrap(ir::load_plan(plan_file));
+}
+
+ir::ValidatedPlan PlanFlags::proved_file_plan(ir::Plan plan) const {
+  auto v = sched::validated(std::move(plan));
+  if (!v) fail(Error{"--plan", fmt::format("{} is not a valid plan: {}", plan_file, v.error().message())});
+  return std::move(v).value();
 }
 
 }  // namespace charm::cli

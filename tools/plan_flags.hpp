@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <functional>
+
 #include "scheduler/ir/plan.hpp"
 #include "scheduler/ir/plan_io.hpp"
 #include "scheduler/planners/algorithms.hpp"
@@ -39,8 +41,15 @@ struct PlanFlags {
   /// memory budget, with `extra_bytes_per_op` more per op for what the caller does with it
   /// (a JSON copy), is refused before it is built.
   [[nodiscard]] ir::Plan make(double extra_bytes_per_op = 0, const std::string& what = "the plan") const;
+  /// The plan to run, proved (what the executors take): a --plan file that breaks a rule is --plan's error
+  /// (exit 2), a plan of the planner's that does is an internal one (exit 3). `before_proof`, if given, sees
+  /// the plan first (a run too large for the machine is refused before the validator spends memory on it).
+  [[nodiscard]] ir::ValidatedPlan make_validated(const std::function<void(const ir::Plan&)>& before_proof = {}) const;
 
  private:
+  /// The --plan file read (its flags and memory checked), not yet proved.
+  [[nodiscard]] ir::Plan read_plan_file() const;
+  [[nodiscard]] ir::ValidatedPlan proved_file_plan(ir::Plan plan) const;
   CLI::App* app_ = nullptr;
 };
 

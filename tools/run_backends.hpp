@@ -34,7 +34,8 @@ struct RunRequest {
   const PlanFlags* plan = nullptr;
   Backend backend = Backend::Threads;
   std::uint64_t seed = 0;
-  bool check = false, json = false, inject_stall = false;
+  bool check = false, json = false;
+  rt::Faults faults;  // --inject-*: testing
   double timeout_s = 0;
   std::string trace;  // --trace FILE: the measured ops as a Chrome trace
   /// Checks against the reference (when asked), prints text or JSON (`extra` merged into
@@ -50,16 +51,6 @@ struct RunBackend {
   std::function<int(const RunRequest&)> run;  // the exit code; throws UsageError / RuntimeFailure like the rest
   std::function<FlagPaths()> outputs;         // the files its own flags write, besides --trace and --dump
 };
-
-/// Drops the plan's first Send: its Recv never completes (the watchdog's test hook, in every backend).
-inline void drop_first_send(ir::Plan& plan) {
-  for (ir::OpId id = 0; id < static_cast<ir::OpId>(plan.size()); ++id)
-    if (plan.op(id).kind == ir::OpKind::Send) {
-      const ir::OpId ids[] = {id};
-      plan.erase_ops(ids);
-      return;
-    }
-}
 
 inline std::vector<RunBackend>& run_backends() {
   static std::vector<RunBackend> b;

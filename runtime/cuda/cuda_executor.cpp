@@ -46,7 +46,8 @@ Status supports(const ir::Plan& plan) {
   return {};
 }
 
-Expected<CudaRunResult> run_cuda_local(const ir::Plan& plan, const GlobalTensors& in, const CudaRunOptions& opt) {
+namespace {
+Expected<CudaRunResult> run_local(const ir::Plan& plan, const GlobalTensors& in, const CudaRunOptions& opt) {
   CHARM_TRY(supports(plan));
   auto count = device_count();
   if (!count) return count.error();
@@ -74,6 +75,13 @@ Expected<CudaRunResult> run_cuda_local(const ir::Plan& plan, const GlobalTensors
     res.run.peak_bytes = std::max(res.run.peak_bytes, pr.rank_bytes(r));
   }
   return res;
+}
+}  // namespace
+
+Expected<CudaRunResult> run_cuda_local(const ir::ValidatedPlan& plan, const GlobalTensors& in,
+                                       const CudaRunOptions& opt) {
+  if (opt.faults.break_plan()) return run_local(broken_copy(*plan, opt.faults), in, opt);
+  return run_local(*plan, in, opt);
 }
 
 }  // namespace charm::rt::cuda

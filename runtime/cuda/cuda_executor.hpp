@@ -31,6 +31,7 @@ struct CudaRunOptions {
   int warmup = 1;        // untimed runs before the timed one (each re-initialises every buffer)
   int device = 0;        // cuda-local: the GPU to use
   std::size_t tile_budget_bytes = BlockAttention::kDefaultTileBudget;  // per compute stream
+  Faults faults{};  // testing: what to break on purpose (drop_first_send; none by default)
 };
 
 struct CudaRunResult {
@@ -43,8 +44,9 @@ struct CudaRunResult {
 /// needs (ir::check_buffer); plain and region plans (Ulysses, USP, TASP) both run.
 [[nodiscard]] Status supports(const ir::Plan& plan);
 
-/// Backend `cuda-local`: runs every rank of `plan` in this process on `opt.device`.
-[[nodiscard]] Expected<CudaRunResult> run_cuda_local(const ir::Plan& plan, const GlobalTensors& in,
+/// Backend `cuda-local`: runs every rank of `plan` in this process on `opt.device` (a copy broken by
+/// opt.faults where they drop ops).
+[[nodiscard]] Expected<CudaRunResult> run_cuda_local(const ir::ValidatedPlan& plan, const GlobalTensors& in,
                                                      const CudaRunOptions& opt);
 
 }  // namespace charm::rt::cuda

@@ -241,9 +241,8 @@ Status gather_results(const ir::Plan& plan, PlanRunner& pr, int rank, int size, 
   return {};
 }
 
-}  // namespace
-
-Expected<CudaRunResult> run_cuda_nccl(const ir::Plan& plan, const GlobalTensors& in, const CudaRunOptions& opt) {
+/// Every process runs its rank of `plan` (validated, or broken on purpose by its caller).
+Expected<CudaRunResult> run_nccl(const ir::Plan& plan, const GlobalTensors& in, const CudaRunOptions& opt) {
   CHARM_TRY(supports(plan));  // every process refuses alike, before any collective
   int rank = 0, size = 1;
   CHARM_MPI_TRY(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
@@ -274,6 +273,13 @@ Expected<CudaRunResult> run_cuda_nccl(const ir::Plan& plan, const GlobalTensors&
   CHARM_TRY(reduce_timing(pr, rank, tmo, res));
   CHARM_TRY(gather_results(plan, pr, rank, size, tmo, res));
   return res;
+}
+}  // namespace
+
+Expected<CudaRunResult> run_cuda_nccl(const ir::ValidatedPlan& plan, const GlobalTensors& in,
+                                      const CudaRunOptions& opt) {
+  if (opt.faults.break_plan()) return run_nccl(broken_copy(*plan, opt.faults), in, opt);
+  return run_nccl(*plan, in, opt);
 }
 
 }  // namespace charm::rt::cuda

@@ -19,8 +19,9 @@ namespace charm::rt::cuda {
 
 /// Collective over MPI_COMM_WORLD (MPI must be initialised). Rank 0 gets the
 /// assembled results, every op's times (each rank's clock from its own t0,
-/// taken right after a barrier) and the slowest rank's makespan.
-[[nodiscard]] Expected<CudaRunResult> run_cuda_nccl(const ir::Plan& plan, const GlobalTensors& in,
+/// taken right after a barrier) and the slowest rank's makespan. A copy of `plan` broken by opt.faults runs
+/// where they drop ops.
+[[nodiscard]] Expected<CudaRunResult> run_cuda_nccl(const ir::ValidatedPlan& plan, const GlobalTensors& in,
                                                     const CudaRunOptions& opt);
 
 }  // namespace charm::rt::cuda

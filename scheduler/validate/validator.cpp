@@ -61,4 +61,15 @@ ValidationReport validate(const Plan& plan, const ValidateOptions& opt) {
   return std::move(s.report);
 }
 
+/// The one maker of ir::ValidatedPlan (its friend).
+class PlanValidator {
+ public:
+  static ir::ValidatedPlan proved(Plan plan) { return ir::ValidatedPlan(std::move(plan)); }
+};
+
+Expected<ir::ValidatedPlan> validated(Plan plan) {
+  if (const auto rep = validate(plan); !rep.ok()) return Error{"", rep.summary(plan)};
+  return PlanValidator::proved(std::move(plan));
+}
+
 }  // namespace charm::sched

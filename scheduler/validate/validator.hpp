@@ -26,6 +26,8 @@
 #include <vector>
 
 #include "scheduler/ir/plan.hpp"
+#include "scheduler/ir/validated_plan.hpp"
+#include "support/expected.hpp"
 
 namespace charm::sched {
 
@@ -53,5 +55,9 @@ struct ValidateOptions {
 };
 
 [[nodiscard]] ValidationReport validate(const ir::Plan& plan, const ValidateOptions& opt = {});
+
+/// `plan` proved, as the one type the executors run; or why not: an error whose message is the report's
+/// summary (its first violation), for the caller to say whose plan it was.
+[[nodiscard]] Expected<ir::ValidatedPlan> validated(ir::Plan plan);
 
 }  // namespace charm::sched
