@@ -113,7 +113,6 @@ void placement_flags(cli::ClusterFlags& cf, const py::object& cp, const py::obje
     fail(Error{given(cp) && cf.cp <= 0 ? "--cp" : "--tp", "must be at least 1"});
 }
 
-using cli::run_one;
 using cli::SymmetryUse;
 
 py::object simulate_fn(const py::object& algo, const py::object& plan, WorkloadArgs wa, ClusterArgs ca,

@@ -56,21 +56,24 @@ Expected<std::optional<ChunkSolution>> solve_chunks(sched::PlanRequest& req, con
   return std::optional<ChunkSolution>(std::move(s).value());
 }
 
-Expected<Evaluation> simulate_request(const SimulationRequest& r, const topo::Topology& t) {
+namespace {
+/// One group, its request checked: the symmetry, the memory budget, the plan, the simulation.
+Expected<Evaluation> simulate_group(const sched::CheckedRequest& req, const SimulationRequest& r,
+                                    const topo::Topology& t) {
   if (!r.gpus.empty() && r.symmetry == SymmetryUse::On)
     return Error{"--symmetry", "a --gpus map places every rank by hand: it is simulated rank by rank"};
   ir::RankSymmetry q;
   if (r.gpus.empty()) {
-    auto got = quotient_for(r.plan, t, r.symmetry);
+    auto got = quotient_for(req, t, r.symmetry);
     if (!got) return got.error();
     q = *got;
   }
   // The plan and the simulator's state per op (kSimBytesPerOp) within the budget.
-  if (auto s = r.budget.fits_plan(r.plan, sched::kSimBytesPerOp, "the simulation", q); !s) return s.error();
+  if (auto s = r.budget.fits_plan(req, sched::kSimBytesPerOp, "the simulation", q); !s) return s.error();
   const auto tell = [&](RunProgress::Stage stage, std::size_t done, double total) {
     if (r.progress) r.progress(RunProgress{stage, done, total});
   };
-  auto plan = sched::make_plan(r.plan, q, nullptr, [&](std::size_t built, double estimated) {
+  auto plan = sched::make_plan(req, q, nullptr, [&](std::size_t built, double estimated) {
     tell(RunProgress::Stage::Planning, built, estimated);
   });
   if (!plan) return plan.error();
@@ -86,33 +89,51 @@ Expected<Evaluation> simulate_request(const SimulationRequest& r, const topo::To
   return e;
 }
 
-Expected<Evaluation> simulate_deployment(const DeploymentRequest& d, const topo::Topology& t) {
-  const sched::Layout& l = d.layout;
-  const auto group_w = sched::group_workload(d.model.workload, l);
+/// Every CP group of `l` at once (by whole groups' rotation where the layout and the topology share one).
+Expected<Evaluation> simulate_deployment(const SimulationRequest& r, const sched::Layout& l, const topo::Topology& t) {
+  const auto group_w = sched::group_workload(r.plan.workload, l);
   if (!group_w) return group_w.error();
-  const auto group = sched::CheckedRequest::check({d.model.algo, *group_w, l.cp, d.model.domains});
+  const auto group = sched::CheckedRequest::check({r.plan.algo, *group_w, l.cp, r.plan.domains});
   if (!group) return group.error();
   const sched::PlanRequest& req = group->get();
   // Whole groups stand for the others where the layout's rotation is one the topology has; as for one
   // group, --symmetry auto keeps every rank below a million ops.
   const sched::PlanEstimate& e = group->estimate();
   int copies = l.groups();
-  const SymmetryUse use = d.symmetry;
+  const SymmetryUse use = r.symmetry;
   if (use == SymmetryUse::On || (use == SymmetryUse::Auto && e.ops * l.groups() >= kQuotientFromOps)) {
     const auto q = deployment_copies(l, t);
     if (q) copies = *q;
     if (use == SymmetryUse::On && !q)
       return Error{"--symmetry", fmt::format("cannot simulate a class of CP groups for all: {}", q.error().message())};
   }
-  if (auto s = d.budget.fits((e.plan_bytes + sched::kSimBytesPerOp * e.ops) * (copies + 1),
+  if (auto s = r.budget.fits((e.plan_bytes + sched::kSimBytesPerOp * e.ops) * (copies + 1),
                              fmt::format("the simulation of {} CP group{} ({} on {} ranks each: about {:.2g} ops)",
                                          copies, copies == 1 ? "" : "s", req.algo, l.cp, e.ops * copies),
                              "--cp");
       !s)
     return s.error();
-  auto r = evaluate_deployment(*group, l, copies, t, d.attention_block ? &d.model.workload : nullptr);
-  if (!r) return run_failed(r.error());
-  return r;
+  auto ev = evaluate_deployment(*group, l, copies, t, r.attention_block ? &r.plan.workload : nullptr);
+  if (!ev) return run_failed(ev.error());
+  return ev;
+}
+
+}  // namespace
+
+Expected<Evaluation> simulate_request(const SimulationRequest& r, const topo::Topology& t) {
+  if (r.layout) {
+    if (r.plan.workload.layout == ir::Layout::Balanced)
+      return Error{"--layout", "the balanced layout is solved for one CP group; drop --cp / --tp or use zigzag"};
+    return simulate_deployment(r, *r.layout, t);
+  }
+  sched::PlanRequest req = r.plan;
+  auto chunks = solve_chunks(req, t, r.solve, r.budget);
+  if (!chunks) return chunks.error();
+  const auto checked = sched::CheckedRequest::check(std::move(req));
+  if (!checked) return checked.error();
+  auto e = simulate_group(*checked, r, t);
+  if (e) e->chunks = std::move(*chunks);
+  return e;
 }
 
 }  // namespace charm::sim

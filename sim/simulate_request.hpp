@@ -1,9 +1,7 @@
 #pragma once
 // One algorithm on one topology as `charm simulate` runs it, from the request to the evaluation, each stage
-// once: the balanced layout's chunk map solved (solve_chunks, a stage of its own before), the request checked
-// (sched::CheckedRequest), the rank symmetry chosen, the plan's memory judged by the budget, the plan built and
-// simulated. The command line and the Python module call it through tools/run_one.hpp; nothing here reads
-// flags or prints.
+// once (simulate_request, the one entry for a group or a deployment). The command line and the Python module
+// call it through tools/run_one.hpp; nothing here reads flags or prints.
 
 #include <cstddef>
 #include <cstdint>
@@ -35,13 +33,16 @@ struct RunProgress {
   double total = 0;      // ops: the estimate while planning, the plan's after
 };
 
-/// One group of ranks: `plan` (the algorithm, workload, ranks, domains, checked; on the balanced layout with
-/// its chunk map) on `t`'s first GPUs, or on `gpus`.
+/// One simulation as `charm simulate`, `charm compare` and the Python module ask for it: one group of ranks on
+/// `t`'s first GPUs (or on `gpus`), or every CP group of a deployment's `layout` at once.
 struct SimulationRequest {
-  sched::CheckedRequest plan;
-  std::vector<std::int32_t> gpus;  // rank r on GPU gpus[r] (placed by hand: simulated rank by rank); empty: GPU r
+  sched::PlanRequest plan;  // the algorithm, the workload (a deployment's: the whole model's), ranks, domains
+  std::optional<sched::Layout> layout;  // a deployment's CP x TP layout: layout.cp ranks a group (plan.ranks unused)
+  bool attention_block = false;    // a deployment's whole attention blocks (TP's collectives and GEMMs; --tp given)
+  std::vector<std::int32_t> gpus;  // one group: rank r on GPU gpus[r] (placed by hand: rank by rank); empty: GPU r
   SymmetryUse symmetry = SymmetryUse::Auto;
   sched::MemoryBudget budget;
+  ChunkSolveOptions solve;  // one group on the balanced layout without a chunk map: how its map is solved
   std::function<void(const RunProgress&)> progress;  // told now and then on the caller's thread; may be empty
 };
 
@@ -57,23 +58,14 @@ struct SimulationRequest {
                                                                   const ChunkSolveOptions& solve,
                                                                   const sched::MemoryBudget& budget);
 
-/// Plans and simulates one group. A refusal of the request (the symmetry's, the memory budget's) is an
-/// ErrorKind::Input error; a simulation that fails is ErrorKind::RunFailed.
+/// The one entry, its stages in order, each once. One group: the balanced layout's chunk map solved
+/// (solve_chunks; Evaluation::chunks), the request checked (sched::CheckedRequest), the rank symmetry chosen,
+/// the plan's memory judged by the budget, the plan built and simulated. A deployment: the group's workload
+/// (sched::group_workload: TP's share of the heads; what TP does not divide is --tp's error), checked, the
+/// whole groups that stand for the others where the layout's rotation is one the topology has, the memory
+/// judged, one group planned and placed as those groups, simulated, and TP's block added where asked.
+/// A refusal of the request (the checker's, the symmetry's, the memory budget's) is an ErrorKind::Input
+/// error; a simulation that fails is ErrorKind::RunFailed.
 [[nodiscard]] Expected<Evaluation> simulate_request(const SimulationRequest& r, const topo::Topology& t);
-
-/// A deployment: every CP group of `layout` runs `model`'s algorithm at once, each on the whole model's
-/// workload with TP's share of the heads (sched::group_workload) over layout.cp ranks and `model.domains`.
-struct DeploymentRequest {
-  sched::PlanRequest model;  // the algorithm, the whole model's workload and the domains (its ranks: unused)
-  sched::Layout layout;
-  SymmetryUse symmetry = SymmetryUse::Auto;
-  sched::MemoryBudget budget;
-  bool attention_block = false;  // whole attention blocks' times, TP's collectives and GEMMs included (--tp given)
-};
-
-/// Plans and simulates a deployment's CP groups together (by whole groups' rotation where the layout and the
-/// topology share one). Heads or kv heads that TP does not divide are --tp's errors; the rest as
-/// simulate_request's.
-[[nodiscard]] Expected<Evaluation> simulate_deployment(const DeploymentRequest& d, const topo::Topology& t);
 
 }  // namespace charm::sim

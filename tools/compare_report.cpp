@@ -43,9 +43,12 @@ CompareRow compare_one(const CompareRequest& r, const topo::Topology& t, const s
     row.note = st.error().message();
     return row;
   }
-  const sim::Evaluation e =
-      r.layout ? run_deployment(algo, wp, t, r.domains, *r.layout, SymmetryUse::Auto, r.attention_block)
-               : run_one(algo, wp, t, r.domains, r.ranks, SymmetryUse::Auto, r.gpus);
+  sim::SimulationRequest sr;
+  sr.plan = {algo, wp, r.layout ? r.layout->cp : r.ranks, r.domains};
+  sr.layout = r.layout;
+  sr.attention_block = r.layout && r.attention_block;
+  if (!r.layout) sr.gpus = r.gpus;
+  const sim::Evaluation e = simulate(std::move(sr), t);
   row.ok = true;
   row.s = e.summary;
   row.f = e.formula;

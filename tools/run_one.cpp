@@ -35,7 +35,7 @@ std::string progress_text(const std::string& algo, const sim::RunProgress& p, do
 }
 
 /// A refused request is the user's (UsageError, exit 2); a simulation that failed is not (RuntimeFailure, exit 3).
-sim::Evaluation unwrap_run(Expected<sim::Evaluation> e) {
+sim::Evaluation unwrap_run(Expected<sim::Evaluation>&& e) {
   if (!e && e.error().kind == ErrorKind::RunFailed) throw RuntimeFailure{e.error().message()};
   return unwrap(std::move(e));
 }
@@ -46,38 +46,30 @@ std::optional<sim::ChunkSolution> solve_chunks(sched::PlanRequest& req, const to
   return unwrap(sim::solve_chunks(req, t, solve, memory_budget()));
 }
 
-sim::Evaluation run_one(const std::string& algo, const ir::Workload& w, const topo::Topology& t, int domains, int ranks,
-                        SymmetryUse use, const std::vector<std::int32_t>& gpus, const sim::ChunkSolveOptions& solve) {
-  sched::PlanRequest req{algo, w, ranks, domains};
-  auto chunks = solve_chunks(req, t, solve);
-  sim::SimulationRequest r{unwrap(sched::CheckedRequest::check(std::move(req))), gpus, use, memory_budget(), {}};
+sim::Evaluation simulate(sim::SimulationRequest r, const topo::Topology& t) {
+  r.budget = memory_budget();
   // Runs at cluster scale take seconds to minutes: a progress line past the first second.
   ProgressLine progress;
-  r.progress = [&](const sim::RunProgress& p) {
+  r.progress = [&, algo = r.plan.algo](const sim::RunProgress& p) {
     progress.update([&] { return progress_text(algo, p, progress.elapsed()); });
   };
   auto e = sim::simulate_request(r, t);
   progress.finish();
-  sim::Evaluation ev = unwrap_run(std::move(e));
-  ev.chunks = std::move(chunks);
-  return ev;
-}
-
-sim::Evaluation run_deployment(const std::string& algo, const ir::Workload& w, const topo::Topology& t, int domains,
-                               const sched::Layout& l, SymmetryUse use, bool attention_block) {
-  return unwrap_run(sim::simulate_deployment({{algo, w, l.cp, domains}, l, use, memory_budget(), attention_block}, t));
+  return unwrap_run(std::move(e));
 }
 
 sim::Evaluation run_simulation(std::optional<ir::Plan> file_plan, const std::string& algo, const ir::Workload& w,
                                const ClusterFlags& cluster, const topo::Topology& t, SymmetryUse use,
                                const sim::ChunkSolveOptions& solve) {
   if (!file_plan) {
-    if (const auto layout = cluster.layout_for(t)) {
-      if (w.layout == ir::Layout::Balanced)
-        fail(Error{"--layout", "the balanced layout is solved for one CP group; drop --cp / --tp or use zigzag"});
-      return run_deployment(algo, w, t, cluster.domains_for(t), *layout, use, cluster.tp != 0);
-    }
-    return run_one(algo, w, t, cluster.domains_for(t), cluster.ranks_for(t), use, cluster.gpu_map(t), solve);
+    sim::SimulationRequest r;
+    r.layout = cluster.layout_for(t);
+    r.plan = {algo, w, r.layout ? r.layout->cp : cluster.ranks_for(t), cluster.domains_for(t)};
+    r.attention_block = r.layout && cluster.tp != 0;
+    if (!r.layout) r.gpus = cluster.gpu_map(t);
+    r.symmetry = use;
+    r.solve = solve;
+    return simulate(std::move(r), t);
   }
   if (file_plan->ranks > t.num_gpus())
     fail(Error{"--plan", fmt::format("the plan has {} ranks; {} has {} GPUs", file_plan->ranks, t.name, t.num_gpus())});
