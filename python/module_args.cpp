@@ -56,7 +56,7 @@ constexpr std::size_t kMaxJsonValues = std::size_t{1} << 24;
 /// Python values into JSON, bounded as the JSON reader bounds a file: arrays and objects at most
 /// kMaxJsonDepth deep (a dict that holds itself ends there instead of recursing until the stack runs
 /// out), and kMaxJsonValues values. Numbers as a file's are read: finite, within 64 bits.
-json from_py(py::handle h, const std::string& where, std::size_t depth, std::size_t& values) {
+json from_py_value(py::handle h, const std::string& where, std::size_t depth, std::size_t& values) {
   if (++values > kMaxJsonValues)
     fail(Error{where, fmt::format("more than {} values (a list or dict held many times counts each time; pass a "
                                   "larger plan as a file)",
@@ -89,13 +89,13 @@ json from_py(py::handle h, const std::string& where, std::size_t depth, std::siz
     for (auto [k, v] : h.cast<py::dict>()) {
       if (!py::isinstance<py::str>(k)) fail(Error{where, "keys of a JSON object must be strings"});
       const auto key = k.cast<std::string>();
-      o[key] = from_py(v, where + "." + key, depth + 1, values);
+      o[key] = from_py_value(v, where + "." + key, depth + 1, values);
     }
     return o;
   }
   json a = json::array();
   std::size_t i = 0;
-  for (auto v : h) a.push_back(from_py(v, fmt::format("{}[{}]", where, i++), depth + 1, values));
+  for (auto v : h) a.push_back(from_py_value(v, fmt::format("{}[{}]", where, i++), depth + 1, values));
   return a;
 }
 
@@ -103,7 +103,7 @@ json from_py(py::handle h, const std::string& where, std::size_t depth, std::siz
 
 json from_py(py::handle h, const std::string& where) {
   std::size_t values = 0;
-  return from_py(h, where, 0, values);
+  return from_py_value(h, where, 0, values);
 }
 
 // ---- arguments ----

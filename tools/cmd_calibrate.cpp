@@ -280,7 +280,7 @@ void register_calibrate(CLI::App& app) {
 
 #endif
 
-const Registrar r{register_calibrate};
+const Registrar calibrate_registered{register_calibrate};
 
 }  // namespace
 }  // namespace charm::cli

@@ -96,7 +96,7 @@ void register_export(CLI::App& app) {
 
 #endif
 
-const Registrar reg{register_export};
+const Registrar export_registered{register_export};
 
 }  // namespace
 }  // namespace charm::cli

@@ -144,10 +144,10 @@ void register_show(CLI::App& app) {
   });
 }
 
-const Registrar r1{register_commlist};
-const Registrar r2{register_plan};
-const Registrar r3{register_validate};
-const Registrar r4{register_show};
+const Registrar commlist_registered{register_commlist};
+const Registrar plan_registered{register_plan};
+const Registrar validate_registered{register_validate};
+const Registrar show_registered{register_show};
 
 }  // namespace
 }  // namespace charm::cli

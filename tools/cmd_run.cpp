@@ -485,7 +485,7 @@ void register_run(CLI::App& app) {
   });
 }
 
-const Registrar r{register_run};
+const Registrar run_registered{register_run};
 
 }  // namespace
 }  // namespace charm::cli

@@ -463,10 +463,10 @@ void register_topo(CLI::App& app) {
   });
 }
 
-const Registrar r1{register_simulate};
-const Registrar r2{register_compare};
-const Registrar r3{register_topo};
-const Registrar r4{register_advise};
+const Registrar simulate_registered{register_simulate};
+const Registrar compare_registered{register_compare};
+const Registrar topo_registered{register_topo};
+const Registrar advise_registered{register_advise};
 
 }  // namespace
 }  // namespace charm::cli

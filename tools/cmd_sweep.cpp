@@ -481,7 +481,7 @@ void register_sweep(CLI::App& app) {
   });
 }
 
-const Registrar reg{register_sweep};
+const Registrar sweep_registered{register_sweep};
 
 }  // namespace
 }  // namespace charm::cli
