@@ -5,11 +5,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <exception>
-#include <mutex>
 #include <new>
-#include <thread>
 
 #include "scheduler/ir/plan_io.hpp"
 #include "scheduler/planners/algorithms.hpp"
@@ -17,7 +14,7 @@
 #include "sim/evaluate.hpp"
 #include "sim/explain.hpp"
 #include "support/csv_field.hpp"
-#include "support/first_exception.hpp"
+#include "support/parallel_for.hpp"
 
 namespace charm::sim {
 
@@ -41,7 +38,7 @@ Placement placement_of(const SweepConfig& c, const topo::Topology& t) {
   if (c.tp > 0 || c.cp > 0) {
     const int tp = std::max(c.tp, 1), cp = c.cp > 0 ? c.cp : gpus / tp;
     if (c.cp == 0 && gpus % tp != 0) {
-      p.refusal = fmt::format("--tp: TP {} does not divide {}'s {} GPUs", tp, t.name, gpus);
+      p.refusal = Error{Field::Tp, fmt::format("TP {} does not divide {}'s {} GPUs", tp, t.name, gpus)}.message();
       return p;
     }
     auto l = sched::make_layout(gpus, cp, tp, sched::LayoutOrder::TpInner);
@@ -273,44 +270,21 @@ SweepResult run_sweep(const SweepSpec& spec, const SweepControl& control) {
   // Each task owns its slot, so the rows come out in task order whatever the workers do.
   std::vector<std::optional<SweepTaskOut>> outs(total);
 
-  std::atomic<std::size_t> next{0}, done{0};
-  std::mutex mu;
-  std::condition_variable cv;
   SimulationMemo memo;
-  FirstException failure;  // a worker that cannot allocate stops the sweep, and the caller says so
-  auto cancelled = [&] {
-    return failure.failed() || (control.cancel && control.cancel->load(std::memory_order_relaxed));
-  };
-  auto work = [&] {
-    PlanReuse reuse;
-    for (;;) {
-      if (cancelled()) break;
-      const std::size_t k = next.fetch_add(1, std::memory_order_relaxed);
-      if (k >= total) break;
-      const std::size_t i = control.reuse_plans ? sweep_task_to_run(spec, k) : k;
-      outs[i] =
-          run_sweep_task(spec, i, control.reuse_plans ? &reuse : nullptr, control.share_simulations ? &memo : nullptr);
-      if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == total) {
-        const std::lock_guard lock(mu);
-        cv.notify_all();
-      }
-    }
-  };
-
-  const int jobs = std::max(1, std::min<int>(control.jobs, static_cast<int>(std::max<std::size_t>(total, 1))));
-  std::vector<std::jthread> pool;
-  pool.reserve(static_cast<std::size_t>(jobs));
-  for (int j = 0; j < jobs; ++j) pool.emplace_back([&] { failure.run(work); });
-  {
-    std::unique_lock lock(mu);
-    while (done.load() < total && !cancelled()) {
-      cv.wait_for(lock, std::chrono::milliseconds(100));
-      if (control.progress) control.progress(done.load(), total);
-    }
-  }
-  for (auto& th : pool) th.join();
-  failure.rethrow();
-  if (control.progress) control.progress(done.load(), total);
+  // Each worker reuses its own plans (PlanReuse) across the batches it runs; a signal stops the tasks not
+  // started; the caller's thread draws the progress line about ten times a second.
+  parallel_for_watched<PlanReuse>(
+      total, std::min<int>(control.jobs, static_cast<int>(std::max<std::size_t>(total, 1))),
+      [&](std::size_t k, PlanReuse& reuse) {
+        const std::size_t i = control.reuse_plans ? sweep_task_to_run(spec, k) : k;
+        outs[i] = run_sweep_task(spec, i, control.reuse_plans ? &reuse : nullptr,
+                                 control.share_simulations ? &memo : nullptr);
+      },
+      [&] { return control.cancel && control.cancel->load(std::memory_order_relaxed); },
+      [&](std::size_t done, std::size_t n) {
+        if (control.progress) control.progress(done, n);
+      },
+      std::chrono::milliseconds(100));
   return sweep_result(spec, std::move(outs),
                       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
