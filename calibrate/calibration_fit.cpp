@@ -88,7 +88,7 @@ Status local_search(Objective& obj, std::vector<double> u0, int max_evals, doubl
   } catch (const std::bad_alloc&) {
     throw;
   } catch (const std::exception& e) {
-    if (!obj.error) return Error{"--fit", fmt::format("the optimizer failed: {}", e.what())};
+    if (!obj.error) return Error{Field::Fit, fmt::format("the optimizer failed: {}", e.what())};
   }
   if (obj.error) return *obj.error;
   return {};

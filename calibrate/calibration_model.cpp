@@ -132,7 +132,7 @@ Status build_rows(Model& model, const MeasurementSet& data, const CalibrationOpt
     const topo::Topology& t = variants.topos[row.variant];
     if (auto st = row_domains(t, m, at_ranks, row); !st) return st;
     const auto checked = sched::CheckedRequest::check({m.algo, m.workload, row.ranks, row.domains});
-    if (!checked) return Error{data.where(m, column_of_flag(checked.error().where)), checked.error().what};
+    if (!checked) return Error{data.where(m, column_of(checked.error().field)), checked.error().what};
     const sched::PlanRequest& req = checked->get();
     // The budget `charm simulate` applies, before the plan is built: its plan and one simulation of it,
     // beside every plan held already.
@@ -150,7 +150,7 @@ Status build_rows(Model& model, const MeasurementSet& data, const CalibrationOpt
     // of the schedule and the topology's structure: the one by cost (zigzag halves priced alike) holds for
     // some values of the fitted parameters and not others.
     auto plan = sched::make_plan(*checked, sim::quotient_symmetry(sched::plan_symmetry(*checked, false), t, req.ranks));
-    if (!plan) return Error{data.where(m, column_of_flag(plan.error().where)), plan.error().what};
+    if (!plan) return Error{data.where(m, column_of(plan.error().field)), plan.error().what};
     row.metric = m.metric;
     row.charge = charge_of(m.metric);
     row.plan = std::move(plan).value();
@@ -230,9 +230,9 @@ Expected<std::vector<FitParameter>> choose_parameters(Model& model, const std::v
   if (!requested.empty()) {
     for (const auto& path : requested) {
       if (std::any_of(out.begin(), out.end(), [&](const auto& p) { return p.path == path; }))
-        return Error{"--fit", fmt::format("{} is listed twice", path)};
-      if (is_fixed(path)) return Error{"--fit", fmt::format("{} is set from --nccl-tests, not fitted", path)};
-      if (auto st = add(path); !st) return Error{"--fit", st.error().message()};
+        return Error{Field::Fit, fmt::format("{} is listed twice", path)};
+      if (is_fixed(path)) return Error{Field::Fit, fmt::format("{} is set from --nccl-tests, not fitted", path)};
+      if (auto st = add(path); !st) return Error{Field::Fit, st.error().message()};
     }
     return out;
   }
@@ -244,14 +244,14 @@ Expected<std::vector<FitParameter>> choose_parameters(Model& model, const std::v
     defaults.push_back("intra.bandwidth_gbps");
   for (const auto& path : defaults) {
     if (is_fixed(path) || !parameter_value(model.base, path, model.source)) continue;
-    if (auto st = add(path); !st) return Error{"--fit", st.error().message()};
+    if (auto st = add(path); !st) return Error{Field::Fit, st.error().message()};
   }
   // A profiled T_comm holds more than the run's own communication time: at small work the paper's exceeds
   // the whole run. Its offset is fitted beside the cluster's parameters so that it does not bend them.
   if (comm_rows)
-    if (auto st = add(kCommOffsetParameter); !st) return Error{"--fit", st.error().message()};
+    if (auto st = add(kCommOffsetParameter); !st) return Error{Field::Fit, st.error().message()};
   if (out.empty())
-    return Error{"--fit", fmt::format("{} has none of the default parameters; name some with --fit", model.source)};
+    return Error{Field::Fit, fmt::format("{} has none of the default parameters; name some with --fit", model.source)};
   return out;
 }
 
@@ -282,7 +282,7 @@ Status drop_unmoved(Model& model, const std::vector<double>& base_ms, std::vecto
     else
       notes.push_back(fmt::format("{}: not fitted, no row depends on it", model.params[k].path));
   }
-  if (kept.empty()) return Error{"--fit", "no row depends on any of the default parameters; name some with --fit"};
+  if (kept.empty()) return Error{Field::Fit, "no row depends on any of the default parameters; name some with --fit"};
   model.params = std::move(kept);
   return {};
 }

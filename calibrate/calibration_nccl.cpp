@@ -14,7 +14,7 @@ using nlohmann::json;
 
 Expected<std::vector<FixedParameter>> fixed_from_nccl_tests(const json& base, const std::string& base_source,
                                                             const std::string& cls, const NcclLog& log) {
-  const std::string where = "--nccl-tests";
+  constexpr Field where = Field::NcclTests;
   const auto link_class = parse_enum(cls, kLinkClassNames);
   if (!link_class) return Error{where, fmt::format("unknown link class '{}' (expected intra, numa or inter)", cls)};
   if (!base.contains("nodes"))

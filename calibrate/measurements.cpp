@@ -59,12 +59,29 @@ std::string_view column_name(Column c) { return kNames[static_cast<std::size_t>(
 
 std::string_view to_string(Metric m) { return enum_name(m, kMetricNames); }
 
-Column column_of_flag(std::string_view flag) {
-  std::string name(flag.substr(flag.rfind("--", 0) == 0 ? 2 : 0));
-  std::replace(name.begin(), name.end(), '-', '_');
-  for (std::size_t i = 0; i < kNumColumns; ++i)
-    if (kNames[i] == name) return static_cast<Column>(i);
-  return Column::Algo;
+Column column_of(Field field) {
+  switch (field) {
+  case Field::Pass:
+    return Column::Pass;
+  case Field::Batch:
+    return Column::Batch;
+  case Field::Seq:
+    return Column::Seq;
+  case Field::Heads:
+    return Column::Heads;
+  case Field::KvHeads:
+    return Column::KvHeads;
+  case Field::HeadDim:
+    return Column::HeadDim;
+  case Field::Layout:
+    return Column::Layout;
+  case Field::Ranks:
+    return Column::Ranks;
+  case Field::Domains:
+    return Column::Domains;
+  default:
+    return Column::Algo;
+  }
 }
 
 std::string MeasurementSet::where(const Measurement& m, Column c) const {
@@ -312,7 +329,7 @@ Expected<MeasurementSet> load_measurements(const std::string& paths) {
     if (end == std::string::npos) end = paths.size();
     const std::string path(trim(std::string_view(paths).substr(start, end - start)));
     start = end + 1;
-    if (path.empty()) return Error{"--measurements", fmt::format("an empty file name in '{}'", paths)};
+    if (path.empty()) return Error{Field::Measurements, fmt::format("an empty file name in '{}'", paths)};
     auto text = read_text_file(path, "a measurements file");
     if (!text) return text.error();
     auto set = parse_measurements(*text, path);

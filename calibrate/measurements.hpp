@@ -58,8 +58,9 @@ enum class Metric : std::uint8_t { Time, Comm, Compute, CommAlone, ComputeAlone 
 
 /// The header name of a column ("kv_heads").
 [[nodiscard]] std::string_view column_name(Column c);
-/// The column a planner error is about, from its `where` ("--kv-heads" -> KvHeads); Algo when none fits.
-[[nodiscard]] Column column_of_flag(std::string_view flag);
+/// The column of a field a planner error is about (Field::KvHeads -> KvHeads); Algo when no column holds it
+/// (a mask, a symmetry: the row as a whole).
+[[nodiscard]] Column column_of(Field field);
 
 struct Measurement {
   int line = 0;  // 1-based line in the file

@@ -210,7 +210,7 @@ std::string algos_text(const py::object& o) {
 
 std::string algo_arg(const py::object& o) {
   if (!given(o)) return std::string(sched::default_algorithm());
-  auto a = sched::resolve_algorithm(text_arg(o, "--algo"), "--algo");
+  auto a = sched::resolve_algorithm(text_arg(o, "--algo"));
   if (!a) fail(a.error());
   return *a;
 }

@@ -82,20 +82,24 @@ Expected<Agreed> mpi_agree(MPI_Comm comm, const Status& mine, int code, double t
   if (auto s = mpi_wait(req, timeout_s, "the other ranks to agree on " + what); !s) return s.error();
   Agreed out;
   if (lowest >= size) return out;
-  // The failing rank's exit code, where and what, in one message: [code, len(where), len(what)] + text.
-  std::string text = rank == lowest ? mine.error().where + mine.error().what : std::string();
-  std::array<int, 3> head{code, int(std::min<std::size_t>(mine.error().where.size(), INT_MAX / 4)),
-                          int(std::min<std::size_t>(mine.error().what.size(), INT_MAX / 4))};
-  CHARM_MPI_TRY(MPI_Ibcast(head.data(), 3, MPI_INT, lowest, comm, &req));
+  // The failing rank's exit code, field, where and what, in one message: [code, field, len(where), len(what)]
+  // + text.
+  const Error& e = mine.error();
+  std::string text = rank == lowest ? e.where + e.what : std::string();
+  std::array<int, 4> head{code, int(e.field), int(std::min<std::size_t>(e.where.size(), INT_MAX / 4)),
+                          int(std::min<std::size_t>(e.what.size(), INT_MAX / 4))};
+  CHARM_MPI_TRY(MPI_Ibcast(head.data(), int(head.size()), MPI_INT, lowest, comm, &req));
   if (auto s = mpi_wait(req, timeout_s, "the message of failing rank " + std::to_string(lowest)); !s) return s.error();
-  text.resize(std::size_t(head[1]) + std::size_t(head[2]));
+  text.resize(std::size_t(head[2]) + std::size_t(head[3]));
   if (!text.empty()) {
     CHARM_MPI_TRY(MPI_Ibcast(text.data(), int(text.size()), MPI_CHAR, lowest, comm, &req));
     if (auto s = mpi_wait(req, timeout_s, "the message of failing rank " + std::to_string(lowest)); !s)
       return s.error();
   }
   out.code = head[0];
-  out.status = Error{text.substr(0, std::size_t(head[1])), text.substr(std::size_t(head[1]))};
+  Error agreed{text.substr(0, std::size_t(head[2])), text.substr(std::size_t(head[2]))};
+  agreed.field = Field(head[1]);
+  out.status = std::move(agreed);
   return out;
 }
 

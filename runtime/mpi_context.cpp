@@ -282,7 +282,7 @@ Expected<RunResult> MpiContext::run_plan(const ir::Plan& plan, const GlobalTenso
   CHARM_ASSERT(!plan.symmetry.active(), "executors run full plans, not one class of ranks");
   agreed_ = false;
   if (plan.ranks != size_)
-    return Error{"--ranks", fmt::format("the plan has {} ranks but mpirun started {} processes", plan.ranks, size_)};
+    return Error{Field::Ranks, fmt::format("the plan has {} ranks but mpirun started {} processes", plan.ranks, size_)};
   const Collectives c{comms_->comm, opt_in.timeout_s, multiple_ ? nullptr : &mu_};
   MpiTransport transport(&comms_->comm, c.mu, tag_ub_);
   if (opt_in.faults.short_recv && rank_ == 1) transport.inject_short_recv();

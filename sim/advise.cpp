@@ -216,12 +216,12 @@ Expected<Advice> advise(const Workload& w, const topo::Topology& t, const Advise
   adv.ranks = opt.ranks > 0 ? opt.ranks : t.num_gpus();
   adv.pass = w.pass;
   if (adv.ranks > t.num_gpus())
-    return Error{"--ranks", fmt::format("the topology has {} GPUs, asked for {}", t.num_gpus(), adv.ranks)};
+    return Error{Field::Ranks, fmt::format("the topology has {} GPUs, asked for {}", t.num_gpus(), adv.ranks)};
   const auto& names = sched::algorithm_names();
   std::vector<std::string> algos = opt.algos.empty() ? names : opt.algos;
   for (const auto& a : algos)
     if (std::find(names.begin(), names.end(), a) == names.end())
-      return Error{"--algos", fmt::format("unknown algorithm '{}'", a)};
+      return Error{Field::Algos, fmt::format("unknown algorithm '{}'", a)};
   std::vector<Candidate> cands;
   std::vector<Job> jobs;
   if (opt.tp.empty()) plan_candidates(w, algos, opt, adv.ranks, std::nullopt, 1, t, adv, cands, jobs);

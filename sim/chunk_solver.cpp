@@ -200,10 +200,10 @@ Expected<ChunkSolution> solve_chunk_map(const sched::PlanRequest& req_in, const 
   sched::PlanRequest req = sched::normalised(req_in);
   const ir::Workload w = req.workload;  // the request's chunk map changes with each candidate
   if (w.layout != ir::Layout::Balanced || w.documents.empty() || w.window > 0)
-    return Error{"--layout",
+    return Error{Field::Layout,
                  "the balanced layout places packed documents: give --mask document:... or cu_seqlens:FILE"};
   if (w.seq % req.ranks != 0)
-    return Error{"--seq", fmt::format("sequence length {} cannot be split into {} equal shards", w.seq, req.ranks)};
+    return Error{Field::Seq, fmt::format("sequence length {} cannot be split into {} equal shards", w.seq, req.ranks)};
   const ComputeModel model = compute_model_for(t, w);
   SimOptions sim_options;
   sim_options.critical_path = false;

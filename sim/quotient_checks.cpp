@@ -40,8 +40,8 @@ Status check_placement(const Plan& plan, const topo::Topology& t) {
   for (RankId r = 0; r < plan.ranks; ++r) {
     const int g = plan.gpus[std::size_t(r)];
     if (g < 0 || g >= t.num_gpus())
-      return Error{"--topology", fmt::format("the plan places rank {} on GPU {}, but topology '{}' has {} GPUs", r, g,
-                                             t.name, t.num_gpus())};
+      return Error{Field::Topology, fmt::format("the plan places rank {} on GPU {}, but topology '{}' has {} GPUs", r,
+                                                g, t.name, t.num_gpus())};
     if (rank_at[std::size_t(g)] != kNone)
       return Error{"plan", fmt::format("ranks {} and {} are both placed on GPU {}", rank_at[std::size_t(g)], r, g)};
     rank_at[std::size_t(g)] = r;

@@ -31,7 +31,7 @@ Expected<ir::RankSymmetry> quotient_for(const sched::CheckedRequest& req, const 
                                                              "zigzag where the GPU prices its halves alike)",
                                                              req->algo)});
   if (use == SymmetryUse::On && !q)
-    return Error{"--symmetry", fmt::format("cannot simulate one class of ranks for all: {}", q.error().message())};
+    return Error{Field::Symmetry, fmt::format("cannot simulate one class of ranks for all: {}", q.error().message())};
   if (!q || (use == SymmetryUse::Auto && req.estimate().ops < kQuotientFromOps)) return ir::RankSymmetry{};
   return *q;
 }
@@ -42,7 +42,7 @@ Expected<std::optional<ChunkSolution>> solve_chunks(sched::PlanRequest& req, con
   if (req.workload.layout != ir::Layout::Balanced || !req.workload.chunk_map.empty())
     return std::optional<ChunkSolution>();
   if (req.ranks > t.num_gpus())
-    return Error{"--ranks", fmt::format("{} ranks: {} has {} GPUs", req.ranks, t.name, t.num_gpus())};
+    return Error{Field::Ranks, fmt::format("{} ranks: {} has {} GPUs", req.ranks, t.name, t.num_gpus())};
   // Each candidate is planned and simulated in full (one at a time): the budget of one simulation holds.
   if (auto s = budget.fits_plan(req, sched::kSimBytesPerOp, "each of the chunk solver's simulations"); !s)
     return s.error();
@@ -61,7 +61,7 @@ namespace {
 Expected<Evaluation> simulate_group(const sched::CheckedRequest& req, const SimulationRequest& r,
                                     const topo::Topology& t) {
   if (!r.gpus.empty() && r.symmetry == SymmetryUse::On)
-    return Error{"--symmetry", "a --gpus map places every rank by hand: it is simulated rank by rank"};
+    return Error{Field::Symmetry, "a --gpus map places every rank by hand: it is simulated rank by rank"};
   ir::RankSymmetry q;
   if (r.gpus.empty()) {
     auto got = quotient_for(req, t, r.symmetry);
@@ -105,12 +105,13 @@ Expected<Evaluation> simulate_deployment(const SimulationRequest& r, const sched
     const auto q = deployment_copies(l, t);
     if (q) copies = *q;
     if (use == SymmetryUse::On && !q)
-      return Error{"--symmetry", fmt::format("cannot simulate a class of CP groups for all: {}", q.error().message())};
+      return Error{Field::Symmetry,
+                   fmt::format("cannot simulate a class of CP groups for all: {}", q.error().message())};
   }
   if (auto s = r.budget.fits((e.plan_bytes + sched::kSimBytesPerOp * e.ops) * (copies + 1),
                              fmt::format("the simulation of {} CP group{} ({} on {} ranks each: about {:.2g} ops)",
                                          copies, copies == 1 ? "" : "s", req.algo, l.cp, e.ops * copies),
-                             "--cp");
+                             Field::Cp);
       !s)
     return s.error();
   auto ev = evaluate_deployment(*group, l, copies, t, r.attention_block ? &r.plan.workload : nullptr);
@@ -123,7 +124,7 @@ Expected<Evaluation> simulate_deployment(const SimulationRequest& r, const sched
 Expected<Evaluation> simulate_request(const SimulationRequest& r, const topo::Topology& t) {
   if (r.layout) {
     if (r.plan.workload.layout == ir::Layout::Balanced)
-      return Error{"--layout", "the balanced layout is solved for one CP group; drop --cp / --tp or use zigzag"};
+      return Error{Field::Layout, "the balanced layout is solved for one CP group; drop --cp / --tp or use zigzag"};
     return simulate_deployment(r, *r.layout, t);
   }
   sched::PlanRequest req = r.plan;

@@ -315,8 +315,8 @@ void Engine::complete(OpId id) {
 
 Expected<SimResult> Engine::run() {
   if (topo_.num_gpus() < plan_.ranks)
-    return Error{"--topology", fmt::format("the plan has {} ranks but topology '{}' has only {} GPUs", plan_.ranks,
-                                           topo_.name, topo_.num_gpus())};
+    return Error{Field::Topology, fmt::format("the plan has {} ranks but topology '{}' has only {} GPUs", plan_.ranks,
+                                              topo_.name, topo_.num_gpus())};
   if (auto st = check_placement(plan_, topo_); !st) return st.error();
   if (sym_.active())
     if (auto st = check_topology_symmetry(sym_, topo_, plan_.ranks); !st) return st.error();

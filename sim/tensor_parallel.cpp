@@ -125,7 +125,7 @@ std::string TpBlockCost::line() const {
 
 Expected<TpBlockCost> tp_block_cost(const ir::Workload& w, const sched::Layout& l, const topo::Topology& t) {
   if (l.gpus() > t.num_gpus())
-    return Error{"--tp", fmt::format("the layout takes {} GPUs; the topology has {}", l.gpus(), t.num_gpus())};
+    return Error{Field::Tp, fmt::format("the layout takes {} GPUs; the topology has {}", l.gpus(), t.num_gpus())};
   TpBlockCost c;
   c.tp = l.tp;
   const double elem = double(ir::dtype_size(w.dtype));

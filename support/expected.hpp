@@ -5,6 +5,8 @@
 #include <utility>
 #include <variant>
 
+#include "support/field.hpp"
+
 namespace charm {
 
 /// What kind of error it is, for the code that must tell errors apart (never by their text).
@@ -15,12 +17,24 @@ enum class ErrorKind {
   PeerFailed,   // this rank stopped because another failed first: that one's error is the one to report
 };
 
-/// An error for the user: `where` names the file, JSON path or flag, `what` says what is wrong.
+/// An error for the user: `where` names the file or JSON path, or `field` the request's field (the flag that
+/// set it), and `what` says what is wrong.
 struct Error {
+  Error() = default;
+  Error(std::string where_, std::string what_, ErrorKind kind_ = ErrorKind::Input)
+      : where(std::move(where_)), what(std::move(what_)), kind(kind_) {}
+  Error(Field field_, std::string what_, ErrorKind kind_ = ErrorKind::Input)
+      : what(std::move(what_)), kind(kind_), field(field_) {}
   std::string where;
   std::string what;
   ErrorKind kind = ErrorKind::Input;
-  [[nodiscard]] std::string message() const { return where.empty() ? what : where + ": " + what; }
+  Field field = Field::None;
+  /// "where: what", "--flag: what" or "what".
+  [[nodiscard]] std::string message() const {
+    if (!where.empty()) return where + ": " + what;
+    if (field != Field::None) return std::string(flag_name(field)) + ": " + what;
+    return what;
+  }
 };
 
 template <class T>

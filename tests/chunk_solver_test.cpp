@@ -78,7 +78,7 @@ TEST(ChunkSolver, RefusesWhatItCannotPlace) {
   w.layout = ir::Layout::Balanced;
   auto s = solve_chunk_map({"ring", w, 16, 2}, t);  // no documents
   ASSERT_FALSE(s.ok());
-  EXPECT_EQ(s.error().where, "--layout");
+  EXPECT_EQ(s.error().field, Field::Layout);
   w.documents = {4096};
   ir::Workload unsolved = w;
   EXPECT_FALSE(unsolved.check(16).ok());  // the balanced layout without a chunk map

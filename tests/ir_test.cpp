@@ -87,13 +87,13 @@ TEST(Workload, CheckNamesTheFlag) {
   w.layout = Layout::Zigzag;
   auto s = w.check(8);
   ASSERT_FALSE(s.ok());
-  EXPECT_EQ(s.error().where, "--seq");
+  EXPECT_EQ(s.error().field, Field::Seq);
   w.seq = 1024;
   w.heads = 6;
   w.kv_heads = 4;
   s = w.check(8);
   ASSERT_FALSE(s.ok());
-  EXPECT_EQ(s.error().where, "--kv-heads");
+  EXPECT_EQ(s.error().field, Field::KvHeads);
 }
 
 TEST(PlanIo, JsonRoundTrip) {

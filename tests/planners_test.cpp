@@ -176,14 +176,14 @@ TEST(Planners, RefuseWhatTheyCannotPlan) {
   req.ranks = 6;
   auto p = sched::make_plan(req);
   ASSERT_FALSE(p.ok());
-  EXPECT_EQ(p.error().where, "--ranks");
+  EXPECT_EQ(p.error().field, Field::Ranks);
   EXPECT_NE(p.error().what.find("power-of-two"), std::string::npos);
   req.algo = "charm";
   req.ranks = 12;
   req.domains = 2;
   p = sched::make_plan(req);
   ASSERT_FALSE(p.ok());
-  EXPECT_EQ(p.error().where, "--domains");
+  EXPECT_EQ(p.error().field, Field::Domains);
   req.algo = "ring";  // ring runs on any count
   req.ranks = 6;
   req.domains = 1;
@@ -195,11 +195,11 @@ TEST(Planners, RefuseWhatTheyCannotPlan) {
   req.workload.seq = 6 * 64 + 6;  // divisible by 6 ranks but not into 12 zigzag chunks
   p = sched::make_plan(req);
   ASSERT_FALSE(p.ok());
-  EXPECT_EQ(p.error().where, "--seq");
+  EXPECT_EQ(p.error().field, Field::Seq);
   req.algo = "bogus";
   p = sched::make_plan(req);
   ASSERT_FALSE(p.ok());
-  EXPECT_EQ(p.error().where, "--algo");
+  EXPECT_EQ(p.error().field, Field::Algo);
 }
 
 TEST(Planners, CharmKeepsKvInsideDomains) {

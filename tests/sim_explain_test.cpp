@@ -163,7 +163,7 @@ TEST(Advise, UnknownAlgorithmIsAnError) {
   opt.algos = {"chram"};
   auto a = sim::advise(workload(8192, 8, 8), t, opt);
   ASSERT_FALSE(a);
-  EXPECT_EQ(a.error().where, "--algos");
+  EXPECT_EQ(a.error().field, Field::Algos);
 }
 
 }  // namespace

@@ -36,14 +36,14 @@ CLI::Validator algorithm_name() {
       "ALGO", "algorithm");
 }
 
-std::vector<std::string> algorithm_list(const std::string& text, const std::string& flag) {
+std::vector<std::string> algorithm_list(const std::string& text, Field field) {
   std::vector<std::string> out;
   for (const auto& item : split_list(text)) {
-    auto a = sched::resolve_algorithm(item, flag);
+    auto a = sched::resolve_algorithm(item, field);
     if (!a) fail(a.error());
     if (std::find(out.begin(), out.end(), *a) == out.end()) out.push_back(*a);
   }
-  if (out.empty()) fail(Error{flag, "names no algorithm"});
+  if (out.empty()) fail(Error{field, "names no algorithm"});
   return out;
 }
 

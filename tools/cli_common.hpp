@@ -95,8 +95,8 @@ void check_plan_budget(const sched::PlanRequest& req, double extra_bytes_per_op,
 /// A CLI11 transform for --algo: the canonical name of an algorithm given in any case;
 /// an unknown one fails with the nearest name and the list.
 [[nodiscard]] CLI::Validator algorithm_name();
-/// --algos: each name resolved as by algorithm_name(); an empty list is an error of `flag`.
-[[nodiscard]] std::vector<std::string> algorithm_list(const std::string& text, const std::string& flag = "--algos");
+/// --algos: each name resolved as by algorithm_name(); an empty list is an error of `field`.
+[[nodiscard]] std::vector<std::string> algorithm_list(const std::string& text, Field field = Field::Algos);
 
 /// The one grammar of numbers on the command line, for every numeric flag.
 /// Decimal only: CLI11 alone reads `--ranks 010` as octal 8 and accepts 0x10,

@@ -216,7 +216,7 @@ Status parse_gpu_model(const Node& n, const std::string& assume_flag, GpuSpec& g
     if (!arch) {
       const std::string why =
           fmt::format("unknown part \"{}\" (expected one of: {})", assume, fmt::join(gpu_arch_names(), ", "));
-      return assume_flag.empty() ? at.error("assume: " + why) : Error{"--assume-gpu", why};
+      return assume_flag.empty() ? at.error("assume: " + why) : Error{Field::AssumeGpu, why};
     }
     src.assumed.push_back(fmt::format("{} borrows {}'s SMs, tiles and kernel tables", model, arch->match));
   }

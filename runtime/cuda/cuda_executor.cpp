@@ -31,9 +31,10 @@ Status supports(const ir::Plan& plan) {
   if (plan.symmetry.active())
     return Error{"plan", "a quotient plan holds one class of ranks: executors run full plans"};
   if (plan.workload.position_mask())
-    return Error{"--mask", fmt::format("{}: the GPU kernels take full and causal masks; documents and windows run on "
-                                       "the threads and mpi backends",
-                                       plan.workload.mask_text())};
+    return Error{Field::Mask,
+                 fmt::format("{}: the GPU kernels take full and causal masks; documents and windows run on "
+                             "the threads and mpi backends",
+                             plan.workload.mask_text())};
   // Region plans run (views, ranged computes, region copies); what no executor can store is
   // refused here, before any device or MPI call, with the buffer named.
   for (ir::BufferId b = 0; b < ir::BufferId(plan.buffers().size()); ++b) {
@@ -52,7 +53,7 @@ Expected<CudaRunResult> run_local(const ir::Plan& plan, const GlobalTensors& in,
   auto count = device_count();
   if (!count) return count.error();
   if (opt.device < 0 || opt.device >= *count)
-    return Error{"--device", fmt::format("device {} does not exist ({} found)", opt.device, *count)};
+    return Error{Field::Device, fmt::format("device {} does not exist ({} found)", opt.device, *count)};
   CHARM_CUDA_TRY(cudaSetDevice(opt.device));
   std::vector<ir::RankId> all;
   for (int r = 0; r < plan.ranks; ++r) all.push_back(r);

@@ -250,7 +250,7 @@ Expected<CudaRunResult> run_nccl(const ir::Plan& plan, const GlobalTensors& in, 
   set_error_rank(rank);
   const double tmo = opt.timeout_s;
   if (size != plan.ranks)
-    return Error{"--ranks", fmt::format("the plan has {} ranks but mpirun started {} processes", plan.ranks, size)};
+    return Error{Field::Ranks, fmt::format("the plan has {} ranks but mpirun started {} processes", plan.ranks, size)};
   CHARM_TRY(agreed(select_device(rank), "the GPUs", tmo));
   const CommStreams cs = comm_streams(plan, rank);
   Comms comms;

@@ -117,7 +117,7 @@ Status write_rank(const ir::Plan& plan, const ir::PlanIndex& idx, const std::vec
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return Error{"--chakra", fmt::format("cannot write {}: {}", tmp, std::strerror(errno))};
+    if (!out) return Error{Field::Chakra, fmt::format("cannot write {}: {}", tmp, std::strerror(errno))};
     bool ok = true;
     {
       google::protobuf::io::OstreamOutputStream stream(&out);  // flushes into `out` as it goes out of scope
@@ -142,13 +142,13 @@ Status write_rank(const ir::Plan& plan, const ir::PlanIndex& idx, const std::vec
     out.flush();
     if (!ok || !out) {
       std::remove(tmp.c_str());
-      return Error{"--chakra", fmt::format("cannot write {}", tmp)};
+      return Error{Field::Chakra, fmt::format("cannot write {}", tmp)};
     }
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;
     std::remove(tmp.c_str());
-    return Error{"--chakra", fmt::format("cannot write {}: {}", path, std::strerror(err))};
+    return Error{Field::Chakra, fmt::format("cannot write {}: {}", path, std::strerror(err))};
   }
   return {};
 }
@@ -163,14 +163,14 @@ std::int64_t wire_tag(const Op& op) { return std::int64_t(op.tag) * ir::kNumStre
 
 Status write_chakra(const ir::Plan& plan, const std::string& dir, const ExportOptions& o) {
   if (plan.symmetry.active())
-    return Error{"--chakra", "the plan holds one class of ranks (a quotient plan): export the full plan"};
+    return Error{Field::Chakra, "the plan holds one class of ranks (a quotient plan): export the full plan"};
   for (std::size_t i = 0; i < plan.size(); ++i)
     if (ir::is_comm(plan.op(OpId(i))) && wire_tag(plan.op(OpId(i))) > INT32_MAX)
-      return Error{"--chakra", fmt::format("op {} has tag {}: past what a Chakra comm_tag (int32) holds on the wire", i,
-                                           plan.op(OpId(i)).tag)};
+      return Error{Field::Chakra, fmt::format("op {} has tag {}: past what a Chakra comm_tag (int32) holds on the wire",
+                                              i, plan.op(OpId(i)).tag)};
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) return Error{"--chakra", fmt::format("cannot create {}: {}", dir, ec.message())};
+  if (ec) return Error{Field::Chakra, fmt::format("cannot create {}: {}", dir, ec.message())};
   const ir::PlanIndex idx(plan);
   std::vector<std::vector<OpId>> by_rank(std::size_t(plan.ranks));
   for (std::size_t i = 0; i < plan.size(); ++i) by_rank[std::size_t(plan.op(OpId(i)).rank)].push_back(OpId(i));

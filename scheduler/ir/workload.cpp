@@ -77,47 +77,47 @@ Expected<MaskPiece> parse_mask_piece(std::string_view s) {
 }
 
 Status Workload::check(int ranks) const {
-  auto positive = [](std::int64_t v, const char* name) -> Status {
-    if (v <= 0) return Error{name, fmt::format("must be > 0, got {}", v)};
+  auto positive = [](std::int64_t v, Field field) -> Status {
+    if (v <= 0) return Error{field, fmt::format("must be > 0, got {}", v)};
     return {};
   };
-  if (auto s = positive(batch, "--batch"); !s) return s;
-  if (auto s = positive(seq, "--seq"); !s) return s;
-  if (auto s = positive(heads, "--heads"); !s) return s;
-  if (auto s = positive(kv_heads, "--kv-heads"); !s) return s;
-  if (auto s = positive(head_dim, "--head-dim"); !s) return s;
-  auto at_most = [](std::int64_t v, std::int64_t max, const char* name) -> Status {
-    if (v > max) return Error{name, fmt::format("must be <= {}, got {}", max, v)};
+  if (auto s = positive(batch, Field::Batch); !s) return s;
+  if (auto s = positive(seq, Field::Seq); !s) return s;
+  if (auto s = positive(heads, Field::Heads); !s) return s;
+  if (auto s = positive(kv_heads, Field::KvHeads); !s) return s;
+  if (auto s = positive(head_dim, Field::HeadDim); !s) return s;
+  auto at_most = [](std::int64_t v, std::int64_t max, Field field) -> Status {
+    if (v > max) return Error{field, fmt::format("must be <= {}, got {}", max, v)};
     return {};
   };
-  if (auto s = at_most(batch, kMaxBatch, "--batch"); !s) return s;
-  if (auto s = at_most(heads, kMaxHeads, "--heads"); !s) return s;
-  if (auto s = at_most(kv_heads, kMaxHeads, "--kv-heads"); !s) return s;
-  if (auto s = at_most(head_dim, kMaxHeadDim, "--head-dim"); !s) return s;
-  if (ranks <= 0) return Error{"--ranks", fmt::format("must be > 0, got {}", ranks)};
+  if (auto s = at_most(batch, kMaxBatch, Field::Batch); !s) return s;
+  if (auto s = at_most(heads, kMaxHeads, Field::Heads); !s) return s;
+  if (auto s = at_most(kv_heads, kMaxHeads, Field::KvHeads); !s) return s;
+  if (auto s = at_most(head_dim, kMaxHeadDim, Field::HeadDim); !s) return s;
+  if (ranks <= 0) return Error{Field::Ranks, fmt::format("must be > 0, got {}", ranks)};
   if (kv_heads > heads || heads % kv_heads != 0)
-    return Error{"--kv-heads",
+    return Error{Field::KvHeads,
                  fmt::format("{} query heads cannot be grouped over {} kv heads (must divide)", heads, kv_heads)};
   const auto c = chunks(ranks);
   if (seq % c != 0)
-    return Error{"--seq", fmt::format("sequence length {} cannot be split into {} {} chunks for {} ranks", seq, c,
-                                      to_string(layout), ranks)};
+    return Error{Field::Seq, fmt::format("sequence length {} cannot be split into {} {} chunks for {} ranks", seq, c,
+                                         to_string(layout), ranks)};
   if (!documents.empty() || window != 0) {
-    if (!causal) return Error{"--mask", "documents and sliding windows are causal masks"};
+    if (!causal) return Error{Field::Mask, "documents and sliding windows are causal masks"};
     std::int64_t sum = 0;
     for (std::size_t i = 0; i < documents.size(); ++i) {
       if (documents[i] < 1)
-        return Error{"--mask",
+        return Error{Field::Mask,
                      fmt::format("document {} has {} tokens; every document needs at least 1", i, documents[i])};
       sum += documents[i];
       if (sum > seq) break;
     }
     if (!documents.empty() && sum != seq)
-      return Error{"--mask", fmt::format("the document lengths sum to {}{}, not the sequence length {}", sum,
-                                         sum > seq ? " or more" : "", seq)};
+      return Error{Field::Mask, fmt::format("the document lengths sum to {}{}, not the sequence length {}", sum,
+                                            sum > seq ? " or more" : "", seq)};
     if (auto s = check_zigzag_documents(ranks); !s) return s;
     if (window < 0 || window > seq)
-      return Error{"--mask", fmt::format("a sliding window is 1 to {} tokens (the sequence), got {}", seq, window)};
+      return Error{Field::Mask, fmt::format("a sliding window is 1 to {} tokens (the sequence), got {}", seq, window)};
   }
   if (auto s = check_chunk_map(ranks); !s) return s;
   // Keep byte counts far from overflow.
@@ -132,7 +132,7 @@ Status Workload::check_zigzag_documents(int ranks) const {
   const std::int64_t unit = 2 * std::int64_t(ranks);
   for (std::size_t i = 0; i < documents.size(); ++i)
     if (documents[i] % unit != 0)
-      return Error{"--mask",
+      return Error{Field::Mask,
                    fmt::format("document {} has {} tokens: the zigzag layout splits every document into 2 x {} = {} "
                                "chunks, as TransformerEngine's THD layout does, which pads each one to a multiple of "
                                "{} (cu_seqlens_padded): give {} tokens (padding included), or --layout contiguous",
@@ -148,11 +148,12 @@ Status Workload::check_chunk_map(int ranks) const {
     return {};
   }
   if (documents.empty() || window > 0)
-    return Error{"--layout",
+    return Error{Field::Layout,
                  "the balanced layout places packed documents: give --mask document:... or cu_seqlens:FILE"};
   if (chunk_map.empty())
-    return Error{"--layout", "the balanced layout's chunk map is solved against a topology (simulate, plan --topology, "
-                             "run, advise) or read from a plan file; none was given"};
+    return Error{Field::Layout,
+                 "the balanced layout's chunk map is solved against a topology (simulate, plan --topology, "
+                 "run, advise) or read from a plan file; none was given"};
   if (std::int64_t(chunk_map.size()) != ranks)
     return Error{"chunks", fmt::format("has {} ranks' chunks, the plan {} ranks", chunk_map.size(), ranks)};
   std::vector<Range> all;
@@ -294,7 +295,7 @@ Status apply_mask(Workload& w, std::string_view spec) {
     std::int64_t v = 0;
     const auto r = std::from_chars(t.data(), t.data() + t.size(), v);
     if (t.empty() || r.ec != std::errc{} || r.ptr != t.data() + t.size() || v < 1)
-      return Error{"--mask", fmt::format("'{}' in '{}' is not a token count >= 1", t, spec)};
+      return Error{Field::Mask, fmt::format("'{}' in '{}' is not a token count >= 1", t, spec)};
     return v;
   };
   if (spec == "causal" || spec == "full") {
@@ -315,9 +316,9 @@ Status apply_mask(Workload& w, std::string_view spec) {
     if (!v) return v.error();
     w.window = *v;
   } else {
-    return Error{"--mask", fmt::format("must be causal, full, document:L1,L2,... (token counts of packed documents, "
-                                       "causal within each) or sliding:W (a causal window of W tokens), got '{}'",
-                                       spec)};
+    return Error{Field::Mask, fmt::format("must be causal, full, document:L1,L2,... (token counts of packed documents, "
+                                          "causal within each) or sliding:W (a causal window of W tokens), got '{}'",
+                                          spec)};
   }
   return {};
 }

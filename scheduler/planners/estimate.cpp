@@ -111,9 +111,14 @@ std::string over_budget_text(const std::string& what, double bytes, double budge
                      what, gb(bytes), gb(budget), budget_name);
 }
 
-Status MemoryBudget::fits(double need, const std::string& what, const std::string& flag) const {
+Status MemoryBudget::fits(double need, const std::string& what, Field field) const {
   if (need <= bytes) return {};
-  return Error{flag, over_budget_text(what, need, bytes, name)};
+  return Error{field, over_budget_text(what, need, bytes, name)};
+}
+
+Status MemoryBudget::fits(double need, const std::string& what, const std::string& where) const {
+  if (need <= bytes) return {};
+  return Error{where, over_budget_text(what, need, bytes, name)};
 }
 
 namespace {
@@ -123,14 +128,14 @@ Status fits_estimate(const MemoryBudget& budget, const PlanRequest& req, const P
   if (!quotient.active())
     return budget.fits(e.plan_bytes + extra_bytes_per_op * e.ops,
                        fmt::format("{} ({} on {} ranks: about {:.2g} ops)", what, req.algo, req.ranks, e.ops),
-                       "--ranks");
+                       Field::Ranks);
   // The planner still describes every rank: its buffers on the other ranks (phantoms) are the bulk.
   return budget.fits(
       e.plan_bytes + extra_bytes_per_op * e.ops,
       fmt::format("{} of one class of {} rank{} ({} on {} ranks: about {:.2g} ops, and {:.2g} buffers of the "
                   "other ranks)",
                   what, quotient.block, quotient.block == 1 ? "" : "s", req.algo, req.ranks, e.ops, e.phantom_buffers),
-      "--ranks");
+      Field::Ranks);
 }
 
 }  // namespace

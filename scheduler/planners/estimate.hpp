@@ -55,8 +55,10 @@ inline constexpr double kSimBytesPerOp = 25;
 struct MemoryBudget {
   double bytes = std::numeric_limits<double>::infinity();
   std::string name = "no limit";
-  /// Refuses `what`, estimated at `need` bytes, over the budget: an error of `flag` (over_budget_text).
-  [[nodiscard]] Status fits(double need, const std::string& what, const std::string& flag) const;
+  /// Refuses `what`, estimated at `need` bytes, over the budget: an error of `field` (over_budget_text).
+  [[nodiscard]] Status fits(double need, const std::string& what, Field field) const;
+  /// ... an error at `where` (a line of a file; a flag of a command's own).
+  [[nodiscard]] Status fits(double need, const std::string& what, const std::string& where) const;
   /// ... building `req`'s plan (its quotient's under an active `quotient`) with `extra_bytes_per_op` more an op (a
   /// JSON copy, the simulator's state): an error of --ranks.
   [[nodiscard]] Status fits_plan(const PlanRequest& req, double extra_bytes_per_op, const std::string& what,

@@ -11,33 +11,34 @@ using ir::Plan;
 Expected<LayoutOrder> parse_layout_order(std::string_view s) {
   if (s == "tp-cp") return LayoutOrder::TpInner;
   if (s == "cp-tp") return LayoutOrder::CpInner;
-  return Error{"--order", fmt::format("must be tp-cp (tensor-parallel peers on adjacent GPUs) or cp-tp (a "
-                                      "context-parallel group on consecutive GPUs), got '{}'",
-                                      s)};
+  return Error{Field::Order, fmt::format("must be tp-cp (tensor-parallel peers on adjacent GPUs) or cp-tp (a "
+                                         "context-parallel group on consecutive GPUs), got '{}'",
+                                         s)};
 }
 
 const char* to_string(LayoutOrder o) { return o == LayoutOrder::TpInner ? "tp-cp" : "cp-tp"; }
 
 Expected<Layout> make_layout(int gpus, int cp, int tp, LayoutOrder order) {
-  if (cp < 1) return Error{"--cp", fmt::format("must be at least 1, got {}", cp)};
-  if (tp < 1) return Error{"--tp", fmt::format("must be at least 1, got {}", tp)};
+  if (cp < 1) return Error{Field::Cp, fmt::format("must be at least 1, got {}", cp)};
+  if (tp < 1) return Error{Field::Tp, fmt::format("must be at least 1, got {}", tp)};
   if (gpus % (std::int64_t(cp) * tp) != 0)
-    return Error{"--cp", fmt::format("CP {} x TP {} = {} does not divide the topology's {} GPUs", cp, tp,
-                                     std::int64_t(cp) * tp, gpus)};
+    return Error{Field::Cp, fmt::format("CP {} x TP {} = {} does not divide the topology's {} GPUs", cp, tp,
+                                        std::int64_t(cp) * tp, gpus)};
   return Layout{cp, tp, gpus / (cp * tp), order};
 }
 
 Expected<Layout> make_tp_layout(int gpus, int tp, LayoutOrder order) {
-  if (tp < 1) return Error{"--tp", fmt::format("must be at least 1, got {}", tp)};
-  if (gpus % tp != 0) return Error{"--tp", fmt::format("TP {} does not divide the topology's {} GPUs", tp, gpus)};
+  if (tp < 1) return Error{Field::Tp, fmt::format("must be at least 1, got {}", tp)};
+  if (gpus % tp != 0) return Error{Field::Tp, fmt::format("TP {} does not divide the topology's {} GPUs", tp, gpus)};
   return make_layout(gpus, gpus / tp, tp, order);
 }
 
 Expected<ir::Workload> group_workload(const ir::Workload& w, const Layout& l) {
   if (w.heads % l.tp != 0 || w.kv_heads % l.tp != 0)
-    return Error{"--tp", fmt::format("TP {} must divide the heads ({}) and the kv heads ({}): each TP rank's CP group "
-                                     "attends over its share of them",
-                                     l.tp, w.heads, w.kv_heads)};
+    return Error{Field::Tp,
+                 fmt::format("TP {} must divide the heads ({}) and the kv heads ({}): each TP rank's CP group "
+                             "attends over its share of them",
+                             l.tp, w.heads, w.kv_heads)};
   ir::Workload g = w;
   g.heads = w.heads / l.tp;
   g.kv_heads = w.kv_heads / l.tp;

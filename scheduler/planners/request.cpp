@@ -27,7 +27,7 @@ const std::vector<std::string>& algorithm_names() {
   return names;
 }
 
-Expected<std::string> resolve_algorithm(std::string_view name, const std::string& flag) {
+Expected<std::string> resolve_algorithm(std::string_view name, Field field) {
   const auto& names = algorithm_names();
   for (const auto& n : names)
     if (std::equal(n.begin(), n.end(), name.begin(), name.end(), [](char a, char b) {
@@ -35,8 +35,8 @@ Expected<std::string> resolve_algorithm(std::string_view name, const std::string
         }))
       return n;  // case aside, the name itself (a sweep resolves names per simulation: no allocation here)
   const auto near = closest_name(name, names);
-  return Error{flag, fmt::format("unknown algorithm '{}' ({}expected one of: {})", name,
-                                 near ? fmt::format("did you mean '{}'? ", *near) : "", fmt::join(names, ", "))};
+  return Error{field, fmt::format("unknown algorithm '{}' ({}expected one of: {})", name,
+                                  near ? fmt::format("did you mean '{}'? ", *near) : "", fmt::join(names, ", "))};
 }
 
 bool uses_domains(const std::string& algo) {
@@ -73,7 +73,7 @@ PlanRequest normalised_for(PlanRequest req, const Algorithm& a) {
 Expected<const Algorithm*> algorithm_of(const PlanRequest& req) {
   const auto name = resolve_algorithm(req.algo);
   if (!name) return name.error();
-  if (*name != req.algo) return Error{"--algo", fmt::format("'{}' is spelt '{}'", req.algo, *name)};
+  if (*name != req.algo) return Error{Field::Algo, fmt::format("'{}' is spelt '{}'", req.algo, *name)};
   return find_algorithm(req.algo);
 }
 
@@ -82,24 +82,25 @@ Status check_against(const PlanRequest& req, const Algorithm& a) {
   if (auto s = check_ranks(req.ranks, req.domains); !s) return s;
   const auto& w = req.workload;
   if (a.forced_layout && w.layout != *a.forced_layout)
-    return Error{"--layout", fmt::format("{} runs on the {} layout (pass --layout {} or use {})", a.name,
-                                         to_string(*a.forced_layout), to_string(*a.forced_layout), a.base)};
+    return Error{Field::Layout, fmt::format("{} runs on the {} layout (pass --layout {} or use {})", a.name,
+                                            to_string(*a.forced_layout), to_string(*a.forced_layout), a.base)};
   if (a.ranks == Algorithm::Ranks::PowerOfTwo && !is_power_of_two(req.ranks))
-    return Error{"--ranks", fmt::format("{} needs a power-of-two rank count, got {}", a.name, req.ranks)};
+    return Error{Field::Ranks, fmt::format("{} needs a power-of-two rank count, got {}", a.name, req.ranks)};
   if (a.ranks == Algorithm::Ranks::PowerOfTwoPerDomain && !is_power_of_two(req.ranks / req.domains))
-    return Error{"--domains",
+    return Error{Field::Domains,
                  fmt::format("{} needs a power-of-two number of ranks per domain, got {} ranks / {} domains = {}",
                              a.name, req.ranks, req.domains, req.ranks / req.domains)};
   // Domains only change the schedules that use them (uses_domains); the others ignore them.
   if (auto s = w.check(req.ranks); !s) return s;
   if (!a.no_backward.empty() && w.pass != PassKind::Fwd)
-    return Error{"--pass", fmt::format("{} defines no backward pass ({}); use --pass fwd", a.name, a.no_backward)};
+    return Error{Field::Pass, fmt::format("{} defines no backward pass ({}); use --pass fwd", a.name, a.no_backward)};
   if (a.token_parts) {
     const auto m = static_cast<std::int64_t>(detail::tasp_cycle_steps(req.ranks).size());
     if (m > 1 && (w.seq / req.ranks) % m != 0)
-      return Error{"--seq", fmt::format("{} cuts each shard into {} parts (one per Hamiltonian cycle of {} ranks): {} "
-                                        "tokens per shard do not divide",
-                                        a.name, m, req.ranks, w.seq / req.ranks)};
+      return Error{Field::Seq,
+                   fmt::format("{} cuts each shard into {} parts (one per Hamiltonian cycle of {} ranks): {} "
+                               "tokens per shard do not divide",
+                               a.name, m, req.ranks, w.seq / req.ranks)};
   }
   if (a.heads != Algorithm::HeadSplit::None) {
     const bool per_domain = a.heads == Algorithm::HeadSplit::PerDomain;
@@ -108,7 +109,7 @@ Status check_against(const PlanRequest& req, const Algorithm& a) {
       // Fewer kv heads than ranks would be repeated (normalised) had the query heads divided.
       const bool repeatable = w.kv_heads > 0 && w.kv_heads < u && u % w.kv_heads == 0;
       return Error{
-          w.kv_heads == w.heads ? "--heads" : "--kv-heads",
+          w.kv_heads == w.heads ? Field::Heads : Field::KvHeads,
           fmt::format("{} splits heads over {} ranks{}: {} {}heads do not divide (GQA keeps each kv head "
                       "with its query heads){}",
                       a.name, u, per_domain ? " per domain" : "", w.kv_heads, w.kv_heads == w.heads ? "" : "kv ",
@@ -131,9 +132,9 @@ PlanRequest normalised(PlanRequest req) {
 }
 
 Status check_ranks(int ranks, int domains) {
-  if (ranks < 1 || ranks > (1 << 20)) return Error{"--ranks", fmt::format("must be in [1, 1048576], got {}", ranks)};
+  if (ranks < 1 || ranks > (1 << 20)) return Error{Field::Ranks, fmt::format("must be in [1, 1048576], got {}", ranks)};
   if (domains < 1 || ranks % domains != 0)
-    return Error{"--domains", fmt::format("{} domains do not divide {} ranks", domains, ranks)};
+    return Error{Field::Domains, fmt::format("{} domains do not divide {} ranks", domains, ranks)};
   return {};
 }
 

@@ -22,7 +22,7 @@ struct PlanRequest {
 [[nodiscard]] const std::vector<std::string>& algorithm_names();
 /// The algorithm's canonical name, for a name given in any case ("Ring" is ring); an
 /// unknown name is an error of `flag` that suggests the nearest name and lists them all.
-[[nodiscard]] Expected<std::string> resolve_algorithm(std::string_view name, const std::string& flag = "--algo");
+[[nodiscard]] Expected<std::string> resolve_algorithm(std::string_view name, Field field = Field::Algo);
 /// Whether the algorithm's schedule depends on PlanRequest::domains (charm, usp); the others ignore it.
 [[nodiscard]] bool uses_domains(const std::string& algo);
 /// Whether the algorithm plans a backward pass (TASP is forward only).
