@@ -136,9 +136,9 @@ Status build_rows(Model& model, const MeasurementSet& data, const CalibrationOpt
     const sched::PlanRequest& req = checked->get();
     // The budget `charm simulate` applies, before the plan is built: its plan and one simulation of it,
     // beside every plan held already.
-    const auto estimate = sched::estimate_plan(req);
+    const sched::PlanEstimate& estimate = checked->estimate();
     if (auto st = options.memory_budget.fits(
-            held_bytes + estimate.plan_bytes + sched::kSimBytesPerOp * estimate.ops,
+            held_bytes + sched::simulation_bytes(estimate),
             fmt::format("planning and simulating this row ({} on {} ranks: about {:.2g} ops{})", m.algo, row.ranks,
                         estimate.ops, held_bytes > 0 ? fmt::format(", beside the plans of the rows before it") : ""),
             fmt::format("{}:{}", data.files[std::size_t(m.file)], m.line));

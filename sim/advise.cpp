@@ -64,17 +64,18 @@ std::vector<Phase> phases_of(PassKind pass) {
   return phases;
 }
 
-/// Why a candidate cannot run (the memory budget, or a planner refusing a pass), or nothing.
-std::optional<std::string> refusal(const sched::PlanRequest& req, PassKind pass, const AdviseOptions& opt, int copies) {
+/// Why a candidate cannot run (the memory budget, or a planner refusing a pass), or nothing. `placed_groups`: the
+/// CP groups a deployment places from the candidate's plan (0: one group, simulated as planned).
+std::optional<std::string> refusal(const sched::PlanRequest& req, PassKind pass, const AdviseOptions& opt,
+                                   int placed_groups) {
   if (opt.max_plan_bytes > 0) {
     sched::PlanRequest rp = req;
     rp.workload.pass = pass;
     const auto e = sched::estimate_plan(rp);
-    // The simulator's state, as for charm simulate; a deployment holds its group's plan and `copies` placed.
-    const double bytes = (e.plan_bytes + sched::kSimBytesPerOp * e.ops) * (copies > 1 ? copies + 1 : 1);
+    const double bytes = sched::simulation_bytes(e, placed_groups);
     if (bytes > opt.max_plan_bytes)
       return fmt::format("would need about {:.3g} GB for {:.2g} ops, over the memory budget", bytes / 1e9,
-                         e.ops * copies);
+                         e.ops * std::max(placed_groups, 1));
   }
   for (Phase ph : phases_of(pass)) {
     sched::PlanRequest rp = req;
@@ -127,7 +128,7 @@ void plan_candidates(const Workload& w, const std::vector<std::string>& algos, c
           req.workload.chunk_map = s->chunk_map;
           c.chunks = std::move(s).value();
         }
-        if (auto why = refusal(req, w.pass, opt, layout ? copies : 1)) {
+        if (auto why = refusal(req, w.pass, opt, layout ? copies : 0)) {
           adv.refused.push_back({c.label(), *why});
           continue;
         }

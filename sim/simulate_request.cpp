@@ -108,7 +108,7 @@ Expected<Evaluation> simulate_deployment(const SimulationRequest& r, const sched
       return Error{Field::Symmetry,
                    fmt::format("cannot simulate a class of CP groups for all: {}", q.error().message())};
   }
-  if (auto s = r.budget.fits((e.plan_bytes + sched::kSimBytesPerOp * e.ops) * (copies + 1),
+  if (auto s = r.budget.fits(sched::simulation_bytes(e, copies),
                              fmt::format("the simulation of {} CP group{} ({} on {} ranks each: about {:.2g} ops)",
                                          copies, copies == 1 ? "" : "s", req.algo, l.cp, e.ops * copies),
                              Field::Cp);

@@ -36,9 +36,16 @@ struct PlanEstimate {
 /// resident memory after each stage (bench/scale_stages), ring, merge, rm+, charm and allgather-kv, both
 /// passes, full, causal and causal zigzag: building 105-121 bytes an op, building then simulating 119-137
 /// (48-byte ops).
-/// `charm simulate`, `show` and `calibrate` check plan_bytes + kSimBytesPerOp * ops against the budget.
+/// `charm simulate`, `advise`, `show` and `calibrate` check simulation_bytes (below) against the budget.
 inline constexpr double kPlanBytesPerOp = 115;
 inline constexpr double kSimBytesPerOp = 25;
+/// What simulating the plan of estimate `e` holds at its peak: the plan and the simulator's state
+/// (kSimBytesPerOp an op). A deployment placing one group's plan as `placed_groups` whole groups holds the
+/// group's plan beside the placed one: placed_groups + 1 times the group's. The one formula every command
+/// judges a simulation by.
+[[nodiscard]] inline double simulation_bytes(const PlanEstimate& e, int placed_groups = 0) {
+  return (e.plan_bytes + kSimBytesPerOp * e.ops) * (placed_groups > 0 ? placed_groups + 1 : 1);
+}
 /// The line that refuses work estimated to need `bytes` over a `budget` of bytes, named
 /// `budget_name` ("--max-memory", "half of this machine's memory"): one text for every command.
 [[nodiscard]] std::string over_budget_text(const std::string& what, double bytes, double budget,
