@@ -68,14 +68,15 @@ std::vector<Phase> phases_of(PassKind pass) {
 /// CP groups a deployment places from the candidate's plan (0: one group, simulated as planned).
 std::optional<std::string> refusal(const sched::PlanRequest& req, PassKind pass, const AdviseOptions& opt,
                                    int placed_groups) {
-  if (opt.max_plan_bytes > 0) {
+  if (std::isfinite(opt.budget.bytes)) {
     sched::PlanRequest rp = req;
     rp.workload.pass = pass;
     const auto e = sched::estimate_plan(rp);
-    const double bytes = sched::simulation_bytes(e, placed_groups);
-    if (bytes > opt.max_plan_bytes)
-      return fmt::format("would need about {:.3g} GB for {:.2g} ops, over the memory budget", bytes / 1e9,
-                         e.ops * std::max(placed_groups, 1));
+    if (auto s = opt.budget.fits(
+            sched::simulation_bytes(e, placed_groups),
+            fmt::format("its plan and simulation (about {:.2g} ops)", e.ops * std::max(placed_groups, 1)), Field::None);
+        !s)
+      return s.error().what;
   }
   for (Phase ph : phases_of(pass)) {
     sched::PlanRequest rp = req;

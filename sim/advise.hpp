@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "scheduler/ir/workload.hpp"
+#include "scheduler/planners/estimate.hpp"
 #include "scheduler/planners/layout.hpp"
 #include "sim/chunk_solver.hpp"
 #include "sim/explain.hpp"
@@ -42,7 +43,7 @@ struct AdviseOptions {
   int ranks = 0;                     // 0: every GPU of the topology
   double reserved_gb = 0;            // memory the rest of the model holds per GPU
   int jobs = 1;                      // simulations at once
-  double max_plan_bytes = 0;         // > 0: a candidate whose plan and simulation would need more is refused
+  sched::MemoryBudget budget;        // a candidate whose plan and simulation would need more is refused
   /// Tensor-parallel sizes to search (every GPU of the topology in CP x TP layouts, every CP group at
   /// once, each on TP's share of the heads); empty: one CP group on `ranks` GPUs.
   std::vector<int> tp;

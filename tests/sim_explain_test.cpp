@@ -157,6 +157,23 @@ TEST(Advise, ReservedMemoryTurnsTheVerdict) {
   EXPECT_FALSE(a->candidates[0].bwd.has_value());
 }
 
+// A candidate over the memory budget is refused with the budget's own line (the one simulate says), its
+// estimate the one simulate judges by (sched::simulation_bytes), not simulated.
+TEST(Advise, ACandidateOverTheBudgetIsRefusedWithTheBudgetsLine) {
+  const auto t = topo::make_uniform(8, 100, 100);
+  sim::AdviseOptions opt;
+  opt.algos = {"ring"};
+  opt.budget = {1e3, "a test budget"};
+  auto a = sim::advise(workload(8192, 8, 8), t, opt);
+  ASSERT_TRUE(a) << a.error().message();
+  EXPECT_TRUE(a->candidates.empty());
+  ASSERT_FALSE(a->refused.empty());
+  for (const auto& r : a->refused) {
+    EXPECT_NE(r.reason.find("its plan and simulation (about"), std::string::npos) << r.reason;
+    EXPECT_NE(r.reason.find("more than the 1e-06 GB budget (a test budget)"), std::string::npos) << r.reason;
+  }
+}
+
 TEST(Advise, UnknownAlgorithmIsAnError) {
   const auto t = topo::make_uniform(8, 100, 100);
   sim::AdviseOptions opt;

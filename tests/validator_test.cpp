@@ -4,6 +4,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <type_traits>
 
 #include "scheduler/ir/plan_io.hpp"
 #include "scheduler/planners/planners.hpp"
@@ -45,6 +46,23 @@ bool names_op(const Plan& p, OpId id) {
 
 TEST(Validator, AcceptsTheUnbrokenPlans) {
   for (const auto& a : {"ring", "merge", "rm+", "charm"}) EXPECT_EQ(first_rule(make(a, 8, PassKind::Both)), "ok") << a;
+}
+
+// A ValidatedPlan comes from sched::validated alone: a plan that breaks a rule gets its first violation back,
+// and nothing else can wrap a plan as proved.
+static_assert(!std::is_constructible_v<ValidatedPlan, Plan>, "only sched::validated makes a ValidatedPlan");
+static_assert(!std::is_default_constructible_v<ValidatedPlan>, "only sched::validated makes a ValidatedPlan");
+
+TEST(Validator, ValidatedKeepsTheProvedPlanAndRefusesABrokenOne) {
+  const Plan p = make("charm", 8, PassKind::Both);
+  const auto valid = sched::validated(p);
+  ASSERT_TRUE(valid.ok()) << valid.error().message();
+  EXPECT_EQ((*valid)->size(), p.size());
+  Plan broken = p;
+  broken.erase_ops(std::vector<OpId>{find(broken, [](const Op& o) { return o.kind == OpKind::Send; })});
+  const auto refused = sched::validated(broken);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().message(), sched::validate(broken).summary(broken));
 }
 
 TEST(Validator, RejectsARemovedSend) {
