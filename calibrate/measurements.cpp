@@ -16,6 +16,7 @@
 #include <functional>
 #include <optional>
 #include <sstream>
+#include <utility>
 
 #include "scheduler/planners/planners.hpp"
 #include "support/csv_field.hpp"
@@ -60,28 +61,13 @@ std::string_view column_name(Column c) { return kNames[static_cast<std::size_t>(
 std::string_view to_string(Metric m) { return enum_name(m, kMetricNames); }
 
 Column column_of(Field field) {
-  switch (field) {
-  case Field::Pass:
-    return Column::Pass;
-  case Field::Batch:
-    return Column::Batch;
-  case Field::Seq:
-    return Column::Seq;
-  case Field::Heads:
-    return Column::Heads;
-  case Field::KvHeads:
-    return Column::KvHeads;
-  case Field::HeadDim:
-    return Column::HeadDim;
-  case Field::Layout:
-    return Column::Layout;
-  case Field::Ranks:
-    return Column::Ranks;
-  case Field::Domains:
-    return Column::Domains;
-  default:
-    return Column::Algo;
-  }
+  static constexpr std::pair<Field, Column> kColumnOfField[] = {
+      {Field::Pass, Column::Pass},     {Field::Batch, Column::Batch},     {Field::Seq, Column::Seq},
+      {Field::Heads, Column::Heads},   {Field::KvHeads, Column::KvHeads}, {Field::HeadDim, Column::HeadDim},
+      {Field::Layout, Column::Layout}, {Field::Ranks, Column::Ranks},     {Field::Domains, Column::Domains}};
+  for (const auto& [f, c] : kColumnOfField)
+    if (f == field) return c;
+  return Column::Algo;
 }
 
 std::string MeasurementSet::where(const Measurement& m, Column c) const {
