@@ -327,8 +327,7 @@ void assemble(const ir::Plan& plan, ir::RankId rank, const RankOutputs& shard, G
 }
 
 Expected<RunResult> run_threads(const ir::ValidatedPlan& plan, const GlobalTensors& in, const RunOptions& opt) {
-  if (opt.faults.break_plan()) return run_threads_unvalidated(broken_copy(*plan, opt.faults), in, opt);
-  return run_threads_unvalidated(*plan, in, opt);
+  return run_with_faults(plan, opt.faults, [&](const ir::Plan& p) { return run_threads_unvalidated(p, in, opt); });
 }
 
 Expected<RunResult> run_threads_unvalidated(const ir::Plan& plan, const GlobalTensors& in, const RunOptions& opt) {

@@ -4,6 +4,7 @@
 // the plan it was given stays the one the validator proved.
 
 #include "scheduler/ir/plan.hpp"
+#include "scheduler/ir/validated_plan.hpp"
 
 namespace charm::rt {
 
@@ -17,5 +18,13 @@ struct Faults {
 
 /// `plan` with the ops `faults` drop removed.
 [[nodiscard]] ir::Plan broken_copy(const ir::Plan& plan, const Faults& faults);
+
+/// run(p) on the plan an executor runs: the validated plan itself, or its copy broken by `faults` where they
+/// drop ops. Every executor's entry goes through it.
+template <class Run>
+auto run_with_faults(const ir::ValidatedPlan& plan, const Faults& faults, Run&& run) {
+  if (!faults.break_plan()) return run(*plan);
+  return run(broken_copy(*plan, faults));
+}
 
 }  // namespace charm::rt

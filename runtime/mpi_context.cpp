@@ -274,8 +274,7 @@ Expected<std::vector<RankOutputs>> gather_outputs(const Collectives& c, const Ra
 }  // namespace
 
 Expected<RunResult> MpiContext::run(const ir::ValidatedPlan& plan, const GlobalTensors& in, const RunOptions& opt) {
-  if (opt.faults.break_plan()) return run_plan(broken_copy(*plan, opt.faults), in, opt);
-  return run_plan(*plan, in, opt);
+  return run_with_faults(plan, opt.faults, [&](const ir::Plan& p) { return run_plan(p, in, opt); });
 }
 
 Expected<RunResult> MpiContext::run_plan(const ir::Plan& plan, const GlobalTensors& in, const RunOptions& opt_in) {

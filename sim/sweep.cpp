@@ -274,7 +274,7 @@ SweepResult run_sweep(const SweepSpec& spec, const SweepControl& control) {
   // Each worker reuses its own plans (PlanReuse) across the batches it runs; a signal stops the tasks not
   // started; the caller's thread draws the progress line about ten times a second.
   parallel_for_watched<PlanReuse>(
-      total, std::min<int>(control.jobs, static_cast<int>(std::max<std::size_t>(total, 1))),
+      total, control.jobs,
       [&](std::size_t k, PlanReuse& reuse) {
         const std::size_t i = control.reuse_plans ? sweep_task_to_run(spec, k) : k;
         outs[i] = run_sweep_task(spec, i, control.reuse_plans ? &reuse : nullptr,

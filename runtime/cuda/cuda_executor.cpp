@@ -81,8 +81,7 @@ Expected<CudaRunResult> run_local(const ir::Plan& plan, const GlobalTensors& in,
 
 Expected<CudaRunResult> run_cuda_local(const ir::ValidatedPlan& plan, const GlobalTensors& in,
                                        const CudaRunOptions& opt) {
-  if (opt.faults.break_plan()) return run_local(broken_copy(*plan, opt.faults), in, opt);
-  return run_local(*plan, in, opt);
+  return run_with_faults(plan, opt.faults, [&](const ir::Plan& p) { return run_local(p, in, opt); });
 }
 
 }  // namespace charm::rt::cuda

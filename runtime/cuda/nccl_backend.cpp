@@ -278,8 +278,7 @@ Expected<CudaRunResult> run_nccl(const ir::Plan& plan, const GlobalTensors& in, 
 
 Expected<CudaRunResult> run_cuda_nccl(const ir::ValidatedPlan& plan, const GlobalTensors& in,
                                       const CudaRunOptions& opt) {
-  if (opt.faults.break_plan()) return run_nccl(broken_copy(*plan, opt.faults), in, opt);
-  return run_nccl(*plan, in, opt);
+  return run_with_faults(plan, opt.faults, [&](const ir::Plan& p) { return run_nccl(p, in, opt); });
 }
 
 }  // namespace charm::rt::cuda
