@@ -70,6 +70,11 @@ print(":".join(dirs))
 PY
 )
   export LD_LIBRARY_PATH="$BUNDLE/lib:${cudalibs}:${LD_LIBRARY_PATH:-}"
+  # The bundle's C++ runtime only where this machine has none that serves the build.
+  if ldd "$BUNDLE/bin/charm" | grep -q 'not found'; then
+    export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$BUNDLE/lib-fallback"
+  fi
+  ldd "$BUNDLE/bin/charm" | grep -E 'not found|nccl|cudart|stdc' >&2
   export CHARM_BIN=$BUNDLE/bin/charm
   CHARM=$BUNDLE/bin/charm
   echo "prebuilt bundle of commit $(cat "$BUNDLE/COMMIT" 2>/dev/null); CUDA libraries from: ${cudalibs:-none found}" >&2
@@ -87,7 +92,7 @@ card=$(head -n 1 "$LOGS/card.log")
   cuda_local_test cuda_cli_test cuda_attention_bench"
 
 # The test programs directly (ctest -L gpu would select the same ones, plus other areas' later additions).
-step gpu-tests 240 bash -c "$TESTS/cuda_host_test --gtest_brief=1 && $TESTS/cuda_kernels_test --gtest_brief=1 \
+step gpu-tests 180 bash -c "$TESTS/cuda_host_test --gtest_brief=1 && $TESTS/cuda_kernels_test --gtest_brief=1 \
   && $TESTS/cuda_local_test --gtest_brief=1 && $TESTS/cuda_cli_test --gtest_brief=1"
 
 # 4. Correctness of every algorithm, bf16, causal (zigzag where the algorithm uses it), 8 ranks,
@@ -115,11 +120,36 @@ for algo in ring ring-zigzag merge rm+ charm allgather-kv tasp tasp-zigzag ulyss
   check_rows+=("| $algo | $layout | $pass | $kv | ${out:-?} | ${dq:--} | ${dk:--} | ${dv:--} | $(json_field time_ms "$f") |")
 done
 
+# A backward-only pass takes its forward results from the device (dense_forward), checked.
+step check-bwd-only 60 "$CHARM" run --backend cuda-local --algo ring --ranks 8 --batch 1 --seq 1k --heads 8 \
+  --kv-heads 4 --head-dim 64 --dtype bf16 --causal --pass bwd --check --json --timeout-s 30
+
 step kernels 150 "$BENCH" --benchmark_counters_tabular=true
 if grep -q "ERROR OCCURRED" "$LOGS/kernels.log"; then
   failed=$((failed + 1))
   rows+=("| kernels | FAIL (a benchmark reported an error) | |")
 fi
+
+# 5b. The kernel-times CSV `charm calibrate --kernels` and `simulate --kernel` take: head dims 64, 128
+# and 256, block tokens 1k-32k, full and causal, both passes (one file; the card, driver and library
+# versions in its header).
+KCSV=$LOGS/kernels.csv
+# lib_version NAME: the versioned file name of NAME in the CUDA library folders found above.
+lib_version() {
+  local f
+  f=$(find ${cudalibs//:/ } -maxdepth 1 -name "$1.*" 2>/dev/null | head -n 1)
+  if [ -n "$f" ]; then basename "$f"; else echo "$1 (version unknown)"; fi
+}
+cudalibs=${cudalibs:-}
+{
+  echo "# card: $card"
+  echo "# libraries: $(lib_version libnccl.so.2), $(lib_version libcublas.so.13), CUDA runtime $(cat "${BUNDLE:-.}/CUDART" 2>/dev/null || echo "of the build"); charm $(cat "${BUNDLE:-.}/COMMIT" 2>/dev/null || git rev-parse --short HEAD)"
+} >"$KCSV"
+for d in 64 128 256; do
+  step "kernel-csv-d$d" 120 "$CHARM" bench-kernels --backend cuda -o "$LOGS/kernels-d$d.csv" --head-dim $d --heads 8 \
+    --tokens 1024,2048,4096,8192,16384,32768 --mask full,causal --pass both --repeats 7 --warmup 2
+  if [ $d = 64 ]; then cat "$LOGS/kernels-d$d.csv" >>"$KCSV"; else grep -v '^#' "$LOGS/kernels-d$d.csv" | tail -n +2 >>"$KCSV"; fi
+done
 
 # 6. Timing at S = 32k, 8 ranks on one GPU (no --check: the fp64 reference would take minutes).
 time_rows=()
@@ -167,7 +197,8 @@ done
 } >"$LOGS/gpu-check.md"
 cat "$LOGS/gpu-check.md"
 if [ -n "${OUT:-}" ]; then
-  # Two files (the device tool returns at most 8): the table, and every log and trace in one archive.
-  mkdir -p "$OUT" && cp "$LOGS/gpu-check.md" "$OUT/" && tar -czf "$OUT/gpu-check-logs.tar.gz" -C "$LOGS" .
+  # Three files (the device tool returns at most 8): the table, the kernel CSV, and every log and trace
+  # in one archive.
+  mkdir -p "$OUT" && cp "$LOGS/gpu-check.md" "$KCSV" "$OUT/" && tar -czf "$OUT/gpu-check-logs.tar.gz" -C "$LOGS" .
 fi
 exit $failed

@@ -16,6 +16,7 @@
 #include "runtime/cuda/cuda_executor.hpp"
 #include "runtime/cuda/kernels.hpp"
 #include "runtime/global_tensors.hpp"
+#include "runtime/reference.hpp"
 #include "runtime/shard_shape.hpp"
 
 namespace charm::rt::cuda {
@@ -205,6 +206,38 @@ TEST(MergeKernel, MatchesCpuMergeWithEmptyRows) {
   ASSERT_OK(merge_out(o2d.f(), l2d.f(), false, o1d.f(), l1d.f(), a.batch, T, a.heads, a.head_dim, nullptr));
   EXPECT_LE(rel_err(download(o1d, o1.size()), o1), 1e-6);
   EXPECT_LE(rel_err(download(l1d, l1.size()), l1), 1e-6);
+}
+
+// A backward-only run's forward results from the device (dense_forward) are the fp64
+// reference's, to the dtype's rounding: causal and full, GQA; a window is refused.
+TEST(DenseForward, MatchesTheReference) {
+  SKIP_WITHOUT_GPU();
+  for (const bool causal : {true, false}) {
+    ir::Workload w;
+    w.batch = 2;
+    w.seq = 384;
+    w.heads = 4;
+    w.kv_heads = 2;
+    w.head_dim = 64;
+    w.dtype = ir::DType::BF16;
+    w.causal = causal;
+    w.pass = ir::PassKind::Bwd;
+    auto g = make_inputs(w, 5);
+    ASSERT_OK(dense_forward(w, g, 0));
+    const Reference ref = reference_attention(w, g, false);
+    EXPECT_LE(rel_err(g.out, std::vector<float>(ref.out.begin(), ref.out.end())), 1e-2) << "causal " << causal;
+    EXPECT_LE(rel_err(g.lse, std::vector<float>(ref.lse.begin(), ref.lse.end())), 1e-3) << "causal " << causal;
+    const auto in = device_plan_inputs(w, 5, 0);
+    ASSERT_TRUE(bool(in)) << in.error().message();
+    EXPECT_EQ(in->out, g.out);
+  }
+  ir::Workload window;
+  window.seq = 64;
+  window.heads = window.kv_heads = 1;
+  window.causal = true;
+  window.window = 8;
+  auto g = make_inputs(window, 1);
+  EXPECT_FALSE(bool(dense_forward(window, g, 0)));
 }
 
 }  // namespace

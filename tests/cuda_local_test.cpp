@@ -111,9 +111,10 @@ TEST(CudaLocalStall, MissingSendIsReportedNotHung) {
   req.workload.batch = 1;
   req.workload.seq = 256;
   req.workload.heads = 2;
+  req.workload.kv_heads = 2;
   req.workload.head_dim = 32;
   auto plan = sched::make_plan(req);
-  ASSERT_TRUE(bool(plan));
+  ASSERT_TRUE(bool(plan)) << plan.error().message();
   const auto valid = sched::validated(std::move(*plan));
   ASSERT_TRUE(bool(valid)) << valid.error().message();
   CudaRunOptions opt;

@@ -79,11 +79,18 @@ std::pair<nlohmann::json, std::string> timing(const trace::RunSummary& s, const 
   return {j, fmt::format("# device {}\n{}# host enqueue {:.3f} ms\n", device, trace::summary_text(s), r.enqueue_ms)};
 }
 
+/// The plan's inputs; a backward-only pass's forward results computed on `device`.
+rt::GlobalTensors inputs_on(const ir::Workload& w, std::uint64_t seed, int device) {
+  auto in = rt::cuda::device_plan_inputs(w, seed, device);
+  if (!in) throw RuntimeFailure{in.error().message()};
+  return std::move(*in);
+}
+
 /// Backend cuda-local: every rank of the plan on one GPU.
 int run_on_one_gpu(const RunRequest& req, const CudaFlags& f, const ir::ValidatedPlan& valid,
                    const rt::cuda::CudaRunOptions& opt, const calib::Measurement& row) {
   const ir::Plan& plan = *valid;
-  const auto in = rt::plan_inputs(plan.workload, req.seed);
+  const auto in = inputs_on(plan.workload, req.seed, f.device);
   auto res = rt::cuda::run_cuda_local(valid, in, opt);
   if (!res) throw RuntimeFailure{res.error().message()};
   const auto dev = rt::cuda::device_description(f.device);
@@ -129,7 +136,9 @@ int run_nccl_job(const RunRequest& req, const CudaFlags& f, const ir::ValidatedP
     }
     if (!*same) throw UsageError{same->error()};
   }
-  const auto in = rt::plan_inputs(plan.workload, req.seed);
+  // Any GPU of this host computes the forward results of a backward-only pass.
+  const auto gpus = rt::cuda::device_count();
+  const auto in = inputs_on(plan.workload, req.seed, gpus && *gpus > 0 ? ctx->rank() % *gpus : 0);
   auto res = rt::cuda::run_cuda_nccl(valid, in, opt);
   if (!res) {
     // The watchdog already aborted the communicators; end every process with the runtime code.

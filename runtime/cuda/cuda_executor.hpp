@@ -26,6 +26,14 @@ namespace charm::rt::cuda {
 /// "NVIDIA H200 (sm_90, 132 SMs, 141 GiB)".
 [[nodiscard]] Expected<std::string> device_description(int device);
 
+/// (out, lse) := the forward of (g.q, g.k, g.v) over the whole sequence on `device` (one
+/// BlockAttention, fp32 accumulators); causal and full masks only (an error names the others).
+[[nodiscard]] Status dense_forward(const ir::Workload& w, GlobalTensors& g, int device);
+/// plan_inputs (executor.hpp), with a backward-only pass's forward results from dense_forward on
+/// `device`: milliseconds where the host's fp64 reference takes minutes at 32k tokens. Masks by
+/// position keep the host reference.
+[[nodiscard]] Expected<GlobalTensors> device_plan_inputs(const ir::Workload& w, std::uint64_t seed, int device);
+
 struct CudaRunOptions {
   double timeout_s = 0;  // watchdog: give up after this long without progress; 0 = never
   int warmup = 1;        // untimed runs before the timed one (each re-initialises every buffer)
