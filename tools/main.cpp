@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -121,14 +122,32 @@ class StdoutBuf final : public std::streambuf {
   int sync() override { return std::fflush(stdout) == 0 ? 0 : -1; }
 };
 
+FILE* g_stdio_stdout = nullptr;  // stdio's own stream, kept for after the checked one is closed
+
 void install_checked_stdout() {
   static StdoutBuf buf;
   FILE* f = ::fopencookie(nullptr, "w", cookie_io_functions_t{nullptr, write_fd1, nullptr, close_fd1});
   if (f == nullptr) return;  // stdout stays as it was
   // As stdio does for stdout: line by line on a terminal, in blocks otherwise.
   std::setvbuf(f, nullptr, ::isatty(STDOUT_FILENO) != 0 ? _IOLBF : _IOFBF, BUFSIZ);
+  g_stdio_stdout = stdout;
   stdout = f;
   std::cout.rdbuf(&buf);
+}
+
+/// After fclose freed the checked stream, `stdout` names stdio's own stream again, writing to
+/// /dev/null on file descriptor 1: code that writes or flushes stdout while the process exits (a
+/// library's teardown; on an H100 machine, 3 `run --backend cuda-local` processes in 30 aborted
+/// after their answer with "glibc detected an invalid stdio handle") finds a live stream, and
+/// descriptor 1 is not left free for the next file opened to take.
+void restore_stdio_stdout() {
+  if (g_stdio_stdout == nullptr) return;
+  stdout = g_stdio_stdout;
+  const int fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  if (fd >= 0 && fd != STDOUT_FILENO) {
+    (void)::dup2(fd, STDOUT_FILENO);
+    ::close(fd);
+  }
 }
 
 /// The exit code once stdout is flushed and closed: `code`, or exit 2 with the reason
@@ -138,6 +157,7 @@ int finish_stdout(int code) {
   std::cout.flush();
   const bool failed = std::fflush(stdout) != 0 || std::ferror(stdout) != 0 || !std::cout.good() ||
                       std::fclose(stdout) != 0 || g_stdout_errno != 0;
+  restore_stdio_stdout();
   if (!failed || (code != 0 && code != charm::cli::kExitInvalid)) return code;
   std::fprintf(stderr, "charm: error: stdout: %s\n", std::strerror(g_stdout_errno != 0 ? g_stdout_errno : EIO));
   return charm::cli::kExitUsage;
