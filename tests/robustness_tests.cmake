@@ -29,7 +29,8 @@ set_property(SOURCE errors_table_test.cpp APPEND PROPERTY OBJECT_DEPENDS ${PROJE
 charm_add_test(determinism_test SOURCES determinism_test.cpp LABELS integration TIMEOUT 600)
 charm_add_test(output_files_test SOURCES output_files_test.cpp LIBS charm_cli_common LABELS unit TIMEOUT 300)
 charm_add_test(reliability_test SOURCES reliability_test.cpp LIBS charm_cli_common LABELS integration TIMEOUT 600)
-# A library charm's processes load first (LD_PRELOAD) that writes to stdout as the process exits.
+# A library charm's processes load first (LD_PRELOAD) that flushes stdout as the process exits.
 add_library(stdout_probe SHARED stdout_probe.cpp)
+target_link_libraries(stdout_probe PRIVATE ${CMAKE_DL_LIBS})
 add_dependencies(reliability_test stdout_probe)
 target_compile_definitions(reliability_test PRIVATE CHARM_STDOUT_PROBE="$<TARGET_FILE:stdout_probe>")

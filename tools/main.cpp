@@ -102,11 +102,19 @@ ssize_t write_fd1(void* /*cookie*/, const char* buf, std::size_t n) {
   return ssize_t(n);
 }
 
-int close_fd1(void* /*cookie*/) {
+/// Closes file descriptor 1 (a close can be where a write's failure shows, on NFS say) and puts
+/// /dev/null there, so that the next file opened does not take it and a late write goes nowhere.
+/// Ok, or -1 with the first error kept.
+int close_fd1() {
   // EBADF: stdout was closed to begin with; a write would have said so.
-  if (::close(STDOUT_FILENO) == 0 || errno == EINTR || errno == EBADF) return 0;
-  if (g_stdout_errno == 0) g_stdout_errno = errno;
-  return -1;
+  const bool closed = ::close(STDOUT_FILENO) == 0 || errno == EINTR || errno == EBADF;
+  if (!closed && g_stdout_errno == 0) g_stdout_errno = errno;
+  const int fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  if (fd >= 0 && fd != STDOUT_FILENO) {
+    (void)::dup2(fd, STDOUT_FILENO);
+    ::close(fd);
+  }
+  return closed ? 0 : -1;
 }
 
 /// std::cout's buffer: every character to the C stream stdout (which buffers it).
@@ -122,42 +130,27 @@ class StdoutBuf final : public std::streambuf {
   int sync() override { return std::fflush(stdout) == 0 ? 0 : -1; }
 };
 
-FILE* g_stdio_stdout = nullptr;  // stdio's own stream, kept for after the checked one is closed
-
+/// The checked stream is never closed, so never freed: a library may hold the FILE* it found in
+/// `stdout` and flush it while the process exits (on an H100 machine cuBLASLt's exit handler
+/// did, and 3 `run --backend cuda-local` processes in 30 aborted after their answer, "glibc detected
+/// an invalid stdio handle", when finish_stdout closed the stream with fclose).
 void install_checked_stdout() {
   static StdoutBuf buf;
-  FILE* f = ::fopencookie(nullptr, "w", cookie_io_functions_t{nullptr, write_fd1, nullptr, close_fd1});
+  FILE* f = ::fopencookie(nullptr, "w", cookie_io_functions_t{nullptr, write_fd1, nullptr, nullptr});
   if (f == nullptr) return;  // stdout stays as it was
   // As stdio does for stdout: line by line on a terminal, in blocks otherwise.
   std::setvbuf(f, nullptr, ::isatty(STDOUT_FILENO) != 0 ? _IOLBF : _IOFBF, BUFSIZ);
-  g_stdio_stdout = stdout;
   stdout = f;
   std::cout.rdbuf(&buf);
 }
 
-/// After fclose freed the checked stream, `stdout` names stdio's own stream again, writing to
-/// /dev/null on file descriptor 1: code that writes or flushes stdout while the process exits (a
-/// library's teardown; on an H100 machine, 3 `run --backend cuda-local` processes in 30 aborted
-/// after their answer with "glibc detected an invalid stdio handle") finds a live stream, and
-/// descriptor 1 is not left free for the next file opened to take.
-void restore_stdio_stdout() {
-  if (g_stdio_stdout == nullptr) return;
-  stdout = g_stdio_stdout;
-  const int fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
-  if (fd >= 0 && fd != STDOUT_FILENO) {
-    (void)::dup2(fd, STDOUT_FILENO);
-    ::close(fd);
-  }
-}
-
-/// The exit code once stdout is flushed and closed: `code`, or exit 2 with the reason
+/// The exit code once stdout is flushed and its descriptor closed: `code`, or exit 2 with the reason
 /// where a byte of the answer (exit 0, or 1 for a verdict) could not be written. A command
 /// that failed otherwise has said its one line already.
 int finish_stdout(int code) {
   std::cout.flush();
-  const bool failed = std::fflush(stdout) != 0 || std::ferror(stdout) != 0 || !std::cout.good() ||
-                      std::fclose(stdout) != 0 || g_stdout_errno != 0;
-  restore_stdio_stdout();
+  const bool failed = std::fflush(stdout) != 0 || std::ferror(stdout) != 0 || !std::cout.good() || close_fd1() != 0 ||
+                      g_stdout_errno != 0;
   if (!failed || (code != 0 && code != charm::cli::kExitInvalid)) return code;
   std::fprintf(stderr, "charm: error: stdout: %s\n", std::strerror(g_stdout_errno != 0 ? g_stdout_errno : EIO));
   return charm::cli::kExitUsage;
