@@ -3,6 +3,7 @@
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <tuple>
@@ -392,6 +393,24 @@ TEST(NcclTests, FixLinkClassBandwidthAndLatency) {
 }
 
 // ---------------------------------------------------------------- kernel times
+
+// The H100 table `charm bench-kernels --backend cuda` measured (docs/validation.md section 5): whole,
+// every head dim, pass and mask at each block size, and a causal block never slower than a full one.
+TEST(KernelTimes, TheMeasuredH100TableLoadsWhole) {
+  auto k = load_kernel_times(std::string(CHARM_SOURCE_DIR) + "/calibration/kernels-h100-charm-cublas.csv");
+  ASSERT_TRUE(k) << k.error().message();
+  ASSERT_EQ(k->rows.size(), 72u);
+  std::map<std::tuple<std::int64_t, ir::PassKind, std::int64_t>, std::map<bool, double>> by_shape;
+  for (const auto& r : k->rows) {
+    EXPECT_GT(r.time_ms, 0.0);
+    by_shape[{r.workload.head_dim, r.workload.pass, r.q_tokens}][r.causal] = r.time_ms;
+  }
+  ASSERT_EQ(by_shape.size(), 36u);  // 3 head dims x 2 passes x 6 block sizes
+  for (const auto& [shape, t] : by_shape) {
+    ASSERT_EQ(t.size(), 2u);
+    EXPECT_LE(t.at(true), t.at(false) * 1.05) << "head dim " << std::get<0>(shape) << ", " << std::get<2>(shape);
+  }
+}
 
 TEST(KernelTimes, ParseWriteAndRefuseWithTheCell) {
   const std::string text = "\xEF\xBB\xBF# a FlashAttention benchmark\r\n"
