@@ -91,22 +91,22 @@ Expected<Evaluation> simulate_group(const sched::CheckedRequest& req, const Simu
 
 /// Every CP group of `l` at once (by whole groups' rotation where the layout and the topology share one).
 Expected<Evaluation> simulate_deployment(const SimulationRequest& r, const sched::Layout& l, const topo::Topology& t) {
+  // How many whole groups stand for the others, where the layout's rotation is one the topology has.
+  const Expected<int> rotation = deployment_copies(l, t);
   const auto group_w = sched::group_workload(r.plan.workload, l);
   if (!group_w) return group_w.error();
   const auto group = sched::CheckedRequest::check({r.plan.algo, *group_w, l.cp, r.plan.domains});
   if (!group) return group.error();
   const sched::PlanRequest& req = group->get();
-  // Whole groups stand for the others where the layout's rotation is one the topology has; as for one
-  // group, --symmetry auto keeps every rank below a million ops.
+  // As for one group, --symmetry auto keeps every rank below a million ops.
   const sched::PlanEstimate& e = group->estimate();
   int copies = l.groups();
   const SymmetryUse use = r.symmetry;
   if (use == SymmetryUse::On || (use == SymmetryUse::Auto && e.ops * l.groups() >= kQuotientFromOps)) {
-    const auto q = deployment_copies(l, t);
-    if (q) copies = *q;
-    if (use == SymmetryUse::On && !q)
+    if (rotation) copies = *rotation;
+    if (use == SymmetryUse::On && !rotation)
       return Error{Field::Symmetry,
-                   fmt::format("cannot simulate a class of CP groups for all: {}", q.error().message())};
+                   fmt::format("cannot simulate a class of CP groups for all: {}", rotation.error().message())};
   }
   if (auto s = r.budget.fits(sched::simulation_bytes(e, copies),
                              fmt::format("the simulation of {} CP group{} ({} on {} ranks each: about {:.2g} ops)",
@@ -127,14 +127,9 @@ Expected<Evaluation> simulate_request(const SimulationRequest& r, const topo::To
       return Error{Field::Layout, "the balanced layout is solved for one CP group; drop --cp / --tp or use zigzag"};
     return simulate_deployment(r, *r.layout, t);
   }
-  sched::PlanRequest req = r.plan;
-  auto chunks = solve_chunks(req, t, r.solve, r.budget);
-  if (!chunks) return chunks.error();
-  const auto checked = sched::CheckedRequest::check(std::move(req));
+  const auto checked = sched::CheckedRequest::check(r.plan);
   if (!checked) return checked.error();
-  auto e = simulate_group(*checked, r, t);
-  if (e) e->chunks = std::move(*chunks);
-  return e;
+  return simulate_group(*checked, r, t);
 }
 
 }  // namespace charm::sim

@@ -34,7 +34,8 @@ struct RunProgress {
 };
 
 /// One simulation as `charm simulate`, `charm compare` and the Python module ask for it: one group of ranks on
-/// `t`'s first GPUs (or on `gpus`), or every CP group of a deployment's `layout` at once.
+/// `t`'s first GPUs (or on `gpus`), or every CP group of a deployment's `layout` at once. A balanced layout's
+/// chunk map is solved before (solve_chunks): the request carries it in its workload.
 struct SimulationRequest {
   sched::PlanRequest plan;  // the algorithm, the workload (a deployment's: the whole model's), ranks, domains
   std::optional<sched::Layout> layout;  // a deployment's CP x TP layout: layout.cp ranks a group (plan.ranks unused)
@@ -42,7 +43,6 @@ struct SimulationRequest {
   std::vector<std::int32_t> gpus;  // one group: rank r on GPU gpus[r] (placed by hand: rank by rank); empty: GPU r
   SymmetryUse symmetry = SymmetryUse::Auto;
   sched::MemoryBudget budget;
-  ChunkSolveOptions solve;  // one group on the balanced layout without a chunk map: how its map is solved
   std::function<void(const RunProgress&)> progress;  // told now and then on the caller's thread; may be empty
 };
 
@@ -51,15 +51,15 @@ struct SimulationRequest {
 [[nodiscard]] Expected<ir::RankSymmetry> quotient_for(const sched::CheckedRequest& req, const topo::Topology& t,
                                                       SymmetryUse use);
 
-/// `req`'s chunk map solved on `t` where its layout is balanced and it has none (`req` normalised first, as the
-/// planner runs it); the solution, or nothing where there was nothing to solve. Errors are the request's
-/// (ErrorKind::Input).
+/// The stage before simulate_request for one group: `req`'s chunk map solved on `t` where its layout is balanced
+/// and it has none (`req` normalised first, as the planner runs it); the solution, or nothing where there was
+/// nothing to solve. Errors are the request's (ErrorKind::Input).
 [[nodiscard]] Expected<std::optional<ChunkSolution>> solve_chunks(sched::PlanRequest& req, const topo::Topology& t,
                                                                   const ChunkSolveOptions& solve,
                                                                   const sched::MemoryBudget& budget);
 
-/// The one entry, its stages in order, each once. One group: the balanced layout's chunk map solved
-/// (solve_chunks; Evaluation::chunks), the request checked (sched::CheckedRequest), the rank symmetry chosen,
+/// The one entry, its stages in order, each once. One group: the request checked (sched::CheckedRequest; a
+/// balanced layout without its chunk map is refused there), the rank symmetry chosen,
 /// the plan's memory judged by the budget, the plan built and simulated. A deployment: the group's workload
 /// (sched::group_workload: TP's share of the heads; what TP does not divide is --tp's error), checked, the
 /// whole groups that stand for the others where the layout's rotation is one the topology has, the memory

@@ -27,7 +27,7 @@ FairShareNetwork::Channel collective_channel(const topo::Link& l) {
   return c;
 }
 
-RingStep ring_step(const sched::Layout& l, const topo::Topology& t) {
+RingStep ring_step(const std::vector<sched::GpuHop>& hops, const topo::Topology& t) {
   std::vector<FairShareNetwork::Channel> chans(std::size_t(t.num_channels()));
   for (int i = 0; i < t.num_channels(); ++i) chans[std::size_t(i)] = collective_channel(t.channel_link(i));
   FairShareNetwork net(std::move(chans));
@@ -36,13 +36,10 @@ RingStep ring_step(const sched::Layout& l, const topo::Topology& t) {
     topo::Route route;
   };
   std::vector<Flow> flows;
-  for (int d = 0; d < l.dp; ++d)
-    for (int c = 0; c < l.cp; ++c)
-      for (int k = 0; k < l.tp; ++k) {
-        const int src = sched::layout_gpu(l, d * l.tp + k, c), dst = sched::layout_gpu(l, d * l.tp + (k + 1) % l.tp, c);
-        const topo::Route route = t.route(src, dst);
-        flows.push_back({net.add_flow(route, 1.0, 0.0), route});
-      }
+  for (const auto& hop : hops) {
+    const topo::Route route = t.route(hop.from, hop.to);
+    flows.push_back({net.add_flow(route, 1.0, 0.0), route});
+  }
   net.resolve(0.0, [](int) {});
   RingStep step{FairShareNetwork::kInf, 0, {}};
   const Flow* slowest = nullptr;
@@ -126,6 +123,7 @@ std::string TpBlockCost::line() const {
 Expected<TpBlockCost> tp_block_cost(const ir::Workload& w, const sched::Layout& l, const topo::Topology& t) {
   if (l.gpus() > t.num_gpus())
     return Error{Field::Tp, fmt::format("the layout takes {} GPUs; the topology has {}", l.gpus(), t.num_gpus())};
+  const std::vector<sched::GpuHop> hops = l.tp > 1 ? sched::tp_ring_hops(l) : std::vector<sched::GpuHop>{};
   TpBlockCost c;
   c.tp = l.tp;
   const double elem = double(ir::dtype_size(w.dtype));
@@ -137,7 +135,7 @@ Expected<TpBlockCost> tp_block_cost(const ir::Workload& w, const sched::Layout& 
   const double out_s = 2 * tokens * (hidden / l.tp) * hidden / rate;
   double collective_s = 0;
   if (l.tp > 1) {
-    const RingStep step = ring_step(l, t);
+    const RingStep step = ring_step(hops, t);
     c.shard_bytes = tokens / l.tp * hidden * elem;
     c.ring_gbps = step.rate_bytes_per_s / 1e9;
     c.ring_link = step.link;

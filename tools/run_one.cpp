@@ -68,8 +68,12 @@ sim::Evaluation run_simulation(std::optional<ir::Plan> file_plan, const std::str
     r.attention_block = r.layout && cluster.tp != 0;
     if (!r.layout) r.gpus = cluster.gpu_map(t);
     r.symmetry = use;
-    r.solve = solve;
-    return simulate(std::move(r), t);
+    // One group on the balanced layout: its chunk map first (a deployment refuses that layout).
+    std::optional<sim::ChunkSolution> chunks;
+    if (!r.layout) chunks = solve_chunks(r.plan, t, solve);
+    sim::Evaluation e = simulate(std::move(r), t);
+    e.chunks = std::move(chunks);
+    return e;
   }
   if (file_plan->ranks > t.num_gpus())
     fail(Error{"--plan", fmt::format("the plan has {} ranks; {} has {} GPUs", file_plan->ranks, t.name, t.num_gpus())});

@@ -58,6 +58,16 @@ std::vector<std::int32_t> layout_gpus(const Layout& l) {
   return gpus;
 }
 
+std::vector<GpuHop> tp_ring_hops(const Layout& l) {
+  std::vector<GpuHop> hops;
+  hops.reserve(std::size_t(l.gpus()));
+  for (int d = 0; d < l.dp; ++d)
+    for (int c = 0; c < l.cp; ++c)
+      for (int k = 0; k < l.tp; ++k)
+        hops.push_back({layout_gpu(l, d * l.tp + k, c), layout_gpu(l, d * l.tp + (k + 1) % l.tp, c)});
+  return hops;
+}
+
 int layout_block(std::span<const std::int32_t> gpus, int cp) {
   const auto n = std::int64_t(gpus.size());
   for (std::int64_t b = cp; b < n; b += cp) {

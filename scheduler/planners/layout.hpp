@@ -49,6 +49,14 @@ struct Layout {
 /// Every rank's GPU in the deployment plan's numbering (rank g*cp + c).
 [[nodiscard]] std::vector<std::int32_t> layout_gpus(const Layout& l);
 
+/// One hop of a TP ring: GPU `from` sends to GPU `to`.
+struct GpuHop {
+  int from = 0, to = 0;
+};
+/// Every TP ring's hops at once (TP rank k of each CP rank's group to k + 1, modulo TP): what one step
+/// of TP's ring collectives moves, DP replica by replica, CP rank by CP rank.
+[[nodiscard]] std::vector<GpuHop> tp_ring_hops(const Layout& l);
+
 /// The smallest number of ranks, a multiple of cp that divides the GPU count, whose shift of
 /// the deployment's ranks shifts their GPUs alike (gpus[(k + b) mod G] = (gpus[k] + b) mod G):
 /// the rank rotation the deployment is invariant under (every group runs the same plan). G when
