@@ -76,6 +76,20 @@ class [[nodiscard]] Status {
 
 }  // namespace charm
 
+/// `lhs = *expr` (a variable or a field), or return expr's error from the enclosing function.
+#define CHARM_TRY_ASSIGN(lhs, expr)                                                                                    \
+  do {                                                                                                                 \
+    auto charm_tmp_ = (expr);                                                                                          \
+    if (!charm_tmp_) return charm_tmp_.error();                                                                        \
+    lhs = std::move(*charm_tmp_);                                                                                      \
+  } while (0)
+
+/// `auto var = *expr`, declared in the enclosing scope, or return expr's error from the enclosing function.
+#define CHARM_TRY_LET(var, expr)                                                                                       \
+  auto var##_ex = (expr);                                                                                              \
+  if (!var##_ex) return var##_ex.error();                                                                              \
+  auto var = std::move(var##_ex).value()
+
 #define CHARM_ASSERT(cond, msg)                                                                                        \
   do {                                                                                                                 \
     if (!(cond)) ::charm::invariant_failed(#cond, __FILE__, __LINE__, (msg));                                          \

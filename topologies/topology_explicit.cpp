@@ -39,20 +39,20 @@ Status parse_link_params(const Node& n, Link& l, const char* default_sharing) {
         !s)
       return s;
   }
-  TRY_ASSIGN(bw, get_quantity(n, "bandwidth_gbps", true, 0, Quantity::Bandwidth));
-  TRY_ASSIGN(lat, get_quantity(n, "latency_us", false, 0, Quantity::Latency));
-  TRY_ASSIGN(sharing, get_string(n, "sharing", default_sharing == nullptr, default_sharing ? default_sharing : ""));
-  TRY_ASSIGN(per_flow, get_quantity(n, "per_flow_gbps", false, 0, Quantity::Bandwidth, /*zero_is_none=*/true));
+  CHARM_TRY_LET(bw, get_quantity(n, "bandwidth_gbps", true, 0, Quantity::Bandwidth));
+  CHARM_TRY_LET(lat, get_quantity(n, "latency_us", false, 0, Quantity::Latency));
+  CHARM_TRY_LET(sharing, get_string(n, "sharing", default_sharing == nullptr, default_sharing ? default_sharing : ""));
+  CHARM_TRY_LET(per_flow, get_quantity(n, "per_flow_gbps", false, 0, Quantity::Bandwidth, /*zero_is_none=*/true));
   l.bandwidth_gbps = bw;
   l.latency_us = lat;
   l.per_flow_gbps = per_flow;
-  TRY_ASSIGN(injection, get_quantity(n, "injection_gbps", false, 0, Quantity::Bandwidth, /*zero_is_none=*/true));
+  CHARM_TRY_LET(injection, get_quantity(n, "injection_gbps", false, 0, Quantity::Bandwidth, /*zero_is_none=*/true));
   l.injection_gbps = injection;
   const auto how = parse_enum(sharing, kSharingNames);
   if (!how) return n.at("sharing").error(fmt::format("must be \"shared\" or \"dedicated\", got \"{}\"", sharing));
   l.sharing = *how;
   if (n.has("kind")) {
-    TRY_ASSIGN(kind, get_string(n, "kind", true, ""));
+    CHARM_TRY_LET(kind, get_string(n, "kind", true, ""));
     const auto k = link_kind_from(kind);
     if (n.path == "intra") {
       if (k != LinkKind::NvLink && k != LinkKind::Pcie)
@@ -73,7 +73,7 @@ Status read_explicit_gpus(const Node& root, Topology& t) {
   if (!root.has("gpus")) return root.missing("gpus");
   const Node gp = root.at("gpus");
   if (gp.j.is_number_integer()) {
-    TRY_ASSIGN(count, get_int(root, "gpus", true, 0, 1, kMaxGpus));
+    CHARM_TRY_LET(count, get_int(root, "gpus", true, 0, 1, kMaxGpus));
     for (long g = 0; g < count; ++g) {
       t.vertex_names.push_back(fmt::format("gpu{}", g));
       t.gpu_place.push_back(std::vector<int>(t.levels.size(), 0));
@@ -85,14 +85,14 @@ Status read_explicit_gpus(const Node& root, Topology& t) {
     for (std::size_t i = 0; i < gp.j.size(); ++i) {
       const Node g = gp.at(i);
       if (g.j.is_string()) {
-        TRY_ASSIGN(gname, text_of(g));
+        CHARM_TRY_LET(gname, text_of(g));
         t.vertex_names.push_back(std::move(gname));
         t.gpu_place.push_back(std::vector<int>(t.levels.size(), 0));
         continue;
       }
       if (!g.j.is_object()) return g.error("must be a name or an object {\"name\", \"place\"}");
       if (auto s = check_fields(g, {"name", "place"}); !s) return s;
-      TRY_ASSIGN(nm, get_string(g, "name", false, fmt::format("gpu{}", i)));
+      CHARM_TRY_LET(nm, get_string(g, "name", false, fmt::format("gpu{}", i)));
       t.vertex_names.push_back(nm);
       std::vector<int> place;
       if (g.has("place")) {
@@ -101,7 +101,7 @@ Status read_explicit_gpus(const Node& root, Topology& t) {
           return p.error(fmt::format("must be an array of {} integers (one per level)", t.levels.size()));
         for (std::size_t k = 0; k < p.j.size(); ++k) {
           if (!p.j[k].is_number_integer()) return p.at(k).error("must be an integer");
-          TRY_ASSIGN(x, int_in(p.at(k), 0, std::numeric_limits<int>::max()));
+          CHARM_TRY_LET(x, int_in(p.at(k), 0, std::numeric_limits<int>::max()));
           place.push_back(static_cast<int>(x));
         }
       } else {
@@ -125,14 +125,14 @@ Status read_explicit_links(const Node& root, Topology& t, const std::map<std::st
     if (!l.j.is_object()) return l.error("must be an object");
     Link link;
     for (const char* end : {"a", "b"}) {
-      TRY_ASSIGN(nm, get_string(l, end, true, ""));
+      CHARM_TRY_LET(nm, get_string(l, end, true, ""));
       auto it = index.find(nm);
       if (it == index.end()) return l.at(end).error(fmt::format("unknown GPU or switch \"{}\"", nm));
       (end[0] == 'a' ? link.a : link.b) = it->second;
     }
     if (link.a == link.b) return l.error("a link needs two different ends");
     if (auto s = parse_link_params(l, link, nullptr); !s) return s.error();
-    TRY_ASSIGN(nm, get_string(l, "name", false, ""));
+    CHARM_TRY_LET(nm, get_string(l, "name", false, ""));
     link.name = nm;
     t.links.push_back(link);
   }
@@ -153,7 +153,7 @@ Status parse_explicit(const Node& root, Topology& t, int& num_gpus_out) {
     const Node lv = root.at("levels");
     if (!lv.j.is_array()) return lv.error("must be an array of level names, outermost first");
     for (std::size_t i = 0; i < lv.j.size(); ++i) {
-      TRY_ASSIGN(level, text_of(lv.at(i)));
+      CHARM_TRY_LET(level, text_of(lv.at(i)));
       t.levels.push_back(std::move(level));
     }
   }
@@ -164,7 +164,7 @@ Status parse_explicit(const Node& root, Topology& t, int& num_gpus_out) {
     const Node sw = root.at("switches");
     if (!sw.j.is_array()) return sw.error("must be an array of names");
     for (std::size_t i = 0; i < sw.j.size(); ++i) {
-      TRY_ASSIGN(swname, text_of(sw.at(i)));
+      CHARM_TRY_LET(swname, text_of(sw.at(i)));
       t.vertex_names.push_back(std::move(swname));
     }
   }
@@ -182,7 +182,7 @@ Status parse_explicit(const Node& root, Topology& t, int& num_gpus_out) {
                    fmt::format("links[{}].kind: missing, but links[{}] has one: give every link a kind or none",
                                u - t.links.begin(), k - t.links.begin())};
   if (root.has("domain")) {
-    TRY_ASSIGN(d, get_string(root, "domain", true, ""));
+    CHARM_TRY_LET(d, get_string(root, "domain", true, ""));
     auto it = std::find(t.levels.begin(), t.levels.end(), d);
     if (it == t.levels.end()) return root.at("domain").error(fmt::format("\"{}\" is not one of the levels", d));
     t.domain_level = static_cast<int>(it - t.levels.begin());

@@ -113,19 +113,19 @@ Status read_inter(const Node& root, Generator& g) {
   if (!root.has("inter")) return root.missing("inter");
   const Node in = root.at("inter");
   if (auto s = parse_link_params(in, g.inter, "shared"); !s) return s.error();
-  TRY_ASSIGN(n, get_string(in, "nic", false, "per_gpu"));
+  CHARM_TRY_LET(n, get_string(in, "nic", false, "per_gpu"));
   if (n != "per_gpu" && n != "per_node")
     return in.at("nic").error(fmt::format("must be \"per_gpu\" or \"per_node\", got \"{}\"", n));
   g.nic = n;
   if (in.has("gpus_per_nic")) {
     if (in.has("nic")) return in.at("gpus_per_nic").error("give \"nic\" or \"gpus_per_nic\", not both");
-    TRY_ASSIGN(k, get_int(in, "gpus_per_nic", true, 1, 1));
+    CHARM_TRY_LET(k, get_int(in, "gpus_per_nic", true, 1, 1));
     if (g.per_node % k != 0)
       return in.at("gpus_per_nic").error(fmt::format("must divide gpus_per_node ({}), got {}", g.per_node, k));
     g.gpus_per_nic = k;
   }
   // PCIe 5.0 x16: 64 GB/s per direction, the datasheet rate of the GPU-to-NIC hop.
-  TRY_ASSIGN(pcie, get_quantity(in, "pcie_gbps", false, 64, Quantity::Bandwidth));
+  CHARM_TRY_LET(pcie, get_quantity(in, "pcie_gbps", false, 64, Quantity::Bandwidth));
   if (in.has("pcie_gbps") && g.gpus_per_nic == 1)
     return in.at("pcie_gbps").error("applies with \"gpus_per_nic\" > 1 only (a NIC per GPU is one link)");
   g.nic_pcie.bandwidth_gbps = pcie;
@@ -255,13 +255,13 @@ Status parse_generator(const Node& root, Topology& t, int& num_gpus_out) {
                             " in a generated topology (one with \"nodes\")");
       !s)
     return s;
-  TRY_ASSIGN(nodes, get_int(root, "nodes", true, 1, 1, kMaxGeneratedGpus));
-  TRY_ASSIGN(per_node, get_int(root, "gpus_per_node", true, 1, 1, kMaxGpus));
+  CHARM_TRY_LET(nodes, get_int(root, "nodes", true, 1, 1, kMaxGeneratedGpus));
+  CHARM_TRY_LET(per_node, get_int(root, "gpus_per_node", true, 1, 1, kMaxGpus));
   if (nodes * per_node > kMaxGeneratedGpus)
     return root.at("gpus_per_node")
         .error(fmt::format("nodes x gpus_per_node = {} x {}: at most {} GPUs are supported", nodes, per_node,
                            kMaxGeneratedGpus));
-  TRY_ASSIGN(numa, get_int(root, "numa_per_node", false, 1, 1, kMaxGpus));
+  CHARM_TRY_LET(numa, get_int(root, "numa_per_node", false, 1, 1, kMaxGpus));
   if (per_node % numa != 0)
     return root.at("numa_per_node").error(fmt::format("must divide gpus_per_node ({}), got {}", per_node, numa));
   Generator g;
@@ -272,7 +272,7 @@ Status parse_generator(const Node& root, Topology& t, int& num_gpus_out) {
   build_generator_graph(g, t);
   const int G = static_cast<int>(nodes * per_node);
   std::string dflt = nodes > 1 ? "node" : numa > 1 ? "numa" : "none";
-  TRY_ASSIGN(domain, get_string(root, "domain", false, dflt));
+  CHARM_TRY_LET(domain, get_string(root, "domain", false, dflt));
   if (domain == "node")
     t.domain_level = nodes > 1 ? 0 : -1;
   else if (domain == "numa")

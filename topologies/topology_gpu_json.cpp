@@ -24,12 +24,12 @@ namespace {
 /// "sm_count" and "kernel": a library name, or {"library", "fwd": {"tile_q", "tile_kv"}, "bwd": {...}} over the
 /// architecture's defaults; the library named (empty: the stack's default) goes to `library`.
 Status parse_kernel_shape(const Node& n, GpuSpec& g, std::string& library) {
-  TRY_ASSIGN(sms, get_int(n, "sm_count", false, g.sm_count, 0, 100000));
+  CHARM_TRY_LET(sms, get_int(n, "sm_count", false, g.sm_count, 0, 100000));
   g.sm_count = static_cast<int>(sms);
   if (!n.has("kernel")) return {};
   const Node k = n.at("kernel");
   if (k.j.is_string()) {
-    TRY_ASSIGN(name, text_of(k));
+    CHARM_TRY_LET(name, text_of(k));
     library = name;
     return {};
   }
@@ -37,7 +37,7 @@ Status parse_kernel_shape(const Node& n, GpuSpec& g, std::string& library) {
     return k.error("must be a library name (fa2, fa3, cudnn) or an object {\"library\", \"fwd\": {\"tile_q\", "
                    "\"tile_kv\"}, \"bwd\": {...}}");
   if (auto s = check_fields(k, {"library", "fwd", "bwd"}); !s) return s;
-  TRY_ASSIGN(name, get_string(k, "library", false, ""));
+  CHARM_TRY_LET(name, get_string(k, "library", false, ""));
   library = name;
   for (const char* pass : {"fwd", "bwd"}) {
     if (!k.has(pass)) continue;
@@ -45,8 +45,8 @@ Status parse_kernel_shape(const Node& n, GpuSpec& g, std::string& library) {
     if (!p.j.is_object()) return p.error("must be an object {\"tile_q\", \"tile_kv\"}");
     if (auto s = check_fields(p, {"tile_q", "tile_kv"}); !s) return s;
     KernelTile& t = std::string_view(pass) == "fwd" ? g.tile_fwd : g.tile_bwd;
-    TRY_ASSIGN(q, get_int(p, "tile_q", t.q == 0, t.q, 1, 4096));
-    TRY_ASSIGN(kv, get_int(p, "tile_kv", t.kv == 0, t.kv, 1, 4096));
+    CHARM_TRY_LET(q, get_int(p, "tile_q", t.q == 0, t.q, 1, 4096));
+    CHARM_TRY_LET(kv, get_int(p, "tile_kv", t.kv == 0, t.kv, 1, 4096));
     t = {static_cast<int>(q), static_cast<int>(kv)};
   }
   return {};
@@ -57,12 +57,12 @@ Status parse_kernel_shape(const Node& n, GpuSpec& g, std::string& library) {
 Status parse_pass_pair(const Node& n, const char* key, bool fwd_required, double dflt, double& fwd, double& bwd) {
   const Node e = n.at(key);
   if (e.j.is_number()) {
-    TRY_ASSIGN(x, get_number(n, key, true, dflt, true, false));
+    CHARM_TRY_LET(x, get_number(n, key, true, dflt, true, false));
     fwd = bwd = x;
   } else if (e.j.is_object()) {
     if (auto s = check_fields(e, {"fwd", "bwd"}); !s) return s;
-    TRY_ASSIGN(f, get_number(e, "fwd", fwd_required, dflt, true, false));
-    TRY_ASSIGN(b, get_number(e, "bwd", false, fwd_required ? f : dflt, true, false));
+    CHARM_TRY_LET(f, get_number(e, "fwd", fwd_required, dflt, true, false));
+    CHARM_TRY_LET(b, get_number(e, "bwd", false, fwd_required ? f : dflt, true, false));
     fwd = f;
     bwd = b;
   } else {
@@ -152,17 +152,17 @@ Ex<double> read_stack_field(const Node& n, const StackField& f, double preset) {
   case StackQuantity::Bandwidth:
     return get_quantity(n, key, false, preset, Quantity::Bandwidth, /*zero_is_none=*/true);
   case StackQuantity::Passes: {
-    TRY_ASSIGN(x, get_number(n, key, false, preset, false, true));
+    CHARM_TRY_LET(x, get_number(n, key, false, preset, false, true));
     if (x > 100) return n.at(key).error(fmt::format("must be in [0, 100] passes, got {}", x));
     return x;
   }
   case StackQuantity::FusedPasses: {
-    TRY_ASSIGN(x, get_number(n, key, false, preset, true, false));
+    CHARM_TRY_LET(x, get_number(n, key, false, preset, true, false));
     if (x < 0.1 || x > 100) return n.at(key).error(fmt::format("must be in [0.1, 100] fused passes, got {}", x));
     return x;
   }
   case StackQuantity::Slowdown: {
-    TRY_ASSIGN(x, get_number(n, key, false, preset, false, true));
+    CHARM_TRY_LET(x, get_number(n, key, false, preset, false, true));
     if (x > 10) return n.at(key).error(fmt::format("must be in [0, 10] (1 = twice as long), got {}", x));
     return x;
   }
@@ -178,7 +178,7 @@ Status parse_stack_fields(const Node& root, StackSpec& st) {
   }
   const Node n = root.at("stack");
   if (n.j.is_string()) {
-    TRY_ASSIGN(name, text_of(n));
+    CHARM_TRY_LET(name, text_of(n));
     auto p = stack_preset(name);
     if (!p) return n.error(p.error().what);
     st = *p;
@@ -188,12 +188,12 @@ Status parse_stack_fields(const Node& root, StackSpec& st) {
   std::vector<const char*> known{"preset"};
   for (const StackField& f : kStackFields) known.push_back(f.name.data());
   if (auto s = check_fields(n, known); !s) return s;
-  TRY_ASSIGN(name, get_string(n, "preset", false, std::string(kDefaultStack)));
+  CHARM_TRY_LET(name, get_string(n, "preset", false, std::string(kDefaultStack)));
   auto p = stack_preset(name);
   if (!p) return n.at("preset").error(p.error().what);
   StackSpec out = *p;
   for (const StackField& f : kStackFields) {
-    TRY_ASSIGN(x, read_stack_field(n, f, out.*f.member));
+    CHARM_TRY_LET(x, read_stack_field(n, f, out.*f.member));
     out.*f.member = x;
   }
   st = std::move(out);
@@ -202,9 +202,9 @@ Status parse_stack_fields(const Node& root, StackSpec& st) {
 
 /// "model": the architecture table's SMs, tiles and family; "assume": a known part to borrow them from.
 Status parse_gpu_model(const Node& n, const std::string& assume_flag, GpuSpec& g, ModelSources& src) {
-  TRY_ASSIGN(model, get_string(n, "model", false, "gpu"));
+  CHARM_TRY_LET(model, get_string(n, "model", false, "gpu"));
   g.model = model;
-  TRY_ASSIGN(file_assume, get_string(n, "assume", false, ""));
+  CHARM_TRY_LET(file_assume, get_string(n, "assume", false, ""));
   const std::string assume = assume_flag.empty() ? file_assume : assume_flag;
   auto arch = gpu_arch(model);
   if (!assume.empty()) {
@@ -250,21 +250,21 @@ Status parse_gpu(const Node& n, const GpuOverrides& over, Topology& t) {
   if (!n.has("tflops")) return n.missing("tflops");
   const Node tf = n.at("tflops");
   if (tf.j.is_number()) {
-    TRY_ASSIGN(x, get_quantity(n, "tflops", true, 0, Quantity::Tflops));
+    CHARM_TRY_LET(x, get_quantity(n, "tflops", true, 0, Quantity::Tflops));
     g.tflops_bf16 = g.tflops_fp16 = x;
     g.tflops_fp32 = x / 2;
   } else if (tf.j.is_object()) {
     if (auto s = check_fields(tf, {"bf16", "fp16", "fp32"}); !s) return s;
-    TRY_ASSIGN(bf16, get_quantity(tf, "bf16", true, 0, Quantity::Tflops));
-    TRY_ASSIGN(fp16, get_quantity(tf, "fp16", false, bf16, Quantity::Tflops));
-    TRY_ASSIGN(fp32, get_quantity(tf, "fp32", false, bf16 / 2, Quantity::Tflops));
+    CHARM_TRY_LET(bf16, get_quantity(tf, "bf16", true, 0, Quantity::Tflops));
+    CHARM_TRY_LET(fp16, get_quantity(tf, "fp16", false, bf16, Quantity::Tflops));
+    CHARM_TRY_LET(fp32, get_quantity(tf, "fp32", false, bf16 / 2, Quantity::Tflops));
     g.tflops_bf16 = bf16;
     g.tflops_fp16 = fp16;
     g.tflops_fp32 = fp32;
   } else {
     return tf.error("must be a number or an object {\"bf16\", \"fp16\", \"fp32\"}");
   }
-  TRY_ASSIGN(hbm, get_quantity(n, "hbm_gbps", false, 0, Quantity::Bandwidth, /*zero_is_none=*/true));
+  CHARM_TRY_LET(hbm, get_quantity(n, "hbm_gbps", false, 0, Quantity::Bandwidth, /*zero_is_none=*/true));
   g.hbm_gbps = hbm;
   if (n.has("efficiency")) {
     const Node e = n.at("efficiency");
@@ -273,16 +273,16 @@ Status parse_gpu(const Node& n, const GpuOverrides& over, Topology& t) {
       if (const auto why = implausible(Quantity::Efficiency, x, "efficiency"); !why.empty()) return e.error(why);
   }
   if (n.has("gemm_efficiency")) {
-    TRY_ASSIGN(ge, get_number(n, "gemm_efficiency", true, 0, false, false));
+    CHARM_TRY_LET(ge, get_number(n, "gemm_efficiency", true, 0, false, false));
     if (const auto why = implausible(Quantity::Efficiency, ge, "gemm_efficiency"); !why.empty())
       return n.at("gemm_efficiency").error(why);
     g.gemm_efficiency = ge;
   }
-  TRY_ASSIGN(half, get_quantity(n, "half_tokens", false, 0, Quantity::HalfTokens));
+  CHARM_TRY_LET(half, get_quantity(n, "half_tokens", false, 0, Quantity::HalfTokens));
   g.half_tokens = half;
-  TRY_ASSIGN(launch, get_quantity(n, "launch_us", false, 0, Quantity::Latency));
+  CHARM_TRY_LET(launch, get_quantity(n, "launch_us", false, 0, Quantity::Latency));
   g.launch_us = launch;
-  TRY_ASSIGN(mem, get_number(n, "memory_gb", false, 0, false, true));
+  CHARM_TRY_LET(mem, get_number(n, "memory_gb", false, 0, false, true));
   // Nobody has a GPU with 10 TB; a number that large is bytes or MiB written where GB belong.
   if (mem > 1e4) return n.at("memory_gb").error(fmt::format("is in GB (1e9 bytes); {} looks like bytes or MiB", mem));
   g.memory_gb = mem;

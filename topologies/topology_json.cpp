@@ -37,14 +37,14 @@ Status parse_routes(const Node& root, Topology& t, int num_gpus) {
     if (!r.j.is_object()) return r.error("must be an object {\"src\", \"dst\", \"via\"}");
     if (auto s = check_fields(r, {"src", "dst", "via"}); !s) return s;
     const auto gpu = [&](const char* key) -> Ex<int> {
-      TRY_ASSIGN(nm, get_string(r, key, true, ""));
+      CHARM_TRY_LET(nm, get_string(r, key, true, ""));
       const auto it = index.find(nm);
       if (it == index.end()) return r.at(key).error(fmt::format("unknown GPU \"{}\"", nm));
       if (it->second >= num_gpus) return r.at(key).error(fmt::format("\"{}\" is a switch, not a GPU", nm));
       return it->second;
     };
-    TRY_ASSIGN(src, gpu("src"));
-    TRY_ASSIGN(dst, gpu("dst"));
+    CHARM_TRY_LET(src, gpu("src"));
+    CHARM_TRY_LET(dst, gpu("dst"));
     if (src == dst)
       return r.at("dst").error(fmt::format("\"{}\" is also the source", t.vertex_names[std::size_t(dst)]));
     std::vector<int> stops{src};
@@ -105,7 +105,7 @@ Expected<Topology> parse_topology(const nlohmann::json& j, const std::string& so
   auto name_ex = get_string(root, "name", false, source);
   if (!name_ex) return name_ex.error();
   // A topology without a name is named after its file, and a name reaches terminals, scripts and CSV rows.
-  if (const auto i = control_character_at(name_ex.value()); i != std::string::npos)
+  if (const auto i = json_fields::control_character_at(name_ex.value()); i != std::string::npos)
     return Error{source, fmt::format("the file name holds a control character (byte {:#04x} at offset {}) and the "
                                      "topology has no \"name\" to show instead: rename the file or give it a name",
                                      static_cast<unsigned char>(name_ex.value()[i]), i)};
@@ -113,11 +113,11 @@ Expected<Topology> parse_topology(const nlohmann::json& j, const std::string& so
   if (root.has("notes")) {
     const Node n = root.at("notes");
     if (n.j.is_string()) {
-      TRY_ASSIGN(note, text_of(n));
+      CHARM_TRY_LET(note, text_of(n));
       t.notes = std::move(note);
     } else if (n.j.is_array()) {
       for (std::size_t k = 0; k < n.j.size(); ++k) {
-        TRY_ASSIGN(note, text_of(n.at(k), "a string or an array of strings"));
+        CHARM_TRY_LET(note, text_of(n.at(k), "a string or an array of strings"));
         t.notes += (t.notes.empty() ? "" : "\n") + note;
       }
     } else

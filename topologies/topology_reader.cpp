@@ -17,24 +17,16 @@
 namespace charm::topo::reader {
 
 Error Node::error(const std::string& what) const { return Error{src, fmt::format("{}: {}", path, what)}; }
-Node Node::at(std::size_t i) const { return {j.at(i), fmt::format("{}[{}]", path, i), src}; }
+Node Node::at(const char* key) const { return {j.at(key), json_fields::child_path(path, key), src}; }
+Node Node::at(std::size_t i) const { return {j.at(i), json_fields::index_path(path, i), src}; }
 Error Node::missing(const char* key) const {
-  return Error{src, fmt::format("{}: missing required field", path.empty() ? std::string(key) : path + "." + key)};
+  return Error{src, fmt::format("{}: missing required field", json_fields::child_path(path, key))};
 }
 
-/// Unknown fields are rejected, not ignored: a misspelt "bandwith_gbps" would
-/// otherwise silently fall back to a default (docs/errors.md).
 Status check_fields(const Node& n, const std::vector<const char*>& known, const char* form) {
-  if (!n.j.is_object()) return {};
-  for (const auto& item : n.j.items()) {
-    bool ok = false;
-    for (const char* k : known) ok = ok || item.key() == k;
-    if (ok) continue;
-    std::string list;
-    for (const char* k : known) list += fmt::format("{}{}", list.empty() ? "" : ", ", k);
-    const std::string path = n.path.empty() ? item.key() : n.path + "." + item.key();
-    return Error{n.src, fmt::format("{}: unknown field{} (expected one of: {})", path, form ? form : "", list)};
-  }
+  if (const std::string* key = json_fields::unknown_field(n.j, known))
+    return Error{n.src, fmt::format("{}: unknown field{} (expected one of: {})", json_fields::child_path(n.path, *key),
+                                    form ? form : "", json_fields::field_list(known))};
   return {};
 }
 
@@ -81,18 +73,10 @@ Ex<long> get_int(const Node& n, const char* key, bool required, long def, long m
   return int_in(n.at(key), min_value, max_value);
 }
 
-/// A string that may reach a terminal or a generated script: control characters (newline, ESC, NUL, ...) are
-/// refused rather than printed raw.
-std::size_t control_character_at(const std::string& s) {
-  for (std::size_t i = 0; i < s.size(); ++i)
-    if (const auto c = static_cast<unsigned char>(s[i]); c < 0x20 || c == 0x7f) return i;
-  return std::string::npos;
-}
-
 Ex<std::string> text_of(const Node& v, const char* what) {
   if (!v.j.is_string()) return v.error(fmt::format("must be {}, got {}", what, v.j.dump()));
   const auto& s = v.j.get_ref<const std::string&>();
-  if (const auto i = control_character_at(s); i != std::string::npos)
+  if (const auto i = json_fields::control_character_at(s); i != std::string::npos)
     return v.error(fmt::format("holds a control character (byte {:#04x} at offset {}): names and notes are "
                                "printed to terminals and scripts, so they must be plain text",
                                static_cast<unsigned char>(s[i]), i));

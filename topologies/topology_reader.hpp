@@ -18,6 +18,7 @@
 #include <string>
 
 #include "support/expected.hpp"
+#include "support/json_fields.hpp"
 #include "topologies/topology.hpp"
 #include "topologies/topology_json.hpp"
 
@@ -36,7 +37,7 @@ struct Node {
 
   [[nodiscard]] Error error(const std::string& what) const;
   [[nodiscard]] bool has(const char* key) const { return j.is_object() && j.contains(key); }
-  [[nodiscard]] Node at(const char* key) const { return {j.at(key), path.empty() ? key : path + "." + key, src}; }
+  [[nodiscard]] Node at(const char* key) const;
   [[nodiscard]] Node at(std::size_t i) const;
   [[nodiscard]] Error missing(const char* key) const;
 };
@@ -48,7 +49,7 @@ constexpr long kMaxGpus = 4096;
 /// largest --uniform cluster.
 constexpr long kMaxGeneratedGpus = 1L << 16;
 
-/// Unknown fields are rejected, not ignored: a misspelt "bandwith_gbps" would
+/// Unknown fields are rejected, not ignored (json_fields::unknown_field): a misspelt "bandwith_gbps" would
 /// otherwise silently fall back to a default (docs/errors.md).
 [[nodiscard]] Status check_fields(const Node& n, const std::vector<const char*>& known, const char* form = nullptr);
 [[nodiscard]] Ex<double> get_number(const Node& n, const char* key, bool required, double def, bool positive,
@@ -61,9 +62,6 @@ constexpr long kMaxGeneratedGpus = 1L << 16;
 [[nodiscard]] Ex<long> int_in(const Node& v, long min_value, long max_value);
 [[nodiscard]] Ex<long> get_int(const Node& n, const char* key, bool required, long def, long min_value,
                                long max_value = std::numeric_limits<long>::max());
-/// A string that may reach a terminal or a generated script: control characters (newline, ESC, NUL, ...) are
-/// refused rather than printed raw. The offset of the first, or npos.
-[[nodiscard]] std::size_t control_character_at(const std::string& s);
 [[nodiscard]] Ex<std::string> text_of(const Node& v, const char* what = "a string");
 [[nodiscard]] Ex<std::string> get_string(const Node& n, const char* key, bool required, const std::string& def);
 
@@ -77,9 +75,3 @@ constexpr long kMaxGeneratedGpus = 1L << 16;
 [[nodiscard]] Status parse_routes(const Node& root, Topology& t, int num_gpus);
 
 }  // namespace charm::topo::reader
-
-/// `auto var = expr.value()`, or return expr's error.
-#define TRY_ASSIGN(var, expr)                                                                                          \
-  auto var##_ex = (expr);                                                                                              \
-  if (!var##_ex) return var##_ex.error();                                                                              \
-  auto var = std::move(var##_ex).value()

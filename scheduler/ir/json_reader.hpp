@@ -1,10 +1,12 @@
 #pragma once
-// The reader of plan and workload files: typed JSON fields, each problem named by its JSON path.
+// The reader of plan and workload files: typed JSON fields, each problem named by its JSON path (the rules it
+// shares with the topology reader are support/json_fields.hpp's; the wording is this format's own).
 
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 
@@ -12,18 +14,13 @@
 #include <nlohmann/json.hpp>
 
 #include "support/expected.hpp"
+#include "support/json_fields.hpp"
 
 namespace charm::ir::detail {
 
 using nlohmann::json;
 
-/// A JSON integer as int64, if it has one. JSON integers have no width: one past
-/// int64 is held as unsigned, and is reported as written rather than wrapped.
-inline std::optional<std::int64_t> as_int64(const json& v) {
-  if (v.is_number_unsigned() && v.get<std::uint64_t>() > std::uint64_t(std::numeric_limits<std::int64_t>::max()))
-    return std::nullopt;
-  return v.get<std::int64_t>();
-}
+using json_fields::as_int64;
 
 /// v (an integer) in [lo, hi], or the error naming `path` and the number as written.
 inline Expected<std::int64_t> int_in(const json& v, std::int64_t lo, std::int64_t hi, const std::string& path,
@@ -42,18 +39,13 @@ class Reader {
   Reader(const json& j, std::string path) : j_(j), path_(std::move(path)) {}
   [[nodiscard]] const std::string& path() const { return path_; }
 
-  /// Unknown fields are rejected, not ignored, as in topology files: a misspelt
-  /// field would otherwise be silently dropped (docs/errors.md).
+  /// Unknown fields are rejected, not ignored, as in topology files (json_fields::unknown_field).
   Status known_fields(std::initializer_list<const char*> known) const {
     if (!j_.is_object()) return Error{path_, "must be an object"};
-    for (const auto& item : j_.items()) {
-      bool ok = false;
-      for (const char* k : known) ok = ok || item.key() == k;
-      if (ok) continue;
-      std::string list;
-      for (const char* k : known) list += fmt::format("{}{}", list.empty() ? "" : ", ", k);
-      return Error{path_ + "." + item.key(), fmt::format("unknown field (expected one of: {})", list)};
-    }
+    const std::span<const char* const> names(known.begin(), known.size());
+    if (const std::string* key = json_fields::unknown_field(j_, names))
+      return Error{path_ + "." + *key,
+                   fmt::format("unknown field (expected one of: {})", json_fields::field_list(names))};
     return {};
   }
   Expected<const json*> field(const char* key, bool required = true) const {
@@ -97,11 +89,10 @@ class Reader {
     if (!(*f)->is_string()) return Error{path_ + "." + key, "must be a string"};
     auto s = (*f)->get<std::string>();
     // A plan's strings are names, printed to terminals (validate, run) and CSV rows.
-    for (std::size_t i = 0; i < s.size(); ++i)
-      if (const auto c = static_cast<unsigned char>(s[i]); c < 0x20 || c == 0x7f)
-        return Error{
-            path_ + "." + key,
-            fmt::format("holds a control character (byte {:#04x} at offset {}): a name must be plain text", c, i)};
+    if (const auto i = json_fields::control_character_at(s); i != std::string::npos)
+      return Error{path_ + "." + key,
+                   fmt::format("holds a control character (byte {:#04x} at offset {}): a name must be plain text",
+                               static_cast<unsigned char>(s[i]), i)};
     return s;
   }
   template <class E, class P>
@@ -119,10 +110,3 @@ class Reader {
 };
 
 }  // namespace charm::ir::detail
-
-#define CHARM_TRY_ASSIGN(lhs, expr)                                                                                    \
-  do {                                                                                                                 \
-    auto charm_tmp_ = (expr);                                                                                          \
-    if (!charm_tmp_) return charm_tmp_.error();                                                                        \
-    lhs = std::move(*charm_tmp_);                                                                                      \
-  } while (0)
