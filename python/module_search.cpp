@@ -152,7 +152,7 @@ sim::SweepSpec sweep_spec(const py::object& topology, const py::object& batch, c
   std::vector<std::string> names;
   for (const auto& d : docs) names.push_back(d.name);
   // The configuration cap, and each (topology, algorithm, pass, layout, mask)'s simulation must fit.
-  cli::check_sweep_fits(spec, names);
+  cli::check_sweep_fits(spec, names, cli::memory_budget(""));
   return spec;
 }
 

@@ -77,20 +77,16 @@ EarlyFailure& early_failure_handler();
 
 /// Work that would not fit is refused before it starts, with its estimate: the budget is
 /// --max-memory (commands that build plans take it) or half of this machine's memory.
-void add_max_memory(CLI::App& app);
-[[nodiscard]] double memory_budget_bytes();
-/// The budget as the layers below take it (sched::MemoryBudget: its bytes and its name).
-[[nodiscard]] sched::MemoryBudget memory_budget();
-/// Fails naming `flag` when `bytes` (an estimate of `what`) exceeds the budget.
-void check_budget(double bytes, const std::string& what, const std::string& flag);
-/// How the budget is named in a refusal: "--max-memory" when given, else "half of this machine's memory".
-[[nodiscard]] std::string memory_budget_name();
+/// --max-memory on `app`, into `text` (the command's own flags hold it).
+void add_max_memory(CLI::App& app, std::string& text);
+/// The budget as the layers below take it (sched::MemoryBudget: its bytes and its name) from --max-memory's
+/// `text`: empty, half of this machine's memory ("half of this machine's memory"); else the size given
+/// ("--max-memory"), at least 1M.
+[[nodiscard]] sched::MemoryBudget memory_budget(const std::string& text);
+/// Fails naming `flag` when `bytes` (an estimate of `what`) exceeds `budget`.
+void check_budget(const sched::MemoryBudget& budget, double bytes, const std::string& what, const std::string& flag);
 /// check_budget for reading the plan file at `path` (estimated from its size), before it is read.
-void check_plan_file_budget(const std::string& path, const std::string& flag);
-/// check_budget for building (and, per op, `extra_bytes_per_op` more: a JSON copy, simulator state) this plan.
-/// With an active `quotient`, for the quotient plan (its phantom buffers and the schedule's tables included).
-void check_plan_budget(const sched::PlanRequest& req, double extra_bytes_per_op, const std::string& what,
-                       const ir::RankSymmetry& quotient = {});
+void check_plan_file_budget(const sched::MemoryBudget& budget, const std::string& path, const std::string& flag);
 
 /// A CLI11 transform for --algo: the canonical name of an algorithm given in any case;
 /// an unknown one fails with the nearest name and the list.

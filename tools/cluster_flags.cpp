@@ -46,7 +46,7 @@ void ClusterFlags::add(CLI::App& app) {
                  "CSV of your own kernel timings (charm bench-kernels writes one)");
   app.add_option("--assume-gpu", assume_gpu,
                  "a GPU model the tool has no tables for borrows this known part's (H100, A100, ...); reports say so");
-  add_max_memory(app);
+  add_max_memory(app, max_memory);
 }
 
 topo::GpuOverrides gpu_overrides(const std::string& kernel, const std::string& assume_gpu) {

@@ -163,6 +163,7 @@ struct CalibrateOpts {
   bool json_out = false, no_loo = false, progress = false;
   int jobs = 0, restarts = 3;  // jobs omitted: every core
   double speedup_weight = 1;
+  std::string max_memory;
 };
 
 /// Every file the command reads, checked so that -o can never replace one of them.
@@ -232,7 +233,7 @@ void register_calibrate(CLI::App& app) {
                   "weight of the speedups over ring in the objective beside the times (each measured pair of a ring "
                   "run and another run of one workload; 0: times only)")
       ->capture_default_str();
-  add_max_memory(*sub);
+  add_max_memory(*sub, o->max_memory);
   sub->callback([o, sub] {
     check_calibrate_files(*o);
     calib::CalibrationOptions opt = calibration_options(*o, sub->count("--jobs") > 0);
@@ -248,7 +249,7 @@ void register_calibrate(CLI::App& app) {
       opt.kernels = unwrap(calib::load_kernel_times(o->kernels));
       for (const auto& w : opt.kernels.warnings) std::cerr << "charm: warning: " << w << "\n";
     }
-    opt.memory_budget = memory_budget();
+    opt.memory_budget = memory_budget(o->max_memory);
     // On a terminal, beside a text report; asked for, anywhere.
     ProgressLine progress(o->progress || (!o->json_out && ::isatty(STDERR_FILENO) != 0));
     opt.progress = fit_progress(progress);

@@ -21,18 +21,19 @@ void register_commlist(CLI::App& app) {
   struct Opts {
     int ranks = 8;
     bool json = false;
+    std::string max_memory;
   };
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("commlist", "print GenerateCommList (paper Algorithm 1) for every rank");
   sub->add_option("--ranks,-n", o->ranks, "group size (a power of two)")->required();
   sub->add_flag("--json", o->json, "JSON output");
-  add_max_memory(*sub);
+  add_max_memory(*sub, o->max_memory);
   sub->callback([o] {
     if (!sched::is_power_of_two(o->ranks) || o->ranks > (1 << 20))
       fail(Error{"--ranks",
                  fmt::format("GenerateCommList needs a power-of-two group size up to 2^20, got {}", o->ranks)});
     // Every rank lists every other rank once: ranks^2 entries, about 8 bytes each as text, 60 in JSON.
-    check_budget(double(o->ranks) * double(o->ranks) * (o->json ? 60 : 8),
+    check_budget(memory_budget(o->max_memory), double(o->ranks) * double(o->ranks) * (o->json ? 60 : 8),
                  fmt::format("the lists of {} ranks", o->ranks), "--ranks");
     nlohmann::json lists = nlohmann::json::array();
     for (int r = 0; r < o->ranks; ++r) {
@@ -102,14 +103,15 @@ void register_validate(CLI::App& app) {
   struct Opts {
     std::string file;
     bool all = false;
+    std::string max_memory;
   };
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("validate", "check a plan: acyclic, matched, deadlock-free, hazard-free, complete");
   sub->add_option("plan", o->file, "plan JSON file")->required();
   sub->add_flag("--all", o->all, "list every violation found, not just the first");
-  add_max_memory(*sub);
+  add_max_memory(*sub, o->max_memory);
   sub->callback([o] {
-    check_plan_file_budget(o->file, "plan");
+    check_plan_file_budget(memory_budget(o->max_memory), o->file, "plan");
     auto plan = unwrap(ir::load_plan(o->file));
     sched::ValidateOptions opt;
     if (o->all) opt.max_violations = std::numeric_limits<std::size_t>::max();  // every one, as the flag says
@@ -128,14 +130,15 @@ void register_show(CLI::App& app) {
   struct Opts {
     std::string file;
     int rank = -1;
+    std::string max_memory;
   };
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("show", "print a plan's per-rank listing");
   sub->add_option("plan", o->file, "plan JSON file")->required();
   sub->add_option("--rank", o->rank, "only this rank");
-  add_max_memory(*sub);
+  add_max_memory(*sub, o->max_memory);
   sub->callback([o, sub] {
-    check_plan_file_budget(o->file, "plan");
+    check_plan_file_budget(memory_budget(o->max_memory), o->file, "plan");
     auto plan = unwrap(ir::load_plan(o->file));
     // -1 stands for "every rank" inside; given, it names a rank.
     if ((sub->count("--rank") > 0 && o->rank < 0) || o->rank >= plan.ranks)

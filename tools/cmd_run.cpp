@@ -239,13 +239,13 @@ int report(const ir::Plan& plan, const RunOpts& o, const rt::GlobalTensors& in, 
 /// inputs and results in fp32 (Q, dO, O, dQ by query heads; K, V, dK, dV by kv heads), their
 /// fp64 reference with --check, and the ranks' buffers (about 25 shards of Q per rank, fp32),
 /// all of them in one process for the threads backend and one rank's share under MPI.
-void check_run_memory(const ir::Plan& plan, bool check, bool every_rank_here) {
+void check_run_memory(const sched::MemoryBudget& budget, const ir::Plan& plan, bool check, bool every_rank_here) {
   const auto& w = plan.workload;
   const double tokens = double(w.batch) * double(w.seq) * double(w.head_dim);
   double bytes = tokens * 4.0 * (4.0 * double(w.heads) + 4.0 * double(w.kv_heads)) * (check ? 3.0 : 1.0);
   bytes += tokens * double(w.heads) * 4.0 * 25.0 / (every_rank_here ? 1.0 : double(plan.ranks));
-  check_budget(bytes, fmt::format("the run's tensors (B={} S={} H={} D={})", w.batch, w.seq, w.heads, w.head_dim),
-               "--seq");
+  check_budget(budget, bytes,
+               fmt::format("the run's tensors (B={} S={} H={} D={})", w.batch, w.seq, w.heads, w.head_dim), "--seq");
 }
 
 /// The measured ops as a Chrome trace, in the simulator's schema (the same op ids and names),
@@ -318,7 +318,7 @@ void run_mpi_job(rt::MpiContext& ctx, const RunOpts& o, const rt::RunOptions& ro
   try {
     // Every process proves its own plan (the planner's, or the file's), in parallel.
     plan.emplace(o.plan.make_validated([&](const ir::Plan& p) {
-      check_run_memory(p, o.check, false);
+      check_run_memory(memory_budget(o.plan.max_memory), p, o.check, false);
       if (p.ranks != ctx.size())
         fail(Error{o.plan.from_file() ? "--plan" : "--ranks",
                    fmt::format("{} ranks {}, but mpirun started {} processes", p.ranks,
@@ -391,7 +391,7 @@ void run_threads_backend(const RunOpts& o, const rt::RunOptions& ropt) {
     if (p.ranks > kMaxThreadRanks)
       fail(Error{"--plan", fmt::format("the threads backend runs up to {} ranks; the plan has {} (use --backend mpi)",
                                        kMaxThreadRanks, p.ranks)});
-    check_run_memory(p, o.check, true);
+    check_run_memory(memory_budget(o.plan.max_memory), p, o.check, true);
   });
   const auto in = rt::plan_inputs(plan->workload, o.seed);
   auto res = rt::run_threads(plan, in, ropt);

@@ -71,6 +71,7 @@ Simulated run_simulate(SimulateOpts& o, const CLI::App& sub) {
   // A saved or hand-edited plan fixes algorithm, ranks, domains and workload.
   std::optional<ir::Plan> file_plan;
   if (o.plan.from_file()) {
+    o.plan.max_memory = o.cluster.max_memory;  // simulate's --max-memory is the cluster flags'
     file_plan = o.plan.make();
     if (o.cluster.domains > 0) fail(Error{"--domains", "the plan file fixes the domains; drop --domains or --plan"});
     if (o.cluster.uniform && sub.count("--ranks") == 0) o.cluster.ranks = file_plan->ranks;

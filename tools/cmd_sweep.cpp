@@ -159,6 +159,7 @@ struct SweepOpts {
   int jobs = 0;  // omitted: every core
   double reserved_gb = 0;
   double timeout_s = 60;
+  std::string max_memory;
 };
 
 /// What the flags ask for, checked: the spec, its files and hardware points, the worker threads.
@@ -232,7 +233,7 @@ SweepJob sweep_job(const SweepOpts& o, bool jobs_given) {
   job.jobs = jobs_given ? o.jobs : hw;
   if (job.jobs < 1 || job.jobs > 1024) fail(Error{"--jobs", fmt::format("must be in [1, 1024], got {}", o.jobs)});
   if (!(o.timeout_s >= 0)) fail(Error{"--timeout-s", fmt::format("must be >= 0, got {}", o.timeout_s)});
-  check_sweep_fits(job.spec, job.files);
+  check_sweep_fits(job.spec, job.files, memory_budget(o.max_memory));
   return job;
 }
 
@@ -467,7 +468,7 @@ void register_sweep(CLI::App& app) {
   sub->add_option("--reserved-gb", o->reserved_gb,
                   "GB per GPU the rest of the model holds, added to the attention buffers for the fits column")
       ->capture_default_str();
-  add_max_memory(*sub);
+  add_max_memory(*sub, o->max_memory);
 
   sub->callback([o, sub] {
     const SweepJob job = sweep_job(*o, sub->count("--jobs") > 0);

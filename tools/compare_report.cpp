@@ -44,6 +44,7 @@ CompareRow compare_one(const CompareRequest& r, const topo::Topology& t, const s
     return row;
   }
   sim::SimulationRequest sr;
+  sr.budget = r.budget;
   sr.plan = {algo, wp, r.layout ? r.layout->cp : r.ranks, r.domains};
   sr.layout = r.layout;
   sr.attention_block = r.layout && r.attention_block;
@@ -130,6 +131,7 @@ CompareRequest compare_request(ir::Workload w, const ClusterFlags& cluster, cons
   if (w.pass != ir::PassKind::Fwd) r.passes.push_back(ir::PassKind::Bwd);
   r.reserved_gb = cluster.reserved_gb;
   r.uniform = cluster.uniform;
+  r.budget = memory_budget(cluster.max_memory);
   return r;
 }
 

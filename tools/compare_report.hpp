@@ -35,6 +35,7 @@ struct CompareRequest {
   std::vector<std::int32_t> gpus;       // one group placed by hand
   double reserved_gb = 0;
   bool uniform = false;
+  sched::MemoryBudget budget;  // each simulation's (the cluster flags' --max-memory)
 };
 
 /// `algos`: comma-separated (empty: every algorithm); `pass_given` / `layout_given`: whether the

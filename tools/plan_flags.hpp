@@ -22,6 +22,9 @@ struct PlanFlags {
   WorkloadFlags workload;
   std::string plan_file;  // --plan: run or simulate this plan instead of building one
   std::string topology;   // plan, run: --topology, where --layout balanced's chunk map is solved
+  // --max-memory where these flags add it (with ranks); a command whose cluster flags add it copies
+  // theirs here before it makes a plan.
+  std::string max_memory;
   void add(CLI::App& app, bool with_ranks = true, bool with_plan_file = false);
   [[nodiscard]] bool from_file() const { return !plan_file.empty(); }
   [[nodiscard]] sched::PlanRequest request() const {

@@ -41,13 +41,7 @@ sim::Evaluation unwrap_run(Expected<sim::Evaluation>&& e) {
 }
 }  // namespace
 
-std::optional<sim::ChunkSolution> solve_chunks(sched::PlanRequest& req, const topo::Topology& t,
-                                               const sim::ChunkSolveOptions& solve) {
-  return unwrap(sim::solve_chunks(req, t, solve, memory_budget()));
-}
-
 sim::Evaluation simulate(sim::SimulationRequest r, const topo::Topology& t) {
-  r.budget = memory_budget();
   // Runs at cluster scale take seconds to minutes: a progress line past the first second.
   ProgressLine progress;
   r.progress = [&, algo = r.plan.algo](const sim::RunProgress& p) {
@@ -68,9 +62,10 @@ sim::Evaluation run_simulation(std::optional<ir::Plan> file_plan, const std::str
     r.attention_block = r.layout && cluster.tp != 0;
     if (!r.layout) r.gpus = cluster.gpu_map(t);
     r.symmetry = use;
+    r.budget = memory_budget(cluster.max_memory);
     // One group on the balanced layout: its chunk map first (a deployment refuses that layout).
     std::optional<sim::ChunkSolution> chunks;
-    if (!r.layout) chunks = solve_chunks(r.plan, t, solve);
+    if (!r.layout) chunks = unwrap(sim::solve_chunks(r.plan, t, solve, r.budget));
     sim::Evaluation e = simulate(std::move(r), t);
     e.chunks = std::move(chunks);
     return e;

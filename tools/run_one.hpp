@@ -19,19 +19,15 @@ namespace charm::cli {
 using sim::kSymmetryUseNames;
 using sim::SymmetryUse;
 
-/// sim::simulate_request with this command's memory budget and progress line (past its first second). A
-/// refused request (the planner's, the memory budget's) is the user's (UsageError, exit 2); a simulator failure
-/// is not (RuntimeFailure, exit 3).
+/// sim::simulate_request (its memory budget in `r.budget`) with this command's progress line (past its first
+/// second). A refused request (the planner's, the memory budget's) is the user's (UsageError, exit 2); a
+/// simulator failure is not (RuntimeFailure, exit 3).
 [[nodiscard]] sim::Evaluation simulate(sim::SimulationRequest r, const topo::Topology& t);
-
-/// `req`'s chunk map solved on `t` where its layout is balanced and it has none (within the solver's time
-/// budget, --solve-ms); the solution, or nothing where there was nothing to solve. Errors are the user's (UsageError).
-std::optional<sim::ChunkSolution> solve_chunks(sched::PlanRequest& req, const topo::Topology& t,
-                                               const sim::ChunkSolveOptions& solve);
 
 /// What `charm simulate` (and the Python module's simulate) runs: a plan file, placed on `t` by
 /// place_file_plan, or `algo` on `w` as the cluster flags place it: every CP group of a --cp / --tp
-/// layout, one group by a --gpus map, or one group on the first GPUs. Errors as simulate's.
+/// layout, one group by a --gpus map, or one group on the first GPUs, within the cluster flags' --max-memory.
+/// Errors as simulate's.
 [[nodiscard]] sim::Evaluation run_simulation(std::optional<ir::Plan> file_plan, const std::string& algo,
                                              const ir::Workload& w, const ClusterFlags& cluster,
                                              const topo::Topology& t, SymmetryUse use,

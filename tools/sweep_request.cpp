@@ -283,7 +283,8 @@ void set_sweep_lists(sim::SweepSpec& spec, const SweepLists& lists) {
     spec.passes = {*pass == ir::PassKind::Fwd ? ir::Phase::Fwd : ir::Phase::Bwd};
 }
 
-void check_sweep_fits(const sim::SweepSpec& spec, const std::vector<std::string>& names) {
+void check_sweep_fits(const sim::SweepSpec& spec, const std::vector<std::string>& names,
+                      const sched::MemoryBudget& budget) {
   // A layout size no topology of the sweep can tile is a mistake, not a row to skip.
   for (const auto& [axis, flag] : {std::pair{&spec.tp, "--tp"}, std::pair{&spec.cp, "--cp"}})
     for (const int v : *axis)
@@ -312,7 +313,7 @@ void check_sweep_fits(const sim::SweepSpec& spec, const std::vector<std::string>
         const auto key = std::tuple{c.topology, req.algo, int(w.pass), int(req.workload.layout), w.causal};
         if (fit.count(key) > 0) continue;
         try {
-          check_plan_budget(req, sched::kSimBytesPerOp, "the simulation", sim::simulation_symmetry(*checked, t));
+          unwrap(budget.fits_plan(req, sched::kSimBytesPerOp, "the simulation", sim::simulation_symmetry(*checked, t)));
         } catch (const UsageError& e) {
           fail(config_error(spec, c.topology, names, e.error.what));
         }

@@ -68,6 +68,7 @@ void set_sweep_lists(sim::SweepSpec& spec, const SweepLists& lists);
 /// pass) the planner accepts, each (topology, algorithm, pass, layout, mask) once. The error names the topology (by
 /// `names`) or the
 /// --set values.
-void check_sweep_fits(const sim::SweepSpec& spec, const std::vector<std::string>& names);
+void check_sweep_fits(const sim::SweepSpec& spec, const std::vector<std::string>& names,
+                      const sched::MemoryBudget& budget);
 
 }  // namespace charm::cli
