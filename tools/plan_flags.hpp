@@ -33,9 +33,12 @@ struct PlanFlags {
     r.algo = algo;
     r.ranks = ranks;
     r.domains = domains;
-    r.workload = workload.get();
+    r.workload = algo_workload();
     return sched::normalised(r);
   }
+  /// The workload flags; refused where --layout names another layout than the one --algo always runs on (the
+  /// -zigzag variants: the planner would run theirs instead of the one asked for).
+  [[nodiscard]] ir::Workload algo_workload() const;
   /// The request with its chunk map solved on --topology where its layout is balanced (the solution's line on
   /// stderr); refused without a topology.
   [[nodiscard]] sched::PlanRequest solved_request() const;
