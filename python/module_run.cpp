@@ -145,8 +145,10 @@ py::object simulate_fn(const py::object& algo, const py::object& plan, WorkloadA
       if (cf.uniform && !given(ca.ranks)) cf.ranks = file_plan->ranks;
     }
     const auto topo = ca.get(cf);
-    const ir::Workload w = file_plan ? ir::Workload{} : wa.flags().get();
+    const cli::WorkloadFlags wf = wa.flags();
+    const ir::Workload w = file_plan ? ir::Workload{} : wf.get();
     const std::string name = file_plan ? std::string() : algo_arg(algo);
+    if (!file_plan) wf.check_layout_for(name, w);
     json j;
     {
       py::gil_scoped_release nogil;

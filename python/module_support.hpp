@@ -61,7 +61,10 @@ struct WorkloadArgs {
     if (given(kv_heads)) f.kv_heads = size_text(kv_heads, "--kv-heads");
     if (given(head_dim)) f.head_dim = size_text(head_dim, "--head-dim");
     if (given(dtype)) f.dtype = text_arg(dtype, "--dtype");
-    if (given(layout)) f.layout = text_arg(layout, "--layout");
+    if (given(layout)) {
+      f.layout = text_arg(layout, "--layout");
+      f.layout_given = true;
+    }
     if (given(pass)) f.pass = text_arg(pass, "--pass");
     if (given(causal)) f.causal = bool_arg(causal, "--causal");
     if (given(mask)) f.mask = text_arg(mask, "--mask");

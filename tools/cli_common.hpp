@@ -132,9 +132,13 @@ struct WorkloadFlags {
   double solve_ms = 500;         // --solve-ms: the balanced layout's solver's time budget
   std::uint64_t solve_seed = 1;  // --solve-seed
   std::string model;             // --model: a Hugging Face config.json giving the heads, kv heads and head dim
+  bool layout_given = false;     // --layout was given (not its default)
   CLI::Option *heads_opt = nullptr, *kv_heads_opt = nullptr, *head_dim_opt = nullptr;
   void add(CLI::App& app, bool with_pass = true);
   [[nodiscard]] ir::Workload get() const;
+  /// Fails where --layout was given and `w` (get()'s) names another layout than the one `algo` always runs on
+  /// (the -zigzag variants: the planner would run theirs instead of the one asked for).
+  void check_layout_for(const std::string& algo, const ir::Workload& w) const;
   [[nodiscard]] sim::ChunkSolveOptions solve_options() const;
   /// The model's attention layers (num_hidden_layers), or 0 without --model.
   [[nodiscard]] int model_layers() const;

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "scheduler/planners/algorithms.hpp"
 #include "support/input_file.hpp"
 #include "support/json_text.hpp"
 
@@ -35,7 +36,8 @@ void WorkloadFlags::add(CLI::App& app, bool with_pass) {
                  "contiguous | zigzag (with --mask document: each document zigzag on its own, TransformerEngine's THD) "
                  "| balanced (with --mask document: a solver places chunks of the documents on the ranks for the least "
                  "simulated time; on it the ring forwards a shard only as far as its last reader)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->each([this](const std::string&) { layout_given = true; });
   app.add_option("--solve-ms", solve_ms,
                  "--layout balanced: the solver's time budget in ms (its structured candidates always run)")
       ->capture_default_str();
@@ -127,6 +129,13 @@ std::int64_t from_model(std::int64_t model_value, const CLI::Option* opt, const 
 }
 
 }  // namespace
+
+void WorkloadFlags::check_layout_for(const std::string& algo, const ir::Workload& w) const {
+  const sched::Algorithm* a = sched::find_algorithm(algo);
+  if (layout_given && a != nullptr && a->forced_layout && w.layout != *a->forced_layout)
+    fail(Error{Field::Layout, fmt::format("{} runs on the {} layout, not {}: drop --layout, or use {}", a->name,
+                                          ir::to_string(*a->forced_layout), ir::to_string(w.layout), a->base)});
+}
 
 sim::ChunkSolveOptions WorkloadFlags::solve_options() const {
   if (!(solve_ms >= 0)) fail(Error{"--solve-ms", fmt::format("must be >= 0, got {}", solve_ms)});

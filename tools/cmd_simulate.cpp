@@ -81,7 +81,8 @@ Simulated run_simulate(SimulateOpts& o, const CLI::App& sub) {
       !o.cluster.layout_for(topo) && file_plan->ranks < topo.num_gpus())
     std::cerr << fmt::format("charm: warning: the plan does not fill {}: {} (nothing else runs on them)\n", topo.name,
                              sim::placement_text(file_plan->ranks, topo.num_gpus()));
-  const ir::Workload w = file_plan ? ir::Workload{} : o.plan.algo_workload();
+  const ir::Workload w = file_plan ? ir::Workload{} : o.plan.workload.get();
+  if (!file_plan) o.plan.workload.check_layout_for(o.plan.algo, w);
   Run r = run_simulation(std::move(file_plan), o.plan.algo, w, o.cluster, topo, use, o.plan.workload.solve_options());
   return {topo, std::move(r), w.kv_heads};
 }

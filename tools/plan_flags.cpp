@@ -29,16 +29,6 @@ void PlanFlags::add(CLI::App& app, bool with_ranks, bool with_plan_file) {
                    "a plan file (charm plan --out, or hand-edited): its algorithm, ranks and workload apply");
 }
 
-ir::Workload PlanFlags::algo_workload() const {
-  ir::Workload w = workload.get();
-  const sched::Algorithm* a = sched::find_algorithm(algo);
-  if (a != nullptr && a->forced_layout && w.layout != *a->forced_layout && app_ != nullptr &&
-      app_->count("--layout") > 0)
-    fail(Error{Field::Layout, fmt::format("{} runs on the {} layout, not {}: drop --layout, or use {}", a->name,
-                                          ir::to_string(*a->forced_layout), ir::to_string(w.layout), a->base)});
-  return w;
-}
-
 sched::PlanRequest PlanFlags::solved_request() const {
   auto req = request();
   if (req.workload.layout != ir::Layout::Balanced) return req;

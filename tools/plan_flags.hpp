@@ -33,12 +33,10 @@ struct PlanFlags {
     r.algo = algo;
     r.ranks = ranks;
     r.domains = domains;
-    r.workload = algo_workload();
+    r.workload = workload.get();
+    workload.check_layout_for(algo, r.workload);
     return sched::normalised(r);
   }
-  /// The workload flags; refused where --layout names another layout than the one --algo always runs on (the
-  /// -zigzag variants: the planner would run theirs instead of the one asked for).
-  [[nodiscard]] ir::Workload algo_workload() const;
   /// The request with its chunk map solved on --topology where its layout is balanced (the solution's line on
   /// stderr); refused without a topology.
   [[nodiscard]] sched::PlanRequest solved_request() const;
