@@ -247,7 +247,7 @@ AdviseRequest advise_request(ir::Workload w, const ClusterFlags& cluster, const 
   }
   opt.ranks = opt.tp.empty() ? cluster.ranks_for(t) : 0;
   opt.reserved_gb = cluster.reserved_gb;
-  opt.budget = memory_budget(cluster.max_memory);
+  opt.budget = cluster.budget();
   opt.jobs = f.jobs > 0 ? f.jobs : int(std::max(1u, std::thread::hardware_concurrency()));
   opt.runnable_only = f.runnable;
   opt.chunks = f.chunks;

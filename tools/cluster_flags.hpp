@@ -39,7 +39,7 @@ struct ClusterFlags {
   double reserved_gb = 0;  // memory the rest of the model holds on each GPU
   std::string kernel;      // --kernel: a library or a CSV of kernel timings over the file's
   std::string assume_gpu;  // --assume-gpu: the known part an unknown GPU model borrows from
-  std::string max_memory;  // --max-memory: memory_budget(max_memory) is the budget of what these flags run
+  std::string max_memory;  // --max-memory: the budget of what these flags run (budget())
 
   std::vector<CLI::Option*> uniform_only;  // flags that describe the --uniform cluster and nothing else
   CLI::Option* domains_opt = nullptr;
@@ -52,6 +52,7 @@ struct ClusterFlags {
 
   void add(CLI::App& app);
   [[nodiscard]] topo::Topology get() const;
+  [[nodiscard]] sched::MemoryBudget budget() const { return memory_budget(max_memory); }
   /// The deployment --cp / --tp describe on `t`, if either is given.
   [[nodiscard]] std::optional<sched::Layout> layout_for(const topo::Topology& t) const {
     if (cp == 0 && tp == 0) {

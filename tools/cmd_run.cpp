@@ -318,7 +318,7 @@ void run_mpi_job(rt::MpiContext& ctx, const RunOpts& o, const rt::RunOptions& ro
   try {
     // Every process proves its own plan (the planner's, or the file's), in parallel.
     plan.emplace(o.plan.make_validated([&](const ir::Plan& p) {
-      check_run_memory(memory_budget(o.plan.max_memory), p, o.check, false);
+      check_run_memory(o.plan.budget(), p, o.check, false);
       if (p.ranks != ctx.size())
         fail(Error{o.plan.from_file() ? "--plan" : "--ranks",
                    fmt::format("{} ranks {}, but mpirun started {} processes", p.ranks,
@@ -391,7 +391,7 @@ void run_threads_backend(const RunOpts& o, const rt::RunOptions& ropt) {
     if (p.ranks > kMaxThreadRanks)
       fail(Error{"--plan", fmt::format("the threads backend runs up to {} ranks; the plan has {} (use --backend mpi)",
                                        kMaxThreadRanks, p.ranks)});
-    check_run_memory(memory_budget(o.plan.max_memory), p, o.check, true);
+    check_run_memory(o.plan.budget(), p, o.check, true);
   });
   const auto in = rt::plan_inputs(plan->workload, o.seed);
   auto res = rt::run_threads(plan, in, ropt);

@@ -131,7 +131,7 @@ CompareRequest compare_request(ir::Workload w, const ClusterFlags& cluster, cons
   if (w.pass != ir::PassKind::Fwd) r.passes.push_back(ir::PassKind::Bwd);
   r.reserved_gb = cluster.reserved_gb;
   r.uniform = cluster.uniform;
-  r.budget = memory_budget(cluster.max_memory);
+  r.budget = cluster.budget();
   return r;
 }
 

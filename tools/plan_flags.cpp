@@ -36,7 +36,7 @@ sched::PlanRequest PlanFlags::solved_request() const {
     fail(Error{"--topology", "--layout balanced solves its chunk map for the least simulated time on a topology: "
                              "give --topology FILE (presets in topologies/)"});
   const auto t = load_topology_file(topology, {});
-  if (auto s = unwrap(sim::solve_chunks(req, t, workload.solve_options(), memory_budget(max_memory))))
+  if (auto s = unwrap(sim::solve_chunks(req, t, workload.solve_options(), budget())))
     std::cerr << fmt::format("charm: chunks on {}: {}\n", t.name, s->line());
   return req;
 }
@@ -44,7 +44,7 @@ sched::PlanRequest PlanFlags::solved_request() const {
 ir::Plan PlanFlags::make(double extra_bytes_per_op, const std::string& what) const {
   if (!from_file()) {
     const auto checked = unwrap(sched::CheckedRequest::check(solved_request()));
-    unwrap(memory_budget(max_memory).fits_plan(checked.get(), extra_bytes_per_op, what));
+    unwrap(budget().fits_plan(checked.get(), extra_bytes_per_op, what));
     return unwrap(sched::make_plan(checked));
   }
   return std::move(proved_file_plan(read_plan_file())).release();
@@ -66,7 +66,7 @@ ir::Plan PlanFlags::read_plan_file() const {
     if (app_ != nullptr && app_->get_option_no_throw(f) != nullptr && app_->count(f) > 0)
       fail(Error{
           f, fmt::format("the plan file {} fixes the algorithm, ranks and workload; drop {} or --plan", plan_file, f)});
-  check_plan_file_budget(memory_budget(max_memory), plan_file, "--plan");
+  check_plan_file_budget(budget(), plan_file, "--plan");
   return unwrap(ir::load_plan(plan_file));
 }
 

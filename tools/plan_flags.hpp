@@ -25,6 +25,7 @@ struct PlanFlags {
   // --max-memory where these flags add it (with ranks); a command whose cluster flags add it copies
   // theirs here before it makes a plan.
   std::string max_memory;
+  [[nodiscard]] sched::MemoryBudget budget() const { return memory_budget(max_memory); }
   void add(CLI::App& app, bool with_ranks = true, bool with_plan_file = false);
   [[nodiscard]] bool from_file() const { return !plan_file.empty(); }
   [[nodiscard]] sched::PlanRequest request() const {

@@ -62,7 +62,7 @@ sim::Evaluation run_simulation(std::optional<ir::Plan> file_plan, const std::str
     r.attention_block = r.layout && cluster.tp != 0;
     if (!r.layout) r.gpus = cluster.gpu_map(t);
     r.symmetry = use;
-    r.budget = memory_budget(cluster.max_memory);
+    r.budget = cluster.budget();
     // One group on the balanced layout: its chunk map first (a deployment refuses that layout).
     std::optional<sim::ChunkSolution> chunks;
     if (!r.layout) chunks = unwrap(sim::solve_chunks(r.plan, t, solve, r.budget));
