@@ -189,7 +189,7 @@ std::string text_arg(const py::object& o, const std::string& flag) {
 /// A list flag: a str (comma-separated, as on the command line), or a list/tuple of items.
 std::vector<std::string> list_items(const py::object& o, const std::string& flag, bool sizes) {
   if (py::isinstance<py::str>(o) || (sizes && py::isinstance<py::int_>(o)))
-    return cli::split_list(sizes ? size_text(o, flag) : text_arg(o, flag));
+    return charm::split_list(sizes ? size_text(o, flag) : text_arg(o, flag));
   if (!py::isinstance<py::list>(o) && !py::isinstance<py::tuple>(o))
     type_error(flag, sizes ? "an int, a str or a list of them" : "a str or a list of str", o);
   std::vector<std::string> out;

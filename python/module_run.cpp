@@ -100,7 +100,7 @@ py::object validate_fn(const py::object& plan, bool all) {
 // ---- simulate ----
 
 /// cp=, tp=, order= and gpus= into the cluster flags, as --cp, --tp, --order and --gpus.
-void placement_flags(cli::ClusterFlags& cf, const py::object& cp, const py::object& tp, const py::object& order,
+void placement_flags(app::Cluster& cf, const py::object& cp, const py::object& tp, const py::object& order,
                      const py::object& gpus) {
   if (given(cp)) cf.cp = int_arg(cp, "--cp");
   if (given(tp)) cf.tp = int_arg(tp, "--tp");
@@ -125,7 +125,7 @@ py::object simulate_fn(const py::object& algo, const py::object& plan, WorkloadA
     const auto parsed = parse_enum(sym, cli::kSymmetryUseNames);
     if (!parsed) fail(Error{"--symmetry", fmt::format("{} not in {{auto,on,off}}", sym)});
     const SymmetryUse use = *parsed;
-    cli::ClusterFlags cf = ca.flags();
+    app::Cluster cf = ca.flags();
     placement_flags(cf, cp, tp, order, gpus);
     const auto trace_path = path_arg(trace, "--trace");
     const std::string plan_path = given(plan) ? path_arg(plan, "--plan", /*dict_too=*/true).value_or("") : "";
@@ -167,7 +167,7 @@ py::object simulate_fn(const py::object& algo, const py::object& plan, WorkloadA
 py::object compare_fn(const py::object& algos, WorkloadArgs wa, ClusterArgs ca, const py::object& cp,
                       const py::object& tp, const py::object& order, const py::object& gpus) {
   return guarded([&] {
-    cli::ClusterFlags cf = ca.flags();
+    app::Cluster cf = ca.flags();
     placement_flags(cf, cp, tp, order, gpus);
     const auto topo = ca.get(cf);
     const cli::CompareRequest req =

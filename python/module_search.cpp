@@ -30,7 +30,7 @@ py::object advise_fn(const py::object& algos, WorkloadArgs wa, ClusterArgs ca, c
                      const py::object& solve_ms, const py::object& solve_seed) {
   return guarded([&] {
     const sim::ChunkSolveOptions solve = solve_args(solve_ms, solve_seed);
-    cli::ClusterFlags cf = ca.flags();
+    app::Cluster cf = ca.flags();
     if (given(tp)) cf.tp = int_arg(tp, "--tp");
     if (given(tp) && cf.tp < 1) fail(Error{"--tp", "must be at least 1"});
     if (given(order)) cf.order = text_arg(order, "--order");
@@ -105,7 +105,7 @@ std::vector<cli::SweepTopology> sweep_topology_args(const py::object& topology) 
   if (py::isinstance<py::list>(topology) || py::isinstance<py::tuple>(topology)) {
     for (auto t : topology) args.push_back(py::reinterpret_borrow<py::object>(t));
   } else if (py::isinstance<py::str>(topology)) {
-    for (const auto& f : cli::split_list(topology.cast<std::string>())) args.emplace_back(py::str(f));
+    for (const auto& f : charm::split_list(topology.cast<std::string>())) args.emplace_back(py::str(f));
   } else {
     args.push_back(topology);
   }

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <iostream>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -16,8 +17,8 @@
 #include <vector>
 
 #include "sim/chunk_solver.hpp"
+#include "tools/app/cluster.hpp"
 #include "tools/cli_common.hpp"
-#include "tools/cluster_flags.hpp"
 #include "topologies/topology_json.hpp"
 
 namespace py = pybind11;
@@ -57,9 +58,9 @@ struct WorkloadArgs {
     cli::WorkloadFlags f;
     if (given(batch)) f.batch = size_text(batch, "--batch");
     if (given(seq)) f.seq = size_text(seq, "--seq");
-    if (given(heads)) f.heads = size_text(heads, "--heads");
-    if (given(kv_heads)) f.kv_heads = size_text(kv_heads, "--kv-heads");
-    if (given(head_dim)) f.head_dim = size_text(head_dim, "--head-dim");
+    if ((f.heads_given = given(heads))) f.heads = size_text(heads, "--heads");
+    if ((f.kv_heads_given = given(kv_heads))) f.kv_heads = size_text(kv_heads, "--kv-heads");
+    if ((f.head_dim_given = given(head_dim))) f.head_dim = size_text(head_dim, "--head-dim");
     if (given(dtype)) f.dtype = text_arg(dtype, "--dtype");
     if (given(layout)) {
       f.layout = text_arg(layout, "--layout");
@@ -83,45 +84,29 @@ struct WorkloadArgs {
 struct ClusterArgs {
   py::object topology, uniform, ranks, bw_gbps, tflops, latency_us, hbm_gbps, domains, reserved_gb;
 
-  [[nodiscard]] cli::ClusterFlags flags() const {
-    cli::ClusterFlags f;
+  [[nodiscard]] app::Cluster flags() const {
+    app::Cluster f;
     f.uniform = given(uniform) && bool_arg(uniform, "--uniform");
     if (auto p = path_arg(topology, "--topology", /*dict_too=*/true)) f.topology = *p;
     if (given(ranks)) {
       f.ranks = int_arg(ranks, "--ranks");
       f.ranks_given = true;
     }
-    if (given(bw_gbps)) f.bw_gbps = real_arg(bw_gbps, "--bw-gbps");
-    if (given(tflops)) f.tflops = real_arg(tflops, "--tflops");
-    if (given(latency_us)) f.latency_us = real_arg(latency_us, "--latency-us");
-    if (given(hbm_gbps)) f.hbm_gbps = real_arg(hbm_gbps, "--hbm-gbps");
+    if ((f.bw_given = given(bw_gbps))) f.bw_gbps = real_arg(bw_gbps, "--bw-gbps");
+    if ((f.tflops_given = given(tflops))) f.tflops = real_arg(tflops, "--tflops");
+    if ((f.latency_given = given(latency_us))) f.latency_us = real_arg(latency_us, "--latency-us");
+    if ((f.hbm_given = given(hbm_gbps))) f.hbm_gbps = real_arg(hbm_gbps, "--hbm-gbps");
     if (given(reserved_gb)) f.reserved_gb = real_arg(reserved_gb, "--reserved-gb");
-    if (given(domains)) {
+    if ((f.domains_given = given(domains))) {
       f.domains = int_arg(domains, "--domains");
-      if (f.domains < 1)
-        fail(Error{"--domains", fmt::format("must be >= 1 (or omitted: from the topology), got {}", f.domains)});
+      if (auto s = f.check_domains(); !s) fail(s.error());
     }
     return f;
   }
-  /// The topology, checked as ClusterFlags::get checks the command's flags.
-  [[nodiscard]] topo::Topology get(cli::ClusterFlags& f) const {
-    const bool dict = py::isinstance<py::dict>(topology);
-    if (!f.uniform) {
-      const std::pair<const char*, const py::object*> uniform_only[] = {
-          {"--bw-gbps", &bw_gbps}, {"--tflops", &tflops}, {"--latency-us", &latency_us}, {"--hbm-gbps", &hbm_gbps}};
-      for (const auto& [flag, o] : uniform_only)
-        if (given(*o))
-          fail(Error{flag, "describes the --uniform cluster only; with --topology the file's numbers apply "
-                           "(edit a copy of the file to ask what if)"});
-    }
-    if (!dict) return f.get();
-    if (f.uniform) fail(Error{"--topology", "give exactly one of --topology FILE and --uniform"});
-    // The dict's own checks are the file's; reserved_gb's are ClusterFlags'.
-    if (!(f.reserved_gb >= 0) || !std::isfinite(f.reserved_gb) || f.reserved_gb > 1e4)
-      fail(Error{"--reserved-gb", fmt::format("must be a number of GB in [0, 10000], got {}", f.reserved_gb)});
-    auto t = topo::parse_topology(from_py(topology, "topology"), "topology");
-    if (!t) fail(t.error());
-    return std::move(t).value();
+  /// The topology (app::Cluster::load): a file's, or the dict's document; what its reader read past on stderr.
+  [[nodiscard]] topo::Topology get(app::Cluster& f) const {
+    if (py::isinstance<py::dict>(topology)) f.topology_doc = from_py(topology, "topology");
+    return cli::unwrap(f.load([](const std::string& w) { std::cerr << "charm: warning: " << w << "\n"; }));
   }
 };
 

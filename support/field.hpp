@@ -35,6 +35,7 @@ enum class Field : std::uint8_t {
   Measurements,
   NcclTests,
   Chakra,
+  MaxMemory,
 };
 
 inline constexpr EnumName<Field> kFieldFlags[] = {
@@ -61,6 +62,7 @@ inline constexpr EnumName<Field> kFieldFlags[] = {
     {"--measurements", Field::Measurements},
     {"--nccl-tests", Field::NcclTests},
     {"--chakra", Field::Chakra},
+    {"--max-memory", Field::MaxMemory},
 };
 
 /// The flag that sets `f` ("--kv-heads"); empty for Field::None.

@@ -101,10 +101,10 @@ TEST_F(Reliability, StdoutIsALiveStreamWhileTheProcessExits) {
 
 TEST(SplitList, SpacesInsideANameSurvive) {
   using V = std::vector<std::string>;
-  EXPECT_EQ(cli::split_list("topo/my topo.json"), V{"topo/my topo.json"});
-  EXPECT_EQ(cli::split_list(" a , b c ,,\td\t, "), (V{"a", "b c", "d"}));
-  EXPECT_EQ(cli::split_list(""), V{});
-  EXPECT_EQ(cli::split_list(" , ,"), V{});
+  EXPECT_EQ(charm::split_list("topo/my topo.json"), V{"topo/my topo.json"});
+  EXPECT_EQ(charm::split_list(" a , b c ,,\td\t, "), (V{"a", "b c", "d"}));
+  EXPECT_EQ(charm::split_list(""), V{});
+  EXPECT_EQ(charm::split_list(" , ,"), V{});
 }
 
 TEST_F(Reliability, ATopologyWithASpaceInItsNameIsThatFile) {

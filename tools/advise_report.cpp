@@ -48,7 +48,7 @@ std::vector<int> tp_sizes(const std::string& list, const topo::Topology& t) {
   return tp;
 }
 
-void check_layout_flags(const ClusterFlags& c, const AdviseFlags& f) {
+void check_layout_flags(const app::Cluster& c, const AdviseFlags& f) {
   if (c.cp != 0)
     fail(Error{"--cp", "advise takes CP = GPUs / TP for each TP of --tp / --tp-search; simulate and compare take "
                        "--cp"});
@@ -219,7 +219,7 @@ void print_best(std::ostream& os, const AdviseRequest& r, const sim::Advice& adv
 
 }  // namespace
 
-AdviseRequest advise_request(ir::Workload w, const ClusterFlags& cluster, const topo::Topology& t,
+AdviseRequest advise_request(ir::Workload w, const app::Cluster& cluster, const topo::Topology& t,
                              const AdviseFlags& f) {
   if (!f.pass_given) w.pass = ir::PassKind::Both;
   if (f.jobs != 0 && (f.jobs < 1 || f.jobs > 1024))
@@ -242,12 +242,12 @@ AdviseRequest advise_request(ir::Workload w, const ClusterFlags& cluster, const 
   if (!opt.tp.empty()) {
     opt.order = unwrap(sched::parse_layout_order(cluster.order));
     if (cluster.ranks_given) fail(Error{"--ranks", "a layout search takes every GPU; drop --ranks"});
-  } else if (cluster.order != ClusterFlags::kDefaultOrder) {
+  } else if (cluster.order != app::Cluster::kDefaultOrder) {
     fail(Error{"--order", "orders the axes of a --tp / --tp-search layout; give one of them"});
   }
-  opt.ranks = opt.tp.empty() ? cluster.ranks_for(t) : 0;
+  opt.ranks = opt.tp.empty() ? unwrap(cluster.ranks_for(t)) : 0;
   opt.reserved_gb = cluster.reserved_gb;
-  opt.budget = cluster.budget();
+  opt.budget = unwrap(cluster.budget());
   opt.jobs = f.jobs > 0 ? f.jobs : int(std::max(1u, std::thread::hardware_concurrency()));
   opt.runnable_only = f.runnable;
   opt.chunks = f.chunks;

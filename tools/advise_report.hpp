@@ -13,7 +13,7 @@
 
 #include "scheduler/ir/workload.hpp"
 #include "sim/advise.hpp"
-#include "tools/cluster_flags.hpp"
+#include "tools/app/cluster.hpp"
 #include "topologies/topology.hpp"
 
 namespace charm::cli {
@@ -44,7 +44,7 @@ struct AdviseRequest {
 };
 
 /// Checks advise's flags against the topology and gathers them into a request.
-[[nodiscard]] AdviseRequest advise_request(ir::Workload w, const ClusterFlags& cluster, const topo::Topology& t,
+[[nodiscard]] AdviseRequest advise_request(ir::Workload w, const app::Cluster& cluster, const topo::Topology& t,
                                            const AdviseFlags& f);
 
 /// Runs the request: at least one candidate, or a UsageError naming the first refusal.

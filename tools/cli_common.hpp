@@ -15,6 +15,7 @@
 #include "sim/chunk_solver.hpp"
 #include "support/enum_names.hpp"
 #include "support/expected.hpp"
+#include "support/number_text.hpp"
 
 // CLI11's types by name only: the files that define options include <CLI/CLI.hpp> (about 10 s of
 // compile time per file at -O3), the report and test files that include this one do not.
@@ -54,9 +55,6 @@ inline void unwrap(const Status& s) {
   if (!s) fail(s.error());
 }
 
-/// "4096", "128k", "1M", "2g" (powers of 1024) -> value; errors name the flag.
-[[nodiscard]] Expected<std::int64_t> parse_size(const std::string& text, const std::string& flag);
-
 /// The process's place in a job started by mpirun (Open MPI's or MPICH's launcher
 /// environment), read before MPI is initialised; nullopt outside such a job.
 struct LaunchedJob {
@@ -94,34 +92,9 @@ void check_plan_file_budget(const sched::MemoryBudget& budget, const std::string
 /// --algos: each name resolved as by algorithm_name(); an empty list is an error of `field`.
 [[nodiscard]] std::vector<std::string> algorithm_list(const std::string& text, Field field = Field::Algos);
 
-/// The one grammar of numbers on the command line, for every numeric flag.
-/// Decimal only: CLI11 alone reads `--ranks 010` as octal 8 and accepts 0x10,
-/// while sizes read 010 as 10. Whole numbers are digits with an optional '-';
-/// reals add one decimal point and an exponent (2.5, 1e-3); no inf, no nan.
-enum class NumberKind : std::uint8_t {
-  Integer,   // a signed whole number that fits 32 bits (every int flag)
-  Unsigned,  // a whole number >= 0 that fits 64 bits (--seed, --path-limit)
-  Real,      // a finite decimal number
-};
-/// `text` checked against the grammar of `kind`: the text to convert (leading
-/// zeros dropped, so nothing downstream can read 010 as octal), or why not.
-[[nodiscard]] Expected<std::string> check_number(const std::string& text, NumberKind kind);
-/// A decimal number that check_number accepts (or a size's digits), read the same in every locale:
-/// strtod takes the host process's decimal comma, so that "1.5" is 1 under de_DE, where the Python
-/// module runs. Past a double's range it is infinite, below it 0, as strtod gives.
-[[nodiscard]] double decimal_value(std::string_view text);
 /// Puts check_number on every numeric option of `app` and its subcommands, by
 /// the type each option converts to, so that no flag can escape the grammar.
 void apply_number_grammar(CLI::App& app);
-
-/// "a, b,,c d " -> {"a", "b", "c d"}: comma-separated items, the whitespace around each
-/// item and empty items dropped; spaces inside an item (a file name) are kept.
-[[nodiscard]] std::vector<std::string> split_list(const std::string& s);
-
-/// A --gpus list ("0,2,4,6"): GPU indices below `limit`, none named twice, at least one; errors
-/// name `flag` and `what` (the topology, for the range).
-[[nodiscard]] std::vector<std::int32_t> parse_gpu_list(const std::string& s, const std::string& flag,
-                                                       std::int64_t limit, const std::string& what);
 
 /// The workload flags shared by plan, simulate, compare and run.
 struct WorkloadFlags {
@@ -133,7 +106,8 @@ struct WorkloadFlags {
   std::uint64_t solve_seed = 1;  // --solve-seed
   std::string model;             // --model: a Hugging Face config.json giving the heads, kv heads and head dim
   bool layout_given = false;     // --layout was given (not its default)
-  CLI::Option *heads_opt = nullptr, *kv_heads_opt = nullptr, *head_dim_opt = nullptr;
+  // --heads, --kv-heads, --head-dim given: with --model each must agree with the config's.
+  bool heads_given = false, kv_heads_given = false, head_dim_given = false;
   void add(CLI::App& app, bool with_pass = true);
   [[nodiscard]] ir::Workload get() const;
   /// Fails where --layout was given and `w` (get()'s) names another layout than the one `algo` always runs on

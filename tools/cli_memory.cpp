@@ -4,8 +4,6 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include <unistd.h>
-
 #include <filesystem>
 #include <string>
 
@@ -19,15 +17,7 @@ void add_max_memory(CLI::App& app, std::string& text) {
       "refuse work estimated to need more memory than this (4G, 512M; default: half of this machine's memory)");
 }
 
-sched::MemoryBudget memory_budget(const std::string& text) {
-  if (!text.empty()) {
-    const auto v = unwrap(parse_size(text, "--max-memory"));
-    if (v < (1 << 20)) fail(Error{"--max-memory", fmt::format("must be at least 1M, got {}", text)});
-    return {double(v), "--max-memory"};
-  }
-  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-  return {pages > 0 && page > 0 ? 0.5 * double(pages) * double(page) : 8e9, "half of this machine's memory"};
-}
+sched::MemoryBudget memory_budget(const std::string& text) { return unwrap(sched::memory_budget(text)); }
 
 void check_budget(const sched::MemoryBudget& budget, double bytes, const std::string& what, const std::string& flag) {
   unwrap(budget.fits(bytes, what, flag));

@@ -20,9 +20,15 @@ namespace charm::cli {
 void WorkloadFlags::add(CLI::App& app, bool with_pass) {
   app.add_option("--batch,-b", batch, "batch size")->capture_default_str();
   app.add_option("--seq,-s", seq, "global sequence length (4096, 128k, ...)")->capture_default_str();
-  heads_opt = app.add_option("--heads", heads, "query heads")->capture_default_str();
-  kv_heads_opt = app.add_option("--kv-heads", kv_heads, "key/value heads (GQA; default: = heads)");
-  head_dim_opt = app.add_option("--head-dim", head_dim, "head dimension")->capture_default_str();
+  app.add_option("--heads", heads, "query heads")->capture_default_str()->each([this](const std::string&) {
+    heads_given = true;
+  });
+  app.add_option("--kv-heads", kv_heads, "key/value heads (GQA; default: = heads)")->each([this](const std::string&) {
+    kv_heads_given = true;
+  });
+  app.add_option("--head-dim", head_dim, "head dimension")->capture_default_str()->each([this](const std::string&) {
+    head_dim_given = true;
+  });
   app.add_option("--model", model,
                  "a Hugging Face config.json: its num_attention_heads, num_key_value_heads and head_dim (or "
                  "hidden_size / heads) give the workload's heads, and num_hidden_layers advise's --layers");
@@ -118,9 +124,9 @@ ModelConfig read_model_config(const std::string& path) {
 }
 
 /// A count from the model's config, unless the flag gives it too: then they must agree.
-std::int64_t from_model(std::int64_t model_value, const CLI::Option* opt, const std::string& flag_value,
-                        const char* flag, const char* field) {
-  if (opt == nullptr || opt->count() == 0) return model_value;
+std::int64_t from_model(std::int64_t model_value, bool given, const std::string& flag_value, const char* flag,
+                        const char* field) {
+  if (!given) return model_value;
   const std::int64_t v = unwrap(parse_size(flag_value, flag));
   if (v != model_value)
     fail(
@@ -153,9 +159,9 @@ ir::Workload WorkloadFlags::get() const {
   w.seq = unwrap(parse_size(seq, "--seq"));
   if (!model.empty()) {
     const ModelConfig m = read_model_config(model);
-    w.heads = from_model(m.heads, heads_opt, heads, "--heads", "num_attention_heads");
-    w.kv_heads = from_model(m.kv_heads, kv_heads_opt, kv_heads, "--kv-heads", "num_key_value_heads");
-    w.head_dim = from_model(m.head_dim, head_dim_opt, head_dim, "--head-dim", "head_dim");
+    w.heads = from_model(m.heads, heads_given, heads, "--heads", "num_attention_heads");
+    w.kv_heads = from_model(m.kv_heads, kv_heads_given, kv_heads, "--kv-heads", "num_key_value_heads");
+    w.head_dim = from_model(m.head_dim, head_dim_given, head_dim, "--head-dim", "head_dim");
   } else {
     w.heads = unwrap(parse_size(heads, "--heads"));
     w.kv_heads = kv_heads.empty() ? w.heads : unwrap(parse_size(kv_heads, "--kv-heads"));

@@ -75,7 +75,7 @@ void register_plan(CLI::App& app) {
     // 1.6 GB for a 785k-op ring plan).
     auto plan = o->plan.make(2000, "the plan and its JSON");
     if (!o->gpus.empty()) {
-      plan.gpus = parse_gpu_list(o->gpus, "--gpus", 1 << 24, "a GPU index");
+      plan.gpus = unwrap(parse_gpu_list(o->gpus, "--gpus", 1 << 24, "a GPU index"));
       if (plan.gpus.size() != std::size_t(plan.ranks))
         fail(Error{"--gpus", fmt::format("lists {} GPUs; the plan has {} ranks", plan.gpus.size(), plan.ranks)});
     }

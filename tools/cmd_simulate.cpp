@@ -78,7 +78,7 @@ Simulated run_simulate(SimulateOpts& o, const CLI::App& sub) {
   }
   const auto topo = o.cluster.get();
   if (file_plan && file_plan->groups == 1 && file_plan->gpus.empty() && o.cluster.gpus.empty() &&
-      !o.cluster.layout_for(topo) && file_plan->ranks < topo.num_gpus())
+      !unwrap(o.cluster.layout_for(topo)) && file_plan->ranks < topo.num_gpus())
     std::cerr << fmt::format("charm: warning: the plan does not fill {}: {} (nothing else runs on them)\n", topo.name,
                              sim::placement_text(file_plan->ranks, topo.num_gpus()));
   const ir::Workload w = file_plan ? ir::Workload{} : o.plan.workload.get();

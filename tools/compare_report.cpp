@@ -112,7 +112,7 @@ void print_best(std::ostream& os, const CompareRequest& r, const std::vector<Com
 
 }  // namespace
 
-CompareRequest compare_request(ir::Workload w, const ClusterFlags& cluster, const topo::Topology& t,
+CompareRequest compare_request(ir::Workload w, const app::Cluster& cluster, const topo::Topology& t,
                                const std::string& algos, bool pass_given, bool layout_given) {
   if (!pass_given) w.pass = ir::PassKind::Both;  // compare shows fwd and bwd unless told otherwise
   // Under a causal mask the contiguous layout leaves ring-style schedules unbalanced (the last rank
@@ -120,18 +120,18 @@ CompareRequest compare_request(ir::Workload w, const ClusterFlags& cluster, cons
   if (w.causal && !layout_given) w.layout = ir::Layout::Zigzag;
   CompareRequest r;
   r.workload = w;
-  r.ranks = cluster.ranks_for(t);
-  r.domains = cluster.domains_for(t);
-  r.layout = cluster.layout_for(t);  // every CP group at once, each on TP's share of the heads
+  r.ranks = unwrap(cluster.ranks_for(t));
+  r.domains = unwrap(cluster.domains_for(t));
+  r.layout = unwrap(cluster.layout_for(t));  // every CP group at once, each on TP's share of the heads
   r.attention_block = r.layout && cluster.tp != 0;
   if (r.layout) (void)unwrap(sched::group_workload(w, *r.layout));
-  r.gpus = cluster.gpu_map(t);
+  r.gpus = unwrap(cluster.gpu_map(t));
   r.algos = algos.empty() ? sched::algorithm_names() : algorithm_list(algos);
   if (w.pass != ir::PassKind::Bwd) r.passes.push_back(ir::PassKind::Fwd);
   if (w.pass != ir::PassKind::Fwd) r.passes.push_back(ir::PassKind::Bwd);
   r.reserved_gb = cluster.reserved_gb;
   r.uniform = cluster.uniform;
-  r.budget = cluster.budget();
+  r.budget = unwrap(cluster.budget());
   return r;
 }
 

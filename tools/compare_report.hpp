@@ -20,7 +20,7 @@
 #include "sim/evaluate.hpp"
 #include "sim/explain.hpp"
 #include "sim/report.hpp"
-#include "tools/cluster_flags.hpp"
+#include "tools/app/cluster.hpp"
 #include "topologies/topology.hpp"
 
 namespace charm::cli {
@@ -40,7 +40,7 @@ struct CompareRequest {
 
 /// `algos`: comma-separated (empty: every algorithm); `pass_given` / `layout_given`: whether the
 /// flags named them (compare shows both passes, and the balanced layout under a causal mask).
-[[nodiscard]] CompareRequest compare_request(ir::Workload w, const ClusterFlags& cluster, const topo::Topology& t,
+[[nodiscard]] CompareRequest compare_request(ir::Workload w, const app::Cluster& cluster, const topo::Topology& t,
                                              const std::string& algos, bool pass_given, bool layout_given);
 
 struct CompareRow {

@@ -6,6 +6,7 @@
 
 #include <iostream>
 
+#include "tools/cluster_flags.hpp"
 #include "tools/run_one.hpp"
 
 namespace charm::cli {

@@ -53,16 +53,16 @@ sim::Evaluation simulate(sim::SimulationRequest r, const topo::Topology& t) {
 }
 
 sim::Evaluation run_simulation(std::optional<ir::Plan> file_plan, const std::string& algo, const ir::Workload& w,
-                               const ClusterFlags& cluster, const topo::Topology& t, SymmetryUse use,
+                               const app::Cluster& cluster, const topo::Topology& t, SymmetryUse use,
                                const sim::ChunkSolveOptions& solve) {
   if (!file_plan) {
     sim::SimulationRequest r;
-    r.layout = cluster.layout_for(t);
-    r.plan = {algo, w, r.layout ? r.layout->cp : cluster.ranks_for(t), cluster.domains_for(t)};
+    r.layout = unwrap(cluster.layout_for(t));
+    r.plan = {algo, w, r.layout ? r.layout->cp : unwrap(cluster.ranks_for(t)), unwrap(cluster.domains_for(t))};
     r.attention_block = r.layout && cluster.tp != 0;
-    if (!r.layout) r.gpus = cluster.gpu_map(t);
+    if (!r.layout) r.gpus = unwrap(cluster.gpu_map(t));
     r.symmetry = use;
-    r.budget = cluster.budget();
+    r.budget = unwrap(cluster.budget());
     // One group on the balanced layout: its chunk map first (a deployment refuses that layout).
     std::optional<sim::ChunkSolution> chunks;
     if (!r.layout) chunks = unwrap(sim::solve_chunks(r.plan, t, solve, r.budget));
@@ -78,13 +78,13 @@ sim::Evaluation run_simulation(std::optional<ir::Plan> file_plan, const std::str
   return std::move(e).value();
 }
 
-void place_file_plan(ir::Plan& plan, const ClusterFlags& cluster, const topo::Topology& t) {
-  const auto layout = cluster.layout_for(t);
+void place_file_plan(ir::Plan& plan, const app::Cluster& cluster, const topo::Topology& t) {
+  const auto layout = unwrap(cluster.layout_for(t));
   if (!plan.gpus.empty() && (layout || !cluster.gpus.empty()))
     fail(Error{layout ? (cluster.cp != 0 ? "--cp" : "--tp") : "--gpus",
                "the plan file places its ranks (its \"placement\"); drop the flag or the file's placement"});
   if (!cluster.gpus.empty()) {
-    auto map = cluster.gpu_map(t);
+    auto map = unwrap(cluster.gpu_map(t));
     if (map.size() != std::size_t(plan.ranks))
       fail(Error{"--gpus", fmt::format("lists {} GPUs; the plan has {} ranks", map.size(), plan.ranks)});
     plan.gpus = std::move(map);

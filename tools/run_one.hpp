@@ -11,7 +11,7 @@
 #include "sim/evaluate.hpp"
 #include "sim/simulate_request.hpp"
 #include "support/enum_names.hpp"
-#include "tools/cluster_flags.hpp"
+#include "tools/app/cluster.hpp"
 #include "topologies/topology.hpp"
 
 namespace charm::cli {
@@ -29,13 +29,13 @@ using sim::SymmetryUse;
 /// layout, one group by a --gpus map, or one group on the first GPUs, within the cluster flags' --max-memory.
 /// Errors as simulate's.
 [[nodiscard]] sim::Evaluation run_simulation(std::optional<ir::Plan> file_plan, const std::string& algo,
-                                             const ir::Workload& w, const ClusterFlags& cluster,
+                                             const ir::Workload& w, const app::Cluster& cluster,
                                              const topo::Topology& t, SymmetryUse use,
                                              const sim::ChunkSolveOptions& solve = {});
 
 /// Where a plan file's ranks run: its own placement, a --gpus map, or every CP group of a --cp / --tp
 /// layout (the file is one group's plan, on the group's share of the heads); by default GPU r. A
 /// placement from both the file and a flag, or one the topology cannot hold, is refused (UsageError).
-void place_file_plan(ir::Plan& plan, const ClusterFlags& cluster, const topo::Topology& t);
+void place_file_plan(ir::Plan& plan, const app::Cluster& cluster, const topo::Topology& t);
 
 }  // namespace charm::cli

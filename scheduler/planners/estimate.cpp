@@ -5,12 +5,15 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "scheduler/planners/algorithms.hpp"
 #include "scheduler/planners/plan_builder.hpp"
 #include "scheduler/planners/request.hpp"
 #include "scheduler/planners/schedules.hpp"
+#include "support/number_text.hpp"
 
 namespace charm::sched {
 
@@ -150,6 +153,18 @@ Status MemoryBudget::fits_plan(const CheckedRequest& req, double extra_bytes_per
                                const RankSymmetry& quotient) const {
   const PlanEstimate e = quotient.active() ? estimate_quotient_plan(req, quotient) : req.estimate();
   return fits_estimate(*this, req.get(), e, extra_bytes_per_op, what, quotient);
+}
+
+Expected<MemoryBudget> memory_budget(const std::string& text) {
+  if (!text.empty()) {
+    const auto v = parse_size(text, "--max-memory");
+    if (!v) return v.error();
+    if (*v < (1 << 20)) return Error{Field::MaxMemory, fmt::format("must be at least 1M, got {}", text)};
+    return MemoryBudget{double(*v), "--max-memory"};
+  }
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  return MemoryBudget{pages > 0 && page > 0 ? 0.5 * double(pages) * double(page) : 8e9,
+                      "half of this machine's memory"};
 }
 
 }  // namespace charm::sched

@@ -75,4 +75,8 @@ struct MemoryBudget {
                                  const ir::RankSymmetry& quotient = {}) const;
 };
 
+/// The budget --max-memory's `text` gives: empty, half of this machine's memory ("half of this machine's
+/// memory"); else the size given ("--max-memory"), at least 1M.
+[[nodiscard]] Expected<MemoryBudget> memory_budget(const std::string& text);
+
 }  // namespace charm::sched

@@ -69,12 +69,11 @@ PlanRequest normalised_for(PlanRequest req, const Algorithm& a) {
   return req;
 }
 
-/// The row of `req`'s algorithm, where its name is one of the table's as spelt there.
-Expected<const Algorithm*> algorithm_of(const PlanRequest& req) {
-  const auto name = resolve_algorithm(req.algo);
+/// Why `algo`, a name the table does not hold as spelt, is refused: spelt otherwise there, or unknown.
+Error misnamed_algorithm(const std::string& algo) {
+  const auto name = resolve_algorithm(algo);
   if (!name) return name.error();
-  if (*name != req.algo) return Error{Field::Algo, fmt::format("'{}' is spelt '{}'", req.algo, *name)};
-  return find_algorithm(req.algo);
+  return Error{Field::Algo, fmt::format("'{}' is spelt '{}'", algo, *name)};
 }
 
 /// Whether algorithm `a` can plan `req` (check_request, the name resolved).
@@ -139,18 +138,19 @@ Status check_ranks(int ranks, int domains) {
 }
 
 Status check_request(const PlanRequest& req) {
-  const auto a = algorithm_of(req);
-  if (!a) return a.error();
-  return check_against(req, **a);
+  if (const Algorithm* a = find_algorithm(req.algo)) return check_against(req, *a);
+  return misnamed_algorithm(req.algo);
 }
 
+// The table's name as spelt first (the request's own path), the diagnosis of any other name after it.
 Expected<CheckedRequest> CheckedRequest::check(PlanRequest req) {
-  const auto a = algorithm_of(req);
-  if (!a) return a.error();
-  req = normalised_for(std::move(req), **a);
-  if (auto s = check_against(req, **a); !s) return s.error();
-  PlanEstimate estimate = estimate_plan(req, **a);
-  return CheckedRequest(std::move(req), **a, estimate);
+  if (const Algorithm* a = find_algorithm(req.algo)) {
+    req = normalised_for(std::move(req), *a);
+    if (auto s = check_against(req, *a); !s) return s.error();
+    PlanEstimate estimate = estimate_plan(req, *a);
+    return CheckedRequest(std::move(req), *a, estimate);
+  }
+  return misnamed_algorithm(req.algo);
 }
 
 }  // namespace charm::sched

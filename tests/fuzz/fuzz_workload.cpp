@@ -11,7 +11,7 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
-  (void)charm::cli::parse_size(text, "--seq");
+  (void)charm::parse_size(text, "--seq");
   auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return 0;
   auto w = charm::ir::workload_from_json(j.contains("workload") ? j["workload"] : j, "fuzz");

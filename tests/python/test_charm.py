@@ -164,6 +164,11 @@ def test_errors_are_value_errors_with_the_cli_message():
         charm.simulate(algo="ring")
     with pytest.raises(ValueError, match="describes the --uniform cluster only"):
         charm.simulate(topology=H100, algo="ring", tflops=100)
+    # The cluster's checks are the command's, in its order: no cluster source is said before a stray number.
+    with pytest.raises(ValueError, match="^--topology: give exactly one of --topology FILE and --uniform$"):
+        charm.simulate(algo="ring", tflops=100)
+    code, _, stderr = cli("simulate", "--algo", "ring", "--tflops", 100)
+    assert code == 2 and stderr == "charm: error: --topology: give exactly one of --topology FILE and --uniform\n"
     with pytest.raises(ValueError, match="--ranks: must be in"):
         charm.simulate(topology=H100, algo="ring", ranks=32)
     # With a topology, ranks is one group on its first GPUs, as the command line's --ranks.
@@ -221,6 +226,14 @@ def test_model_config_tp_blocks_and_layout_axes():
     rows = charm.sweep(topology=H100, seq="16k", tp=[1, 2], algos="ring")
     assert sorted({(r["tp"], r["cp"]) for r in rows}) == [(1, 16), (2, 8)]
     assert all(r["batch"] == 1 and r["heads"] == 8 and r["head_dim"] == 128 for r in rows)  # simulate's defaults
+    # Heads given beside a model must agree with its config, as on the command line (they were ignored before).
+    agree = charm.simulate(topology=box, algo="ring", model=model, heads=64, kv_heads=8, seq="4k")
+    assert agree["workload"]["heads"] == 64 and agree["workload"]["kv_heads"] == 8
+    with pytest.raises(ValueError, match="^--heads: 32 contradicts the --model config's num_attention_heads 64; "
+                                         "give one of them$"):
+        charm.simulate(topology=box, algo="ring", model=model, heads=32, seq="4k")
+    code, _, stderr = cli("simulate", "-t", box, "--algo", "ring", "--model", model, "--heads", 32, "--seq", "4k")
+    assert code == 2 and "--heads: 32 contradicts the --model config's num_attention_heads 64" in stderr
 
 
 def test_the_balanced_layout_solves_as_the_cli_does():
