@@ -1,5 +1,5 @@
 // CPU attention block kernels (runtime/cpu_attention): forward and backward
-// for one (q shard, kv shard) block, full and causal, and the merge.
+// for one (q shard, kv shard) block, full and causal, and the merge; and the inputs' generator.
 // Reports FLOP/s with FlashAttention's count (4*B*H*D per visible pair
 // forward, 2.5x that backward).
 #include <benchmark/benchmark.h>
@@ -82,6 +82,20 @@ void BM_Merge(benchmark::State& st) {
   st.SetBytesProcessed(std::int64_t(st.iterations()) * std::int64_t(3 * (b.out.size() + b.lse.size()) * sizeof(float)));
 }
 
+/// A run's inputs (q, k, v, dout) at S = 4k, H = 32, D = 128 (67M numbers) on `jobs` threads: the generator
+/// a `charm run` of a long sequence waits for before its first kernel.
+void BM_MakeInputs(benchmark::State& st) {
+  charm::ir::Workload w;
+  w.seq = 4096;
+  w.heads = w.kv_heads = 32;
+  w.head_dim = 128;
+  for (auto _ : st) {
+    auto g = charm::rt::make_inputs(w, 1, int(st.range(0)));
+    benchmark::DoNotOptimize(g.q.data());
+  }
+  st.SetItemsProcessed(std::int64_t(st.iterations()) * 4 * w.seq * w.heads * w.head_dim);
+}
+
 // Args: tokens per shard, kv heads (8 = MHA, 2 = GQA), causal.
 BENCHMARK(BM_FwdBlock)
     ->Args({256, 8, 0})
@@ -96,6 +110,7 @@ BENCHMARK(BM_BwdBlock)
     ->Args({512, 2, 0})
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Merge)->Arg(512)->Arg(4096)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_MakeInputs)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 

@@ -24,8 +24,9 @@ struct GlobalTensors {
   std::vector<float> dq, dk, dv;     // backward results
 };
 
-/// q, k, v and dout from `seed` (normal(0, 1), rounded to w.dtype).
-[[nodiscard]] GlobalTensors make_inputs(const ir::Workload& w, std::uint64_t seed);
+/// q, k, v and dout from `seed` (normal(0, 1), rounded to w.dtype), filled on `jobs` threads (0: every core);
+/// the numbers are the same for every job count.
+[[nodiscard]] GlobalTensors make_inputs(const ir::Workload& w, std::uint64_t seed, int jobs = 0);
 
 /// Rounds to the nearest value representable in `t` (ties to even).
 [[nodiscard]] float round_to(ir::DType t, float x);

@@ -224,6 +224,41 @@ TEST(Inputs, SameSeedSameNumbersRoundedToDtype) {
   EXPECT_EQ(round_to(ir::DType::FP16, 1.0f + 1.0f / 1024), 1.0f + 1.0f / 1024);
 }
 
+/// The generator's number at (seed, tensor, index), written out here on its own: Box-Muller on two splitmix64 hashes.
+float generated(std::uint64_t seed, std::uint64_t stream, std::uint64_t index) {
+  const auto mix = [](std::uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+  };
+  const std::uint64_t h1 = mix(mix(seed ^ (stream << 56)) ^ index), h2 = mix(h1 ^ 0xD1B54A32D192ED03ull);
+  const double u1 = (double(h1 >> 11) + 0.5) * 0x1.0p-53, u2 = double(h2 >> 11) * 0x1.0p-53;
+  return float(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * 3.14159265358979323846 * u2));
+}
+
+TEST(Inputs, TheSameNumbersOnEveryJobCountAcrossItsBlocks) {
+  ir::Workload w;
+  w.seq = 1000;  // q: 512,000 elements, 7.8 blocks of 65,536; k and v: a quarter of that
+  w.heads = 8;
+  w.kv_heads = 2;
+  w.head_dim = 64;
+  w.dtype = ir::DType::FP32;
+  const auto one = make_inputs(w, 9, 1), three = make_inputs(w, 9, 3);
+  EXPECT_EQ(one.q, three.q);
+  EXPECT_EQ(one.k, three.k);
+  EXPECT_EQ(one.v, three.v);
+  EXPECT_EQ(one.dout, three.dout);
+  ASSERT_EQ(one.q.size(), 512000u);
+  ASSERT_EQ(one.v.size(), 128000u);
+  // Each element is the generator's at its own index, on both sides of a block's edge and at the end.
+  for (const std::size_t i : {std::size_t{0}, std::size_t{65535}, std::size_t{65536}, std::size_t{511999}})
+    EXPECT_EQ(three.q[i], generated(9, 1, i)) << i;
+  EXPECT_EQ(three.k[127999], generated(9, 2, 127999));
+  EXPECT_EQ(three.v[65536], generated(9, 3, 65536));
+  EXPECT_EQ(three.dout[300000], generated(9, 4, 300000));
+}
+
 TEST(Npy, HeaderIsAlignedAndDescribesTheArray) {
   const std::vector<float> data{1, 2, 3, 4, 5, 6};
   const auto bytes = npy_bytes(data, {2, 3});
