@@ -14,9 +14,9 @@
 #include "sim/report.hpp"
 #include "sim/run_json.hpp"
 #include "sim/simulator.hpp"
+#include "tools/app/compare.hpp"
 #include "tools/cli_common.hpp"
 #include "tools/cluster_flags.hpp"
-#include "tools/compare_report.hpp"
 #include "tools/plan_flags.hpp"
 #include "tools/run_one.hpp"
 
@@ -170,14 +170,14 @@ py::object compare_fn(const py::object& algos, WorkloadArgs wa, ClusterArgs ca, 
     app::Cluster cf = ca.flags();
     placement_flags(cf, cp, tp, order, gpus);
     const auto topo = ca.get(cf);
-    const cli::CompareRequest req =
-        cli::compare_request(wa.flags().get(), cf, topo, algos_text(algos), given(wa.pass), given(wa.layout));
-    std::vector<cli::CompareRow> rows;
+    const app::CompareRequest req = cli::unwrap(
+        app::compare_request(wa.flags().get(), cf, topo, algos_text(algos), given(wa.pass), given(wa.layout)));
+    std::vector<app::CompareRow> rows;
     {
       py::gil_scoped_release nogil;
       rows = cli::run_compare(req, topo);
     }
-    return to_py(cli::compare_rows_json(req, rows, topo));
+    return to_py(app::compare_rows_json(req, rows, topo));
   });
 }
 

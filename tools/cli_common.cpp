@@ -37,14 +37,7 @@ CLI::Validator algorithm_name() {
 }
 
 std::vector<std::string> algorithm_list(const std::string& text, Field field) {
-  std::vector<std::string> out;
-  for (const auto& item : split_list(text)) {
-    auto a = sched::resolve_algorithm(item, field);
-    if (!a) fail(a.error());
-    if (std::find(out.begin(), out.end(), *a) == out.end()) out.push_back(*a);
-  }
-  if (out.empty()) fail(Error{field, "names no algorithm"});
-  return out;
+  return unwrap(sched::resolve_algorithms(text, field));
 }
 
 std::optional<LaunchedJob> launched_job() {

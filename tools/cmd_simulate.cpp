@@ -28,7 +28,6 @@
 #include "tools/advise_report.hpp"
 #include "tools/cli_common.hpp"
 #include "tools/cluster_flags.hpp"
-#include "tools/compare_report.hpp"
 #include "tools/plan_flags.hpp"
 #include "tools/run_one.hpp"
 #include "topologies/topology_json.hpp"
@@ -215,14 +214,14 @@ void register_compare(CLI::App& app) {
   sub->add_flag("--json", o->json_out, "JSON output");
   sub->callback([o, sub] {
     const auto topo = o->cluster.get();
-    const CompareRequest req = compare_request(o->workload.get(), o->cluster, topo, o->algos, sub->count("--pass") > 0,
-                                               sub->count("--layout") > 0);
-    const std::vector<CompareRow> rows = run_compare(req, topo);
+    const app::CompareRequest req = unwrap(app::compare_request(o->workload.get(), o->cluster, topo, o->algos,
+                                                                sub->count("--pass") > 0, sub->count("--layout") > 0));
+    const std::vector<app::CompareRow> rows = cli::run_compare(req, topo);
     for (const auto& r : rows) warn_if_not_fits(r.m, r.algo + " " + r.pass);
     if (o->json_out)
-      std::cout << compare_json(req, rows, topo).dump(1) << "\n";
+      std::cout << app::compare_json(req, rows, topo).dump(1) << "\n";
     else
-      print_compare(std::cout, req, rows, topo);
+      app::print_compare(std::cout, req, rows, topo);
   });
 }
 

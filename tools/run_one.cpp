@@ -33,12 +33,6 @@ std::string progress_text(const std::string& algo, const sim::RunProgress& p, do
                      100.0 * double(p.done) / std::max(p.total, 1.0), approx(p.total), elapsed);
 }
 
-/// A refused request is the user's (UsageError, exit 2); a simulation that failed is not (RuntimeFailure, exit 3).
-sim::Evaluation unwrap_run(Expected<sim::Evaluation>&& e) {
-  if (!e && e.error().kind == ErrorKind::RunFailed) throw RuntimeFailure{e.error().message()};
-  return unwrap(std::move(e));
-}
-
 /// A progress line for a run of `algo`, past its first second.
 struct RunProgressLine {
   explicit RunProgressLine(std::string algo) : algo_(std::move(algo)) {}
@@ -53,13 +47,21 @@ struct RunProgressLine {
 };
 }  // namespace
 
-sim::Evaluation simulate(sim::SimulationRequest r, const topo::Topology& t) {
+Expected<sim::Evaluation> simulate_shown(sim::SimulationRequest r, const topo::Topology& t) {
   // Runs at cluster scale take seconds to minutes: a progress line past the first second.
   RunProgressLine progress(r.plan.algo);
   r.progress = std::ref(progress);
   auto e = sim::simulate_request(r, t);
   progress.finish();
-  return unwrap_run(std::move(e));
+  return e;
+}
+
+sim::Evaluation simulate(sim::SimulationRequest r, const topo::Topology& t) {
+  return unwrap_run(simulate_shown(std::move(r), t));
+}
+
+std::vector<app::CompareRow> run_compare(const app::CompareRequest& r, const topo::Topology& t) {
+  return unwrap_run(app::run_compare(r, t, simulate_shown));
 }
 
 sim::Evaluation run_simulation(std::optional<ir::Plan> file_plan, const std::string& algo, const ir::Workload& w,

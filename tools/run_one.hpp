@@ -12,7 +12,9 @@
 #include "sim/simulate_request.hpp"
 #include "support/enum_names.hpp"
 #include "tools/app/cluster.hpp"
+#include "tools/app/compare.hpp"
 #include "tools/app/simulation.hpp"
+#include "tools/cli_common.hpp"
 #include "topologies/topology.hpp"
 
 namespace charm::cli {
@@ -20,10 +22,22 @@ namespace charm::cli {
 using sim::kSymmetryUseNames;
 using sim::SymmetryUse;
 
+/// A refused request (the planner's, the memory budget's: ErrorKind::Input) is the user's (UsageError, exit 2);
+/// a simulation that failed (ErrorKind::RunFailed) is not (RuntimeFailure, exit 3).
+template <class T>
+T unwrap_run(Expected<T> e) {
+  if (!e && e.error().kind == ErrorKind::RunFailed) throw RuntimeFailure{e.error().message()};
+  return unwrap(std::move(e));
+}
+
 /// sim::simulate_request (its memory budget in `r.budget`) with this command's progress line (past its first
-/// second). A refused request (the planner's, the memory budget's) is the user's (UsageError, exit 2); a
-/// simulator failure is not (RuntimeFailure, exit 3).
+/// second).
+[[nodiscard]] Expected<sim::Evaluation> simulate_shown(sim::SimulationRequest r, const topo::Topology& t);
+/// simulate_shown, its errors as unwrap_run says.
 [[nodiscard]] sim::Evaluation simulate(sim::SimulationRequest r, const topo::Topology& t);
+
+/// app::run_compare with a progress line for each simulation; errors as unwrap_run says.
+[[nodiscard]] std::vector<app::CompareRow> run_compare(const app::CompareRequest& r, const topo::Topology& t);
 
 /// What `charm simulate` (and the Python module's simulate) runs, with this command's progress line: a plan
 /// file (app::simulate_plan_file) or `algo` on `w` as the cluster places it (app::simulate_algorithm). Errors as

@@ -12,6 +12,7 @@
 #include "scheduler/planners/algorithms.hpp"
 #include "scheduler/planners/comm_list.hpp"
 #include "scheduler/planners/schedules.hpp"
+#include "support/number_text.hpp"
 #include "support/suggest.hpp"
 
 namespace charm::sched {
@@ -37,6 +38,16 @@ Expected<std::string> resolve_algorithm(std::string_view name, Field field) {
   const auto near = closest_name(name, names);
   return Error{field, fmt::format("unknown algorithm '{}' ({}expected one of: {})", name,
                                   near ? fmt::format("did you mean '{}'? ", *near) : "", fmt::join(names, ", "))};
+}
+
+Expected<std::vector<std::string>> resolve_algorithms(const std::string& text, Field field) {
+  std::vector<std::string> out;
+  for (const auto& item : split_list(text)) {
+    CHARM_TRY_LET(a, resolve_algorithm(item, field));
+    if (std::find(out.begin(), out.end(), a) == out.end()) out.push_back(std::move(a));
+  }
+  if (out.empty()) return Error{field, "names no algorithm"};
+  return out;
 }
 
 bool uses_domains(const std::string& algo) {

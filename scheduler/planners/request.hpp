@@ -23,6 +23,10 @@ struct PlanRequest {
 /// The algorithm's canonical name, for a name given in any case ("Ring" is ring); an
 /// unknown name is an error of `flag` that suggests the nearest name and lists them all.
 [[nodiscard]] Expected<std::string> resolve_algorithm(std::string_view name, Field field = Field::Algo);
+/// A comma-separated list of algorithm names ("ring, CHARM"), each resolved as by resolve_algorithm, each once, in
+/// the order given; an empty list is an error of `field`.
+[[nodiscard]] Expected<std::vector<std::string>> resolve_algorithms(const std::string& text,
+                                                                    Field field = Field::Algos);
 /// Whether the algorithm's schedule depends on PlanRequest::domains (charm, usp); the others ignore it.
 [[nodiscard]] bool uses_domains(const std::string& algo);
 /// Whether the algorithm plans a backward pass (TASP is forward only).

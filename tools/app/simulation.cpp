@@ -62,7 +62,8 @@ Status place_file_plan(ir::Plan& plan, const Cluster& cluster, const topo::Topol
     plan.gpus = std::move(map);
   } else if (layout) {
     if (layout->cp != plan.ranks)
-      return Error{layout_flag, fmt::format("places CP groups of {} ranks; the plan has {} ranks", layout->cp, plan.ranks)};
+      return Error{layout_flag,
+                   fmt::format("places CP groups of {} ranks; the plan has {} ranks", layout->cp, plan.ranks)};
     plan = sched::place_groups(plan, *layout, layout->groups());
   }
   if (auto st = sim::check_placement(plan, t); !st) return Error{"--plan", st.error().what};

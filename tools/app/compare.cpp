@@ -1,4 +1,4 @@
-#include "tools/compare_report.hpp"
+#include "tools/app/compare.hpp"
 
 #include <fmt/format.h>
 
@@ -8,10 +8,8 @@
 #include "scheduler/planners/algorithms.hpp"
 #include "scheduler/planners/planners.hpp"
 #include "sim/run_json.hpp"
-#include "tools/cli_common.hpp"
-#include "tools/run_one.hpp"
 
-namespace charm::cli {
+namespace charm::app {
 
 using nlohmann::json;
 
@@ -26,12 +24,13 @@ double ring_time(const std::vector<CompareRow>& rows, const std::string& pass) {
 
 /// `algo` in pass `p`; on the balanced layout with the chunk map `chunks` solved for it (empty: none to use), or
 /// refused with why there is none.
-CompareRow compare_one(const CompareRequest& r, const topo::Topology& t, const std::string& algo, ir::PassKind p,
-                       const Expected<sim::ChunkMap>& chunks) {
+Expected<CompareRow> compare_one(const CompareRequest& r, const topo::Topology& t, const std::string& algo,
+                                 ir::PassKind p, const Expected<sim::ChunkMap>& chunks, const SimulateFn& simulate) {
   ir::Workload wp = r.workload;
   wp.pass = p;
   if (chunks && !chunks->empty()) wp.chunk_map = *chunks;
-  const ir::Workload wg = r.layout ? unwrap(sched::group_workload(wp, *r.layout)) : wp;
+  ir::Workload wg = wp;
+  if (r.layout) CHARM_TRY_ASSIGN(wg, sched::group_workload(wp, *r.layout));
   const sched::PlanRequest req = sched::normalised({algo, wg, r.ranks, r.domains});
   CompareRow row{
       algo, std::string(to_string(p)), std::string(to_string(req.workload.layout)), {}, false, {}, {}, {}, {}, {}};
@@ -49,7 +48,7 @@ CompareRow compare_one(const CompareRequest& r, const topo::Topology& t, const s
   sr.layout = r.layout;
   sr.attention_block = r.layout && r.attention_block;
   if (!r.layout) sr.gpus = r.gpus;
-  const sim::Evaluation e = simulate(std::move(sr), t);
+  CHARM_TRY_LET(e, simulate(std::move(sr), t));
   row.ok = true;
   row.s = e.summary;
   row.f = e.formula;
@@ -112,26 +111,31 @@ void print_best(std::ostream& os, const CompareRequest& r, const std::vector<Com
 
 }  // namespace
 
-CompareRequest compare_request(ir::Workload w, const app::Cluster& cluster, const topo::Topology& t,
-                               const std::string& algos, bool pass_given, bool layout_given) {
+Expected<CompareRequest> compare_request(ir::Workload w, const Cluster& cluster, const topo::Topology& t,
+                                         const std::string& algos, bool pass_given, bool layout_given) {
   if (!pass_given) w.pass = ir::PassKind::Both;  // compare shows fwd and bwd unless told otherwise
   // Under a causal mask the contiguous layout leaves ring-style schedules unbalanced (the last rank
   // sees every block, the first one block); the balanced layout is what anyone would deploy.
   if (w.causal && !layout_given) w.layout = ir::Layout::Zigzag;
   CompareRequest r;
   r.workload = w;
-  r.ranks = unwrap(cluster.ranks_for(t));
-  r.domains = unwrap(cluster.domains_for(t));
-  r.layout = unwrap(cluster.layout_for(t));  // every CP group at once, each on TP's share of the heads
+  CHARM_TRY_ASSIGN(r.ranks, cluster.ranks_for(t));
+  CHARM_TRY_ASSIGN(r.domains, cluster.domains_for(t));
+  CHARM_TRY_ASSIGN(r.layout, cluster.layout_for(t));  // every CP group at once, each on TP's share of the heads
   r.attention_block = r.layout && cluster.tp != 0;
-  if (r.layout) (void)unwrap(sched::group_workload(w, *r.layout));
-  r.gpus = unwrap(cluster.gpu_map(t));
-  r.algos = algos.empty() ? sched::algorithm_names() : algorithm_list(algos);
+  if (r.layout) {
+    if (auto g = sched::group_workload(w, *r.layout); !g) return g.error();
+  }
+  CHARM_TRY_ASSIGN(r.gpus, cluster.gpu_map(t));
+  if (algos.empty())
+    r.algos = sched::algorithm_names();
+  else
+    CHARM_TRY_ASSIGN(r.algos, sched::resolve_algorithms(algos));
   if (w.pass != ir::PassKind::Bwd) r.passes.push_back(ir::PassKind::Fwd);
   if (w.pass != ir::PassKind::Fwd) r.passes.push_back(ir::PassKind::Bwd);
   r.reserved_gb = cluster.reserved_gb;
   r.uniform = cluster.uniform;
-  r.budget = unwrap(cluster.budget());
+  CHARM_TRY_ASSIGN(r.budget, cluster.budget());
   return r;
 }
 
@@ -139,7 +143,7 @@ namespace {
 /// On the balanced layout, each algorithm's chunk map, solved once for the passes compared together (one
 /// deployment runs one map), or why there is none.
 Expected<sim::ChunkMap> balanced_chunks(const CompareRequest& r, const topo::Topology& t, const std::string& algo) {
-  if (r.layout) return Error{"--layout", "the balanced layout is solved for one CP group; drop --cp / --tp"};
+  if (r.layout) return Error{Field::Layout, "the balanced layout is solved for one CP group; drop --cp / --tp"};
   ir::Workload w = r.workload;
   w.pass = r.passes.size() > 1 ? ir::PassKind::Both : r.passes.front();
   auto s = sim::solve_chunk_map(sched::normalised({algo, w, r.ranks, r.domains}), t);
@@ -148,7 +152,8 @@ Expected<sim::ChunkMap> balanced_chunks(const CompareRequest& r, const topo::Top
 }
 }  // namespace
 
-std::vector<CompareRow> run_compare(const CompareRequest& r, const topo::Topology& t) {
+Expected<std::vector<CompareRow>> run_compare(const CompareRequest& r, const topo::Topology& t,
+                                              const SimulateFn& simulate) {
   std::vector<CompareRow> rows;
   const bool balanced = r.workload.layout == ir::Layout::Balanced && r.workload.chunk_map.empty();
   std::vector<Expected<sim::ChunkMap>> maps;
@@ -159,11 +164,14 @@ std::vector<CompareRow> run_compare(const CompareRequest& r, const topo::Topolog
     maps.push_back(solve ? balanced_chunks(r, t, a) : Expected<sim::ChunkMap>(sim::ChunkMap{}));
   }
   for (const auto p : r.passes)
-    for (std::size_t i = 0; i < r.algos.size(); ++i) rows.push_back(compare_one(r, t, r.algos[i], p, maps[i]));
-  // Nothing computed is a failure (exit 2), not an empty answer: one line with the first reason.
+    for (std::size_t i = 0; i < r.algos.size(); ++i) {
+      CHARM_TRY_LET(row, compare_one(r, t, r.algos[i], p, maps[i], simulate));
+      rows.push_back(std::move(row));
+    }
+  // Nothing computed is a refusal (exit 2), not an empty answer: one line with the first reason.
   if (std::none_of(rows.begin(), rows.end(), [](const CompareRow& x) { return x.ok; }))
-    fail(Error{"--algos", fmt::format("no algorithm could run this workload (the first: {} {}: {})", rows.front().algo,
-                                      rows.front().pass, rows.front().note)});
+    return Error{Field::Algos, fmt::format("no algorithm could run this workload (the first: {} {}: {})",
+                                           rows.front().algo, rows.front().pass, rows.front().note)};
   return rows;
 }
 
@@ -255,4 +263,4 @@ void print_compare(std::ostream& os, const CompareRequest& r, const std::vector<
   os << fmt::format("# {}\n", sim::gemm_line(t.gpu));
 }
 
-}  // namespace charm::cli
+}  // namespace charm::app

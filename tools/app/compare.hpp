@@ -1,15 +1,16 @@
 #pragma once
-// `charm compare` from its flags to its report, shared by the command and the Python module:
+// `charm compare` from a cluster value to its report, shared by the command and the Python module:
 //
-//   flags --compare_request--> CompareRequest --run_compare--> CompareRow per (pass, algorithm)
+//   app::Cluster, workload --compare_request--> CompareRequest --run_compare--> CompareRow per (pass, algorithm)
 //         --compare_json / compare_rows_json / print_compare--> report
 //
 // Every algorithm asked for runs each pass on one context-parallel group, a hand-placed group
 // (--gpus) or every CP group of a --cp / --tp layout; an algorithm its planner refuses is a row
-// with the reason. Errors as advise_report's.
+// with the reason. Errors are values: a refused request ErrorKind::Input, a failed simulation RunFailed.
 
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <iosfwd>
 #include <optional>
 #include <string>
@@ -21,9 +22,10 @@
 #include "sim/explain.hpp"
 #include "sim/report.hpp"
 #include "tools/app/cluster.hpp"
+#include "tools/app/simulation.hpp"
 #include "topologies/topology.hpp"
 
-namespace charm::cli {
+namespace charm::app {
 
 struct CompareRequest {
   ir::Workload workload;  // pass Both unless asked; zigzag under a causal mask unless a layout is given
@@ -40,8 +42,8 @@ struct CompareRequest {
 
 /// `algos`: comma-separated (empty: every algorithm); `pass_given` / `layout_given`: whether the
 /// flags named them (compare shows both passes, and the balanced layout under a causal mask).
-[[nodiscard]] CompareRequest compare_request(ir::Workload w, const app::Cluster& cluster, const topo::Topology& t,
-                                             const std::string& algos, bool pass_given, bool layout_given);
+[[nodiscard]] Expected<CompareRequest> compare_request(ir::Workload w, const Cluster& cluster, const topo::Topology& t,
+                                                       const std::string& algos, bool pass_given, bool layout_given);
 
 struct CompareRow {
   std::string algo, pass, layout;
@@ -54,8 +56,12 @@ struct CompareRow {
   std::optional<sim::TpBlockCost> tp;  // with CompareRequest::attention_block: in s.time_s
 };
 
-/// Runs every (pass, algorithm): at least one row ok, or a UsageError with the first refusal.
-[[nodiscard]] std::vector<CompareRow> run_compare(const CompareRequest& r, const topo::Topology& t);
+/// How compare runs one simulation: sim::simulate_request, or the caller's way of it (a progress line around it).
+using SimulateFn = std::function<Expected<sim::Evaluation>(sim::SimulationRequest, const topo::Topology&)>;
+
+/// Runs every (pass, algorithm) through `simulate`: at least one row ok, or an error with the first refusal.
+[[nodiscard]] Expected<std::vector<CompareRow>> run_compare(const CompareRequest& r, const topo::Topology& t,
+                                                            const SimulateFn& simulate = sim::simulate_request);
 
 /// The `compare --json` document.
 [[nodiscard]] nlohmann::json compare_json(const CompareRequest& r, const std::vector<CompareRow>& rows,
@@ -68,4 +74,4 @@ struct CompareRow {
 void print_compare(std::ostream& os, const CompareRequest& r, const std::vector<CompareRow>& rows,
                    const topo::Topology& t);
 
-}  // namespace charm::cli
+}  // namespace charm::app
