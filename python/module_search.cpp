@@ -13,9 +13,10 @@
 #include "sim/evaluate.hpp"
 #include "sim/frameworks.hpp"
 #include "sim/sweep.hpp"
-#include "tools/advise_report.hpp"
+#include "tools/app/advise.hpp"
 #include "tools/cli_common.hpp"
 #include "tools/cluster_flags.hpp"
+#include "tools/run_one.hpp"
 #include "tools/sweep_request.hpp"
 #include "topologies/topology_json.hpp"
 
@@ -35,7 +36,7 @@ py::object advise_fn(const py::object& algos, WorkloadArgs wa, ClusterArgs ca, c
     if (given(tp) && cf.tp < 1) fail(Error{"--tp", "must be at least 1"});
     if (given(order)) cf.order = text_arg(order, "--order");
     const auto topo = ca.get(cf);
-    cli::AdviseFlags f;
+    app::AdviseArgs f;
     f.algos = algos_text(algos);
     f.pass_given = given(wa.pass);
     f.layout_given = given(wa.layout);
@@ -52,13 +53,13 @@ py::object advise_fn(const py::object& algos, WorkloadArgs wa, ClusterArgs ca, c
     if (given(tie)) f.tie_percent = real_arg(tie, "--tie");
     if (given(runnable)) f.runnable = bool_arg(runnable, "--runnable");
     f.chunks = solve;
-    const cli::AdviseRequest req = cli::advise_request(wf.get(), cf, topo, f);
+    const app::AdviseRequest req = cli::unwrap(app::advise_request(wf.get(), cf, topo, f));
     std::optional<sim::Advice> adv;
     {
       py::gil_scoped_release nogil;
-      adv = cli::run_advise(req, topo);
+      adv = cli::unwrap_run(app::run_advise(req, topo));
     }
-    return to_py(cli::advice_json(req, *adv, topo));
+    return to_py(app::advice_json(req, *adv, topo));
   });
 }
 

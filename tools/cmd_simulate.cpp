@@ -25,7 +25,7 @@
 #include "sim/report.hpp"
 #include "sim/run_json.hpp"
 #include "sim/simulator.hpp"
-#include "tools/advise_report.hpp"
+#include "tools/app/advise.hpp"
 #include "tools/cli_common.hpp"
 #include "tools/cluster_flags.hpp"
 #include "tools/plan_flags.hpp"
@@ -229,7 +229,7 @@ void register_advise(CLI::App& app) {
   struct Opts {
     WorkloadFlags workload;
     ClusterFlags cluster;
-    AdviseFlags advise;
+    app::AdviseArgs advise;
     bool json_out = false;
     int top = 0;
   };
@@ -271,13 +271,13 @@ void register_advise(CLI::App& app) {
     if (sub->count("--jobs") > 0 && o->advise.jobs == 0)
       fail(Error{"--jobs", "must be in [1, 1024] (or omitted), got 0"});
     o->advise.chunks = o->workload.solve_options();
-    const AdviseRequest req = advise_request(o->workload.get(), o->cluster, topo, o->advise);
-    const sim::Advice adv = run_advise(req, topo);
+    const app::AdviseRequest req = unwrap(app::advise_request(o->workload.get(), o->cluster, topo, o->advise));
+    const sim::Advice adv = unwrap_run(app::run_advise(req, topo));
     for (const auto& c : adv.candidates) warn_if_not_fits(c.memory, c.label());
     if (o->json_out)
-      std::cout << advice_json(req, adv, topo).dump(1) << "\n";
+      std::cout << app::advice_json(req, adv, topo).dump(1) << "\n";
     else
-      print_advice(std::cout, req, adv, topo, o->top);
+      app::print_advice(std::cout, req, adv, topo, o->top);
   });
 }
 

@@ -1,10 +1,11 @@
 #pragma once
-// `charm advise` from its flags to its report, shared by the command and the Python module:
+// `charm advise` from a cluster value and its own arguments to its report, shared by the command and the Python
+// module:
 //
-//   flags --advise_request--> AdviseRequest --run_advise--> sim::Advice --advice_json / print_advice--> report
+//   app::Cluster, AdviseArgs --advise_request--> AdviseRequest --run_advise--> sim::Advice
+//         --advice_json / print_advice--> report
 //
-// Errors in the flags are the user's (UsageError, exit 2: fail()); a simulator failure is not
-// (RuntimeFailure, exit 3).
+// Errors are values: the arguments' (ErrorKind::Input) are the user's; a simulator failure is RunFailed.
 
 #include <nlohmann/json.hpp>
 
@@ -16,10 +17,10 @@
 #include "tools/app/cluster.hpp"
 #include "topologies/topology.hpp"
 
-namespace charm::cli {
+namespace charm::app {
 
-/// What advise's own flags say (beside the workload's and the cluster's).
-struct AdviseFlags {
+/// What advise's own flags (the Python module's arguments) say, beside the workload's and the cluster's.
+struct AdviseArgs {
   std::string algos;              // --algos: comma-separated (empty: every algorithm)
   bool pass_given = false;        // --pass given: rank by that pass (default: fwd+bwd)
   bool layout_given = false;      // --layout given: only that layout's candidates
@@ -43,12 +44,12 @@ struct AdviseRequest {
   double reserved_gb = 0;
 };
 
-/// Checks advise's flags against the topology and gathers them into a request.
-[[nodiscard]] AdviseRequest advise_request(ir::Workload w, const app::Cluster& cluster, const topo::Topology& t,
-                                           const AdviseFlags& f);
+/// Checks advise's arguments against the topology and gathers them into a request.
+[[nodiscard]] Expected<AdviseRequest> advise_request(ir::Workload w, const Cluster& cluster, const topo::Topology& t,
+                                                     const AdviseArgs& f);
 
-/// Runs the request: at least one candidate, or a UsageError naming the first refusal.
-[[nodiscard]] sim::Advice run_advise(const AdviseRequest& r, const topo::Topology& t);
+/// Runs the request: at least one candidate, or an error naming the first refusal.
+[[nodiscard]] Expected<sim::Advice> run_advise(const AdviseRequest& r, const topo::Topology& t);
 
 /// Candidates within the request's tie tolerance of the fastest: the model cannot order them.
 [[nodiscard]] bool is_tie(const AdviseRequest& r, const sim::Advice& adv, const sim::Candidate& c);
@@ -59,4 +60,4 @@ struct AdviseRequest {
 /// The text table with the best candidate's reasons, frameworks' settings and refusals; `top` rows (0: all).
 void print_advice(std::ostream& os, const AdviseRequest& r, const sim::Advice& adv, const topo::Topology& t, int top);
 
-}  // namespace charm::cli
+}  // namespace charm::app

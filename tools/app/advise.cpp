@@ -1,4 +1,4 @@
-#include "tools/advise_report.hpp"
+#include "tools/app/advise.hpp"
 
 #include <fmt/format.h>
 
@@ -9,9 +9,9 @@
 #include "scheduler/planners/algorithms.hpp"
 #include "sim/frameworks.hpp"
 #include "sim/run_json.hpp"
-#include "tools/cli_common.hpp"
+#include "support/number_text.hpp"
 
-namespace charm::cli {
+namespace charm::app {
 
 using nlohmann::json;
 
@@ -36,26 +36,27 @@ int all_to_all_peers(const sim::Advice& adv, const sim::Candidate& c) {
   return c.domains > 0 ? g / c.domains : g;
 }
 
-std::vector<int> tp_sizes(const std::string& list, const topo::Topology& t) {
+Expected<std::vector<int>> tp_sizes(const std::string& list, const topo::Topology& t) {
   std::vector<int> tp;
   for (const auto& item : split_list(list)) {
-    const std::int64_t v = unwrap(parse_size(item, "--tp-search"));
+    CHARM_TRY_LET(v, parse_size(item, "--tp-search"));
     if (v < 1 || v > t.num_gpus())
-      fail(Error{"--tp-search", fmt::format("TP sizes must be in [1, {}], got {}", t.num_gpus(), v)});
+      return Error{"--tp-search", fmt::format("TP sizes must be in [1, {}], got {}", t.num_gpus(), v)};
     tp.push_back(int(v));
   }
-  if (!list.empty() && tp.empty()) fail(Error{"--tp-search", "names no TP size"});
+  if (!list.empty() && tp.empty()) return Error{"--tp-search", "names no TP size"};
   return tp;
 }
 
-void check_layout_flags(const app::Cluster& c, const AdviseFlags& f) {
+Status check_layout_flags(const Cluster& c, const AdviseArgs& f) {
   if (c.cp != 0)
-    fail(Error{"--cp", "advise takes CP = GPUs / TP for each TP of --tp / --tp-search; simulate and compare take "
-                       "--cp"});
-  if (c.tp != 0 && !f.tp_search.empty()) fail(Error{"--tp", "give --tp or --tp-search, not both"});
+    return Error{"--cp", "advise takes CP = GPUs / TP for each TP of --tp / --tp-search; simulate and compare take "
+                         "--cp"};
+  if (c.tp != 0 && !f.tp_search.empty()) return Error{"--tp", "give --tp or --tp-search, not both"};
   if (!c.gpus.empty())
-    fail(Error{"--gpus", "advise ranks a group on the topology's first GPUs or in CP x TP layouts; simulate and "
-                         "compare take --gpus"});
+    return Error{"--gpus", "advise ranks a group on the topology's first GPUs or in CP x TP layouts; simulate and "
+                           "compare take --gpus"};
+  return {};
 }
 
 /// What a framework calls candidate `c` (Megatron-LM's arguments with the layout's TP size).
@@ -219,56 +220,59 @@ void print_best(std::ostream& os, const AdviseRequest& r, const sim::Advice& adv
 
 }  // namespace
 
-AdviseRequest advise_request(ir::Workload w, const app::Cluster& cluster, const topo::Topology& t,
-                             const AdviseFlags& f) {
+Expected<AdviseRequest> advise_request(ir::Workload w, const Cluster& cluster, const topo::Topology& t,
+                                       const AdviseArgs& f) {
   if (!f.pass_given) w.pass = ir::PassKind::Both;
   if (f.jobs != 0 && (f.jobs < 1 || f.jobs > 1024))
-    fail(Error{"--jobs", fmt::format("must be in [1, 1024] (or omitted), got {}", f.jobs)});
+    return Error{"--jobs", fmt::format("must be in [1, 1024] (or omitted), got {}", f.jobs)};
   if (f.layers < 1 || f.layers > 100000)
-    fail(Error{"--layers", fmt::format("must be in [1, 100000], got {}", f.layers)});
+    return Error{"--layers", fmt::format("must be in [1, 100000], got {}", f.layers)};
   if (!(f.tie_percent >= 0 && f.tie_percent <= 100))
-    fail(Error{"--tie", fmt::format("must be a percentage in [0, 100], got {}", f.tie_percent)});
-  check_layout_flags(cluster, f);
+    return Error{"--tie", fmt::format("must be a percentage in [0, 100], got {}", f.tie_percent)};
+  if (auto s = check_layout_flags(cluster, f); !s) return s.error();
   AdviseRequest r;
   r.workload = w;
   r.layers = f.layers;
   r.tie_percent = f.tie_percent;
   r.reserved_gb = cluster.reserved_gb;
   sim::AdviseOptions& opt = r.options;
-  if (!f.algos.empty()) opt.algos = algorithm_list(f.algos);
+  if (!f.algos.empty()) CHARM_TRY_ASSIGN(opt.algos, sched::resolve_algorithms(f.algos));
   if (f.layout_given) opt.layout = w.layout;
   if (cluster.domains > 0) opt.domains = cluster.domains;
-  opt.tp = cluster.tp != 0 ? std::vector<int>{cluster.tp} : tp_sizes(f.tp_search, t);
+  if (cluster.tp != 0)
+    opt.tp = {cluster.tp};
+  else
+    CHARM_TRY_ASSIGN(opt.tp, tp_sizes(f.tp_search, t));
   if (!opt.tp.empty()) {
-    opt.order = unwrap(sched::parse_layout_order(cluster.order));
-    if (cluster.ranks_given) fail(Error{"--ranks", "a layout search takes every GPU; drop --ranks"});
-  } else if (cluster.order != app::Cluster::kDefaultOrder) {
-    fail(Error{"--order", "orders the axes of a --tp / --tp-search layout; give one of them"});
+    CHARM_TRY_ASSIGN(opt.order, sched::parse_layout_order(cluster.order));
+    if (cluster.ranks_given) return Error{"--ranks", "a layout search takes every GPU; drop --ranks"};
+  } else if (cluster.order != Cluster::kDefaultOrder) {
+    return Error{"--order", "orders the axes of a --tp / --tp-search layout; give one of them"};
   }
-  opt.ranks = opt.tp.empty() ? unwrap(cluster.ranks_for(t)) : 0;
+  if (opt.tp.empty()) {
+    CHARM_TRY_ASSIGN(opt.ranks, cluster.ranks_for(t));
+  } else {
+    opt.ranks = 0;
+  }
   opt.reserved_gb = cluster.reserved_gb;
-  opt.budget = unwrap(cluster.budget());
+  CHARM_TRY_ASSIGN(opt.budget, cluster.budget());
   opt.jobs = f.jobs > 0 ? f.jobs : int(std::max(1u, std::thread::hardware_concurrency()));
   opt.runnable_only = f.runnable;
   opt.chunks = f.chunks;
   return r;
 }
 
-sim::Advice run_advise(const AdviseRequest& r, const topo::Topology& t) {
-  auto adv = sim::advise(r.workload, t, r.options);
-  if (!adv) {
-    if (adv.error().kind == ErrorKind::RunFailed) throw RuntimeFailure{adv.error().message()};
-    fail(adv.error());
-  }
-  if (adv->candidates.empty() && adv->not_runnable > 0)
-    fail(Error{"--runnable", fmt::format("none of the {} candidates that ran has a framework counterpart (drop "
-                                         "--runnable to rank them, or add --algos ring,ulysses,usp,allgather-kv)",
-                                         adv->not_runnable)});
-  if (adv->candidates.empty())
-    fail(Error{"--algos", fmt::format("no candidate can run this workload ({} refused; the first: {}: {})",
-                                      adv->refused.size(), adv->refused.empty() ? "-" : adv->refused.front().label,
-                                      adv->refused.empty() ? "-" : adv->refused.front().reason)});
-  return std::move(adv).value();
+Expected<sim::Advice> run_advise(const AdviseRequest& r, const topo::Topology& t) {
+  CHARM_TRY_LET(adv, sim::advise(r.workload, t, r.options));
+  if (adv.candidates.empty() && adv.not_runnable > 0)
+    return Error{"--runnable", fmt::format("none of the {} candidates that ran has a framework counterpart (drop "
+                                           "--runnable to rank them, or add --algos ring,ulysses,usp,allgather-kv)",
+                                           adv.not_runnable)};
+  if (adv.candidates.empty())
+    return Error{"--algos", fmt::format("no candidate can run this workload ({} refused; the first: {}: {})",
+                                        adv.refused.size(), adv.refused.empty() ? "-" : adv.refused.front().label,
+                                        adv.refused.empty() ? "-" : adv.refused.front().reason)};
+  return adv;
 }
 
 bool is_tie(const AdviseRequest& r, const sim::Advice& adv, const sim::Candidate& c) {
@@ -314,4 +318,4 @@ void print_advice(std::ostream& os, const AdviseRequest& r, const sim::Advice& a
   for (const auto& x : adv.refused) os << fmt::format("# refused: {}: {}\n", x.label, x.reason);
 }
 
-}  // namespace charm::cli
+}  // namespace charm::app
