@@ -14,10 +14,10 @@
 #include "sim/frameworks.hpp"
 #include "sim/sweep.hpp"
 #include "tools/app/advise.hpp"
+#include "tools/app/sweep.hpp"
 #include "tools/cli_common.hpp"
 #include "tools/cluster_flags.hpp"
 #include "tools/run_one.hpp"
-#include "tools/sweep_request.hpp"
 #include "topologies/topology_json.hpp"
 
 namespace charm::python {
@@ -65,16 +65,16 @@ py::object advise_fn(const py::object& algos, WorkloadArgs wa, ClusterArgs ca, c
 
 // ---- sweep ----
 
-/// A workload list, read as the command reads its flag (cli::parse_list: ranges, the cap on values).
+/// A workload list, read as the command reads its flag (app::parse_list: ranges, the cap on values).
 std::vector<std::int64_t> size_list(const py::object& o, const std::string& flag) {
   std::string text;
   for (const auto& item : list_items(o, flag, /*sizes=*/true)) text += (text.empty() ? "" : ",") + item;
-  return cli::unwrap(cli::parse_list(text, flag));
+  return cli::unwrap(app::parse_list(text, flag));
 }
 
 /// set={'inter.bandwidth_gbps': [25, 50]}: each entry as the command's --set FIELD=LIST (a number, a list of
-/// numbers, or the flag's own text like '25..100*2'), read by cli::parse_sets with the command's caps.
-std::vector<cli::SetFlag> set_arg(const py::object& set) {
+/// numbers, or the flag's own text like '25..100*2'), read by app::parse_sets with the command's caps.
+std::vector<app::SetField> set_arg(const py::object& set) {
   if (!given(set)) return {};
   if (!py::isinstance<py::dict>(set)) type_error("set", "a dict like {'inter.bandwidth_gbps': [25, 50]}", set);
   const auto number = [](const py::object& v) {
@@ -97,11 +97,11 @@ std::vector<cli::SetFlag> set_arg(const py::object& set) {
     texts.push_back(k.cast<std::string>() + "=" + list);
   }
   std::size_t points = 1;
-  return cli::parse_sets(texts, points);
+  return cli::unwrap(app::parse_sets(texts, points));
 }
 
 /// Topologies: a file, a dict, or a list of them (a str may list files comma-separated, as the flag does).
-std::vector<cli::SweepTopology> sweep_topology_args(const py::object& topology) {
+std::vector<app::SweepTopology> sweep_topology_args(const py::object& topology) {
   std::vector<py::object> args;
   if (py::isinstance<py::list>(topology) || py::isinstance<py::tuple>(topology)) {
     for (auto t : topology) args.push_back(py::reinterpret_borrow<py::object>(t));
@@ -111,7 +111,7 @@ std::vector<cli::SweepTopology> sweep_topology_args(const py::object& topology) 
     args.push_back(topology);
   }
   if (args.empty()) fail(Error{"--topology", "names no topology"});
-  std::vector<cli::SweepTopology> docs;
+  std::vector<app::SweepTopology> docs;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const bool dict = py::isinstance<py::dict>(args[i]);
     const std::string name =
@@ -123,17 +123,17 @@ std::vector<cli::SweepTopology> sweep_topology_args(const py::object& topology) 
   return docs;
 }
 
-/// The sweep's spec from its arguments, checked as charm sweep checks its flags (sweep_request.hpp).
+/// The sweep's spec from its arguments, checked as charm sweep checks its flags (tools/app/sweep.hpp).
 sim::SweepSpec sweep_spec(const py::object& topology, const py::object& batch, const py::object& seq,
                           const py::object& heads, const py::object& head_dim, const py::object& kv_heads,
                           const py::object& dtype, bool causal, const py::object& layout, const py::object& algos,
                           const std::string& pass, double reserved_gb, const py::object& set, const py::object& tp,
                           const py::object& cp, const py::object& domains) {
-  const std::vector<cli::SetFlag> sets = set_arg(set);
-  const std::vector<cli::SweepTopology> docs = sweep_topology_args(topology);
-  sim::SweepSpec spec = cli::sweep_topologies(docs, sets);
+  const std::vector<app::SetField> sets = set_arg(set);
+  const std::vector<app::SweepTopology> docs = sweep_topology_args(topology);
+  sim::SweepSpec spec = cli::unwrap(app::sweep_topologies(docs, sets));
   for (const auto& w : spec.warnings) std::cerr << "charm: warning: " << w << "\n";
-  cli::SweepLists lists;
+  app::SweepLists lists;
   // None: charm simulate's defaults (batch 1, seq 4k, 8 heads of 128).
   lists.batch = given(batch) ? size_list(batch, "--batch") : std::vector<std::int64_t>{1};
   lists.seq = given(seq) ? size_list(seq, "--seq") : std::vector<std::int64_t>{4096};
@@ -149,11 +149,11 @@ sim::SweepSpec sweep_spec(const py::object& topology, const py::object& batch, c
   lists.algos = algos_text(algos);
   lists.pass = pass;
   lists.reserved_gb = reserved_gb;
-  cli::set_sweep_lists(spec, lists);
+  cli::unwrap(app::set_sweep_lists(spec, lists));
   std::vector<std::string> names;
   for (const auto& d : docs) names.push_back(d.name);
   // The configuration cap, and each (topology, algorithm, pass, layout, mask)'s simulation must fit.
-  cli::check_sweep_fits(spec, names, cli::memory_budget(""));
+  cli::unwrap(app::check_sweep_fits(spec, names, cli::memory_budget("")));
   return spec;
 }
 

@@ -26,10 +26,10 @@
 #include "sim/simulator.hpp"
 #include "sim/sweep.hpp"
 #include "sim/sweep_plot.hpp"
+#include "tools/app/sweep.hpp"
 #include "tools/cli_common.hpp"
 #include "tools/gnuplot_run.hpp"
 #include "tools/mpi_job.hpp"
-#include "tools/sweep_request.hpp"
 #include "topologies/topology_json.hpp"
 
 namespace charm::cli {
@@ -173,7 +173,7 @@ struct SweepJob {
   std::uint64_t topology_digest = 0;
 };
 
-std::uint64_t digest_of(const std::vector<SweepTopology>& docs) {
+std::uint64_t digest_of(const std::vector<app::SweepTopology>& docs) {
   std::uint64_t h = 0xcbf29ce484222325ull;
   for (const auto& d : docs)
     for (const char c : d.doc.dump() + '\0') h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
@@ -195,33 +195,33 @@ bool csv_to_stdout(const SweepOpts& o) { return o.out.empty() && o.json.empty() 
 
 SweepJob sweep_job(const SweepOpts& o, bool jobs_given) {
   SweepJob job;
-  const std::vector<SetFlag> sets = parse_sets(o.sets, job.points);
+  const std::vector<app::SetField> sets = unwrap(app::parse_sets(o.sets, job.points));
   job.files = split_list(o.topologies);
-  std::vector<SweepTopology> docs;
+  std::vector<app::SweepTopology> docs;
   for (const auto& f : job.files) {
     auto doc = topo::read_topology_json(f);
     if (!doc) fail(Error{"--topology", doc.error().message()});
     docs.push_back({f, std::move(doc).value()});
   }
   job.topology_digest = digest_of(docs);
-  job.spec = sweep_topologies(docs, sets);
+  job.spec = unwrap(app::sweep_topologies(docs, sets));
   for (const auto& w : job.spec.warnings) std::fprintf(stderr, "charm: warning: %s\n", w.c_str());
-  SweepLists lists;
-  lists.batch = unwrap(parse_list(o.batch, "--batch"));
-  lists.seq = unwrap(parse_list(o.seq, "--seq"));
-  lists.heads = unwrap(parse_list(o.heads, "--heads"));
-  lists.head_dim = unwrap(parse_list(o.head_dim, "--head-dim"));
-  if (!o.kv_heads.empty()) lists.kv_heads = unwrap(parse_list(o.kv_heads, "--kv-heads"));
-  if (!o.tp.empty()) lists.tp = unwrap(parse_list(o.tp, "--tp"));
-  if (!o.cp.empty()) lists.cp = unwrap(parse_list(o.cp, "--cp"));
-  if (!o.domains.empty()) lists.domains = unwrap(parse_list(o.domains, "--domains"));
+  app::SweepLists lists;
+  lists.batch = unwrap(app::parse_list(o.batch, "--batch"));
+  lists.seq = unwrap(app::parse_list(o.seq, "--seq"));
+  lists.heads = unwrap(app::parse_list(o.heads, "--heads"));
+  lists.head_dim = unwrap(app::parse_list(o.head_dim, "--head-dim"));
+  if (!o.kv_heads.empty()) lists.kv_heads = unwrap(app::parse_list(o.kv_heads, "--kv-heads"));
+  if (!o.tp.empty()) lists.tp = unwrap(app::parse_list(o.tp, "--tp"));
+  if (!o.cp.empty()) lists.cp = unwrap(app::parse_list(o.cp, "--cp"));
+  if (!o.domains.empty()) lists.domains = unwrap(app::parse_list(o.domains, "--domains"));
   lists.dtypes = split_list(o.dtype);
   lists.layouts = split_list(o.layout);
   lists.causal = o.causal;
   lists.algos = o.algos;
   lists.pass = o.pass;
   lists.reserved_gb = o.reserved_gb;
-  set_sweep_lists(job.spec, lists);
+  unwrap(app::set_sweep_lists(job.spec, lists));
   check_outputs(o);
   // Now, not after an hour of simulation.
   FlagPaths inputs;
@@ -233,7 +233,7 @@ SweepJob sweep_job(const SweepOpts& o, bool jobs_given) {
   job.jobs = jobs_given ? o.jobs : hw;
   if (job.jobs < 1 || job.jobs > 1024) fail(Error{"--jobs", fmt::format("must be in [1, 1024], got {}", o.jobs)});
   if (!(o.timeout_s >= 0)) fail(Error{"--timeout-s", fmt::format("must be >= 0, got {}", o.timeout_s)});
-  check_sweep_fits(job.spec, job.files, memory_budget(o.max_memory));
+  unwrap(app::check_sweep_fits(job.spec, job.files, memory_budget(o.max_memory)));
   return job;
 }
 

@@ -1,8 +1,8 @@
 #pragma once
-// `charm sweep` from its parsed flags to a sim::SweepSpec, shared by the command and the Python
+// `charm sweep` from its parsed lists to a sim::SweepSpec, shared by the command and the Python
 // module: the topologies and their --set hardware points, the workload lists, the algorithms and
-// passes, and the memory check every configuration passes before anything runs. Errors are the
-// user's (UsageError via fail(), exit 2), named by the flag.
+// passes, and the memory check every configuration passes before anything runs. Errors are values,
+// the user's (ErrorKind::Input), named by the flag.
 
 #include <nlohmann/json.hpp>
 
@@ -14,7 +14,7 @@
 #include "sim/sweep.hpp"
 #include "support/expected.hpp"
 
-namespace charm::cli {
+namespace charm::app {
 
 /// A list holds at most this many values (--batch, ..., each --set), and the sets make at most this many
 /// hardware points per topology.
@@ -23,7 +23,7 @@ inline constexpr std::size_t kMaxListValues = 4096;
 inline constexpr std::size_t kMaxConfigs = 2'000'000;
 
 /// One --set: a documented number of the topology JSON and the values it takes.
-struct SetFlag {
+struct SetField {
   std::string field;           // dotted path, e.g. inter.bandwidth_gbps
   std::vector<double> values;  // distinct, in the order given
 };
@@ -34,10 +34,10 @@ struct SetFlag {
 /// One --set: "inter.bandwidth_gbps=25,50,100", ranges as in the other lists but of any numbers:
 /// "gpu.tflops.bf16=100..800*2" (geometric), "inter.latency_us=0..10+2.5" (arithmetic).
 /// No value is judged here: the topology's own checks do that once it is edited.
-[[nodiscard]] Expected<SetFlag> parse_set(const std::string& text);
+[[nodiscard]] Expected<SetField> parse_set(const std::string& text);
 /// Every --set, no field set twice; `points` is the hardware points per topology they make, at most
 /// kMaxListValues.
-[[nodiscard]] std::vector<SetFlag> parse_sets(const std::vector<std::string>& texts, std::size_t& points);
+[[nodiscard]] Expected<std::vector<SetField>> parse_sets(const std::vector<std::string>& texts, std::size_t& points);
 
 /// A topology the sweep reads: its name in messages (the file, or "topology[i]") and its document.
 struct SweepTopology {
@@ -58,17 +58,17 @@ struct SweepLists {
 
 /// A spec's topologies: every one (or each one's --set points, the first set varying slowest). Each
 /// topology must be valid as given, and each point as edited; what the loader warns of is in spec.warnings.
-[[nodiscard]] sim::SweepSpec sweep_topologies(const std::vector<SweepTopology>& topologies,
-                                              const std::vector<SetFlag>& sets);
+[[nodiscard]] Expected<sim::SweepSpec> sweep_topologies(const std::vector<SweepTopology>& topologies,
+                                                        const std::vector<SetField>& sets);
 /// The rest of the spec: the workload lists, the algorithms and the passes.
-void set_sweep_lists(sim::SweepSpec& spec, const SweepLists& lists);
+[[nodiscard]] Status set_sweep_lists(sim::SweepSpec& spec, const SweepLists& lists);
 
 /// Refuses, before any simulation, a sweep of more than kMaxConfigs configurations, or with a
 /// configuration whose simulation would not fit: the estimate of charm simulate, for every (configuration, algorithm,
 /// pass) the planner accepts, each (topology, algorithm, pass, layout, mask) once. The error names the topology (by
 /// `names`) or the
 /// --set values.
-void check_sweep_fits(const sim::SweepSpec& spec, const std::vector<std::string>& names,
-                      const sched::MemoryBudget& budget);
+[[nodiscard]] Status check_sweep_fits(const sim::SweepSpec& spec, const std::vector<std::string>& names,
+                                      const sched::MemoryBudget& budget);
 
-}  // namespace charm::cli
+}  // namespace charm::app

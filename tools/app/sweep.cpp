@@ -1,4 +1,4 @@
-#include "tools/sweep_request.hpp"
+#include "tools/app/sweep.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -12,10 +12,10 @@
 #include "scheduler/planners/planners.hpp"
 #include "sim/evaluate.hpp"
 #include "sim/simulator.hpp"
-#include "tools/cli_common.hpp"
+#include "support/number_text.hpp"
 #include "topologies/topology_json.hpp"
 
-namespace charm::cli {
+namespace charm::app {
 
 namespace {
 
@@ -26,8 +26,8 @@ void add_warning(sim::SweepSpec& spec, std::string w) {
   if (std::find(spec.warnings.begin(), spec.warnings.end(), w) == spec.warnings.end()) spec.warnings.push_back(w);
 }
 
-void add_set_points(sim::SweepSpec& spec, const nlohmann::json& doc, const std::string& file, std::size_t file_index,
-                    const std::vector<SetFlag>& sets) {
+Status add_set_points(sim::SweepSpec& spec, const nlohmann::json& doc, const std::string& file, std::size_t file_index,
+                      const std::vector<SetField>& sets) {
   std::size_t points = 1;
   for (const auto& set : sets) points *= set.values.size();
   for (std::size_t i = 0; i < points; ++i) {
@@ -38,26 +38,27 @@ void add_set_points(sim::SweepSpec& spec, const nlohmann::json& doc, const std::
     std::vector<std::string> assigned;
     for (std::size_t k = 0; k < sets.size(); ++k) {
       if (auto st = topo::set_number(edited, sets[k].field, point.values[k], file); !st)
-        fail(Error{"--set", st.error().message()});
+        return Error{"--set", st.error().message()};
       assigned.push_back(fmt::format("{}={}", sets[k].field, point.values[k]));
     }
     auto t = topo::parse_topology(edited, file);
-    if (!t) fail(Error{"--set", fmt::format("{}: {}", fmt::join(assigned, ", "), t.error().message())});
+    if (!t) return Error{"--set", fmt::format("{}: {}", fmt::join(assigned, ", "), t.error().message())};
     for (const auto& w : t->warnings) add_warning(spec, fmt::format("--set {}: {}", fmt::join(assigned, ", "), w));
     spec.topologies.push_back(std::move(t).value());
     spec.points.push_back(std::move(point));
   }
+  return {};
 }
 
-void add_topologies(sim::SweepSpec& spec, const std::vector<SweepTopology>& topologies,
-                    const std::vector<SetFlag>& sets) {
-  if (topologies.empty()) fail(Error{"--topology", "expected one or more topology files"});
+Status add_topologies(sim::SweepSpec& spec, const std::vector<SweepTopology>& topologies,
+                      const std::vector<SetField>& sets) {
+  if (topologies.empty()) return Error{"--topology", "expected one or more topology files"};
   for (const auto& s : sets) spec.set_fields.push_back(s.field);
   for (std::size_t i = 0; i < topologies.size(); ++i) {
     // The file as given must be valid too: its own faults are --topology's, not a --set value's.
     const auto& [name, doc] = topologies[i];
     auto t = topo::parse_topology(doc, name);
-    if (!t) fail(Error{"--topology", t.error().message()});
+    if (!t) return Error{"--topology", t.error().message()};
     for (const auto& w : t->warnings) add_warning(spec, w);
     if (sets.empty()) {
       spec.topologies.push_back(std::move(t).value());
@@ -65,20 +66,32 @@ void add_topologies(sim::SweepSpec& spec, const std::vector<SweepTopology>& topo
     }
     // Every documented field can be set, spelt out in the file or not (its default is the base).
     nlohmann::json complete = doc;
-    if (auto st = topo::complete_document(complete, name); !st) fail(Error{"--topology", st.error().message()});
-    add_set_points(spec, complete, name, i, sets);
+    if (auto st = topo::complete_document(complete, name); !st) return Error{"--topology", st.error().message()};
+    if (auto st = add_set_points(spec, complete, name, i, sets); !st) return st;
   }
+  return {};
 }
 
 template <class T, class Parse>
-std::vector<T> distinct(const std::vector<std::string>& items, Parse parse, const char* flag, const char* expected) {
+Expected<std::vector<T>> distinct(const std::vector<std::string>& items, Parse parse, const char* flag,
+                                  const char* expected) {
   std::vector<T> out;
   for (const auto& item : items) {
     auto v = parse(item);
-    if (!v) fail(Error{flag, v.error().what});
+    if (!v) return Error{flag, v.error().what};
     if (std::find(out.begin(), out.end(), *v) == out.end()) out.push_back(*v);
   }
-  if (out.empty()) fail(Error{flag, expected});
+  if (out.empty()) return Error{flag, expected};
+  return out;
+}
+
+/// Layout sizes and domains, each within what a topology can hold.
+Expected<std::vector<int>> gpu_counts(const std::vector<std::int64_t>& v, const char* flag) {
+  std::vector<int> out;
+  for (const auto x : v) {
+    if (x > 1 << 20) return Error{flag, fmt::format("{} is more GPUs than any topology holds", x)};
+    out.push_back(int(x));
+  }
   return out;
 }
 
@@ -168,12 +181,12 @@ Expected<std::vector<std::int64_t>> parse_list(const std::string& text, const st
   return out;
 }
 
-Expected<SetFlag> parse_set(const std::string& text) {
+Expected<SetField> parse_set(const std::string& text) {
   const auto bad = [&](const std::string& why) { return Error{"--set", fmt::format("{} in '{}'", why, text)}; };
   const auto eq = text.find('=');
   if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
     return Error{"--set", fmt::format("expected FIELD=LIST like inter.bandwidth_gbps=25,50,100, got '{}'", text)};
-  SetFlag s{text.substr(0, eq), {}};
+  SetField s{text.substr(0, eq), {}};
   auto number = [&](const std::string& item) -> Expected<double> {
     // The flags' own grammar: decimal, no hex, no inf or nan.
     if (!check_number(item, NumberKind::Real)) return bad(fmt::format("expected a number, got '{}'", item));
@@ -227,76 +240,74 @@ Expected<SetFlag> parse_set(const std::string& text) {
   return s;
 }
 
-std::vector<SetFlag> parse_sets(const std::vector<std::string>& texts, std::size_t& points) {
-  std::vector<SetFlag> sets;
+Expected<std::vector<SetField>> parse_sets(const std::vector<std::string>& texts, std::size_t& points) {
+  std::vector<SetField> sets;
   points = 1;
   for (const auto& text : texts) {
-    auto set = unwrap(parse_set(text));
+    CHARM_TRY_LET(set, parse_set(text));
     for (const auto& earlier : sets)
-      if (earlier.field == set.field) fail(Error{"--set", fmt::format("{} is set twice", set.field)});
+      if (earlier.field == set.field) return Error{"--set", fmt::format("{} is set twice", set.field)};
     points *= set.values.size();
     if (points > kMaxListValues)
-      fail(Error{"--set", fmt::format("the sets make more than {} hardware points per topology", kMaxListValues)});
+      return Error{"--set", fmt::format("the sets make more than {} hardware points per topology", kMaxListValues)};
     sets.push_back(std::move(set));
   }
   return sets;
 }
 
-sim::SweepSpec sweep_topologies(const std::vector<SweepTopology>& topologies, const std::vector<SetFlag>& sets) {
+Expected<sim::SweepSpec> sweep_topologies(const std::vector<SweepTopology>& topologies,
+                                          const std::vector<SetField>& sets) {
   sim::SweepSpec spec;
-  add_topologies(spec, topologies, sets);
+  if (auto st = add_topologies(spec, topologies, sets); !st) return st.error();
   return spec;
 }
 
-void set_sweep_lists(sim::SweepSpec& spec, const SweepLists& lists) {
+Status set_sweep_lists(sim::SweepSpec& spec, const SweepLists& lists) {
   spec.batch = lists.batch;
   spec.seq = lists.seq;
   spec.heads = lists.heads;
   spec.head_dim = lists.head_dim;
   spec.kv_heads = lists.kv_heads;
-  spec.dtypes = distinct<ir::DType>(
-      lists.dtypes, [](const std::string& s) { return ir::parse_dtype(s); }, "--dtype", "expected bf16, fp16 or fp32");
-  spec.layouts = distinct<ir::Layout>(
-      lists.layouts, [](const std::string& s) { return ir::parse_layout(s); }, "--layout",
-      "expected contiguous or zigzag");
+  CHARM_TRY_ASSIGN(spec.dtypes, distinct<ir::DType>(
+                                    lists.dtypes, [](const std::string& s) { return ir::parse_dtype(s); }, "--dtype",
+                                    "expected bf16, fp16 or fp32"));
+  CHARM_TRY_ASSIGN(spec.layouts, distinct<ir::Layout>(
+                                     lists.layouts, [](const std::string& s) { return ir::parse_layout(s); },
+                                     "--layout", "expected contiguous or zigzag"));
   spec.causal = {lists.causal};
-  auto ints = [](const std::vector<std::int64_t>& v, const char* flag) {
-    std::vector<int> out;
-    for (const auto x : v) {
-      if (x > 1 << 20) fail(Error{flag, fmt::format("{} is more GPUs than any topology holds", x)});
-      out.push_back(int(x));
-    }
-    return out;
-  };
-  spec.tp = ints(lists.tp, "--tp");
-  spec.cp = ints(lists.cp, "--cp");
-  spec.domains = ints(lists.domains, "--domains");
-  spec.algos = lists.algos.empty() ? sched::algorithm_names() : algorithm_list(lists.algos);
+  CHARM_TRY_ASSIGN(spec.tp, gpu_counts(lists.tp, "--tp"));
+  CHARM_TRY_ASSIGN(spec.cp, gpu_counts(lists.cp, "--cp"));
+  CHARM_TRY_ASSIGN(spec.domains, gpu_counts(lists.domains, "--domains"));
+  if (lists.algos.empty())
+    spec.algos = sched::algorithm_names();
+  else
+    CHARM_TRY_ASSIGN(spec.algos, sched::resolve_algorithms(lists.algos));
   if (!(lists.reserved_gb >= 0) || !std::isfinite(lists.reserved_gb) || lists.reserved_gb > 1e4)
-    fail(Error{"--reserved-gb", fmt::format("must be a number of GB in [0, 10000], got {}", lists.reserved_gb)});
+    return Error{"--reserved-gb", fmt::format("must be a number of GB in [0, 10000], got {}", lists.reserved_gb)};
   spec.reserved_gb = lists.reserved_gb;
   const auto pass = ir::parse_pass(lists.pass);
-  if (!pass) fail(Error{"--pass", fmt::format("expected fwd, bwd or both, got '{}'", lists.pass)});
+  if (!pass) return Error{"--pass", fmt::format("expected fwd, bwd or both, got '{}'", lists.pass)};
   if (*pass == ir::PassKind::Both)
     spec.passes = {ir::Phase::Fwd, ir::Phase::Bwd};
   else
     spec.passes = {*pass == ir::PassKind::Fwd ? ir::Phase::Fwd : ir::Phase::Bwd};
+  return {};
 }
 
-void check_sweep_fits(const sim::SweepSpec& spec, const std::vector<std::string>& names,
-                      const sched::MemoryBudget& budget) {
+Status check_sweep_fits(const sim::SweepSpec& spec, const std::vector<std::string>& names,
+                        const sched::MemoryBudget& budget) {
   // A layout size no topology of the sweep can tile is a mistake, not a row to skip.
   for (const auto& [axis, flag] : {std::pair{&spec.tp, "--tp"}, std::pair{&spec.cp, "--cp"}})
     for (const int v : *axis)
       if (std::none_of(spec.topologies.begin(), spec.topologies.end(),
                        [&](const topo::Topology& t) { return t.num_gpus() % v == 0; }))
-        fail(Error{flag, fmt::format("{} divides the GPUs of no topology of the sweep ({} has {})", v,
-                                     spec.topologies.front().name, spec.topologies.front().num_gpus())});
+        return Error{flag, fmt::format("{} divides the GPUs of no topology of the sweep ({} has {})", v,
+                                       spec.topologies.front().name, spec.topologies.front().num_gpus())};
   const std::size_t configs = spec.num_configs();
   if (configs > kMaxConfigs)
-    fail(Error{"--seq", fmt::format("the lists make {} configurations, more than {}; narrow "
-                                    "--batch/--seq/--heads/--head-dim/--tp/--cp/--domains/--set",
-                                    configs, kMaxConfigs)});
+    return Error{"--seq", fmt::format("the lists make {} configurations, more than {}; narrow "
+                                      "--batch/--seq/--heads/--head-dim/--tp/--cp/--domains/--set",
+                                      configs, kMaxConfigs)};
   std::set<std::tuple<std::size_t, std::string, int, int, bool>> fit;
   std::vector<std::string> algos = spec.algos;
   algos.emplace_back(sched::baseline_algorithm());  // the baseline runs whether listed or not
@@ -312,14 +323,14 @@ void check_sweep_fits(const sim::SweepSpec& spec, const std::vector<std::string>
         const sched::PlanRequest& req = checked->get();
         const auto key = std::tuple{c.topology, req.algo, int(w.pass), int(req.workload.layout), w.causal};
         if (fit.count(key) > 0) continue;
-        try {
-          unwrap(budget.fits_plan(req, sched::kSimBytesPerOp, "the simulation", sim::simulation_symmetry(*checked, t)));
-        } catch (const UsageError& e) {
-          fail(config_error(spec, c.topology, names, e.error.what));
-        }
+        if (auto s =
+                budget.fits_plan(req, sched::kSimBytesPerOp, "the simulation", sim::simulation_symmetry(*checked, t));
+            !s)
+          return config_error(spec, c.topology, names, s.error().what);
         fit.insert(key);
       }
   }
+  return {};
 }
 
-}  // namespace charm::cli
+}  // namespace charm::app
