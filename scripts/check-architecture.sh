@@ -4,7 +4,8 @@
 #   - a path (a token with a known file extension, or a folder ending in /): some tracked file's path ends with it
 #     ("a.hpp/.cpp" names a.hpp and a.cpp; "a.*" any file a.something; "*.json"-style patterns are skipped);
 #   - a symbol (ns::name, Name, name(), Name<T>): its last identifier is a whole word of some tracked source.
-# Flags (--x), commands with spaces and placeholders in capitals are not checked. Fails listing what is missing.
+# Flags (--x), commands with spaces and placeholders in capitals are not checked. Fails listing what is missing,
+# and where support/, topologies/ or tools/app/ include a layer above their own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 map=docs/ARCHITECTURE.md
@@ -36,9 +37,20 @@ while IFS= read -r tok; do
     grep -qw -- "$name" $sources 2>/dev/null || missing+=("symbol $tok")
   fi
 done < <(grep -oE '`[^`]+`' "$map" | tr -d '`' | sort -u)
+# The layers the map draws hold: support/ includes nothing of the project above it, topologies/ (the hardware)
+# nothing of scheduler/ (the planners), and tools/app/ (the application layer) nothing of the command line.
+includes() { git grep -nE "^#include [<\"]($2)" -- "$1" || true; }
+crossings=$(includes 'support/*' 'scheduler/|topologies/|sim/|runtime/|calibrate/|tools/|python/'
+            includes 'topologies/*' 'scheduler/|sim/|runtime/|calibrate/|tools/|python/'
+            includes 'tools/app/*' 'CLI/|tools/(cli_|cmd_|run_one|plan_flags|cluster_flags|main)')
+if [[ -n $crossings ]]; then
+  echo "check-architecture: an include runs against the layers:" >&2
+  echo "$crossings" >&2
+  exit 1
+fi
 if ((${#missing[@]})); then
   echo "check-architecture: $map names what the code does not have:" >&2
   printf '  %s\n' "${missing[@]}" | sort -u >&2
   exit 1
 fi
-echo "check-architecture: the $checked files and symbols $map names exist"
+echo "check-architecture: the $checked files and symbols $map names exist; support/, topologies/ and tools/app/ include nothing above them"

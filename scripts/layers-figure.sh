@@ -14,7 +14,8 @@ import re, sys
 what = {
     "charm": "tools/: the charm command",
     "charm_python": "python/: import charm",
-    "charm_cli_run": "tools/: simulate, compare, advise, sweep requests",
+    "charm_cli_run": "tools/: progress lines and exit codes over the app",
+    "charm_app": "tools/app/: simulate, compare, advise, sweep (no CLI11)",
     "charm_cli_common": "tools/: flags shared by the commands",
     "charm_calibrate": "calibrate/: the fit (NLopt)",
     "charm_measurements": "calibrate/: measured runs and kernels (CSV)",
