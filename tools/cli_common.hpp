@@ -1,6 +1,6 @@
 #pragma once
-// Shared pieces of the `charm` command line: workload flags, size parsing,
-// atomic output files, and the one error path (exit code 2 for bad input).
+// Shared pieces of the `charm` command line: workload flags, the number grammar on every numeric flag
+// (support/number_text.hpp), atomic output files, and the one error path (exit code 2 for bad input).
 
 #include <cstdint>
 #include <functional>
