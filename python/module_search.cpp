@@ -1,7 +1,6 @@
 // charm._core's advise, sweep and frameworks, and their bindings.
 #include <algorithm>
 #include <cstdint>
-#include <iostream>
 #include <optional>
 #include <string>
 #include <thread>
@@ -132,7 +131,7 @@ sim::SweepSpec sweep_spec(const py::object& topology, const py::object& batch, c
   const std::vector<app::SetField> sets = set_arg(set);
   const std::vector<app::SweepTopology> docs = sweep_topology_args(topology);
   sim::SweepSpec spec = cli::unwrap(app::sweep_topologies(docs, sets));
-  for (const auto& w : spec.warnings) std::cerr << "charm: warning: " << w << "\n";
+  for (const auto& w : spec.warnings) cli::print_warning(w);
   app::SweepLists lists;
   // None: charm simulate's defaults (batch 1, seq 4k, 8 heads of 128).
   lists.batch = given(batch) ? size_list(batch, "--batch") : std::vector<std::int64_t>{1};

@@ -9,7 +9,6 @@
 
 #include <cmath>
 #include <cstddef>
-#include <iostream>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -106,7 +105,7 @@ struct ClusterArgs {
   /// The topology (app::Cluster::load): a file's, or the dict's document; what its reader read past on stderr.
   [[nodiscard]] topo::Topology get(app::Cluster& f) const {
     if (py::isinstance<py::dict>(topology)) f.topology_doc = from_py(topology, "topology");
-    return cli::unwrap(f.load([](const std::string& w) { std::cerr << "charm: warning: " << w << "\n"; }));
+    return cli::unwrap(f.load(cli::print_warning));
   }
 };
 

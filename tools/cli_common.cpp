@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <iostream>
 #include <optional>
 #include <string>
 #include <utility>
@@ -15,6 +16,8 @@
 namespace charm::cli {
 
 void fail(Error e) { throw UsageError{std::move(e)}; }
+
+void print_warning(const std::string& what) { std::cerr << "charm: warning: " << what << "\n"; }
 int& exit_code() {
   static int code = 0;
   return code;

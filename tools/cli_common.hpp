@@ -36,6 +36,8 @@ struct UsageError {
   Error error;
 };
 [[noreturn]] void fail(Error e);
+/// The command's warning line on stderr, "charm: warning: <what>": something to know; the work goes on.
+void print_warning(const std::string& what);
 /// Thrown for runtime failures (exit code 3): a stall, an MPI/CUDA/NCCL error.
 struct RuntimeFailure {
   std::string message;

@@ -2,7 +2,6 @@
 
 #include <CLI/CLI.hpp>
 
-#include <iostream>
 #include <string>
 
 namespace charm::cli {
@@ -54,8 +53,6 @@ void ClusterFlags::add(CLI::App& app) {
   add_max_memory(app, max_memory);
 }
 
-topo::Topology ClusterFlags::get() const {
-  return unwrap(load([](const std::string& w) { std::cerr << "charm: warning: " << w << "\n"; }));
-}
+topo::Topology ClusterFlags::get() const { return unwrap(load(print_warning)); }
 
 }  // namespace charm::cli

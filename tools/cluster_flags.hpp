@@ -2,7 +2,6 @@
 // The cluster flags of simulate, compare and advise, over the value they fill (app::Cluster, which checks
 // them): a topology file or the uniform contention-free model, the placement, and what else each GPU holds.
 
-#include <iostream>
 #include <string>
 
 #include "tools/app/cluster.hpp"
@@ -14,7 +13,7 @@ namespace charm::cli {
 /// A topology file, loaded (its errors are the user's), with what the loader read past said on stderr.
 inline topo::Topology load_topology_file(const std::string& path, const topo::GpuOverrides& over = {}) {
   auto t = unwrap(topo::load_topology(path, over));
-  for (const auto& w : t.warnings) std::cerr << "charm: warning: " << w << "\n";
+  for (const auto& w : t.warnings) print_warning(w);
   return t;
 }
 

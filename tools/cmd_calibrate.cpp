@@ -243,11 +243,11 @@ void register_calibrate(CLI::App& app) {
     // Kernel timings alone fit the kernel layer: no run to simulate.
     const auto data =
         o->measurements.empty() ? calib::MeasurementSet{} : unwrap(calib::load_measurements(o->measurements));
-    for (const auto& w : data.warnings) std::cerr << "charm: warning: " << w << "\n";
+    for (const auto& w : data.warnings) print_warning(w);
     const std::vector<calib::FixedParameter> fixed = nccl_fixed(o->nccl, base, o->topology);
     if (!o->kernels.empty()) {
       opt.kernels = unwrap(calib::load_kernel_times(o->kernels));
-      for (const auto& w : opt.kernels.warnings) std::cerr << "charm: warning: " << w << "\n";
+      for (const auto& w : opt.kernels.warnings) print_warning(w);
     }
     opt.memory_budget = memory_budget(o->max_memory);
     // On a terminal, beside a text report; asked for, anywhere.

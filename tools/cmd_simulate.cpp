@@ -41,7 +41,7 @@ using Run = sim::Evaluation;
 
 /// One warning line on stderr when the buffers do not fit (the answer itself still goes to stdout).
 void warn_if_not_fits(const sim::MemoryVerdict& m, const std::string& what = "") {
-  if (m.known && !m.fits) std::cerr << fmt::format("charm: warning: {}{}\n", what.empty() ? "" : what + ": ", m.line());
+  if (m.known && !m.fits) print_warning(fmt::format("{}{}", what.empty() ? "" : what + ": ", m.line()));
 }
 
 /// simulate's flags beyond the plan's and the cluster's.
@@ -78,8 +78,8 @@ Simulated run_simulate(SimulateOpts& o, const CLI::App& sub) {
   const auto topo = o.cluster.get();
   if (file_plan && file_plan->groups == 1 && file_plan->gpus.empty() && o.cluster.gpus.empty() &&
       !unwrap(o.cluster.layout_for(topo)) && file_plan->ranks < topo.num_gpus())
-    std::cerr << fmt::format("charm: warning: the plan does not fill {}: {} (nothing else runs on them)\n", topo.name,
-                             sim::placement_text(file_plan->ranks, topo.num_gpus()));
+    print_warning(fmt::format("the plan does not fill {}: {} (nothing else runs on them)", topo.name,
+                              sim::placement_text(file_plan->ranks, topo.num_gpus())));
   const ir::Workload w = file_plan ? ir::Workload{} : o.plan.workload.get();
   if (!file_plan) o.plan.workload.check_layout_for(o.plan.algo, w);
   Run r = run_simulation(std::move(file_plan), o.plan.algo, w, o.cluster, topo, use, o.plan.workload.solve_options());

@@ -205,7 +205,7 @@ SweepJob sweep_job(const SweepOpts& o, bool jobs_given) {
   }
   job.topology_digest = digest_of(docs);
   job.spec = unwrap(app::sweep_topologies(docs, sets));
-  for (const auto& w : job.spec.warnings) std::fprintf(stderr, "charm: warning: %s\n", w.c_str());
+  for (const auto& w : job.spec.warnings) print_warning(w);
   app::SweepLists lists;
   lists.batch = unwrap(app::parse_list(o.batch, "--batch"));
   lists.seq = unwrap(app::parse_list(o.seq, "--seq"));

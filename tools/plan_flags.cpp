@@ -6,8 +6,8 @@
 
 #include <iostream>
 
+#include "sim/simulate_request.hpp"
 #include "tools/cluster_flags.hpp"
-#include "tools/run_one.hpp"
 
 namespace charm::cli {
 

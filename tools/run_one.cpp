@@ -56,10 +56,6 @@ Expected<sim::Evaluation> simulate_shown(sim::SimulationRequest r, const topo::T
   return e;
 }
 
-sim::Evaluation simulate(sim::SimulationRequest r, const topo::Topology& t) {
-  return unwrap_run(simulate_shown(std::move(r), t));
-}
-
 std::vector<app::CompareRow> run_compare(const app::CompareRequest& r, const topo::Topology& t) {
   return unwrap_run(app::run_compare(r, t, simulate_shown));
 }

@@ -33,8 +33,6 @@ T unwrap_run(Expected<T> e) {
 /// sim::simulate_request (its memory budget in `r.budget`) with this command's progress line (past its first
 /// second).
 [[nodiscard]] Expected<sim::Evaluation> simulate_shown(sim::SimulationRequest r, const topo::Topology& t);
-/// simulate_shown, its errors as unwrap_run says.
-[[nodiscard]] sim::Evaluation simulate(sim::SimulationRequest r, const topo::Topology& t);
 
 /// app::run_compare with a progress line for each simulation; errors as unwrap_run says.
 [[nodiscard]] std::vector<app::CompareRow> run_compare(const app::CompareRequest& r, const topo::Topology& t);
