@@ -90,7 +90,8 @@ ClosedForm closed_form_on(const std::string& algo, const topo::Topology& t, int 
 }
 
 ir::RankSymmetry plan_symmetry_on(const sched::CheckedRequest& req, const topo::Topology& t) {
-  return sched::plan_symmetry(req, compute_model_for(t, req->workload).prices_zigzag_halves_alike());
+  const bool by_cost = compute_model_for(t, req->workload).prices_zigzag_halves_alike();
+  return sched::plan_symmetry(req, by_cost);
 }
 
 ir::RankSymmetry simulation_symmetry(const sched::CheckedRequest& req, const topo::Topology& t) {
@@ -226,19 +227,35 @@ Expected<int> deployment_copies(const sched::Layout& l, const topo::Topology& t)
   return q->block / l.cp;
 }
 
+Expected<LoweredRun> lower_deployment(const ir::Plan& group, const sched::Layout& l, int copies,
+                                      const topo::Topology& t, const ir::Workload* block_model) {
+  LoweredRun run;
+  if (block_model != nullptr) {
+    ir::Workload model = *block_model;
+    model.pass = group.workload.pass;
+    auto block = lower_tp_block(model, l, t);
+    if (!block) return block.error();
+    run.tp_block = std::move(block).value();
+  }
+  run.plan = sched::place_groups(group, l, copies);
+  return run;
+}
+
+Expected<Evaluation> evaluate_lowered(LoweredRun run, const topo::Topology& t, SimOptions options) {
+  auto e = evaluate_plan(std::move(run.plan), t, std::move(options));
+  if (!e || !run.tp_block) return e;
+  e->tp_block = tp_block_cost(*run.tp_block, t);
+  e->summary.time_s += e->tp_block->total_s();
+  return e;
+}
+
 Expected<Evaluation> evaluate_deployment(const sched::CheckedRequest& group_req, const sched::Layout& l, int copies,
                                          const topo::Topology& t, const ir::Workload* block_model) {
-  auto group = sched::make_plan(group_req);
+  const auto group = sched::make_plan(group_req);
   if (!group) return group.error();
-  auto e = evaluate_plan(sched::place_groups(*group, l, copies), t);
-  if (!e || block_model == nullptr) return e;
-  ir::Workload model = *block_model;
-  model.pass = group_req->workload.pass;
-  auto block = tp_block_cost(model, l, t);
-  if (!block) return block.error();
-  e->summary.time_s += block->total_s();
-  e->tp_block = std::move(*block);
-  return e;
+  auto run = lower_deployment(*group, l, copies, t, block_model);
+  if (!run) return run.error();
+  return evaluate_lowered(std::move(run).value(), t);
 }
 
 Expected<Evaluation> evaluate_deployment(const sched::PlanRequest& group_req, const sched::Layout& l, int copies,

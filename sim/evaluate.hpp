@@ -145,12 +145,26 @@ class SimulationMemo {
 /// (TP peers interleaving one replica's groups; blocks spanning them all). Error: why not, for --symmetry on.
 [[nodiscard]] Expected<int> deployment_copies(const sched::Layout& l, const topo::Topology& t);
 
-/// A deployment (sched/layout.hpp): `group_req` (one CP group's request, checked: l.cp ranks, TP's share of
-/// the heads) planned once and placed as `copies` groups of `l` on `t`
-/// (l.groups(): every group; fewer: the quotient deployment_copies allows), then simulated.
-/// `block_model` (the whole model's workload, before TP splits its heads): the times are the whole attention
-/// block's, tensor parallelism's collectives and the projections' GEMMs added to core attention
-/// (sim/tensor_parallel.hpp, Evaluation::tp_block); null: core attention alone.
+/// A run lowered for the simulator, every decision taken before it starts: the plan, its ranks on GPUs (and,
+/// where a symmetry serves, the quotient that stands for the other ranks), and for a deployment's whole attention
+/// blocks tensor parallelism's part with its rings routed on the topology. The simulator asks the planner nothing.
+struct LoweredRun {
+  ir::Plan plan;
+  std::optional<TpBlock> tp_block;  // unset: core attention alone
+};
+
+/// A deployment (sched/layout.hpp) lowered: `group` (one CP group's full plan: l.cp ranks, TP's share of the
+/// heads) placed as `copies` groups of `l` (l.groups(): every group; fewer: the quotient deployment_copies
+/// allows). `block_model` (the whole model's workload, before TP splits its heads): the times are the whole
+/// attention block's, tensor parallelism's collectives and the projections' GEMMs added to core attention
+/// (sim/tensor_parallel.hpp); null: core attention alone. Error (of --tp): a layout larger than `t`.
+[[nodiscard]] Expected<LoweredRun> lower_deployment(const ir::Plan& group, const sched::Layout& l, int copies,
+                                                    const topo::Topology& t, const ir::Workload* block_model);
+
+/// A lowered run simulated on `t` (evaluate_plan), its TP block's cost added (Evaluation::tp_block).
+[[nodiscard]] Expected<Evaluation> evaluate_lowered(LoweredRun run, const topo::Topology& t, SimOptions options = {});
+
+/// `group_req` (checked) planned, lower_deployment, then evaluate_lowered.
 [[nodiscard]] Expected<Evaluation> evaluate_deployment(const sched::CheckedRequest& group_req, const sched::Layout& l,
                                                        int copies, const topo::Topology& t,
                                                        const ir::Workload* block_model = nullptr);

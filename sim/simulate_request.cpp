@@ -57,79 +57,98 @@ Expected<std::optional<ChunkSolution>> solve_chunks(sched::PlanRequest& req, con
 }
 
 namespace {
-/// One group, its request checked: the symmetry, the memory budget, the plan, the simulation.
-Expected<Evaluation> simulate_group(const sched::CheckedRequest& req, const SimulationRequest& r,
-                                    const topo::Topology& t) {
-  if (!r.gpus.empty() && r.symmetry == SymmetryUse::On)
-    return Error{Field::Symmetry, "a --gpus map places every rank by hand: it is simulated rank by rank"};
-  ir::RankSymmetry q;
-  if (r.gpus.empty()) {
-    auto got = quotient_for(req, t, r.symmetry);
-    if (!got) return got.error();
-    q = *got;
+/// The run's one CP group, checked: the request itself, or a deployment's group (l.cp ranks, TP's share of the
+/// heads: sched::group_workload, whose refusal is --tp's).
+Expected<sched::CheckedRequest> checked_group(const SimulationRequest& r) {
+  sched::PlanRequest group = r.plan;
+  if (r.layout) {
+    if (r.plan.workload.layout == ir::Layout::Balanced)
+      return Error{Field::Layout, "the balanced layout is solved for one CP group; drop --cp / --tp or use zigzag"};
+    auto w = sched::group_workload(r.plan.workload, *r.layout);
+    if (!w) return w.error();
+    group = {r.plan.algo, std::move(w).value(), r.layout->cp, r.plan.domains};
   }
-  // The plan and the simulator's state per op (kSimBytesPerOp) within the budget.
-  if (auto s = r.budget.fits_plan(req, sched::kSimBytesPerOp, "the simulation", q); !s) return s.error();
-  const auto tell = [&](RunProgress::Stage stage, std::size_t done, double total) {
-    if (r.progress) r.progress(RunProgress{stage, done, total});
-  };
-  auto plan = sched::make_plan(req, q, nullptr, [&](std::size_t built, double estimated) {
-    tell(RunProgress::Stage::Planning, built, estimated);
-  });
-  if (!plan) return plan.error();
-  plan->gpus = r.gpus;
-  // The simulator indexes the plan before its first op runs (seconds at a few million ops).
-  tell(RunProgress::Stage::Indexing, 0, double(plan->size()));
-  SimOptions options;
-  options.progress = [&](std::size_t done, std::size_t total) {
-    tell(RunProgress::Stage::Simulating, done, double(total));
-  };
-  auto e = evaluate_plan(std::move(plan).value(), t, options);
-  if (!e) return run_failed(e.error());
-  return e;
+  return sched::CheckedRequest::check(group);
 }
 
-/// Every CP group of `l` at once (by whole groups' rotation where the layout and the topology share one).
-Expected<Evaluation> simulate_deployment(const SimulationRequest& r, const sched::Layout& l, const topo::Topology& t) {
-  // How many whole groups stand for the others, where the layout's rotation is one the topology has.
-  const Expected<int> rotation = deployment_copies(l, t);
-  const auto group_w = sched::group_workload(r.plan.workload, l);
-  if (!group_w) return group_w.error();
-  const auto group = sched::CheckedRequest::check({r.plan.algo, *group_w, l.cp, r.plan.domains});
-  if (!group) return group.error();
-  const sched::PlanRequest& req = group->get();
-  // As for one group, --symmetry auto keeps every rank below a million ops.
-  const sched::PlanEstimate& e = group->estimate();
-  int copies = l.groups();
+/// Which of the run's ranks the simulation keeps: one group's quotient (`quotient`; inactive: every rank), or how
+/// many of a deployment's whole CP groups stand for the others (`copies`).
+struct SimulatedRanks {
+  ir::RankSymmetry quotient;
+  int copies = 1;
+};
+
+Expected<SimulatedRanks> simulated_ranks(const sched::CheckedRequest& group, const SimulationRequest& r,
+                                         const topo::Topology& t) {
+  SimulatedRanks kept;
   const SymmetryUse use = r.symmetry;
-  if (use == SymmetryUse::On || (use == SymmetryUse::Auto && e.ops * l.groups() >= kQuotientFromOps)) {
-    if (rotation) copies = *rotation;
+  if (!r.layout) {
+    if (!r.gpus.empty() && use == SymmetryUse::On)
+      return Error{Field::Symmetry, "a --gpus map places every rank by hand: it is simulated rank by rank"};
+    if (r.gpus.empty()) {
+      auto q = quotient_for(group, t, use);
+      if (!q) return q.error();
+      kept.quotient = *q;
+    }
+    return kept;
+  }
+  // As for one group, --symmetry auto keeps every rank below a million ops.
+  const sched::Layout& l = *r.layout;
+  kept.copies = l.groups();
+  if (use == SymmetryUse::On || (use == SymmetryUse::Auto && group.estimate().ops * l.groups() >= kQuotientFromOps)) {
+    const Expected<int> rotation = deployment_copies(l, t);
+    if (rotation) kept.copies = *rotation;
     if (use == SymmetryUse::On && !rotation)
       return Error{Field::Symmetry,
                    fmt::format("cannot simulate a class of CP groups for all: {}", rotation.error().message())};
   }
-  if (auto s = r.budget.fits(sched::simulation_bytes(e, copies),
-                             fmt::format("the simulation of {} CP group{} ({} on {} ranks each: about {:.2g} ops)",
-                                         copies, copies == 1 ? "" : "s", req.algo, l.cp, e.ops * copies),
-                             Field::Cp);
-      !s)
-    return s.error();
-  auto ev = evaluate_deployment(*group, l, copies, t, r.attention_block ? &r.plan.workload : nullptr);
-  if (!ev) return run_failed(ev.error());
-  return ev;
+  return kept;
 }
 
+/// The plan and the simulator's state per op (kSimBytesPerOp) of the ranks kept, within the budget.
+Status fits_budget(const sched::CheckedRequest& group, const SimulationRequest& r, const SimulatedRanks& kept) {
+  if (!r.layout) return r.budget.fits_plan(group, sched::kSimBytesPerOp, "the simulation", kept.quotient);
+  const sched::PlanEstimate& e = group.estimate();
+  return r.budget.fits(sched::simulation_bytes(e, kept.copies),
+                       fmt::format("the simulation of {} CP group{} ({} on {} ranks each: about {:.2g} ops)",
+                                   kept.copies, kept.copies == 1 ? "" : "s", group->algo, r.layout->cp,
+                                   e.ops * kept.copies),
+                       Field::Cp);
+}
+
+/// The run lowered: the group's plan on its GPUs (`r.gpus`, else GPU r), or placed as the deployment's groups kept.
+Expected<LoweredRun> lowered(const sched::CheckedRequest& group, const SimulationRequest& r, const SimulatedRanks& kept,
+                             const topo::Topology& t) {
+  auto plan = sched::make_plan(group, kept.quotient, nullptr, [&](std::size_t built, double estimated) {
+    if (r.progress) r.progress(RunProgress{RunProgress::Stage::Planning, built, estimated});
+  });
+  if (!plan) return plan.error();
+  if (r.layout)
+    return lower_deployment(*plan, *r.layout, kept.copies, t, r.attention_block ? &r.plan.workload : nullptr);
+  plan->gpus = r.gpus;
+  return LoweredRun{std::move(plan).value(), {}};
+}
 }  // namespace
 
 Expected<Evaluation> simulate_request(const SimulationRequest& r, const topo::Topology& t) {
-  if (r.layout) {
-    if (r.plan.workload.layout == ir::Layout::Balanced)
-      return Error{Field::Layout, "the balanced layout is solved for one CP group; drop --cp / --tp or use zigzag"};
-    return simulate_deployment(r, *r.layout, t);
+  const auto group = checked_group(r);
+  if (!group) return group.error();
+  const auto kept = simulated_ranks(*group, r, t);
+  if (!kept) return kept.error();
+  if (auto s = fits_budget(*group, r, *kept); !s) return s.error();
+  auto run = lowered(*group, r, *kept, t);
+  if (!run) return run.error();
+  SimOptions options;
+  if (r.progress) {
+    // The simulator indexes the plan before its first op runs (seconds at a few million ops).
+    r.progress(RunProgress{RunProgress::Stage::Indexing, 0, double(run->plan.size())});
+    options.progress = [&](std::size_t done, std::size_t total) {
+      r.progress(RunProgress{RunProgress::Stage::Simulating, done, double(total)});
+    };
   }
-  const auto checked = sched::CheckedRequest::check(r.plan);
-  if (!checked) return checked.error();
-  return simulate_group(*checked, r, t);
+  auto e = evaluate_lowered(std::move(run).value(), t, options);
+  if (!e) return run_failed(e.error());
+  return e;
 }
 
 }  // namespace charm::sim

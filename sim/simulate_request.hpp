@@ -58,14 +58,15 @@ struct SimulationRequest {
                                                                   const ChunkSolveOptions& solve,
                                                                   const sched::MemoryBudget& budget);
 
-/// The one entry, its stages in order, each once. One group: the request checked (sched::CheckedRequest; a
-/// balanced layout without its chunk map is refused there), the rank symmetry chosen,
-/// the plan's memory judged by the budget, the plan built and simulated. A deployment: the group's workload
-/// (sched::group_workload: TP's share of the heads; what TP does not divide is --tp's error), checked, the
-/// whole groups that stand for the others where the layout's rotation is one the topology has, the memory
-/// judged, one group planned and placed as those groups, simulated, and TP's block added where asked.
-/// A refusal of the request (the checker's, the symmetry's, the memory budget's) is an ErrorKind::Input
-/// error; a simulation that fails is ErrorKind::RunFailed.
+/// The one entry, its stages in order, each once, the same for one group and a deployment: the run's CP group
+/// checked (sched::CheckedRequest; a deployment's group first takes TP's share of the heads,
+/// sched::group_workload, whose refusal is --tp's; a balanced layout without its chunk map is refused there);
+/// the ranks the simulation keeps chosen (one group's rank symmetry, or the whole CP groups that stand for the
+/// others where the layout's rotation is one the topology has); their memory judged by the budget; the run
+/// lowered (LoweredRun: the plan built, a deployment's group placed as the groups kept, TP's rings routed where
+/// whole attention blocks are asked for); and the lowered run simulated (evaluate_lowered).
+/// A refusal of the request (the checker's, the symmetry's, the memory budget's, the planner's) is returned as
+/// it came; a simulation that fails is ErrorKind::RunFailed.
 [[nodiscard]] Expected<Evaluation> simulate_request(const SimulationRequest& r, const topo::Topology& t);
 
 }  // namespace charm::sim

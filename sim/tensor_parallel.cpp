@@ -27,27 +27,20 @@ FairShareNetwork::Channel collective_channel(const topo::Link& l) {
   return c;
 }
 
-RingStep ring_step(const std::vector<sched::GpuHop>& hops, const topo::Topology& t) {
+RingStep ring_step(const std::vector<TpBlock::Flow>& ring, const topo::Topology& t) {
   std::vector<FairShareNetwork::Channel> chans(std::size_t(t.num_channels()));
   for (int i = 0; i < t.num_channels(); ++i) chans[std::size_t(i)] = collective_channel(t.channel_link(i));
   FairShareNetwork net(std::move(chans));
-  struct Flow {
-    int id;
-    topo::Route route;
-  };
-  std::vector<Flow> flows;
-  for (const auto& hop : hops) {
-    const topo::Route route = t.route(hop.from, hop.to);
-    flows.push_back({net.add_flow(route, 1.0, 0.0), route});
-  }
+  std::vector<int> ids;
+  for (const TpBlock::Flow& f : ring) ids.push_back(net.add_flow(f.route, 1.0, 0.0));
   net.resolve(0.0, [](int) {});
   RingStep step{FairShareNetwork::kInf, 0, {}};
-  const Flow* slowest = nullptr;
-  for (const auto& f : flows) {
-    step.latency_s = std::max(step.latency_s, t.latency_us(f.route) * 1e-6);
-    if (net.rate(f.id) < step.rate_bytes_per_s) {
-      step.rate_bytes_per_s = net.rate(f.id);
-      slowest = &f;
+  const TpBlock::Flow* slowest = nullptr;
+  for (std::size_t i = 0; i < ring.size(); ++i) {
+    step.latency_s = std::max(step.latency_s, ring[i].latency_s);
+    if (net.rate(ids[i]) < step.rate_bytes_per_s) {
+      step.rate_bytes_per_s = net.rate(ids[i]);
+      slowest = &ring[i];
     }
   }
   if (slowest) {
@@ -120,10 +113,22 @@ std::string TpBlockCost::line() const {
   return s;
 }
 
-Expected<TpBlockCost> tp_block_cost(const ir::Workload& w, const sched::Layout& l, const topo::Topology& t) {
+Expected<TpBlock> lower_tp_block(const ir::Workload& w, const sched::Layout& l, const topo::Topology& t) {
   if (l.gpus() > t.num_gpus())
     return Error{Field::Tp, fmt::format("the layout takes {} GPUs; the topology has {}", l.gpus(), t.num_gpus())};
-  const std::vector<sched::GpuHop> hops = l.tp > 1 ? sched::tp_ring_hops(l) : std::vector<sched::GpuHop>{};
+  TpBlock b{w, l, {}};
+  if (l.tp > 1)
+    for (const sched::GpuHop& hop : sched::tp_ring_hops(l)) {
+      topo::Route route = t.route(hop.from, hop.to);
+      const double latency_s = t.latency_us(route) * 1e-6;
+      b.ring.push_back({std::move(route), latency_s});
+    }
+  return b;
+}
+
+TpBlockCost tp_block_cost(const TpBlock& b, const topo::Topology& t) {
+  const ir::Workload& w = b.model;
+  const sched::Layout& l = b.layout;
   TpBlockCost c;
   c.tp = l.tp;
   const double elem = double(ir::dtype_size(w.dtype));
@@ -135,7 +140,7 @@ Expected<TpBlockCost> tp_block_cost(const ir::Workload& w, const sched::Layout& 
   const double out_s = 2 * tokens * (hidden / l.tp) * hidden / rate;
   double collective_s = 0;
   if (l.tp > 1) {
-    const RingStep step = ring_step(hops, t);
+    const RingStep step = ring_step(b.ring, t);
     c.shard_bytes = tokens / l.tp * hidden * elem;
     c.ring_gbps = step.rate_bytes_per_s / 1e9;
     c.ring_link = step.link;
@@ -144,6 +149,12 @@ Expected<TpBlockCost> tp_block_cost(const ir::Workload& w, const sched::Layout& 
   if (w.pass != ir::PassKind::Bwd) add_pass(c, false, collective_s, qkv_s, out_s);
   if (w.pass != ir::PassKind::Fwd) add_pass(c, true, collective_s, qkv_s, out_s);
   return c;
+}
+
+Expected<TpBlockCost> tp_block_cost(const ir::Workload& w, const sched::Layout& l, const topo::Topology& t) {
+  const auto b = lower_tp_block(w, l, t);
+  if (!b) return b.error();
+  return tp_block_cost(*b, t);
 }
 
 }  // namespace charm::sim

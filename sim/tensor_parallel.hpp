@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "scheduler/ir/workload.hpp"
 #include "scheduler/planners/layout.hpp"
@@ -47,9 +48,27 @@ struct TpBlockCost {
   [[nodiscard]] std::string line() const;
 };
 
-/// The block's tensor-parallel cost for one pass (`phase`; a workload of pass Both: both added) of workload
-/// `w` (the whole model's heads, before TP splits them; hidden size = heads x head dim) in layout `l` on `t`.
-/// Errors: a layout that does not fit the topology's GPUs.
+/// Tensor parallelism's part of an attention block, lowered onto a topology before it is priced: the whole
+/// model's workload (its heads before TP splits them; hidden size = heads x head dim), the layout, and one step
+/// of every TP ring at once as routed flows (TP rank k of each CP rank's group to k + 1; none with TP 1).
+struct TpBlock {
+  /// One ring flow: the channels it crosses and their latency.
+  struct Flow {
+    topo::Route route;
+    double latency_s = 0;
+  };
+  ir::Workload model;
+  sched::Layout layout;
+  std::vector<Flow> ring;
+};
+
+/// The block of workload `w` in layout `l`, its rings routed on `t`. Error (of --tp): a layout that does not fit
+/// the topology's GPUs.
+[[nodiscard]] Expected<TpBlock> lower_tp_block(const ir::Workload& w, const sched::Layout& l, const topo::Topology& t);
+
+/// The block's tensor-parallel cost for its workload's pass (pass Both: both added) on `t`.
+[[nodiscard]] TpBlockCost tp_block_cost(const TpBlock& b, const topo::Topology& t);
+/// Both at once: lower_tp_block, then its cost.
 [[nodiscard]] Expected<TpBlockCost> tp_block_cost(const ir::Workload& w, const sched::Layout& l,
                                                   const topo::Topology& t);
 

@@ -13,6 +13,7 @@
 #include "scheduler/planners/planners.hpp"
 #include "sim/advise.hpp"
 #include "sim/evaluate.hpp"
+#include "sim/simulate_request.hpp"
 #include "sim/simulator.hpp"
 #include "topologies/topology_json.hpp"
 
@@ -128,6 +129,46 @@ TEST(Layout, TheSimulatorRefusesAGpuNamedTwice) {
   p.gpus = {0, 2, 4, 32};
   EXPECT_EQ(sim::simulate(p, t, sim::compute_model_for(t, p.workload)).error().message(),
             "--topology: the plan places rank 3 on GPU 32, but topology 'h100-4x8' has 32 GPUs");
+}
+
+TEST(Layout, TheOneEntryLowersADeploymentBeforeItSimulates) {
+  // CP 8 x TP 2 x DP 2 on 4 x 8 H100 as `charm simulate --cp 8 --tp 2` asks for it: the whole model's 12 heads.
+  const topo::Topology t = h100_4x8(2);
+  sim::SimulationRequest r;
+  r.plan = {"charm", group_plan("charm", 8, 2).workload, 0, 2};
+  r.plan.workload.heads = r.plan.workload.kv_heads = 12;
+  r.layout = *make_layout(32, 8, 2, LayoutOrder::TpInner);
+  r.attention_block = true;
+  r.symmetry = sim::SymmetryUse::On;
+  const auto e = sim::simulate_request(r, t);
+  ASSERT_TRUE(e.ok()) << e.error().message();
+  // One replica of two groups stands for the other: the lowered plan is that class, placed by the layout.
+  EXPECT_EQ(e->plan.groups, 4);
+  EXPECT_EQ(e->plan.symmetry.block, 16);
+  EXPECT_EQ(e->plan.gpus, layout_gpus(*r.layout));
+  ASSERT_TRUE(e->tp_block.has_value());
+  EXPECT_EQ(e->tp_block->tp, 2);
+  const auto group = CheckedRequest::check({"charm", group_plan("charm", 8, 2).workload, 8, 2});
+  ASSERT_TRUE(group.ok());
+  const auto plan = make_plan(*group);
+  ASSERT_TRUE(plan.ok());
+  const auto run = sim::lower_deployment(*plan, *r.layout, 2, t, &r.plan.workload);
+  ASSERT_TRUE(run.ok());
+  const auto lowered = sim::evaluate_lowered(*run, t);
+  ASSERT_TRUE(lowered.ok());
+  EXPECT_EQ(e->summary.time_s, lowered->summary.time_s);
+  EXPECT_EQ(e->summary.time_s, lowered->result.makespan_s + e->tp_block->total_s());
+
+  // Refusals are the request's, each of its own field: a rotation the layout lacks, TP heads, a balanced layout.
+  r.layout = *make_layout(16, 8, 2, LayoutOrder::TpInner);  // TP peers interleave the only replica's groups
+  auto refused = sim::simulate_request(r, t);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().field, Field::Symmetry);
+  EXPECT_EQ(refused.error().kind, ErrorKind::Input);
+  r.plan.workload.heads = r.plan.workload.kv_heads = 13;
+  EXPECT_EQ(sim::simulate_request(r, t).error().field, Field::Tp);
+  r.plan.workload.layout = ir::Layout::Balanced;
+  EXPECT_EQ(sim::simulate_request(r, t).error().field, Field::Layout);
 }
 
 }  // namespace

@@ -101,6 +101,34 @@ TEST(TpBlock, GroupsShareABridgeAndCollectivesPassThePerPeerCap) {
   EXPECT_NEAR(tp_block_cost(workload(ir::PassKind::Fwd), l, *capped)->ring_gbps, 80, 1e-9);
 }
 
+TEST(TpBlock, IsLoweredWithEveryRingHopRoutedBeforeItIsPriced) {
+  json numa = node(100, "shared");
+  numa["numa_per_node"] = 2;
+  numa["numa"] = {{"bandwidth_gbps", 40}, {"latency_us", 4}, {"sharing", "shared"}};
+  auto t = topo::parse_topology(numa, "node");
+  ASSERT_TRUE(t.ok()) << t.error().message();
+  const auto across = sched::make_layout(8, 4, 2, sched::LayoutOrder::CpInner).value();
+  const auto b = lower_tp_block(workload(ir::PassKind::Fwd), across, *t).value();
+  // One flow a GPU: TP rank k of CP rank c's group to rank k + 1, GPU c to c + 4 and back, over the bridge.
+  ASSERT_EQ(b.ring.size(), 8u);
+  const auto hops = sched::tp_ring_hops(across);
+  for (std::size_t i = 0; i < hops.size(); ++i) {
+    const topo::Route route = t->route(hops[i].from, hops[i].to);
+    EXPECT_TRUE(b.ring[i].route == route) << i;
+    EXPECT_DOUBLE_EQ(b.ring[i].latency_s, t->latency_us(route) * 1e-6);
+    EXPECT_GT(b.ring[i].latency_s, 4e-6);  // the bridge and the GPUs' links to it
+  }
+  // Priced from the lowered flows alone, it is the cost the one-call form gives.
+  const TpBlockCost c = tp_block_cost(b, *t);
+  EXPECT_EQ(c.total_s(), tp_block_cost(workload(ir::PassKind::Fwd), across, *t)->total_s());
+  EXPECT_NEAR(c.ring_gbps, 40.0 / 4, 1e-9);
+  // TP 1 has no ring; a layout larger than the topology is --tp's error.
+  EXPECT_TRUE(lower_tp_block(workload(ir::PassKind::Fwd), sched::make_layout(8, 8, 1, {}).value(), *t)->ring.empty());
+  const auto big = lower_tp_block(workload(ir::PassKind::Fwd), sched::make_layout(16, 8, 2, {}).value(), *t);
+  ASSERT_FALSE(big.ok());
+  EXPECT_EQ(big.error().field, Field::Tp);
+}
+
 TEST(TpBlock, GemmEfficiencyComesFromTheFileTheArchOrIsAssumedAloud) {
   auto t = topo::parse_topology(node(100, "dedicated"), "node");
   ASSERT_TRUE(t.ok());
