@@ -34,6 +34,14 @@ json node(double bw, const char* sharing, double injection = 0, double per_flow 
           {"intra", intra}};
 }
 
+/// Two NUMA nodes of 4 GPUs under PCIe switches, joined by one shared 40 GB/s bridge.
+json two_numa_nodes() {
+  json numa = node(100, "shared");
+  numa["numa_per_node"] = 2;
+  numa["numa"] = {{"bandwidth_gbps", 40}, {"latency_us", 4}, {"sharing", "shared"}};
+  return numa;
+}
+
 ir::Workload workload(ir::PassKind pass) {
   ir::Workload w;
   w.batch = 2;
@@ -81,12 +89,8 @@ TEST(TpBlock, RingFormulaAndProjectionFlopsOnADedicatedNode) {
 }
 
 TEST(TpBlock, GroupsShareABridgeAndCollectivesPassThePerPeerCap) {
-  // Two NUMA nodes of 4 GPUs under PCIe switches, joined by one shared 40 GB/s bridge. TP 2 with CP innermost
-  // pairs GPU c with GPU c + 4: all four TP groups' flows of one direction divide the bridge.
-  json numa = node(100, "shared");
-  numa["numa_per_node"] = 2;
-  numa["numa"] = {{"bandwidth_gbps", 40}, {"latency_us", 4}, {"sharing", "shared"}};
-  auto shared = topo::parse_topology(numa, "node");
+  // TP 2 with CP innermost pairs GPU c with GPU c + 4: all four TP groups' flows of one direction divide the bridge.
+  auto shared = topo::parse_topology(two_numa_nodes(), "node");
   ASSERT_TRUE(shared.ok()) << shared.error().message();
   const auto across = sched::make_layout(8, 4, 2, sched::LayoutOrder::CpInner).value();
   const auto c = tp_block_cost(workload(ir::PassKind::Fwd), across, *shared).value();
@@ -102,10 +106,7 @@ TEST(TpBlock, GroupsShareABridgeAndCollectivesPassThePerPeerCap) {
 }
 
 TEST(TpBlock, IsLoweredWithEveryRingHopRoutedBeforeItIsPriced) {
-  json numa = node(100, "shared");
-  numa["numa_per_node"] = 2;
-  numa["numa"] = {{"bandwidth_gbps", 40}, {"latency_us", 4}, {"sharing", "shared"}};
-  auto t = topo::parse_topology(numa, "node");
+  auto t = topo::parse_topology(two_numa_nodes(), "node");
   ASSERT_TRUE(t.ok()) << t.error().message();
   const auto across = sched::make_layout(8, 4, 2, sched::LayoutOrder::CpInner).value();
   const auto b = lower_tp_block(workload(ir::PassKind::Fwd), across, *t).value();
