@@ -51,7 +51,7 @@ py::object plan_fn(const py::object& algo, const py::object& ranks, const py::ob
     f.algo = algo_arg(algo);
     if (given(ranks)) f.ranks = int_arg(ranks, "--ranks");
     if (given(domains)) f.domains = int_arg(domains, "--domains");
-    f.workload = w.flags();
+    static_cast<app::WorkloadSpec&>(f.workload) = w.spec();
     const auto out_path = path_arg(out, "--out");
     if (out_path) cli::check_output_paths({{"--out", *out_path}});
     json j;
@@ -145,10 +145,10 @@ py::object simulate_fn(const py::object& algo, const py::object& plan, WorkloadA
       if (cf.uniform && !given(ca.ranks)) cf.ranks = file_plan->ranks;
     }
     const auto topo = ca.get(cf);
-    const cli::WorkloadFlags wf = wa.flags();
-    const ir::Workload w = file_plan ? ir::Workload{} : wf.get();
+    const app::WorkloadSpec wf = wa.spec();
+    const ir::Workload w = file_plan ? ir::Workload{} : cli::unwrap(wf.get());
     const std::string name = file_plan ? std::string() : algo_arg(algo);
-    if (!file_plan) wf.check_layout_for(name, w);
+    if (!file_plan) cli::unwrap(wf.check_layout_for(name, w));
     json j;
     {
       py::gil_scoped_release nogil;
@@ -170,8 +170,8 @@ py::object compare_fn(const py::object& algos, WorkloadArgs wa, ClusterArgs ca, 
     app::Cluster cf = ca.flags();
     placement_flags(cf, cp, tp, order, gpus);
     const auto topo = ca.get(cf);
-    const app::CompareRequest req = cli::unwrap(
-        app::compare_request(wa.flags().get(), cf, topo, algos_text(algos), given(wa.pass), given(wa.layout)));
+    const app::CompareRequest req = cli::unwrap(app::compare_request(
+        cli::unwrap(wa.spec().get()), cf, topo, algos_text(algos), given(wa.pass), given(wa.layout)));
     std::vector<app::CompareRow> rows;
     {
       py::gil_scoped_release nogil;

@@ -46,13 +46,14 @@ py::object advise_fn(const py::object& algos, WorkloadArgs wa, ClusterArgs ca, c
         f.tp_search += (f.tp_search.empty() ? "" : ",") + item;
       if (f.tp_search.empty()) fail(Error{"--tp-search", "names no TP size"});
     }
-    const cli::WorkloadFlags wf = wa.flags();
-    if (const int n = wf.model_layers(); n > 0) f.layers = n;  // a model's config gives its layers unless layers= does
+    const app::WorkloadSpec wf = wa.spec();
+    if (const int n = cli::unwrap(wf.model_layers()); n > 0)
+      f.layers = n;  // a model's config gives its layers unless layers= does
     if (given(layers)) f.layers = int_arg(layers, "--layers");
     if (given(tie)) f.tie_percent = real_arg(tie, "--tie");
     if (given(runnable)) f.runnable = bool_arg(runnable, "--runnable");
     f.chunks = solve;
-    const app::AdviseRequest req = cli::unwrap(app::advise_request(wf.get(), cf, topo, f));
+    const app::AdviseRequest req = cli::unwrap(app::advise_request(cli::unwrap(wf.get()), cf, topo, f));
     std::optional<sim::Advice> adv;
     {
       py::gil_scoped_release nogil;

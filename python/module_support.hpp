@@ -53,8 +53,8 @@ struct WorkloadArgs {
     return given(batch) || given(seq) || given(heads) || given(kv_heads) || given(head_dim) || given(dtype) ||
            given(layout) || given(pass) || given(causal) || given(mask) || given(model);
   }
-  [[nodiscard]] cli::WorkloadFlags flags() const {
-    cli::WorkloadFlags f;
+  [[nodiscard]] app::WorkloadSpec spec() const {
+    app::WorkloadSpec f;
     if (given(batch)) f.batch = size_text(batch, "--batch");
     if (given(seq)) f.seq = size_text(seq, "--seq");
     if ((f.heads_given = given(heads))) f.heads = size_text(heads, "--heads");

@@ -16,6 +16,7 @@
 #include "support/enum_names.hpp"
 #include "support/expected.hpp"
 #include "support/number_text.hpp"
+#include "tools/app/workload.hpp"
 
 // CLI11's types by name only: the files that define options include <CLI/CLI.hpp> (about 10 s of
 // compile time per file at -O3), the report and test files that include this one do not.
@@ -99,25 +100,11 @@ void check_plan_file_budget(const sched::MemoryBudget& budget, const std::string
 void apply_number_grammar(CLI::App& app);
 
 /// The workload flags shared by plan, simulate, compare and run.
-struct WorkloadFlags {
-  std::string batch = "1", seq = "4k", heads = "8", kv_heads, head_dim = "128";
-  std::string dtype = "bf16", layout = "contiguous", pass = "fwd";
-  bool causal = false;
-  std::string mask;              // --mask: causal | full | document:L1,L2,... | sliding:W
+struct WorkloadFlags : app::WorkloadSpec {
   double solve_ms = 500;         // --solve-ms: the balanced layout's solver's time budget
   std::uint64_t solve_seed = 1;  // --solve-seed
-  std::string model;             // --model: a Hugging Face config.json giving the heads, kv heads and head dim
-  bool layout_given = false;     // --layout was given (not its default)
-  // --heads, --kv-heads, --head-dim given: with --model each must agree with the config's.
-  bool heads_given = false, kv_heads_given = false, head_dim_given = false;
   void add(CLI::App& app, bool with_pass = true);
-  [[nodiscard]] ir::Workload get() const;
-  /// Fails where --layout was given and `w` (get()'s) names another layout than the one `algo` always runs on
-  /// (the -zigzag variants: the planner would run theirs instead of the one asked for).
-  void check_layout_for(const std::string& algo, const ir::Workload& w) const;
   [[nodiscard]] sim::ChunkSolveOptions solve_options() const;
-  /// The model's attention layers (num_hidden_layers), or 0 without --model.
-  [[nodiscard]] int model_layers() const;
 };
 
 /// Fails now, before any work or any other output, when `path` cannot be written:

@@ -80,8 +80,8 @@ Simulated run_simulate(SimulateOpts& o, const CLI::App& sub) {
       !unwrap(o.cluster.layout_for(topo)) && file_plan->ranks < topo.num_gpus())
     print_warning(fmt::format("the plan does not fill {}: {} (nothing else runs on them)", topo.name,
                               sim::placement_text(file_plan->ranks, topo.num_gpus())));
-  const ir::Workload w = file_plan ? ir::Workload{} : o.plan.workload.get();
-  if (!file_plan) o.plan.workload.check_layout_for(o.plan.algo, w);
+  const ir::Workload w = file_plan ? ir::Workload{} : unwrap(o.plan.workload.get());
+  if (!file_plan) unwrap(o.plan.workload.check_layout_for(o.plan.algo, w));
   Run r = run_simulation(std::move(file_plan), o.plan.algo, w, o.cluster, topo, use, o.plan.workload.solve_options());
   return {topo, std::move(r), w.kv_heads};
 }
@@ -214,7 +214,7 @@ void register_compare(CLI::App& app) {
   sub->add_flag("--json", o->json_out, "JSON output");
   sub->callback([o, sub] {
     const auto topo = o->cluster.get();
-    const app::CompareRequest req = unwrap(app::compare_request(o->workload.get(), o->cluster, topo, o->algos,
+    const app::CompareRequest req = unwrap(app::compare_request(unwrap(o->workload.get()), o->cluster, topo, o->algos,
                                                                 sub->count("--pass") > 0, sub->count("--layout") > 0));
     const std::vector<app::CompareRow> rows = cli::run_compare(req, topo);
     for (const auto& r : rows) warn_if_not_fits(r.m, r.algo + " " + r.pass);
@@ -265,13 +265,13 @@ void register_advise(CLI::App& app) {
     const auto topo = o->cluster.get();
     // A model's config gives its layer count unless --layers does.
     if (sub->count("--layers") == 0)
-      if (const int layers = o->workload.model_layers(); layers > 0) o->advise.layers = layers;
+      if (const int layers = unwrap(o->workload.model_layers()); layers > 0) o->advise.layers = layers;
     o->advise.pass_given = sub->count("--pass") > 0;
     o->advise.layout_given = sub->count("--layout") > 0;
     if (sub->count("--jobs") > 0 && o->advise.jobs == 0)
       fail(Error{"--jobs", "must be in [1, 1024] (or omitted), got 0"});
     o->advise.chunks = o->workload.solve_options();
-    const app::AdviseRequest req = unwrap(app::advise_request(o->workload.get(), o->cluster, topo, o->advise));
+    const app::AdviseRequest req = unwrap(app::advise_request(unwrap(o->workload.get()), o->cluster, topo, o->advise));
     const sim::Advice adv = unwrap_run(app::run_advise(req, topo));
     for (const auto& c : adv.candidates) warn_if_not_fits(c.memory, c.label());
     if (o->json_out)

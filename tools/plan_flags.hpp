@@ -34,8 +34,8 @@ struct PlanFlags {
     r.algo = algo;
     r.ranks = ranks;
     r.domains = domains;
-    r.workload = workload.get();
-    workload.check_layout_for(algo, r.workload);
+    r.workload = unwrap(workload.get());
+    unwrap(workload.check_layout_for(algo, r.workload));
     return sched::normalised(r);
   }
   /// The request with its chunk map solved on --topology where its layout is balanced (the solution's line on
