@@ -143,4 +143,11 @@ std::vector<std::string> split_list(const std::string& s) {
   return out;
 }
 
+std::string counted(std::int64_t n, std::string_view noun) {
+  std::string s = std::to_string(n) + " ";
+  s += noun;
+  if (n != 1) s += 's';
+  return s;
+}
+
 }  // namespace charm

@@ -29,6 +29,9 @@ enum class NumberKind : std::uint8_t {
 /// "4096", "128k", "1M", "2g" (powers of 1024) -> value; errors name the flag.
 [[nodiscard]] Expected<std::int64_t> parse_size(const std::string& text, const std::string& flag);
 
+/// A count with its noun, singular for one: counted(1, "rank") is "1 rank", counted(16, "rank") "16 ranks".
+[[nodiscard]] std::string counted(std::int64_t n, std::string_view noun);
+
 /// "a, b,,c d " -> {"a", "b", "c d"}: comma-separated items, the whitespace around each
 /// item and empty items dropped; spaces inside an item (a file name) are kept.
 [[nodiscard]] std::vector<std::string> split_list(const std::string& s);

@@ -107,6 +107,18 @@ TEST(SplitList, SpacesInsideANameSurvive) {
   EXPECT_EQ(charm::split_list(" , ,"), V{});
 }
 
+TEST(Counted, OneIsSingularInEveryReportHead) {
+  EXPECT_EQ(charm::counted(1, "rank"), "1 rank");
+  EXPECT_EQ(charm::counted(16, "domain"), "16 domains");
+  EXPECT_EQ(charm::counted(0, "rank"), "0 ranks");
+  const auto sim = run_charm("simulate --uniform --ranks 1 --bw-gbps 50 --tflops 300 --seq 4k");
+  ASSERT_EQ(sim.code, 0) << sim.out;
+  EXPECT_NE(sim.out.find("on uniform-1x50GBps (1 rank, 1 domain)"), std::string::npos) << sim.out;
+  const auto cmp = run_charm("compare --uniform --ranks 16 --bw-gbps 50 --tflops 300 --seq 4k --algos ring");
+  ASSERT_EQ(cmp.code, 0) << cmp.out;
+  EXPECT_NE(cmp.out.find("on uniform-16x50GBps (16 ranks, 1 domain)"), std::string::npos) << cmp.out;
+}
+
 TEST_F(Reliability, ATopologyWithASpaceInItsNameIsThatFile) {
   fs::create_directory(at("topo"));
   fs::copy_file(repo("topologies/l20-4.json"), at("topo/my topo.json"));

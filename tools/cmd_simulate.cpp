@@ -90,11 +90,11 @@ Simulated run_simulate(SimulateOpts& o, const CLI::App& sub) {
 void print_simulation_head(std::ostream& os, const Run& r, const topo::Topology& topo, const std::string& plan_file,
                            std::int64_t asked_kv_heads) {
   const ir::Workload& w = r.plan.workload;
-  const std::string ranks_text = r.plan.groups == 1
-                                     ? fmt::format("{} ranks", r.plan.ranks)
-                                     : fmt::format("{} CP groups of {} ranks", r.plan.groups, r.plan.group_ranks());
-  os << fmt::format("# charm simulate: {} {} on {} ({}, {} domains){}\n", r.plan.algo, to_string(w.pass), topo.name,
-                    ranks_text, r.plan.domains, plan_file.empty() ? "" : " from " + plan_file);
+  const std::string ranks_text =
+      r.plan.groups == 1 ? counted(r.plan.ranks, "rank")
+                         : fmt::format("{} CP groups of {}", r.plan.groups, counted(r.plan.group_ranks(), "rank"));
+  os << fmt::format("# charm simulate: {} {} on {} ({}, {}){}\n", r.plan.algo, to_string(w.pass), topo.name, ranks_text,
+                    counted(r.plan.domains, "domain"), plan_file.empty() ? "" : " from " + plan_file);
   os << fmt::format("# workload: B={} S={} H={}/{} D={} {} {}{}\n", w.batch, w.seq, w.heads, w.kv_heads, w.head_dim,
                     to_string(w.dtype), to_string(w.layout), w.causal ? " " + w.mask_text() : "");
   os << fmt::format("# scope: {}\n", sim::scope_text(w.pass, 1, r.tp_block ? r.tp_block->tp : 0));

@@ -8,6 +8,7 @@
 #include "scheduler/planners/algorithms.hpp"
 #include "scheduler/planners/planners.hpp"
 #include "sim/run_json.hpp"
+#include "support/number_text.hpp"
 
 namespace charm::app {
 
@@ -227,7 +228,7 @@ json compare_rows_json(const CompareRequest& r, const std::vector<CompareRow>& r
 void print_compare(std::ostream& os, const CompareRequest& r, const std::vector<CompareRow>& rows,
                    const topo::Topology& t) {
   const ir::Workload& w = r.workload;
-  os << fmt::format("# charm compare on {} ({} ranks, {} domains)\n", t.name, r.ranks, r.domains);
+  os << fmt::format("# charm compare on {} ({}, {})\n", t.name, counted(r.ranks, "rank"), counted(r.domains, "domain"));
   if (r.layout) os << fmt::format("# layout: {}\n", sched::layout_text(*r.layout));
   os << fmt::format("# workload: B={} S={} H={}/{} D={} {} {}{}\n", w.batch, w.seq, w.heads, w.kv_heads, w.head_dim,
                     to_string(w.dtype), to_string(w.layout), w.causal ? " " + w.mask_text() : "");
