@@ -17,6 +17,7 @@ what = {
     "charm_cli_run": "tools/: progress lines and exit codes over the app",
     "charm_app": "tools/app/: simulate, compare, advise, sweep (no CLI11)",
     "charm_cli_common": "tools/: flags shared by the commands",
+    "charm_app_workload": "tools/app/: the workload as written (no CLI11)",
     "charm_calibrate": "calibrate/: the fit (NLopt)",
     "charm_measurements": "calibrate/: measured runs and kernels (CSV)",
     "charm_evaluate": "sim/: evaluate, sweep, advise, formulas",
