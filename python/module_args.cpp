@@ -10,6 +10,7 @@
 #include "python/module_support.hpp"
 #include "scheduler/planners/algorithms.hpp"
 #include "support/json_text.hpp"
+#include "support/number_text.hpp"
 
 namespace charm::python {
 
@@ -217,14 +218,14 @@ std::string algo_arg(const py::object& o) {
 
 /// The balanced layout's solver: solve_ms= and solve_seed=, as --solve-ms and --solve-seed.
 sim::ChunkSolveOptions solve_args(const py::object& solve_ms, const py::object& solve_seed) {
-  cli::WorkloadFlags f;
-  if (given(solve_ms)) f.solve_ms = real_arg(solve_ms, "--solve-ms");
+  const double ms = given(solve_ms) ? real_arg(solve_ms, "--solve-ms") : sim::ChunkSolveOptions{}.budget_ms;
+  std::uint64_t seed = sim::ChunkSolveOptions{}.seed;
   if (given(solve_seed)) {
-    const int seed = int_arg(solve_seed, "--solve-seed");
-    if (seed < 0) fail(Error{"--solve-seed", fmt::format("must be >= 0, got {}", seed)});
-    f.solve_seed = std::uint64_t(seed);
+    const int s = int_arg(solve_seed, "--solve-seed");
+    if (s < 0) fail(Error{"--solve-seed", fmt::format("must be >= 0, got {}", s)});
+    seed = std::uint64_t(s);
   }
-  return f.solve_options();
+  return unwrap(app::chunk_solve_options(ms, seed));
 }
 
 }  // namespace charm::python

@@ -15,9 +15,7 @@
 #include "sim/run_json.hpp"
 #include "sim/simulator.hpp"
 #include "tools/app/compare.hpp"
-#include "tools/cli_common.hpp"
-#include "tools/cluster_flags.hpp"
-#include "tools/plan_flags.hpp"
+#include "tools/app/plans.hpp"
 #include "tools/run_one.hpp"
 
 namespace charm::python {
@@ -33,9 +31,9 @@ using sim::workload_json;
 /// A plan argument: a plan file (read and validated as `--plan FILE` is) or a plan's JSON as a dict.
 ir::Plan plan_arg(const py::object& plan) {
   if (!py::isinstance<py::dict>(plan)) {
-    cli::PlanFlags f;
-    f.plan_file = required_path(plan, "--plan", /*dict_too=*/true);
-    return f.make();
+    const std::string path = required_path(plan, "--plan", /*dict_too=*/true);
+    ir::Plan read = unwrap(app::read_plan_file(path, cli::memory_budget("")));
+    return std::move(unwrap(app::proved_plan_file(std::move(read), path))).release();
   }
   auto p = ir::plan_from_json(from_py(plan, "plan"), "plan");
   if (!p) fail(Error{"--plan", p.error().message()});
@@ -47,17 +45,19 @@ ir::Plan plan_arg(const py::object& plan) {
 py::object plan_fn(const py::object& algo, const py::object& ranks, const py::object& domains, WorkloadArgs w,
                    const py::object& out, bool validate) {
   return guarded([&] {
-    cli::PlanFlags f;
-    f.algo = algo_arg(algo);
-    if (given(ranks)) f.ranks = int_arg(ranks, "--ranks");
-    if (given(domains)) f.domains = int_arg(domains, "--domains");
-    static_cast<app::WorkloadSpec&>(f.workload) = w.spec();
+    const std::string name = algo_arg(algo);
+    const int n = given(ranks) ? int_arg(ranks, "--ranks") : app::kDefaultRanks;
+    const int d = given(domains) ? int_arg(domains, "--domains") : 1;
+    const app::WorkloadSpec spec = w.spec();
     const auto out_path = path_arg(out, "--out");
     if (out_path) cli::check_output_paths({{"--out", *out_path}});
     json j;
     {
       py::gil_scoped_release nogil;
-      auto p = f.make(2000, "the plan and its JSON");
+      const sched::PlanRequest req = unwrap(app::plan_request(name, n, d, spec));
+      if (req.workload.layout == ir::Layout::Balanced)
+        fail(app::balanced_needs_topology());  // plan() takes no topology to solve the chunk map on
+      auto p = unwrap(app::plan_within(req, cli::memory_budget(""), 2000, "the plan and its JSON"));
       if (validate) {
         auto rep = sched::validate(p);
         if (!rep.ok()) throw cli::RuntimeFailure{"internal: the planner produced an invalid plan: " + rep.summary(p)};

@@ -14,8 +14,6 @@
 #include "sim/sweep.hpp"
 #include "tools/app/advise.hpp"
 #include "tools/app/sweep.hpp"
-#include "tools/cli_common.hpp"
-#include "tools/cluster_flags.hpp"
 #include "tools/run_one.hpp"
 #include "topologies/topology_json.hpp"
 

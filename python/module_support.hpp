@@ -17,7 +17,8 @@
 
 #include "sim/chunk_solver.hpp"
 #include "tools/app/cluster.hpp"
-#include "tools/cli_common.hpp"
+#include "tools/app/workload.hpp"
+#include "tools/cli_support.hpp"
 #include "topologies/topology_json.hpp"
 
 namespace py = pybind11;
@@ -26,6 +27,7 @@ using nlohmann::json;
 namespace charm::python {
 
 using cli::fail;
+using cli::unwrap;
 
 // JSON <-> Python (module_args.cpp).
 py::object to_py(const json& j);

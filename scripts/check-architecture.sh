@@ -5,7 +5,7 @@
 #     ("a.hpp/.cpp" names a.hpp and a.cpp; "a.*" any file a.something; "*.json"-style patterns are skipped);
 #   - a symbol (ns::name, Name, name(), Name<T>): its last identifier is a whole word of some tracked source.
 # Flags (--x), commands with spaces and placeholders in capitals are not checked. Fails listing what is missing,
-# and where support/, topologies/ or tools/app/ include a layer above their own.
+# and where support/, topologies/, tools/app/ or the Python module include a layer above their own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 map=docs/ARCHITECTURE.md
@@ -40,9 +40,17 @@ done < <(grep -oE '`[^`]+`' "$map" | tr -d '`' | sort -u)
 # The layers the map draws hold: support/ includes nothing of the project above it, topologies/ (the hardware)
 # nothing of scheduler/ (the planners), and tools/app/ (the application layer) nothing of the command line.
 includes() { git grep -nE "^#include [<\"]($2)" -- "$1" || true; }
+# The Python module and what it shares with the command (cli_support, run_one) include nothing of CLI11 or of the
+# command's flags.
+command_line='CLI/|tools/(cli_common|cli_workload|cli_numbers|cmd_|plan_flags|cluster_flags|main)'
 crossings=$(includes 'support/*' 'scheduler/|topologies/|sim/|runtime/|calibrate/|tools/|python/'
             includes 'topologies/*' 'scheduler/|sim/|runtime/|calibrate/|tools/|python/'
-            includes 'tools/app/*' 'CLI/|tools/(cli_|cmd_|run_one|plan_flags|cluster_flags|main)')
+            includes 'tools/app/*' "$command_line|tools/(cli_|run_one)"
+            includes 'python/*' "$command_line"
+            includes 'tools/cli_support.*' "$command_line"
+            includes 'tools/cli_outputs.cpp' "$command_line"
+            includes 'tools/cli_progress.cpp' "$command_line"
+            includes 'tools/run_one.*' "$command_line")
 if [[ -n $crossings ]]; then
   echo "check-architecture: an include runs against the layers:" >&2
   echo "$crossings" >&2
@@ -53,4 +61,4 @@ if ((${#missing[@]})); then
   printf '  %s\n' "${missing[@]}" | sort -u >&2
   exit 1
 fi
-echo "check-architecture: the $checked files and symbols $map names exist; support/, topologies/ and tools/app/ include nothing above them"
+echo "check-architecture: the $checked files and symbols $map names exist; support/, topologies/, tools/app/ and python/ include nothing above them"

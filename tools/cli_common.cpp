@@ -1,27 +1,14 @@
-// The error path and exit code, the subcommand registry, algorithm names, and the mpirun job this process is in.
+// The subcommand registry, --max-memory, and algorithm names.
 #include "tools/cli_common.hpp"
 
 #include <CLI/CLI.hpp>
 
-#include <algorithm>
-#include <cstdlib>
-#include <iostream>
-#include <optional>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "scheduler/planners/planners.hpp"
 
 namespace charm::cli {
-
-void fail(Error e) { throw UsageError{std::move(e)}; }
-
-void print_warning(const std::string& what) { std::cerr << "charm: warning: " << what << "\n"; }
-int& exit_code() {
-  static int code = 0;
-  return code;
-}
 
 std::vector<Register>& registry() {
   static std::vector<Register> r;
@@ -39,35 +26,14 @@ CLI::Validator algorithm_name() {
       "ALGO", "algorithm");
 }
 
+void add_max_memory(CLI::App& app, std::string& text) {
+  app.add_option(
+      "--max-memory", text,
+      "refuse work estimated to need more memory than this (4G, 512M; default: half of this machine's memory)");
+}
+
 std::vector<std::string> algorithm_list(const std::string& text, Field field) {
   return unwrap(sched::resolve_algorithms(text, field));
-}
-
-std::optional<LaunchedJob> launched_job() {
-  // Open MPI's mpirun, then MPICH's Hydra (PMI) and PMIx launchers.
-  for (auto [rank_var, size_var] : {std::pair{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
-                                    std::pair{"PMI_RANK", "PMI_SIZE"}, std::pair{"PMIX_RANK", "PMIX_SIZE"}}) {
-    const char* r = std::getenv(rank_var);
-    const char* n = std::getenv(size_var);
-    if (r == nullptr || n == nullptr) continue;
-    char* end = nullptr;
-    const long rank = std::strtol(r, &end, 10);
-    if (end == r || *end != 0) continue;
-    const long size = std::strtol(n, &end, 10);
-    if (end == n || *end != 0 || size < 1 || rank < 0 || rank >= size) continue;
-    return LaunchedJob{int(rank), int(size)};
-  }
-  return std::nullopt;
-}
-
-EarlyFailure& early_failure_handler() {
-  static EarlyFailure handler;
-  return handler;
-}
-
-bool quiet_rank() {
-  const auto job = launched_job();
-  return job && job->size > 1 && job->rank > 0;
 }
 
 }  // namespace charm::cli

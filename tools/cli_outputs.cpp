@@ -1,5 +1,5 @@
 // Atomic output files, the checks of a command's paths, and the removal of temporaries on SIGINT and SIGTERM.
-#include "tools/cli_common.hpp"
+#include "tools/cli_support.hpp"
 
 #include <fmt/format.h>
 

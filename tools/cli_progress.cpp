@@ -1,5 +1,5 @@
 // The progress line on stderr (ProgressLine).
-#include "tools/cli_common.hpp"
+#include "tools/cli_support.hpp"
 
 #include <unistd.h>
 

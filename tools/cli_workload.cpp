@@ -53,11 +53,7 @@ void WorkloadFlags::add(CLI::App& app, bool with_pass) {
 }
 
 sim::ChunkSolveOptions WorkloadFlags::solve_options() const {
-  if (!(solve_ms >= 0)) fail(Error{"--solve-ms", fmt::format("must be >= 0, got {}", solve_ms)});
-  sim::ChunkSolveOptions o;
-  o.budget_ms = solve_ms;
-  o.seed = solve_seed;
-  return o;
+  return unwrap(app::chunk_solve_options(solve_ms, solve_seed));
 }
 
 }  // namespace charm::cli

@@ -33,9 +33,7 @@ void PlanFlags::add(CLI::App& app, bool with_ranks, bool with_plan_file) {
 sched::PlanRequest PlanFlags::solved_request() const {
   auto req = request();
   if (req.workload.layout != ir::Layout::Balanced) return req;
-  if (topology.empty())
-    fail(Error{"--topology", "--layout balanced solves its chunk map for the least simulated time on a topology: "
-                             "give --topology FILE (presets in topologies/)"});
+  if (topology.empty()) fail(app::balanced_needs_topology());
   const auto t = load_topology_file(topology, {});
   if (auto s = unwrap(sim::solve_chunks(req, t, workload.solve_options(), budget())))
     std::cerr << fmt::format("charm: chunks on {}: {}\n", t.name, s->line());
@@ -43,11 +41,7 @@ sched::PlanRequest PlanFlags::solved_request() const {
 }
 
 ir::Plan PlanFlags::make(double extra_bytes_per_op, const std::string& what) const {
-  if (!from_file()) {
-    const auto checked = unwrap(sched::CheckedRequest::check(solved_request()));
-    unwrap(budget().fits_plan(checked.get(), extra_bytes_per_op, what));
-    return unwrap(sched::make_plan(checked));
-  }
+  if (!from_file()) return unwrap(app::plan_within(solved_request(), budget(), extra_bytes_per_op, what));
   return std::move(proved_file_plan(read_plan_file())).release();
 }
 
@@ -67,14 +61,11 @@ ir::Plan PlanFlags::read_plan_file() const {
     if (app_ != nullptr && app_->get_option_no_throw(f) != nullptr && app_->count(f) > 0)
       fail(Error{
           f, fmt::format("the plan file {} fixes the algorithm, ranks and workload; drop {} or --plan", plan_file, f)});
-  check_plan_file_budget(budget(), plan_file, "--plan");
-  return unwrap(ir::load_plan(plan_file));
+  return unwrap(app::read_plan_file(plan_file, budget()));
 }
 
 ir::ValidatedPlan PlanFlags::proved_file_plan(ir::Plan plan) const {
-  auto v = sched::validated(std::move(plan));
-  if (!v) fail(Error{"--plan", fmt::format("{} is not a valid plan: {}", plan_file, v.error().message())});
-  return std::move(v).value();
+  return unwrap(app::proved_plan_file(std::move(plan), plan_file));
 }
 
 }  // namespace charm::cli

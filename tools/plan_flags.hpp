@@ -11,13 +11,14 @@
 #include "scheduler/planners/algorithms.hpp"
 #include "scheduler/planners/planners.hpp"
 #include "scheduler/validate/validator.hpp"
+#include "tools/app/plans.hpp"
 #include "tools/cli_common.hpp"
 
 namespace charm::cli {
 
 struct PlanFlags {
   std::string algo = std::string(sched::default_algorithm());
-  int ranks = 8;
+  int ranks = app::kDefaultRanks;
   int domains = 1;
   WorkloadFlags workload;
   std::string plan_file;  // --plan: run or simulate this plan instead of building one
@@ -28,16 +29,7 @@ struct PlanFlags {
   [[nodiscard]] sched::MemoryBudget budget() const { return memory_budget(max_memory); }
   void add(CLI::App& app, bool with_ranks = true, bool with_plan_file = false);
   [[nodiscard]] bool from_file() const { return !plan_file.empty(); }
-  [[nodiscard]] sched::PlanRequest request() const {
-    if (domains < 1) fail(Error{"--domains", fmt::format("must be >= 1, got {}", domains)});
-    sched::PlanRequest r;
-    r.algo = algo;
-    r.ranks = ranks;
-    r.domains = domains;
-    r.workload = unwrap(workload.get());
-    unwrap(workload.check_layout_for(algo, r.workload));
-    return sched::normalised(r);
-  }
+  [[nodiscard]] sched::PlanRequest request() const { return unwrap(app::plan_request(algo, ranks, domains, workload)); }
   /// The request with its chunk map solved on --topology where its layout is balanced (the solution's line on
   /// stderr); refused without a topology.
   [[nodiscard]] sched::PlanRequest solved_request() const;

@@ -6,7 +6,7 @@
 #include <functional>
 #include <utility>
 
-#include "tools/cli_common.hpp"
+#include "tools/cli_support.hpp"
 
 namespace charm::cli {
 

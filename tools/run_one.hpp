@@ -14,7 +14,7 @@
 #include "tools/app/cluster.hpp"
 #include "tools/app/compare.hpp"
 #include "tools/app/simulation.hpp"
-#include "tools/cli_common.hpp"
+#include "tools/cli_support.hpp"
 #include "topologies/topology.hpp"
 
 namespace charm::cli {

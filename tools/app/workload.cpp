@@ -147,4 +147,12 @@ Expected<ir::Workload> WorkloadSpec::get() const {
   return w;
 }
 
+Expected<sim::ChunkSolveOptions> chunk_solve_options(double budget_ms, std::uint64_t seed) {
+  if (!(budget_ms >= 0)) return Error{"--solve-ms", fmt::format("must be >= 0, got {}", budget_ms)};
+  sim::ChunkSolveOptions o;
+  o.budget_ms = budget_ms;
+  o.seed = seed;
+  return o;
+}
+
 }  // namespace charm::app

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "scheduler/ir/workload.hpp"
+#include "sim/chunk_solver.hpp"
 #include "support/expected.hpp"
 
 namespace charm::app {
@@ -32,5 +33,9 @@ struct WorkloadSpec {
   /// The model's attention layers (its config's num_hidden_layers), or 0 without --model.
   [[nodiscard]] Expected<int> model_layers() const;
 };
+
+/// The balanced layout's chunk-map solver options: its time budget in ms (--solve-ms, at least 0) and the seed of
+/// its shuffled candidates (--solve-seed).
+[[nodiscard]] Expected<sim::ChunkSolveOptions> chunk_solve_options(double budget_ms, std::uint64_t seed);
 
 }  // namespace charm::app
