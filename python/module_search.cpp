@@ -12,6 +12,7 @@
 #include "sim/evaluate.hpp"
 #include "sim/frameworks.hpp"
 #include "sim/sweep.hpp"
+#include "support/number_text.hpp"
 #include "tools/app/advise.hpp"
 #include "tools/app/sweep.hpp"
 #include "tools/run_one.hpp"

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "scheduler/planners/estimate.hpp"
 #include "sim/sweep.hpp"
 #include "support/expected.hpp"
 
