@@ -6,8 +6,10 @@
 
 #include <iostream>
 
+#if CHARM_CLI_HAVE_SIM
 #include "sim/simulate_request.hpp"
 #include "tools/cluster_flags.hpp"
+#endif
 
 namespace charm::cli {
 
@@ -34,10 +36,15 @@ sched::PlanRequest PlanFlags::solved_request() const {
   auto req = request();
   if (req.workload.layout != ir::Layout::Balanced) return req;
   if (topology.empty()) fail(app::balanced_needs_topology());
+#if CHARM_CLI_HAVE_SIM
   const auto t = load_topology_file(topology, {});
   if (auto s = unwrap(sim::solve_chunks(req, t, workload.solve_options(), budget())))
     std::cerr << fmt::format("charm: chunks on {}: {}\n", t.name, s->line());
   return req;
+#else
+  fail(Error{Field::Layout, "balanced: its chunk map is solved by simulating candidates, and this build has no "
+                            "simulator (configure with -DCHARM_BUILD_SIM=ON)"});
+#endif
 }
 
 ir::Plan PlanFlags::make(double extra_bytes_per_op, const std::string& what) const {
