@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runtime/cpu_attention.hpp"
+#include "runtime/executor.hpp"
 #include "runtime/global_tensors.hpp"
 
 namespace {
@@ -96,6 +97,19 @@ void BM_MakeInputs(benchmark::State& st) {
   st.SetItemsProcessed(std::int64_t(st.iterations()) * 4 * w.seq * w.heads * w.head_dim);
 }
 
+/// The same run's inputs as a forward pass takes them (plan_inputs: no output gradient), on every core.
+void BM_PlanInputsFwd(benchmark::State& st) {
+  charm::ir::Workload w;
+  w.seq = 4096;
+  w.heads = w.kv_heads = 32;
+  w.head_dim = 128;
+  for (auto _ : st) {
+    auto g = charm::rt::plan_inputs(w, 1);
+    benchmark::DoNotOptimize(g.q.data());
+  }
+  st.SetItemsProcessed(std::int64_t(st.iterations()) * 3 * w.seq * w.heads * w.head_dim);
+}
+
 // Args: tokens per shard, kv heads (8 = MHA, 2 = GQA), causal.
 BENCHMARK(BM_FwdBlock)
     ->Args({256, 8, 0})
@@ -111,6 +125,7 @@ BENCHMARK(BM_BwdBlock)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Merge)->Arg(512)->Arg(4096)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_MakeInputs)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_PlanInputsFwd)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 

@@ -360,7 +360,7 @@ Expected<RunResult> run_threads_unvalidated(const ir::Plan& plan, const GlobalTe
 }
 
 GlobalTensors plan_inputs(const ir::Workload& w, std::uint64_t seed) {
-  GlobalTensors g = make_inputs(w, seed);
+  GlobalTensors g = make_inputs(w, seed, 0, /*with_dout=*/w.pass != ir::PassKind::Fwd);
   if (w.pass == ir::PassKind::Bwd) {
     const Reference ref = reference_attention(w, g, false);
     g.out.assign(ref.out.begin(), ref.out.end());

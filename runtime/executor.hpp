@@ -84,7 +84,7 @@ void assemble(const ir::Plan& plan, ir::RankId rank, const RankOutputs& shard, G
 [[nodiscard]] Expected<RunResult> run_threads_unvalidated(const ir::Plan& plan, const GlobalTensors& in,
                                                           const RunOptions& opt);
 
-/// Builds the inputs a plan needs from `seed`: q, k, v, dout, plus out/lse from the
+/// Builds the inputs a plan needs from `seed`: q, k, v, dout (where a backward pass reads it), plus out/lse from the
 /// fp64 reference when the plan is backward-only (it expects the forward results as inputs).
 [[nodiscard]] GlobalTensors plan_inputs(const ir::Workload& w, std::uint64_t seed);
 

@@ -52,7 +52,7 @@ float round_to(ir::DType t, float x) {
   return std::fabs(r) > 65504.0f ? std::copysign(INFINITY, x) : r;
 }
 
-GlobalTensors make_inputs(const ir::Workload& w, std::uint64_t seed, int jobs) {
+GlobalTensors make_inputs(const ir::Workload& w, std::uint64_t seed, int jobs, bool with_dout) {
   GlobalTensors g;
   const auto nq = static_cast<std::size_t>(w.batch * w.seq * w.heads * w.head_dim);
   const auto nkv = static_cast<std::size_t>(w.batch * w.seq * w.kv_heads * w.head_dim);
@@ -68,6 +68,7 @@ GlobalTensors make_inputs(const ir::Workload& w, std::uint64_t seed, int jobs) {
   const std::tuple<std::vector<float>*, std::size_t, std::uint64_t> tensors[] = {
       {&g.q, nq, 1}, {&g.k, nkv, 2}, {&g.v, nkv, 3}, {&g.dout, nq, 4}};
   for (const auto& [t, n, stream] : tensors) {
+    if (t == &g.dout && !with_dout) continue;
     t->resize(n);
     for (std::size_t first = 0; first < n; first += kBlock) parts.push_back({t, stream, first});
   }

@@ -25,8 +25,8 @@ struct GlobalTensors {
 };
 
 /// q, k, v and dout from `seed` (normal(0, 1), rounded to w.dtype), filled on `jobs` threads (0: every core);
-/// the numbers are the same for every job count.
-[[nodiscard]] GlobalTensors make_inputs(const ir::Workload& w, std::uint64_t seed, int jobs = 0);
+/// the numbers are the same for every job count. `with_dout` false: dout left empty (a forward pass reads none).
+[[nodiscard]] GlobalTensors make_inputs(const ir::Workload& w, std::uint64_t seed, int jobs = 0, bool with_dout = true);
 
 /// Rounds to the nearest value representable in `t` (ties to even).
 [[nodiscard]] float round_to(ir::DType t, float x);

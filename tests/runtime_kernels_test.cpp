@@ -11,6 +11,7 @@
 
 #include "runtime/check.hpp"
 #include "runtime/cpu_attention.hpp"
+#include "runtime/executor.hpp"
 #include "runtime/global_tensors.hpp"
 #include "runtime/npy.hpp"
 #include "runtime/reference.hpp"
@@ -257,6 +258,23 @@ TEST(Inputs, TheSameNumbersOnEveryJobCountAcrossItsBlocks) {
   EXPECT_EQ(three.k[127999], generated(9, 2, 127999));
   EXPECT_EQ(three.v[65536], generated(9, 3, 65536));
   EXPECT_EQ(three.dout[300000], generated(9, 4, 300000));
+}
+
+TEST(Inputs, AForwardRunDrawsNoOutputGradient) {
+  ir::Workload w;
+  w.seq = 1000;
+  w.heads = 8;
+  w.kv_heads = 2;
+  w.head_dim = 64;
+  w.dtype = ir::DType::FP32;
+  const auto all = make_inputs(w, 9);
+  const auto fwd = plan_inputs(w, 9);  // w.pass: fwd
+  EXPECT_TRUE(fwd.dout.empty());
+  EXPECT_EQ(fwd.q, all.q);
+  EXPECT_EQ(fwd.k, all.k);
+  EXPECT_EQ(fwd.v, all.v);
+  w.pass = ir::PassKind::Both;
+  EXPECT_EQ(plan_inputs(w, 9).dout, all.dout);  // a backward pass reads it: the same numbers as ever
 }
 
 TEST(Npy, HeaderIsAlignedAndDescribesTheArray) {
