@@ -89,7 +89,10 @@ Expected<std::string> check_number(const std::string& text, NumberKind kind) {
                          ? fmt::format("must be <= {}, got {}", std::numeric_limits<std::uint64_t>::max(), text)
                      : negative ? fmt::format("must be >= {}, got {}", std::numeric_limits<std::int32_t>::min(), text)
                                 : fmt::format("must be <= {}, got {}", std::numeric_limits<std::int32_t>::max(), text)};
-  return (negative && v != 0 ? "-" : "") + std::string(digits);
+  // Built by appending: GCC 12 takes `"-" + std::string(...)` for an out-of-bounds copy (-Wstringop-overflow).
+  std::string out = negative && v != 0 ? "-" : "";
+  out += digits;
+  return out;
 }
 
 Expected<std::int64_t> parse_size(const std::string& text, const std::string& flag) {

@@ -16,7 +16,7 @@ namespace charm::sim {
 namespace {
 
 topo::Topology h100_2x8() {
-  auto t = topo::load_topology(std::string(CHARM_SOURCE_DIR) + "/topologies/h100-2x8.json");
+  auto t = topo::load_topology(fmt::format("{}/topologies/h100-2x8.json", CHARM_SOURCE_DIR));
   EXPECT_TRUE(t.ok());
   return *t;
 }

@@ -3,6 +3,7 @@
 //   CHARM_GOLDEN_UPDATE=1 build/tests/golden_test
 // and review the diff of tests/data/golden/ like any other change. Lines with wall-clock figures
 // ("... simulations in 0.01 s") are left out of the comparison.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -56,7 +57,7 @@ std::string stable(const std::string& text) {
   return out;
 }
 
-std::string path_of(const char* file) { return std::string(CHARM_SOURCE_DIR) + "/tests/data/golden/" + file; }
+std::string path_of(const char* file) { return fmt::format("{}/tests/data/golden/{}", CHARM_SOURCE_DIR, file); }
 
 class GoldenOutput : public ::testing::TestWithParam<Golden> {};
 
