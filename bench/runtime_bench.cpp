@@ -83,13 +83,19 @@ void BM_Merge(benchmark::State& st) {
   st.SetBytesProcessed(std::int64_t(st.iterations()) * std::int64_t(3 * (b.out.size() + b.lse.size()) * sizeof(float)));
 }
 
-/// A run's inputs (q, k, v, dout) at S = 4k, H = 32, D = 128 (67M numbers) on `jobs` threads: the generator
-/// a `charm run` of a long sequence waits for before its first kernel.
-void BM_MakeInputs(benchmark::State& st) {
+/// The inputs benchmarks' layer: S = 4k, H = 32, D = 128.
+charm::ir::Workload inputs_workload() {
   charm::ir::Workload w;
   w.seq = 4096;
   w.heads = w.kv_heads = 32;
   w.head_dim = 128;
+  return w;
+}
+
+/// A run's inputs (q, k, v, dout) at S = 4k, H = 32, D = 128 (67M numbers) on `jobs` threads: the generator
+/// a `charm run` of a long sequence waits for before its first kernel.
+void BM_MakeInputs(benchmark::State& st) {
+  const charm::ir::Workload w = inputs_workload();
   for (auto _ : st) {
     auto g = charm::rt::make_inputs(w, 1, int(st.range(0)));
     benchmark::DoNotOptimize(g.q.data());
@@ -99,10 +105,7 @@ void BM_MakeInputs(benchmark::State& st) {
 
 /// The same run's inputs as a forward pass takes them (plan_inputs: no output gradient), on every core.
 void BM_PlanInputsFwd(benchmark::State& st) {
-  charm::ir::Workload w;
-  w.seq = 4096;
-  w.heads = w.kv_heads = 32;
-  w.head_dim = 128;
+  const charm::ir::Workload w = inputs_workload();
   for (auto _ : st) {
     auto g = charm::rt::plan_inputs(w, 1);
     benchmark::DoNotOptimize(g.q.data());

@@ -47,7 +47,7 @@ py::object plan_fn(const py::object& algo, const py::object& ranks, const py::ob
   return guarded([&] {
     const std::string name = algo_arg(algo);
     const int n = given(ranks) ? int_arg(ranks, "--ranks") : app::kDefaultRanks;
-    const int d = given(domains) ? int_arg(domains, "--domains") : 1;
+    const int d = given(domains) ? int_arg(domains, "--domains") : app::kDefaultDomains;
     const app::WorkloadSpec spec = w.spec();
     const auto out_path = path_arg(out, "--out");
     if (out_path) cli::check_output_paths({{"--out", *out_path}});

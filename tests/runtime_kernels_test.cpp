@@ -238,13 +238,19 @@ float generated(std::uint64_t seed, std::uint64_t stream, std::uint64_t index) {
   return float(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * 3.14159265358979323846 * u2));
 }
 
-TEST(Inputs, TheSameNumbersOnEveryJobCountAcrossItsBlocks) {
+/// GQA inputs in fp32 (no rounding): q 512,000 elements, 7.8 blocks of 65,536; k and v a quarter of that.
+ir::Workload inputs_workload() {
   ir::Workload w;
-  w.seq = 1000;  // q: 512,000 elements, 7.8 blocks of 65,536; k and v: a quarter of that
+  w.seq = 1000;
   w.heads = 8;
   w.kv_heads = 2;
   w.head_dim = 64;
   w.dtype = ir::DType::FP32;
+  return w;
+}
+
+TEST(Inputs, TheSameNumbersOnEveryJobCountAcrossItsBlocks) {
+  const ir::Workload w = inputs_workload();
   const auto one = make_inputs(w, 9, 1), three = make_inputs(w, 9, 3);
   EXPECT_EQ(one.q, three.q);
   EXPECT_EQ(one.k, three.k);
@@ -261,12 +267,7 @@ TEST(Inputs, TheSameNumbersOnEveryJobCountAcrossItsBlocks) {
 }
 
 TEST(Inputs, AForwardRunDrawsNoOutputGradient) {
-  ir::Workload w;
-  w.seq = 1000;
-  w.heads = 8;
-  w.kv_heads = 2;
-  w.head_dim = 64;
-  w.dtype = ir::DType::FP32;
+  ir::Workload w = inputs_workload();
   const auto all = make_inputs(w, 9);
   const auto fwd = plan_inputs(w, 9);  // w.pass: fwd
   EXPECT_TRUE(fwd.dout.empty());

@@ -45,8 +45,8 @@ void apply_number_grammar(CLI::App& app);
 
 /// The workload flags shared by plan, simulate, compare and run.
 struct WorkloadFlags : app::WorkloadSpec {
-  double solve_ms = 500;         // --solve-ms: the balanced layout's solver's time budget
-  std::uint64_t solve_seed = 1;  // --solve-seed
+  double solve_ms = sim::ChunkSolveOptions{}.budget_ms;      // --solve-ms: the balanced layout's solver's time budget
+  std::uint64_t solve_seed = sim::ChunkSolveOptions{}.seed;  // --solve-seed
   void add(CLI::App& app, bool with_pass = true);
   [[nodiscard]] sim::ChunkSolveOptions solve_options() const;
 };

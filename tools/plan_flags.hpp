@@ -19,7 +19,7 @@ namespace charm::cli {
 struct PlanFlags {
   std::string algo = std::string(sched::default_algorithm());
   int ranks = app::kDefaultRanks;
-  int domains = 1;
+  int domains = app::kDefaultDomains;
   WorkloadFlags workload;
   std::string plan_file;  // --plan: run or simulate this plan instead of building one
   std::string topology;   // plan, run: --topology, where --layout balanced's chunk map is solved

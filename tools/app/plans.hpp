@@ -14,8 +14,9 @@
 
 namespace charm::app {
 
-/// The ranks of a plan asked for without a count (`charm plan`, `run`, Python's plan()).
+/// The ranks and domains of a plan asked for without them (`charm plan`, `run`, Python's plan()).
 inline constexpr int kDefaultRanks = 8;
+inline constexpr int kDefaultDomains = 1;
 
 /// The request of `algo` on `ranks` ranks in `domains` domains over the workload `w` (read, and its layout checked
 /// against the algorithm's), normalised as the planner runs it. Errors: --domains below 1, the workload's.
