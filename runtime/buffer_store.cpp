@@ -10,6 +10,59 @@
 
 namespace charm::rt {
 
+namespace {
+/// The buffer whose storage `b` is: its parent on the same rank (a view), else itself.
+ir::BufferId storage_root(const ir::Plan& plan, ir::BufferId b) {
+  const ir::Buffer& buf = plan.buffer(b);
+  const bool view = buf.parent >= 0 && buf.parent < b && plan.buffer(buf.parent).rank == buf.rank;
+  return view ? buf.parent : b;
+}
+
+/// The distinct storages (roots) of `rank` that `op` touches, by `root_of` (kNone: not this rank's).
+template <class RootOf>
+int distinct_roots(const ir::Op& op, RootOf&& root_of, ir::BufferId (&out)[4]) {
+  int n = 0;
+  ir::for_each_access(op, [&](ir::BufferId b, int, bool) {
+    const ir::BufferId r = root_of(b);
+    if (r != ir::kNone && std::find(out, out + n, r) == out + n) out[n++] = r;
+  });
+  return n;
+}
+}  // namespace
+
+std::size_t op_order_peak_bytes(const ir::Plan& plan) {
+  const std::size_t nbuf = plan.buffers().size();
+  const auto root_of = [&](ir::BufferId b) {
+    return b < 0 || std::size_t(b) >= nbuf ? ir::kNone : storage_root(plan, b);
+  };
+  std::vector<int> uses(nbuf, 0);
+  std::vector<char> seen(nbuf, 0), keep(nbuf, 0);
+  ir::BufferId roots[4];
+  for (const auto& op : plan.ops())
+    for (int i = 0, n = distinct_roots(op, root_of, roots); i < n; ++i) ++uses[std::size_t(roots[i])];
+  for (const ir::RankResults& res : plan.results())
+    for (ir::BufferId b : {res.out, res.dq, res.dkv})
+      if (const ir::BufferId r = root_of(b); r != ir::kNone) keep[std::size_t(r)] = 1;
+  std::vector<std::size_t> live(std::size_t(std::max(plan.ranks, 0)), 0);
+  std::size_t peak = 0;
+  for (const auto& op : plan.ops()) {
+    if (op.rank < 0 || std::size_t(op.rank) >= live.size()) continue;
+    std::size_t& now = live[std::size_t(op.rank)];
+    const int n = distinct_roots(op, root_of, roots);
+    for (int i = 0; i < n; ++i) {
+      const auto r = std::size_t(roots[i]);
+      if (!seen[r]) now += std::size_t(plan.buffer(roots[i]).bytes);
+      seen[r] = 1;
+    }
+    peak = std::max(peak, now);
+    for (int i = 0; i < n; ++i) {
+      const auto r = std::size_t(roots[i]);
+      if (--uses[r] == 0 && !keep[r]) now -= std::size_t(plan.buffer(roots[i]).bytes);
+    }
+  }
+  return peak;
+}
+
 BufferStore::BufferStore(const ir::Plan& plan, ir::RankId rank, FillInput fill)
     : plan_(plan), rank_(rank), fill_(std::move(fill)) {
   slots_.resize(plan.buffers().size());
@@ -56,13 +109,13 @@ Status check_compute_blocks(const ir::Plan& plan, ir::OpId id, ir::BufferId q, c
 }
 
 int BufferStore::roots_of(const ir::Op& op, ir::BufferId (&out)[4]) const {
-  int n = 0;
-  ir::for_each_access(op, [&](ir::BufferId b, int, bool) {
-    if (b < 0 || std::size_t(b) >= slots_.size() || !slots_[std::size_t(b)]) return;
-    const ir::BufferId r = slots_[std::size_t(b)]->root;
-    if (std::find(out, out + n, r) == out + n) out[n++] = r;
-  });
-  return n;
+  return distinct_roots(
+      op,
+      [&](ir::BufferId b) {
+        return b < 0 || std::size_t(b) >= slots_.size() || !slots_[std::size_t(b)] ? ir::kNone
+                                                                                   : slots_[std::size_t(b)]->root;
+      },
+      out);
 }
 
 Status BufferStore::init(ir::BufferId id, Slot& s) {

@@ -27,6 +27,11 @@ namespace charm::rt {
 [[nodiscard]] Status check_compute_blocks(const ir::Plan& plan, ir::OpId id, ir::BufferId q, const ir::Region& rq,
                                           ir::BufferId kv, const ir::Region& rk);
 
+/// The largest over ranks of what a rank's buffers hold at most when it runs its ops one at a time in plan order,
+/// by BufferStore's rules (a storage counted from its first use to its last, results to the end; Buffer::bytes).
+/// A threaded run's measured peak depends on how its streams interleave; this figure does not.
+[[nodiscard]] std::size_t op_order_peak_bytes(const ir::Plan& plan);
+
 class BufferStore {
  public:
   /// Fills a buffer whose init is Input (always a whole shard) with the rank's own tensor.

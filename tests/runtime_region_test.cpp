@@ -3,6 +3,7 @@
 // run with an error naming the op.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -12,7 +13,9 @@
 #include "runtime/stall.hpp"
 #include "runtime_region_test_support.hpp"
 #include "scheduler/ir/buffer_rules.hpp"
+#include "scheduler/ir/op_args.hpp"
 #include "scheduler/planners/plan_builder.hpp"
+#include "scheduler/planners/planners.hpp"
 #include "scheduler/validate/validator.hpp"
 
 namespace charm::rt {
@@ -398,4 +401,42 @@ TEST(StallRule, AnOrphanTransferThenATransferThenTheFirst) {
   EXPECT_EQ(charm::rt::stall_root_cause(std::vector<W>{{false, false}, {false, false}}), 0u);
   EXPECT_EQ(charm::rt::stall_root_cause(std::vector<W>{{false, false}, {true, false}, {true, false}}), 1u);
   EXPECT_EQ(charm::rt::stall_root_cause(std::vector<W>{{true, false}, {false, false}, {true, true}, {true, true}}), 2u);
+}
+
+// ---------------------------------------------------------------------------
+// The peak of a rank's buffers.
+
+// op_order_peak_bytes is what the executor's store measures when each rank runs its ops one at a time in plan
+// order: views in their roots, inputs from their first use, results kept. The plans span whole shards (ring,
+// charm), gathered regions with views (usp, ulysses) and token parts (tasp, which plans a forward pass only), the
+// others with both passes.
+TEST(BufferPeak, OpOrderPeakIsTheStoresPeakOneOpAtATime) {
+  charm::ir::Workload w;
+  w.seq = 64;
+  w.heads = 4;
+  w.kv_heads = 4;
+  w.head_dim = 8;
+  w.causal = true;
+  for (const char* algo : {"ring", "charm", "usp", "ulysses", "tasp"}) {
+    w.pass = std::string(algo) == "tasp" ? charm::ir::PassKind::Fwd : charm::ir::PassKind::Both;  // forward only
+    auto plan = charm::sched::make_plan({algo, w, 4, 2});
+    ASSERT_TRUE(plan) << algo << ": " << plan.error().message();
+    std::size_t measured = 0;
+    for (charm::ir::RankId r = 0; r < plan->ranks; ++r) {
+      charm::rt::BufferStore store(*plan, r,
+                                   [](const charm::ir::Buffer&, std::span<float>) { return charm::Status{}; });
+      for (const charm::ir::Op& op : plan->ops()) {
+        if (op.rank != r) continue;
+        charm::ir::for_each_access(op, [&](charm::ir::BufferId b, int, bool) {
+          if (b != charm::ir::kNone) {
+            ASSERT_TRUE(bool(store.get(b))) << algo << " buffer " << b;
+          }
+        });
+        store.release(op);
+      }
+      measured = std::max(measured, store.peak_bytes());
+    }
+    EXPECT_GT(measured, 0u) << algo;
+    EXPECT_EQ(charm::rt::op_order_peak_bytes(*plan), measured) << algo;
+  }
 }
