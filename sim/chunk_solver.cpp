@@ -181,6 +181,10 @@ std::string ChunkSolution::line() const {
   return s;
 }
 
+Error balanced_deployment_refusal() {
+  return Error{Field::Layout, "the balanced layout is solved for one CP group; drop --cp / --tp or use zigzag"};
+}
+
 ChunkMap thd_chunk_map(const ir::Workload& w, int ranks) {
   ir::Workload z = w;
   z.layout = ir::Layout::Zigzag;

@@ -68,6 +68,9 @@ struct ChunkSolution {
 /// 2n tokens; empty otherwise.
 [[nodiscard]] ChunkMap thd_chunk_map(const ir::Workload& w, int ranks);
 
+/// Why a deployment (--cp / --tp) cannot run the balanced layout: its chunks are solved for one CP group.
+[[nodiscard]] Error balanced_deployment_refusal();
+
 /// Solves `req`'s chunk map (its layout balanced, with packed documents) for its algorithm on `t` (ranks on
 /// the first GPUs). Errors: the request's, or a simulation's.
 [[nodiscard]] Expected<ChunkSolution> solve_chunk_map(const sched::PlanRequest& req, const topo::Topology& t,

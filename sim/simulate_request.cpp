@@ -62,8 +62,7 @@ namespace {
 Expected<sched::CheckedRequest> checked_group(const SimulationRequest& r) {
   sched::PlanRequest group = r.plan;
   if (r.layout) {
-    if (r.plan.workload.layout == ir::Layout::Balanced)
-      return Error{Field::Layout, "the balanced layout is solved for one CP group; drop --cp / --tp or use zigzag"};
+    if (r.plan.workload.layout == ir::Layout::Balanced) return balanced_deployment_refusal();
     auto w = sched::group_workload(r.plan.workload, *r.layout);
     if (!w) return w.error();
     group = {r.plan.algo, std::move(w).value(), r.layout->cp, r.plan.domains};

@@ -144,7 +144,7 @@ namespace {
 /// On the balanced layout, each algorithm's chunk map, solved once for the passes compared together (one
 /// deployment runs one map), or why there is none.
 Expected<sim::ChunkMap> balanced_chunks(const CompareRequest& r, const topo::Topology& t, const std::string& algo) {
-  if (r.layout) return Error{Field::Layout, "the balanced layout is solved for one CP group; drop --cp / --tp"};
+  if (r.layout) return sim::balanced_deployment_refusal();
   ir::Workload w = r.workload;
   w.pass = r.passes.size() > 1 ? ir::PassKind::Both : r.passes.front();
   auto s = sim::solve_chunk_map(sched::normalised({algo, w, r.ranks, r.domains}), t);
