@@ -1,5 +1,7 @@
 #include "sim/compute_model.hpp"
 
+#include "sim/varlen_tiles.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <mutex>
@@ -224,21 +226,48 @@ Seconds ComputeModel::compute_seconds(ir::Flops flops, ir::Phase phase, const ir
                                       ir::MaskPiece mask) const {
   if (flops <= 0) return launch_s;
   const BlockShape b = BlockShape::of(flops / (flops_per_pair(w, phase) * double(w.batch) * double(w.heads)), mask);
-  Seconds update = 0;
-  const double passes = phase == ir::Phase::Fwd ? update_passes : bwd_update_passes;
-  if (passes > 0 && hbm_bytes_per_s > 0) {
-    const double per_token = double(w.head_dim) * double(w.batch);
-    const double elements = phase == ir::Phase::Fwd
-                                ? b.q * per_token * double(w.heads)
-                                : (b.q * double(w.heads) + 2 * b.kv * double(w.kv_heads)) * per_token;
-    update = passes * 12.0 * elements / hbm_bytes_per_s;
-  }
-  return kernel_seconds(b, phase, w) + step_s + update;
+  return kernel_seconds(b, phase, w) + step_s + update_seconds(b, phase, w);
 }
 
-Seconds ComputeModel::op_seconds(const ir::Op& op, const ir::Workload& w) const {
+Seconds ComputeModel::update_seconds(const BlockShape& b, ir::Phase phase, const ir::Workload& w) const {
+  const double passes = phase == ir::Phase::Fwd ? update_passes : bwd_update_passes;
+  if (passes <= 0 || hbm_bytes_per_s <= 0) return 0;
+  const double per_token = double(w.head_dim) * double(w.batch);
+  const double elements = phase == ir::Phase::Fwd ? b.q * per_token * double(w.heads)
+                                                  : (b.q * double(w.heads) + 2 * b.kv * double(w.kv_heads)) * per_token;
+  return passes * 12.0 * elements / hbm_bytes_per_s;
+}
+
+std::optional<Seconds> ComputeModel::varlen_seconds(const ir::Op& op, const ir::Workload& w, int ranks) const {
+  if (op.kind != ir::OpKind::Compute || op.mask != ir::MaskPiece::Positions || op.flops <= 0 || ranks <= 0 ||
+      op.q_owner < 0 || op.kv_owner < 0 || !shaped(op.phase))
+    return std::nullopt;
+  const double batch_heads = double(w.batch) * double(w.heads);
+  const double per_pair = flops_per_pair(w, op.phase);
+  const double pairs = op.flops / (per_pair * batch_heads);
+  const auto pieces = varlen_pieces(w, op.q_owner % ranks, op.kv_owner % ranks, ranks);
+  double sum = 0;
+  for (const VarlenPiece& p : pieces) sum += p.pairs;
+  if (pieces.empty() || std::abs(sum - pairs) > 1e-9 * pairs) return std::nullopt;  // not one whole block
+  // Each piece runs at the attainment of its own size (a piece on the diagonal: a causal triangle).
+  double eff = 0;
+  for (const VarlenPiece& p : pieces) {
+    const BlockShape shape = BlockShape::of(p.pairs, p.diagonal() ? ir::MaskPiece::Causal : ir::MaskPiece::Full);
+    eff += efficiency(shape, op.phase, double(w.head_dim)) * p.pairs / sum;
+  }
+  const bool fwd = op.phase == ir::Phase::Fwd;
+  const topo::KernelTile tile = fwd ? tile_fwd : tile_bwd;
+  const TileLoops loops = varlen_tile_loops(pieces, w.window, tile, fwd);
+  const double sms = double(sm_count);
+  const double steps = std::max(std::ceil(batch_heads * loops.sum / sms - 1e-9), loops.longest);
+  const double t_tile = per_pair * tile.q * tile.kv / (peak_flops / sms * eff);
+  return steps * t_tile + launch_s + step_s + update_seconds(BlockShape::of(pairs, op.mask), op.phase, w);
+}
+
+Seconds ComputeModel::op_seconds(const ir::Op& op, const ir::Workload& w, int ranks) const {
   switch (op.kind) {
   case ir::OpKind::Compute:
+    if (const auto s = varlen_seconds(op, w, ranks)) return *s;
     return compute_seconds(op.flops, op.phase, w, op.mask);
   // The framework issues merges and copies too: each pays its per-op cost beside the kernel's.
   case ir::OpKind::Merge:

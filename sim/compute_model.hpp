@@ -13,7 +13,9 @@
 //   time       launch + tile steps * t_tile,   t_tile = flops(tile) / (peak/SMs * efficiency)
 //
 // so small blocks leave SMs idle and pay the launch, and at large sizes the time
-// tends to flops / (peak * efficiency). Without the shape (sm_count 0):
+// tends to flops / (peak * efficiency). A block of packed documents or a sliding window runs as a varlen
+// kernel: each document's piece its own tiles, loops summed as the causal ones (varlen_tiles.hpp).
+// Without the shape (sm_count 0):
 //
 //   compute:        flops / (peak(dtype) * efficiency(pass, block side)) + launch
 //   efficiency:     e_pass * side / (side + half_tokens), side = sqrt(visible pairs per batch-head)
@@ -26,6 +28,7 @@
 // block (efficiency, sm_count, kernel tiles, launch_us, hbm_gbps) and "stack".
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "scheduler/ir/plan.hpp"
@@ -91,8 +94,15 @@ struct ComputeModel {
   [[nodiscard]] static ComputeModel from_gpu(const topo::GpuSpec& g, ir::DType dtype);
   /// The GPU's model with the topology's stack.
   [[nodiscard]] static ComputeModel from_topology(const topo::Topology& t, ir::DType dtype);
-  /// Time of an op that runs on a stream by itself (Compute, Merge, Accumulate, Copy).
-  [[nodiscard]] Seconds op_seconds(const ir::Op& op, const ir::Workload& w) const;
+  /// Time of an op that runs on a stream by itself (Compute, Merge, Accumulate, Copy). With the plan's CP group
+  /// size `ranks`, a block of packed documents or a sliding window is priced as a varlen kernel runs it.
+  [[nodiscard]] Seconds op_seconds(const ir::Op& op, const ir::Workload& w, int ranks = 0) const;
+  /// A compute block of packed documents or a sliding window (MaskPiece::Positions) as a varlen kernel runs it:
+  /// each document's piece its own tiles (varlen_tiles.hpp), each piece at the attainment of its size, with the
+  /// stack's step and update as compute_seconds has them. Nullopt where the kernel's shape is not known, or
+  /// where the op is not one whole block of `ranks` shards (Ulysses' and USP's head slices, TASP's parts):
+  /// those keep compute_seconds' square block.
+  [[nodiscard]] std::optional<Seconds> varlen_seconds(const ir::Op& op, const ir::Workload& w, int ranks) const;
   /// Time of a compute block of `flops` in `phase` with mask piece `mask` (the closed forms use this too).
   [[nodiscard]] Seconds compute_seconds(ir::Flops flops, ir::Phase phase, const ir::Workload& w,
                                         ir::MaskPiece mask = ir::MaskPiece::Full) const;
@@ -104,6 +114,8 @@ struct ComputeModel {
   /// The kernel's busy time at attainment `eff`, without the launch: tile waves over the SMs, or FLOPs alone.
   [[nodiscard]] Seconds busy_seconds(const BlockShape& block, ir::Phase phase, double head_dim, double batch_heads,
                                      double eff) const;
+  /// The stack's fused passes over a block's fp32 results (0 without an HBM rate).
+  [[nodiscard]] Seconds update_seconds(const BlockShape& block, ir::Phase phase, const ir::Workload& w) const;
   /// Whether the kernel's shape (SMs and tiles) is known for `phase`: the tile model, else flops alone.
   [[nodiscard]] bool shaped(ir::Phase phase) const;
   /// Whether the causal zigzag layout's two half blocks (all queries x the first half of the keys, the

@@ -4,7 +4,9 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
+#include <tuple>
 #include <vector>
 
 #include "scheduler/ir/plan_index.hpp"
@@ -41,7 +43,8 @@ class Engine {
   void complete(OpId op);
   void start_flow(OpId send, OpId recv);
   /// ComputeModel::op_seconds, with the blocks' times remembered: a plan's attention blocks come in a few
-  /// shapes (FLOPs, pass, mask piece), and the model is a pure function of them and the workload.
+  /// shapes (FLOPs, pass, mask piece), and the model is a pure function of them and the workload; a block of
+  /// packed documents or a sliding window also of whose shards meet.
   [[nodiscard]] Seconds op_seconds(const Op& o);
   struct BlockTime {
     std::uint64_t flops_bits = 0;
@@ -115,6 +118,16 @@ class Engine {
   static constexpr int kPathTableGpus = 64;
   static constexpr int kPathCacheBits = 12;
   std::array<BlockTime, 64> block_times_{};  // direct-mapped by shape (op_seconds)
+  /// A block of packed documents or a sliding window: whose shards meet (in the CP group), pass and FLOPs.
+  struct BlockKey {
+    int q_owner = 0, kv_owner = 0;
+    Phase phase = Phase::Fwd;
+    std::uint64_t flops_bits = 0;
+    bool operator<(const BlockKey& o) const {
+      return std::tie(q_owner, kv_owner, phase, flops_bits) < std::tie(o.q_owner, o.kv_owner, o.phase, o.flops_bits);
+    }
+  };
+  std::map<BlockKey, Seconds> position_times_;  // op_seconds of MaskPiece::Positions blocks
   // Whether advance_head fetches a lane's next ops ahead: measured, 7% off the simulate stage of a 1,024-rank
   // causal charm plan (7.4M ops), 1.5% onto a 16-rank sweep's (cache-resident) plans.
   bool prefetch_ = false;

@@ -234,6 +234,13 @@ void Engine::flow_endpoints(int f, int delta) {
 
 Seconds Engine::op_seconds(const Op& o) {
   if (o.kind != OpKind::Compute) return model_.op_seconds(o, plan_.workload);
+  if (o.mask == MaskPiece::Positions) {  // the varlen kernel's time depends on whose shards meet
+    const int n = plan_.group_ranks();
+    const BlockKey key{o.q_owner % n, o.kv_owner % n, o.phase, std::bit_cast<std::uint64_t>(o.flops)};
+    const auto [it, added] = position_times_.try_emplace(key, 0.0);
+    if (added) it->second = model_.op_seconds(o, plan_.workload, n);
+    return it->second;
+  }
   const auto bits = std::bit_cast<std::uint64_t>(o.flops);
   const std::uint64_t h =
       (bits ^ (bits >> 29) ^ (std::uint64_t(o.phase) << 7) ^ (std::uint64_t(o.mask) << 11)) * 0x9E3779B97F4A7C15ull;

@@ -1,7 +1,10 @@
 // The kernel's shape and the stack's per-block costs: exact times with the arithmetic beside them.
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "sim/compute_model.hpp"
+#include "sim/varlen_tiles.hpp"
 #include "topologies/gpu_arch.hpp"
 #include "topologies/topology_json.hpp"
 
@@ -154,6 +157,100 @@ TEST(ComputeModel, CompleteDocumentSpellsOutEveryDefault) {
   EXPECT_EQ(after->gpu.efficiency_fwd, before->gpu.efficiency_fwd);
   ASSERT_TRUE(after->gpu.kernel);
   EXPECT_EQ(after->gpu.kernel->library, before->gpu.kernel->library);
+}
+
+// ---------------------------------------------------------------------------
+// Blocks of packed documents and sliding windows, as a varlen kernel runs them.
+
+/// A compute op of the block q_rank x kv_rank of `w` (its FLOPs counted by the workload, as the planners do).
+ir::Op positions_op(const ir::Workload& w, int q_rank, int kv_rank, int ranks, Phase ph) {
+  ir::Op op;
+  op.kind = ir::OpKind::Compute;
+  op.phase = ph;
+  op.mask = MaskPiece::Positions;
+  op.q_owner = q_rank;
+  op.kv_owner = kv_rank;
+  op.flops = w.block_flops(ph, q_rank, kv_rank, ranks);
+  return op;
+}
+
+// The pieces hold every visible pair of their block, and only those: on random documents, windows and layouts,
+// their pairs sum to the workload's own count for every (q shard, kv shard) block.
+TEST(VarlenTiles, PiecesHoldEveryVisiblePairOfTheirBlock) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 60; ++trial) {
+    const int ranks = 1 + int(rng() % 4);
+    ir::Workload w = one_head(1);
+    w.causal = true;
+    w.layout = trial % 2 ? ir::Layout::Zigzag : ir::Layout::Contiguous;
+    const std::int64_t unit = 2 * ranks;  // zigzag's THD chunks: every document a multiple of 2 x ranks tokens
+    w.seq = 0;
+    for (int d = 0, docs = 1 + int(rng() % 6); d < docs; ++d) {
+      w.documents.push_back(unit * (1 + std::int64_t(rng() % 40)));
+      w.seq += w.documents.back();
+    }
+    if (trial % 3 == 0) w.window = 1 + std::int64_t(rng() % std::uint64_t(std::min<std::int64_t>(100, w.seq)));
+    if (trial % 5 == 0) w.documents.clear();  // a window alone over the whole sequence
+    if (w.documents.empty() && w.window == 0) w.window = std::min<std::int64_t>(50, w.seq);
+    ASSERT_TRUE(w.check(ranks)) << w.check(ranks).error().message();
+    for (int q = 0; q < ranks; ++q)
+      for (int k = 0; k < ranks; ++k) {
+        double sum = 0;
+        for (const VarlenPiece& p : varlen_pieces(w, q, k, ranks)) {
+          EXPECT_GT(p.pairs, 0);
+          EXPECT_DOUBLE_EQ(p.pairs, p.count_pairs(w.window));
+          sum += p.pairs;
+        }
+        EXPECT_DOUBLE_EQ(sum, w.visible_pairs(q, k, ranks))
+            << w.mask_text() << " ranks " << ranks << " " << q << "x" << k;
+      }
+  }
+}
+
+// FlashAttention's varlen grid runs m equal documents of L tokens as a batch of m causal sequences: a shard of
+// them against itself costs what the kernel of one causal L-token block costs at m times the batch.
+TEST(VarlenTiles, EqualDocumentsRunAsABatchOfCausalBlocks) {
+  const auto m = tiled();
+  for (const std::int64_t len : {100, 256, 1000}) {
+    ir::Workload w = one_head(2);
+    w.documents.assign(16, len);  // 4 ranks, 4 documents a shard
+    w.seq = 16 * len;
+    w.causal = true;
+    ir::Workload batched = w;
+    batched.batch = 2 * 4;
+    for (const Phase ph : {Phase::Fwd, Phase::Bwd}) {
+      const auto s = m.varlen_seconds(positions_op(w, 1, 1, 4, ph), w, 4);
+      ASSERT_TRUE(s.has_value());
+      const BlockShape triangle{double(len), double(len), true};
+      EXPECT_DOUBLE_EQ(*s, m.kernel_seconds(triangle, ph, batched)) << len;
+    }
+  }
+}
+
+// A window as long as the sequence hides nothing: the varlen kernel's block is the causal diagonal's. Once the
+// thread blocks fill the SMs, a block of short documents costs far more than the one square block of the same
+// pairs that the FLOPs alone give: each document pays a whole tile.
+TEST(VarlenTiles, AWholeWindowIsTheCausalBlockAndShortDocumentsPayWholeTiles) {
+  const auto m = tiled();
+  ir::Workload w = one_head(4);
+  w.seq = 4096;
+  w.causal = true;
+  w.window = 4096;
+  for (const Phase ph : {Phase::Fwd, Phase::Bwd}) {
+    const ir::Op op = positions_op(w, 0, 0, 4, ph);
+    EXPECT_DOUBLE_EQ(*m.varlen_seconds(op, w, 4), m.compute_seconds(op.flops, ph, w, MaskPiece::Causal));
+  }
+  ir::Workload docs = one_head(4 * 132);
+  docs.documents.assign(256, 16);  // 16-token documents: each pays a 128 x 64 tile for 136 pairs
+  docs.seq = 4096;
+  docs.causal = true;
+  const ir::Op op = positions_op(docs, 0, 0, 4, Phase::Fwd);
+  EXPECT_GT(*m.varlen_seconds(op, docs, 4), 4 * m.compute_seconds(op.flops, Phase::Fwd, docs, MaskPiece::Positions));
+  // Not one whole block (half the heads' FLOPs): the square block stands.
+  ir::Op half = op;
+  half.flops /= 2;
+  EXPECT_FALSE(m.varlen_seconds(half, docs, 4).has_value());
+  EXPECT_DOUBLE_EQ(m.op_seconds(half, docs, 4), m.compute_seconds(half.flops, Phase::Fwd, docs, MaskPiece::Positions));
 }
 
 }  // namespace

@@ -73,7 +73,7 @@ void register_export(CLI::App& app) {
       if (!loaded) fail(Error{"--topology", loaded.error().message()});
       t.emplace(std::move(loaded).value());
       model.emplace(sim::compute_model_for(*t, plan.workload));
-      opt.seconds = [&](ir::OpId id) { return model->op_seconds(plan.op(id), plan.workload); };
+      opt.seconds = [&](ir::OpId id) { return model->op_seconds(plan.op(id), plan.workload, plan.group_ranks()); };
     }
     if (auto st = chakra::write_chakra(plan, o->chakra, opt); !st) throw RuntimeFailure{st.error().message()};
     std::printf("wrote %d Chakra traces (%zu nodes) to %s: %s .. %s\n", plan.ranks, plan.size(), o->chakra.c_str(),

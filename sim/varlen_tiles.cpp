@@ -1,0 +1,169 @@
+#include "sim/varlen_tiles.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+namespace charm::sim {
+
+namespace {
+using Range = ir::Workload::Range;
+
+constexpr std::int64_t kNoWindow = std::numeric_limits<std::int64_t>::max() / 4;
+
+/// Visible pairs between queries [q0, q1) and keys [k0, k1) of one document under a causal `window`
+/// (kNoWindow: none). Query p sees min(k1, p + 1) - max(k0, p - window + 1) keys: linear in p between the points
+/// where one bound stops moving, and changing sign only at two of them (p = k0 - 1, p = k1 + window - 1), so
+/// each segment between them sums as an arithmetic series.
+double band_pairs(std::int64_t q0, std::int64_t q1, std::int64_t k0, std::int64_t k1, std::int64_t window) {
+  const auto seen = [&](std::int64_t p) { return std::min(k1, p + 1) - std::max(k0, p - window + 1); };
+  std::array<std::int64_t, 6> at{q0, q1, k0 - 1, k1 - 1, k0 + window - 1, k1 + window - 1};
+  std::sort(at.begin(), at.end());
+  double sum = 0;
+  for (std::size_t i = 0; i + 1 < at.size(); ++i) {
+    const std::int64_t a = std::max(at[i], q0), b = std::min(at[i + 1], q1);
+    if (a >= b) continue;
+    const std::int64_t fa = seen(a), fb = seen(b - 1);
+    if (fa >= 0 && fb >= 0) sum += double(fa + fb) * double(b - a) / 2;
+  }
+  return sum;
+}
+
+/// A sequence of the kernel's: ascending, disjoint ranges of positions, its tokens numbered 0, 1, ... in order.
+class Tokens {
+ public:
+  explicit Tokens(const std::vector<Range>& ranges) : ranges_(ranges) {
+    for (const Range& r : ranges_) {
+      before_.push_back(size_);
+      size_ += r.count;
+    }
+  }
+  [[nodiscard]] std::int64_t size() const { return size_; }
+  /// The position of token i (0 <= i < size()).
+  [[nodiscard]] std::int64_t at(std::int64_t i) const {
+    const auto r = std::size_t(std::upper_bound(before_.begin(), before_.end(), i) - before_.begin() - 1);
+    return ranges_[r].begin + (i - before_[r]);
+  }
+  /// How many tokens lie below position p.
+  [[nodiscard]] std::int64_t below(std::int64_t p) const {
+    const auto it = std::upper_bound(ranges_.begin(), ranges_.end(), p,
+                                     [](std::int64_t x, const Range& r) { return x < r.begin; });
+    if (it == ranges_.begin()) return 0;
+    const auto r = std::size_t(it - ranges_.begin() - 1);
+    return before_[r] + std::min(p - ranges_[r].begin, ranges_[r].count);
+  }
+
+ private:
+  const std::vector<Range>& ranges_;
+  std::vector<std::int64_t> before_;  // tokens in the ranges before each
+  std::int64_t size_ = 0;
+};
+
+/// Tiles of `size` tokens, counted from token 0, that meet tokens [begin, end).
+double tiles_meeting(std::int64_t begin, std::int64_t end, int size) {
+  if (end <= begin) return 0;
+  return double((end + size - 1) / size - begin / size);
+}
+
+/// The parts of `ranges` within [lo, hi).
+std::vector<Range> clipped(const std::vector<Range>& ranges, std::int64_t lo, std::int64_t hi) {
+  std::vector<Range> out;
+  for (const Range& r : ranges) {
+    const std::int64_t a = std::max(r.begin, lo), b = std::min(r.begin + r.count, hi);
+    if (a < b) out.push_back({a, b - a});
+  }
+  return out;
+}
+
+/// A shard's tokens as (document, range) parts, by document, then position.
+std::vector<std::pair<std::size_t, Range>> by_document(const std::vector<Range>& shard,
+                                                       const std::vector<std::int64_t>& starts) {
+  std::vector<std::pair<std::size_t, Range>> out;
+  for (const Range& r : shard) {
+    const std::int64_t end = r.begin + r.count;
+    auto d = std::size_t(std::upper_bound(starts.begin(), starts.end() - 1, r.begin) - starts.begin() - 1);
+    for (std::int64_t p = r.begin; p < end; p = starts[++d]) {
+      const std::int64_t stop = std::min(end, starts[d + 1]);
+      out.push_back({d, {p, stop - p}});
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first < b.first : a.second.begin < b.second.begin;
+  });
+  return out;
+}
+
+/// One document's piece: the queries that see a key, and the keys a query sees (kept as ascending ranges).
+VarlenPiece trimmed(std::vector<Range> q, std::vector<Range> k, std::int64_t window) {
+  if (q.empty() || k.empty()) return {};
+  q = clipped(q, k.front().begin, kNoWindow);  // a query sees only keys at or before it
+  if (q.empty()) return {};
+  const std::int64_t last_q = q.back().begin + q.back().count - 1;
+  k = clipped(k, window < kNoWindow ? q.front().begin - window + 1 : -kNoWindow, last_q + 1);
+  return {std::move(q), std::move(k), 0};
+}
+}  // namespace
+
+double VarlenPiece::count_pairs(std::int64_t window) const {
+  const std::int64_t w = window > 0 ? window : kNoWindow;
+  double sum = 0;
+  for (const Range& a : q)
+    for (const Range& b : k) sum += band_pairs(a.begin, a.begin + a.count, b.begin, b.begin + b.count, w);
+  return sum;
+}
+
+std::vector<VarlenPiece> varlen_pieces(const ir::Workload& w, int q_rank, int kv_rank, int ranks) {
+  std::vector<VarlenPiece> out;
+  if (!w.causal || !w.position_mask()) return out;
+  std::vector<std::int64_t> starts{0};  // each document's first position, then seq
+  for (const std::int64_t len : w.documents) starts.push_back(starts.back() + len);
+  if (starts.size() == 1) starts.push_back(w.seq);
+  const auto qs = by_document(w.shard_ranges(q_rank, ranks), starts);
+  const auto ks = by_document(w.shard_ranges(kv_rank, ranks), starts);
+  const std::int64_t window = w.window > 0 ? w.window : kNoWindow;
+  std::size_t i = 0, j = 0;
+  while (i < qs.size() && j < ks.size()) {
+    const std::size_t d = std::max(qs[i].first, ks[j].first);
+    std::vector<Range> q, k;
+    for (; i < qs.size() && qs[i].first <= d; ++i)
+      if (qs[i].first == d) q.push_back(qs[i].second);
+    for (; j < ks.size() && ks[j].first <= d; ++j)
+      if (ks[j].first == d) k.push_back(ks[j].second);
+    VarlenPiece p = trimmed(std::move(q), std::move(k), window);
+    if (p.q.empty() || p.k.empty()) continue;
+    p.pairs = p.count_pairs(w.window);
+    if (p.pairs > 0) out.push_back(std::move(p));
+  }
+  return out;
+}
+
+TileLoops varlen_tile_loops(std::span<const VarlenPiece> pieces, std::int64_t window, topo::KernelTile tile,
+                            bool fwd) {
+  TileLoops loops;
+  const auto add = [&](double loop) {
+    loops.sum += loop;
+    loops.longest = std::max(loops.longest, loop);
+  };
+  const std::int64_t reach = window > 0 ? window : kNoWindow;
+  for (const VarlenPiece& p : pieces) {
+    const Tokens q(p.q), k(p.k);
+    if (fwd) {
+      // Query tile [i, i + tile.q) sees the keys from its first query's first to its last query.
+      for (std::int64_t i = 0; i < q.size(); i += tile.q) {
+        const std::int64_t first = q.at(i), last = q.at(std::min(q.size(), i + tile.q) - 1);
+        add(tiles_meeting(k.below(first - reach + 1), k.below(last + 1), tile.kv));
+      }
+    } else {
+      // Key tile [j, j + tile.q) is read by the queries from its first key to its last key's last reader.
+      for (std::int64_t j = 0; j < k.size(); j += tile.q) {
+        const std::int64_t first = k.at(j), last = k.at(std::min(k.size(), j + tile.q) - 1);
+        add(tiles_meeting(q.below(first), q.below(last + reach), tile.kv));
+      }
+    }
+  }
+  return loops;
+}
+
+}  // namespace charm::sim
