@@ -76,12 +76,17 @@ double visible_pairs(const Workload& w, int ranks, int parts, std::int32_t q_own
                      std::int32_t kv_part_end) {
   const std::int64_t tp = w.seq / ranks / parts;
   if (!w.causal) return double(tp * (q_part_end - q_part_begin)) * double(tp * (kv_part_end - kv_part_begin));
-  double sum = 0;
-  for_local_range(w, q_owner, ranks, tp * q_part_begin, tp * q_part_end, [&](std::int64_t qa, std::int64_t qb) {
-    for_local_range(w, kv_owner, ranks, tp * kv_part_begin, tp * kv_part_end, [&](std::int64_t ka, std::int64_t kb) {
-      sum += w.position_mask() ? w.pairs_in(qa, qb, ka, kb) : causal_pairs(qa, qb, ka, kb);
-    });
+  std::vector<Workload::Range> qs, ks;  // in position order, as a shard's chunks are
+  for_local_range(w, q_owner, ranks, tp * q_part_begin, tp * q_part_end, [&](std::int64_t a, std::int64_t b) {
+    qs.push_back({a, b - a});
   });
+  for_local_range(w, kv_owner, ranks, tp * kv_part_begin, tp * kv_part_end, [&](std::int64_t a, std::int64_t b) {
+    ks.push_back({a, b - a});
+  });
+  if (w.position_mask()) return w.position_pairs(qs, ks);
+  double sum = 0;
+  for (const auto& q : qs)
+    for (const auto& k : ks) sum += causal_pairs(q.begin, q.begin + q.count, k.begin, k.begin + k.count);
   return sum;
 }
 

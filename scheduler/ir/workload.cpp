@@ -323,25 +323,28 @@ Status apply_mask(Workload& w, std::string_view spec) {
   return {};
 }
 
+double Workload::position_pairs(const std::vector<Range>& qs, const std::vector<Range>& ks) const {
+  // A query range sees keys from the first one its first query sees up to its last, so only the key ranges
+  // over that span are visited (the others add no pair).
+  const std::vector<std::int64_t> starts = document_starts(*this);
+  double sum = 0;
+  for (const Range& q : qs) {
+    if (q.count <= 0) continue;
+    const std::int64_t doc = *std::prev(std::upper_bound(starts.begin(), starts.end() - 1, q.begin));
+    const std::int64_t lo = window > 0 ? std::max(doc, q.begin - window + 1) : doc, hi = q.begin + q.count;
+    auto k = std::lower_bound(ks.begin(), ks.end(), lo,
+                              [](const Range& r, std::int64_t x) { return r.begin + r.count <= x; });
+    for (; k != ks.end() && k->begin < hi; ++k)
+      if (k->count > 0) sum += pairs_between(starts, window, q.begin, hi, k->begin, k->begin + k->count);
+  }
+  return sum;
+}
+
 double Workload::visible_pairs(int q_rank, int kv_rank, int ranks) const {
   const double t = double(seq / ranks);
   if (!causal) return t * t;
-  if (position_mask()) {
-    // A shard's chunks are in position order in every layout: a query chunk sees keys from the first one its
-    // first query sees up to its last, so only the key chunks over that span are visited.
-    const std::vector<std::int64_t> starts = document_starts(*this);
-    const auto qs = shard_ranges(q_rank, ranks), ks = shard_ranges(kv_rank, ranks);
-    double sum = 0;
-    for (const Range& q : qs) {
-      const std::int64_t doc = *std::prev(std::upper_bound(starts.begin(), starts.end() - 1, q.begin));
-      const std::int64_t lo = window > 0 ? std::max(doc, q.begin - window + 1) : doc, hi = q.begin + q.count;
-      auto k = std::lower_bound(ks.begin(), ks.end(), lo,
-                                [](const Range& r, std::int64_t x) { return r.begin + r.count <= x; });
-      for (; k != ks.end() && k->begin < hi; ++k)
-        sum += pairs_between(starts, window, q.begin, hi, k->begin, k->begin + k->count);
-    }
-    return sum;
-  }
+  // A shard's chunks are in position order in every layout.
+  if (position_mask()) return position_pairs(shard_ranges(q_rank, ranks), shard_ranges(kv_rank, ranks));
   double sum = 0;
   for (auto q : shard_ranges(q_rank, ranks))
     for (auto k : shard_ranges(kv_rank, ranks)) sum += causal_pairs(q, k);

@@ -102,6 +102,9 @@ struct Workload {
   [[nodiscard]] std::int64_t first_visible(std::int64_t q) const;
   /// (query, key) pairs the mask leaves visible between position ranges [qa, qb) and [ka, kb).
   [[nodiscard]] double pairs_in(std::int64_t qa, std::int64_t qb, std::int64_t ka, std::int64_t kb) const;
+  /// With a position mask: the pairs_in of every query range of `qs` against every key range of `ks` (each list
+  /// in position order), summed query range by query range, visiting only the key ranges it can see.
+  [[nodiscard]] double position_pairs(const std::vector<Range>& qs, const std::vector<Range>& ks) const;
   /// "causal", "full", "document:4096,1024,...", "sliding:4096" (the --mask spelling).
   [[nodiscard]] std::string mask_text() const;
 
