@@ -48,8 +48,8 @@ class Tokens {
   }
   /// How many tokens lie below position p.
   [[nodiscard]] std::int64_t below(std::int64_t p) const {
-    const auto it = std::upper_bound(ranges_.begin(), ranges_.end(), p,
-                                     [](std::int64_t x, const Range& r) { return x < r.begin; });
+    const auto it =
+        std::upper_bound(ranges_.begin(), ranges_.end(), p, [](std::int64_t x, const Range& r) { return x < r.begin; });
     if (it == ranges_.begin()) return 0;
     const auto r = std::size_t(it - ranges_.begin() - 1);
     return before_[r] + std::min(p - ranges_[r].begin, ranges_[r].count);
@@ -139,8 +139,7 @@ std::vector<VarlenPiece> varlen_pieces(const ir::Workload& w, int q_rank, int kv
   return out;
 }
 
-TileLoops varlen_tile_loops(std::span<const VarlenPiece> pieces, std::int64_t window, topo::KernelTile tile,
-                            bool fwd) {
+TileLoops varlen_tile_loops(std::span<const VarlenPiece> pieces, std::int64_t window, topo::KernelTile tile, bool fwd) {
   TileLoops loops;
   const auto add = [&](double loop) {
     loops.sum += loop;
