@@ -70,15 +70,15 @@ BufferStore::BufferStore(const ir::Plan& plan, ir::RankId rank, FillInput fill)
     const ir::Buffer& buf = plan.buffer(b);
     if (buf.rank != rank) continue;
     auto s = std::make_unique<Slot>();
-    const Slot* parent = buf.parent >= 0 && buf.parent < b ? slots_[std::size_t(buf.parent)].get() : nullptr;
     s->root = b;
     s->valid = ir::check_buffer(plan, b);
     if (s->valid) {
       s->layout = region_layout(plan, b);
       s->count = s->layout.elems();
-      if (parent != nullptr) {
-        s->root = buf.parent;
-        s->offset = std::int64_t(buf.owner - parent->layout.region.owner_begin) * parent->layout.block_elems;
+      if (const ir::BufferId root = storage_root(plan, b); root != b) {  // a view: its parent's storage
+        const Slot& parent = *slots_[std::size_t(root)];
+        s->root = root;
+        s->offset = std::int64_t(buf.owner - parent.layout.region.owner_begin) * parent.layout.block_elems;
       }
     }
     slots_[std::size_t(b)] = std::move(s);
