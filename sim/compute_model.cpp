@@ -239,13 +239,22 @@ Seconds ComputeModel::update_seconds(const BlockShape& b, ir::Phase phase, const
 }
 
 std::optional<Seconds> ComputeModel::varlen_seconds(const ir::Op& op, const ir::Workload& w, int ranks) const {
-  if (op.kind != ir::OpKind::Compute || op.mask != ir::MaskPiece::Positions || op.flops <= 0 || ranks <= 0 ||
-      op.q_owner < 0 || op.kv_owner < 0 || !shaped(op.phase))
-    return std::nullopt;
+  if (!varlen_priced(op) || ranks <= 0) return std::nullopt;
+  return varlen_seconds(op, w, DocumentShards(w, ranks));
+}
+
+bool ComputeModel::varlen_priced(const ir::Op& op) const {
+  return op.kind == ir::OpKind::Compute && op.mask == ir::MaskPiece::Positions && op.flops > 0 && op.q_owner >= 0 &&
+         op.kv_owner >= 0 && shaped(op.phase);
+}
+
+std::optional<Seconds> ComputeModel::varlen_seconds(const ir::Op& op, const ir::Workload& w,
+                                                    const DocumentShards& shards) const {
+  if (!varlen_priced(op) || shards.ranks() <= 0) return std::nullopt;
   const double batch_heads = double(w.batch) * double(w.heads);
   const double per_pair = flops_per_pair(w, op.phase);
   const double pairs = op.flops / (per_pair * batch_heads);
-  const auto pieces = varlen_pieces(w, op.q_owner % ranks, op.kv_owner % ranks, ranks);
+  const auto pieces = shards.pieces(op.q_owner % shards.ranks(), op.kv_owner % shards.ranks());
   double sum = 0;
   for (const VarlenPiece& p : pieces) sum += p.pairs;
   if (pieces.empty() || std::abs(sum - pairs) > 1e-9 * pairs) return std::nullopt;  // not one whole block

@@ -36,6 +36,7 @@
 
 namespace charm::sim {
 
+class DocumentShards;
 using Seconds = double;
 
 /// The query and key tokens of one attention block (per batch-head) and whether it is a causal
@@ -103,6 +104,9 @@ struct ComputeModel {
   /// where the op is not one whole block of `ranks` shards (Ulysses' and USP's head slices, TASP's parts):
   /// those keep compute_seconds' square block.
   [[nodiscard]] std::optional<Seconds> varlen_seconds(const ir::Op& op, const ir::Workload& w, int ranks) const;
+  /// The same from w's shards cut by document once (a simulation prices many blocks of one workload).
+  [[nodiscard]] std::optional<Seconds> varlen_seconds(const ir::Op& op, const ir::Workload& w,
+                                                      const DocumentShards& shards) const;
   /// Time of a compute block of `flops` in `phase` with mask piece `mask` (the closed forms use this too).
   [[nodiscard]] Seconds compute_seconds(ir::Flops flops, ir::Phase phase, const ir::Workload& w,
                                         ir::MaskPiece mask = ir::MaskPiece::Full) const;
@@ -118,6 +122,8 @@ struct ComputeModel {
   [[nodiscard]] Seconds update_seconds(const BlockShape& block, ir::Phase phase, const ir::Workload& w) const;
   /// Whether the kernel's shape (SMs and tiles) is known for `phase`: the tile model, else flops alone.
   [[nodiscard]] bool shaped(ir::Phase phase) const;
+  /// Whether varlen_seconds may price `op`: a whole compute block under a position mask, its kernel shaped.
+  [[nodiscard]] bool varlen_priced(const ir::Op& op) const;
   /// Whether the causal zigzag layout's two half blocks (all queries x the first half of the keys, the
   /// second half of the queries x all keys) take the same time in both passes: they hold as many pairs,
   /// so they do where no kernel shape and no result update (which scales with the queries) is priced.

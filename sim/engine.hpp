@@ -13,6 +13,7 @@
 #include "sim/event_queue.hpp"
 #include "sim/fair_share_network.hpp"
 #include "sim/simulator.hpp"
+#include "sim/varlen_tiles.hpp"
 
 namespace charm::sim::detail {
 
@@ -127,7 +128,8 @@ class Engine {
       return std::tie(q_owner, kv_owner, phase, flops_bits) < std::tie(o.q_owner, o.kv_owner, o.phase, o.flops_bits);
     }
   };
-  std::map<BlockKey, Seconds> position_times_;  // op_seconds of MaskPiece::Positions blocks
+  std::map<BlockKey, Seconds> position_times_;     // op_seconds of MaskPiece::Positions blocks
+  std::optional<DocumentShards> document_shards_;  // the group's shards cut by document, on the first such block
   // Whether advance_head fetches a lane's next ops ahead: measured, 7% off the simulate stage of a 1,024-rank
   // causal charm plan (7.4M ops), 1.5% onto a 16-rank sweep's (cache-resident) plans.
   bool prefetch_ = false;

@@ -238,7 +238,11 @@ Seconds Engine::op_seconds(const Op& o) {
     const int n = plan_.group_ranks();
     const BlockKey key{o.q_owner % n, o.kv_owner % n, o.phase, std::bit_cast<std::uint64_t>(o.flops)};
     const auto [it, added] = position_times_.try_emplace(key, 0.0);
-    if (added) it->second = model_.op_seconds(o, plan_.workload, n);
+    if (added) {
+      if (!document_shards_) document_shards_.emplace(plan_.workload, n);
+      const auto varlen = model_.varlen_seconds(o, plan_.workload, *document_shards_);
+      it->second = varlen ? *varlen : model_.op_seconds(o, plan_.workload);
+    }
     return it->second;
   }
   const auto bits = std::bit_cast<std::uint64_t>(o.flops);

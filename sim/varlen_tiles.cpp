@@ -34,7 +34,9 @@ double band_pairs(std::int64_t q0, std::int64_t q1, std::int64_t k0, std::int64_
 /// A sequence of the kernel's: ascending, disjoint ranges of positions, its tokens numbered 0, 1, ... in order.
 class Tokens {
  public:
-  explicit Tokens(const std::vector<Range>& ranges) : ranges_(ranges) {
+  /// `before` is storage for the count of tokens before each range (kept from sequence to sequence).
+  Tokens(const std::vector<Range>& ranges, std::vector<std::int64_t>& before) : ranges_(ranges), before_(before) {
+    before_.clear();
     for (const Range& r : ranges_) {
       before_.push_back(size_);
       size_ += r.count;
@@ -57,7 +59,7 @@ class Tokens {
 
  private:
   const std::vector<Range>& ranges_;
-  std::vector<std::int64_t> before_;  // tokens in the ranges before each
+  std::vector<std::int64_t>& before_;  // tokens in the ranges before each
   std::int64_t size_ = 0;
 };
 
@@ -67,20 +69,20 @@ double tiles_meeting(std::int64_t begin, std::int64_t end, int size) {
   return double((end + size - 1) / size - begin / size);
 }
 
-/// The parts of `ranges` within [lo, hi).
-std::vector<Range> clipped(const std::vector<Range>& ranges, std::int64_t lo, std::int64_t hi) {
-  std::vector<Range> out;
+/// Keeps the parts of `ranges` within [lo, hi).
+void clip(std::vector<Range>& ranges, std::int64_t lo, std::int64_t hi) {
+  std::size_t kept = 0;
   for (const Range& r : ranges) {
     const std::int64_t a = std::max(r.begin, lo), b = std::min(r.begin + r.count, hi);
-    if (a < b) out.push_back({a, b - a});
+    if (a < b) ranges[kept++] = {a, b - a};
   }
-  return out;
+  ranges.resize(kept);
 }
 
-/// A shard's tokens as (document, range) parts, by document, then position.
-std::vector<std::pair<std::size_t, Range>> by_document(const std::vector<Range>& shard,
-                                                       const std::vector<std::int64_t>& starts) {
-  std::vector<std::pair<std::size_t, Range>> out;
+/// A shard's tokens as parts of documents, by document, then position.
+std::vector<DocumentShards::Part> by_document(const std::vector<Range>& shard,
+                                              const std::vector<std::int64_t>& starts) {
+  std::vector<DocumentShards::Part> out;
   for (const Range& r : shard) {
     const std::int64_t end = r.begin + r.count;
     auto d = std::size_t(std::upper_bound(starts.begin(), starts.end() - 1, r.begin) - starts.begin() - 1);
@@ -90,19 +92,18 @@ std::vector<std::pair<std::size_t, Range>> by_document(const std::vector<Range>&
     }
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
-    return a.first != b.first ? a.first < b.first : a.second.begin < b.second.begin;
+    return a.document != b.document ? a.document < b.document : a.range.begin < b.range.begin;
   });
   return out;
 }
 
-/// One document's piece: the queries that see a key, and the keys a query sees (kept as ascending ranges).
-VarlenPiece trimmed(std::vector<Range> q, std::vector<Range> k, std::int64_t window) {
-  if (q.empty() || k.empty()) return {};
-  q = clipped(q, k.front().begin, kNoWindow);  // a query sees only keys at or before it
-  if (q.empty()) return {};
-  const std::int64_t last_q = q.back().begin + q.back().count - 1;
-  k = clipped(k, window < kNoWindow ? q.front().begin - window + 1 : -kNoWindow, last_q + 1);
-  return {std::move(q), std::move(k), 0};
+/// Trims one document's piece to the queries that see a key and the keys a query sees.
+void trim(VarlenPiece& p, std::int64_t window) {
+  if (p.q.empty() || p.k.empty()) return;
+  clip(p.q, p.k.front().begin, kNoWindow);  // a query sees only keys at or before it
+  if (p.q.empty()) return;
+  const std::int64_t last_q = p.q.back().begin + p.q.back().count - 1;
+  clip(p.k, window < kNoWindow ? p.q.front().begin - window + 1 : -kNoWindow, last_q + 1);
 }
 }  // namespace
 
@@ -114,29 +115,52 @@ double VarlenPiece::count_pairs(std::int64_t window) const {
   return sum;
 }
 
-std::vector<VarlenPiece> varlen_pieces(const ir::Workload& w, int q_rank, int kv_rank, int ranks) {
-  std::vector<VarlenPiece> out;
-  if (!w.causal || !w.position_mask()) return out;
-  std::vector<std::int64_t> starts{0};  // each document's first position, then seq
-  for (const std::int64_t len : w.documents) starts.push_back(starts.back() + len);
-  if (starts.size() == 1) starts.push_back(w.seq);
-  const auto qs = by_document(w.shard_ranges(q_rank, ranks), starts);
-  const auto ks = by_document(w.shard_ranges(kv_rank, ranks), starts);
-  const std::int64_t window = w.window > 0 ? w.window : kNoWindow;
+DocumentShards::DocumentShards(const ir::Workload& w, int ranks)
+    : w_(&w), ranks_(ranks), parts_(std::size_t(std::max(ranks, 0))), cut_(std::size_t(std::max(ranks, 0)), 0) {
+  starts_.push_back(0);
+  for (const std::int64_t len : w.documents) starts_.push_back(starts_.back() + len);
+  if (starts_.size() == 1) starts_.push_back(w.seq);
+}
+
+const std::vector<DocumentShards::Part>& DocumentShards::parts(int rank) const {
+  const auto r = std::size_t(rank);
+  if (!cut_[r]) {
+    parts_[r] = by_document(w_->shard_ranges(rank, ranks_), starts_);
+    cut_[r] = 1;
+  }
+  return parts_[r];
+}
+
+std::span<const VarlenPiece> DocumentShards::pieces(int q_rank, int kv_rank) const {
+  if (!w_->causal || !w_->position_mask()) return {};
+  const std::vector<Part>& qs = parts(q_rank);
+  const std::vector<Part>& ks = parts(kv_rank);
+  const std::int64_t window = w_->window > 0 ? w_->window : kNoWindow;
+  // The pieces are written over the last call's, whose ranges keep their storage: no allocation per block.
+  std::size_t n = 0;
   std::size_t i = 0, j = 0;
   while (i < qs.size() && j < ks.size()) {
-    const std::size_t d = std::max(qs[i].first, ks[j].first);
-    std::vector<Range> q, k;
-    for (; i < qs.size() && qs[i].first <= d; ++i)
-      if (qs[i].first == d) q.push_back(qs[i].second);
-    for (; j < ks.size() && ks[j].first <= d; ++j)
-      if (ks[j].first == d) k.push_back(ks[j].second);
-    VarlenPiece p = trimmed(std::move(q), std::move(k), window);
+    const std::size_t d = std::max(qs[i].document, ks[j].document);
+    if (n == scratch_.size()) scratch_.emplace_back();
+    VarlenPiece& p = scratch_[n];
+    p.q.clear();
+    p.k.clear();
+    for (; i < qs.size() && qs[i].document <= d; ++i)
+      if (qs[i].document == d) p.q.push_back(qs[i].range);
+    for (; j < ks.size() && ks[j].document <= d; ++j)
+      if (ks[j].document == d) p.k.push_back(ks[j].range);
+    trim(p, window);
     if (p.q.empty() || p.k.empty()) continue;
-    p.pairs = p.count_pairs(w.window);
-    if (p.pairs > 0) out.push_back(std::move(p));
+    p.pairs = p.count_pairs(w_->window);
+    if (p.pairs > 0) ++n;
   }
-  return out;
+  return {scratch_.data(), n};
+}
+
+std::vector<VarlenPiece> varlen_pieces(const ir::Workload& w, int q_rank, int kv_rank, int ranks) {
+  const DocumentShards shards(w, ranks);
+  const auto pieces = shards.pieces(q_rank, kv_rank);
+  return {pieces.begin(), pieces.end()};
 }
 
 TileLoops varlen_tile_loops(std::span<const VarlenPiece> pieces, std::int64_t window, topo::KernelTile tile, bool fwd) {
@@ -146,8 +170,9 @@ TileLoops varlen_tile_loops(std::span<const VarlenPiece> pieces, std::int64_t wi
     loops.longest = std::max(loops.longest, loop);
   };
   const std::int64_t reach = window > 0 ? window : kNoWindow;
+  std::vector<std::int64_t> q_before, k_before;
   for (const VarlenPiece& p : pieces) {
-    const Tokens q(p.q), k(p.k);
+    const Tokens q(p.q, q_before), k(p.k, k_before);
     if (fwd) {
       // Query tile [i, i + tile.q) sees the keys from its first query's first to its last query.
       for (std::int64_t i = 0; i < q.size(); i += tile.q) {

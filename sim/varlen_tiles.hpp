@@ -36,8 +36,35 @@ struct VarlenPiece {
   [[nodiscard]] bool diagonal() const { return q == k; }
 };
 
-/// The pieces of the block (q_rank's queries x kv_rank's keys, of `ranks` shards) under w's causal position
-/// mask, each with at least one visible pair, by document; none without a causal position mask.
+/// The `ranks` shards of a workload (which must outlive it), each cut by document once: a simulation prices
+/// every (query shard, key shard) block of packed documents from them, 4,096 blocks a pass at 64 ranks, where
+/// each block used to cut both its shards anew. One thread's: pieces() reuses its storage.
+class DocumentShards {
+ public:
+  DocumentShards(const ir::Workload& w, int ranks);
+  [[nodiscard]] int ranks() const { return ranks_; }
+  /// The pieces of the block (q_rank's queries x kv_rank's keys) under w's causal position mask, each with at
+  /// least one visible pair, by document; none without a causal position mask. Valid until the next call.
+  [[nodiscard]] std::span<const VarlenPiece> pieces(int q_rank, int kv_rank) const;
+
+  /// A token range of one document.
+  struct Part {
+    std::size_t document = 0;
+    ir::Workload::Range range;
+  };
+
+ private:
+  const std::vector<Part>& parts(int rank) const;
+
+  const ir::Workload* w_;
+  int ranks_;
+  std::vector<std::int64_t> starts_;              // each document's first position, then seq
+  mutable std::vector<std::vector<Part>> parts_;  // per rank, by document then position; built on first use
+  mutable std::vector<char> cut_;                 // per rank: parts_ built
+  mutable std::vector<VarlenPiece> scratch_;      // pieces' storage, reused from call to call
+};
+
+/// DocumentShards(w, ranks).pieces(q_rank, kv_rank).
 [[nodiscard]] std::vector<VarlenPiece> varlen_pieces(const ir::Workload& w, int q_rank, int kv_rank, int ranks);
 
 /// The thread blocks' loops of one batch-head: their sum and the longest, in tile steps.

@@ -175,7 +175,8 @@ ir::Op positions_op(const ir::Workload& w, int q_rank, int kv_rank, int ranks, P
 }
 
 // The pieces hold every visible pair of their block, and only those: on random documents, windows and layouts,
-// their pairs sum to the workload's own count for every (q shard, kv shard) block.
+// their pairs sum to the workload's own count for every (q shard, kv shard) block. The shards a simulation keeps
+// (DocumentShards, its pieces' storage reused from block to block) give the same pieces as a fresh cut.
 TEST(VarlenTiles, PiecesHoldEveryVisiblePairOfTheirBlock) {
   std::mt19937 rng(7);
   for (int trial = 0; trial < 60; ++trial) {
@@ -193,12 +194,18 @@ TEST(VarlenTiles, PiecesHoldEveryVisiblePairOfTheirBlock) {
     if (trial % 5 == 0) w.documents.clear();  // a window alone over the whole sequence
     if (w.documents.empty() && w.window == 0) w.window = std::min<std::int64_t>(50, w.seq);
     ASSERT_TRUE(w.check(ranks)) << w.check(ranks).error().message();
+    const DocumentShards shards(w, ranks);  // one for every block, as a simulation keeps it
     for (int q = 0; q < ranks; ++q)
       for (int k = 0; k < ranks; ++k) {
         double sum = 0;
-        for (const VarlenPiece& p : varlen_pieces(w, q, k, ranks)) {
+        const std::vector<VarlenPiece> fresh = varlen_pieces(w, q, k, ranks);
+        const auto kept = shards.pieces(q, k);
+        ASSERT_EQ(kept.size(), fresh.size());
+        for (std::size_t i = 0; i < fresh.size(); ++i) {
+          const VarlenPiece& p = fresh[i];
           EXPECT_GT(p.pairs, 0);
           EXPECT_DOUBLE_EQ(p.pairs, p.count_pairs(w.window));
+          EXPECT_TRUE(kept[i].q == p.q && kept[i].k == p.k && kept[i].pairs == p.pairs) << "piece " << i;
           sum += p.pairs;
         }
         EXPECT_DOUBLE_EQ(sum, w.visible_pairs(q, k, ranks))

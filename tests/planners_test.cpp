@@ -169,6 +169,42 @@ TEST(Planners, ScalePositionMasksToOtherBatches) {
   }
 }
 
+// Under packed documents or a window, a whole-shard block carries the workload's own mask piece and FLOPs (the
+// builder counts each block's pairs once), and the blocks of every plan sum to the workload's visible FLOPs.
+TEST(Planners, PositionMaskedBlocksCarryTheWorkloadsPairs) {
+  for (const char* algo : {"ring", "charm", "ulysses", "usp", "tasp"})
+    for (const bool window : {false, true}) {
+      sched::PlanRequest req{algo, {}, 4, 1};
+      req.workload.seq = 4 * 1024;
+      req.workload.heads = req.workload.kv_heads = 4;
+      req.workload.causal = true;
+      if (window)
+        req.workload.window = 700;
+      else
+        req.workload.documents = {1000, 2500, 596};
+      req.workload.pass = std::string_view(algo) == "tasp" ? ir::PassKind::Fwd : ir::PassKind::Both;
+      const auto plan = sched::make_plan(req);
+      ASSERT_TRUE(plan.ok()) << plan.error().message();
+      const ir::Workload& w = plan->workload;
+      SCOPED_TRACE(fmt::format("{} {}", algo, w.mask_text()));
+      std::map<ir::Phase, double> planned, visible;
+      for (const ir::Op& op : plan->ops()) {
+        if (op.kind != ir::OpKind::Compute) continue;
+        planned[op.phase] += op.flops;
+        if (op.mask == ir::MaskPiece::Mixed || op.mask == ir::MaskPiece::Empty) continue;
+        const ir::Buffer &q = plan->buffer(op.buf[0]), &kv = plan->buffer(op.buf[1]);
+        if (q.heads != 0 || q.parts != 0 || kv.heads != 0 || kv.parts != 0) continue;  // a slice of the block
+        EXPECT_EQ(op.mask, w.mask(op.q_owner, op.kv_owner, 4));
+        EXPECT_EQ(op.flops, w.block_flops(op.phase, op.q_owner, op.kv_owner, 4));
+      }
+      for (const auto& [phase, flops] : planned) {
+        for (int x = 0; x < 4; ++x)
+          for (int y = 0; y < 4; ++y) visible[phase] += w.block_flops(phase, x, y, 4);
+        EXPECT_NEAR(flops, visible[phase], 1e-9 * visible[phase]) << ir::to_string(phase);
+      }
+    }
+}
+
 TEST(Planners, RefuseWhatTheyCannotPlan) {
   sched::PlanRequest req;
   req.workload.seq = 4096;

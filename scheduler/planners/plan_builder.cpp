@@ -318,7 +318,22 @@ void PlanBuilder::also_written_by(BufferId buf, std::span<const OpId> ops) {
     if (op != kNone) push_node(a.co_writers, op);
 }
 
+double PlanBuilder::shard_pairs(RankId q_owner, RankId kv_owner) const {
+  const auto [it, added] = shard_pairs_.try_emplace(std::int64_t(q_owner) * plan_.ranks + kv_owner, 0.0);
+  if (added) it->second = plan_.workload.visible_pairs(q_owner, kv_owner, plan_.ranks);
+  return it->second;
+}
+
+double PlanBuilder::owner_pairs(RankId x, const Region& rq, RankId y, const Region& rk) const {
+  const auto& w = plan_.workload;
+  const bool whole =
+      rq.part_begin == 0 && rq.part_end == plan_.parts && rk.part_begin == 0 && rk.part_end == plan_.parts;
+  if (whole && w.causal && w.position_mask()) return shard_pairs(x, y);
+  return visible_pairs(w, plan_.ranks, plan_.parts, x, rq.part_begin, rq.part_end, y, rk.part_begin, rk.part_end);
+}
+
 bool PlanBuilder::visible(RankId q_owner, RankId kv_owner) const {
+  if (plan_.workload.causal && plan_.workload.position_mask()) return shard_pairs(q_owner, kv_owner) > 0;
   return plan_.workload.mask(q_owner, kv_owner, plan_.ranks) != MaskPiece::Empty;
 }
 
@@ -328,9 +343,7 @@ bool PlanBuilder::visible(RankId q_owner, RankId kv_owner) const {
   const Region rq = plan_.region(bq), rk = plan_.region(bk);
   for (RankId x = rq.owner_begin; x < rq.owner_end; ++x)
     for (RankId y = rk.owner_begin; y < rk.owner_end; ++y)
-      if (visible_pairs(plan_.workload, plan_.ranks, plan_.parts, x, rq.part_begin, rq.part_end, y, rk.part_begin,
-                        rk.part_end) > 0)
-        return true;
+      if (owner_pairs(x, rq, y, rk) > 0) return true;
   return false;
 }
 
@@ -350,7 +363,12 @@ Op PlanBuilder::block_op(Phase phase, BufferId q, BufferId kv) const {
   op.q_owner = bq.owner;
   op.kv_owner = bk.owner;
   const auto& w = plan_.workload;
-  if (bq.owners == 1 && bk.owners == 1 && bq.heads == 0 && bk.heads == 0 && bq.parts == 0 && bk.parts == 0) {
+  if (bq.owners == 1 && bk.owners == 1 && bq.heads == 0 && bk.heads == 0 && bq.parts == 0 && bk.parts == 0 &&
+      w.causal && w.position_mask()) {  // Workload::mask and block_flops, from the block's pairs counted once
+    const double pairs = shard_pairs(bq.owner, bk.owner);
+    op.mask = pairs > 0 ? MaskPiece::Positions : MaskPiece::Empty;
+    op.flops = ir::attention_flops(double(w.batch), double(w.heads), double(w.head_dim), pairs, phase);
+  } else if (bq.owners == 1 && bk.owners == 1 && bq.heads == 0 && bk.heads == 0 && bq.parts == 0 && bk.parts == 0) {
     op.mask = w.mask(bq.owner, bk.owner, plan_.ranks);
     op.flops = w.block_flops(phase, bq.owner, bk.owner, plan_.ranks);
   } else {
@@ -360,9 +378,7 @@ Op PlanBuilder::block_op(Phase phase, BufferId q, BufferId kv) const {
     op.mask = rq.owners() == 1 && rk.owners() == 1 ? w.mask(bq.owner, bk.owner, plan_.ranks) : MaskPiece::Mixed;
     double pairs = 0;
     for (RankId x = rq.owner_begin; x < rq.owner_end; ++x)
-      for (RankId y = rk.owner_begin; y < rk.owner_end; ++y)
-        pairs +=
-            visible_pairs(w, plan_.ranks, plan_.parts, x, rq.part_begin, rq.part_end, y, rk.part_begin, rk.part_end);
+      for (RankId y = rk.owner_begin; y < rk.owner_end; ++y) pairs += owner_pairs(x, rq, y, rk);
     const double heads = double(w.heads / w.kv_heads) * double(rq.heads());
     op.flops = ir::attention_flops(double(w.batch), heads, double(w.head_dim), pairs, phase);
   }

@@ -21,6 +21,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -264,6 +265,12 @@ class PlanBuilder {
                                               int dst_group, std::span<const OpId> extra_src,
                                               std::span<const OpId> extra_dst, BufferId into);
 
+  /// The visible pairs of the whole-shard block (q_owner, kv_owner) under a position mask, each block's counted
+  /// once per plan: a ring's planner asks for a block's up to four times, and each count bisects the documents.
+  [[nodiscard]] double shard_pairs(RankId q_owner, RankId kv_owner) const;
+  /// ir::visible_pairs of owner x of region rq against owner y of rk, on the regions' parts: whole shards'
+  /// through shard_pairs (Ulysses' and USP's all-to-all regions span every owner).
+  [[nodiscard]] double owner_pairs(RankId x, const ir::Region& rq, RankId y, const ir::Region& rk) const;
   /// region_bytes, with whole shards of one owner (most buffers) looked up per kind.
   [[nodiscard]] ir::Bytes bytes_of(ir::BufKind kind, const ir::Region& r, bool activations_dtype = false) const;
 
@@ -271,6 +278,7 @@ class PlanBuilder {
   ShardBytes shard_bytes_;
   RankId first_phantom_;  // the block in quotient mode, else ranks (no phantom)
   PhantomBuffers phantoms_;
+  mutable std::unordered_map<std::int64_t, double> shard_pairs_;  // shard_pairs, by q_owner x ranks + kv_owner
   ir::Phase phase_ = ir::Phase::Fwd;
   std::vector<Access> access_;
   std::vector<ReaderNode> reader_nodes_;
