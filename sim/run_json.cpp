@@ -7,6 +7,7 @@
 #include <string>
 
 #include "scheduler/ir/plan_io.hpp"
+#include "sim/compute_model.hpp"
 #include "topologies/topology_json.hpp"
 
 namespace charm::sim {
@@ -80,6 +81,14 @@ namespace {
 /// What the workload's head dim asks of the kernel table outside its rows, if anything.
 topo::ModelSources with_coverage(const topo::Topology& t, const ir::Workload& w) {
   topo::ModelSources m = t.sources;
+  if (w.causal && w.position_mask()) {
+    if (ComputeModel::from_topology(t, w.dtype).shaped(ir::Phase::Fwd))
+      m.kernel += "; blocks of packed documents or a window as FlashAttention's varlen grid runs them (a thread "
+                  "block per document, head and tile; TransformerEngine's THD trimming)";
+    else
+      m.assumed.push_back("blocks of packed documents or a window priced by their FLOPs as one square block (the "
+                          "GPU's SMs and tiles are not known)");
+  }
   if (!t.gpu.kernel || t.gpu.kernel->rows.empty()) return m;
   int lo = t.gpu.kernel->rows.front().head_dim, hi = lo;
   for (const auto& r : t.gpu.kernel->rows) {

@@ -317,6 +317,23 @@ TEST(UserClusters, AnIntraNodeRingBeatsTheSameRingAcrossNodes) {
   EXPECT_NE(text.out.find("nccl-tests"), std::string::npos) << text.out;
 }
 
+// A run of packed documents says how their blocks were priced: the varlen kernel's tiles where the GPU's SMs and
+// tiles are known, or one square block by FLOPs (an assumption, said as one) where they are not.
+TEST(UserClusters, TheModelLineSaysHowDocumentBlocksArePriced) {
+  const std::string h100 = std::string(CHARM_SOURCE_DIR) + "/topologies/h100-2x8.json";
+  const std::string docs = " --algo ring --seq 8k --heads 8 --pass fwd --mask document:2048,6144";
+  auto shaped = test::run_charm("simulate -t " + h100 + docs);
+  ASSERT_EQ(shaped.code, 0) << shaped.out;
+  EXPECT_NE(shaped.out.find("FlashAttention's varlen grid"), std::string::npos) << shaped.out;
+  auto ideal = test::run_charm("simulate --uniform -n 4 --bw-gbps 100 --tflops 500" + docs);
+  ASSERT_EQ(ideal.code, 0) << ideal.out;
+  EXPECT_NE(ideal.out.find("assumed: blocks of packed documents or a window priced by their FLOPs"), std::string::npos)
+      << ideal.out;
+  auto causal = test::run_charm("simulate -t " + h100 + " --algo ring --seq 8k --heads 8 --pass fwd --causal");
+  ASSERT_EQ(causal.code, 0) << causal.out;
+  EXPECT_EQ(causal.out.find("varlen"), std::string::npos) << causal.out;
+}
+
 // A Hugging Face config.json gives the workload's heads, kv heads, head dim (hidden_size / heads where it has
 // none) and advise's layers; a flag that says otherwise is refused.
 TEST(UserClusters, AModelConfigGivesTheHeadsAndTheLayers) {
