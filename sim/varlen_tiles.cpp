@@ -1,7 +1,6 @@
 #include "sim/varlen_tiles.hpp"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -12,24 +11,6 @@ namespace {
 using Range = ir::Workload::Range;
 
 constexpr std::int64_t kNoWindow = std::numeric_limits<std::int64_t>::max() / 4;
-
-/// Visible pairs between queries [q0, q1) and keys [k0, k1) of one document under a causal `window`
-/// (kNoWindow: none). Query p sees min(k1, p + 1) - max(k0, p - window + 1) keys: linear in p between the points
-/// where one bound stops moving, and changing sign only at two of them (p = k0 - 1, p = k1 + window - 1), so
-/// each segment between them sums as an arithmetic series.
-double band_pairs(std::int64_t q0, std::int64_t q1, std::int64_t k0, std::int64_t k1, std::int64_t window) {
-  const auto seen = [&](std::int64_t p) { return std::min(k1, p + 1) - std::max(k0, p - window + 1); };
-  std::array<std::int64_t, 6> at{q0, q1, k0 - 1, k1 - 1, k0 + window - 1, k1 + window - 1};
-  std::sort(at.begin(), at.end());
-  double sum = 0;
-  for (std::size_t i = 0; i + 1 < at.size(); ++i) {
-    const std::int64_t a = std::max(at[i], q0), b = std::min(at[i + 1], q1);
-    if (a >= b) continue;
-    const std::int64_t fa = seen(a), fb = seen(b - 1);
-    if (fa >= 0 && fb >= 0) sum += double(fa + fb) * double(b - a) / 2;
-  }
-  return sum;
-}
 
 /// A sequence of the kernel's: ascending, disjoint ranges of positions, its tokens numbered 0, 1, ... in order.
 class Tokens {
@@ -108,10 +89,9 @@ void trim(VarlenPiece& p, std::int64_t window) {
 }  // namespace
 
 double VarlenPiece::count_pairs(std::int64_t window) const {
-  const std::int64_t w = window > 0 ? window : kNoWindow;
   double sum = 0;
   for (const Range& a : q)
-    for (const Range& b : k) sum += band_pairs(a.begin, a.begin + a.count, b.begin, b.begin + b.count, w);
+    for (const Range& b : k) sum += ir::band_pairs(a.begin, a.begin + a.count, b.begin, b.begin + b.count, window);
   return sum;
 }
 

@@ -238,6 +238,10 @@ double rows_below(std::int64_t u, std::int64_t v, std::int64_t s, std::int64_t W
 }
 }  // namespace
 
+double band_pairs(std::int64_t qa, std::int64_t qb, std::int64_t ka, std::int64_t kb, std::int64_t window) {
+  return rows_below(qa, qb, ka, window, kb);  // the document's keys from ka on: start it there
+}
+
 std::int64_t Workload::first_visible(std::int64_t q) const {
   std::int64_t start = 0;
   for (std::int64_t s = 0; const std::int64_t len : documents) {

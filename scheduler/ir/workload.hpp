@@ -146,6 +146,12 @@ struct Workload {
   [[nodiscard]] Flops block_flops(Phase phase, int q_rank, int kv_rank, int ranks) const;
 };
 
+/// Visible (query, key) pairs between queries [qa, qb) and keys [ka, kb) of one document under a causal mask with
+/// a window of `window` tokens (0: none): each query p sees the keys [max(ka, p - window + 1), min(kb - 1, p)].
+/// Exact below 2^53 pairs.
+[[nodiscard]] double band_pairs(std::int64_t qa, std::int64_t qb, std::int64_t ka, std::int64_t kb,
+                                std::int64_t window);
+
 /// Sets w's mask from its --mask spelling: causal | full | document:L1,L2,... | sliding:W (documents and
 /// windows are causal). Errors name --mask; the lengths' sum is checked against seq by Workload::check.
 [[nodiscard]] Status apply_mask(Workload& w, std::string_view spec);
