@@ -149,7 +149,9 @@ Status build_rows(Model& model, const MeasurementSet& data, const CalibrationOpt
     // (every figure is the full plan's; sim_quotient_test holds it to the full plan's). Only the symmetries
     // of the schedule and the topology's structure: the one by cost (zigzag halves priced alike) holds for
     // some values of the fitted parameters and not others.
-    auto plan = sched::make_plan(*checked, sim::quotient_symmetry(sched::plan_symmetry(*checked, false), t, req.ranks));
+    const auto quotient =
+        sched::Quotient::of(*checked, sim::quotient_symmetry(sched::plan_symmetry(*checked, false), t, req.ranks));
+    auto plan = quotient ? sched::make_plan(*checked, *quotient) : Expected<ir::Plan>(quotient.error());
     if (!plan) return Error{data.where(m, column_of(plan.error().field)), plan.error().what};
     row.metric = m.metric;
     row.charge = charge_of(m.metric);

@@ -121,8 +121,9 @@ Expected<Evaluation> evaluate(const sched::PlanRequest& req, const topo::Topolog
                               SimOptions options) {
   const auto checked = sched::CheckedRequest::check(req);
   if (!checked) return checked.error();
-  const ir::RankSymmetry q = by_symmetry ? simulation_symmetry(*checked, t) : ir::RankSymmetry{};
-  auto plan = sched::make_plan(*checked, q);
+  const auto q = sched::Quotient::of(*checked, by_symmetry ? simulation_symmetry(*checked, t) : ir::RankSymmetry{});
+  if (!q) return q.error();
+  auto plan = sched::make_plan(*checked, *q);
   if (!plan) return plan.error();
   return evaluate_plan(std::move(plan).value(), t, options);
 }
@@ -156,7 +157,9 @@ Expected<Summary> PlanReuse::evaluate(const sched::PlanRequest& req, const topo:
     index = std::move(slot->index);
     ++reused_;
   } else {
-    auto built = sched::make_plan(*checked, q);
+    const auto quotient = sched::Quotient::of(*checked, q);
+    if (!quotient) return quotient.error();
+    auto built = sched::make_plan(*checked, *quotient);
     if (!built) return built.error();
     plan = std::move(built).value();
     index.emplace(plan, nullptr, ir::PlanIndex::Parts::Lean);  // what the simulator walks

@@ -20,8 +20,8 @@ Error run_failed(Error e) {
 }
 }  // namespace
 
-Expected<ir::RankSymmetry> quotient_for(const sched::CheckedRequest& req, const topo::Topology& t, SymmetryUse use) {
-  if (use == SymmetryUse::Off) return ir::RankSymmetry{};
+Expected<sched::Quotient> quotient_for(const sched::CheckedRequest& req, const topo::Topology& t, SymmetryUse use) {
+  if (use == SymmetryUse::Off) return sched::Quotient{};
   const ir::RankSymmetry plan_sym = plan_symmetry_on(req, t);
   const auto q =
       plan_sym.active()
@@ -32,8 +32,8 @@ Expected<ir::RankSymmetry> quotient_for(const sched::CheckedRequest& req, const 
                                                              req->algo)});
   if (use == SymmetryUse::On && !q)
     return Error{Field::Symmetry, fmt::format("cannot simulate one class of ranks for all: {}", q.error().message())};
-  if (!q || (use == SymmetryUse::Auto && req.estimate().ops < kQuotientFromOps)) return ir::RankSymmetry{};
-  return *q;
+  if (!q || (use == SymmetryUse::Auto && req.estimate().ops < kQuotientFromOps)) return sched::Quotient{};
+  return sched::Quotient::of(req, *q);
 }
 
 Expected<std::optional<ChunkSolution>> solve_chunks(sched::PlanRequest& req, const topo::Topology& t,
@@ -73,7 +73,7 @@ Expected<sched::CheckedRequest> checked_group(const SimulationRequest& r) {
 /// Which of the run's ranks the simulation keeps: one group's quotient (`quotient`; inactive: every rank), or how
 /// many of a deployment's whole CP groups stand for the others (`copies`).
 struct SimulatedRanks {
-  ir::RankSymmetry quotient;
+  sched::Quotient quotient;
   int copies = 1;
 };
 
@@ -106,7 +106,7 @@ Expected<SimulatedRanks> simulated_ranks(const sched::CheckedRequest& group, con
 
 /// The plan and the simulator's state per op (kSimBytesPerOp) of the ranks kept, within the budget.
 Status fits_budget(const sched::CheckedRequest& group, const SimulationRequest& r, const SimulatedRanks& kept) {
-  if (!r.layout) return r.budget.fits_plan(group, sched::kSimBytesPerOp, "the simulation", kept.quotient);
+  if (!r.layout) return r.budget.fits_plan(group, sched::kSimBytesPerOp, "the simulation", kept.quotient.symmetry());
   const sched::PlanEstimate& e = group.estimate();
   return r.budget.fits(sched::simulation_bytes(e, kept.copies),
                        fmt::format("the simulation of {} CP group{} ({} on {} ranks each: about {:.2g} ops)",

@@ -46,10 +46,10 @@ struct SimulationRequest {
   std::function<void(const RunProgress&)> progress;  // told now and then on the caller's thread; may be empty
 };
 
-/// The quotient to simulate `req` by on `t`, if `use` and the symmetries allow one; an error of --symmetry
-/// where `use` is On and none does.
-[[nodiscard]] Expected<ir::RankSymmetry> quotient_for(const sched::CheckedRequest& req, const topo::Topology& t,
-                                                      SymmetryUse use);
+/// The quotient to simulate `req` by on `t` (checked against its plan: sched::Quotient::of), if `use` and the
+/// symmetries allow one; an error of --symmetry where `use` is On and none does.
+[[nodiscard]] Expected<sched::Quotient> quotient_for(const sched::CheckedRequest& req, const topo::Topology& t,
+                                                     SymmetryUse use);
 
 /// The stage before simulate_request for one group: `req`'s chunk map solved on `t` where its layout is balanced
 /// and it has none (`req` normalised first, as the planner runs it); the solution, or nothing where there was

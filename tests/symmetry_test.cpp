@@ -328,6 +328,17 @@ TEST(MakePlanQuotient, RefusesWhatIsNoCoarseningOfThePlansSymmetry) {
   auto by_cost = sched::make_plan(ulysses, {Kind::Rotate, 2});
   ASSERT_TRUE(by_cost.ok()) << by_cost.error().message();
   EXPECT_EQ(by_cost->symmetry, (RankSymmetry{Kind::Rotate, 2, true}));
+  // The check is Quotient::of's, once: what it makes carries the plan's flags, and the planner takes it as it is.
+  const auto checked = sched::CheckedRequest::check(ulysses);
+  ASSERT_TRUE(checked.ok());
+  const auto q = sched::Quotient::of(*checked, {Kind::Rotate, 2});
+  ASSERT_TRUE(q.ok()) << q.error().message();
+  EXPECT_EQ(q->symmetry(), (RankSymmetry{Kind::Rotate, 2, true}));
+  EXPECT_FALSE(sched::Quotient::of(*checked, {Kind::Rotate, 3}).ok());
+  EXPECT_FALSE(sched::Quotient::of(*checked, {}).value().active());  // none: the full plan
+  auto from_checked = sched::make_plan(*checked, *q);
+  ASSERT_TRUE(from_checked.ok()) << from_checked.error().message();
+  EXPECT_EQ(from_checked->size(), by_cost->size());
   EXPECT_FALSE(sched::make_plan(ulysses, {Kind::Xor, 1}).ok());
 }
 

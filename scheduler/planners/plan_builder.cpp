@@ -86,7 +86,7 @@ std::size_t PhantomBuffers::memory_bytes() const {
          full_.capacity() * sizeof(Buffer);
 }
 
-PlanBuilder::PlanBuilder(std::string algo, const Workload& w, int ranks, int domains, RankSymmetry quotient)
+PlanBuilder::PlanBuilder(std::string algo, const Workload& w, int ranks, int domains, const Quotient& quotient)
     : shard_bytes_(w, ranks), first_phantom_(ranks) {
   plan_.algo = std::move(algo);
   plan_.workload = w;
@@ -94,11 +94,10 @@ PlanBuilder::PlanBuilder(std::string algo, const Workload& w, int ranks, int dom
   plan_.domains = domains;
   plan_.results().assign(static_cast<std::size_t>(ranks), RankResults{});
   next_tag_.resize(static_cast<std::size_t>(ranks) * kNumStreams);
-  if (quotient.active()) {
-    CHARM_ASSERT(check_symmetry_shape(quotient, ranks).ok(), "a quotient needs a well-formed symmetry");
-    plan_.symmetry = quotient;
-    first_phantom_ = quotient.block;
-    phantoms_ = PhantomBuffers(w, ranks, quotient.block);
+  if (quotient.active()) {  // well formed for `ranks`: Quotient::of checked it
+    plan_.symmetry = quotient.symmetry();
+    first_phantom_ = quotient.symmetry().block;
+    phantoms_ = PhantomBuffers(w, ranks, quotient.symmetry().block);
   }
 }
 

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "scheduler/ir/plan.hpp"
+#include "scheduler/planners/plan_symmetry.hpp"
 
 namespace charm::sched {
 
@@ -123,9 +124,9 @@ class PhantomBuffers {
 
 class PlanBuilder {
  public:
-  /// With an active `quotient`, builds its quotient plan (quotient mode, above); the
-  /// planner must describe a plan that is invariant under it.
-  PlanBuilder(std::string algo, const ir::Workload& w, int ranks, int domains, ir::RankSymmetry quotient = {});
+  /// With an active `quotient` (checked against the request's plan by Quotient::of), builds its quotient plan
+  /// (quotient mode, above); the planner must describe a plan that is invariant under it.
+  PlanBuilder(std::string algo, const ir::Workload& w, int ranks, int domains, const Quotient& quotient = {});
 
   [[nodiscard]] const ir::Workload& workload() const { return plan_.workload; }
   [[nodiscard]] int ranks() const { return plan_.ranks; }

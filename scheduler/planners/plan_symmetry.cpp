@@ -1,5 +1,5 @@
-// The rank symmetry of an algorithm's plan for a request (sched::plan_symmetry), and whether a quotient
-// coarsens it (sched::check_quotient).
+// The rank symmetry of an algorithm's plan for a request (sched::plan_symmetry), and the quotients that
+// coarsen it (sched::Quotient::of).
 
 #include "scheduler/planners/plan_symmetry.hpp"
 
@@ -71,27 +71,20 @@ RankSymmetry plan_symmetry(const CheckedRequest& checked, bool zigzag_halves_ali
   return s.active() && s.block < n && check_symmetry_shape(s, n).ok() ? s : RankSymmetry{};
 }
 
-Expected<RankSymmetry> coarsened_symmetry(const CheckedRequest& checked, const RankSymmetry& quotient) {
+Expected<Quotient> Quotient::of(const CheckedRequest& checked, RankSymmetry s) {
+  if (!s.active()) return Quotient{};
   const PlanRequest& req = checked.get();
-  if (auto s = check_symmetry_shape(quotient, req.ranks); !s) return s.error();
-  const RankSymmetry s = plan_symmetry(checked, quotient.zigzag_halves_alike);
-  if (!s.active())
+  if (auto st = check_symmetry_shape(s, req.ranks); !st) return st.error();
+  const RankSymmetry plan = plan_symmetry(checked, s.zigzag_halves_alike);
+  if (!plan.active())
     return Error{"symmetry",
                  fmt::format("{}'s plan for this request has no rank symmetry to take a quotient by", req.algo)};
-  if (quotient.kind != s.kind || quotient.block % s.block != 0)
+  if (s.kind != plan.kind || s.block % plan.block != 0)
     return Error{"symmetry", fmt::format("{} symmetry in blocks of {} does not coarsen the plan's, {} in blocks of {}",
-                                         to_string(quotient.kind), quotient.block, to_string(s.kind), s.block)};
-  return s;
-}
-
-Status check_quotient(const PlanRequest& req, const RankSymmetry& quotient) {
-  if (auto s = check_symmetry_shape(quotient, req.ranks); !s) return s.error();
-  const auto checked = CheckedRequest::check(req);
-  if (!checked)
-    return Error{"symmetry",
-                 fmt::format("{}'s plan for this request has no rank symmetry to take a quotient by", req.algo)};
-  if (auto s = coarsened_symmetry(*checked, quotient); !s) return s.error();
-  return {};
+                                         to_string(s.kind), s.block, to_string(plan.kind), plan.block)};
+  s.heads_are_labels = plan.heads_are_labels;
+  s.zigzag_halves_alike = plan.zigzag_halves_alike;
+  return Quotient(s);
 }
 
 }  // namespace charm::sched

@@ -35,11 +35,21 @@ namespace charm::sched {
 /// k shards hold a whole number of documents, where every document has one length and the layout is
 /// contiguous (so the mask repeats every k ranks, round the end too); 0 where there is no such k.
 [[nodiscard]] int document_period(const ir::Workload& w, int ranks);
-/// Whether `quotient` is well formed (ir::check_symmetry_shape) and coarsens plan_symmetry(req):
-/// the same kind, a block that is a multiple of its block.
-[[nodiscard]] Status check_quotient(const PlanRequest& req, const ir::RankSymmetry& quotient);
-/// The plan's own symmetry, where `quotient` coarsens it (check_quotient's test); why not otherwise.
-[[nodiscard]] Expected<ir::RankSymmetry> coarsened_symmetry(const CheckedRequest& req,
-                                                            const ir::RankSymmetry& quotient);
+/// What the planner builds a plan by: nothing (the full plan), or a rank symmetry checked once against the
+/// request's plan (Quotient::of), which make_plan and the PlanBuilder then take as it is.
+class Quotient {
+ public:
+  Quotient() = default;  // the full plan
+  /// `s` where it is well formed (ir::check_symmetry_shape) and coarsens plan_symmetry(req): the same kind, a
+  /// block that is a multiple of the plan's. It takes what the plan's images may differ in from the plan's own
+  /// symmetry (heads_are_labels, zigzag_halves_alike). An inactive `s`: the full plan.
+  [[nodiscard]] static Expected<Quotient> of(const CheckedRequest& req, ir::RankSymmetry s);
+  [[nodiscard]] const ir::RankSymmetry& symmetry() const { return s_; }
+  [[nodiscard]] bool active() const { return s_.active(); }
+
+ private:
+  explicit Quotient(const ir::RankSymmetry& s) : s_(s) {}
+  ir::RankSymmetry s_;
+};
 
 }  // namespace charm::sched

@@ -39,13 +39,13 @@ void plan_backward(PlanBuilder& b, std::vector<detail::RankState>& st, const Che
 }
 
 /// The plan of a checked request, or its quotient under an active `quotient`.
-Plan build_plan(const CheckedRequest& req, const RankSymmetry& quotient, QuotientStats* stats,
+Plan build_plan(const CheckedRequest& req, const Quotient& quotient, QuotientStats* stats,
                 const PlanProgress& progress) {
   const int n = req->ranks;
   PlanBuilder b(req->algo, req->workload, n, req->domains, quotient);
   // Large plans get a little over the estimate up front: growing past it would copy every
   // op (half the planner's time at 512 ranks); small ones grow as they go.
-  const double ops = quotient.active() ? estimate_quotient_plan(req, quotient).ops : req.estimate().ops;
+  const double ops = quotient.active() ? estimate_quotient_plan(req, quotient.symmetry()).ops : req.estimate().ops;
   if (progress) b.on_progress([&progress, ops](std::size_t built) { progress(built, ops); });
   if (ops >= 65536) b.reserve(std::size_t(ops * 1.1));
   if (req.algorithm().token_parts) b.set_parts(std::max<int>(1, int(detail::tasp_cycle_steps(n).size())));
@@ -73,18 +73,15 @@ Expected<Plan> make_plan(const PlanRequest& req, RankSymmetry quotient, Quotient
   if (stats != nullptr) *stats = {};
   const auto checked = CheckedRequest::check(req);
   if (!checked) return checked.error();
-  return make_plan(*checked, quotient, stats, progress);
+  const auto q = Quotient::of(*checked, quotient);
+  if (!q) return q.error();
+  return make_plan(*checked, *q, stats, progress);
 }
 
-Expected<Plan> make_plan(const CheckedRequest& checked, RankSymmetry quotient, QuotientStats* stats,
+Expected<Plan> make_plan(const CheckedRequest& checked, const Quotient& quotient, QuotientStats* stats,
                          const PlanProgress& progress) {
   if (stats != nullptr) *stats = {};
-  if (!quotient.active()) return build_plan(checked, {}, nullptr, progress);
-  const auto s = coarsened_symmetry(checked, quotient);  // also what the images may differ in
-  if (!s) return s.error();
-  quotient.heads_are_labels = s->heads_are_labels;
-  quotient.zigzag_halves_alike = s->zigzag_halves_alike;
-  return build_plan(checked, quotient, stats, progress);
+  return build_plan(checked, quotient, quotient.active() ? stats : nullptr, progress);
 }
 
 }  // namespace charm::sched

@@ -19,15 +19,15 @@ struct QuotientStats {
   std::size_t phantom_buffers = 0;  // buffers the planner made on phantom ranks
   std::size_t phantom_bytes = 0;    // the heap memory that held them
 };
-/// The quotient plan under `quotient` (checked by check_quotient), built without the full plan: it
+/// The quotient plan under `quotient` (checked by Quotient::of), built without the full plan: it
 /// equals ir::quotient_of(make_plan(req), quotient), op for op. An inactive `quotient` gives the full plan.
 /// Told the ops built so far and the estimate of all (estimate_plan's), now and then while a plan is built
 /// (every PlanBuilder::kProgressOps).
 using PlanProgress = std::function<void(std::size_t built, double estimated)>;
 [[nodiscard]] Expected<ir::Plan> make_plan(const PlanRequest& req, ir::RankSymmetry quotient,
                                            QuotientStats* stats = nullptr, const PlanProgress& progress = {});
-/// The same for a checked request: planned as it is, with no check again.
-[[nodiscard]] Expected<ir::Plan> make_plan(const CheckedRequest& req, ir::RankSymmetry quotient = {},
+/// The same for a checked request and quotient: planned as they are, with no check again.
+[[nodiscard]] Expected<ir::Plan> make_plan(const CheckedRequest& req, const Quotient& quotient = {},
                                            QuotientStats* stats = nullptr, const PlanProgress& progress = {});
 
 }  // namespace charm::sched
