@@ -119,13 +119,14 @@ class Engine {
   static constexpr int kPathTableGpus = 64;
   static constexpr int kPathCacheBits = 12;
   std::array<BlockTime, 64> block_times_{};  // direct-mapped by shape (op_seconds)
-  /// A block of packed documents or a sliding window: whose shards meet (in the CP group), pass and FLOPs.
+  /// A block of packed documents or a sliding window: the shape of whose shards meet (in the CP group:
+  /// DocumentShards::shape), pass and FLOPs.
   struct BlockKey {
-    int q_owner = 0, kv_owner = 0;
+    std::int64_t shape = 0;
     Phase phase = Phase::Fwd;
     std::uint64_t flops_bits = 0;
     bool operator<(const BlockKey& o) const {
-      return std::tie(q_owner, kv_owner, phase, flops_bits) < std::tie(o.q_owner, o.kv_owner, o.phase, o.flops_bits);
+      return std::tie(shape, phase, flops_bits) < std::tie(o.shape, o.phase, o.flops_bits);
     }
   };
   std::map<BlockKey, Seconds> position_times_;     // op_seconds of MaskPiece::Positions blocks

@@ -236,10 +236,11 @@ Seconds Engine::op_seconds(const Op& o) {
   if (o.kind != OpKind::Compute) return model_.op_seconds(o, plan_.workload);
   if (o.mask == MaskPiece::Positions) {  // the varlen kernel's time depends on whose shards meet
     const int n = plan_.group_ranks();
-    const BlockKey key{o.q_owner % n, o.kv_owner % n, o.phase, std::bit_cast<std::uint64_t>(o.flops)};
+    if (!document_shards_) document_shards_.emplace(plan_.workload, n);
+    const BlockKey key{document_shards_->shape(o.q_owner % n, o.kv_owner % n), o.phase,
+                       std::bit_cast<std::uint64_t>(o.flops)};
     const auto [it, added] = position_times_.try_emplace(key, 0.0);
     if (added) {
-      if (!document_shards_) document_shards_.emplace(plan_.workload, n);
       const auto varlen = model_.varlen_seconds(o, plan_.workload, *document_shards_);
       it->second = varlen ? *varlen : model_.op_seconds(o, plan_.workload);
     }

@@ -137,6 +137,12 @@ std::span<const VarlenPiece> DocumentShards::pieces(int q_rank, int kv_rank) con
   return {scratch_.data(), n};
 }
 
+std::int64_t DocumentShards::shape(int q_rank, int kv_rank) const {
+  if (w_->layout == ir::Layout::Zigzag && !w_->documents.empty() && w_->window == 0)
+    return kv_rank < q_rank ? -1 : kv_rank == q_rank ? -2 : -3;
+  return std::int64_t(q_rank) * ranks_ + kv_rank;
+}
+
 std::vector<VarlenPiece> varlen_pieces(const ir::Workload& w, int q_rank, int kv_rank, int ranks) {
   const DocumentShards shards(w, ranks);
   const auto pieces = shards.pieces(q_rank, kv_rank);

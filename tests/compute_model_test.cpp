@@ -1,6 +1,7 @@
 // The kernel's shape and the stack's per-block costs: exact times with the arithmetic beside them.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <random>
 
 #include "sim/compute_model.hpp"
@@ -212,6 +213,45 @@ TEST(VarlenTiles, PiecesHoldEveryVisiblePairOfTheirBlock) {
             << w.mask_text() << " ranks " << ranks << " " << q << "x" << k;
       }
   }
+}
+
+// Blocks of one shape price alike: under THD (documents of random lengths, no window) a block's time depends only
+// on whether its keys' rank is below, at or above its queries', which is what lets a simulation price three
+// blocks a pass instead of ranks^2. With a window, every block is its own shape.
+TEST(VarlenTiles, BlocksOfOneShapePriceAlike) {
+  const auto m = tiled();
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 12; ++trial) {
+    const int ranks = 2 + int(rng() % 7);
+    ir::Workload w = one_head(1 + int(rng() % 300));
+    w.causal = true;
+    w.layout = ir::Layout::Zigzag;
+    w.seq = 0;
+    for (int d = 0, docs = 1 + int(rng() % 30); d < docs; ++d) {
+      w.documents.push_back(2 * ranks * (1 + std::int64_t(rng() % 200)));
+      w.seq += w.documents.back();
+    }
+    ASSERT_TRUE(w.check(ranks)) << w.check(ranks).error().message();
+    const DocumentShards shards(w, ranks);
+    for (const Phase ph : {Phase::Fwd, Phase::Bwd}) {
+      std::map<std::int64_t, double> priced;
+      for (int q = 0; q < ranks; ++q)
+        for (int k = 0; k < ranks; ++k) {
+          const auto s = m.varlen_seconds(positions_op(w, q, k, ranks, ph), w, ranks);
+          ASSERT_TRUE(s.has_value());
+          const auto [it, first] = priced.try_emplace(shards.shape(q, k), *s);
+          EXPECT_EQ(*s, it->second) << "ranks " << ranks << " block " << q << "x" << k << " " << w.mask_text();
+        }
+      EXPECT_EQ(priced.size(), 3u);
+    }
+  }
+  ir::Workload window = one_head(1);
+  window.causal = true;
+  window.layout = ir::Layout::Zigzag;
+  window.seq = 4096;
+  window.window = 300;
+  const DocumentShards own(window, 4);
+  EXPECT_NE(own.shape(1, 0), own.shape(2, 1));
 }
 
 // FlashAttention's varlen grid runs m equal documents of L tokens as a batch of m causal sequences: a shard of
