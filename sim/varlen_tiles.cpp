@@ -60,24 +60,6 @@ void clip(std::vector<Range>& ranges, std::int64_t lo, std::int64_t hi) {
   ranges.resize(kept);
 }
 
-/// A shard's tokens as parts of documents, by document, then position.
-std::vector<DocumentShards::Part> by_document(const std::vector<Range>& shard,
-                                              const std::vector<std::int64_t>& starts) {
-  std::vector<DocumentShards::Part> out;
-  for (const Range& r : shard) {
-    const std::int64_t end = r.begin + r.count;
-    auto d = std::size_t(std::upper_bound(starts.begin(), starts.end() - 1, r.begin) - starts.begin() - 1);
-    for (std::int64_t p = r.begin; p < end; p = starts[++d]) {
-      const std::int64_t stop = std::min(end, starts[d + 1]);
-      out.push_back({d, {p, stop - p}});
-    }
-  }
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
-    return a.document != b.document ? a.document < b.document : a.range.begin < b.range.begin;
-  });
-  return out;
-}
-
 /// Trims one document's piece to the queries that see a key and the keys a query sees.
 void trim(VarlenPiece& p, std::int64_t window) {
   if (p.q.empty() || p.k.empty()) return;
@@ -95,27 +77,14 @@ double VarlenPiece::count_pairs(std::int64_t window) const {
   return sum;
 }
 
-DocumentShards::DocumentShards(const ir::Workload& w, int ranks)
-    : w_(&w), ranks_(ranks), parts_(std::size_t(std::max(ranks, 0))), cut_(std::size_t(std::max(ranks, 0)), 0) {
-  starts_.push_back(0);
-  for (const std::int64_t len : w.documents) starts_.push_back(starts_.back() + len);
-  if (starts_.size() == 1) starts_.push_back(w.seq);
-}
-
-const std::vector<DocumentShards::Part>& DocumentShards::parts(int rank) const {
-  const auto r = std::size_t(rank);
-  if (!cut_[r]) {
-    parts_[r] = by_document(w_->shard_ranges(rank, ranks_), starts_);
-    cut_[r] = 1;
-  }
-  return parts_[r];
-}
+DocumentShards::DocumentShards(const ir::Workload& w, int ranks) : docs_(w, ranks) {}
 
 std::span<const VarlenPiece> DocumentShards::pieces(int q_rank, int kv_rank) const {
-  if (!w_->causal || !w_->position_mask()) return {};
-  const std::vector<Part>& qs = parts(q_rank);
-  const std::vector<Part>& ks = parts(kv_rank);
-  const std::int64_t window = w_->window > 0 ? w_->window : kNoWindow;
+  const ir::Workload& w = docs_.workload();
+  if (!w.causal || !w.position_mask()) return {};
+  const std::vector<Part>& qs = docs_.parts(q_rank);
+  const std::vector<Part>& ks = docs_.parts(kv_rank);
+  const std::int64_t window = w.window > 0 ? w.window : kNoWindow;
   // The pieces are written over the last call's, whose ranges keep their storage: no allocation per block.
   std::size_t n = 0;
   std::size_t i = 0, j = 0;
@@ -131,16 +100,16 @@ std::span<const VarlenPiece> DocumentShards::pieces(int q_rank, int kv_rank) con
       if (ks[j].document == d) p.k.push_back(ks[j].range);
     trim(p, window);
     if (p.q.empty() || p.k.empty()) continue;
-    p.pairs = p.count_pairs(w_->window);
+    p.pairs = p.count_pairs(w.window);
     if (p.pairs > 0) ++n;
   }
   return {scratch_.data(), n};
 }
 
 std::int64_t DocumentShards::shape(int q_rank, int kv_rank) const {
-  if (w_->layout == ir::Layout::Zigzag && !w_->documents.empty() && w_->window == 0)
+  if (docs_.workload().thd() && docs_.workload().window == 0)
     return kv_rank < q_rank ? -1 : kv_rank == q_rank ? -2 : -3;
-  return std::int64_t(q_rank) * ranks_ + kv_rank;
+  return std::int64_t(q_rank) * docs_.ranks() + kv_rank;
 }
 
 std::vector<VarlenPiece> varlen_pieces(const ir::Workload& w, int q_rank, int kv_rank, int ranks) {

@@ -21,6 +21,7 @@
 #include <span>
 #include <vector>
 
+#include "scheduler/ir/shard_documents.hpp"
 #include "scheduler/ir/workload.hpp"
 #include "topologies/gpu_arch.hpp"
 
@@ -36,13 +37,14 @@ struct VarlenPiece {
   [[nodiscard]] bool diagonal() const { return q == k; }
 };
 
-/// The `ranks` shards of a workload (which must outlive it), each cut by document once: a simulation prices
-/// every (query shard, key shard) block of packed documents from them, 4,096 blocks a pass at 64 ranks, where
-/// each block used to cut both its shards anew. One thread's: pieces() reuses its storage.
+/// The varlen pieces of a workload's blocks, from its shards cut by document once (ir::ShardDocuments): a
+/// simulation prices every (query shard, key shard) block of packed documents from them, 4,096 blocks a pass at
+/// 64 ranks. `w` must outlive it; one thread's: pieces() reuses its storage.
 class DocumentShards {
  public:
+  using Part = ir::ShardDocuments::Part;
   DocumentShards(const ir::Workload& w, int ranks);
-  [[nodiscard]] int ranks() const { return ranks_; }
+  [[nodiscard]] int ranks() const { return docs_.ranks(); }
   /// The pieces of the block (q_rank's queries x kv_rank's keys) under w's causal position mask, each with at
   /// least one visible pair, by document; none without a causal position mask. Valid until the next call.
   [[nodiscard]] std::span<const VarlenPiece> pieces(int q_rank, int kv_rank) const;
@@ -53,21 +55,9 @@ class DocumentShards {
   /// every block is a shape of its own.
   [[nodiscard]] std::int64_t shape(int q_rank, int kv_rank) const;
 
-  /// A token range of one document.
-  struct Part {
-    std::size_t document = 0;
-    ir::Workload::Range range;
-  };
-
  private:
-  const std::vector<Part>& parts(int rank) const;
-
-  const ir::Workload* w_;
-  int ranks_;
-  std::vector<std::int64_t> starts_;              // each document's first position, then seq
-  mutable std::vector<std::vector<Part>> parts_;  // per rank, by document then position; built on first use
-  mutable std::vector<char> cut_;                 // per rank: parts_ built
-  mutable std::vector<VarlenPiece> scratch_;      // pieces' storage, reused from call to call
+  ir::ShardDocuments docs_;
+  mutable std::vector<VarlenPiece> scratch_;  // pieces' storage, reused from call to call
 };
 
 /// DocumentShards(w, ranks).pieces(q_rank, kv_rank).

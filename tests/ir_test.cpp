@@ -10,6 +10,7 @@
 #include "scheduler/ir/op_args.hpp"
 #include "scheduler/ir/plan_index.hpp"
 #include "scheduler/ir/plan_io.hpp"
+#include "scheduler/ir/shard_documents.hpp"
 #include "scheduler/planners/planners.hpp"
 #include "support/json_text.hpp"
 #include "support/suggest.hpp"
@@ -79,6 +80,36 @@ TEST(Workload, MasksAndVisiblePairs) {
   for (int q = 0; q < 2; ++q)
     for (int k = 0; k < 2; ++k) total += w.visible_pairs(q, k, 2);
   EXPECT_DOUBLE_EQ(total, 136);
+}
+
+// band_pairs counts what a query-by-query loop counts, for query and key ranges that straddle, nest or miss each
+// other, with and without a window; and the shards cut by document count every block's pairs as the workload does.
+TEST(Workload, BandPairsAndShardDocumentsCountWhatALoopCounts) {
+  for (std::int64_t qa = 0; qa < 12; ++qa)
+    for (std::int64_t qb = qa; qb < 14; qb += 3)
+      for (std::int64_t ka = 0; ka < 12; ka += 2)
+        for (std::int64_t kb = ka; kb < 14; kb += 3)
+          for (const std::int64_t window : {0, 1, 3, 7}) {
+            double loop = 0;
+            for (std::int64_t p = qa; p < qb; ++p)
+              for (std::int64_t k = ka; k < kb; ++k) loop += k <= p && (window == 0 || k > p - window);
+            ASSERT_EQ(ir::band_pairs(qa, qb, ka, kb, window), loop)
+                << qa << " " << qb << " " << ka << " " << kb << " w" << window;
+          }
+  ir::Workload w;
+  w.seq = 4096;
+  w.causal = true;
+  w.layout = ir::Layout::Balanced;
+  w.documents = {700, 1300, 96, 2000};
+  for (int r = 0; r < 4; ++r) w.chunk_map.push_back({});
+  for (std::int64_t c = 0; c < 32; ++c) w.chunk_map[std::size_t((c * 7) % 4)].push_back({c * 128, 128});
+  ASSERT_TRUE(w.check(4)) << w.check(4).error().message();
+  for (const std::int64_t window : {0, 200}) {
+    w.window = window;
+    const ir::ShardDocuments docs(w, 4);
+    for (int q = 0; q < 4; ++q)
+      for (int k = 0; k < 4; ++k) EXPECT_EQ(docs.pairs(q, k), w.visible_pairs(q, k, 4)) << q << "x" << k;
+  }
 }
 
 TEST(Workload, CheckNamesTheFlag) {

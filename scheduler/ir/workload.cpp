@@ -222,6 +222,13 @@ namespace {
 /// between the breakpoints (K, s + W, K + W), so each piece is an arithmetic series.
 double rows_below(std::int64_t u, std::int64_t v, std::int64_t s, std::int64_t W, std::int64_t K) {
   if (u >= v || K <= s) return 0;
+  if (W <= 0) {  // no window: q - s + 1 keys up to K, then K - s (the same integers as the general sum below)
+    double sum = 0;
+    const std::int64_t a = std::max(u, s), b = std::min(v, K);
+    if (a < b) sum += double(b - a) * double((a - s + 1) + (b - s)) / 2;
+    if (const std::int64_t c = std::max(u, K); c < v) sum += double(v - c) * double(K - s);
+    return sum;
+  }
   const auto g = [&](std::int64_t q) {
     const std::int64_t lo = W > 0 ? std::max(s, q - W + 1) : s;
     return std::max<std::int64_t>(0, std::min(q, K - 1) - lo + 1);
@@ -239,7 +246,8 @@ double rows_below(std::int64_t u, std::int64_t v, std::int64_t s, std::int64_t W
 }  // namespace
 
 double band_pairs(std::int64_t qa, std::int64_t qb, std::int64_t ka, std::int64_t kb, std::int64_t window) {
-  return rows_below(qa, qb, ka, window, kb);  // the document's keys from ka on: start it there
+  // Queries before ka see none of the keys; the others see the document's keys from ka on: start it there.
+  return rows_below(std::max(qa, ka), qb, ka, window, kb);
 }
 
 std::int64_t Workload::first_visible(std::int64_t q) const {
@@ -371,8 +379,7 @@ double thd_pairs(const std::vector<std::int64_t>& documents, int q_rank, int kv_
 double Workload::visible_pairs(int q_rank, int kv_rank, int ranks) const {
   const double t = double(seq / ranks);
   if (!causal) return t * t;
-  if (layout == Layout::Zigzag && !documents.empty() && window == 0)
-    return thd_pairs(documents, q_rank, kv_rank, ranks);
+  if (thd() && window == 0) return thd_pairs(documents, q_rank, kv_rank, ranks);
   // A shard's chunks are in position order in every layout.
   if (position_mask()) return position_pairs(shard_ranges(q_rank, ranks), shard_ranges(kv_rank, ranks));
   double sum = 0;

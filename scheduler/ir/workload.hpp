@@ -98,6 +98,8 @@ struct Workload {
 
   /// Documents or a window: visibility comes from positions (MaskPiece::Positions), not from a shape.
   [[nodiscard]] bool position_mask() const { return !documents.empty() || window > 0; }
+  /// TransformerEngine's THD layout: packed documents, each zigzag on its own.
+  [[nodiscard]] bool thd() const { return layout == Layout::Zigzag && !documents.empty(); }
   /// The first key position query position q sees (causal: q is the last); 0 without a position mask.
   [[nodiscard]] std::int64_t first_visible(std::int64_t q) const;
   /// (query, key) pairs the mask leaves visible between position ranges [qa, qb) and [ka, kb).

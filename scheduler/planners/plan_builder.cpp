@@ -319,7 +319,10 @@ void PlanBuilder::also_written_by(BufferId buf, std::span<const OpId> ops) {
 
 double PlanBuilder::shard_pairs(RankId q_owner, RankId kv_owner) const {
   const auto [it, added] = shard_pairs_.try_emplace(std::int64_t(q_owner) * plan_.ranks + kv_owner, 0.0);
-  if (added) it->second = plan_.workload.visible_pairs(q_owner, kv_owner, plan_.ranks);
+  if (added) {
+    if (!shard_documents_) shard_documents_.emplace(plan_.workload, plan_.ranks);
+    it->second = shard_documents_->pairs(q_owner, kv_owner);
+  }
   return it->second;
 }
 

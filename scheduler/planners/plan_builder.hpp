@@ -19,6 +19,7 @@
 #include <functional>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "scheduler/ir/plan.hpp"
+#include "scheduler/ir/shard_documents.hpp"
 #include "scheduler/planners/plan_symmetry.hpp"
 
 namespace charm::sched {
@@ -280,6 +282,7 @@ class PlanBuilder {
   RankId first_phantom_;  // the block in quotient mode, else ranks (no phantom)
   PhantomBuffers phantoms_;
   mutable std::unordered_map<std::int64_t, double> shard_pairs_;  // shard_pairs, by q_owner x ranks + kv_owner
+  mutable std::optional<ir::ShardDocuments> shard_documents_;     // the shards cut by document, for shard_pairs
   ir::Phase phase_ = ir::Phase::Fwd;
   std::vector<Access> access_;
   std::vector<ReaderNode> reader_nodes_;
