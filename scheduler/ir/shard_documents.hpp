@@ -34,7 +34,7 @@ class ShardDocuments {
  private:
   const Workload* w_;
   int ranks_;
-  std::vector<std::int64_t> starts_;             // each document's first position, then seq
+  std::vector<std::int64_t> starts_;              // each document's first position, then seq
   mutable std::vector<std::vector<Part>> parts_;  // per rank, built on first use
   mutable std::vector<char> cut_;                 // per rank: parts_ built
 };
