@@ -233,8 +233,15 @@ Expected<ChunkSolution> solve_chunk_map(const sched::PlanRequest& req_in, const 
     }
     return {};
   };
-  for (auto& c : structured_candidates(w, req.ranks))
+  auto structured = structured_candidates(w, req.ranks);
+  const std::size_t most = structured.size() + std::size_t(std::max(options.shuffles, 0));
+  const auto tell = [&] {
+    if (options.progress) options.progress(std::size_t(best.candidates), most);
+  };
+  for (auto& c : structured) {
     if (auto s = evaluate(std::move(c)); !s) return s.error();
+    tell();
+  }
   std::mt19937_64 rng(options.seed);
   for (int k = 0; k < options.shuffles; ++k) {
     if (elapsed_ms() > options.budget_ms) {
@@ -242,6 +249,7 @@ Expected<ChunkSolution> solve_chunk_map(const sched::PlanRequest& req_in, const 
       break;
     }
     if (auto s = evaluate(shuffled_candidate(w, req.ranks, rng, k)); !s) return s.error();
+    tell();
   }
   best.solve_ms = elapsed_ms();
   return best;

@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include <functional>
+
 #include "scheduler/ir/workload.hpp"
 #include "scheduler/planners/planners.hpp"
 #include "sim/compute_model.hpp"
@@ -36,6 +38,9 @@ struct ChunkSolveOptions {
   double budget_ms = 500;  // the shuffles stop once this much time has gone
   std::uint64_t seed = 1;  // the shuffles' order
   int shuffles = 16;       // seeded shuffles tried after the structured candidates
+  /// Told after each candidate: how many were planned and simulated, and the most there will be (the
+  /// structured ones and the shuffles). May be empty.
+  std::function<void(std::size_t tried, std::size_t most)> progress;
 };
 
 /// One chunk map's figures: its simulated time, the bytes its plan sends, and its load imbalance (the

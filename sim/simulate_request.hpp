@@ -27,10 +27,10 @@ inline constexpr EnumName<SymmetryUse> kSymmetryUseNames[] = {
 
 /// How far a run has got, for a progress line.
 struct RunProgress {
-  enum class Stage { Planning, Indexing, Simulating };
+  enum class Stage { SolvingChunks, Planning, Indexing, Simulating };
   Stage stage = Stage::Planning;
-  std::size_t done = 0;  // ops planned (Planning) or simulated (Simulating)
-  double total = 0;      // ops: the estimate while planning, the plan's after
+  std::size_t done = 0;  // chunk maps tried (SolvingChunks), ops planned (Planning) or simulated (Simulating)
+  double total = 0;      // the most chunk maps there will be; ops: the estimate while planning, the plan's after
 };
 
 /// One simulation as `charm simulate`, `charm compare` and the Python module ask for it: one group of ranks on

@@ -48,9 +48,17 @@ TEST(ChunkSolver, NeverSlowerThanThdAndTheAnswerIsItsMapsSimulation) {
     SCOPED_TRACE(fmt::format("trial {}: {}", trial, w.mask_text()));
     const sched::PlanRequest req{"ring", w, 16, 2};
     ChunkSolveOptions o;
-    o.budget_ms = 1e9;  // every shuffle, whatever the machine
+    o.budget_ms = 1e9;                                      // every shuffle, whatever the machine
+    std::vector<std::pair<std::size_t, std::size_t>> told;  // the progress line's: one call per candidate
+    o.progress = [&](std::size_t tried, std::size_t most) { told.emplace_back(tried, most); };
     auto s = solve_chunk_map(req, t, o);
     ASSERT_TRUE(s.ok()) << s.error().message();
+    ASSERT_EQ(told.size(), std::size_t(s->candidates));
+    for (std::size_t i = 0; i < told.size(); ++i) {
+      EXPECT_EQ(told[i].first, i + 1);
+      EXPECT_EQ(told[i].second, told.size());  // every shuffle ran: the most there could be
+    }
+    o.progress = nullptr;
     ASSERT_TRUE(s->thd.has_value());
     EXPECT_LE(s->best.makespan_s, s->thd->makespan_s);
     EXPECT_LE(s->best.makespan_s, s->contiguous.makespan_s);

@@ -21,6 +21,9 @@ std::string approx(double n) {
 /// The progress line of a run of `algo` at `p`, `elapsed` seconds in.
 std::string progress_text(const std::string& algo, const sim::RunProgress& p, double elapsed) {
   switch (p.stage) {
+  case sim::RunProgress::Stage::SolvingChunks:
+    return fmt::format("charm: placing the documents' chunks for {}: {} of at most {} chunk maps tried, {:.0f} s", algo,
+                       p.done, approx(p.total), elapsed);
   case sim::RunProgress::Stage::Planning:
     return fmt::format("charm: planning {}: {} of about {} ops, {:.0f} s", algo, approx(double(p.done)),
                        approx(p.total), elapsed);

@@ -30,7 +30,14 @@ Expected<sim::Evaluation> simulate_algorithm(const std::string& algo, const ir::
   r.progress = progress;
   // One group on the balanced layout: its chunk map first (a deployment refuses that layout).
   std::optional<sim::ChunkSolution> chunks;
-  if (!r.layout) CHARM_TRY_ASSIGN(chunks, sim::solve_chunks(r.plan, t, solve, r.budget));
+  if (!r.layout) {
+    sim::ChunkSolveOptions shown = solve;
+    if (progress)
+      shown.progress = [&](std::size_t tried, std::size_t most) {
+        progress(sim::RunProgress{sim::RunProgress::Stage::SolvingChunks, tried, double(most)});
+      };
+    CHARM_TRY_ASSIGN(chunks, sim::solve_chunks(r.plan, t, shown, r.budget));
+  }
   CHARM_TRY_LET(e, sim::simulate_request(r, t));
   e.chunks = std::move(chunks);
   return e;
