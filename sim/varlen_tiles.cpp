@@ -107,8 +107,7 @@ std::span<const VarlenPiece> DocumentShards::pieces(int q_rank, int kv_rank) con
 }
 
 std::int64_t DocumentShards::shape(int q_rank, int kv_rank) const {
-  if (docs_.workload().thd() && docs_.workload().window == 0)
-    return kv_rank < q_rank ? -1 : kv_rank == q_rank ? -2 : -3;
+  if (docs_.thd_cut()) return kv_rank < q_rank ? -1 : kv_rank == q_rank ? -2 : -3;
   return std::int64_t(q_rank) * docs_.ranks() + kv_rank;
 }
 

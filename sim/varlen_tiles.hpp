@@ -48,11 +48,11 @@ class DocumentShards {
   /// The pieces of the block (q_rank's queries x kv_rank's keys) under w's causal position mask, each with at
   /// least one visible pair, by document; none without a causal position mask. Valid until the next call.
   [[nodiscard]] std::span<const VarlenPiece> pieces(int q_rank, int kv_rank) const;
-  /// Blocks of one shape hold the same pieces, each at other positions, which a kernel runs alike. Under THD
-  /// without a window every document is cut the same way from its own start, so a block's shape is only whether
-  /// its keys' rank is below, at or above its queries' (its pieces: both query chunks against the lower key
-  /// chunk, the two chunks against themselves, or the upper query chunk against both key chunks). Otherwise
-  /// every block is a shape of its own.
+  /// Blocks of one shape hold the same pieces, each at other positions, which a kernel runs alike. Under THD's
+  /// cut (ir::ShardDocuments::thd_cut) every document is cut the same way from its own start, so a block's shape
+  /// is only whether its keys' rank is below, at or above its queries' (its pieces: both query chunks against the
+  /// lower key chunk, the two chunks against themselves, or the upper query chunk against both key chunks).
+  /// Otherwise every block is a shape of its own.
   [[nodiscard]] std::int64_t shape(int q_rank, int kv_rank) const;
 
  private:

@@ -107,9 +107,24 @@ TEST(Workload, BandPairsAndShardDocumentsCountWhatALoopCounts) {
   for (const std::int64_t window : {0, 200}) {
     w.window = window;
     const ir::ShardDocuments docs(w, 4);
+    EXPECT_FALSE(docs.thd_cut());
     for (int q = 0; q < 4; ++q)
       for (int k = 0; k < 4; ++k) EXPECT_EQ(docs.pairs(q, k), w.visible_pairs(q, k, 4)) << q << "x" << k;
   }
+  // A balanced chunk map that is THD's cut (the chunk solver's THD candidate) counts in THD's closed form.
+  w.window = 0;
+  w.documents = {800, 1600, 96 * 8, 928};
+  ir::Workload zigzag = w;
+  zigzag.layout = ir::Layout::Zigzag;
+  zigzag.chunk_map.clear();
+  ASSERT_TRUE(zigzag.check(4)) << zigzag.check(4).error().message();
+  for (int r = 0; r < 4; ++r) w.chunk_map[std::size_t(r)] = zigzag.shard_ranges(r, 4);
+  ASSERT_TRUE(w.check(4)) << w.check(4).error().message();
+  const ir::ShardDocuments thd(w, 4);
+  EXPECT_TRUE(thd.thd_cut());
+  EXPECT_TRUE(ir::ShardDocuments(zigzag, 4).thd_cut());
+  for (int q = 0; q < 4; ++q)
+    for (int k = 0; k < 4; ++k) EXPECT_EQ(thd.pairs(q, k), w.visible_pairs(q, k, 4)) << q << "x" << k;
 }
 
 TEST(Workload, CheckNamesTheFlag) {

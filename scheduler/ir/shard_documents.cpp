@@ -29,6 +29,16 @@ ShardDocuments::ShardDocuments(const Workload& w, int ranks)
   starts_.push_back(0);
   for (const std::int64_t len : w.documents) starts_.push_back(starts_.back() + len);
   if (starts_.size() == 1) starts_.push_back(w.seq);
+  thd_cut_ = w.causal && w.window == 0 && !w.documents.empty();
+  if (thd_cut_ && w.layout == Layout::Balanced) {
+    Workload zigzag = w;
+    zigzag.layout = Layout::Zigzag;
+    zigzag.chunk_map.clear();
+    thd_cut_ = zigzag.check_zigzag_documents(ranks).ok() && int(w.chunk_map.size()) == ranks;
+    for (int r = 0; thd_cut_ && r < ranks; ++r) thd_cut_ = w.chunk_map[std::size_t(r)] == zigzag.shard_ranges(r, ranks);
+  } else if (w.layout != Layout::Zigzag) {
+    thd_cut_ = false;
+  }
 }
 
 const std::vector<ShardDocuments::Part>& ShardDocuments::parts(int rank) const {
@@ -41,7 +51,7 @@ const std::vector<ShardDocuments::Part>& ShardDocuments::parts(int rank) const {
 }
 
 double ShardDocuments::pairs(int q_rank, int kv_rank) const {
-  if (w_->thd() && w_->window == 0) return w_->visible_pairs(q_rank, kv_rank, ranks_);  // a closed form
+  if (thd_cut_) return thd_block_pairs(w_->documents, q_rank, kv_rank, ranks_);
   const std::vector<Part>& qs = parts(q_rank);
   const std::vector<Part>& ks = parts(kv_rank);
   double sum = 0;

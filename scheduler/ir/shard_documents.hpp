@@ -28,8 +28,12 @@ class ShardDocuments {
   /// Rank r's tokens by document, then position (without documents, a window: one document, the sequence).
   [[nodiscard]] const std::vector<Part>& parts(int rank) const;
   /// The visible pairs of block (q_rank, kv_rank) under w's causal position mask: Workload::visible_pairs, in
-  /// one pass over the two shards' parts (integers in doubles: the same value below 2^53 pairs).
+  /// one pass over the two shards' parts, or in closed form where thd_cut() (integers in doubles: the same value
+  /// below 2^53 pairs).
   [[nodiscard]] double pairs(int q_rank, int kv_rank) const;
+  /// Every document cut as TransformerEngine's THD cuts it (the zigzag layout's shards, or a balanced chunk map
+  /// equal to them: the chunk solver's THD candidate), causal, without a window.
+  [[nodiscard]] bool thd_cut() const { return thd_cut_; }
 
  private:
   const Workload* w_;
@@ -37,6 +41,7 @@ class ShardDocuments {
   std::vector<std::int64_t> starts_;              // each document's first position, then seq
   mutable std::vector<std::vector<Part>> parts_;  // per rank, built on first use
   mutable std::vector<char> cut_;                 // per rank: parts_ built
+  bool thd_cut_ = false;
 };
 
 }  // namespace charm::ir

@@ -352,13 +352,12 @@ double Workload::position_pairs(const std::vector<Range>& qs, const std::vector<
   return sum;
 }
 
-namespace {
 /// The visible pairs of THD's block (q_rank, kv_rank): every document of n tokens is 2N chunks of c = n / 2N, rank
 /// r holding chunks r and 2N-1-r, and query chunk i sees c^2 pairs of key chunk j < i of its document, c(c+1)/2 of
 /// j = i, none of j > i. So the block holds (its chunk pairs j < i) x sum of c^2 plus (its pairs j = i) x sum of
 /// c(c+1)/2, in O(documents) where counting range by range took O(documents x log documents). Integers in
 /// doubles: the same value as the range by range count below 2^53 pairs.
-double thd_pairs(const std::vector<std::int64_t>& documents, int q_rank, int kv_rank, int ranks) {
+double thd_block_pairs(const std::vector<std::int64_t>& documents, int q_rank, int kv_rank, int ranks) {
   const int q[2] = {q_rank, 2 * ranks - 1 - q_rank}, k[2] = {kv_rank, 2 * ranks - 1 - kv_rank};
   int below = 0, same = 0;
   for (const int i : q)
@@ -374,12 +373,11 @@ double thd_pairs(const std::vector<std::int64_t>& documents, int q_rank, int kv_
   }
   return below * squares + same * triangles;
 }
-}  // namespace
 
 double Workload::visible_pairs(int q_rank, int kv_rank, int ranks) const {
   const double t = double(seq / ranks);
   if (!causal) return t * t;
-  if (thd() && window == 0) return thd_pairs(documents, q_rank, kv_rank, ranks);
+  if (thd() && window == 0) return thd_block_pairs(documents, q_rank, kv_rank, ranks);
   // A shard's chunks are in position order in every layout.
   if (position_mask()) return position_pairs(shard_ranges(q_rank, ranks), shard_ranges(kv_rank, ranks));
   double sum = 0;

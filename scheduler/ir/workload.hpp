@@ -154,6 +154,10 @@ struct Workload {
 [[nodiscard]] double band_pairs(std::int64_t qa, std::int64_t qb, std::int64_t ka, std::int64_t kb,
                                 std::int64_t window);
 
+/// The visible pairs of block (q_rank, kv_rank) of `documents` under THD's cut (each document zigzag on its own
+/// over `ranks`), causal, without a window: in closed form, O(documents).
+[[nodiscard]] double thd_block_pairs(const std::vector<std::int64_t>& documents, int q_rank, int kv_rank, int ranks);
+
 /// Sets w's mask from its --mask spelling: causal | full | document:L1,L2,... | sliding:W (documents and
 /// windows are causal). Errors name --mask; the lengths' sum is checked against seq by Workload::check.
 [[nodiscard]] Status apply_mask(Workload& w, std::string_view spec);
