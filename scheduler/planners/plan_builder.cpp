@@ -365,12 +365,13 @@ Op PlanBuilder::block_op(Phase phase, BufferId q, BufferId kv) const {
   op.q_owner = bq.owner;
   op.kv_owner = bk.owner;
   const auto& w = plan_.workload;
-  if (bq.owners == 1 && bk.owners == 1 && bq.heads == 0 && bk.heads == 0 && bq.parts == 0 && bk.parts == 0 &&
-      w.causal && w.position_mask()) {  // Workload::mask and block_flops, from the block's pairs counted once
+  const bool whole_shards =
+      bq.owners == 1 && bk.owners == 1 && bq.heads == 0 && bk.heads == 0 && bq.parts == 0 && bk.parts == 0;
+  if (whole_shards && w.causal && w.position_mask()) {  // Workload::mask and block_flops, from pairs counted once
     const double pairs = shard_pairs(bq.owner, bk.owner);
     op.mask = pairs > 0 ? MaskPiece::Positions : MaskPiece::Empty;
     op.flops = ir::attention_flops(double(w.batch), double(w.heads), double(w.head_dim), pairs, phase);
-  } else if (bq.owners == 1 && bk.owners == 1 && bq.heads == 0 && bk.heads == 0 && bq.parts == 0 && bk.parts == 0) {
+  } else if (whole_shards) {
     op.mask = w.mask(bq.owner, bk.owner, plan_.ranks);
     op.flops = w.block_flops(phase, bq.owner, bk.owner, plan_.ranks);
   } else {
