@@ -43,7 +43,7 @@ double route_flow_gbps(const topo::Topology& t, int src, int dst) {
   return FairShareNetwork::lone_flow_rate(std::span(on_route.data(), n)) / 1e9;
 }
 
-int FairShareNetwork::add_flow(std::span<const std::int32_t> route, double bytes, double now_s) {
+int FairShareNetwork::add_flow(const topo::Route& route, double bytes, double now_s) {
   int id;
   if (!free_.empty()) {
     id = free_.back();
@@ -55,7 +55,6 @@ int FairShareNetwork::add_flow(std::span<const std::int32_t> route, double bytes
     frozen_.push_back(0);
   }
   Flow& f = flows_[std::size_t(id)];
-  CHARM_ASSERT(route.size() <= std::size_t(topo::kMaxHops), "a route has at most kMaxHops channels");
   std::copy(route.begin(), route.end(), f.route);
   f.hops = static_cast<std::uint8_t>(route.size());
   f.active = true;

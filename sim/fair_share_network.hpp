@@ -41,8 +41,9 @@ class FairShareNetwork {
   /// least of each channel's capacity and per-flow cap.
   [[nodiscard]] static double lone_flow_rate(std::span<const Channel> route_channels);
 
-  /// Starts a flow of `bytes` over `route` (copied: at most topo::kMaxHops channels). Returns its id.
-  int add_flow(std::span<const std::int32_t> route, double bytes, double now_s);
+  /// Starts a flow of `bytes` over `route` (copied; a topo::Route holds at most topo::kMaxHops channels). Returns
+  /// its id.
+  int add_flow(const topo::Route& route, double bytes, double now_s);
   /// Ends a flow (its bytes are counted on each channel of its route).
   void remove_flow(int id, double now_s);
   /// Scales a channel's capacity and per-flow cap (1: as built): the links of a GPU that is busy

@@ -430,7 +430,8 @@ TEST(FairShareNetwork, ThreeFlowsMaxMin) {
   // Channels: A (shared, 10), B (shared, 4). Flows: f1 on A, f2 on A+B, f3 on B.
   // B splits 2/2 between f2 and f3; f1 takes the rest of A: 10 - 2 = 8.
   FairShareNetwork net({{10, true}, {4, true}});
-  const std::int32_t rA[] = {0}, rAB[] = {0, 1}, rB[] = {1};
+  const std::int32_t a[] = {0}, ab[] = {0, 1}, b[] = {1};
+  const topo::Route rA(a), rAB(ab), rB(b);
   const int f1 = net.add_flow(rA, 100, 0), f2 = net.add_flow(rAB, 100, 0), f3 = net.add_flow(rB, 100, 0);
   net.resolve(0, [](int) {});
   EXPECT_DOUBLE_EQ(net.rate(f1), 8);
@@ -444,7 +445,8 @@ TEST(FairShareNetwork, SolveEndsWhateverTheCapacities) {
   // by less than one ulp, once left every flow short of its test and the loop spun.
   const double inf = FairShareNetwork::kInf;
   FairShareNetwork net({{inf, true}, {1e300, true}, {1e-300, true}, {inf, false}});
-  const std::int32_t r0[] = {0}, r1[] = {1}, r12[] = {1, 2}, r3[] = {3};
+  const std::int32_t c0[] = {0}, c1[] = {1}, c12[] = {1, 2}, c3[] = {3};
+  const topo::Route r0(c0), r1(c1), r12(c12), r3(c3);
   const int a = net.add_flow(r0, 100, 0), b = net.add_flow(r1, 100, 0), c = net.add_flow(r12, 100, 0),
             d = net.add_flow(r3, 100, 0);
   net.resolve(0, [](int) {});
