@@ -81,7 +81,7 @@ namespace {
 /// What the workload's head dim asks of the kernel table outside its rows, if anything.
 topo::ModelSources with_coverage(const topo::Topology& t, const ir::Workload& w) {
   topo::ModelSources m = t.sources;
-  if (w.causal && w.position_mask()) {
+  if (w.position_mask()) {
     if (ComputeModel::from_topology(t, w.dtype).shaped(ir::Phase::Fwd))
       m.kernel += "; blocks of packed documents or a window as FlashAttention's varlen grid runs them (a thread "
                   "block per document, head and tile; TransformerEngine's THD trimming)";

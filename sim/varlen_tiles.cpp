@@ -81,7 +81,7 @@ DocumentShards::DocumentShards(const ir::Workload& w, int ranks) : docs_(w, rank
 
 std::span<const VarlenPiece> DocumentShards::pieces(int q_rank, int kv_rank) const {
   const ir::Workload& w = docs_.workload();
-  if (!w.causal || !w.position_mask()) return {};
+  if (!w.position_mask()) return {};
   const std::vector<Part>& qs = docs_.parts(q_rank);
   const std::vector<Part>& ks = docs_.parts(kv_rank);
   const std::int64_t window = w.window > 0 ? w.window : kNoWindow;

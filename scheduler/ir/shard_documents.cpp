@@ -29,15 +29,13 @@ ShardDocuments::ShardDocuments(const Workload& w, int ranks)
   starts_.push_back(0);
   for (const std::int64_t len : w.documents) starts_.push_back(starts_.back() + len);
   if (starts_.size() == 1) starts_.push_back(w.seq);
-  thd_cut_ = w.causal && w.window == 0 && !w.documents.empty();
-  if (thd_cut_ && w.layout == Layout::Balanced) {
+  thd_cut_ = w.thd_blocks();
+  if (w.layout == Layout::Balanced) {  // a chunk map equal to THD's cut
     Workload zigzag = w;
     zigzag.layout = Layout::Zigzag;
     zigzag.chunk_map.clear();
-    thd_cut_ = zigzag.check_zigzag_documents(ranks).ok() && int(w.chunk_map.size()) == ranks;
+    thd_cut_ = zigzag.thd_blocks() && zigzag.check_zigzag_documents(ranks).ok() && int(w.chunk_map.size()) == ranks;
     for (int r = 0; thd_cut_ && r < ranks; ++r) thd_cut_ = w.chunk_map[std::size_t(r)] == zigzag.shard_ranges(r, ranks);
-  } else if (w.layout != Layout::Zigzag) {
-    thd_cut_ = false;
   }
 }
 

@@ -377,7 +377,7 @@ double thd_block_pairs(const std::vector<std::int64_t>& documents, int q_rank, i
 double Workload::visible_pairs(int q_rank, int kv_rank, int ranks) const {
   const double t = double(seq / ranks);
   if (!causal) return t * t;
-  if (thd() && window == 0) return thd_block_pairs(documents, q_rank, kv_rank, ranks);
+  if (thd_blocks()) return thd_block_pairs(documents, q_rank, kv_rank, ranks);
   // A shard's chunks are in position order in every layout.
   if (position_mask()) return position_pairs(shard_ranges(q_rank, ranks), shard_ranges(kv_rank, ranks));
   double sum = 0;

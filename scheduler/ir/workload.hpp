@@ -96,10 +96,13 @@ struct Workload {
 
   [[nodiscard]] bool operator==(const Workload& o) const;
 
-  /// Documents or a window: visibility comes from positions (MaskPiece::Positions), not from a shape.
-  [[nodiscard]] bool position_mask() const { return !documents.empty() || window > 0; }
+  /// A causal mask with documents or a window: visibility comes from positions (MaskPiece::Positions), not from a
+  /// shape. (check refuses documents and windows without causal.)
+  [[nodiscard]] bool position_mask() const { return causal && (!documents.empty() || window > 0); }
   /// TransformerEngine's THD layout: packed documents, each zigzag on its own.
   [[nodiscard]] bool thd() const { return layout == Layout::Zigzag && !documents.empty(); }
+  /// THD's blocks in closed form (thd_block_pairs): causal documents without a window, each zigzag on its own.
+  [[nodiscard]] bool thd_blocks() const { return causal && window == 0 && thd(); }
   /// The first key position query position q sees (causal: q is the last); 0 without a position mask.
   [[nodiscard]] std::int64_t first_visible(std::int64_t q) const;
   /// (query, key) pairs the mask leaves visible between position ranges [qa, qb) and [ka, kb).

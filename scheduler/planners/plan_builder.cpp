@@ -330,12 +330,12 @@ double PlanBuilder::owner_pairs(RankId x, const Region& rq, RankId y, const Regi
   const auto& w = plan_.workload;
   const bool whole =
       rq.part_begin == 0 && rq.part_end == plan_.parts && rk.part_begin == 0 && rk.part_end == plan_.parts;
-  if (whole && w.causal && w.position_mask()) return shard_pairs(x, y);
+  if (whole && w.position_mask()) return shard_pairs(x, y);
   return visible_pairs(w, plan_.ranks, plan_.parts, x, rq.part_begin, rq.part_end, y, rk.part_begin, rk.part_end);
 }
 
 bool PlanBuilder::visible(RankId q_owner, RankId kv_owner) const {
-  if (plan_.workload.causal && plan_.workload.position_mask()) return shard_pairs(q_owner, kv_owner) > 0;
+  if (plan_.workload.position_mask()) return shard_pairs(q_owner, kv_owner) > 0;
   return plan_.workload.mask(q_owner, kv_owner, plan_.ranks) != MaskPiece::Empty;
 }
 
@@ -367,7 +367,7 @@ Op PlanBuilder::block_op(Phase phase, BufferId q, BufferId kv) const {
   const auto& w = plan_.workload;
   const bool whole_shards =
       bq.owners == 1 && bk.owners == 1 && bq.heads == 0 && bk.heads == 0 && bq.parts == 0 && bk.parts == 0;
-  if (whole_shards && w.causal && w.position_mask()) {  // Workload::mask and block_flops, from pairs counted once
+  if (whole_shards && w.position_mask()) {  // Workload::mask and block_flops, from pairs counted once
     const double pairs = shard_pairs(bq.owner, bk.owner);
     op.mask = pairs > 0 ? MaskPiece::Positions : MaskPiece::Empty;
     op.flops = ir::attention_flops(double(w.batch), double(w.heads), double(w.head_dim), pairs, phase);
