@@ -238,11 +238,6 @@ Seconds ComputeModel::update_seconds(const BlockShape& b, ir::Phase phase, const
   return passes * 12.0 * elements / hbm_bytes_per_s;
 }
 
-std::optional<Seconds> ComputeModel::varlen_seconds(const ir::Op& op, const ir::Workload& w, int ranks) const {
-  if (!varlen_priced(op) || ranks <= 0) return std::nullopt;
-  return varlen_seconds(op, w, DocumentShards(w, ranks));
-}
-
 bool ComputeModel::varlen_priced(const ir::Op& op) const {
   return op.kind == ir::OpKind::Compute && op.mask == ir::MaskPiece::Positions && op.flops > 0 && op.q_owner >= 0 &&
          op.kv_owner >= 0 && shaped(op.phase);
@@ -273,10 +268,11 @@ std::optional<Seconds> ComputeModel::varlen_seconds(const ir::Op& op, const ir::
   return steps * t_tile + launch_s + step_s + update_seconds(BlockShape::of(pairs, op.mask), op.phase, w);
 }
 
-Seconds ComputeModel::op_seconds(const ir::Op& op, const ir::Workload& w, int ranks) const {
+Seconds ComputeModel::op_seconds(const ir::Op& op, const ir::Workload& w, const DocumentShards* shards) const {
   switch (op.kind) {
   case ir::OpKind::Compute:
-    if (const auto s = varlen_seconds(op, w, ranks)) return *s;
+    if (shards != nullptr)
+      if (const auto s = varlen_seconds(op, w, *shards)) return *s;
     return compute_seconds(op.flops, op.phase, w, op.mask);
   // The framework issues merges and copies too: each pays its per-op cost beside the kernel's.
   case ir::OpKind::Merge:

@@ -95,16 +95,16 @@ struct ComputeModel {
   [[nodiscard]] static ComputeModel from_gpu(const topo::GpuSpec& g, ir::DType dtype);
   /// The GPU's model with the topology's stack.
   [[nodiscard]] static ComputeModel from_topology(const topo::Topology& t, ir::DType dtype);
-  /// Time of an op that runs on a stream by itself (Compute, Merge, Accumulate, Copy). With the plan's CP group
-  /// size `ranks`, a block of packed documents or a sliding window is priced as a varlen kernel runs it.
-  [[nodiscard]] Seconds op_seconds(const ir::Op& op, const ir::Workload& w, int ranks = 0) const;
+  /// Time of an op that runs on a stream by itself (Compute, Merge, Accumulate, Copy). Given the plan's shards cut
+  /// by document (`shards`, made once for the many blocks of one workload), a block of packed documents or a
+  /// sliding window is priced as a varlen kernel runs it (varlen_seconds); otherwise as compute_seconds' square.
+  [[nodiscard]] Seconds op_seconds(const ir::Op& op, const ir::Workload& w,
+                                   const DocumentShards* shards = nullptr) const;
   /// A compute block of packed documents or a sliding window (MaskPiece::Positions) as a varlen kernel runs it:
   /// each document's piece its own tiles (varlen_tiles.hpp), each piece at the attainment of its size, with the
   /// stack's step and update as compute_seconds has them. Nullopt where the kernel's shape is not known, or
-  /// where the op is not one whole block of `ranks` shards (Ulysses' and USP's head slices, TASP's parts):
+  /// where the op is not one whole block of the shards' ranks (Ulysses' and USP's head slices, TASP's parts):
   /// those keep compute_seconds' square block.
-  [[nodiscard]] std::optional<Seconds> varlen_seconds(const ir::Op& op, const ir::Workload& w, int ranks) const;
-  /// The same from w's shards cut by document once (a simulation prices many blocks of one workload).
   [[nodiscard]] std::optional<Seconds> varlen_seconds(const ir::Op& op, const ir::Workload& w,
                                                       const DocumentShards& shards) const;
   /// Time of a compute block of `flops` in `phase` with mask piece `mask` (the closed forms use this too).

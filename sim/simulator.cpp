@@ -240,10 +240,7 @@ Seconds Engine::op_seconds(const Op& o) {
     const BlockKey key{document_shards_->shape(o.q_owner % n, o.kv_owner % n), o.phase,
                        std::bit_cast<std::uint64_t>(o.flops)};
     const auto [it, added] = position_times_.try_emplace(key, 0.0);
-    if (added) {
-      const auto varlen = model_.varlen_seconds(o, plan_.workload, *document_shards_);
-      it->second = varlen ? *varlen : model_.op_seconds(o, plan_.workload);
-    }
+    if (added) it->second = model_.op_seconds(o, plan_.workload, &*document_shards_);
     return it->second;
   }
   const auto bits = std::bit_cast<std::uint64_t>(o.flops);

@@ -237,7 +237,7 @@ TEST(VarlenTiles, BlocksOfOneShapePriceAlike) {
       std::map<std::int64_t, double> priced;
       for (int q = 0; q < ranks; ++q)
         for (int k = 0; k < ranks; ++k) {
-          const auto s = m.varlen_seconds(positions_op(w, q, k, ranks, ph), w, ranks);
+          const auto s = m.varlen_seconds(positions_op(w, q, k, ranks, ph), w, shards);
           ASSERT_TRUE(s.has_value());
           const auto [it, first] = priced.try_emplace(shards.shape(q, k), *s);
           EXPECT_EQ(*s, it->second) << "ranks " << ranks << " block " << q << "x" << k << " " << w.mask_text();
@@ -266,7 +266,7 @@ TEST(VarlenTiles, EqualDocumentsRunAsABatchOfCausalBlocks) {
     ir::Workload batched = w;
     batched.batch = 2 * 4;
     for (const Phase ph : {Phase::Fwd, Phase::Bwd}) {
-      const auto s = m.varlen_seconds(positions_op(w, 1, 1, 4, ph), w, 4);
+      const auto s = m.varlen_seconds(positions_op(w, 1, 1, 4, ph), w, DocumentShards(w, 4));
       ASSERT_TRUE(s.has_value());
       const BlockShape triangle{double(len), double(len), true};
       EXPECT_DOUBLE_EQ(*s, m.kernel_seconds(triangle, ph, batched)) << len;
@@ -285,19 +285,23 @@ TEST(VarlenTiles, AWholeWindowIsTheCausalBlockAndShortDocumentsPayWholeTiles) {
   w.window = 4096;
   for (const Phase ph : {Phase::Fwd, Phase::Bwd}) {
     const ir::Op op = positions_op(w, 0, 0, 4, ph);
-    EXPECT_DOUBLE_EQ(*m.varlen_seconds(op, w, 4), m.compute_seconds(op.flops, ph, w, MaskPiece::Causal));
+    EXPECT_DOUBLE_EQ(*m.varlen_seconds(op, w, DocumentShards(w, 4)),
+                     m.compute_seconds(op.flops, ph, w, MaskPiece::Causal));
   }
   ir::Workload docs = one_head(4 * 132);
   docs.documents.assign(256, 16);  // 16-token documents: each pays a 128 x 64 tile for 136 pairs
   docs.seq = 4096;
   docs.causal = true;
   const ir::Op op = positions_op(docs, 0, 0, 4, Phase::Fwd);
-  EXPECT_GT(*m.varlen_seconds(op, docs, 4), 4 * m.compute_seconds(op.flops, Phase::Fwd, docs, MaskPiece::Positions));
+  const DocumentShards doc_shards(docs, 4);
+  EXPECT_GT(*m.varlen_seconds(op, docs, doc_shards),
+            4 * m.compute_seconds(op.flops, Phase::Fwd, docs, MaskPiece::Positions));
   // Not one whole block (half the heads' FLOPs): the square block stands.
   ir::Op half = op;
   half.flops /= 2;
-  EXPECT_FALSE(m.varlen_seconds(half, docs, 4).has_value());
-  EXPECT_DOUBLE_EQ(m.op_seconds(half, docs, 4), m.compute_seconds(half.flops, Phase::Fwd, docs, MaskPiece::Positions));
+  EXPECT_FALSE(m.varlen_seconds(half, docs, doc_shards).has_value());
+  EXPECT_DOUBLE_EQ(m.op_seconds(half, docs, &doc_shards),
+                   m.compute_seconds(half.flops, Phase::Fwd, docs, MaskPiece::Positions));
 }
 
 }  // namespace

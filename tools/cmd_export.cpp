@@ -13,6 +13,7 @@
 #include "scheduler/chakra/chakra.hpp"
 #include "scheduler/ir/plan_io.hpp"
 #include "sim/evaluate.hpp"
+#include "sim/varlen_tiles.hpp"
 #include "topologies/topology_json.hpp"
 #endif
 
@@ -68,12 +69,14 @@ void register_export(CLI::App& app) {
     opt.prefix = o->prefix;
     std::optional<topo::Topology> t;
     std::optional<sim::ComputeModel> model;
+    std::optional<sim::DocumentShards> shards;  // the plan's shards cut by document, for its varlen blocks
     if (!o->topology.empty()) {
       auto loaded = topo::load_topology(o->topology);
       if (!loaded) fail(Error{"--topology", loaded.error().message()});
       t.emplace(std::move(loaded).value());
       model.emplace(sim::compute_model_for(*t, plan.workload));
-      opt.seconds = [&](ir::OpId id) { return model->op_seconds(plan.op(id), plan.workload, plan.group_ranks()); };
+      shards.emplace(plan.workload, plan.group_ranks());
+      opt.seconds = [&](ir::OpId id) { return model->op_seconds(plan.op(id), plan.workload, &*shards); };
     }
     if (auto st = chakra::write_chakra(plan, o->chakra, opt); !st) throw RuntimeFailure{st.error().message()};
     std::printf("wrote %d Chakra traces (%zu nodes) to %s: %s .. %s\n", plan.ranks, plan.size(), o->chakra.c_str(),
