@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "scheduler/ir/plan_io.hpp"
 #include "test_util.hpp"
@@ -99,6 +100,24 @@ TEST(CliErrors, MalformedPlanJson) {
   auto r = run_charm("validate " + out);
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.out.find("malformed JSON"), std::string::npos) << r.out;
+}
+
+// A start sets up only the subcommand it names: each one that --help lists must be found by its own name.
+TEST(CliConventions, EverySubcommandStartsByItsName) {
+  const auto all = run_charm("--help");
+  ASSERT_EQ(all.code, 0) << all.out;
+  std::istringstream lines(all.out.substr(all.out.find("Subcommands:")));
+  std::string line;
+  std::getline(lines, line);
+  int seen = 0;
+  while (std::getline(lines, line) && !line.empty()) {
+    const std::string name = line.substr(2, line.find(' ', 2) - 2);
+    const auto r = run_charm(name + " --help");
+    EXPECT_EQ(r.code, 0) << name << ": " << r.out;
+    EXPECT_NE(r.out.find("Usage: charm " + name + " "), std::string::npos) << name << ": " << r.out;
+    ++seen;
+  }
+  EXPECT_GE(seen, 14) << all.out;
 }
 
 TEST(CliConventions, VersionAndNamesInAnyCase) {

@@ -10,8 +10,8 @@
 
 namespace charm::cli {
 
-std::vector<Register>& registry() {
-  static std::vector<Register> r;
+std::vector<Registration>& registry() {
+  static std::vector<Registration> r;
   return r;
 }
 

@@ -197,7 +197,7 @@ void register_bench_kernels(CLI::App& app) {
   });
 }
 
-const Registrar bench_kernels_registered{register_bench_kernels};
+const Registrar bench_kernels_registered{"bench-kernels", register_bench_kernels};
 
 }  // namespace
 }  // namespace charm::cli

@@ -281,7 +281,7 @@ void register_calibrate(CLI::App& app) {
 
 #endif
 
-const Registrar calibrate_registered{register_calibrate};
+const Registrar calibrate_registered{"calibrate", register_calibrate};
 
 }  // namespace
 }  // namespace charm::cli

@@ -99,7 +99,7 @@ void register_export(CLI::App& app) {
 
 #endif
 
-const Registrar export_registered{register_export};
+const Registrar export_registered{"export", register_export};
 
 }  // namespace
 }  // namespace charm::cli

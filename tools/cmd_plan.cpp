@@ -147,10 +147,10 @@ void register_show(CLI::App& app) {
   });
 }
 
-const Registrar commlist_registered{register_commlist};
-const Registrar plan_registered{register_plan};
-const Registrar validate_registered{register_validate};
-const Registrar show_registered{register_show};
+const Registrar commlist_registered{"commlist", register_commlist};
+const Registrar plan_registered{"plan", register_plan};
+const Registrar validate_registered{"validate", register_validate};
+const Registrar show_registered{"show", register_show};
 
 }  // namespace
 }  // namespace charm::cli

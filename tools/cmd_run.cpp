@@ -491,7 +491,7 @@ void register_run(CLI::App& app) {
   });
 }
 
-const Registrar run_registered{register_run};
+const Registrar run_registered{"run", register_run};
 
 }  // namespace
 }  // namespace charm::cli

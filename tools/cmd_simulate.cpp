@@ -464,10 +464,10 @@ void register_topo(CLI::App& app) {
   });
 }
 
-const Registrar simulate_registered{register_simulate};
-const Registrar compare_registered{register_compare};
-const Registrar topo_registered{register_topo};
-const Registrar advise_registered{register_advise};
+const Registrar simulate_registered{"simulate", register_simulate};
+const Registrar compare_registered{"compare", register_compare};
+const Registrar topo_registered{"topo", register_topo};
+const Registrar advise_registered{"advise", register_advise};
 
 }  // namespace
 }  // namespace charm::cli

@@ -482,7 +482,7 @@ void register_sweep(CLI::App& app) {
   });
 }
 
-const Registrar sweep_registered{register_sweep};
+const Registrar sweep_registered{"sweep", register_sweep};
 
 }  // namespace
 }  // namespace charm::cli

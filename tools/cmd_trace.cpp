@@ -85,7 +85,7 @@ void register_trace_diff(CLI::App& app) {
   });
 }
 
-const Registrar trace_diff_registered{register_trace_diff};
+const Registrar trace_diff_registered{"trace-diff", register_trace_diff};
 
 }  // namespace
 }  // namespace charm::cli

@@ -183,7 +183,15 @@ int run_command(int argc, char** argv) {
     std::printf("%s\n", charm::cli::version_text().c_str());
     return 0;
   }
-  for (auto& reg : charm::cli::registry()) reg(app);
+  // The subcommand named, alone where it is one (the others' options cost a start their setup for nothing).
+  const auto& all = charm::cli::registry();
+  const bool help_all =
+      std::any_of(argv + 1, argv + argc, [](const char* a) { return std::strcmp(a, "--help-all") == 0; });
+  const auto named = std::find_if(all.begin(), all.end(), [&](const charm::cli::Registration& r) {
+    return !help_all && argc > 1 && r.name == argv[1];
+  });
+  for (const auto& r : all)
+    if (named == all.end() || &r == &*named) r.add(app);
   charm::cli::apply_number_grammar(app);
   // CLI11 would say only "A subcommand is required" for a mistyped one.
   const auto subs = app.get_subcommands([](const CLI::App*) { return true; });
