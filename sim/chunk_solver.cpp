@@ -120,7 +120,7 @@ struct Candidate {
 /// The structured candidates: THD where it applies, the contiguous cut, and the streams over thresholds and orders.
 std::vector<Candidate> structured_candidates(const ir::Workload& w, int ranks) {
   std::vector<Candidate> out;
-  if (ChunkMap thd = thd_chunk_map(w, ranks); !thd.empty()) out.push_back({"thd", std::move(thd), Baseline::Thd});
+  if (ChunkMap thd = ir::thd_chunk_map(w, ranks); !thd.empty()) out.push_back({"thd", std::move(thd), Baseline::Thd});
   const std::vector<Doc> docs = documents_of(w);
   out.push_back({"contiguous", streams_chunk_map(Stream({}), Stream(docs), ranks), Baseline::Contiguous});
   const double share = double(w.seq / ranks);
@@ -183,16 +183,6 @@ std::string ChunkSolution::line() const {
 
 Error balanced_deployment_refusal() {
   return Error{Field::Layout, "the balanced layout is solved for one CP group; drop --cp / --tp or use zigzag"};
-}
-
-ChunkMap thd_chunk_map(const ir::Workload& w, int ranks) {
-  ir::Workload z = w;
-  z.layout = ir::Layout::Zigzag;
-  z.chunk_map.clear();
-  if (w.documents.empty() || !z.check_zigzag_documents(ranks).ok()) return {};
-  ChunkMap map;
-  for (int r = 0; r < ranks; ++r) map.push_back(z.shard_ranges(r, ranks));
-  return map;
 }
 
 Expected<ChunkSolution> solve_chunk_map(const sched::PlanRequest& req_in, const topo::Topology& t,

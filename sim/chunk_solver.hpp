@@ -69,10 +69,6 @@ struct ChunkSolution {
 /// The most visible pairs a rank's queries hold over the mean, for rank r's chunks map[r].
 [[nodiscard]] double chunk_imbalance(const ir::Workload& w, const ChunkMap& map);
 
-/// THD's chunk map (each document's chunks r and 2n-1-r on rank r), where every document is a multiple of
-/// 2n tokens; empty otherwise.
-[[nodiscard]] ChunkMap thd_chunk_map(const ir::Workload& w, int ranks);
-
 /// Why a deployment (--cp / --tp) cannot run the balanced layout: its chunks are solved for one CP group.
 [[nodiscard]] Error balanced_deployment_refusal();
 

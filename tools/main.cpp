@@ -187,9 +187,10 @@ int run_command(int argc, char** argv) {
   const auto& all = charm::cli::registry();
   const bool help_all =
       std::any_of(argv + 1, argv + argc, [](const char* a) { return std::strcmp(a, "--help-all") == 0; });
-  const auto named = std::find_if(all.begin(), all.end(), [&](const charm::cli::Registration& r) {
-    return !help_all && argc > 1 && r.name == argv[1];
-  });
+  const auto named =
+      help_all || argc < 2
+          ? all.end()
+          : std::find_if(all.begin(), all.end(), [&](const charm::cli::Registration& r) { return r.name == argv[1]; });
   for (const auto& r : all)
     if (named == all.end() || &r == &*named) r.add(app);
   charm::cli::apply_number_grammar(app);

@@ -30,12 +30,9 @@ ShardDocuments::ShardDocuments(const Workload& w, int ranks)
   for (const std::int64_t len : w.documents) starts_.push_back(starts_.back() + len);
   if (starts_.size() == 1) starts_.push_back(w.seq);
   thd_cut_ = w.thd_blocks();
-  if (w.layout == Layout::Balanced) {  // a chunk map equal to THD's cut
-    Workload zigzag = w;
-    zigzag.layout = Layout::Zigzag;
-    zigzag.chunk_map.clear();
-    thd_cut_ = zigzag.thd_blocks() && zigzag.check_zigzag_documents(ranks).ok() && int(w.chunk_map.size()) == ranks;
-    for (int r = 0; thd_cut_ && r < ranks; ++r) thd_cut_ = w.chunk_map[std::size_t(r)] == zigzag.shard_ranges(r, ranks);
+  if (w.layout == Layout::Balanced && w.causal && w.window == 0) {  // a chunk map equal to THD's cut
+    const auto thd = thd_chunk_map(w, ranks);
+    thd_cut_ = !thd.empty() && w.chunk_map == thd;
   }
 }
 

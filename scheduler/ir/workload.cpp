@@ -374,6 +374,16 @@ double thd_block_pairs(const std::vector<std::int64_t>& documents, int q_rank, i
   return below * squares + same * triangles;
 }
 
+std::vector<std::vector<Workload::Range>> thd_chunk_map(const Workload& w, int ranks) {
+  Workload z = w;
+  z.layout = Layout::Zigzag;
+  z.chunk_map.clear();
+  if (w.documents.empty() || !z.check_zigzag_documents(ranks).ok()) return {};
+  std::vector<std::vector<Workload::Range>> map;
+  for (int r = 0; r < ranks; ++r) map.push_back(z.shard_ranges(r, ranks));
+  return map;
+}
+
 double Workload::visible_pairs(int q_rank, int kv_rank, int ranks) const {
   const double t = double(seq / ranks);
   if (!causal) return t * t;

@@ -161,6 +161,10 @@ struct Workload {
 /// over `ranks`), causal, without a window: in closed form, O(documents).
 [[nodiscard]] double thd_block_pairs(const std::vector<std::int64_t>& documents, int q_rank, int kv_rank, int ranks);
 
+/// THD's cut of w's documents as a chunk map (each document's chunks r and 2n-1-r on rank r: the zigzag layout's
+/// shards), where every document is a multiple of 2n tokens; empty otherwise.
+[[nodiscard]] std::vector<std::vector<Workload::Range>> thd_chunk_map(const Workload& w, int ranks);
+
 /// Sets w's mask from its --mask spelling: causal | full | document:L1,L2,... | sliding:W (documents and
 /// windows are causal). Errors name --mask; the lengths' sum is checked against seq by Workload::check.
 [[nodiscard]] Status apply_mask(Workload& w, std::string_view spec);
