@@ -181,10 +181,6 @@ std::string ChunkSolution::line() const {
   return s;
 }
 
-Error balanced_deployment_refusal() {
-  return Error{Field::Layout, "the balanced layout is solved for one CP group; drop --cp / --tp or use zigzag"};
-}
-
 Expected<ChunkSolution> solve_chunk_map(const sched::PlanRequest& req_in, const topo::Topology& t,
                                         const ChunkSolveOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();

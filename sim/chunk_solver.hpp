@@ -69,9 +69,6 @@ struct ChunkSolution {
 /// The most visible pairs a rank's queries hold over the mean, for rank r's chunks map[r].
 [[nodiscard]] double chunk_imbalance(const ir::Workload& w, const ChunkMap& map);
 
-/// Why a deployment (--cp / --tp) cannot run the balanced layout: its chunks are solved for one CP group.
-[[nodiscard]] Error balanced_deployment_refusal();
-
 /// Solves `req`'s chunk map (its layout balanced, with packed documents) for its algorithm on `t` (ranks on
 /// the first GPUs). Errors: the request's, or a simulation's.
 [[nodiscard]] Expected<ChunkSolution> solve_chunk_map(const sched::PlanRequest& req, const topo::Topology& t,

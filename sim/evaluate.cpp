@@ -220,13 +220,11 @@ void SimulationMemo::insert(const Key& k, const Summary& s) {
 }
 
 Expected<int> deployment_copies(const sched::Layout& l, const topo::Topology& t) {
-  const int block = sched::layout_block(sched::layout_gpus(l), l.cp);
-  if (block >= l.gpus()) return Error{"", "the layout interleaves its CP groups on the GPUs"};
-  auto q = topology_quotient({ir::RankSymmetry::Kind::Rotate, block}, t, l.gpus());
-  if (!q) return q.error();
-  if (q->block % l.cp != 0 || q->block >= l.gpus())
-    return Error{"", fmt::format("the topology's blocks ({} GPUs) span every CP group", t.blocks.gpus)};
-  return q->block / l.cp;
+  return sched::deployment_copies(l, block_symmetry(t));
+}
+
+sched::RunTarget run_target(const topo::Topology& t, ir::DType dtype) {
+  return {ComputeModel::from_topology(t, dtype).prices_zigzag_halves_alike(), block_symmetry(t)};
 }
 
 Expected<LoweredRun> lower_deployment(const ir::Plan& group, const sched::Layout& l, int copies,

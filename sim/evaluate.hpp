@@ -14,6 +14,7 @@
 #include "scheduler/ir/plan.hpp"
 #include "scheduler/ir/plan_index.hpp"
 #include "scheduler/planners/layout.hpp"
+#include "scheduler/planners/planned_run.hpp"
 #include "scheduler/planners/planners.hpp"
 #include "sim/chunk_solver.hpp"
 #include "sim/compute_model.hpp"
@@ -140,10 +141,12 @@ class SimulationMemo {
   std::unordered_map<Key, Summary, Hash> done_;
 };
 
-/// How many CP groups of layout `l` to simulate for all on `t`: the smallest class of whole groups that
-/// the layout's rotation of ranks and the topology's blocks share, or every group where none is
-/// (TP peers interleaving one replica's groups; blocks spanning them all). Error: why not, for --symmetry on.
+/// How many CP groups of layout `l` to simulate for all on `t` (sched::deployment_copies on t's blocks).
 [[nodiscard]] Expected<int> deployment_copies(const sched::Layout& l, const topo::Topology& t);
+
+/// What `t` offers a run planned for it (sched::plan_run): whether its GPU prices the zigzag halves of
+/// `dtype` work alike, and its blocks.
+[[nodiscard]] sched::RunTarget run_target(const topo::Topology& t, ir::DType dtype);
 
 /// A run lowered for the simulator, every decision taken before it starts: the plan, its ranks on GPUs (and,
 /// where a symmetry serves, the quotient that stands for the other ranks), and for a deployment's whole attention

@@ -2,8 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <numeric>
-#include <string>
 #include <vector>
 
 #include "sim/simulator.hpp"
@@ -12,24 +10,13 @@ namespace charm::sim {
 
 using namespace charm::ir;
 
+BlockSymmetry block_symmetry(const topo::Topology& t) {
+  return {t.name, t.blocks.gpus, t.routes_by_block(), !t.route_overrides.empty(),
+          t.block_routes_cross_each_channel_once()};
+}
+
 Status check_topology_symmetry(const RankSymmetry& s, const topo::Topology& t, int ranks) {
-  if (auto st = check_symmetry_shape(s, ranks); !st) return st;
-  const topo::BlockLayout& b = t.blocks;
-  const auto refuse = [&](const std::string& why) {
-    return Error{"symmetry", fmt::format("topology '{}' cannot run a quotient plan ({} symmetry in blocks of {} "
-                                         "rank{}): {}",
-                                         t.name, to_string(s.kind), s.block, s.block == 1 ? "" : "s", why)};
-  };
-  if (!t.routes_by_block()) return refuse("its routes are a GPU-by-GPU table, not copies of one block's");
-  if (!t.route_overrides.empty()) return refuse("it overrides routes");
-  if (s.block % b.gpus != 0 || ranks % b.gpus != 0)
-    return refuse(fmt::format("its blocks of {} GPUs do not tile the classes", b.gpus));
-  if (s.kind == RankSymmetry::Kind::Xor && (b.gpus & (b.gpus - 1)) != 0)
-    return refuse(fmt::format("xor maps blocks of {} GPUs to none", b.gpus));
-  // Two blocks of one class would share a representative channel that a route between them crossed twice.
-  if (!t.block_routes_cross_each_channel_once())
-    return refuse("a route between two of its blocks crosses one link of both blocks' copies");
-  return {};
+  return check_block_symmetry(s, block_symmetry(t), ranks);
 }
 
 Status check_placement(const Plan& plan, const topo::Topology& t) {
@@ -58,15 +45,10 @@ Status check_placement(const Plan& plan, const topo::Topology& t) {
 }
 
 Expected<RankSymmetry> topology_quotient(const RankSymmetry& plan_sym, const topo::Topology& t, int ranks) {
-  CHARM_ASSERT(plan_sym.active(), "a quotient coarsens a plan's symmetry");
-  RankSymmetry s = plan_sym;
-  if (t.blocks.gpus >= 1) s.block = std::lcm(plan_sym.block, t.blocks.gpus);  // else check refuses: no blocks
-  if (auto st = check_topology_symmetry(s, t, ranks); !st) return st.error();
-  return s;
+  return coarsen_to_blocks(plan_sym, block_symmetry(t), ranks);
 }
 
 RankSymmetry quotient_symmetry(const RankSymmetry& plan_sym, const topo::Topology& t, int ranks) {
-  if (!plan_sym.active()) return {};
   auto s = topology_quotient(plan_sym, t, ranks);
   return s ? *s : RankSymmetry{};
 }

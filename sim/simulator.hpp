@@ -98,17 +98,18 @@ struct SimOptions {
 /// of the pair's issue times; a flow starts the moment its second side is issued), else the op's start.
 [[nodiscard]] std::vector<Seconds> flow_start_times(const ir::Plan& plan, const SimResult& r);
 
-/// Whether a quotient simulation under `s` of `ranks` ranks is exact on `t`: t's
-/// routes come from its block structure with no overrides, every class is made of
-/// whole blocks, and no route meets two channels of one class (each class of
-/// channels then carries, channel by channel, the same flows).
+/// What `t` offers a quotient plan: its blocks, and whether its routes repeat with them.
+[[nodiscard]] ir::BlockSymmetry block_symmetry(const topo::Topology& t);
+
+/// Whether a quotient simulation under `s` of `ranks` ranks is exact on `t` (ir::check_block_symmetry of
+/// block_symmetry(t)).
 [[nodiscard]] Status check_topology_symmetry(const ir::RankSymmetry& s, const topo::Topology& t, int ranks);
 
 /// Whether the plan's placement (ir::Plan::gpus) puts its ranks on distinct GPUs of `t`, and, for a
 /// quotient plan, moves every rank's GPU alike under its symmetry's generator.
 [[nodiscard]] Status check_placement(const ir::Plan& plan, const topo::Topology& t);
 
-/// `plan_sym` (active) coarsened to whole blocks of t's block structure, or
+/// `plan_sym` coarsened to whole blocks of t's block structure (ir::coarsen_to_blocks), or
 /// check_topology_symmetry's reason why t cannot run it.
 [[nodiscard]] Expected<ir::RankSymmetry> topology_quotient(const ir::RankSymmetry& plan_sym, const topo::Topology& t,
                                                            int ranks);

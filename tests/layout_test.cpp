@@ -139,7 +139,7 @@ TEST(Layout, TheOneEntryLowersADeploymentBeforeItSimulates) {
   r.plan.workload.heads = r.plan.workload.kv_heads = 12;
   r.layout = *make_layout(32, 8, 2, LayoutOrder::TpInner);
   r.attention_block = true;
-  r.symmetry = sim::SymmetryUse::On;
+  r.symmetry = sched::SymmetryUse::On;
   const auto e = sim::simulate_request(r, t);
   ASSERT_TRUE(e.ok()) << e.error().message();
   // One replica of two groups stands for the other: the lowered plan is that class, placed by the layout.

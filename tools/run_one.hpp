@@ -19,8 +19,8 @@
 
 namespace charm::cli {
 
-using sim::kSymmetryUseNames;
-using sim::SymmetryUse;
+using sched::kSymmetryUseNames;
+using sched::SymmetryUse;
 
 /// A refused request (the planner's, the memory budget's: ErrorKind::Input) is the user's (UsageError, exit 2);
 /// a simulation that failed (ErrorKind::RunFailed) is not (RuntimeFailure, exit 3).

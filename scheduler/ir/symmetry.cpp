@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <numeric>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -36,6 +37,33 @@ Status check_symmetry_shape(const RankSymmetry& s, int ranks) {
                                          "blocks of {}",
                                          ranks, s.block)};
   return {};
+}
+
+Status check_block_symmetry(const RankSymmetry& s, const BlockSymmetry& b, int ranks) {
+  if (auto st = check_symmetry_shape(s, ranks); !st) return st;
+  const auto refuse = [&](const std::string& why) {
+    return Error{"symmetry", fmt::format("topology '{}' cannot run a quotient plan ({} symmetry in blocks of {} "
+                                         "rank{}): {}",
+                                         b.machine, to_string(s.kind), s.block, s.block == 1 ? "" : "s", why)};
+  };
+  if (!b.routes_by_block) return refuse("its routes are a GPU-by-GPU table, not copies of one block's");
+  if (b.overrides_routes) return refuse("it overrides routes");
+  if (s.block % b.gpus != 0 || ranks % b.gpus != 0)
+    return refuse(fmt::format("its blocks of {} GPUs do not tile the classes", b.gpus));
+  if (s.kind == RankSymmetry::Kind::Xor && !power_of_two(b.gpus))
+    return refuse(fmt::format("xor maps blocks of {} GPUs to none", b.gpus));
+  // Two blocks of one class would share a representative channel that a route between them crossed twice.
+  if (!b.routes_cross_each_channel_once)
+    return refuse("a route between two of its blocks crosses one link of both blocks' copies");
+  return {};
+}
+
+Expected<RankSymmetry> coarsen_to_blocks(const RankSymmetry& plan_sym, const BlockSymmetry& b, int ranks) {
+  if (!plan_sym.active()) return plan_sym;  // nothing to coarsen
+  RankSymmetry s = plan_sym;
+  if (b.gpus >= 1) s.block = std::lcm(plan_sym.block, b.gpus);  // else check refuses: no blocks
+  if (auto st = check_block_symmetry(s, b, ranks); !st) return st.error();
+  return s;
 }
 
 namespace {

@@ -17,6 +17,7 @@
 // the topology has the same symmetry (sim::quotient_symmetry).
 
 #include <cstdint>
+#include <string>
 
 #include "support/expected.hpp"
 
@@ -63,6 +64,26 @@ struct RankSymmetry {
 /// Whether `s` is a well-formed group on `ranks` ranks: block >= 1 divides ranks, and for Xor
 /// both block and ranks / block are powers of two.
 [[nodiscard]] Status check_symmetry_shape(const RankSymmetry& s, int ranks);
+
+/// What a machine offers a quotient plan: its GPUs in blocks that repeat, and whether its routes do too (read
+/// off a topology by sim::block_symmetry). A quotient's classes of ranks may stand for each other there where
+/// check_block_symmetry says so.
+struct BlockSymmetry {
+  std::string machine;                          // its name, for refusals
+  int gpus = 0;                                 // GPUs a block (0: no block structure)
+  bool routes_by_block = false;                 // its routes are copies of one block's (else a GPU-by-GPU table)
+  bool overrides_routes = false;                // some route is given by hand
+  bool routes_cross_each_channel_once = false;  // no route between two blocks crosses a link of both blocks' copies
+};
+
+/// Whether a quotient simulation under `s` of `ranks` ranks is exact on `b`'s machine: its routes come from
+/// its block structure with no overrides, every class is made of whole blocks, and no route meets two channels
+/// of one class (each class of channels then carries, channel by channel, the same flows).
+[[nodiscard]] Status check_block_symmetry(const RankSymmetry& s, const BlockSymmetry& b, int ranks);
+
+/// `plan_sym` coarsened to whole blocks of `b`, or check_block_symmetry's reason why `b`'s machine cannot run
+/// it; an inactive `plan_sym` as it is.
+[[nodiscard]] Expected<RankSymmetry> coarsen_to_blocks(const RankSymmetry& plan_sym, const BlockSymmetry& b, int ranks);
 
 /// Proves that a full plan is invariant under `s`: for every rank r, its buffers and results are
 /// the images under element(r) of rep(r)'s, one for one in creation order, and on every stream

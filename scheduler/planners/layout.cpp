@@ -80,6 +80,20 @@ int layout_block(std::span<const std::int32_t> gpus, int cp) {
   return int(n);
 }
 
+Expected<int> deployment_copies(const Layout& l, const ir::BlockSymmetry& blocks) {
+  const int block = layout_block(layout_gpus(l), l.cp);
+  if (block >= l.gpus()) return Error{"", "the layout interleaves its CP groups on the GPUs"};
+  auto q = ir::coarsen_to_blocks({ir::RankSymmetry::Kind::Rotate, block}, blocks, l.gpus());
+  if (!q) return q.error();
+  if (q->block % l.cp != 0 || q->block >= l.gpus())
+    return Error{"", fmt::format("the topology's blocks ({} GPUs) span every CP group", blocks.gpus)};
+  return q->block / l.cp;
+}
+
+Error balanced_deployment_refusal() {
+  return Error{Field::Layout, "the balanced layout is solved for one CP group; drop --cp / --tp or use zigzag"};
+}
+
 Plan place_groups(const Plan& group, const Layout& l, int copies) {
   CHARM_ASSERT(group.ranks == l.cp && group.groups == 1 && !group.symmetry.active(),
                "a deployment places one CP group's full plan");

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "scheduler/ir/plan.hpp"
+#include "scheduler/ir/symmetry.hpp"
 #include "support/expected.hpp"
 
 namespace charm::sched {
@@ -69,6 +70,14 @@ struct GpuHop {
 /// layout_block dividing b): its quotient under the rotation by b (ir::Plan::symmetry), which the
 /// simulator runs as the whole cluster where the topology has that symmetry.
 [[nodiscard]] ir::Plan place_groups(const ir::Plan& group, const Layout& l, int copies);
+
+/// How many CP groups of layout `l` to simulate for all on a machine with `blocks`: the smallest class of whole
+/// groups that the layout's rotation of ranks and the machine's blocks share, or every group where none is (TP
+/// peers interleaving one replica's groups; blocks spanning them all). Error: why not, for --symmetry on.
+[[nodiscard]] Expected<int> deployment_copies(const Layout& l, const ir::BlockSymmetry& blocks);
+
+/// Why a deployment (--cp / --tp) cannot run the balanced layout: its chunks are solved for one CP group.
+[[nodiscard]] Error balanced_deployment_refusal();
 
 /// "32 GPUs: CP 16 x TP 2 (tp-cp): CP group 0 on GPUs 0,2,4,...,30" — the layout in one line.
 [[nodiscard]] std::string layout_text(const Layout& l);

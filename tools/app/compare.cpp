@@ -6,6 +6,7 @@
 #include <ostream>
 
 #include "scheduler/planners/algorithms.hpp"
+#include "scheduler/planners/layout.hpp"
 #include "scheduler/planners/planners.hpp"
 #include "sim/run_json.hpp"
 #include "support/number_text.hpp"
@@ -144,7 +145,7 @@ namespace {
 /// On the balanced layout, each algorithm's chunk map, solved once for the passes compared together (one
 /// deployment runs one map), or why there is none.
 Expected<sim::ChunkMap> balanced_chunks(const CompareRequest& r, const topo::Topology& t, const std::string& algo) {
-  if (r.layout) return sim::balanced_deployment_refusal();
+  if (r.layout) return sched::balanced_deployment_refusal();
   ir::Workload w = r.workload;
   w.pass = r.passes.size() > 1 ? ir::PassKind::Both : r.passes.front();
   auto s = sim::solve_chunk_map(sched::normalised({algo, w, r.ranks, r.domains}), t);

@@ -11,7 +11,7 @@
 namespace charm::app {
 
 Expected<sim::Evaluation> simulate_algorithm(const std::string& algo, const ir::Workload& w, const Cluster& cluster,
-                                             const topo::Topology& t, sim::SymmetryUse use,
+                                             const topo::Topology& t, sched::SymmetryUse use,
                                              const sim::ChunkSolveOptions& solve, const ProgressSink& progress) {
   sim::SimulationRequest r;
   CHARM_TRY_ASSIGN(r.layout, cluster.layout_for(t));

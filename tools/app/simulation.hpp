@@ -27,7 +27,7 @@ using ProgressSink = std::function<void(const sim::RunProgress&)>;
 /// map solved first (the evaluation's `chunks`).
 [[nodiscard]] Expected<sim::Evaluation> simulate_algorithm(const std::string& algo, const ir::Workload& w,
                                                            const Cluster& cluster, const topo::Topology& t,
-                                                           sim::SymmetryUse use, const sim::ChunkSolveOptions& solve,
+                                                           sched::SymmetryUse use, const sim::ChunkSolveOptions& solve,
                                                            const ProgressSink& progress);
 
 /// A plan file's plan, placed on `t` by place_file_plan and simulated.
