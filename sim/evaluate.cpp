@@ -90,7 +90,7 @@ ClosedForm closed_form_on(const std::string& algo, const topo::Topology& t, int 
 }
 
 ir::RankSymmetry plan_symmetry_on(const sched::CheckedRequest& req, const topo::Topology& t) {
-  return sched::plan_symmetry(req, compute_model_for(t, req->workload).prices_zigzag_halves_alike());
+  return sched::plan_symmetry(req, run_target(t, req->workload.dtype).zigzag_halves_alike);
 }
 
 ir::RankSymmetry simulation_symmetry(const sched::CheckedRequest& req, const topo::Topology& t) {
