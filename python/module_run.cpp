@@ -113,7 +113,7 @@ void placement_flags(app::Cluster& cf, const py::object& cp, const py::object& t
     fail(Error{given(cp) && cf.cp <= 0 ? "--cp" : "--tp", "must be at least 1"});
 }
 
-using cli::SymmetryUse;
+using sched::SymmetryUse;
 
 py::object simulate_fn(const py::object& algo, const py::object& plan, WorkloadArgs wa, ClusterArgs ca,
                        const py::object& symmetry, std::size_t path_limit, const py::object& trace,
@@ -122,7 +122,7 @@ py::object simulate_fn(const py::object& algo, const py::object& plan, WorkloadA
   return guarded([&] {
     const sim::ChunkSolveOptions solve = solve_args(solve_ms, solve_seed);
     const std::string sym = given(symmetry) ? text_arg(symmetry, "--symmetry") : "auto";
-    const auto parsed = parse_enum(sym, cli::kSymmetryUseNames);
+    const auto parsed = parse_enum(sym, sched::kSymmetryUseNames);
     if (!parsed) fail(Error{"--symmetry", fmt::format("{} not in {{auto,on,off}}", sym)});
     const SymmetryUse use = *parsed;
     app::Cluster cf = ca.flags();
