@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "scheduler/planners/layout.hpp"
+#include "scheduler/planners/planned_run.hpp"
 #include "scheduler/planners/planners.hpp"
 #include "sim/advise.hpp"
 #include "sim/evaluate.hpp"
@@ -169,6 +170,42 @@ TEST(Layout, TheOneEntryLowersADeploymentBeforeItSimulates) {
   EXPECT_EQ(sim::simulate_request(r, t).error().field, Field::Tp);
   r.plan.workload.layout = ir::Layout::Balanced;
   EXPECT_EQ(sim::simulate_request(r, t).error().field, Field::Layout);
+}
+
+TEST(Layout, PlanRunReadsItsMachineAsData) {
+  // The planner plans a simulated run from what the simulator says of its machine, with no topology: a ring's
+  // rotation coarsened to the machine's blocks, or refused where its routes do not repeat with them.
+  RunRequest r;
+  r.plan = {"ring", group_plan("ring", 16, 1).workload, 16, 1};
+  r.symmetry = SymmetryUse::On;
+  RunTarget target;
+  target.blocks = {"blocks of 4", 4, true, false, true};
+  const auto plan = plan_run(r, target);
+  ASSERT_TRUE(plan.ok()) << plan.error().message();
+  EXPECT_EQ(plan->symmetry.kind, ir::RankSymmetry::Kind::Rotate);
+  EXPECT_EQ(plan->symmetry.block, 4);
+  r.symmetry = SymmetryUse::Auto;  // a plan this small keeps every rank
+  EXPECT_FALSE(plan_run(r, target)->symmetry.active());
+
+  r.symmetry = SymmetryUse::On;
+  target.blocks.routes_by_block = false;
+  const auto refused = plan_run(r, target);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().field, Field::Symmetry);
+  EXPECT_NE(refused.error().message().find("its routes are a GPU-by-GPU table"), std::string::npos)
+      << refused.error().message();
+
+  // The plan the simulator runs is the planner's for the target it reads off its topology.
+  const topo::Topology t = h100_4x8(1);
+  sim::SimulationRequest sr;
+  static_cast<RunRequest&>(sr) = r;
+  const auto e = sim::simulate_request(sr, t);
+  ASSERT_TRUE(e.ok()) << e.error().message();
+  const auto planned = plan_run(r, sim::run_target(t, r.plan.workload.dtype));
+  ASSERT_TRUE(planned.ok());
+  EXPECT_EQ(e->plan.symmetry, planned->symmetry);
+  EXPECT_EQ(e->plan.symmetry.block, t.blocks.gpus);
+  EXPECT_EQ(e->plan.size(), planned->size());
 }
 
 }  // namespace
