@@ -9,6 +9,7 @@
 
 #include "sim/evaluate.hpp"
 #include "sim/simulator.hpp"
+#include "support/parallel_for.hpp"
 
 namespace charm::sim {
 
@@ -181,61 +182,98 @@ std::string ChunkSolution::line() const {
   return s;
 }
 
+namespace {
+/// One candidate planned and simulated: its figures (sent bytes and imbalance too), or why it could not be.
+struct Trial {
+  Candidate candidate;
+  Expected<ChunkFigures> figures = ChunkFigures{};
+};
+
+/// The candidates planned and simulated, `jobs` at a time; each trial is its candidate's alone.
+void run_trials(std::vector<Trial>& trials, const sched::PlanRequest& req, const topo::Topology& t,
+                const ComputeModel& model, int jobs, const std::function<void(std::size_t)>& done) {
+  SimOptions sim_options;
+  sim_options.critical_path = false;
+  sim_options.peak_memory = false;
+  parallel_for(
+      trials.size(), jobs,
+      [&](std::size_t i) {
+        Trial& trial = trials[i];
+        sched::PlanRequest r = req;
+        r.workload.chunk_map = trial.candidate.map;
+        auto plan = sched::make_plan(r);
+        if (!plan) {
+          trial.figures = plan.error();
+          return;
+        }
+        auto sim = simulate(*plan, t, model, sim_options);
+        if (!sim) {
+          trial.figures = sim.error();
+          return;
+        }
+        ChunkFigures f{sim->makespan_s, 0, chunk_imbalance(req.workload, trial.candidate.map)};
+        for (const ir::Op& op : plan->ops())
+          if (op.kind == ir::OpKind::Send) f.sent_bytes += double(op.bytes);
+        trial.figures = f;
+      },
+      [&](std::size_t finished, std::size_t /*total*/) { done(finished); });
+}
+
+/// The trials judged in order, as they would be one by one: the least makespan wins, a tie the earlier.
+Status judge(std::vector<Trial>& trials, ChunkSolution& best) {
+  for (Trial& trial : trials) {
+    if (!trial.figures) return trial.figures.error();
+    const ChunkFigures& f = *trial.figures;
+    Candidate& c = trial.candidate;
+    ++best.candidates;
+    best.tried.emplace_back(c.name, f.makespan_s);
+    if (c.baseline == Baseline::Thd) best.thd = f;
+    if (c.baseline == Baseline::Contiguous) best.contiguous = f;
+    if (best.chunk_map.empty() || f.makespan_s < best.best.makespan_s) {
+      best.best = f;
+      best.candidate = std::move(c.name);
+      best.chunk_map = std::move(c.map);
+    }
+  }
+  return {};
+}
+}  // namespace
+
 Expected<ChunkSolution> solve_chunk_map(const sched::PlanRequest& req_in, const topo::Topology& t,
                                         const ChunkSolveOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto elapsed_ms = [&] {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   };
-  sched::PlanRequest req = sched::normalised(req_in);
-  const ir::Workload w = req.workload;  // the request's chunk map changes with each candidate
+  const sched::PlanRequest req = sched::normalised(req_in);
+  const ir::Workload& w = req.workload;
   if (w.layout != ir::Layout::Balanced || w.documents.empty() || w.window > 0)
     return Error{Field::Layout,
                  "the balanced layout places packed documents: give --mask document:... or cu_seqlens:FILE"};
   if (w.seq % req.ranks != 0)
     return Error{Field::Seq, fmt::format("sequence length {} cannot be split into {} equal shards", w.seq, req.ranks)};
   const ComputeModel model = compute_model_for(t, w);
-  SimOptions sim_options;
-  sim_options.critical_path = false;
-  sim_options.peak_memory = false;
+  const int jobs = std::max(options.jobs, 1);
   ChunkSolution best;
-  auto evaluate = [&](Candidate c) -> Status {
-    req.workload.chunk_map = std::move(c.map);
-    auto plan = sched::make_plan(req);
-    if (!plan) return plan.error();
-    auto r = simulate(*plan, t, model, sim_options);
-    if (!r) return r.error();
-    ++best.candidates;
-    best.tried.emplace_back(c.name, r->makespan_s);
-    ChunkFigures f{r->makespan_s, 0, chunk_imbalance(w, req.workload.chunk_map)};
-    for (const ir::Op& op : plan->ops())
-      if (op.kind == ir::OpKind::Send) f.sent_bytes += double(op.bytes);
-    if (c.baseline == Baseline::Thd) best.thd = f;
-    if (c.baseline == Baseline::Contiguous) best.contiguous = f;
-    if (best.chunk_map.empty() || f.makespan_s < best.best.makespan_s) {
-      best.best = f;
-      best.candidate = std::move(c.name);
-      best.chunk_map = std::move(req.workload.chunk_map);
-    }
-    return {};
+  std::vector<Trial> trials;
+  for (Candidate& c : structured_candidates(w, req.ranks)) trials.push_back({std::move(c)});
+  const std::size_t most = trials.size() + std::size_t(std::max(options.shuffles, 0));
+  const auto tell = [&](std::size_t finished) {
+    if (options.progress) options.progress(std::size_t(best.candidates) + finished, most);
   };
-  auto structured = structured_candidates(w, req.ranks);
-  const std::size_t most = structured.size() + std::size_t(std::max(options.shuffles, 0));
-  const auto tell = [&] {
-    if (options.progress) options.progress(std::size_t(best.candidates), most);
-  };
-  for (auto& c : structured) {
-    if (auto s = evaluate(std::move(c)); !s) return s.error();
-    tell();
-  }
+  run_trials(trials, req, t, model, jobs, tell);
+  if (auto s = judge(trials, best); !s) return s.error();
   std::mt19937_64 rng(options.seed);
-  for (int k = 0; k < options.shuffles; ++k) {
+  for (int k = 0; k < options.shuffles;) {
     if (elapsed_ms() > options.budget_ms) {
       best.budget_hit = true;
       break;
     }
-    if (auto s = evaluate(shuffled_candidate(w, req.ranks, rng, k)); !s) return s.error();
-    tell();
+    trials.clear();
+    for (const int end = std::min(options.shuffles, k + jobs); k < end; ++k)
+      trials.push_back({shuffled_candidate(w, req.ranks, rng, k)});
+    run_trials(trials, req, t, model, jobs, tell);
+    if (auto s = judge(trials, best); !s) return s.error();
   }
   best.solve_ms = elapsed_ms();
   return best;

@@ -16,6 +16,9 @@
 //
 // Deterministic for a seed: the structured candidates always run, then seeded shuffles of the
 // long documents' order until `shuffles` or the time budget (a budget that stops them is reported).
+// Candidates are planned and simulated `jobs` at a time, each on a thread of its own, and judged in
+// their order afterwards: the job count changes how long the solver takes, never what it chooses
+// from the candidates it tried.
 
 #include <cstdint>
 #include <optional>
@@ -38,6 +41,7 @@ struct ChunkSolveOptions {
   double budget_ms = 500;  // the shuffles stop once this much time has gone
   std::uint64_t seed = 1;  // the shuffles' order
   int shuffles = 16;       // seeded shuffles tried after the structured candidates
+  int jobs = 1;            // candidates planned and simulated at once (the memory of as many simulations held)
   /// Told after each candidate: how many were planned and simulated, and the most there will be (the
   /// structured ones and the shuffles). May be empty.
   std::function<void(std::size_t tried, std::size_t most)> progress;

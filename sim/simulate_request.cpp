@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "sim/simulator.hpp"
@@ -23,10 +24,13 @@ Expected<std::optional<ChunkSolution>> solve_chunks(sched::PlanRequest& req, con
     return std::optional<ChunkSolution>();
   if (req.ranks > t.num_gpus())
     return Error{Field::Ranks, fmt::format("{} ranks: {} has {} GPUs", req.ranks, t.name, t.num_gpus())};
-  // Each candidate is planned and simulated in full (one at a time): the budget of one simulation holds.
+  // Each candidate is planned and simulated in full: the budget holds one simulation, and as many at once as fit.
   if (auto s = budget.fits_plan(req, sched::kSimBytesPerOp, "each of the chunk solver's simulations"); !s)
     return s.error();
-  auto s = solve_chunk_map(req, t, solve);
+  ChunkSolveOptions options = solve;
+  const double one = sched::simulation_bytes(sched::estimate_plan(req));
+  if (one > 0 && budget.bytes / one < double(options.jobs)) options.jobs = std::max(1, int(budget.bytes / one));
+  auto s = solve_chunk_map(req, t, options);
   if (!s) {
     Error e = s.error();
     e.kind = ErrorKind::Input;  // no chunk map of this request plans and simulates

@@ -33,7 +33,8 @@ struct SimulationRequest : sched::RunRequest {
 
 /// The stage before simulate_request for one group: `req`'s chunk map solved on `t` where its layout is balanced
 /// and it has none (`req` normalised first, as the planner runs it); the solution, or nothing where there was
-/// nothing to solve. Errors are the request's (ErrorKind::Input).
+/// nothing to solve. Errors are the request's (ErrorKind::Input). It simulates `solve.jobs` candidates at once, or
+/// as many as `budget` holds simulations of `req`.
 [[nodiscard]] Expected<std::optional<ChunkSolution>> solve_chunks(sched::PlanRequest& req, const topo::Topology& t,
                                                                   const ChunkSolveOptions& solve,
                                                                   const sched::MemoryBudget& budget);

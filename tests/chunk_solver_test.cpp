@@ -3,6 +3,8 @@
 // one answer.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include <random>
@@ -76,6 +78,35 @@ TEST(ChunkSolver, NeverSlowerThanThdAndTheAnswerIsItsMapsSimulation) {
     EXPECT_EQ(again->chunk_map, s->chunk_map);
     EXPECT_EQ(again->candidate, s->candidate);
   }
+}
+
+TEST(ChunkSolver, ItsJobsChangeHowLongItTakesNotWhatItChooses) {
+  const topo::Topology t = h100_2x8();
+  std::mt19937_64 rng(7);
+  ir::Workload w = documents(rng, 16, 512, 32768, 131072);
+  w.pass = ir::PassKind::Fwd;  // TASP's only pass
+  SCOPED_TRACE(w.mask_text());
+  ChunkSolveOptions o;
+  o.budget_ms = 1e9;  // every shuffle, whatever the machine
+  o.shuffles = 5;     // batches of 3: 3, then 2
+  const auto alone = solve_chunk_map({"tasp", w, 16, 2}, t, o);
+  ASSERT_TRUE(alone.ok()) << alone.error().message();
+  o.jobs = 3;
+  std::vector<std::size_t> told;
+  o.progress = [&](std::size_t tried, std::size_t most) {
+    EXPECT_EQ(most, std::size_t(alone->candidates));
+    told.push_back(tried);
+  };
+  const auto three = solve_chunk_map({"tasp", w, 16, 2}, t, o);
+  ASSERT_TRUE(three.ok()) << three.error().message();
+  EXPECT_EQ(three->tried, alone->tried);  // every candidate's simulated time, in order, bit for bit
+  EXPECT_EQ(three->candidate, alone->candidate);
+  EXPECT_EQ(three->chunk_map, alone->chunk_map);
+  EXPECT_EQ(three->best.sent_bytes, alone->best.sent_bytes);
+  EXPECT_EQ(three->contiguous.makespan_s, alone->contiguous.makespan_s);
+  ASSERT_FALSE(told.empty());
+  EXPECT_TRUE(std::is_sorted(told.begin(), told.end()));
+  EXPECT_LE(told.back(), std::size_t(alone->candidates));
 }
 
 TEST(ChunkSolver, RefusesWhatItCannotPlace) {

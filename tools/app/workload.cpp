@@ -2,12 +2,15 @@
 #include "tools/app/workload.hpp"
 
 #include <fmt/format.h>
+
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "scheduler/planners/algorithms.hpp"
@@ -152,6 +155,7 @@ Expected<sim::ChunkSolveOptions> chunk_solve_options(double budget_ms, std::uint
   sim::ChunkSolveOptions o;
   o.budget_ms = budget_ms;
   o.seed = seed;
+  o.jobs = int(std::max(1u, std::thread::hardware_concurrency()));  // as many as the memory budget allows
   return o;
 }
 
