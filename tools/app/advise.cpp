@@ -259,6 +259,7 @@ Expected<AdviseRequest> advise_request(ir::Workload w, const Cluster& cluster, c
   opt.jobs = f.jobs > 0 ? f.jobs : int(std::max(1u, std::thread::hardware_concurrency()));
   opt.runnable_only = f.runnable;
   opt.chunks = f.chunks;
+  opt.chunks.jobs = opt.jobs;  // the chunk solver's simulations side by side, as many as advise's own
   return r;
 }
 
