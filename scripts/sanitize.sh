@@ -5,7 +5,8 @@
 #         ASan + UBSan + LeakSanitizer.
 #   tsan: the code with threads of its own, built with -DCHARM_SANITIZE=thread: the CPU executors
 #         (the kernels, the planner x shape grid through the threads backend, the watchdog),
-#         parallel_for, and the calibration that runs its starts, refits and rows on it. Not the
+#         parallel_for, the calibration that runs its starts, refits and rows on it, and the balanced
+#         layout's chunk solver that simulates its candidates side by side. Not the
 #         command line: `charm run` adds no thread to the executor's, and its sources (tools/) took 147
 #         of the TSan build's 507 s of CPU (2026-12-05). CHARM_TSAN_GRID_FILTER
 #         (a --gtest_filter) limits the grid, e.g. to its 4-rank cases in CI.
@@ -92,7 +93,7 @@ fi
 if [[ $stage == tsan || $stage == all ]]; then
   t0=$SECONDS
   cmake -S . -B build-tsan "${common[@]}" -DCHARM_SANITIZE=thread -DCHARM_WITH_MPI=OFF >/dev/null
-  tsan_tests=(runtime_kernels_test runtime_grid_test parallel_for_test calibration_test)
+  tsan_tests=(runtime_kernels_test runtime_grid_test parallel_for_test calibration_test chunk_solver_test)
   cmake --build build-tsan -j"$jobs" --target "${tsan_tests[@]}" > build-tsan/build.log 2>&1 ||
     { grep -E -A5 "FAILED|error" build-tsan/build.log | head -60; exit 1; }
   tail -1 build-tsan/build.log
