@@ -89,12 +89,9 @@ ClosedForm closed_form_on(const std::string& algo, const topo::Topology& t, int 
   return total;
 }
 
-ir::RankSymmetry plan_symmetry_on(const sched::CheckedRequest& req, const topo::Topology& t) {
-  return sched::plan_symmetry(req, run_target(t, req->workload.dtype).zigzag_halves_alike);
-}
-
 ir::RankSymmetry simulation_symmetry(const sched::CheckedRequest& req, const topo::Topology& t) {
-  return quotient_symmetry(plan_symmetry_on(req, t), t, req->ranks);
+  const auto s = sched::target_symmetry(req, run_target(t, req->workload.dtype));
+  return s ? *s : ir::RankSymmetry{};
 }
 
 ir::RankSymmetry simulation_symmetry(const sched::PlanRequest& req, const topo::Topology& t) {

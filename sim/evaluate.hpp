@@ -51,13 +51,8 @@ struct Evaluation {
 /// The compute model of `t`'s GPU for the workload's dtype.
 [[nodiscard]] ComputeModel compute_model_for(const topo::Topology& t, const ir::Workload& w);
 
-/// The plan's rank symmetry as a simulation on `t` may use it: by label, or by cost where `t`'s compute
-/// model prices the zigzag halves alike (ComputeModel::prices_zigzag_halves_alike, sched::plan_symmetry's
-/// hint: ranks that differ only in which half they compute then take the same time).
-[[nodiscard]] ir::RankSymmetry plan_symmetry_on(const sched::CheckedRequest& req, const topo::Topology& t);
-
-/// The symmetry a simulation of `req` on `t` may run one class of ranks for: plan_symmetry_on, coarsened
-/// to `t`'s blocks (quotient_symmetry); inactive where there is none.
+/// The symmetry a simulation of `req` on `t` may run one class of ranks for (sched::target_symmetry on
+/// run_target(t)); inactive where there is none.
 [[nodiscard]] ir::RankSymmetry simulation_symmetry(const sched::CheckedRequest& req, const topo::Topology& t);
 /// The same for a request not checked yet: inactive where the planner refuses it.
 [[nodiscard]] ir::RankSymmetry simulation_symmetry(const sched::PlanRequest& req, const topo::Topology& t);

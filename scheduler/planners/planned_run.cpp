@@ -30,14 +30,7 @@ Expected<CheckedRequest> checked_group(const RunRequest& r) {
 /// `use` is On and none does.
 Expected<Quotient> group_quotient(const CheckedRequest& req, const RunTarget& target, SymmetryUse use) {
   if (use == SymmetryUse::Off) return Quotient{};
-  const ir::RankSymmetry plan_sym = plan_symmetry(req, target.zigzag_halves_alike);
-  const auto q =
-      plan_sym.active()
-          ? ir::coarsen_to_blocks(plan_sym, target.blocks, req->ranks)
-          : Expected<ir::RankSymmetry>(Error{"", fmt::format("{} has no rank symmetry on this workload (a causal "
-                                                             "mask breaks every one but usp's on zigzag, and "
-                                                             "zigzag where the GPU prices its halves alike)",
-                                                             req->algo)});
+  const auto q = target_symmetry(req, target);
   if (use == SymmetryUse::On && !q)
     return Error{Field::Symmetry, fmt::format("cannot simulate one class of ranks for all: {}", q.error().message())};
   if (!q || (use == SymmetryUse::Auto && req.estimate().ops < kQuotientFromOps)) return Quotient{};
@@ -88,6 +81,15 @@ Status fits_budget(const CheckedRequest& group, const RunRequest& r, const KeptR
                        Field::Cp);
 }
 }  // namespace
+
+Expected<ir::RankSymmetry> target_symmetry(const CheckedRequest& req, const RunTarget& target) {
+  const ir::RankSymmetry plan_sym = plan_symmetry(req, target.zigzag_halves_alike);
+  if (!plan_sym.active())
+    return Error{"", fmt::format("{} has no rank symmetry on this workload (a causal mask breaks every one but "
+                                 "usp's on zigzag, and zigzag where the GPU prices its halves alike)",
+                                 req->algo)};
+  return ir::coarsen_to_blocks(plan_sym, target.blocks, req->ranks);
+}
 
 Expected<ir::Plan> plan_run(const RunRequest& r, const RunTarget& target, const PlanProgress& progress) {
   const auto group = checked_group(r);

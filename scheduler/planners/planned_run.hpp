@@ -40,6 +40,11 @@ struct RunTarget {
   ir::BlockSymmetry blocks;          // its blocks of GPUs, and whether its routes repeat with them
 };
 
+/// The symmetry a simulation of `req` on `target` may run one class of ranks for: the plan's (plan_symmetry; by
+/// cost where the target prices the zigzag halves alike) coarsened to the target's blocks (ir::coarsen_to_blocks);
+/// else why there is none.
+[[nodiscard]] Expected<ir::RankSymmetry> target_symmetry(const CheckedRequest& req, const RunTarget& target);
+
 /// The run's plan, each stage once, the same for one group and a deployment: the CP group checked
 /// (CheckedRequest; a deployment's group takes TP's share of the heads, group_workload, whose refusal is
 /// --tp's; a balanced layout is refused for a deployment); the ranks kept (one group's quotient where
